@@ -1,0 +1,1 @@
+"""Storage plugin discovery (private; the public names are re-exported by ``rdq``)."""

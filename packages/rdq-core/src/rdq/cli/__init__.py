@@ -1,0 +1,56 @@
+"""The ``rdq`` command line. Each command lives in its own module, imported only when run."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+# command name -> "module:attribute" (relative to this package)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "backends": ("_backends:backends", "List installed storage backends and broken plugins."),
+    "migrate": ("_migrate:migrate", "Create or upgrade the storage schema."),
+    "worker": ("_worker:worker", "Run a worker for an application's queues."),
+    "demo": ("_demo:demo", "Watch rdq retry, dead-letter and redrive tasks (in memory)."),
+    "server": ("_server:server", "Run an rdq server node (HTTP API, DLQ UI, worker)."),
+    "stats": ("_dlq:stats", "Show queue statistics."),
+    "dlq": ("_dlq:dlq", "List, inspect, redrive and purge dead-lettered tasks."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported when used, so ``rdq --help`` stays fast."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        target, help_text = entry
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(f"{__name__}.{module_name}")
+        except ModuleNotFoundError as exc:
+            return _unavailable(cmd_name, help_text, f"{exc}")
+        command: click.Command = getattr(module, attr)
+        return command
+
+
+def _unavailable(name: str, help_text: str, reason: str) -> click.Command:
+    def run(**_: Any) -> None:
+        raise click.ClickException(f"'rdq {name}' is not available in this install: {reason}")
+
+    return click.Command(name, callback=run, help=f"{help_text} (unavailable: {reason})")
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="rdq-core", prog_name="rdq")
+def main() -> None:
+    """rdq: a durable retry and dead-letter queue.
+
+    Every command that touches storage takes --storage URL (or RDQ_STORAGE_URL):
+    memory://, postgresql://…, redis://…, mongodb://…
+    """

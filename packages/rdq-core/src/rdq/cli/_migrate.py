@@ -1,0 +1,18 @@
+"""``rdq migrate``: create or upgrade the schema of a store."""
+
+from __future__ import annotations
+
+import click
+
+from rdq._plugins.manager import open_storage
+from rdq.cli._common import run_async, storage_option
+
+
+@click.command()
+@storage_option
+@run_async
+async def migrate(storage_url: str) -> None:
+    """Create or upgrade the storage schema (idempotent; safe to run from several processes)."""
+    async with open_storage(storage_url) as storage:
+        await storage.migrate()
+    click.echo("schema is up to date")

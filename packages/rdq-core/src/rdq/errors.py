@@ -1,0 +1,104 @@
+"""The rdq error tree.
+
+Every error rdq raises derives from :class:`RdqError`. Storage plugins map their driver's
+exceptions to these classes at their boundary, so application code never has to know which
+backend it runs on.
+
+    RdqError
+    ├── StorageError                 a backend operation failed
+    │   ├── StaleClaim               the claim token is no longer the current one
+    │   ├── NotFound                 no task with that id
+    │   ├── StaleCursor              the DLQ cursor cannot be used
+    │   ├── IDConflict               the id exists in another queue
+    │   └── StorageUnavailable       the backend cannot be reached (retryable)
+    ├── ValidationError              bad input, names the field
+    ├── ConfigError                  bad configuration, names the key
+    └── PluginError                  a storage plugin failed to load
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "IDConflict",
+    "NotFound",
+    "PluginError",
+    "RdqError",
+    "StaleClaim",
+    "StaleCursor",
+    "StorageError",
+    "StorageUnavailable",
+    "ValidationError",
+]
+
+
+class RdqError(Exception):
+    """Root of every error rdq raises."""
+
+
+class StorageError(RdqError):
+    """A storage operation failed."""
+
+
+class StaleClaim(StorageError):  # noqa: N818 - the contract's name
+    """The claim token is not the task's current token: the lease was lost; nothing changed."""
+
+    def __init__(self, task_id: str, message: str | None = None) -> None:
+        self.task_id = task_id
+        super().__init__(message or f"stale claim on task {task_id!r}: the lease is no longer held")
+
+
+class NotFound(StorageError):  # noqa: N818 - the contract's name
+    """No task with this id exists."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"task {task_id!r} not found")
+
+
+class StaleCursor(StorageError):  # noqa: N818 - the contract's name
+    """A DLQ cursor is malformed, or belongs to another queue or filter."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"unusable DLQ cursor: {reason}")
+
+
+class IDConflict(StorageError):  # noqa: N818 - the contract's name
+    """A task with this id already exists in another queue."""
+
+    def __init__(self, task_id: str, existing_queue: str) -> None:
+        self.task_id = task_id
+        self.existing_queue = existing_queue
+        super().__init__(f"task id {task_id!r} already exists in queue {existing_queue!r}")
+
+
+class StorageUnavailable(StorageError):
+    """The backend cannot be reached or refused the connection. Retrying later may succeed."""
+
+
+class ValidationError(RdqError, ValueError):
+    """Input breaks the contract; ``field`` names the offending field (dotted path) if known."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class ConfigError(RdqError, ValueError):
+    """Configuration is invalid; ``key`` names the offending setting if known."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        self.key = key
+        self.message = message
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+class PluginError(RdqError):
+    """A storage plugin could not be loaded."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"storage plugin {name!r} failed to load: {reason}")
