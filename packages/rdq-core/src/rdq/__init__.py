@@ -16,12 +16,15 @@ from rdq.errors import (
     StorageUnavailable,
     ValidationError,
 )
+from rdq.signals import Permanent, RetryAfter
 
 __all__ = [
     "ConfigError",
     "IDConflict",
     "NotFound",
+    "Permanent",
     "RdqError",
+    "RetryAfter",
     "StaleClaim",
     "StaleCursor",
     "StorageError",

@@ -1,0 +1,1 @@
+"""The rdq storage compliance kit."""

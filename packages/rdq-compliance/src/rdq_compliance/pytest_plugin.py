@@ -1,0 +1,47 @@
+"""pytest fixtures for real test servers, registered through the ``pytest11`` entry point.
+
+``postgres_url``, ``redis_url`` and ``mongo_url`` are session-scoped: one server per test
+session, each test using its own queue names or database. See :mod:`rdq_compliance.servers`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+
+import pytest
+
+from rdq_compliance.servers import ServerUnavailable, in_ci
+
+
+def _serve(kind: str) -> Iterator[str]:
+    try:
+        module = importlib.import_module(f"rdq_compliance.servers.{kind}")
+        manager = module.server_url()
+        url = manager.__enter__()
+    except (ServerUnavailable, ImportError) as exc:
+        if in_ci():
+            pytest.fail(f"no {kind} test server (CI never skips a backend): {exc}", pytrace=False)
+        pytest.skip(f"no {kind} test server: {exc}")
+    try:
+        yield url
+    finally:
+        manager.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """URL of a real PostgreSQL server for this test session."""
+    yield from _serve("postgres")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL of a real Redis server for this test session."""
+    yield from _serve("redis")
+
+
+@pytest.fixture(scope="session")
+def mongo_url() -> Iterator[str]:
+    """URL of a real MongoDB-protocol server for this test session."""
+    yield from _serve("mongo")

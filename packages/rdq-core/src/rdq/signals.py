@@ -1,0 +1,30 @@
+"""Exceptions a handler raises to steer its task's outcome (see SPEC §5).
+
+Any other exception is a retryable failure; returning normally is success.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+__all__ = ["Permanent", "RetryAfter"]
+
+
+class Permanent(Exception):  # noqa: N818 - reads as the outcome it causes
+    """Raise from a handler to dead-letter the task at once: retrying cannot help.
+
+    ``raise rdq.Permanent("customer 42 does not exist")``, or ``raise Permanent(...) from exc``
+    to keep the cause's type: the attempt records the cause's type when there is one."""
+
+
+class RetryAfter(Exception):  # noqa: N818 - reads as the outcome it causes
+    """Raise from a handler to retry after ``delay`` instead of the backoff policy's delay.
+
+    The attempt still counts toward ``max_attempts``."""
+
+    def __init__(self, delay: float | timedelta, message: str | None = None) -> None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+        if seconds < 0:
+            raise ValueError("RetryAfter delay must not be negative")
+        self.delay = timedelta(seconds=seconds)
+        super().__init__(message or f"retry after {seconds:g}s")
