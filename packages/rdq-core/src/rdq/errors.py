@@ -40,7 +40,7 @@ class StorageError(RdqError):
     """A storage operation failed."""
 
 
-class StaleClaim(StorageError):  # noqa: N818 - the contract's name
+class StaleClaim(StorageError):
     """The claim token is not the task's current token: the lease was lost; nothing changed."""
 
     def __init__(self, task_id: str, message: str | None = None) -> None:
@@ -48,7 +48,7 @@ class StaleClaim(StorageError):  # noqa: N818 - the contract's name
         super().__init__(message or f"stale claim on task {task_id!r}: the lease is no longer held")
 
 
-class NotFound(StorageError):  # noqa: N818 - the contract's name
+class NotFound(StorageError):
     """No task with this id exists."""
 
     def __init__(self, task_id: str) -> None:
@@ -56,7 +56,7 @@ class NotFound(StorageError):  # noqa: N818 - the contract's name
         super().__init__(f"task {task_id!r} not found")
 
 
-class StaleCursor(StorageError):  # noqa: N818 - the contract's name
+class StaleCursor(StorageError):
     """A DLQ cursor is malformed, or belongs to another queue or filter."""
 
     def __init__(self, reason: str) -> None:
@@ -64,7 +64,7 @@ class StaleCursor(StorageError):  # noqa: N818 - the contract's name
         super().__init__(f"unusable DLQ cursor: {reason}")
 
 
-class IDConflict(StorageError):  # noqa: N818 - the contract's name
+class IDConflict(StorageError):
     """A task with this id already exists in another queue."""
 
     def __init__(self, task_id: str, existing_queue: str) -> None:

@@ -65,9 +65,7 @@ class Plugins:
 
 def _call_one(manager: pluggy.PluginManager, plugin: Any, registry: StorageRegistry) -> None:
     impls = [
-        impl
-        for impl in manager.hook.rdq_register_storage.get_hookimpls()
-        if impl.plugin is plugin
+        impl for impl in manager.hook.rdq_register_storage.get_hookimpls() if impl.plugin is plugin
     ]
     if not impls:
         raise PluginError(str(getattr(plugin, "__name__", plugin)), "no rdq_register_storage hook")
@@ -80,8 +78,7 @@ def _label(ep: EntryPoint) -> str:
 
 
 def _reason(exc: BaseException) -> str:
-    last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-    return last
+    return traceback.format_exception_only(type(exc), exc)[-1].strip()
 
 
 @functools.cache
