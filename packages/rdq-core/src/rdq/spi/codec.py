@@ -27,6 +27,7 @@ _KNOWN_FIELDS = frozenset(f for f in Envelope.__struct_fields__ if f != "extra")
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 _AT_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_MISSING = re.compile(r"missing required field `(?P<name>[^`]+)`")
 
 
 def envelope_to_builtins(task: Envelope) -> dict[str, Any]:
@@ -75,7 +76,9 @@ def decode_envelope(data: bytes | str) -> Envelope:
 def _field_error(exc: msgspec.ValidationError) -> ValidationError:
     text = str(exc)
     match = _AT_PATH.search(text)
-    if match is None:
-        return ValidationError(text, field="envelope")
-    path = match.group("path").lstrip(".") or "envelope"
-    return ValidationError(text[: match.start()], field=path)
+    path = match.group("path").lstrip(".") if match else ""
+    message = text[: match.start()] if match else text
+    missing = _MISSING.search(message)
+    if missing is not None:
+        path = f"{path}.{missing.group('name')}" if path else missing.group("name")
+    return ValidationError(message, field=path or "envelope")

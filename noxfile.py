@@ -1,0 +1,75 @@
+"""Developer and CI sessions. `nox` runs lint and every package's tests; see README.md.
+
+Sessions install the workspace packages editable into a fresh virtualenv (uv when present).
+Test servers (PostgreSQL, Redis, a MongoDB-protocol server) are started by the test fixtures
+themselves unless RDQ_TEST_POSTGRES_URL / RDQ_TEST_REDIS_URL / RDQ_TEST_MONGO_URL are set.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+PACKAGES = {
+    "core": "rdq-core",
+    "memory": "rdq-memory",
+    "compliance": "rdq-compliance",
+    "postgres": "rdq-postgres",
+    "redis": "rdq-redis",
+    "mongo": "rdq-mongo",
+}
+BACKENDS = ["memory", "postgres", "redis", "mongo"]
+DEV = ["pytest>=8.3", "pytest-asyncio>=1.0", "hypothesis>=6.100", "secantusdb==0.7.0b3"]
+
+
+def install_workspace(session: nox.Session) -> None:
+    """Every package of the repository, editable, with its test extras."""
+    args: list[str] = []
+    for name, dist in PACKAGES.items():
+        extras = "[server,test]" if name == "core" else "[test]"
+        args += ["-e", f"packages/{dist}{extras}"]
+    session.install(*args, *DEV)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff (lint and format check) and mypy --strict over every package."""
+    install_workspace(session)
+    session.install("ruff>=0.8", "mypy>=1.13", "asyncpg-stubs>=0.30")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("package", list(PACKAGES))
+def tests(session: nox.Session, package: str) -> None:
+    """One package's tests (real servers for the backends)."""
+    install_workspace(session)
+    session.run("pytest", f"packages/{PACKAGES[package]}/tests", "-q", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("backend", BACKENDS)
+def compliance(session: nox.Session, backend: str) -> None:
+    """Only the compliance kit (rdq_compliance.StorageSuite) against one backend."""
+    install_workspace(session)
+    session.run(
+        "pytest",
+        f"packages/{PACKAGES[backend]}/tests",
+        "-q",
+        "-k",
+        "Compliance or StorageSuite",
+        *session.posargs,
+    )
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """The contention benchmark: `nox -s bench -- URL [options]` (see BENCHMARKS.md)."""
+    install_workspace(session)
+    session.run("python", "-m", "rdq_compliance.bench", *session.posargs)

@@ -1,0 +1,134 @@
+"""What the memory store promises beyond the shared kit: its injectable clock, named stores,
+and safety across threads."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import rdq
+from rdq.spi import Attempt, Envelope, Outcome, Status
+from rdq_memory import MemoryStorage, forget_named_stores
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = datetime(2030, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def task(task_id: str, queue: str = "q") -> Envelope:
+    return Envelope(id=task_id, queue=queue, handler_ref="app:handler")
+
+
+@pytest.mark.asyncio
+async def test_due_ness_follows_the_injected_storage_clock_not_the_local_one() -> None:
+    clock = FakeClock()  # the storage's "now" is years ahead of this machine's clock
+    store = MemoryStorage(clock=clock)
+    await store.enqueue(task("later"), delay=timedelta(seconds=30))
+    assert (await store.get("later")).created_at == clock.now
+    assert await store.claim_due("q", 10, timedelta(seconds=5)) == []
+    clock.advance(30)
+    [claimed] = await store.claim_due("q", 10, timedelta(seconds=5))
+    assert claimed.task.lease_expires_at == clock.now + timedelta(seconds=5)
+
+
+@pytest.mark.asyncio
+async def test_a_lease_expires_by_the_storage_clock() -> None:
+    clock = FakeClock()
+    store = MemoryStorage(clock=clock)
+    await store.enqueue(task("t"))
+    [first] = await store.claim_due("q", 1, timedelta(seconds=60))
+    clock.advance(59)
+    assert await store.claim_due("q", 1, timedelta(seconds=60)) == []
+    clock.advance(1)
+    [second] = await store.claim_due("q", 1, timedelta(seconds=60))
+    assert second.token != first.token
+    assert [a.outcome for a in second.task.attempts] == [Outcome.LEASE_EXPIRED]
+    assert second.task.attempts[0].finished_at == clock.now
+
+
+@pytest.mark.asyncio
+async def test_stats_age_is_measured_by_the_storage_clock() -> None:
+    clock = FakeClock()
+    store = MemoryStorage(clock=clock)
+    await store.enqueue(task("t"))
+    clock.advance(42)
+    stats = await store.stats("q")
+    assert (stats.pending, stats.oldest_pending_age, stats.as_of) == (1, 42.0, clock.now)
+
+
+@pytest.mark.asyncio
+async def test_a_named_store_is_shared_by_every_opener_in_the_process() -> None:
+    forget_named_stores()
+    async with (
+        rdq.open_storage("memory://shared") as one,
+        rdq.open_storage("memory://shared") as two,
+    ):
+        await one.enqueue(task("t"))
+        assert (await two.get("t")).id == "t"
+    async with rdq.open_storage("memory://") as private:
+        with pytest.raises(rdq.NotFound):
+            await private.get("t")
+    forget_named_stores()
+
+
+@pytest.mark.asyncio
+async def test_wait_due_wakes_when_a_task_is_enqueued_from_another_thread() -> None:
+    store = MemoryStorage()
+    threading.Timer(0.2, lambda: asyncio.run(store.enqueue(task("t")))).start()
+    assert await store.wait_due("q", timeout=30.0) is True
+    assert len(await store.claim_due("q", 1, timedelta(seconds=5))) == 1
+
+
+def test_threads_with_their_own_event_loops_never_claim_the_same_task_twice() -> None:
+    store = MemoryStorage()
+    total = 400
+
+    async def fill() -> None:
+        await store.enqueue_batch([task(f"t{i}") for i in range(total)])
+
+    asyncio.run(fill())
+    seen: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def worker() -> None:
+        async def drain() -> None:
+            while claimed := await store.claim_due("q", 3, timedelta(minutes=5)):
+                for c in claimed:
+                    with lock:
+                        seen[c.task.id] += 1
+                    attempt = Attempt(number=1, outcome=Outcome.SUCCEEDED)
+                    await store.complete(c.task.id, c.token, attempt)
+
+        asyncio.run(drain())
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == total
+    assert set(seen.values()) == {1}
+
+    async def check() -> None:
+        stats = await store.stats("q")
+        assert (stats.succeeded, stats.pending, stats.in_flight) == (total, 0, 0)
+        assert (await store.get("t0")).status == Status.SUCCEEDED
+
+    asyncio.run(check())
+
+
+def test_a_naive_clock_is_reported_clearly() -> None:
+    store = MemoryStorage(clock=lambda: datetime(2030, 1, 1))
+    with pytest.raises(rdq.ConfigError, match="naive"):
+        asyncio.run(store.enqueue(task("t")))
