@@ -1,0 +1,126 @@
+"""Audit records of DLQ redrives and purges.
+
+Every redrive and purge done through :class:`rdq.admin.DLQAdmin` (the API, the web UI and the
+CLI all go through it) produces one :class:`AuditRecord`: who did what to which queue, with
+which selector, how many tasks it touched, why, and when. The record is logged on the
+dedicated structlog logger ``rdq.audit`` and appended to every configured :class:`AuditSink`,
+for example a :class:`JsonLinesAuditSink` file that is only ever appended to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import msgspec
+import structlog
+
+from rdq.spi import Selector
+
+__all__ = [
+    "AUDIT_LOGGER_NAME",
+    "AuditRecord",
+    "AuditSink",
+    "JsonLinesAuditSink",
+    "MemoryAuditSink",
+    "selector_to_builtins",
+]
+
+AUDIT_LOGGER_NAME = "rdq.audit"
+
+Action = Literal["redrive", "purge"]
+
+
+class AuditRecord(msgspec.Struct, kw_only=True, frozen=True):
+    """One redrive or purge. ``count`` is how many tasks it acted on; ``error`` is set when
+    the operation failed part-way (``count`` then says how many were done before it failed)."""
+
+    actor: str
+    action: Action
+    queue: str
+    selector: dict[str, Any]
+    count: int
+    reason: str | None
+    time: datetime
+    error: str | None = None
+
+
+@runtime_checkable
+class AuditSink(Protocol):
+    """Somewhere audit records are appended. ``write`` must not lose a record it returned for."""
+
+    async def write(self, record: AuditRecord) -> None: ...
+
+
+class JsonLinesAuditSink:
+    """Appends each record as one JSON line to ``path`` (created if missing), flushed and
+    fsynced before ``write`` returns. Lines are never rewritten; several processes may append
+    to the same file (each line is written with one ``O_APPEND`` write)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    async def write(self, record: AuditRecord) -> None:
+        line = msgspec.json.encode(record) + b"\n"
+        await asyncio.to_thread(self._append, line)
+
+    def _append(self, line: bytes) -> None:
+        with self._lock:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def read(self) -> list[AuditRecord]:
+        """Every record in the file, oldest first (for tests and tooling)."""
+        if not self.path.exists():
+            return []
+        decoder = msgspec.json.Decoder(AuditRecord)
+        return [decoder.decode(line) for line in self.path.read_bytes().splitlines() if line]
+
+
+class MemoryAuditSink:
+    """Keeps records in a list: for tests and embedding."""
+
+    def __init__(self) -> None:
+        self.records: list[AuditRecord] = []
+
+    async def write(self, record: AuditRecord) -> None:
+        self.records.append(record)
+
+
+def selector_to_builtins(selector: Selector) -> dict[str, Any]:
+    """The selector as plain JSON-ready data, for audit records and logs."""
+    if selector.ids is not None:
+        return {"ids": list(selector.ids)}
+    return {"filter": msgspec.to_builtins(selector.filter)}
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+async def emit(record: AuditRecord, sinks: list[AuditSink]) -> None:
+    """Log ``record`` on the ``rdq.audit`` logger and append it to every sink.
+
+    Raises whatever a sink raises, after trying every sink, so a broken sink is noticed."""
+    logger = structlog.get_logger(AUDIT_LOGGER_NAME)
+    fields = msgspec.to_builtins(record)
+    event = fields.pop("action")
+    logger.info(event, audit=True, action=event, **fields)
+    failure: BaseException | None = None
+    for sink in sinks:
+        try:
+            await sink.write(record)
+        except Exception as exc:
+            logger.error("audit sink failed", sink=type(sink).__name__, error=str(exc))
+            failure = failure or exc
+    if failure is not None:
+        raise failure
