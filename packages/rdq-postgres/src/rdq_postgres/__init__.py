@@ -1,0 +1,30 @@
+"""rdq storage on PostgreSQL (asyncpg): the reference plugin.
+
+Open it through rdq with a ``postgresql://`` URL (see ``docs/postgres.md`` for the options)::
+
+    async with rdq.open_storage("postgresql://app@db/app?schema=rdq&pool_max=20") as storage:
+        await storage.migrate()
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["PostgresOptions", "PostgresStorage"]
+
+if TYPE_CHECKING:
+    from rdq_postgres._config import PostgresOptions
+    from rdq_postgres._storage import PostgresStorage
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so importing the package (plugin discovery) never imports asyncpg.
+    if name == "PostgresStorage":
+        from rdq_postgres._storage import PostgresStorage
+
+        return PostgresStorage
+    if name == "PostgresOptions":
+        from rdq_postgres._config import PostgresOptions
+
+        return PostgresOptions
+    raise AttributeError(name)

@@ -1,0 +1,53 @@
+"""Driver exceptions mapped to rdq's error tree at the store's boundary."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import asyncpg
+
+from rdq.errors import RdqError, StorageError, StorageUnavailable
+
+__all__ = ["is_unavailable", "translate"]
+
+# SQLSTATE classes and codes that mean "the server is not there (now)": retry later.
+_UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300", "25006", "28")
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True if ``exc`` means the server cannot be reached, is restarting, refused us or is a
+    read-only standby; such failures are retryable."""
+    if isinstance(exc, OSError | TimeoutError | ConnectionError):
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        state = exc.sqlstate or ""
+        return state.startswith(_UNAVAILABLE_STATES)
+    if isinstance(exc, asyncpg.InterfaceError):
+        text = str(exc).lower()
+        return "closed" in text or ("connection" in text and "lost" in text)
+    return False
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def translate(endpoint: str, on_lost: Callable[[], None] | None = None) -> Iterator[None]:
+    """Run a block, turning driver exceptions into ``StorageUnavailable`` (retryable: the
+    server at ``endpoint`` is unreachable, restarting, or refused us) or ``StorageError``.
+    ``on_lost`` runs when connections were lost (to drop the pool's dead ones)."""
+    try:
+        yield
+    except RdqError:
+        raise
+    except Exception as exc:
+        if is_unavailable(exc):
+            if on_lost is not None:
+                on_lost()
+            raise StorageUnavailable(f"PostgreSQL at {endpoint} is unavailable: {_reason(exc)}")
+        if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
+            raise StorageError(f"PostgreSQL at {endpoint}: {_reason(exc)}")
+        raise

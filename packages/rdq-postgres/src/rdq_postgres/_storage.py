@@ -1,0 +1,353 @@
+"""``PostgresStorage``: the storage contract on PostgreSQL through asyncpg.
+
+Every operation is one SQL statement in autocommit (one round trip): due-ness, leases and
+timestamps come from the database clock, claims use ``FOR UPDATE SKIP LOCKED`` and every
+post-claim mutation is fenced on the claim token in its ``WHERE`` clause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from rdq.errors import IDConflict, NotFound, StaleClaim, ValidationError
+from rdq.spi import (
+    Attempt,
+    Capabilities,
+    Claimed,
+    DLQCursor,
+    DLQFilter,
+    Envelope,
+    Page,
+    Selector,
+    Stats,
+    StorageBase,
+    limits,
+)
+from rdq_postgres._config import PostgresOptions, endpoint, parse_url
+from rdq_postgres._errors import translate
+from rdq_postgres._listener import DueListener
+from rdq_postgres._migrate import apply_migrations
+from rdq_postgres._rows import attempt_args, enqueue_args, envelope_from_row
+from rdq_postgres._sql import Queries
+
+__all__ = ["PostgresStorage"]
+
+_ZERO = timedelta(0)
+
+
+class PostgresStorage(StorageBase):
+    """The PostgreSQL store. Build it with :meth:`from_url`; ``connect`` opens the pool."""
+
+    def __init__(self, dsn: str, options: PostgresOptions | None = None) -> None:
+        self._dsn = dsn
+        self.options = options or PostgresOptions()
+        self.endpoint = endpoint(dsn)
+        self._sql = Queries(self.options.schema, self.options.channel)
+        self._pool: asyncpg.Pool | None = None
+        self._connecting = asyncio.Lock()
+        self._listener = DueListener(self._connect_one, self.options.channel)
+        self._background: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> PostgresStorage:
+        """Build a store for ``url``; query parameters and ``options`` set
+        :class:`PostgresOptions` (``ConfigError`` names a bad one)."""
+        dsn, parsed = parse_url(url, **options)
+        return cls(dsn, parsed)
+
+    def __repr__(self) -> str:
+        return f"PostgresStorage({self.endpoint}, schema={self.options.schema!r})"
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        return {
+            "statement_cache_size": self.options.statement_cache_size,
+            "command_timeout": self.options.command_timeout,
+            "timeout": self.options.connect_timeout,
+            "server_settings": {"application_name": "rdq"},
+        }
+
+    async def _connect_one(self) -> asyncpg.Connection:
+        return await asyncpg.connect(self._dsn, **self._connect_kwargs())
+
+    async def connect(self) -> None:
+        """Open the pool. Raises ``StorageUnavailable`` naming host:port when the server
+        cannot be reached or refuses the credentials."""
+        if self._pool is not None:
+            return
+        async with self._connecting:
+            if self._pool is not None:  # another task connected while we waited
+                return  # type: ignore[unreachable]
+            with translate(self.endpoint):
+                pool = await asyncpg.create_pool(
+                    self._dsn,
+                    min_size=self.options.pool_min,
+                    max_size=self.options.pool_max,
+                    **self._connect_kwargs(),
+                )
+                try:
+                    await pool.fetchval("SELECT 1")
+                except BaseException:
+                    pool.terminate()
+                    raise
+            self._pool = pool
+
+    async def aclose(self) -> None:
+        await self._listener.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), 10)
+            except Exception:
+                pool.terminate()
+
+    def _lost(self) -> None:
+        # The server went away: every idle connection of the pool is dead too. Replace them
+        # all on next use, so one failed operation, not one per pooled connection, reports it.
+        if self._pool is not None:
+            task = asyncio.get_running_loop().create_task(self._pool.expire_connections())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _ready(self) -> asyncpg.Pool:
+        if self._pool is None:
+            await self.connect()
+        assert self._pool is not None
+        return self._pool
+
+    async def _fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        pool = await self._ready()
+        with translate(self.endpoint, self._lost):
+            rows: list[asyncpg.Record] = await pool.fetch(query, *args)
+            return rows
+
+    async def _fetchrow(self, query: str, *args: Any) -> asyncpg.Record:
+        pool = await self._ready()
+        with translate(self.endpoint, self._lost):
+            row = await pool.fetchrow(query, *args)
+        assert row is not None
+        return row
+
+    async def _execute(self, query: str, *args: Any) -> int:
+        """Run a DELETE/UPDATE; return the number of rows it touched."""
+        pool = await self._ready()
+        with translate(self.endpoint, self._lost):
+            status: str = await pool.execute(query, *args)
+        return int(status.rsplit(" ", 1)[-1])
+
+    async def migrate(self) -> None:
+        """Create or upgrade the schema under an advisory lock (idempotent, concurrent-safe)."""
+        pool = await self._ready()
+        with translate(self.endpoint, self._lost):
+            async with pool.acquire() as conn:
+                await apply_migrations(conn, self.options.schema, self.options.channel)
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(notify=self.options.notify, filter_pushdown=True, batch_enqueue=True)
+
+    # --- admission -------------------------------------------------------------------------
+
+    async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
+        limits.check_task(task)
+        _check_delay(delay)
+        args = enqueue_args(task)
+        row = await self._fetchrow(self._sql.enqueue, *args[:10], delay or _ZERO, *args[10:])
+        if row["stored"]:
+            return True
+        existing = row["existing_queue"]
+        if existing is not None and existing != task.queue:
+            raise IDConflict(task.id, existing)
+        return False
+
+    async def enqueue_batch(
+        self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
+    ) -> list[bool]:
+        _check_delay(delay)
+        batch = [limits.check_task(task) for task in tasks]
+        first_queue: dict[str, str] = {}
+        for task in batch:  # duplicates within the batch: the first occurrence counts
+            queue = first_queue.setdefault(task.id, task.queue)
+            if queue != task.queue:
+                raise IDConflict(task.id, queue)
+        unique = [t for t in batch if first_queue.pop(t.id, None) is not None]
+        if not unique:
+            return []
+        columns = list(zip(*(enqueue_args(task) for task in unique), strict=True))
+        row = await self._fetchrow(self._sql.enqueue_batch, *map(list, columns), delay or _ZERO)
+        if row["conflict_id"] is not None:
+            raise IDConflict(row["conflict_id"], row["conflict_queue"])
+        stored = set(row["stored"] or ())
+        result = []
+        for task in batch:
+            result.append(task.id in stored)
+            stored.discard(task.id)
+        return result
+
+    # --- claiming --------------------------------------------------------------------------
+
+    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
+        limits.check_queue(queue)
+        limits.check_limit(limit)
+        limits.check_lease(lease)
+        rows = await self._fetch(self._sql.claim, queue, limit, lease)
+        if len(rows) > 1:
+            rows.sort(key=lambda r: (r["claimed_due_at"], r["id"]))
+        return [Claimed(envelope_from_row(row), row["token"]) for row in rows]
+
+    async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        limits.check_task_id(task_id)
+        limits.check_token(token)
+        limits.check_lease(lease)
+        row = await self._fetchrow(self._sql.extend_lease, task_id, token, lease)
+        expires: datetime | None = row["lease_expires_at"]
+        if expires is None:
+            raise StaleClaim(task_id) if row["found"] else NotFound(task_id)
+        return expires
+
+    # --- resolution ------------------------------------------------------------------------
+
+    def _check_resolution(self, task_id: str, token: str, attempt: Attempt) -> None:
+        limits.check_task_id(task_id)
+        limits.check_token(token)
+        if not isinstance(attempt, Attempt):
+            raise ValidationError("must be an rdq.spi.Attempt", field="attempt")
+
+    @staticmethod
+    def _fenced(task_id: str, row: asyncpg.Record) -> None:
+        if not row["done"]:
+            raise StaleClaim(task_id) if row["found"] else NotFound(task_id)
+
+    async def reschedule(
+        self, task_id: str, token: str, attempt: Attempt, next_at: datetime
+    ) -> None:
+        self._check_resolution(task_id, token, attempt)
+        limits.check_aware(next_at, "next_at")
+        row = await self._fetchrow(
+            self._sql.reschedule, task_id, token, *attempt_args(attempt), next_at
+        )
+        self._fenced(task_id, row)
+
+    async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
+        self._check_resolution(task_id, token, attempt)
+        row = await self._fetchrow(self._sql.complete, task_id, token, *attempt_args(attempt))
+        self._fenced(task_id, row)
+
+    async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
+        self._check_resolution(task_id, token, attempt)
+        row = await self._fetchrow(self._sql.dead_letter, task_id, token, *attempt_args(attempt))
+        self._fenced(task_id, row)
+
+    # --- DLQ -------------------------------------------------------------------------------
+
+    async def dlq_list(
+        self, queue: str, dlq_filter: DLQFilter | None, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        limits.check_queue(queue)
+        limits.check_page(page)
+        if dlq_filter is not None:
+            limits.check_filter(dlq_filter)
+        args = (queue, *_filter_args(dlq_filter), page.include_attempts, page.limit + 1)
+        if page.cursor is None:
+            rows = await self._fetch(self._sql.dlq_first, *args)
+        else:
+            cursor = DLQCursor.decode(page.cursor, queue, dlq_filter)
+            rows = await self._fetch(self._sql.dlq_next, *args, cursor.dead_lettered_at, cursor.id)
+        tasks = [envelope_from_row(row) for row in rows[: page.limit]]
+        if len(rows) <= page.limit or not tasks:
+            return tasks, None
+        last = tasks[-1]
+        assert last.dead_lettered_at is not None
+        return tasks, DLQCursor.after(queue, dlq_filter, last.dead_lettered_at, last.id).encode()
+
+    async def get(self, task_id: str) -> Envelope:
+        limits.check_task_id(task_id)
+        rows = await self._fetch(self._sql.get, task_id)
+        if not rows:
+            raise NotFound(task_id)
+        return envelope_from_row(rows[0])
+
+    async def redrive(self, queue: str, selector: Selector) -> int:
+        limits.check_queue(queue)
+        limits.check_selector(selector)
+        if selector.ids is not None:
+            row = await self._fetchrow(self._sql.redrive_ids, queue, list(selector.ids))
+        else:
+            row = await self._fetchrow(
+                self._sql.redrive_filter, queue, *_filter_args(selector.filter)
+            )
+        count: int = row["n"]
+        return count
+
+    async def purge(self, queue: str, selector: Selector) -> int:
+        limits.check_queue(queue)
+        limits.check_selector(selector)
+        if selector.ids is not None:
+            return await self._execute(self._sql.purge_ids, queue, list(selector.ids))
+        return await self._execute(self._sql.purge_filter, queue, *_filter_args(selector.filter))
+
+    # --- operations ------------------------------------------------------------------------
+
+    async def stats(self, queue: str) -> Stats:
+        limits.check_queue(queue)
+        row = await self._fetchrow(self._sql.stats, queue)
+        now: datetime = row["as_of"]
+        oldest: datetime | None = row["oldest_due"]
+        return Stats(
+            queue=queue,
+            pending=row["pending"],
+            in_flight=row["in_flight"],
+            dlq_depth=row["dead"],
+            succeeded=row["succeeded"],
+            oldest_pending_age=None if oldest is None else (now - oldest).total_seconds(),
+            as_of=now,
+        )
+
+    async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
+        limits.check_queue(queue)
+        limits.check_aware(older_than, "older_than")
+        return await self._execute(self._sql.purge_succeeded, queue, older_than)
+
+    async def wait_due(self, queue: str, timeout: float) -> bool:
+        """Block until a task of ``queue`` may be due (a NOTIFY from an enqueue, reschedule or
+        redrive, or the earliest due time passing) or ``timeout`` seconds pass."""
+        limits.check_queue(queue)
+        if not isinstance(timeout, int | float) or timeout < 0:
+            raise ValidationError("must be a non-negative number of seconds", field="timeout")
+        if not self.options.notify:
+            raise NotImplementedError("notify is turned off for this store (notify=false)")
+        await self._ready()
+        with translate(self.endpoint, self._lost):
+            await self._listener.ensure()
+        future = self._listener.register(queue)
+        try:
+            row = await self._fetchrow(self._sql.next_due, queue)
+            now: datetime = row["now"]
+            next_due: datetime | None = row["next_due"]
+            if next_due is not None and next_due <= now:
+                return True
+            wait, timed = float(timeout), False
+            if next_due is not None and (next_due - now).total_seconds() < wait:
+                wait, timed = (next_due - now).total_seconds(), True
+            try:
+                return await asyncio.wait_for(future, wait)
+            except TimeoutError:
+                return timed
+        finally:
+            self._listener.unregister(queue, future)
+
+
+def _check_delay(delay: timedelta | None) -> None:
+    if delay is not None and (not isinstance(delay, timedelta) or delay < _ZERO):
+        raise ValidationError("must be a non-negative timedelta", field="delay")
+
+
+def _filter_args(dlq_filter: DLQFilter | None) -> tuple[Any, ...]:
+    f = dlq_filter or DLQFilter()
+    error_type = None if f.error_type is None else f.error_type.replace("\x00", "\ufffd")
+    return (error_type, f.handler_ref, f.dead_lettered_after, f.dead_lettered_before)

@@ -1,0 +1,16 @@
+-- Give up: append attempt $3 (error type $4), DEAD now; fenced on token $2.
+WITH upd AS (
+    UPDATE {schema}.task
+    SET status = 'DEAD',
+        dead_lettered_at = now(),
+        lease_expires_at = NULL,
+        claimed_at = NULL,
+        token = NULL,
+        attempts = {schema}.append_attempt(attempts, $3::json),
+        attempt_count = attempt_count + 1,
+        error_type = $4
+    WHERE id = $1 AND token = $2 AND status = 'IN_FLIGHT'
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM upd) AS done,
+       EXISTS (SELECT 1 FROM {schema}.task WHERE id = $1) AS found

@@ -1,0 +1,5 @@
+SELECT id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
+       attempts, created_at, next_attempt_at, lease_expires_at, completed_at,
+       dead_lettered_at, retry, format_version, extra
+FROM {schema}.task
+WHERE id = $1

@@ -1,0 +1,17 @@
+-- Failure: append attempt $3 (error type $4), PENDING due at $5; fenced on token $2.
+WITH upd AS (
+    UPDATE {schema}.task
+    SET status = 'PENDING',
+        next_attempt_at = $5,
+        lease_expires_at = NULL,
+        claimed_at = NULL,
+        token = NULL,
+        attempts = {schema}.append_attempt(attempts, $3::json),
+        attempt_count = attempt_count + 1,
+        error_type = $4
+    WHERE id = $1 AND token = $2 AND status = 'IN_FLIGHT'
+    RETURNING queue
+)
+SELECT EXISTS (SELECT 1 FROM upd) AS done,
+       EXISTS (SELECT 1 FROM {schema}.task WHERE id = $1) AS found,
+       (SELECT count(*) FROM (SELECT pg_notify('{channel}', queue) FROM upd) AS n) AS notified
