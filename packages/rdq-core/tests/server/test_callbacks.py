@@ -10,7 +10,6 @@ from email.utils import format_datetime
 
 import pytest
 import pytest_asyncio
-from .conftest import Receiver, Reply
 
 from rdq import Permanent, RetryAfter
 from rdq.callbacks import (
@@ -26,6 +25,8 @@ from rdq.callbacks import (
 )
 from rdq.errors import ConfigError
 from rdq.spi import Envelope, envelope_from_builtins
+
+from .conftest import Receiver, Reply
 
 SECRET = "s3cret-signing-key-0123"
 LOCAL = CallbackSettings(
@@ -196,7 +197,7 @@ async def test_a_name_resolving_to_any_refused_address_is_refused(receiver: Rece
 
     inv = HttpCallbackInvoker(CallbackSettings(allow_hosts=["*.example.test"]), resolver=resolver)
     try:
-        with pytest.raises(Permanent, match="169.254.169.254"):
+        with pytest.raises(Permanent, match=r"169\.254\.169\.254"):
             await inv(_task(f"http://hooks.example.test:{receiver.port}/hook"))
     finally:
         await inv.aclose()
