@@ -1,0 +1,432 @@
+"""``RedisStorage``: the storage contract on Redis, every mutation one Lua script."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from rdq.errors import IDConflict, NotFound, StaleClaim, StorageError, ValidationError
+from rdq.spi import (
+    Attempt,
+    Capabilities,
+    Claimed,
+    DLQCursor,
+    DLQFilter,
+    Envelope,
+    Page,
+    Selector,
+    Stats,
+    StorageBase,
+    limits,
+)
+from rdq_redis._codec import (
+    attempt_json,
+    attempts_json,
+    envelope_body,
+    envelope_from_hash,
+    from_us,
+    hash_pairs,
+    to_us,
+)
+from rdq_redis._config import RedisConfig
+from rdq_redis._errors import translate_errors
+from rdq_redis._keys import QueueKeys, index_key
+from rdq_redis._scripts import Scripts
+
+__all__ = ["RedisStorage"]
+
+_US = timedelta(microseconds=1)
+_DLQ_SCAN_BUDGET = 2000
+"""DLQ entries one ``dlq_page`` script call may examine (bounds how long it blocks Redis)."""
+_PURGE_BATCH = 500
+
+
+def _us(delta: timedelta) -> int:
+    return delta // _US
+
+
+class RedisStorage(StorageBase):
+    """rdq's Redis backend (``redis://`` and ``rediss://``) on redis-py's asyncio client.
+
+    Every operation that changes state is one Lua script, so it is atomic; due-ness and
+    leases use the server's ``TIME``. Build it with :meth:`from_url` (or ``open_storage``)
+    and use it as an async context manager."""
+
+    def __init__(self, config: RedisConfig) -> None:
+        self._config = config
+        self._prefix = config.prefix
+        self._address = config.address
+        self._client: Redis | None = None
+        self._scripts: Scripts | None = None
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisStorage:
+        return cls(RedisConfig.parse(url, **options))
+
+    def __repr__(self) -> str:
+        return f"RedisStorage(address={self._address!r}, prefix={self._prefix!r})"
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        if self._closed:
+            raise StorageError("this RedisStorage was closed; open a new one")
+        if self._client is not None:
+            return
+        # No driver-level retries: a retried EVALSHA whose first reply was lost could run a
+        # script twice. Errors surface as StorageUnavailable and the engine backs off.
+        client = Redis.from_url(
+            self._config.url, retry=Retry(NoBackoff(), 0), **self._config.client_options
+        )
+        try:
+            with translate_errors(self._address):
+                await client.ping()
+        except BaseException:
+            await client.aclose()
+            raise
+        self._client = client
+        self._scripts = Scripts(client)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        client, self._client, self._scripts = self._client, None, None
+        if client is not None:
+            await client.aclose()
+
+    async def migrate(self) -> None:
+        """Redis has no schema: load every script into the server's cache."""
+        with translate_errors(self._address):
+            await self._ready().load_all()
+
+    def _ready(self) -> Scripts:
+        if self._scripts is None:
+            raise StorageError("RedisStorage is not connected: use `async with` or connect()")
+        return self._scripts
+
+    def _redis(self) -> Redis:
+        self._ready()
+        assert self._client is not None
+        return self._client
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(notify=True, filter_pushdown=True, batch_enqueue=True)
+
+    def _keys(self, queue: str) -> QueueKeys:
+        return QueueKeys(self._prefix, queue)
+
+    async def _run(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        with translate_errors(self._address):
+            return await script(keys=keys, args=args)
+
+    # --- admission -------------------------------------------------------------------------
+
+    async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
+        return (await self.enqueue_batch([task], delay=delay))[0]
+
+    async def enqueue_batch(
+        self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
+    ) -> list[bool]:
+        if delay is not None and (not isinstance(delay, timedelta) or delay < timedelta(0)):
+            raise ValidationError("must be a non-negative timedelta", field="delay")
+        checked = [limits.check_task(task) for task in tasks]
+        if not checked:
+            return []
+        scripts = self._ready()
+        delay_us = str(_us(delay or timedelta(0)))
+        keys: list[str] = []
+        args: list[Any] = [len(checked)]
+        for task in checked:
+            qk = self._keys(task.queue)
+            keys += [index_key(self._prefix, task.id), qk.pending, qk.task(task.id)]
+            last_error = task.attempts[-1].error_type if task.attempts else None
+            args += [
+                task.queue,
+                task.id,
+                envelope_body(task),
+                "" if task.next_attempt_at is None else str(to_us(task.next_attempt_at)),
+                delay_us,
+                task.attempt_count,
+                task.redrive_count,
+                attempts_json(task.attempts),
+                task.handler_ref,
+                last_error or "",
+                qk.wake,
+            ]
+        reply = await self._run(scripts.enqueue, keys, args)
+        if reply[0] == b"IDCONFLICT":
+            raise IDConflict(reply[1].decode(), reply[2].decode())
+        return [flag == 1 for flag in reply[1]]
+
+    # --- claiming --------------------------------------------------------------------------
+
+    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
+        limits.check_queue(queue)
+        limits.check_limit(limit)
+        limits.check_lease(lease)
+        scripts = self._ready()
+        qk = self._keys(queue)
+        # The token names the queue, so resolving a claim needs no id -> queue lookup.
+        tokens = [f"{queue}/{secrets.token_hex(16)}" for _ in range(limit)]
+        reply = await self._run(
+            scripts.claim_due, [qk.pending, qk.inflight], [qk.base, _us(lease), *tokens]
+        )
+        return [
+            Claimed(envelope_from_hash(hash_pairs(fields)), token.decode())
+            for _, token, fields in reply
+        ]
+
+    async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        limits.check_task_id(task_id)
+        limits.check_token(token)
+        limits.check_lease(lease)
+        scripts = self._ready()
+        qk = await self._claim_keys(task_id, token)
+        reply = await self._run(
+            scripts.extend_lease, [qk.inflight], [qk.base, task_id, token, _us(lease)]
+        )
+        await self._check_fenced(reply, task_id)
+        return from_us(int(reply[1]))
+
+    # --- resolution ------------------------------------------------------------------------
+
+    async def reschedule(
+        self, task_id: str, token: str, attempt: Attempt, next_at: datetime
+    ) -> None:
+        limits.check_aware(next_at, "next_at")
+        await self._resolve(task_id, token, attempt, "PENDING", str(to_us(next_at)))
+
+    async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
+        await self._resolve(task_id, token, attempt, "SUCCEEDED")
+
+    async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
+        await self._resolve(task_id, token, attempt, "DEAD")
+
+    async def _resolve(
+        self, task_id: str, token: str, attempt: Attempt, status: str, next_at_us: str = ""
+    ) -> None:
+        limits.check_task_id(task_id)
+        limits.check_token(token)
+        if not isinstance(attempt, Attempt):
+            raise ValidationError("must be an rdq.spi.Attempt", field="attempt")
+        scripts = self._ready()
+        qk = await self._claim_keys(task_id, token)
+        reply = await self._run(
+            scripts.resolve,
+            [qk.pending, qk.inflight, qk.dead, qk.succeeded],
+            [
+                qk.base,
+                task_id,
+                token,
+                status,
+                attempt_json(attempt),
+                attempt.error_type or "",
+                next_at_us,
+                qk.wake,
+            ],
+        )
+        await self._check_fenced(reply, task_id)
+
+    async def _claim_keys(self, task_id: str, token: str) -> QueueKeys:
+        """The keys of the queue a claim token names (a foreign token names any queue: the
+        script then finds no such task there and the index decides)."""
+        queue, _, _ = token.rpartition("/")
+        try:
+            limits.check_queue(queue)
+        except ValidationError:
+            raise await self._not_held(task_id) from None
+        return self._keys(queue)
+
+    async def _check_fenced(self, reply: Any, task_id: str) -> None:
+        if reply[0] == b"OK":
+            return
+        if reply[0] == b"STALE":
+            raise StaleClaim(task_id)
+        raise await self._not_held(task_id)
+
+    async def _not_held(self, task_id: str) -> StorageError:
+        """The error for a token that does not hold ``task_id``: ``NotFound`` if no such
+        task exists, else ``StaleClaim``."""
+        if await self._queue_of(task_id) is None:
+            return NotFound(task_id)
+        return StaleClaim(task_id)
+
+    async def _queue_of(self, task_id: str) -> str | None:
+        with translate_errors(self._address):
+            queue = await self._redis().get(index_key(self._prefix, task_id))
+        if isinstance(queue, bytes):
+            return queue.decode()
+        return queue
+
+    # --- DLQ -------------------------------------------------------------------------------
+
+    async def dlq_list(
+        self, queue: str, dlq_filter: DLQFilter | None, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        limits.check_queue(queue)
+        limits.check_page(page)
+        if dlq_filter is not None:
+            limits.check_filter(dlq_filter)
+        scripts = self._ready()
+        qk = self._keys(queue)
+        after_score, after_id = "", ""
+        if page.cursor is not None:
+            cursor = DLQCursor.decode(page.cursor, queue, dlq_filter)
+            after_score, after_id = str(to_us(cursor.dead_lettered_at)), cursor.id
+        low, high, handler, error = _filter_args(dlq_filter)
+        want = page.limit + 1
+        found: list[Envelope] = []
+        while len(found) < want:
+            reply = await self._run(
+                scripts.dlq_page,
+                [qk.dead],
+                [
+                    qk.base,
+                    after_score,
+                    after_id,
+                    low,
+                    high,
+                    handler,
+                    error,
+                    want - len(found),
+                    _DLQ_SCAN_BUDGET,
+                    "1" if page.include_attempts else "0",
+                ],
+            )
+            entries = reply[-1]
+            found += [
+                envelope_from_hash(hash_pairs(e), with_attempts=page.include_attempts)
+                for e in entries
+            ]
+            if reply[0] == b"END":
+                break
+            after_score, after_id = reply[1].decode(), reply[2].decode()
+        tasks = found[: page.limit]
+        if len(found) <= page.limit or not tasks:
+            return tasks, None
+        last = tasks[-1]
+        assert last.dead_lettered_at is not None
+        return tasks, DLQCursor.after(queue, dlq_filter, last.dead_lettered_at, last.id).encode()
+
+    async def get(self, task_id: str) -> Envelope:
+        limits.check_task_id(task_id)
+        queue = await self._queue_of(task_id)
+        if queue is None:
+            raise NotFound(task_id)
+        with translate_errors(self._address):
+            fields = await self._redis().hgetall(self._keys(queue).task(task_id))
+        if not fields:
+            raise NotFound(task_id)  # purged between the two reads
+        return envelope_from_hash(cast(dict[bytes, bytes], fields))
+
+    async def redrive(self, queue: str, selector: Selector) -> int:
+        limits.check_queue(queue)
+        limits.check_selector(selector)
+        qk = self._keys(queue)
+        reply = await self._run(
+            self._ready().redrive,
+            [qk.pending, qk.dead],
+            [qk.base, qk.wake, *_selector_args(selector)],
+        )
+        return int(reply)
+
+    async def purge(self, queue: str, selector: Selector) -> int:
+        limits.check_queue(queue)
+        limits.check_selector(selector)
+        qk = self._keys(queue)
+        reply = await self._run(
+            self._ready().purge, [qk.dead], [qk.base, self._prefix, *_selector_args(selector)]
+        )
+        return int(reply)
+
+    # --- operations ------------------------------------------------------------------------
+
+    async def stats(self, queue: str) -> Stats:
+        limits.check_queue(queue)
+        qk = self._keys(queue)
+        reply = await self._run(
+            self._ready().stats, [qk.pending, qk.inflight, qk.dead, qk.succeeded], []
+        )
+        now_us = int(reply[0])
+        oldest = reply[5]
+        return Stats(
+            queue=queue,
+            pending=int(reply[1]),
+            in_flight=int(reply[2]),
+            dlq_depth=int(reply[3]),
+            succeeded=int(reply[4]),
+            oldest_pending_age=(now_us - int(oldest)) / 1e6 if oldest else None,
+            as_of=from_us(now_us),
+        )
+
+    async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
+        limits.check_queue(queue)
+        limits.check_aware(older_than, "older_than")
+        scripts = self._ready()
+        qk = self._keys(queue)
+        total = 0
+        while True:
+            deleted = int(
+                await self._run(
+                    scripts.purge_succeeded,
+                    [qk.succeeded],
+                    [qk.base, self._prefix, to_us(older_than), _PURGE_BATCH],
+                )
+            )
+            total += deleted
+            if deleted < _PURGE_BATCH:
+                return total
+
+    async def wait_due(self, queue: str, timeout: float) -> bool:
+        limits.check_queue(queue)
+        if not isinstance(timeout, int | float) or timeout < 0:
+            raise ValidationError("must be a non-negative number of seconds", field="timeout")
+        qk = self._keys(queue)
+        scripts = self._ready()
+        loop = asyncio.get_running_loop()
+        with translate_errors(self._address):
+            pubsub = self._redis().pubsub()
+            try:
+                # Subscribe before looking at the due sets: a task written after the look
+                # publishes to a channel we already listen on, so no wake-up is lost.
+                await pubsub.subscribe(qk.wake)
+                now_us, next_due = await scripts.next_due(keys=[qk.pending, qk.inflight])
+                wait = float(timeout)
+                if next_due:
+                    until_due = (int(next_due) - int(now_us)) / 1e6
+                    if until_due <= 0:
+                        return True
+                    wait = min(wait, until_due)
+                deadline = loop.time() + wait
+                while (remaining := deadline - loop.time()) > 0:
+                    message = await pubsub.get_message(
+                        ignore_subscribe_messages=True, timeout=remaining
+                    )
+                    if message is not None:
+                        return True
+                return wait < timeout  # woke at the next due time rather than the timeout
+            finally:
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+def _filter_args(dlq_filter: DLQFilter | None) -> tuple[str, str, str, str]:
+    """(min score, max score, handler filter, error filter) for the DLQ scripts."""
+    f = dlq_filter or DLQFilter()
+    low = "-inf" if f.dead_lettered_after is None else str(to_us(f.dead_lettered_after))
+    high = "+inf" if f.dead_lettered_before is None else f"({to_us(f.dead_lettered_before)}"
+    handler = "" if f.handler_ref is None else "=" + f.handler_ref
+    error = "" if f.error_type is None else "=" + f.error_type
+    return low, high, handler, error
+
+
+def _selector_args(selector: Selector) -> list[str]:
+    if selector.ids is not None:
+        return ["ids", *selector.ids]
+    return ["filter", *_filter_args(selector.filter)]

@@ -1,0 +1,64 @@
+-- Admit a batch of tasks atomically: check every id against the id index first, then write
+-- the new ones. Either every task is admitted (or found already there) or nothing changes.
+--
+-- KEYS, three per task i: [3i-2] the id index key, [3i-1] the queue's pending set,
+--   [3i] the task hash.
+-- ARGV[1] = the number of tasks; then 11 values per task: queue, id, body, next_at_us or '',
+--   delay_us, attempt_count, redrive_count, attempts_json, handler_ref, last error type or '',
+--   wake channel.
+-- Returns {'OK', {1|0 per task}} (1 = stored, 0 = already in that queue) or
+--   {'IDCONFLICT', id, existing_queue}.
+local now = now_us()
+local n = tonumber(ARGV[1])
+local width = 11
+local seen = {}
+local stored = {}
+for i = 1, n do
+  local a = 1 + (i - 1) * width
+  local queue, id = ARGV[a + 1], ARGV[a + 2]
+  local owner = seen[id]
+  if owner == nil then
+    owner = redis.call('GET', KEYS[3 * i - 2])
+    if owner == false then
+      owner = nil
+    end
+  end
+  if owner ~= nil and owner ~= queue then
+    return {'IDCONFLICT', id, owner}
+  end
+  stored[i] = (owner == nil) and 1 or 0
+  seen[id] = queue
+end
+
+local woken = {}
+for i = 1, n do
+  if stored[i] == 1 then
+    local a = 1 + (i - 1) * width
+    local due
+    if ARGV[a + 4] ~= '' then
+      due = tonumber(ARGV[a + 4])
+    else
+      due = now + tonumber(ARGV[a + 5])
+    end
+    local key = KEYS[3 * i]
+    redis.call('SET', KEYS[3 * i - 2], ARGV[a + 1])
+    redis.call('HSET', key,
+      'body', ARGV[a + 3],
+      'status', 'PENDING',
+      'attempt_count', ARGV[a + 6],
+      'redrive_count', ARGV[a + 7],
+      'attempts', ARGV[a + 8],
+      'handler_ref', ARGV[a + 9],
+      'created_at', fmt(now),
+      'next_attempt_at', fmt(due))
+    if ARGV[a + 10] ~= '' then
+      redis.call('HSET', key, 'error_type', ARGV[a + 10])
+    end
+    redis.call('ZADD', KEYS[3 * i - 1], fmt(due), ARGV[a + 2])
+    woken[ARGV[a + 11]] = true
+  end
+end
+for channel in pairs(woken) do
+  redis.call('PUBLISH', channel, '1')
+end
+return {'OK', stored}
