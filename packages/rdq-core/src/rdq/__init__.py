@@ -1,10 +1,25 @@
 """rdq: a durable retry and dead-letter queue for Python services.
 
 The application API lives here; plugin authors use :mod:`rdq.spi`; errors are in
-:mod:`rdq.errors`.
+:mod:`rdq.errors`. See ``docs/engine.md`` for a guide::
+
+    import rdq
+
+    app = rdq.App()
+    app.queue("emails", max_attempts=8, backoff=rdq.Backoff.exponential(base=2, cap=600))
+
+    @app.handler("send_email", queue="emails")
+    async def send_email(payload, ctx: rdq.TaskContext) -> None: ...
+
+    async with rdq.Client.open("postgresql://…", app=app) as client:
+        await client.submit("send_email", {"to": "ada@example.com"})
 """
 
+from rdq._app import App, Handler, SchemeInvoker, TaskContext
+from rdq._client import Client, Submission, Submitted, SyncClient
 from rdq._plugins.manager import installed_backends, open_storage
+from rdq._worker import Worker
+from rdq.config import Backoff, BackoffKind, QueueConfig
 from rdq.errors import (
     ConfigError,
     IDConflict,
@@ -17,19 +32,33 @@ from rdq.errors import (
     ValidationError,
 )
 from rdq.signals import Permanent, RetryAfter
+from rdq.spi import RetryOverride
 
 __all__ = [
+    "App",
+    "Backoff",
+    "BackoffKind",
+    "Client",
     "ConfigError",
+    "Handler",
     "IDConflict",
     "NotFound",
     "Permanent",
+    "QueueConfig",
     "RdqError",
     "RetryAfter",
+    "RetryOverride",
+    "SchemeInvoker",
     "StaleClaim",
     "StaleCursor",
     "StorageError",
     "StorageUnavailable",
+    "Submission",
+    "Submitted",
+    "SyncClient",
+    "TaskContext",
     "ValidationError",
+    "Worker",
     "installed_backends",
     "open_storage",
 ]

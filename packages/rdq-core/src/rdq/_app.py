@@ -1,0 +1,305 @@
+"""The application registry: queues with their config, handlers, and scheme invokers.
+
+A handler is a function that takes ``(payload)`` or ``(payload, ctx)`` — ``ctx`` being a
+:class:`TaskContext`. ``async def`` handlers run on the worker's event loop; plain functions
+run in the worker's thread pool. If the first parameter is annotated with a msgspec Struct or a
+dataclass type, the payload is converted to it first (a payload that does not convert
+dead-letters the task with error type ``rdq.UndecodablePayload``)::
+
+    app = rdq.App()
+    app.queue("emails", max_attempts=8, timeout=30)
+
+    @app.handler("send_email", queue="emails")
+    async def send_email(payload: dict, ctx: rdq.TaskContext) -> None: ...
+
+A task's ``handler_ref`` is resolved when it is claimed: a registered name first, then a
+``scheme://…`` URL served by an invoker registered with :meth:`App.register_scheme`, then an
+import path ``pkg.module:function`` — only for modules under a prefix the app allows with
+``App(import_prefixes=["myapp"])``, since handler_refs may come from untrusted producers.
+Anything else dead-letters the task as PERMANENT with error type ``rdq.UnknownHandler``.
+
+Scheme invokers let a node run tasks whose handler is, for example, an HTTP callback::
+
+    async def post_callback(task: rdq.spi.Envelope, ctx: rdq.TaskContext) -> None:
+        ...  # raise rdq.Permanent / rdq.RetryAfter / any exception, like a handler
+
+    app.register_scheme("https", post_callback)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import threading
+import typing
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from rdq.config import Backoff, QueueConfig, load_toml, parse_config
+from rdq.errors import ConfigError, ValidationError
+from rdq.spi import Envelope, limits
+
+__all__ = ["App", "Handler", "SchemeInvoker", "TaskContext"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SchemeInvoker = Callable[[Envelope, "TaskContext"], Awaitable[Any]]
+"""``invoker(task, ctx)``: runs a task whose handler_ref has the invoker's URL scheme."""
+
+DEFAULT_QUEUE = "default"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskContext:
+    """What a handler knows about the task it is running."""
+
+    task_id: str
+    queue: str
+    attempt: int
+    """The number of this attempt, 1-based (counts every earlier attempt of the task)."""
+    headers: dict[str, str]
+    handler_ref: str
+    redrive_count: int
+    worker_id: str
+    task: Envelope
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Handler:
+    """A registered handler and how to call it."""
+
+    name: str
+    fn: Callable[..., Any]
+    queue: str | None
+    is_async: bool
+    takes_context: bool
+    payload_type: Any = None
+    """A type to convert the payload to before the call, or None to pass it as decoded."""
+
+
+class App:
+    """Queues, their configs and the handlers that run their tasks."""
+
+    def __init__(
+        self, defaults: QueueConfig | None = None, *, import_prefixes: list[str] | None = None
+    ) -> None:
+        """``import_prefixes``: module prefixes (``"myapp"`` allows ``myapp.jobs:send``) from
+        which handler_refs of the form ``pkg.module:function`` may be imported at claim time.
+        None (the default) allows none: only registered handlers and scheme invokers run."""
+        self._defaults = (defaults or QueueConfig()).validate("")
+        self._import_prefixes = tuple(import_prefixes or ())
+        self._queues: dict[str, QueueConfig] = {}
+        self._handlers: dict[str, Handler] = {}
+        self._by_function: dict[Callable[..., Any], str] = {}
+        self._schemes: dict[str, SchemeInvoker] = {}
+        self._imported: dict[str, Handler | None] = {}
+        self._lock = threading.Lock()
+
+    # --- queues ------------------------------------------------------------------------------
+
+    @property
+    def defaults(self) -> QueueConfig:
+        """The config of queues that were not declared."""
+        return self._defaults
+
+    def queue(
+        self,
+        name: str,
+        config: QueueConfig | None = None,
+        *,
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
+        timeout: float | None = None,
+        lease: float | None = None,
+        concurrency: int | None = None,
+        task_ttl: float | None = None,
+        non_retryable: tuple[type[BaseException], ...] | list[type[BaseException]] | None = None,
+    ) -> QueueConfig:
+        """Declare (or re-configure) queue ``name``; settings not given keep the queue's current
+        value (or the defaults). Applies to tasks already waiting. Raises ``ConfigError`` naming
+        the key and queue for invalid settings."""
+        try:
+            limits.check_queue(name)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid queue name: {exc.message}", key="queue") from None
+        base = config or self._queues.get(name, self._defaults)
+        changes = {
+            key: value
+            for key, value in (
+                ("max_attempts", max_attempts),
+                ("backoff", backoff),
+                ("timeout", timeout),
+                ("lease", lease),
+                ("concurrency", concurrency),
+                ("task_ttl", task_ttl),
+                ("non_retryable", tuple(non_retryable) if non_retryable is not None else None),
+            )
+            if value is not None
+        }
+        resolved = base.replace(**changes).validate(name)
+        self._queues[name] = resolved
+        return resolved
+
+    def load_config(self, path: str | Path) -> None:
+        """Read queue configs from a TOML file (see :mod:`rdq.config`): its ``[defaults]``
+        replace this app's defaults and each ``[queues.NAME]`` table declares a queue."""
+        self._defaults, queues = load_toml(path, self._defaults)
+        self._queues.update(queues)
+
+    def configure(self, data: dict[str, Any]) -> None:
+        """Like :meth:`load_config`, from an already-parsed mapping."""
+        self._defaults, queues = parse_config(data, self._defaults)
+        self._queues.update(queues)
+
+    def queue_config(self, name: str) -> QueueConfig:
+        """The current config of queue ``name`` (the defaults if it was not declared)."""
+        return self._queues.get(name, self._defaults)
+
+    @property
+    def queues(self) -> list[str]:
+        """Declared queues and the queues registered handlers are bound to, sorted."""
+        names = set(self._queues)
+        names.update(h.queue for h in self._handlers.values() if h.queue is not None)
+        return sorted(names)
+
+    # --- handlers ----------------------------------------------------------------------------
+
+    def handler(self, name: str | None = None, *, queue: str | None = None) -> Callable[[F], F]:
+        """Decorator form of :meth:`register`."""
+
+        def decorate(fn: F) -> F:
+            self.register(name, fn, queue=queue)
+            return fn
+
+        return decorate
+
+    def register(
+        self, name: str | None, fn: Callable[..., Any], *, queue: str | None = None
+    ) -> Handler:
+        """Register ``fn`` under ``name`` (default: its import path ``module:qualname``).
+
+        ``queue`` is where :meth:`rdq.Client.submit` puts its tasks unless told otherwise.
+        Raises ``ConfigError`` if the name is taken by another function or is invalid."""
+        if not callable(fn):
+            raise ConfigError(f"{fn!r} is not callable", key="handler")
+        ref = name or import_path(fn)
+        try:
+            limits.check_task(Envelope(id="x", queue="q", handler_ref=ref))
+        except ValidationError as exc:
+            raise ConfigError(f"invalid handler name {ref!r}: {exc.message}", key="handler")
+        if queue is not None:
+            try:
+                limits.check_queue(queue)
+            except ValidationError as exc:
+                raise ConfigError(f"invalid queue name: {exc.message}", key="queue") from None
+        existing = self._handlers.get(ref)
+        if existing is not None and existing.fn is not fn:
+            raise ConfigError(f"handler {ref!r} is already registered", key="handler")
+        handler = make_handler(ref, fn, queue)
+        self._handlers[ref] = handler
+        self._by_function[fn] = ref
+        return handler
+
+    def register_scheme(self, scheme: str, invoker: SchemeInvoker) -> None:
+        """Run tasks whose handler_ref is a ``scheme://…`` URL with ``invoker(task, ctx)``.
+
+        The invoker is awaited on the worker's loop under the queue's timeout and classified
+        like a handler (return → success; ``rdq.Permanent``, ``rdq.RetryAfter`` and other
+        exceptions as for handlers)."""
+        key = scheme.lower().rstrip(":/")
+        if not key or not key.replace("+", "").replace("-", "").replace(".", "").isalnum():
+            raise ConfigError(f"invalid URL scheme {scheme!r}", key="scheme")
+        self._schemes[key] = invoker
+
+    def handler_name(self, handler: str | Callable[..., Any]) -> str:
+        """The handler_ref to store for ``handler`` (a ref string or a registered function)."""
+        if isinstance(handler, str):
+            return handler
+        ref = self._by_function.get(handler)
+        return ref if ref is not None else import_path(handler)
+
+    def handler_queue(self, ref: str) -> str | None:
+        """The queue a registered handler is bound to, if any."""
+        handler = self._handlers.get(ref)
+        return handler.queue if handler is not None else None
+
+    def resolve(self, ref: str) -> Handler | SchemeInvoker | None:
+        """What runs a task with handler_ref ``ref``: a :class:`Handler`, a scheme invoker,
+        or None if nothing does (the task is then dead-lettered as ``rdq.UnknownHandler``)."""
+        handler = self._handlers.get(ref)
+        if handler is not None:
+            return handler
+        scheme, sep, _ = ref.partition("://")
+        if sep:
+            return self._schemes.get(scheme.lower())
+        if ":" not in ref or not self._importable(ref):
+            return None
+        with self._lock:
+            if ref not in self._imported:
+                self._imported[ref] = _import_handler(ref)
+            return self._imported[ref]
+
+    def _importable(self, ref: str) -> bool:
+        module = ref.partition(":")[0]
+        return any(
+            module == prefix or module.startswith(prefix + ".") for prefix in self._import_prefixes
+        )
+
+
+def make_handler(name: str, fn: Callable[..., Any], queue: str | None) -> Handler:
+    """Inspect ``fn`` once: async or not, whether it takes a context, its payload type."""
+    target = fn
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
+    )
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [
+        p
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    varargs = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    takes_context = varargs or len(positional) >= 2
+    payload_type = None
+    if positional:
+        try:
+            hints = typing.get_type_hints(target)
+        except Exception:
+            hints = {}
+        hint = hints.get(positional[0].name)
+        if isinstance(hint, type) and (
+            issubclass(hint, msgspec.Struct) or dataclasses.is_dataclass(hint)
+        ):
+            payload_type = hint
+    return Handler(name, fn, queue, is_async, takes_context, payload_type)
+
+
+def import_path(fn: Callable[..., Any]) -> str:
+    """``module:qualname`` of a function (the ref that imports it back)."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:
+        raise ConfigError(f"{fn!r} has no import path; register it with a name", key="handler")
+    return f"{module}:{qualname}"
+
+
+def _import_handler(ref: str) -> Handler | None:
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        return None
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except Exception:  # an import path that does not import is an unknown handler
+        return None
+    if not callable(found):
+        return None
+    return make_handler(ref, found, None)

@@ -1,0 +1,136 @@
+"""Outcome classification (SPEC §5): what a handler's return or exception means for its task.
+
+    returns                              → SUCCEEDED, complete
+    raises rdq.Permanent / non_retryable → PERMANENT, dead-letter at once
+    raises rdq.RetryAfter(delay)         → FAILED, retry after ``delay``
+    exceeds its timeout                  → TIMEOUT, retry after backoff
+    raises anything else                 → FAILED, retry after backoff
+    a retry when attempts are exhausted  → dead-letter (the attempt keeps its outcome)
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from typing import NamedTuple
+
+from rdq.config import QueueConfig
+from rdq.policy import backoff_delay
+from rdq.signals import Permanent, RetryAfter
+from rdq.spi import Outcome
+
+__all__ = [
+    "ATTEMPTS_EXHAUSTED",
+    "MAX_ERROR_MESSAGE",
+    "TIMEOUT_ERROR",
+    "UNDECODABLE_PAYLOAD",
+    "UNKNOWN_HANDLER",
+    "Action",
+    "Decision",
+    "classify_error",
+    "error_type_name",
+    "truncate_message",
+]
+
+MAX_ERROR_MESSAGE = 2000
+"""Error messages are cut to this many characters before they are stored."""
+
+UNKNOWN_HANDLER = "rdq.UnknownHandler"
+UNDECODABLE_PAYLOAD = "rdq.UndecodablePayload"
+TIMEOUT_ERROR = "rdq.Timeout"
+ATTEMPTS_EXHAUSTED = "rdq.AttemptsExhausted"
+INTERRUPTED_ERROR = "rdq.Interrupted"
+
+
+class Action(enum.Enum):
+    COMPLETE = "complete"
+    RESCHEDULE = "reschedule"
+    DEAD_LETTER = "dead_letter"
+
+
+class Decision(NamedTuple):
+    """What to do with a task after an attempt, and what the attempt record says."""
+
+    action: Action
+    outcome: Outcome
+    delay: float = 0.0
+    error_type: str | None = None
+    error_message: str | None = None
+
+
+SUCCESS = Decision(Action.COMPLETE, Outcome.SUCCEEDED)
+
+
+def error_type_name(exc_type: type[BaseException]) -> str:
+    """The qualified name of an exception type (``ValueError``, ``myapp.errors.Bad``)."""
+    module = exc_type.__module__
+    if module == "builtins":
+        return exc_type.__qualname__
+    if module == "rdq.signals":  # the public name: rdq.Permanent, rdq.RetryAfter
+        module = "rdq"
+    return f"{module}.{exc_type.__qualname__}"
+
+
+def truncate_message(message: str, limit: int = MAX_ERROR_MESSAGE) -> str:
+    """``message`` cut to at most ``limit`` characters, marked with an ellipsis when cut."""
+    if len(message) <= limit:
+        return message
+    return message[: limit - 1] + "…"
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line-ish description of ``exc`` for the attempt record, bounded in length."""
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ must not break classification
+        text = f"<unprintable {type(exc).__name__}>"
+    return truncate_message(text or type(exc).__name__)
+
+
+def classify_error(
+    exc: BaseException,
+    attempt: int,
+    config: QueueConfig,
+    *,
+    timed_out: bool = False,
+    rng: random.Random | None = None,
+) -> Decision:
+    """Classify a failed attempt number ``attempt`` (1-based) under ``config``."""
+    if timed_out:
+        return _retry(
+            Outcome.TIMEOUT,
+            TIMEOUT_ERROR,
+            f"handler exceeded its timeout of {config.timeout:g}s",
+            attempt,
+            config,
+            None,
+            rng,
+        )
+    if isinstance(exc, Permanent):
+        cause = exc.__cause__
+        type_name = error_type_name(type(cause) if cause is not None else type(exc))
+        return Decision(Action.DEAD_LETTER, Outcome.PERMANENT, 0.0, type_name, describe(exc))
+    if config.non_retryable and isinstance(exc, config.non_retryable):
+        return Decision(
+            Action.DEAD_LETTER, Outcome.PERMANENT, 0.0, error_type_name(type(exc)), describe(exc)
+        )
+    delay = exc.delay.total_seconds() if isinstance(exc, RetryAfter) else None
+    return _retry(
+        Outcome.FAILED, error_type_name(type(exc)), describe(exc), attempt, config, delay, rng
+    )
+
+
+def _retry(
+    outcome: Outcome,
+    error_type: str,
+    message: str,
+    attempt: int,
+    config: QueueConfig,
+    delay: float | None,
+    rng: random.Random | None,
+) -> Decision:
+    if attempt >= config.max_attempts:
+        return Decision(Action.DEAD_LETTER, outcome, 0.0, error_type, message)
+    if delay is None:
+        delay = backoff_delay(config.backoff, attempt, rng)
+    return Decision(Action.RESCHEDULE, outcome, delay, error_type, message)

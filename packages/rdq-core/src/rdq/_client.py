@@ -1,0 +1,246 @@
+"""Submitting tasks: the async :class:`Client` and the blocking :class:`SyncClient`.
+
+A submission names its handler (a registered name, a ``pkg.module:function`` import path, a
+``scheme://`` callback URL, or a function registered with the app), its payload (any JSON
+value), and optionally a client-chosen id (submitting the same id to the same queue again is
+a no-op: idempotent), a delay, headers and a per-task retry override.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import msgspec
+
+from rdq._app import DEFAULT_QUEUE, App, import_path
+from rdq._plugins.manager import open_storage
+from rdq.errors import ValidationError
+from rdq.spi import Envelope, RetryOverride, Storage, limits
+
+__all__ = ["Client", "Submission", "Submitted", "SyncClient"]
+
+T = TypeVar("T")
+
+MAX_BATCH = 1000
+
+
+@dataclasses.dataclass(slots=True)
+class Submission:
+    """One task to submit with :meth:`Client.submit_many` (the arguments of ``submit``)."""
+
+    handler: str | Callable[..., Any]
+    payload: Any = None
+    _: dataclasses.KW_ONLY
+    queue: str | None = None
+    id: str | None = None
+    delay: float | timedelta | None = None
+    headers: dict[str, str] | None = None
+    retry: RetryOverride | None = None
+
+
+class Submitted(msgspec.Struct, frozen=True):
+    """The outcome of one submission: the task's id, and whether it was newly stored
+    (False: a task with this id already existed in this queue; nothing changed)."""
+
+    id: str
+    queue: str
+    created: bool
+
+
+class Client:
+    """Submits tasks to a connected ``storage``. ``app`` (optional) maps registered handler
+    functions to their names and default queues."""
+
+    def __init__(self, storage: Storage, app: App | None = None) -> None:
+        self.storage = storage
+        self.app = app
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, url: str, app: App | None = None, **options: Any) -> AsyncIterator[Client]:
+        """Open and connect the store for ``url``, yield a client, close the store after."""
+        async with open_storage(url, **options) as storage:
+            yield cls(storage, app)
+
+    async def submit(
+        self,
+        handler: str | Callable[..., Any],
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        id: str | None = None,  # noqa: A002 - the envelope's field name
+        delay: float | timedelta | None = None,
+        headers: dict[str, str] | None = None,
+        retry: RetryOverride | None = None,
+    ) -> Submitted:
+        """Submit one task. Raises ``ValidationError`` (naming the field) for bad input,
+        ``IDConflict`` if ``id`` exists in another queue, ``StorageUnavailable`` on outage."""
+        task, wait = self._envelope(
+            Submission(
+                handler, payload, queue=queue, id=id, delay=delay, headers=headers, retry=retry
+            )
+        )
+        created = await self.storage.enqueue(task, delay=wait)
+        return Submitted(task.id, task.queue, created)
+
+    async def submit_many(self, submissions: Iterable[Submission]) -> list[Submitted]:
+        """Submit many tasks, in order; one round trip per batch (per delay) where the store
+        has ``batch_enqueue``. Every submission is validated before any is stored."""
+        built = [self._envelope(s) for s in submissions]
+        if not built:
+            return []
+        created: list[bool] = [False] * len(built)
+        if self.storage.capabilities().batch_enqueue:
+            groups: dict[timedelta | None, list[int]] = {}
+            for index, (_, wait) in enumerate(built):
+                groups.setdefault(wait, []).append(index)
+            for wait, indexes in groups.items():
+                for start in range(0, len(indexes), MAX_BATCH):
+                    chunk = indexes[start : start + MAX_BATCH]
+                    flags = await self.storage.enqueue_batch(
+                        [built[i][0] for i in chunk], delay=wait
+                    )
+                    for i, flag in zip(chunk, flags, strict=True):
+                        created[i] = flag
+        else:
+            for index, (task, wait) in enumerate(built):
+                created[index] = await self.storage.enqueue(task, delay=wait)
+        return [
+            Submitted(task.id, task.queue, flag)
+            for (task, _), flag in zip(built, created, strict=True)
+        ]
+
+    async def get(self, task_id: str) -> Envelope:
+        """The task with its full history. ``NotFound`` if there is none."""
+        return await self.storage.get(task_id)
+
+    def _envelope(self, s: Submission) -> tuple[Envelope, timedelta | None]:
+        ref = self._handler_ref(s.handler)
+        queue = s.queue or (self.app.handler_queue(ref) if self.app else None) or DEFAULT_QUEUE
+        wait: timedelta | None
+        if s.delay is None:
+            wait = None
+        elif isinstance(s.delay, timedelta):
+            wait = s.delay
+        elif isinstance(s.delay, int | float) and not isinstance(s.delay, bool):
+            wait = timedelta(seconds=s.delay)
+        else:
+            raise ValidationError("must be seconds or a timedelta", field="delay")
+        if wait is not None and wait < timedelta(0):
+            raise ValidationError("must not be negative", field="delay")
+        if s.retry is not None and not isinstance(s.retry, RetryOverride):
+            raise ValidationError("must be an rdq.spi.RetryOverride", field="retry")
+        task = Envelope(
+            id=s.id if s.id is not None else uuid.uuid4().hex,
+            queue=queue,
+            handler_ref=ref,
+            payload=s.payload,
+            headers=dict(s.headers) if s.headers else {},
+            retry=s.retry,
+        )
+        limits.check_task(task)
+        return task, wait
+
+    def _handler_ref(self, handler: str | Callable[..., Any]) -> str:
+        if isinstance(handler, str):
+            return handler
+        if self.app is not None:
+            return self.app.handler_name(handler)
+        if callable(handler):
+            return import_path(handler)
+        raise ValidationError("must be a handler name or function", field="handler_ref")
+
+
+class SyncClient:
+    """A blocking client for code that is not async (Django, Flask, scripts).
+
+    It runs a private event loop in a daemon thread and forwards each call to a
+    :class:`Client` on it; the semantics and errors are the same. Use it as a context manager
+    or call :meth:`close`."""
+
+    def __init__(self, url: str, app: App | None = None, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="rdq-sync-client", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+        try:
+            self._storage = open_storage(url, **options)
+            self._run(self._storage.connect())
+        except BaseException:
+            self._stop_loop()
+            raise
+        self._client = Client(self._storage, app)
+
+    def submit(
+        self,
+        handler: str | Callable[..., Any],
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        id: str | None = None,  # noqa: A002 - the envelope's field name
+        delay: float | timedelta | None = None,
+        headers: dict[str, str] | None = None,
+        retry: RetryOverride | None = None,
+    ) -> Submitted:
+        """See :meth:`Client.submit`."""
+        return self._run(
+            self._client.submit(
+                handler, payload, queue=queue, id=id, delay=delay, headers=headers, retry=retry
+            )
+        )
+
+    def submit_many(self, submissions: Sequence[Submission]) -> list[Submitted]:
+        """See :meth:`Client.submit_many`."""
+        return self._run(self._client.submit_many(submissions))
+
+    def get(self, task_id: str) -> Envelope:
+        """See :meth:`Client.get`."""
+        return self._run(self._client.get(task_id))
+
+    @property
+    def storage(self) -> Storage:
+        """The underlying store (its methods are async and belong to the client's loop)."""
+        return self._storage
+
+    def close(self) -> None:
+        """Close the store and stop the client's loop. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self._storage.aclose())
+        finally:
+            self._stop_loop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed and not self._loop.is_running():
+            coro.close()
+            raise RuntimeError("the SyncClient is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()

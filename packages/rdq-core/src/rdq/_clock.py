@@ -1,0 +1,54 @@
+"""An estimate of the storage's clock, learned from the claims it hands out.
+
+Storage owns the clock (SPEC §1): the engine never trusts its local wall clock for anything it
+writes. Each claim tells the storage time of the claim (``lease_expires_at - lease``); the
+estimate keeps the offset between that time and the local monotonic clock, so later readings
+move with real elapsed time and ignore local wall-clock steps or skew.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+__all__ = ["StorageClock"]
+
+
+class StorageClock:
+    """Storage "now" as best known: the last observed storage time plus monotonic time since.
+
+    Before the first observation it falls back to the local UTC wall clock."""
+
+    __slots__ = ("_base", "_base_mono", "_observed")
+
+    def __init__(self) -> None:
+        self._base = datetime.now(UTC)
+        self._base_mono = time.monotonic()
+        self._observed = False
+
+    @property
+    def observed(self) -> bool:
+        """True once a storage time has been observed."""
+        return self._observed
+
+    def observe(self, storage_time: datetime, sent_mono: float, received_mono: float) -> None:
+        """Record that the storage read ``storage_time`` between ``sent_mono`` and
+        ``received_mono`` (local monotonic readings around the call)."""
+        self._base = storage_time
+        self._base_mono = (sent_mono + received_mono) / 2.0
+        self._observed = True
+
+    def observe_claim(
+        self, lease_expires_at: datetime | None, lease: timedelta, sent: float, received: float
+    ) -> None:
+        """Learn storage time from a claim's lease expiry (claim time = expiry - lease)."""
+        if lease_expires_at is not None:
+            self.observe(lease_expires_at - lease, sent, received)
+
+    def now(self) -> datetime:
+        """The estimated storage time now (timezone-aware UTC)."""
+        return self._base + timedelta(seconds=time.monotonic() - self._base_mono)
+
+    def at(self, mono: float) -> datetime:
+        """The estimated storage time at local monotonic reading ``mono``."""
+        return self._base + timedelta(seconds=mono - self._base_mono)

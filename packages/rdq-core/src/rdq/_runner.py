@@ -1,0 +1,322 @@
+"""Running one claimed task: resolve its config and handler, call it under its timeout,
+classify the outcome and write it back with the claim's fencing token.
+
+Nothing here holds a storage connection while the handler runs: the storage is called before
+(never) and after (one resolution call) the handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from rdq import _classify, metrics
+from rdq._app import App, Handler, TaskContext
+from rdq._classify import Action, Decision
+from rdq._clock import StorageClock
+from rdq._threads import HandlerThreads, ThreadExit
+from rdq.config import QueueConfig, resolve
+from rdq.errors import NotFound, StaleClaim, StorageError, StorageUnavailable
+from rdq.spi import Attempt, Claimed, Outcome, Storage
+
+if TYPE_CHECKING:
+    from rdq._threads import Call
+
+__all__ = ["Run", "Runner"]
+
+
+class Run:
+    """One claimed task while this worker holds it."""
+
+    __slots__ = (
+        "call",
+        "claimed",
+        "done",
+        "interrupted",
+        "lease",
+        "lost",
+        "queue",
+        "renew_at",
+        "task",
+    )
+
+    def __init__(self, claimed: Claimed, lease: float, claimed_mono: float) -> None:
+        self.claimed = claimed
+        self.queue = claimed.task.queue
+        self.lease = lease
+        self.renew_at = claimed_mono + lease / 3.0
+        self.task: asyncio.Task[None] | None = None
+        self.call: Call | None = None
+        self.lost = False
+        """The lease was lost (heartbeat refused): the outcome must not be written."""
+        self.interrupted = False
+        """The worker is shutting down and gave up waiting for this task."""
+        self.done = False
+
+
+class Runner:
+    """Executes claimed tasks for a worker. One instance per worker."""
+
+    def __init__(
+        self,
+        app: App,
+        storage: Storage,
+        clock: StorageClock,
+        threads: HandlerThreads,
+        worker_id: str,
+        log: Any,
+        rng: random.Random | None = None,
+        on_retry: Callable[[str, float], None] | None = None,
+    ) -> None:
+        """``on_retry(queue, delay)`` is told of every retry scheduled (a wake-up hint)."""
+        self.app = app
+        self.storage = storage
+        self.clock = clock
+        self.threads = threads
+        self.worker_id = worker_id
+        self.log = log
+        self.rng = rng
+        self.on_retry = on_retry
+
+    async def execute(self, run: Run) -> None:
+        """Run ``run``'s task to one recorded outcome (or to a lost lease). Never raises
+        except ``CancelledError`` when the whole worker is cancelled."""
+        task = run.claimed.task
+        number = task.attempt_count + 1
+        used = number - _interrupted_since_redrive(task)
+        started = self.clock.now()
+        config = resolve(self.app.queue_config(task.queue), task.retry)
+        if used > config.max_attempts:
+            await self._finish(
+                run,
+                number,
+                started,
+                Decision(
+                    Action.DEAD_LETTER,
+                    Outcome.PERMANENT,
+                    0.0,
+                    _classify.ATTEMPTS_EXHAUSTED,
+                    f"{used - 1} attempts used (last: {_last_outcome(task)}) before this claim; "
+                    f"max_attempts is {config.max_attempts}",
+                ),
+            )
+            return
+        target = self.app.resolve(task.handler_ref)
+        if target is None:
+            decision = Decision(
+                Action.DEAD_LETTER,
+                Outcome.PERMANENT,
+                0.0,
+                _classify.UNKNOWN_HANDLER,
+                f"no handler for {task.handler_ref!r} (not registered, no invoker for its "
+                "scheme, not an allowed import path)",
+            )
+            await self._finish(run, number, started, decision)
+            return
+        ctx = TaskContext(
+            task.id,
+            task.queue,
+            number,
+            task.headers,
+            task.handler_ref,
+            task.redrive_count,
+            self.worker_id,
+            task,
+        )
+        t0 = time.monotonic()
+        decision = await self._call(run, target, ctx, config, used)
+        if decision is None:  # lease lost while running: another worker owns the task now
+            return
+        metrics.HANDLER_DURATION.labels(task.queue).observe(time.monotonic() - t0)
+        await self._finish(run, number, started, decision)
+
+    async def _call(
+        self, run: Run, target: Any, ctx: TaskContext, config: QueueConfig, used: int
+    ) -> Decision | None:
+        task = run.claimed.task
+        timeout = asyncio.timeout(config.timeout)
+        try:
+            if isinstance(target, Handler):
+                payload = task.payload
+                if target.payload_type is not None:
+                    try:
+                        payload = msgspec.convert(payload, target.payload_type, strict=False)
+                    except (msgspec.ValidationError, TypeError) as exc:
+                        return Decision(
+                            Action.DEAD_LETTER,
+                            Outcome.PERMANENT,
+                            0.0,
+                            _classify.UNDECODABLE_PAYLOAD,
+                            _classify.truncate_message(
+                                f"payload does not convert to {target.payload_type.__name__}: "
+                                f"{exc}"
+                            ),
+                        )
+                args = (payload, ctx) if target.takes_context else (payload,)
+                if target.is_async:
+                    async with timeout:
+                        await target.fn(*args)
+                else:
+                    call = self.threads.submit(functools.partial(target.fn, *args))
+                    run.call = call
+                    try:
+                        async with timeout:
+                            await call.future
+                    finally:
+                        run.call = None
+                        if not call.future.done() or call.future.cancelled():
+                            self.threads.abandon(call)
+            else:
+                async with timeout:
+                    await target(task, ctx)
+        except asyncio.CancelledError:
+            if run.lost:
+                return None
+            if run.interrupted:
+                return Decision(
+                    Action.RESCHEDULE,
+                    Outcome.INTERRUPTED,
+                    0.0,
+                    _classify.INTERRUPTED_ERROR,
+                    "the worker shut down before the handler finished",
+                )
+            raise
+        except ThreadExit as exc:
+            return _classify.classify_error(exc.original, used, config, rng=self.rng)
+        except BaseException as exc:  # a handler may raise anything, SystemExit included
+            if run.lost:
+                return None
+            return _classify.classify_error(
+                exc,
+                used,
+                config,
+                timed_out=isinstance(exc, TimeoutError) and timeout.expired(),
+                rng=self.rng,
+            )
+        return None if run.lost else _classify.SUCCESS
+
+    async def _finish(self, run: Run, number: int, started: Any, decision: Decision) -> None:
+        """Write the attempt and the decision, retrying through storage outages until the
+        lease is surely gone (then another worker will reclaim the task)."""
+        task = run.claimed.task
+        queue = task.queue
+        attempt = Attempt(
+            number=number,
+            outcome=decision.outcome,
+            error_type=decision.error_type,
+            error_message=decision.error_message,
+            started_at=started,
+            finished_at=self.clock.now(),
+            worker_id=self.worker_id,
+        )
+        deadline = time.monotonic() + 2 * run.lease
+        pause = 0.05
+        while True:
+            try:
+                await self._write(run, attempt, decision)
+                break
+            except StaleClaim:
+                metrics.STALE_CLAIMS.labels(queue).inc()
+                self.log.warning(
+                    "stale claim: the lease was lost, outcome not recorded",
+                    task_id=task.id,
+                    queue=queue,
+                    attempt=number,
+                    worker_id=self.worker_id,
+                    outcome=decision.outcome.value,
+                )
+                return
+            except NotFound:
+                self.log.warning(
+                    "task vanished while running (purged?)",
+                    task_id=task.id,
+                    queue=queue,
+                    attempt=number,
+                    worker_id=self.worker_id,
+                )
+                return
+            except (StorageUnavailable, StorageError, OSError) as exc:
+                metrics.STORAGE_ERRORS.labels(decision.action.value).inc()
+                if time.monotonic() + pause > deadline or run.lost:
+                    self.log.error(
+                        "could not record the outcome; the task will be reclaimed",
+                        task_id=task.id,
+                        queue=queue,
+                        attempt=number,
+                        worker_id=self.worker_id,
+                        error=str(exc),
+                    )
+                    return
+                await asyncio.sleep(pause * (0.5 + random.random()))
+                pause = min(pause * 2, 5.0)
+            except Exception as exc:  # e.g. a ValidationError: a bug, not an outage
+                self.log.error(
+                    "storage rejected the outcome",
+                    task_id=task.id,
+                    queue=queue,
+                    attempt=number,
+                    worker_id=self.worker_id,
+                    error=repr(exc),
+                )
+                return
+        metrics.ATTEMPTS.labels(queue, decision.outcome.value).inc()
+        if decision.action is Action.COMPLETE:
+            return
+        if decision.action is Action.DEAD_LETTER:
+            metrics.DEAD_LETTERED.labels(queue).inc()
+            self.log.warning(
+                "dead-lettered",
+                task_id=task.id,
+                queue=queue,
+                attempt=number,
+                worker_id=self.worker_id,
+                outcome=decision.outcome.value,
+                error_type=decision.error_type,
+                error=decision.error_message,
+            )
+        else:
+            self.log.info(
+                "retry scheduled",
+                task_id=task.id,
+                queue=queue,
+                attempt=number,
+                worker_id=self.worker_id,
+                outcome=decision.outcome.value,
+                error_type=decision.error_type,
+                error=decision.error_message,
+                delay=round(decision.delay, 3),
+            )
+
+    async def _write(self, run: Run, attempt: Attempt, decision: Decision) -> None:
+        task_id, token = run.claimed.task.id, run.claimed.token
+        if decision.action is Action.COMPLETE:
+            await self.storage.complete(task_id, token, attempt)
+        elif decision.action is Action.DEAD_LETTER:
+            await self.storage.dead_letter(task_id, token, attempt)
+        else:
+            next_at = self.clock.now() + timedelta(seconds=decision.delay)
+            await self.storage.reschedule(task_id, token, attempt, next_at)
+            if self.on_retry is not None:
+                self.on_retry(run.queue, decision.delay)
+
+
+def _interrupted_since_redrive(task: Any) -> int:
+    """INTERRUPTED attempts since the last redrive: a graceful shutdown does not use up one
+    of the task's attempts."""
+    count = task.attempt_count
+    if not count or not task.attempts:
+        return 0
+    recent = task.attempts[-count:]
+    return sum(1 for a in recent if a.outcome == Outcome.INTERRUPTED)
+
+
+def _last_outcome(task: Any) -> str:
+    return task.attempts[-1].outcome.value if task.attempts else "unknown"
+

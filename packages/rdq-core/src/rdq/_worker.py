@@ -1,0 +1,342 @@
+"""The worker: claims due tasks in batches, runs them with bounded concurrency, and shuts down
+gracefully.
+
+One claim loop per queue asks for as many tasks as it has free slots. When nothing is due it
+waits with ``wait_due`` if the store can notify, else polls with a backoff from ``poll_min``
+to ``poll_max`` that resets as soon as work appears. Storage outages are logged, counted and
+retried with backoff; the worker never dies of one.
+
+``stop()`` (or SIGTERM/SIGINT once :meth:`Worker.install_signal_handlers` ran) stops claiming,
+gives in-flight handlers ``grace_period`` seconds, then records INTERRUPTED for the rest and
+makes them due again at once. A second signal skips the grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from rdq import metrics
+from rdq._app import App
+from rdq._clock import StorageClock
+from rdq._heartbeat import heartbeat_loop
+from rdq._runner import Run, Runner
+from rdq._threads import HandlerThreads
+from rdq.logging import get_logger
+from rdq.maintenance import maintenance_loop
+from rdq.spi import Storage, limits
+
+__all__ = ["Worker", "default_worker_id"]
+
+
+def default_worker_id() -> str:
+    """``host:pid:random`` — unique per process (and per Worker object)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class _QueueState:
+    __slots__ = ("active", "in_flight_gauge", "name", "next_due", "slot_freed")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.active = 0
+        self.next_due = float("inf")
+        """Monotonic time of the earliest retry this worker scheduled (a hint to wake up)."""
+        self.slot_freed = asyncio.Event()
+        self.in_flight_gauge = metrics.WORKER_IN_FLIGHT.labels(name)
+
+
+class Worker:
+    """Runs the tasks of an :class:`rdq.App`'s queues from ``storage``."""
+
+    def __init__(
+        self,
+        app: App,
+        storage: Storage,
+        *,
+        queues: Sequence[str] | None = None,
+        worker_id: str | None = None,
+        grace_period: float = 30.0,
+        poll_min: float = 0.05,
+        poll_max: float = 2.0,
+        maintenance: bool = True,
+        stats_interval: float = 15.0,
+        purge_interval: float = 60.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        """``queues`` defaults to ``app.queues`` (declared queues and those of registered
+        handlers), or ``["default"]`` if there are none."""
+        self.app = app
+        self.storage = storage
+        names = list(queues) if queues is not None else (app.queues or ["default"])
+        for name in names:
+            limits.check_queue(name)
+        self.queues = names
+        self.worker_id = worker_id or default_worker_id()
+        self.grace_period = grace_period
+        self.poll_min = poll_min
+        self.poll_max = poll_max
+        self.maintenance = maintenance
+        self.stats_interval = stats_interval
+        self.purge_interval = purge_interval
+        self.clock = StorageClock()
+        self.log = get_logger("rdq.worker")
+        self._rng = rng
+        self._runs: dict[str, Run] = {}
+        self._states: dict[str, _QueueState] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._stop_requests = 0
+        self._idle_waits: set[asyncio.Future[Any]] = set()
+        self._started = threading.Event()
+
+    # --- control -----------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """How many tasks this worker is running now."""
+        return len(self._runs)
+
+    def stop(self) -> None:
+        """Ask the worker to stop gracefully. Safe from any thread and from signal handlers;
+        a second call skips the grace period."""
+        loop = self._loop
+        if loop is None:
+            self._stop_requests += 1
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._request_stop()
+        else:
+            loop.call_soon_threadsafe(self._request_stop)
+
+    def install_signal_handlers(self) -> None:
+        """Make SIGTERM and SIGINT call :meth:`stop` (call from inside the running loop)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+
+    def _request_stop(self) -> None:
+        self._stop_requests += 1
+        if self._stopping is not None:
+            self._stopping.set()
+        for waiter in list(self._idle_waits):
+            waiter.cancel()
+        for state in self._states.values():
+            state.slot_freed.set()
+
+    # --- main loop ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Work until :meth:`stop`; then drain in-flight tasks (see the module docstring)."""
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        if self._stop_requests:
+            self._stopping.set()
+        size = sum(self.app.queue_config(q).concurrency for q in self.queues)
+        threads = HandlerThreads(size)
+        self._states = {q: _QueueState(q) for q in self.queues}
+        runner = Runner(
+            self.app,
+            self.storage,
+            self.clock,
+            threads,
+            self.worker_id,
+            self.log,
+            self._rng,
+            on_retry=self._note_retry,
+        )
+        notify = self.storage.capabilities().notify
+        claimers = [
+            asyncio.create_task(self._claim_loop(self._states[q], runner, notify), name=f"rdq-claim-{q}")
+            for q in self.queues
+        ]
+        background = [
+            asyncio.create_task(
+                heartbeat_loop(
+                    self.storage, self.clock, self._runs.values, self.worker_id, self.log
+                ),
+                name="rdq-heartbeat",
+            )
+        ]
+        if self.maintenance:
+            background.append(
+                asyncio.create_task(
+                    maintenance_loop(
+                        self.app,
+                        self.storage,
+                        self.queues,
+                        self.clock,
+                        self.log,
+                        stats_interval=self.stats_interval,
+                        purge_interval=self.purge_interval,
+                    ),
+                    name="rdq-maintenance",
+                )
+            )
+        self.log.info("worker started", worker_id=self.worker_id, queues=self.queues)
+        self._started.set()
+        try:
+            await self._stopping.wait()
+            await asyncio.gather(*claimers, return_exceptions=True)
+            await self._drain()
+        finally:
+            for task in claimers + background:
+                task.cancel()
+            await asyncio.gather(*claimers, *background, return_exceptions=True)
+            threads.close()
+            for state in self._states.values():
+                state.in_flight_gauge.set(0)
+            self.log.info("worker stopped", worker_id=self.worker_id)
+
+    async def _drain(self) -> None:
+        pending = [run.task for run in self._runs.values() if run.task is not None]
+        if pending and self._stop_requests < 2:
+            self.log.info(
+                "waiting for in-flight tasks",
+                worker_id=self.worker_id,
+                count=len(pending),
+                grace_period=self.grace_period,
+            )
+            stop_again = asyncio.ensure_future(self._second_stop())
+            all_done = asyncio.ensure_future(asyncio.wait(pending))
+            try:
+                await asyncio.wait(
+                    [all_done, stop_again],
+                    timeout=self.grace_period,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                stop_again.cancel()
+                all_done.cancel()
+        left = [run for run in self._runs.values() if run.task is not None and not run.task.done()]
+        for run in left:
+            run.interrupted = True
+            assert run.task is not None
+            run.task.cancel()
+        if left:
+            self.log.warning(
+                "interrupting tasks still running after the grace period",
+                worker_id=self.worker_id,
+                count=len(left),
+            )
+            await asyncio.gather(*(run.task for run in left if run.task), return_exceptions=True)
+
+    async def _second_stop(self) -> None:
+        while self._stop_requests < 2:
+            await asyncio.sleep(0.05)
+
+    def _note_retry(self, queue: str, delay: float) -> None:
+        state = self._states.get(queue)
+        if state is not None:
+            state.next_due = min(state.next_due, time.monotonic() + delay)
+
+    # --- claiming ----------------------------------------------------------------------------
+
+    async def _claim_loop(self, state: _QueueState, runner: Runner, notify: bool) -> None:
+        assert self._stopping is not None
+        stopping = self._stopping
+        queue = state.name
+        claims_counter = metrics.CLAIMS.labels(queue)
+        idle = self.poll_min
+        outage = 0.0
+        while not stopping.is_set():
+            config = self.app.queue_config(queue)
+            free = config.concurrency - state.active
+            if free <= 0 or (state.active and free < max(1, config.concurrency // 4)):
+                state.slot_freed.clear()
+                await state.slot_freed.wait()
+                continue
+            lease = timedelta(seconds=config.lease)
+            sent = time.monotonic()
+            try:
+                claims = await self.storage.claim_due(queue, min(free, limits.MAX_LIMIT), lease)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                metrics.STORAGE_ERRORS.labels("claim_due").inc()
+                outage = min(max(outage * 2, 0.1), 10.0)
+                self.log.warning(
+                    "claiming failed; backing off",
+                    worker_id=self.worker_id,
+                    queue=queue,
+                    error=str(exc),
+                    error_type=type(exc).__name__,
+                    retry_in=round(outage, 2),
+                )
+                await self._idle_wait(asyncio.sleep(outage * (0.5 + random.random() / 2)))
+                continue
+            outage = 0.0
+            if claims:
+                received = time.monotonic()
+                self.clock.observe_claim(claims[0].task.lease_expires_at, lease, sent, received)
+                claims_counter.inc(len(claims))
+                for claimed in claims:
+                    self._start(claimed, config.lease, sent, state, runner)
+                idle = self.poll_min
+                continue
+            now = time.monotonic()
+            if state.next_due <= now:
+                state.next_due = float("inf")
+            until_retry = max(0.0, state.next_due - now)
+            if notify:
+                await self._idle_wait(self.storage.wait_due(queue, min(self.poll_max, until_retry)))
+            else:
+                await self._idle_wait(asyncio.sleep(min(idle, until_retry)))
+                idle = min(idle * 2, self.poll_max)
+
+    async def _idle_wait(self, awaitable: Any) -> None:
+        """Await ``awaitable`` unless stop() interrupts it; swallow its errors (an outage
+        during wait_due is retried by the next claim)."""
+        waiter = asyncio.ensure_future(awaitable)
+        self._idle_waits.add(waiter)
+        try:
+            await asyncio.wait([waiter])
+        finally:
+            self._idle_waits.discard(waiter)
+            if not waiter.done():
+                waiter.cancel()
+        if not waiter.cancelled() and waiter.exception() is not None:
+            metrics.STORAGE_ERRORS.labels("wait_due").inc()
+            await asyncio.sleep(self.poll_min)
+
+    def _start(
+        self, claimed: Any, lease: float, claimed_mono: float, state: _QueueState, runner: Runner
+    ) -> None:
+        run = Run(claimed, lease, claimed_mono)
+        task_id = claimed.task.id
+        self._runs[task_id] = run
+        state.active += 1
+        state.in_flight_gauge.inc()
+        task = asyncio.get_running_loop().create_task(runner.execute(run))
+        run.task = task
+
+        def finished(done: asyncio.Task[None]) -> None:
+            run.done = True
+            if self._runs.get(task_id) is run:
+                del self._runs[task_id]
+            state.active -= 1
+            state.in_flight_gauge.dec()
+            state.slot_freed.set()
+            if not done.cancelled() and done.exception() is not None:
+                self.log.error(
+                    "task runner failed",
+                    task_id=task_id,
+                    queue=state.name,
+                    worker_id=self.worker_id,
+                    error=repr(done.exception()),
+                )
+
+        task.add_done_callback(finished)

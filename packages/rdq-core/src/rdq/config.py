@@ -1,0 +1,301 @@
+"""Queue configuration: retry limits, backoff, timeouts, leases, concurrency and task TTL.
+
+A queue's config comes from code (:meth:`rdq.App.queue`) or a TOML file
+(:meth:`rdq.App.load_config`), and is resolved **at claim time**: a task's own
+:class:`~rdq.spi.RetryOverride` wins over the queue's config, which wins over the app's defaults.
+Changing a queue's config therefore applies to tasks that are already waiting.
+
+The TOML layout (durations in seconds)::
+
+    [defaults]
+    max_attempts = 5
+
+    [queues.emails]
+    max_attempts = 8
+    backoff = "exponential"      # or "fixed", "linear"
+    base = 2.0
+    cap = 600.0
+    timeout = 30.0
+    lease = 30.0
+    concurrency = 20
+    task_ttl = 86400.0
+    non_retryable = ["myapp.errors:InvalidAddress", "ValueError"]
+
+Invalid values raise :class:`~rdq.errors.ConfigError` naming the queue and key
+(``queues.emails.max_attempts``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import enum
+import importlib
+import math
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rdq.errors import ConfigError
+from rdq.spi import RetryOverride, limits
+
+__all__ = [
+    "Backoff",
+    "BackoffKind",
+    "QueueConfig",
+    "load_toml",
+    "parse_config",
+    "resolve",
+]
+
+
+class BackoffKind(enum.StrEnum):
+    """How the delay before the next attempt grows."""
+
+    EXPONENTIAL = "exponential"
+    """``uniform(0, min(cap, base * 2**(n-1)))``: exponential with full jitter."""
+    FIXED = "fixed"
+    """Always ``base``."""
+    LINEAR = "linear"
+    """``min(cap, base * n)``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backoff:
+    """A backoff policy. Build one with :meth:`exponential`, :meth:`fixed` or :meth:`linear`."""
+
+    kind: BackoffKind = BackoffKind.EXPONENTIAL
+    base: float = 1.0
+    cap: float = 300.0
+
+    @classmethod
+    def exponential(cls, base: float = 1.0, cap: float = 300.0) -> Backoff:
+        """Exponential growth from ``base`` seconds, capped at ``cap``, with full jitter."""
+        return cls(BackoffKind.EXPONENTIAL, float(base), float(cap))
+
+    @classmethod
+    def fixed(cls, delay: float) -> Backoff:
+        """The same ``delay`` seconds before every retry."""
+        return cls(BackoffKind.FIXED, float(delay), float(delay))
+
+    @classmethod
+    def linear(cls, base: float = 1.0, cap: float = 300.0) -> Backoff:
+        """``base * n`` seconds before retry ``n``, capped at ``cap``."""
+        return cls(BackoffKind.LINEAR, float(base), float(cap))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """How a queue's tasks are run and retried. Durations are seconds.
+
+    ``max_attempts`` counts every attempt (the first one included); ``timeout`` bounds one
+    handler call; ``lease`` is the claim lease the worker heartbeats while a handler runs;
+    ``concurrency`` bounds the handlers one worker runs at once for this queue; ``task_ttl``
+    is how long succeeded tasks are kept; ``non_retryable`` lists exception types that
+    dead-letter a task at once."""
+
+    max_attempts: int = 5
+    backoff: Backoff = Backoff()
+    timeout: float = 60.0
+    lease: float = 30.0
+    concurrency: int = 10
+    task_ttl: float = 7 * 86400.0
+    non_retryable: tuple[type[BaseException], ...] = ()
+
+    def validate(self, queue: str) -> QueueConfig:
+        """Return self if every setting is valid, else raise ``ConfigError`` naming the key."""
+        prefix = f"queues.{queue}" if queue else "defaults"
+
+        def bad(key: str, message: str) -> ConfigError:
+            return ConfigError(f"{message} (queue {queue or '<defaults>'!r})", key=f"{prefix}.{key}")
+
+        if not _is_int(self.max_attempts) or self.max_attempts < 1:
+            raise bad("max_attempts", "must be an integer of at least 1")
+        if not isinstance(self.backoff, Backoff):
+            raise bad("backoff", "must be an rdq.Backoff")
+        if not isinstance(self.backoff.kind, BackoffKind):
+            raise bad("backoff", f"unknown backoff kind {self.backoff.kind!r}")
+        for key, value in (("base", self.backoff.base), ("cap", self.backoff.cap)):
+            if not _is_number(value) or value < 0 or not math.isfinite(value):
+                raise bad(key, "must be a finite number of seconds, not negative")
+        if self.backoff.cap < self.backoff.base:
+            raise bad("cap", "must not be smaller than base")
+        for key, value in (("timeout", self.timeout), ("lease", self.lease)):
+            if not _is_number(value) or not 0 < value < math.inf:
+                raise bad(key, "must be a positive number of seconds")
+        if self.lease > limits.MAX_LEASE.total_seconds():
+            raise bad("lease", "must be at most 24 hours")
+        if not _is_int(self.concurrency) or not 1 <= self.concurrency <= limits.MAX_LIMIT:
+            raise bad("concurrency", f"must be an integer from 1 to {limits.MAX_LIMIT}")
+        if not _is_number(self.task_ttl) or not 0 < self.task_ttl:
+            raise bad("task_ttl", "must be a positive number of seconds")
+        for exc_type in self.non_retryable:
+            if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
+                raise bad("non_retryable", f"{exc_type!r} is not an exception type")
+        return self
+
+    def replace(self, **changes: Any) -> QueueConfig:
+        """A copy with ``changes`` applied (not validated)."""
+        return dataclasses.replace(self, **changes)
+
+
+def resolve(config: QueueConfig, override: RetryOverride | None) -> QueueConfig:
+    """The config a task runs under: its own ``override`` applied over its queue's ``config``.
+
+    Override values that are invalid are ignored (the queue's value stays): a bad override
+    written by a producer must never stop a task from being handled."""
+    if override is None:
+        return config
+    changes: dict[str, Any] = {}
+    if _is_int(override.max_attempts) and override.max_attempts >= 1:
+        changes["max_attempts"] = override.max_attempts
+    if _is_number(override.timeout) and 0 < override.timeout < math.inf:
+        changes["timeout"] = float(override.timeout)
+    backoff = config.backoff
+    kind = backoff.kind
+    if override.backoff is not None:
+        try:
+            kind = BackoffKind(override.backoff)
+        except ValueError:
+            kind = backoff.kind
+    base = _seconds_or(override.base, backoff.base)
+    cap = _seconds_or(override.cap, backoff.cap)
+    if kind is BackoffKind.FIXED and override.cap is None:
+        cap = max(cap, base)
+    if cap < base:
+        cap = base
+    new_backoff = Backoff(kind, base, cap)
+    if new_backoff != backoff:
+        changes["backoff"] = new_backoff
+    return dataclasses.replace(config, **changes) if changes else config
+
+
+def parse_config(
+    data: Mapping[str, Any], defaults: QueueConfig | None = None
+) -> tuple[QueueConfig, dict[str, QueueConfig]]:
+    """Parse a config mapping (``{"defaults": {...}, "queues": {NAME: {...}}}``).
+
+    Returns the defaults and each queue's config (queue keys not given take the defaults).
+    Raises ``ConfigError`` naming the key for unknown keys and invalid values."""
+    for key in data:
+        if key not in ("defaults", "queues"):
+            raise ConfigError("unknown section (expected [defaults] or [queues.NAME])", key=key)
+    base = defaults or QueueConfig()
+    raw_defaults = data.get("defaults", {})
+    if not isinstance(raw_defaults, Mapping):
+        raise ConfigError("must be a table", key="defaults")
+    base = _apply(base, raw_defaults, "").validate("")
+    raw_queues = data.get("queues", {})
+    if not isinstance(raw_queues, Mapping):
+        raise ConfigError("must be a table of queues", key="queues")
+    queues: dict[str, QueueConfig] = {}
+    for name, raw in raw_queues.items():
+        try:
+            limits.check_queue(name)
+        except Exception as exc:
+            raise ConfigError(f"invalid queue name: {exc}", key=f"queues.{name}") from None
+        if not isinstance(raw, Mapping):
+            raise ConfigError("must be a table", key=f"queues.{name}")
+        queues[name] = _apply(base, raw, name).validate(name)
+    return base, queues
+
+
+def load_toml(
+    path: str | Path, defaults: QueueConfig | None = None
+) -> tuple[QueueConfig, dict[str, QueueConfig]]:
+    """Read a TOML config file; see :func:`parse_config`. ``ConfigError`` if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", key="config") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}", key="config") from None
+    return parse_config(data, defaults)
+
+
+_SCALAR_KEYS = ("max_attempts", "timeout", "lease", "concurrency", "task_ttl")
+_BACKOFF_KEYS = ("backoff", "base", "cap")
+
+
+def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConfig:
+    prefix = f"queues.{queue}" if queue else "defaults"
+    changes: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in _SCALAR_KEYS:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(
+                    f"must be a number (queue {queue or '<defaults>'!r})", key=f"{prefix}.{key}"
+                )
+            changes[key] = value
+        elif key == "non_retryable":
+            changes[key] = tuple(_exception_types(value, f"{prefix}.{key}"))
+        elif key not in _BACKOFF_KEYS:
+            raise ConfigError(f"unknown setting (queue {queue or '<defaults>'!r})", f"{prefix}.{key}")
+    if any(key in raw for key in _BACKOFF_KEYS):
+        kind_name = raw.get("backoff", config.backoff.kind.value)
+        try:
+            kind = BackoffKind(kind_name)
+        except ValueError:
+            kinds = ", ".join(k.value for k in BackoffKind)
+            raise ConfigError(
+                f"unknown backoff kind {kind_name!r}; expected one of {kinds} "
+                f"(queue {queue or '<defaults>'!r})",
+                key=f"{prefix}.backoff",
+            ) from None
+        base = raw.get("base", config.backoff.base)
+        cap = raw.get("cap", base if kind is BackoffKind.FIXED else config.backoff.cap)
+        for key, value in (("base", base), ("cap", cap)):
+            if not _is_number(value):
+                raise ConfigError(
+                    f"must be a number (queue {queue or '<defaults>'!r})", key=f"{prefix}.{key}"
+                )
+        changes["backoff"] = Backoff(kind, float(base), float(cap))
+    return dataclasses.replace(config, **changes) if changes else config
+
+
+def _exception_types(value: Any, key: str) -> Iterable[type[BaseException]]:
+    if not isinstance(value, list):
+        raise ConfigError("must be a list of exception type names", key=key)
+    for name in value:
+        if not isinstance(name, str):
+            raise ConfigError(f"{name!r} is not an exception type name", key=key)
+        yield import_exception_type(name, key)
+
+
+def import_exception_type(name: str, key: str = "non_retryable") -> type[BaseException]:
+    """Resolve ``"ValueError"``, ``"pkg.mod:Error"`` or ``"pkg.mod.Error"`` to a type."""
+    found: Any = None
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+    elif "." in name:
+        module_name, _, attr = name.rpartition(".")
+    else:
+        module_name, attr = "", name
+    try:
+        if module_name:
+            found = importlib.import_module(module_name)
+            for part in attr.split("."):
+                found = getattr(found, part)
+        else:
+            found = getattr(builtins, attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot import exception type {name!r}: {exc}", key=key) from None
+    if not (isinstance(found, type) and issubclass(found, BaseException)):
+        raise ConfigError(f"{name!r} is not an exception type", key=key)
+    return found
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _seconds_or(value: object, default: float) -> float:
+    if _is_number(value) and 0 <= value < math.inf:  # type: ignore[operator]
+        return float(value)  # type: ignore[arg-type]
+    return default

@@ -1,0 +1,63 @@
+"""The Prometheus metrics rdq exports, on ``prometheus_client``'s default registry.
+
+Workers update the task metrics; the maintenance loop sets the queue gauges from
+``Storage.stats``; the DLQ admin API counts redrives and purges. Serve them with
+:func:`start_http_server` (``rdq worker --metrics-port``) or ``prometheus_client.generate_latest``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import prometheus_client
+from prometheus_client import Counter, Gauge, Histogram
+
+__all__ = [
+    "ATTEMPTS",
+    "CLAIMS",
+    "DEAD_LETTERED",
+    "DLQ_DEPTH",
+    "HANDLER_DURATION",
+    "IN_FLIGHT",
+    "OLDEST_PENDING_AGE",
+    "PENDING",
+    "PURGED",
+    "REDRIVEN",
+    "STALE_CLAIMS",
+    "STORAGE_ERRORS",
+    "SUCCEEDED_PURGED",
+    "WORKER_IN_FLIGHT",
+    "start_http_server",
+]
+
+CLAIMS = Counter("rdq_claims", "Tasks claimed by this process.", ["queue"])
+ATTEMPTS = Counter("rdq_attempts", "Attempts finished, by outcome.", ["queue", "outcome"])
+HANDLER_DURATION = Histogram(
+    "rdq_handler_duration_seconds",
+    "Handler run time per attempt.",
+    ["queue"],
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+STALE_CLAIMS = Counter("rdq_stale_claims", "Resolutions refused: the lease was lost.", ["queue"])
+DEAD_LETTERED = Counter("rdq_dead_lettered", "Tasks moved to the DLQ.", ["queue"])
+REDRIVEN = Counter("rdq_redriven", "DLQ tasks returned to their queue.", ["queue"])
+PURGED = Counter("rdq_purged", "DLQ tasks deleted.", ["queue"])
+SUCCEEDED_PURGED = Counter(
+    "rdq_succeeded_purged", "Succeeded tasks deleted after their task_ttl.", ["queue"]
+)
+PENDING = Gauge("rdq_pending", "PENDING tasks (due or not), by the storage.", ["queue"])
+IN_FLIGHT = Gauge("rdq_in_flight", "IN_FLIGHT tasks over all workers, by the storage.", ["queue"])
+WORKER_IN_FLIGHT = Gauge("rdq_worker_in_flight", "Handlers running in this process.", ["queue"])
+DLQ_DEPTH = Gauge("rdq_dlq_depth", "Tasks in the DLQ.", ["queue"])
+OLDEST_PENDING_AGE = Gauge(
+    "rdq_oldest_pending_age_seconds", "How long the oldest due PENDING task has waited.", ["queue"]
+)
+STORAGE_ERRORS = Counter("rdq_storage_errors", "Storage operations that failed.", ["op"])
+
+_server_lock = threading.Lock()
+
+
+def start_http_server(port: int, addr: str = "127.0.0.1") -> None:
+    """Serve ``/metrics`` on ``addr:port`` from a daemon thread."""
+    with _server_lock:
+        prometheus_client.start_http_server(port, addr=addr)
