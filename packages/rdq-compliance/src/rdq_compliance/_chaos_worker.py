@@ -36,49 +36,48 @@ async def _idle(storage: Storage, queue: str) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _work(url: str, queue: str, logfile: str, lease: timedelta, handler_ms: float) -> None:
+async def _work(url: str, queue: str, out: IO[str], lease: timedelta, handler_ms: float) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     pid = str(os.getpid())
-    with open(logfile, "a", encoding="utf-8") as out:
-        async with open_storage(url) as storage:
-            _log(out, "start", pid)
-            while not stop.is_set():
-                try:
-                    claimed = await storage.claim_due(queue, 1, lease)
-                except StorageUnavailable:
-                    await asyncio.sleep(0.1)
-                    continue
-                if not claimed:
-                    await _idle(storage, queue)
-                    continue
-                claim = claimed[0]
-                expires = claim.task.lease_expires_at
-                assert expires is not None
-                started = expires - lease
-                _log(
-                    out,
-                    "claim",
-                    claim.task.id,
-                    claim.token,
-                    started.isoformat(),
-                    expires.isoformat(),
-                    pid,
-                )
-                await asyncio.sleep(random.uniform(0.3, 1.7) * handler_ms / 1000)
-                attempt = Attempt(
-                    number=claim.task.attempt_count + 1,
-                    outcome=Outcome.SUCCEEDED,
-                    started_at=started,
-                    finished_at=datetime.now(UTC),
-                    worker_id=f"chaos-{pid}",
-                )
-                try:
-                    await storage.complete(claim.task.id, claim.token, attempt)
-                except StaleClaim:
-                    _log(out, "stale", claim.task.id, claim.token, pid)
-                    continue
-                _log(out, "done", claim.task.id, claim.token, pid)
+    async with open_storage(url) as storage:
+        _log(out, "start", pid)
+        while not stop.is_set():
+            try:
+                claimed = await storage.claim_due(queue, 1, lease)
+            except StorageUnavailable:
+                await asyncio.sleep(0.1)
+                continue
+            if not claimed:
+                await _idle(storage, queue)
+                continue
+            claim = claimed[0]
+            expires = claim.task.lease_expires_at
+            assert expires is not None
+            started = expires - lease
+            _log(
+                out,
+                "claim",
+                claim.task.id,
+                claim.token,
+                started.isoformat(),
+                expires.isoformat(),
+                pid,
+            )
+            await asyncio.sleep(random.uniform(0.3, 1.7) * handler_ms / 1000)
+            attempt = Attempt(
+                number=claim.task.attempt_count + 1,
+                outcome=Outcome.SUCCEEDED,
+                started_at=started,
+                finished_at=datetime.now(UTC),
+                worker_id=f"chaos-{pid}",
+            )
+            try:
+                await storage.complete(claim.task.id, claim.token, attempt)
+            except StaleClaim:
+                _log(out, "stale", claim.task.id, claim.token, pid)
+                continue
+            _log(out, "done", claim.task.id, claim.token, pid)
 
 
 def main() -> None:
@@ -89,9 +88,10 @@ def main() -> None:
     parser.add_argument("--lease", type=float, default=1.0)
     parser.add_argument("--handler-ms", type=float, default=60.0)
     args = parser.parse_args()
-    asyncio.run(
-        _work(args.url, args.queue, args.logfile, timedelta(seconds=args.lease), args.handler_ms)
-    )
+    with open(args.logfile, "a", encoding="utf-8") as out:
+        asyncio.run(
+            _work(args.url, args.queue, out, timedelta(seconds=args.lease), args.handler_ms)
+        )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import random
 import secrets
@@ -32,7 +33,7 @@ import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 from rdq import open_storage
@@ -264,7 +265,7 @@ def _check(report: ChaosReport, stored: dict[str, Envelope], lines: list[list[st
         if len({c.token for c in logged}) != len(logged):
             report.problems.append(f"{task_id}: a claim token was handed out twice")
         ordered = sorted(logged, key=lambda c: c.start)
-        for before, after in zip(ordered, ordered[1:], strict=False):
+        for before, after in itertools.pairwise(ordered):
             if after.start < before.end:
                 report.problems.append(
                     f"{task_id}: double claim: pid {before.pid} held a lease until "
