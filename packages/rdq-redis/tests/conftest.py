@@ -1,0 +1,49 @@
+"""Fixtures of the Redis plugin's tests: a session server (``redis_url`` from the kit's pytest
+plugin) and, per test, a store under a key prefix of its own, so tests never see each other's
+keys, the id index included."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import pytest
+import pytest_asyncio
+import redis.asyncio as aioredis
+
+from rdq import open_storage
+from rdq.spi import Storage
+
+
+def with_prefix(url: str, prefix: str) -> str:
+    """``url`` with rdq's ``prefix`` query option set."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    query["prefix"] = prefix
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+@pytest_asyncio.fixture
+async def key_prefix(redis_url: str) -> AsyncIterator[str]:
+    """A key prefix of this test's own; its keys are deleted afterwards."""
+    prefix = f"rdqtest-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            await client.unlink(key)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def storage_url(redis_url: str, key_prefix: str) -> str:
+    return with_prefix(redis_url, key_prefix)
+
+
+@pytest_asyncio.fixture
+async def storage(storage_url: str) -> AsyncIterator[Storage]:
+    async with open_storage(storage_url) as store:
+        await store.migrate()
+        yield store

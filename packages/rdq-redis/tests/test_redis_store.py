@@ -1,0 +1,316 @@
+"""What the Redis plugin promises beyond the kit: its registration, key layout, script
+handling, notify, URL options and DLQ scanning details."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from importlib import resources
+from typing import Any, TypeVar
+
+import pytest
+import redis.asyncio as aioredis
+from redis.crc import key_slot
+
+import rdq_redis._store as store_module
+from rdq import open_storage
+from rdq.errors import ConfigError, IDConflict, NotFound
+from rdq.spi import Attempt, DLQFilter, Envelope, Outcome, Page, Selector, Status, Storage
+from rdq_redis._codec import to_us
+from rdq_redis._scripts import SCRIPT_NAMES
+
+LEASE = timedelta(minutes=5)
+T = TypeVar("T")
+
+
+PATIENCE = 60.0
+
+
+def new_queue(prefix: str = "q") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def new_task(queue: str, task_id: str | None = None, **fields: Any) -> Envelope:
+    fields.setdefault("handler_ref", "tests.handlers:noop")
+    return Envelope(id=task_id or f"t-{uuid.uuid4().hex}", queue=queue, **fields)
+
+
+def failed(number: int, error_type: str = "Boom") -> Attempt:
+    return Attempt(number=number, outcome=Outcome.FAILED, error_type=error_type)
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]], what: str, patience: float = PATIENCE
+) -> T:
+    """Call ``probe`` until it returns something other than None; fail after ``patience``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
+    while True:
+        result = await probe()
+        if result is not None:
+            return result
+        if loop.time() > deadline:
+            raise AssertionError(f"gave up after {patience:.0f}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def test_plugin_serves_redis_and_rediss_without_importing_the_driver() -> None:
+    code = (
+        "import sys\n"
+        "from rdq import installed_backends\n"
+        "backends, broken = installed_backends()\n"
+        "schemes = {b.scheme: b.distribution for b in backends}\n"
+        "assert schemes.get('redis') == 'rdq-redis', schemes\n"
+        "assert schemes.get('rediss') == 'rdq-redis', schemes\n"
+        "assert 'redis' not in sys.modules, 'listing backends imported redis-py'\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_script_ships_as_a_lua_file_in_the_package() -> None:
+    lua = resources.files("rdq_redis") / "lua"
+    for name in ("_lib", *SCRIPT_NAMES):
+        assert (lua / f"{name}.lua").is_file(), name
+
+
+def test_open_storage_builds_an_unconnected_redis_store() -> None:
+    store = open_storage("redis://127.0.0.1:1/0?prefix=app1")
+    assert repr(store) == "RedisStorage(address='127.0.0.1:1', prefix='app1')"
+    assert open_storage("rediss://example.invalid:6380/0") is not None
+
+
+@pytest.mark.parametrize("prefix", ["", "a{b}", "with space", "x" * 65])
+def test_a_bad_key_prefix_is_a_config_error(prefix: str) -> None:
+    with pytest.raises(ConfigError, match="prefix"):
+        open_storage("redis://127.0.0.1:6379/0", prefix=prefix)
+
+
+@pytest.mark.asyncio
+async def test_every_key_of_a_queue_shares_one_cluster_slot(
+    storage: Storage, redis_url: str, key_prefix: str
+) -> None:
+    queue = new_queue()
+    tasks = [new_task(queue) for _ in range(4)]
+    await storage.enqueue_batch(tasks)
+    claimed = await storage.claim_due(queue, 3, LEASE)
+    await storage.complete(claimed[0].task.id, claimed[0].token, failed(1))
+    await storage.dead_letter(claimed[1].task.id, claimed[1].token, failed(1))
+
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        keys = [k.decode() async for k in client.scan_iter(match=f"{key_prefix}:*")]
+    finally:
+        await client.aclose()
+    queue_keys = [k for k in keys if k.startswith(f"{key_prefix}:{{{queue}}}:")]
+    index_keys = [k for k in keys if k.startswith(f"{key_prefix}:id:")]
+    assert sorted(queue_keys + index_keys) == sorted(keys)
+    assert {f"{key_prefix}:id:{{{t.id}}}" for t in tasks} == set(index_keys)
+    suffixes = {k.split("}:", 1)[1].split(":", 1)[0] for k in queue_keys}
+    assert suffixes == {"pending", "inflight", "dead", "succeeded", "task"}
+    assert len({key_slot(k.encode()) for k in queue_keys}) == 1
+
+
+@pytest.mark.asyncio
+async def test_scripts_are_loaded_again_after_the_server_forgets_them(
+    storage: Storage, redis_url: str
+) -> None:
+    queue = new_queue()
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await client.script_flush()
+    finally:
+        await client.aclose()
+    assert await storage.enqueue(new_task(queue)) is True
+    assert len(await storage.claim_due(queue, 10, LEASE)) == 1
+
+
+@pytest.mark.asyncio
+async def test_created_at_is_read_from_the_server_clock(storage: Storage, redis_url: str) -> None:
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        before = await client.time()
+        task = new_task(new_queue())
+        await storage.enqueue(task)
+        after = await client.time()
+    finally:
+        await client.aclose()
+    created = (await storage.get(task.id)).created_at
+    assert created is not None
+    assert before[0] * 1_000_000 + before[1] <= to_us(created) <= after[0] * 1_000_000 + after[1]
+
+
+@pytest.mark.asyncio
+async def test_wait_due_wakes_when_another_connection_enqueues(
+    storage: Storage, storage_url: str
+) -> None:
+    queue = new_queue()
+    waiter = asyncio.create_task(storage.wait_due(queue, 60.0))
+    async with open_storage(storage_url) as producer:
+
+        async def woken() -> bool | None:
+            # keep enqueueing until the waiter (subscribed at some point) wakes up
+            await producer.enqueue(new_task(queue))
+            await asyncio.sleep(0.1)
+            return True if waiter.done() else None
+
+        await eventually(woken, "wait_due to wake on an enqueue")
+    assert waiter.result() is True
+
+
+@pytest.mark.asyncio
+async def test_wait_due_returns_true_at_once_when_a_task_is_due(storage: Storage) -> None:
+    queue = new_queue()
+    await storage.enqueue(new_task(queue))
+    assert await storage.wait_due(queue, 60.0) is True
+
+
+@pytest.mark.asyncio
+async def test_wait_due_wakes_at_the_next_due_time_without_a_signal(storage: Storage) -> None:
+    queue = new_queue()
+    await storage.enqueue(new_task(queue), delay=timedelta(milliseconds=300))
+    assert await storage.wait_due(queue, 120.0) is True
+    assert len(await storage.claim_due(queue, 1, LEASE)) == 1
+
+
+@pytest.mark.asyncio
+async def test_wait_due_on_an_idle_queue_times_out_with_false(storage: Storage) -> None:
+    assert await storage.wait_due(new_queue(), 0.2) is False
+
+
+@pytest.mark.asyncio
+async def test_key_prefixes_separate_stores_on_one_server(redis_url: str, key_prefix: str) -> None:
+    task_id = f"shared-{uuid.uuid4().hex}"
+    async with (
+        open_storage(redis_url, prefix=f"{key_prefix}:a") as a,
+        open_storage(redis_url, prefix=f"{key_prefix}:b") as b,
+    ):
+        await a.enqueue(new_task("qa", task_id))
+        await b.enqueue(new_task("qb", task_id))
+        assert (await a.get(task_id)).queue == "qa"
+        assert (await b.get(task_id)).queue == "qb"
+
+
+@pytest.mark.asyncio
+async def test_enqueue_batch_with_an_id_conflict_stores_nothing(storage: Storage) -> None:
+    queue, other = new_queue(), new_queue()
+    taken = new_task(other)
+    await storage.enqueue(taken)
+    fresh = new_task(queue)
+    with pytest.raises(IDConflict) as info:
+        await storage.enqueue_batch([fresh, new_task(queue, taken.id)])
+    assert info.value.existing_queue == other
+    with pytest.raises(NotFound):
+        await storage.get(fresh.id)
+    assert (await storage.stats(queue)).pending == 0
+
+
+@pytest.mark.asyncio
+async def test_dlq_pages_fill_up_across_bounded_scans(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A selective filter over a long DLQ: each script call scans a few entries, the page
+    still comes back full and in order."""
+    monkeypatch.setattr(store_module, "_DLQ_SCAN_BUDGET", 3)
+    queue = new_queue()
+    order = await _dead_letter(
+        storage, queue, ["Rare" if i % 5 == 0 else "Common" for i in range(25)]
+    )
+    rare = [task_id for task_id, kind in order if kind == "Rare"]
+    seen: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        tasks, cursor = await storage.dlq_list(
+            queue, DLQFilter(error_type="Rare"), Page(limit=2, cursor=cursor)
+        )
+        pages += 1
+        seen += [t.id for t in tasks]
+        if cursor is None:
+            break
+        assert len(tasks) == 2
+    assert seen == rare
+    assert pages == 3
+
+
+@pytest.mark.asyncio
+async def test_dlq_entries_dead_lettered_in_the_same_microsecond_page_by_id(
+    storage: Storage, redis_url: str, key_prefix: str
+) -> None:
+    """Equal scores in the dead set order by id bytes; the cursor continues inside them."""
+    queue = new_queue()
+    order = await _dead_letter(storage, queue, ["Boom"] * 5)
+    ids = [task_id for task_id, _ in order]
+    # Make them all dead-lettered at the same instant (a collision TIME can produce).
+    same = (await storage.get(ids[0])).dead_lettered_at
+    assert same is not None
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        for task_id in ids:
+            await client.zadd(f"{key_prefix}:{{{queue}}}:dead", {task_id: to_us(same)})
+            await client.hset(
+                f"{key_prefix}:{{{queue}}}:task:{task_id}", "dead_lettered_at", str(to_us(same))
+            )
+    finally:
+        await client.aclose()
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        tasks, cursor = await storage.dlq_list(queue, None, Page(limit=2, cursor=cursor))
+        seen += [t.id for t in tasks]
+        if cursor is None:
+            break
+    assert seen == sorted(ids, key=str.encode)
+
+
+@pytest.mark.asyncio
+async def test_redrive_and_purge_by_filter_act_only_on_matching_dead_tasks(
+    storage: Storage,
+) -> None:
+    queue = new_queue()
+    order = await _dead_letter(storage, queue, ["A", "B", "A", "B"])
+    assert await storage.redrive(queue, Selector.by_filter(DLQFilter(error_type="A"))) == 2
+    assert await storage.purge(queue, Selector.by_filter(DLQFilter(error_type="B"))) == 2
+    for task_id, kind in order:
+        if kind == "A":
+            task = await storage.get(task_id)
+            assert task.status is Status.PENDING
+            assert task.redrive_count == 1
+        else:
+            with pytest.raises(NotFound):
+                await storage.get(task_id)
+    stats = await storage.stats(queue)
+    assert (stats.pending, stats.dlq_depth) == (2, 0)
+
+
+@pytest.mark.asyncio
+async def test_purge_succeeded_deletes_in_batches(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "_PURGE_BATCH", 4)
+    queue = new_queue()
+    await storage.enqueue_batch([new_task(queue) for _ in range(10)])
+    for claimed in await storage.claim_due(queue, 10, LEASE):
+        await storage.complete(claimed.task.id, claimed.token, failed(1))
+    assert (await storage.stats(queue)).succeeded == 10
+    cutoff = (await storage.stats(queue)).as_of + timedelta(microseconds=1)
+    assert await storage.purge_succeeded(queue, cutoff) == 10
+    assert (await storage.stats(queue)).succeeded == 0
+
+
+async def _dead_letter(storage: Storage, queue: str, kinds: list[str]) -> list[tuple[str, str]]:
+    """Dead-letter one task per entry of ``kinds`` (its error type), one after another."""
+    order: list[tuple[str, str]] = []
+    for kind in kinds:
+        task = new_task(queue)
+        await storage.enqueue(task)
+        (claimed,) = await storage.claim_due(queue, 1, LEASE)
+        await storage.dead_letter(claimed.task.id, claimed.token, failed(1, kind))
+        order.append((task.id, kind))
+    return order
