@@ -45,4 +45,6 @@ def driver_errors(where: str) -> Iterator[None]:
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc)
-    return text.split(", full error:", 1)[0].split(", Timeout:", 1)[0]
+    for marker in (", full error:", ", Timeout:", " (configured timeouts:"):
+        text = text.split(marker, 1)[0]
+    return text

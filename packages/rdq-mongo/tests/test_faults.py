@@ -1,0 +1,193 @@
+"""Faults: an unreachable server, refused credentials, a restart while workers run, and
+stored documents that cannot be decoded."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from rdq import open_storage
+from rdq.errors import StaleClaim, StorageError, StorageUnavailable
+from rdq.spi import Attempt, Envelope, Outcome, Page, Status
+from rdq_compliance.servers.mongo import SecantusProcess, free_port
+from rdq_mongo import MongoStorage
+
+needs_secantus = pytest.mark.skipif(
+    importlib.util.find_spec("secantus") is None,
+    reason="restart and auth faults need a SecantusDB server this test can stop and start",
+)
+
+
+def _task(task_id: str, queue: str = "q") -> Envelope:
+    return Envelope(id=task_id, queue=queue, handler_ref="app:handler", payload={"id": task_id})
+
+
+@pytest.fixture
+def secantus(tmp_path: Path) -> Iterator[SecantusProcess]:
+    """A SecantusDB server of this test's own, which the test may restart."""
+    server = SecantusProcess(tmp_path / "data")
+    server.data_dir.mkdir()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.asyncio
+async def test_unreachable_server_is_one_clear_storage_unavailable() -> None:
+    port = free_port()
+    storage = open_storage(f"mongodb://127.0.0.1:{port}/db?serverSelectionTimeoutMS=300")
+    with pytest.raises(StorageUnavailable) as caught:
+        await storage.connect()
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}" in message
+    assert "unreachable" in message
+    assert "\n" not in message
+
+
+@needs_secantus
+@pytest.mark.asyncio
+async def test_refused_credentials_are_one_clear_storage_unavailable(tmp_path: Path) -> None:
+    server = SecantusProcess(tmp_path / "data", auth=True)
+    server.data_dir.mkdir()
+    server.start()
+    try:
+        storage = open_storage(
+            f"mongodb://nobody:wrong@127.0.0.1:{server.port}/db"
+            "?directConnection=true&serverSelectionTimeoutMS=3000"
+        )
+        with pytest.raises(StorageUnavailable) as caught:
+            await storage.connect()
+    finally:
+        server.stop()
+    message = str(caught.value)
+    assert f"127.0.0.1:{server.port}" in message
+    assert "credentials" in message
+    assert "wrong" not in message  # the password is never echoed
+
+
+@needs_secantus
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_server_restart_gives_retryable_errors_then_recovery_and_loses_nothing(
+    secantus: SecantusProcess,
+) -> None:
+    url = secantus.url.replace("/?", "/restart?") + "&serverSelectionTimeoutMS=2000"
+    lease = timedelta(seconds=2)
+    acknowledged: set[str] = set()
+    completed: set[str] = set()
+    outages: list[StorageUnavailable] = []
+    stop = asyncio.Event()
+
+    async with open_storage(url) as storage:
+        await storage.migrate()
+        first = [_task(f"r{n:03d}") for n in range(60)]
+        await storage.enqueue_batch(first)
+        acknowledged.update(t.id for t in first)
+
+    async def worker() -> None:
+        async with open_storage(url) as store:
+            while not stop.is_set():
+                try:
+                    claimed = await store.claim_due("q", 3, lease)
+                    for claim in claimed:
+                        await asyncio.sleep(0.02)
+                        attempt = Attempt(number=1, outcome=Outcome.SUCCEEDED)
+                        try:
+                            await store.complete(claim.task.id, claim.token, attempt)
+                        except StaleClaim:
+                            continue
+                        completed.add(claim.task.id)
+                    if not claimed:
+                        await asyncio.sleep(0.05)
+                except StorageUnavailable as exc:
+                    outages.append(exc)
+                    await asyncio.sleep(0.2)
+
+    async def producer() -> None:
+        async with open_storage(url) as store:
+            for n in range(40):
+                task = _task(f"p{n:03d}")
+                while not stop.is_set():
+                    try:
+                        await store.enqueue(task)
+                    except StorageUnavailable as exc:
+                        outages.append(exc)
+                        await asyncio.sleep(0.2)
+                        continue
+                    acknowledged.add(task.id)
+                    break
+                await asyncio.sleep(0.05)
+
+    workers = [asyncio.create_task(worker()) for _ in range(3)]
+    producing = asyncio.create_task(producer())
+    try:
+        await _until(lambda: len(completed) >= 10, "workers to complete some tasks")
+        await asyncio.to_thread(secantus.restart)
+        await producing
+        await _until(lambda: completed >= acknowledged, "every acknowledged task to complete")
+    finally:
+        stop.set()
+        await asyncio.gather(*workers, producing, return_exceptions=True)
+
+    assert outages, "the restart produced no retryable error: the test proved nothing"
+    async with open_storage(url) as storage:
+        for task_id in sorted(acknowledged):
+            assert (await storage.get(task_id)).status == Status.SUCCEEDED, task_id
+        stats = await storage.stats("q")
+        assert stats.succeeded == len(acknowledged) == 100
+
+
+async def _until(condition: object, what: str, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.asyncio
+async def test_undecodable_documents_are_dead_lettered_by_id_and_never_stop_claims(
+    store: MongoStorage, caplog: pytest.LogCaptureFixture
+) -> None:
+    await store.enqueue(_task("good-1"))
+    await store.enqueue(_task("bad-1"))
+    await store.enqueue(_task("good-2"))
+    # Damage one stored document the way a bug or a hand edit might.
+    await store._tasks.update_one({"_id": "bad-1"}, {"$set": {"body": "{not json"}})
+
+    with caplog.at_level(logging.ERROR, logger="rdq_mongo"):
+        claimed = await store.claim_due("q", 10, timedelta(seconds=30))
+
+    assert sorted(c.task.id for c in claimed) == ["good-1", "good-2"]
+    assert any("bad-1" in record.getMessage() for record in caplog.records)
+    raw = await store._tasks.find_one({"_id": "bad-1"})
+    assert raw is not None
+    assert raw["status"] == "DEAD" and raw["token"] is None and "decode_error" in raw
+    assert await store.claim_due("q", 10, timedelta(seconds=30)) == []
+    stats = await store.stats("q")
+    assert (stats.in_flight, stats.dlq_depth) == (2, 1)
+
+    with pytest.raises(StorageError, match="bad-1"):
+        await store.get("bad-1")
+    with caplog.at_level(logging.ERROR, logger="rdq_mongo"):
+        listed, cursor = await store.dlq_list("q", None, Page())
+    assert listed == [] and cursor is None
+    assert any("bad-1" in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.asyncio
+async def test_wrong_typed_fields_are_undecodable_too(store: MongoStorage) -> None:
+    await store.enqueue(_task("typed"))
+    await store._tasks.update_one({"_id": "typed"}, {"$set": {"attempt_count": "three"}})
+    assert await store.claim_due("q", 5, timedelta(seconds=30)) == []
+    raw = await store._tasks.find_one({"_id": "typed"})
+    assert raw is not None and raw["status"] == "DEAD"

@@ -1,0 +1,78 @@
+"""The URL options and the plugin registration."""
+
+from __future__ import annotations
+
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from rdq import open_storage
+from rdq.errors import ConfigError
+from rdq.spi import Envelope
+from rdq_mongo import MongoStorage
+from rdq_mongo._url import parse_url
+
+
+def with_param(url: str, name: str, value: str) -> str:
+    """``url`` with one more query parameter."""
+    parts = urlsplit(url)
+    query = f"{parts.query}&{name}={value}" if parts.query else f"{name}={value}"
+    return urlunsplit(parts._replace(query=query))
+
+
+def test_database_and_prefix_come_from_the_url_and_rdq_params_are_stripped() -> None:
+    parsed = parse_url("mongodb://u:p@h1:1,h2:2/jobs?rdq_prefix=app_&w=majority")
+    assert parsed.database == "jobs"
+    assert parsed.tasks_collection == "app_tasks"
+    assert parsed.where == "h1:1,h2:2"
+    assert parsed.driver_url == "mongodb://u:p@h1:1,h2:2/jobs?w=majority"
+
+
+def test_defaults_are_database_rdq_and_prefix_rdq_() -> None:
+    parsed = parse_url("mongodb+srv://cluster.example.net")
+    assert (parsed.database, parsed.tasks_collection) == ("rdq", "rdq_tasks")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mongodb://h/db?rdq_bogus=1",
+        "mongodb://h/db?rdq_prefix=bad-prefix",
+        "mongodb:///db",
+        "mongodb://h/bad.name",
+        "redis://h/0",
+    ],
+)
+def test_bad_urls_raise_config_error(url: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_url(url)
+
+
+def test_registered_for_both_schemes_without_importing_pymongo_eagerly() -> None:
+    assert isinstance(open_storage("mongodb://127.0.0.1:1/x"), MongoStorage)
+    assert isinstance(open_storage("mongodb+srv://cluster.example.net/x"), MongoStorage)
+    assert "rdq_mongo._plugin" in sys.modules
+
+
+@pytest.mark.asyncio
+async def test_prefix_names_the_collection(database_url: str) -> None:
+    async with open_storage(with_param(database_url, "rdq_prefix", "other_")) as storage:
+        assert isinstance(storage, MongoStorage)
+        await storage.migrate()
+        await storage.enqueue(Envelope(id="p1", queue="q", handler_ref="a:b"))
+        database = storage._tasks.database
+        assert await database["other_tasks"].count_documents({"_id": "p1"}) == 1
+        assert "rdq_tasks" not in await database.list_collection_names()
+        await database.client.drop_database(database.name)
+
+
+@pytest.mark.asyncio
+async def test_migrate_is_idempotent(database_url: str) -> None:
+    async with open_storage(database_url) as storage:
+        assert isinstance(storage, MongoStorage)
+        await storage.migrate()
+        await storage.migrate()
+        names = {index["name"] async for index in await storage._tasks.list_indexes()}
+        assert {"rdq_claim", "rdq_dlq", "rdq_succeeded"} <= names
+        await storage._tasks.database.client.drop_database(storage._tasks.database.name)
