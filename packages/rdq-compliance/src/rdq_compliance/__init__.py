@@ -1,1 +1,43 @@
-"""The rdq storage compliance kit."""
+"""The rdq storage compliance kit.
+
+A backend runs the whole kit from one test module by subclassing :class:`StorageSuite` and
+providing a ``storage`` fixture (see its docstring). :func:`run_contract_machine` runs the
+Hypothesis state machine alone; :mod:`rdq_compliance.catalog` lists every test by clause.
+
+The names are imported on first use: the package also hosts the test-server pytest plugin,
+which every pytest session loads.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+# The clauses are assertions: let pytest explain them like those of a test module.
+pytest.register_assert_rewrite(
+    "rdq_compliance.clauses",
+    "rdq_compliance._support",
+    "rdq_compliance.stateful",
+    "rdq_compliance.model",
+)
+
+if TYPE_CHECKING:
+    from rdq_compliance.stateful import ContractMachine, run_contract_machine
+    from rdq_compliance.suite import StorageSuite
+
+__all__ = ["ContractMachine", "StorageSuite", "run_contract_machine"]
+
+_HOMES = {
+    "ContractMachine": "rdq_compliance.stateful",
+    "run_contract_machine": "rdq_compliance.stateful",
+    "StorageSuite": "rdq_compliance.suite",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'rdq_compliance' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

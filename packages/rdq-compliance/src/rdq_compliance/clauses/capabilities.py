@@ -1,0 +1,121 @@
+"""Optional capabilities: ``wait_due`` (notify) and ``enqueue_batch`` (batch_enqueue).
+
+Each test skips, naming the capability, when the store does not advertise it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rdq.errors import IDConflict, NotFound, ValidationError
+from rdq.spi import Capabilities, Storage
+from rdq_compliance._fixtures import require_capability
+from rdq_compliance._support import (
+    FAR_FUTURE,
+    LONG_LEASE,
+    PATIENCE,
+    new_task,
+    snapshot,
+)
+
+__all__ = ["CapabilityClauses"]
+
+
+class CapabilityClauses:
+    """``capabilities()`` describes the store; what it advertises works as documented."""
+
+    def test_capabilities_are_reported(self, capabilities: Capabilities) -> None:
+        assert isinstance(capabilities, Capabilities)
+        for name in ("notify", "filter_pushdown", "batch_enqueue"):
+            assert isinstance(getattr(capabilities, name), bool)
+
+    @pytest.mark.asyncio
+    async def test_wait_due_wakes_when_a_task_is_enqueued(
+        self, storage: Storage, queue: str, capabilities: Capabilities
+    ) -> None:
+        require_capability(capabilities, "notify")
+        waiter = asyncio.create_task(storage.wait_due(queue, PATIENCE))
+        # keep offering due tasks until the waiter notices one (it may start listening late)
+        for _ in range(int(PATIENCE / 0.25)):
+            if waiter.done():
+                break
+            await storage.enqueue(new_task(queue))
+            await asyncio.wait({waiter}, timeout=0.25)
+        assert waiter.done(), "wait_due never returned although due tasks kept arriving"
+        assert waiter.result() is True
+        assert await storage.claim_due(queue, 1, LONG_LEASE)
+
+    @pytest.mark.asyncio
+    async def test_wait_due_returns_when_its_timeout_passes(
+        self, storage: Storage, queue: str, capabilities: Capabilities
+    ) -> None:
+        require_capability(capabilities, "notify")
+        await storage.enqueue(new_task(queue), delay=FAR_FUTURE)
+        woke = await asyncio.wait_for(storage.wait_due(queue, 0.2), PATIENCE)
+        assert isinstance(woke, bool)
+        assert await storage.claim_due(queue, 1, LONG_LEASE) == []
+
+    @pytest.mark.asyncio
+    async def test_enqueue_batch_stores_every_task_and_reports_each_flag(
+        self, storage: Storage, queue: str, capabilities: Capabilities
+    ) -> None:
+        require_capability(capabilities, "batch_enqueue")
+        tasks = [new_task(queue, payload={"n": n}) for n in range(5)]
+        assert await storage.enqueue_batch(tasks) == [True] * 5
+        for task in tasks:
+            stored = await storage.get(task.id)
+            assert stored.payload == task.payload
+        assert len(await storage.claim_due(queue, 10, LONG_LEASE)) == 5
+
+    @pytest.mark.asyncio
+    async def test_enqueue_batch_is_idempotent_per_task(
+        self, storage: Storage, queue: str, capabilities: Capabilities
+    ) -> None:
+        require_capability(capabilities, "batch_enqueue")
+        old = new_task(queue, payload="old")
+        await storage.enqueue(old)
+        before = snapshot(await storage.get(old.id))
+        fresh = new_task(queue)
+        again = new_task(queue, old.id, payload="new")
+        assert await storage.enqueue_batch([fresh, again]) == [True, False]
+        assert snapshot(await storage.get(old.id)) == before
+        assert (await storage.stats(queue)).pending == 2
+
+    @pytest.mark.asyncio
+    async def test_enqueue_batch_with_delay_delays_every_task(
+        self, storage: Storage, queue: str, capabilities: Capabilities
+    ) -> None:
+        require_capability(capabilities, "batch_enqueue")
+        tasks = [new_task(queue) for _ in range(3)]
+        assert await storage.enqueue_batch(tasks, delay=FAR_FUTURE) == [True] * 3
+        assert await storage.claim_due(queue, 10, LONG_LEASE) == []
+
+    @pytest.mark.asyncio
+    async def test_enqueue_batch_with_an_id_conflict_admits_none(
+        self, storage: Storage, queue: str, other_queue: str, capabilities: Capabilities
+    ) -> None:
+        require_capability(capabilities, "batch_enqueue")
+        elsewhere = new_task(other_queue)
+        await storage.enqueue(elsewhere)
+        fresh = [new_task(queue) for _ in range(3)]
+        with pytest.raises(IDConflict) as caught:
+            await storage.enqueue_batch([fresh[0], new_task(queue, elsewhere.id), *fresh[1:]])
+        assert caught.value.task_id == elsewhere.id
+        assert caught.value.existing_queue == other_queue
+        for task in fresh:
+            with pytest.raises(NotFound):
+                await storage.get(task.id)
+        assert (await storage.stats(queue)).pending == 0
+
+    @pytest.mark.asyncio
+    async def test_enqueue_batch_with_an_invalid_task_admits_none(
+        self, storage: Storage, queue: str, capabilities: Capabilities
+    ) -> None:
+        require_capability(capabilities, "batch_enqueue")
+        fresh = [new_task(queue) for _ in range(3)]
+        broken = new_task(queue, handler_ref="")
+        with pytest.raises(ValidationError) as caught:
+            await storage.enqueue_batch([*fresh, broken])
+        assert caught.value.field == "handler_ref"
+        assert (await storage.stats(queue)).pending == 0

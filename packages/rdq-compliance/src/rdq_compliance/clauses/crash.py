@@ -1,0 +1,25 @@
+"""Crash recovery across processes: the kill -9 chaos test."""
+
+from __future__ import annotations
+
+import pytest
+
+__all__ = ["CrashClauses"]
+
+
+class CrashClauses:
+    """A worker process SIGKILLed mid-handler loses its lease, the task is reclaimed with a
+    ``LEASE_EXPIRED`` record, and no task is ever held by two workers at once."""
+
+    @pytest.mark.asyncio
+    async def test_chaos_kill9_worker_mid_handler_is_recovered_without_double_claims(
+        self, storage_url: str
+    ) -> None:
+        try:
+            from rdq_compliance.chaos import (  # type: ignore[import-not-found,unused-ignore]
+                run_chaos,
+            )
+        except ImportError as exc:
+            pytest.skip(f"the chaos harness (rdq_compliance.chaos) is not available: {exc}")
+        report = await run_chaos(storage_url)
+        report.assert_ok()

@@ -1,0 +1,26 @@
+"""Random operation sequences, checked step by step against a model of the contract."""
+
+from __future__ import annotations
+
+import pytest
+
+from rdq.spi import Storage
+from rdq_compliance.stateful import run_contract_machine
+
+__all__ = ["StatefulClauses"]
+
+
+class StatefulClauses:
+    """Any sequence of operations (enqueue, claim, extend, reschedule, complete, dead_letter
+    with current and stale tokens, redrive, purge, get, stats, purge_succeeded) leaves the
+    store where the contract's model says it must be."""
+
+    #: Hypothesis budget; raise them in a subclass for a longer soak.
+    stateful_examples = 25
+    stateful_steps = 30
+
+    @pytest.mark.asyncio
+    async def test_random_operation_sequences_keep_the_contract(self, storage: Storage) -> None:
+        await run_contract_machine(
+            storage, max_examples=self.stateful_examples, steps=self.stateful_steps
+        )

@@ -1,0 +1,26 @@
+"""The whole kit against the reference store: rdq-memory must pass every clause."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from rdq import open_storage
+from rdq.spi import Storage
+from rdq_compliance import StorageSuite
+
+
+class TestMemoryStoreKeepsTheContract(StorageSuite):
+    @pytest_asyncio.fixture
+    async def storage(self) -> AsyncIterator[Storage]:
+        async with open_storage("memory://") as store:
+            await store.migrate()
+            yield store
+
+    @pytest.fixture
+    def peer_storage_url(self) -> str:
+        # a named memory store is shared by every store opened with its URL in this process
+        return f"memory://kit-peers-{uuid.uuid4().hex}"
