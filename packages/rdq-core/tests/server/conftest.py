@@ -6,11 +6,19 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import msgspec
 import pytest
+import pytest_asyncio
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from rdq.audit import MemoryAuditSink
+from rdq.server import ServerSettings, TokenSpec, create_app
+from rdq_memory import MemoryStorage
 
 
 @dataclass
@@ -100,3 +108,48 @@ def receiver() -> Iterator[Receiver]:
         yield server
     finally:
         server.stop()
+
+
+# --- a node over the in-memory store --------------------------------------------------------
+
+ADMIN_TOKEN = "admin-token-0123456789"
+READ_TOKEN = "read-token-0123456789ab"
+SUBMIT_TOKEN = "submit-token-0123456789"
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def node_settings(**overrides: object) -> ServerSettings:
+    values: dict[str, object] = {
+        "tokens": [
+            TokenSpec(owner="alice", rights=["read", "submit", "admin"], token=ADMIN_TOKEN),
+            TokenSpec(owner="reader", rights=["read"], token=READ_TOKEN),
+            TokenSpec(owner="producer", rights=["submit"], token=SUBMIT_TOKEN),
+        ],
+        "queues": ["default"],
+        "work": False,
+    }
+    values.update(overrides)
+    return msgspec.convert(values, ServerSettings, from_attributes=True)
+
+
+@pytest_asyncio.fixture
+async def memory_store() -> AsyncIterator[MemoryStorage]:
+    async with MemoryStorage() as store:
+        yield store
+
+
+@pytest_asyncio.fixture
+async def audit_sink() -> MemoryAuditSink:
+    return MemoryAuditSink()
+
+
+@pytest_asyncio.fixture
+async def client(
+    memory_store: MemoryStorage, audit_sink: MemoryAuditSink
+) -> AsyncIterator[AsyncTestClient[Litestar]]:
+    app = create_app(node_settings(), storage=memory_store, audit_sinks=[audit_sink])
+    async with AsyncTestClient(app=app) as test_client:
+        yield test_client

@@ -1,0 +1,127 @@
+"""Builds the Litestar application of a node: API, web UI, OpenAPI, and the node's worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+from litestar import Litestar
+from litestar.openapi.config import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.static_files import create_static_files_router
+from litestar.template.config import TemplateConfig
+
+import rdq.metrics  # noqa: F401 - registers the metrics /metrics serves
+from rdq._app import App
+from rdq._plugins.manager import open_storage
+from rdq._worker import Worker
+from rdq.audit import AuditSink
+from rdq.callbacks import HttpCallbackInvoker
+from rdq.errors import ConfigError
+from rdq.server._api import api_handlers, principal_guard
+from rdq.server._errors import exception_handlers
+from rdq.server._node import Node
+from rdq.server._settings import ServerSettings
+from rdq.server._ui import ui_router
+from rdq.spi import Storage
+
+__all__ = ["create_app"]
+
+_HERE = Path(__file__).parent
+_log = structlog.get_logger("rdq.server")
+
+
+def create_app(
+    settings: ServerSettings,
+    *,
+    storage: Storage | None = None,
+    engine_app: App | None = None,
+    audit_sinks: Sequence[AuditSink] = (),
+) -> Litestar:
+    """The ASGI app of a node.
+
+    ``storage`` is used as given (already connected, and left open) if passed; otherwise the
+    node opens ``settings.storage`` at startup and closes it at shutdown. When
+    ``settings.work`` is set the node also runs an :class:`rdq.Worker` on
+    ``settings.queues``, with HTTP callbacks registered for ``http``/``https`` handler refs
+    on ``engine_app`` (a fresh :class:`rdq.App` if not given). Raises ``ConfigError`` when no
+    token is configured."""
+    if not settings.tokens:
+        raise ConfigError(
+            "configure at least one token (--token, RDQ_SERVER_TOKENS or [[server.tokens]])",
+            key="server.tokens",
+        )
+    if storage is None and not settings.storage:
+        raise ConfigError("no storage URL (--storage or RDQ_STORAGE_URL)", key="server.storage")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            store = storage
+            if store is None:
+                assert settings.storage is not None
+                store = await stack.enter_async_context(open_storage(settings.storage))
+            if settings.migrate:
+                await store.migrate()
+            app.state.node = Node(settings, store, audit_sinks=audit_sinks)
+            if settings.work and settings.queues:
+                await stack.enter_async_context(_working(settings, store, engine_app))
+            _log.info("node started", queues=settings.queues, work=settings.work)
+            yield
+        _log.info("node stopped")
+
+    openapi = OpenAPIConfig(
+        title="rdq",
+        version="1",
+        description="The HTTP API of an rdq server node.",
+        path="/schema",
+        render_plugins=[JsonRenderPlugin(), SwaggerRenderPlugin()],
+        components=Components(
+            security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}
+        ),
+        security=[{"bearer": []}],
+    )
+    static = create_static_files_router(
+        path="/ui/static", directories=[_HERE / "static"], include_in_schema=False
+    )
+    return Litestar(
+        route_handlers=[*api_handlers, ui_router, static],
+        guards=[principal_guard],
+        exception_handlers=exception_handlers,
+        openapi_config=openapi,
+        template_config=TemplateConfig(directory=_HERE / "templates", engine=JinjaTemplateEngine),
+        request_max_body_size=settings.max_body_bytes,
+        lifespan=[lifespan],
+        logging_config=None,
+    )
+
+
+@contextlib.asynccontextmanager
+async def _working(
+    settings: ServerSettings, storage: Storage, engine_app: App | None
+) -> AsyncIterator[Worker]:
+    """Run a worker on the node's queues until the block exits, then stop it gracefully."""
+    app = engine_app or App()
+    invoker = HttpCallbackInvoker(settings.callbacks)
+    app.register_scheme("http", invoker)
+    app.register_scheme("https", invoker)
+    worker = Worker(app, storage, queues=settings.queues)
+    task = asyncio.create_task(worker.run(), name="rdq-server-worker")
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await invoker.aclose()
+
+
+def state_node(app: Any) -> Node:
+    node: Node = app.state.node
+    return node

@@ -1,0 +1,141 @@
+"""One error shape for every API failure: ``{"error": {"code", "message", "field"}}``.
+
+=========================  ======  ====================================================
+code                       status  when
+=========================  ======  ====================================================
+``malformed_json``         400     the body is not JSON
+``stale_cursor``           400     a DLQ cursor is malformed or from another queue/filter
+``unauthorized``           401     no valid bearer token (``WWW-Authenticate: Bearer``)
+``forbidden``              403     the token lacks the right the endpoint needs
+``not_found``              404     no such task, or no such route
+``method_not_allowed``     405
+``id_conflict``            409     the task id exists in another queue
+``payload_too_large``      413     the body exceeds the node's ``max_body_bytes``
+``validation_error``       422     a field is missing, of the wrong type or out of range
+``storage_unavailable``    503     the storage cannot be reached (retry later)
+``internal_error``         500     anything else (details are logged, not returned)
+=========================  ======  ====================================================
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+import structlog
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+from rdq.errors import (
+    IDConflict,
+    NotFound,
+    RdqError,
+    StaleCursor,
+    StorageUnavailable,
+    ValidationError,
+)
+
+__all__ = ["ApiError", "ErrorBody", "ErrorDetail", "error_response", "exception_handlers"]
+
+_log = structlog.get_logger("rdq.server")
+_MISSING = re.compile(r"missing required field `([^`]+)`")
+
+
+class ErrorDetail(msgspec.Struct, kw_only=True):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(msgspec.Struct, kw_only=True):
+    error: ErrorDetail
+
+
+class ApiError(Exception):
+    """An error the API answers with as it is."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        super().__init__(message)
+
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "too_many_requests",
+}
+
+
+def error_response(status: int, code: str, message: str, field: str | None = None) -> Response[Any]:
+    headers = {"WWW-Authenticate": 'Bearer realm="rdq"'} if status == 401 else None
+    body = ErrorBody(error=ErrorDetail(code=code, message=message, field=field))
+    return Response(content=body, status_code=status, headers=headers)
+
+
+def to_api_error(exc: Exception) -> ApiError:
+    """The API error for any exception a handler raised."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, ValidationError):
+        return ApiError(422, "validation_error", exc.message, exc.field)
+    if isinstance(exc, NotFound):
+        return ApiError(404, "not_found", str(exc))
+    if isinstance(exc, IDConflict):
+        return ApiError(409, "id_conflict", str(exc), "id")
+    if isinstance(exc, StaleCursor):
+        return ApiError(400, "stale_cursor", str(exc), "cursor")
+    if isinstance(exc, StorageUnavailable):
+        return ApiError(503, "storage_unavailable", "the storage is unavailable; retry later")
+    if isinstance(exc, ValidationException):
+        field, message = _litestar_field(exc)
+        return ApiError(422, "validation_error", message, field)
+    if isinstance(exc, HTTPException):
+        status = exc.status_code
+        if status >= 500:
+            return ApiError(500, "internal_error", "internal error")
+        if status == 400 and "body exceeded" in str(exc.detail).lower():
+            status = 413
+        code = _HTTP_CODES.get(status, "bad_request")
+        if status == 400 and "json is malformed" in str(exc.detail).lower():
+            code = "malformed_json"
+        return ApiError(status, code, str(exc.detail))
+    if isinstance(exc, RdqError):
+        _log.error("storage error", error=str(exc), error_type=type(exc).__name__)
+        return ApiError(500, "internal_error", "internal error")
+    _log.exception("unhandled error")
+    return ApiError(500, "internal_error", "internal error")
+
+
+def _litestar_field(exc: ValidationException) -> tuple[str | None, str]:
+    extra = exc.extra
+    if isinstance(extra, list) and extra and isinstance(extra[0], dict):
+        first = extra[0]
+        key = first.get("key")
+        message = str(first.get("message") or exc.detail)
+        field = "body" if key == "data" else (str(key) if key else None)
+        missing = _MISSING.search(message)
+        if field == "body" and missing is not None:
+            field = missing.group(1)
+        if field is not None:
+            field = field.replace("[...]", "")
+        return field, message
+    return None, str(exc.detail)
+
+
+def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    error = to_api_error(exc)
+    return error_response(error.status, error.code, error.message, error.field)
+
+
+exception_handlers: dict[type[Exception] | int, Any] = {Exception: handle}

@@ -1,0 +1,194 @@
+"""Server node settings: from a TOML file, environment variables and command-line flags.
+
+A TOML file holds a ``[server]`` table (everything below), and may also hold the engine's
+``[defaults]`` and ``[queues.NAME]`` tables for the queues the node works::
+
+    [server]
+    storage = "postgresql://rdq@db/rdq"
+    queues = ["webhooks"]                 # queues this node works (and lists)
+    audit_log = "/var/log/rdq/audit.jsonl"
+    open_metrics = false                  # /metrics needs a token with "read"
+
+    [[server.tokens]]
+    owner = "alice"
+    rights = ["read", "submit", "admin"]
+    token_env = "RDQ_TOKEN_ALICE"         # or token = "…", or sha256 = "<hex of the token>"
+
+    [server.callbacks]
+    allow_hosts = ["hooks.example.com", "*.internal.example.com"]
+    allow_networks = []                   # e.g. ["10.1.0.0/16"] to allow private addresses
+    secrets_env = "RDQ_CALLBACK_SECRET"   # or secrets = ["…"]
+    timeout = 10.0
+    queue_timeouts = { slow-hooks = 60.0 }
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from rdq.callbacks import CallbackSettings
+from rdq.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "RIGHTS",
+    "ServerSettings",
+    "TokenSpec",
+    "load_settings",
+    "parse_token_flag",
+]
+
+Right = Literal["read", "submit", "admin"]
+RIGHTS: tuple[Right, ...] = ("read", "submit", "admin")
+DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
+"""Largest request body the API accepts (a 1 MiB payload plus room for the rest)."""
+
+
+class TokenSpec(msgspec.Struct, kw_only=True, frozen=True):
+    """One bearer token: its owner (named in audit records) and its rights. The token itself
+    is given as ``token``, as the name of an environment variable ``token_env``, or only by
+    its SHA-256 hex digest ``sha256`` (so the config file holds no secret)."""
+
+    owner: str
+    rights: list[Right]
+    token: str | None = None
+    token_env: str | None = None
+    sha256: str | None = None
+
+    def digest(self, where: str) -> bytes:
+        """The SHA-256 digest of the token. Raises ``ConfigError`` naming ``where``."""
+        given = [x for x in (self.token, self.token_env, self.sha256) if x is not None]
+        if len(given) != 1:
+            raise ConfigError("give exactly one of token, token_env, sha256", key=where)
+        if self.sha256 is not None:
+            try:
+                raw = bytes.fromhex(self.sha256)
+            except ValueError:
+                raw = b""
+            if len(raw) != 32:
+                raise ConfigError("must be 64 hex digits", key=f"{where}.sha256")
+            return raw
+        token = self.token
+        if self.token_env is not None:
+            token = os.environ.get(self.token_env)
+            if not token:
+                raise ConfigError(
+                    f"environment variable {self.token_env} is not set", key=f"{where}.token_env"
+                )
+        assert token is not None
+        if len(token) < 16:
+            raise ConfigError("tokens must be at least 16 characters", key=f"{where}.token")
+        return hashlib.sha256(token.encode()).digest()
+
+
+class ServerSettings(msgspec.Struct, kw_only=True, frozen=True):
+    """Everything a node needs besides the engine's queue configs."""
+
+    storage: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    tokens: list[TokenSpec] = []
+    queues: list[str] = msgspec.field(default_factory=lambda: ["default"])
+    """Queues this node works (runs their tasks' handlers and callbacks) and lists."""
+    work: bool = True
+    """Run a worker beside the API."""
+    migrate: bool = False
+    """Create or upgrade the storage schema at start."""
+    open_health: bool = True
+    """``/healthz`` and ``/readyz`` answer without a token."""
+    open_metrics: bool = False
+    """``/metrics`` answers without a token (else it needs ``read``)."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    audit_log: str | None = None
+    """A JSON-lines file every redrive and purge is appended to."""
+    secure_cookies: bool = False
+    """Mark the UI session cookie ``Secure`` (set it when the node is served over HTTPS)."""
+    session_hours: float = 8.0
+    callbacks: CallbackSettings = CallbackSettings()
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ConfigError("must be between 1 and 65535", key="server.port")
+        if not 1024 <= self.max_body_bytes <= 64 * 1024 * 1024:
+            raise ConfigError("must be between 1 KiB and 64 MiB", key="server.max_body_bytes")
+        if self.session_hours <= 0:
+            raise ConfigError("must be greater than zero", key="server.session_hours")
+
+
+def parse_token_flag(value: str) -> TokenSpec:
+    """``OWNER:RIGHTS:TOKEN`` with rights joined by ``+`` (``alice:read+admin:s3cr…``)."""
+    owner, sep, rest = value.partition(":")
+    rights_text, sep2, token = rest.partition(":")
+    if not (sep and sep2 and owner and token):
+        raise ConfigError("expected OWNER:RIGHTS:TOKEN (rights joined by +)", key="token")
+    rights = [r.strip() for r in rights_text.split("+") if r.strip()]
+    bad = [r for r in rights if r not in RIGHTS]
+    if bad or not rights:
+        raise ConfigError(f"rights must be among {', '.join(RIGHTS)}", key=f"token {owner}")
+    return TokenSpec(owner=owner, rights=rights, token=token)  # type: ignore[arg-type]
+
+
+def load_settings(
+    config_path: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[ServerSettings, dict[str, Any]]:
+    """Settings from the TOML file, then ``RDQ_*`` environment variables, then ``overrides``
+    (command-line flags; ``None`` values are ignored). Returns the settings and the engine
+    part of the file (``defaults``/``queues`` tables) for ``App.configure``.
+
+    Environment: ``RDQ_STORAGE_URL``, ``RDQ_SERVER_TOKENS`` (space-separated
+    ``OWNER:RIGHTS:TOKEN``), ``RDQ_CALLBACK_SECRET``, ``RDQ_AUDIT_LOG``.
+    Raises ``ConfigError`` naming the key."""
+    env = dict(os.environ) if env is None else env
+    data: dict[str, Any] = {}
+    engine: dict[str, Any] = {}
+    if config_path is not None:
+        try:
+            document = tomllib.loads(Path(config_path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read {config_path}: {exc}", key="config") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{config_path} is not valid TOML: {exc}", key="config") from None
+        data = dict(document.get("server") or {})
+        engine = {k: v for k, v in document.items() if k in ("defaults", "queues")}
+    callbacks = dict(data.pop("callbacks", None) or {})
+    secrets_env = callbacks.pop("secrets_env", None)
+    if secrets_env:
+        secret = env.get(secrets_env)
+        if not secret:
+            raise ConfigError(f"environment variable {secrets_env} is not set", "callbacks")
+        callbacks["secrets"] = [secret, *callbacks.get("secrets", [])]
+    if "RDQ_STORAGE_URL" in env and "storage" not in data:
+        data["storage"] = env["RDQ_STORAGE_URL"]
+    if env.get("RDQ_AUDIT_LOG") and "audit_log" not in data:
+        data["audit_log"] = env["RDQ_AUDIT_LOG"]
+    if env.get("RDQ_CALLBACK_SECRET") and not callbacks.get("secrets"):
+        callbacks["secrets"] = [env["RDQ_CALLBACK_SECRET"]]
+    tokens = [
+        msgspec.to_builtins(parse_token_flag(t)) for t in env.get("RDQ_SERVER_TOKENS", "").split()
+    ]
+    data["tokens"] = list(data.get("tokens") or []) + tokens
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key.startswith("callbacks."):
+            callbacks[key.removeprefix("callbacks.")] = value
+        elif key == "tokens":
+            data["tokens"] = data["tokens"] + [msgspec.to_builtins(t) for t in value]
+        else:
+            data[key] = value
+    data["callbacks"] = callbacks
+    try:
+        settings = msgspec.convert(data, ServerSettings)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(str(exc), key="server") from None
+    for i, spec in enumerate(settings.tokens):
+        spec.digest(f"server.tokens[{i}]")
+    return settings, engine
