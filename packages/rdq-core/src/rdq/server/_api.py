@@ -232,13 +232,21 @@ async def queue_stats(request: Request[Any, Any, Any], queue: QueuePath) -> Stat
 async def list_dlq(
     request: Request[Any, Any, Any],
     queue: QueuePath,
-    error_type: Annotated[str | None, Parameter(max_length=1024)] = None,
-    handler_ref: Annotated[str | None, Parameter(max_length=limits.MAX_HANDLER_REF_LENGTH)] = None,
-    dead_lettered_after: datetime | None = None,
-    dead_lettered_before: datetime | None = None,
-    limit: Annotated[int, Parameter(ge=1, le=limits.MAX_LIMIT)] = 50,
-    cursor: Annotated[str | None, Parameter(max_length=4096)] = None,
-    include_attempts: bool = False,
+    error_type: Annotated[str | None, QueryParameter(max_length=1024)] = None,
+    handler_ref: Annotated[
+        str | None, QueryParameter(max_length=limits.MAX_HANDLER_REF_LENGTH)
+    ] = None,
+    dead_lettered_after: Annotated[
+        datetime | None, QueryParameter(description="RFC 3339 with offset; inclusive")
+    ] = None,
+    dead_lettered_before: Annotated[
+        datetime | None, QueryParameter(description="RFC 3339 with offset; exclusive")
+    ] = None,
+    limit: Annotated[int, QueryParameter(ge=1, le=limits.MAX_LIMIT)] = 50,
+    cursor: Annotated[str | None, QueryParameter(max_length=4096)] = None,
+    include_attempts: Annotated[
+        bool, QueryParameter(description="Include every attempt record")
+    ] = False,
 ) -> DLQPage:
     node = _node(request)
     dlq_filter = _filter(error_type, handler_ref, dead_lettered_after, dead_lettered_before)
