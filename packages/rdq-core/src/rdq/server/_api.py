@@ -12,7 +12,7 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import JSONBody, PathParameter
+from litestar.params import JSONBody, PathParameter, QueryParameter
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from rdq.callbacks import CallbackBlocked, check_callback_url, is_callback_ref
