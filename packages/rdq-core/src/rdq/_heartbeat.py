@@ -31,11 +31,13 @@ async def heartbeat_loop(
     runs: Callable[[], Iterable[Run]],
     worker_id: str,
     log: Any,
+    shortest_lease: Callable[[], float],
 ) -> None:
-    """Renew due leases forever (cancel the task to stop it)."""
+    """Renew due leases forever (cancel the task to stop it). ``shortest_lease()`` is the
+    shortest lease a new claim may get, so a fresh claim is never missed for long."""
     while True:
         now = time.monotonic()
-        tick = MAX_TICK
+        tick = min(MAX_TICK, shortest_lease() / 6.0)
         due: list[Run] = []
         for run in runs():
             if run.done or run.lost:

@@ -71,7 +71,7 @@ class HandlerThreads:
         """Stop waiting for ``call`` (its handler overran). Its thread exits when the handler
         returns, if ever; another thread may start in its place now."""
         with self._lock:
-            if call.abandoned or call.future.done():
+            if call.abandoned:
                 return
             call.abandoned = True
             self._counted -= 1

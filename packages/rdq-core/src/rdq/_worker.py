@@ -166,7 +166,12 @@ class Worker:
         background = [
             asyncio.create_task(
                 heartbeat_loop(
-                    self.storage, self.clock, self._runs.values, self.worker_id, self.log
+                    self.storage,
+                    self.clock,
+                    self._runs.values,
+                    self.worker_id,
+                    self.log,
+                    lambda: min(self.app.queue_config(q).lease for q in self.queues),
                 ),
                 name="rdq-heartbeat",
             )

@@ -162,7 +162,7 @@ def resolve(config: QueueConfig, override: RetryOverride | None) -> QueueConfig:
     base = _seconds_or(override.base, backoff.base)
     cap = _seconds_or(override.cap, backoff.cap)
     if kind is BackoffKind.FIXED and override.cap is None:
-        cap = max(cap, base)
+        cap = base
     if cap < base:
         cap = base
     new_backoff = Backoff(kind, base, cap)

@@ -1,0 +1,89 @@
+"""Fixtures for the engine tests: a store per backend, unique queue names, a running worker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+import rdq
+from rdq.spi import Envelope, Status, Storage
+
+BACKENDS = ["memory", "postgres"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def storage_url(backend: str, request: pytest.FixtureRequest) -> str:
+    if backend == "memory":
+        return f"memory://engine-{uuid.uuid4().hex}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest_asyncio.fixture
+async def storage(storage_url: str) -> AsyncIterator[Storage]:
+    async with rdq.open_storage(storage_url) as store:
+        await store.migrate()
+        yield store
+
+
+@pytest.fixture
+def queue() -> str:
+    """A queue name of its own, so tests sharing a database never see each other's tasks."""
+    return f"q-{uuid.uuid4().hex[:12]}"
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], timeout: float = 30.0, interval: float = 0.05
+) -> None:
+    """Poll ``check`` until it is true; fail after ``timeout`` seconds (generous on purpose)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if await check():
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+async def wait_status(
+    storage: Storage, task_id: str, status: Status, timeout: float = 30.0
+) -> Envelope:
+    """Wait until the task has ``status``; return it with its history."""
+    found: list[Envelope] = []
+
+    async def check() -> bool:
+        task = await storage.get(task_id)
+        found[:] = [task]
+        return task.status == status
+
+    await eventually(check, timeout)
+    return found[0]
+
+
+@asynccontextmanager
+async def running(worker: rdq.Worker) -> AsyncIterator[rdq.Worker]:
+    """Run ``worker`` in the background for the duration of the block, then stop it."""
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 60)
+
+
+def fast_worker(app: rdq.App, storage: Storage, **kwargs: Any) -> rdq.Worker:
+    kwargs.setdefault("grace_period", 5.0)
+    kwargs.setdefault("poll_max", 0.2)
+    kwargs.setdefault("maintenance", False)
+    return rdq.Worker(app, storage, **kwargs)

@@ -1,0 +1,336 @@
+"""End to end on each backend: handlers run and every outcome lands where SPEC §5 says."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import msgspec
+import pytest
+
+import rdq
+from rdq.policy import backoff_bounds
+from rdq.spi import DLQFilter, Outcome, Page, RetryOverride, Selector, Status
+
+from .conftest import fast_worker, running, wait_status
+
+pytestmark = pytest.mark.asyncio
+
+
+class Order(msgspec.Struct):
+    order_id: int
+    amount: float
+
+
+def gaps(task):
+    """Seconds between each attempt's finish and the next one's start, by storage times."""
+    return [
+        (later.started_at - earlier.finished_at).total_seconds()
+        for earlier, later in zip(task.attempts, task.attempts[1:], strict=False)
+    ]
+
+
+async def test_flaky_handler_succeeds_on_attempt_3_with_backoff_in_bounds(storage, queue):
+    app = rdq.App()
+    backoff = rdq.Backoff.exponential(base=0.2, cap=0.3)
+    app.queue(queue, max_attempts=5, backoff=backoff)
+
+    @app.handler("flaky", queue=queue)
+    async def flaky(payload: dict, ctx: rdq.TaskContext) -> None:
+        if ctx.attempt < 3:
+            raise ConnectionError(f"upstream refused (attempt {ctx.attempt})")
+
+    client = rdq.Client(storage, app)
+    sub = await client.submit("flaky", {"order": 1})
+    async with running(fast_worker(app, storage)) as worker:
+        task = await wait_status(storage, sub.id, Status.SUCCEEDED)
+    assert [a.outcome for a in task.attempts] == [Outcome.FAILED, Outcome.FAILED, Outcome.SUCCEEDED]
+    assert [a.number for a in task.attempts] == [1, 2, 3]
+    assert task.attempts[0].error_type == "ConnectionError"
+    assert task.attempts[0].error_message == "upstream refused (attempt 1)"
+    assert {a.worker_id for a in task.attempts} == {worker.worker_id}
+    for n, gap in enumerate(gaps(task), start=1):
+        low, high = backoff_bounds(backoff, n)
+        assert low - 0.05 <= gap <= high + 5.0  # upper slack: polling on a loaded machine
+
+
+async def test_fixed_backoff_waits_at_least_the_delay_by_the_storage_clock(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=3, backoff=rdq.Backoff.fixed(0.4))
+
+    @app.handler("fails", queue=queue)
+    def fails(payload: object) -> None:
+        raise RuntimeError("nope")
+
+    sub = await rdq.Client(storage, app).submit("fails")
+    async with running(fast_worker(app, storage)):
+        task = await wait_status(storage, sub.id, Status.DEAD)
+    assert len(task.attempts) == 3
+    assert all(0.4 - 0.05 <= gap for gap in gaps(task)), gaps(task)
+    assert task.dead_lettered_at is not None
+
+
+async def test_exhaustion_lands_in_dlq_then_redrive_succeeds_with_history(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=2, backoff=rdq.Backoff.fixed(0.05))
+    broken = threading.Event()
+    broken.set()
+
+    class PaymentDeclined(Exception):
+        pass
+
+    @app.handler("charge", queue=queue)
+    def charge(payload: dict) -> None:
+        if broken.is_set():
+            raise PaymentDeclined(f"card {payload['card']} declined")
+
+    client = rdq.Client(storage, app)
+    sub = await client.submit("charge", {"card": "4242"}, id="order-77")
+    async with running(fast_worker(app, storage)):
+        dead = await wait_status(storage, sub.id, Status.DEAD)
+        assert [a.outcome for a in dead.attempts] == [Outcome.FAILED, Outcome.FAILED]
+        error_type = dead.attempts[-1].error_type
+        assert error_type is not None
+        assert error_type.endswith("PaymentDeclined")
+        listed, _ = await storage.dlq_list(queue, DLQFilter(error_type=error_type), Page())
+        assert [t.id for t in listed] == ["order-77"]
+        broken.clear()  # "fix" the handler
+        assert await storage.redrive(queue, Selector.by_ids("order-77")) == 1
+        done = await wait_status(storage, sub.id, Status.SUCCEEDED)
+    assert done.redrive_count == 1
+    assert [a.outcome for a in done.attempts] == [Outcome.FAILED, Outcome.FAILED, Outcome.SUCCEEDED]
+
+
+async def test_permanent_and_non_retryable_dead_letter_on_first_attempt(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=5, non_retryable=[LookupError])
+
+    @app.handler("perm", queue=queue)
+    async def perm(payload: object) -> None:
+        try:
+            int("abc")
+        except ValueError as exc:
+            raise rdq.Permanent("customer record is corrupt") from exc
+
+    @app.handler("lookup", queue=queue)
+    async def lookup(payload: object) -> None:
+        raise KeyError("customer 42")
+
+    client = rdq.Client(storage, app)
+    a = await client.submit("perm")
+    b = await client.submit("lookup")
+    async with running(fast_worker(app, storage)):
+        ta = await wait_status(storage, a.id, Status.DEAD)
+        tb = await wait_status(storage, b.id, Status.DEAD)
+    assert [(x.outcome, x.error_type) for x in ta.attempts] == [(Outcome.PERMANENT, "ValueError")]
+    assert ta.attempts[0].error_message == "customer record is corrupt"
+    assert [(x.outcome, x.error_type) for x in tb.attempts] == [(Outcome.PERMANENT, "KeyError")]
+
+
+async def test_retry_after_delays_the_retry(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=3, backoff=rdq.Backoff.fixed(0))
+
+    @app.handler("limited", queue=queue)
+    async def limited(payload: object, ctx: rdq.TaskContext) -> None:
+        if ctx.attempt == 1:
+            raise rdq.RetryAfter(0.5, "rate limited")
+
+    sub = await rdq.Client(storage, app).submit("limited")
+    async with running(fast_worker(app, storage)):
+        task = await wait_status(storage, sub.id, Status.SUCCEEDED)
+    assert task.attempts[0].error_type == "rdq.RetryAfter"
+    assert task.attempts[0].error_message == "rate limited"
+    assert gaps(task)[0] >= 0.45
+
+
+async def test_timeouts_async_cancelled_sync_fenced_off_worker_keeps_going(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=1, timeout=0.3, concurrency=1)
+    release = threading.Event()
+    cancelled = asyncio.Event()
+
+    @app.handler("slow_async", queue=queue)
+    async def slow_async(payload: object) -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    @app.handler("hangs", queue=queue)
+    def hangs(payload: object) -> str:
+        release.wait(60)  # a sync handler that will not return in time
+        return "too late"
+
+    @app.handler("quick", queue=queue)
+    def quick(payload: object) -> None:
+        return None
+
+    client = rdq.Client(storage, app)
+    a = await client.submit("slow_async")
+    b = await client.submit("hangs")
+    c = await client.submit("quick", delay=0.2)
+    try:
+        async with running(fast_worker(app, storage)):
+            ta = await wait_status(storage, a.id, Status.DEAD)
+            tb = await wait_status(storage, b.id, Status.DEAD)
+            # concurrency is 1 and a thread still hangs: the worker must still run "quick"
+            await wait_status(storage, c.id, Status.SUCCEEDED)
+    finally:
+        release.set()
+    assert cancelled.is_set()
+    for t in (ta, tb):
+        assert [(x.outcome, x.error_type) for x in t.attempts] == [(Outcome.TIMEOUT, "rdq.Timeout")]
+
+
+async def test_unknown_handler_and_undecodable_payload_go_to_dlq_as_permanent(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=5)
+
+    seen: list[Order] = []
+
+    @app.handler("typed", queue=queue)
+    async def typed(order: Order) -> None:
+        seen.append(order)
+
+    client = rdq.Client(storage, app)
+    unknown = await client.submit("no_such_handler", {"x": 1}, queue=queue)
+    not_allowed = await client.submit("os:system", "echo pwned", queue=queue)
+    bad = await client.submit("typed", {"order_id": "not a number"})
+    good = await client.submit("typed", {"order_id": 7, "amount": 9.5})
+    async with running(fast_worker(app, storage)):
+        for sub in (unknown, not_allowed):
+            t = await wait_status(storage, sub.id, Status.DEAD)
+            assert [(x.outcome, x.error_type) for x in t.attempts] == [
+                (Outcome.PERMANENT, "rdq.UnknownHandler")
+            ]
+        t = await wait_status(storage, bad.id, Status.DEAD)
+        assert [(x.outcome, x.error_type) for x in t.attempts] == [
+            (Outcome.PERMANENT, "rdq.UndecodablePayload")
+        ]
+        await wait_status(storage, good.id, Status.SUCCEEDED)
+    assert seen == [Order(7, 9.5)]
+
+
+async def test_bad_return_values_and_thread_killers_never_wedge_the_worker(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=1, concurrency=2)
+
+    @app.handler("weird_result", queue=queue)
+    async def weird_result(payload: object) -> object:
+        return object()  # not serializable: results are not stored, so this is fine
+
+    @app.handler("exits", queue=queue)
+    def exits(payload: object) -> None:
+        raise SystemExit(3)
+
+    @app.handler("interrupts", queue=queue)
+    async def interrupts(payload: object) -> None:
+        raise KeyboardInterrupt
+
+    client = rdq.Client(storage, app)
+    a = await client.submit("weird_result")
+    b = await client.submit("exits")
+    c = await client.submit("interrupts")
+    d = await client.submit("weird_result")
+    async with running(fast_worker(app, storage)):
+        await wait_status(storage, a.id, Status.SUCCEEDED)
+        tb = await wait_status(storage, b.id, Status.DEAD)
+        tc = await wait_status(storage, c.id, Status.DEAD)
+        await wait_status(storage, d.id, Status.SUCCEEDED)
+    assert tb.attempts[0].error_type == "SystemExit"
+    assert tc.attempts[0].error_type == "KeyboardInterrupt"
+
+
+async def test_config_change_applies_to_tasks_already_waiting(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=10, backoff=rdq.Backoff.fixed(0.05))
+
+    @app.handler("always_fails", queue=queue)
+    def always_fails(payload: object) -> None:
+        raise RuntimeError("still broken")
+
+    client = rdq.Client(storage, app)
+    waiting = await client.submit("always_fails")
+    overridden = await client.submit("always_fails", retry=RetryOverride(max_attempts=3))
+    app.queue(queue, max_attempts=1)  # after submission: applies at claim time
+    async with running(fast_worker(app, storage)):
+        t1 = await wait_status(storage, waiting.id, Status.DEAD)
+        t2 = await wait_status(storage, overridden.id, Status.DEAD)
+    assert len(t1.attempts) == 1
+    assert len(t2.attempts) == 3  # the task's own override wins over the queue's config
+
+
+async def test_import_path_handlers_run_when_the_app_allows_their_module(storage, queue):
+    app = rdq.App(import_prefixes=["json"])
+    app.queue(queue, max_attempts=1)
+    client = rdq.Client(storage, app)
+    ok = await client.submit("json:dumps", {"a": 1}, queue=queue)
+    missing = await client.submit("json:no_such_function", None, queue=queue)
+    async with running(fast_worker(app, storage)):
+        await wait_status(storage, ok.id, Status.SUCCEEDED)
+        t = await wait_status(storage, missing.id, Status.DEAD)
+    assert t.attempts[0].error_type == "rdq.UnknownHandler"
+
+
+async def test_scheme_invoker_runs_url_handler_refs(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=2, backoff=rdq.Backoff.fixed(0.05))
+    calls: list[tuple[str, int]] = []
+
+    async def invoke(task: rdq.spi.Envelope, ctx: rdq.TaskContext) -> None:
+        calls.append((task.handler_ref, ctx.attempt))
+        if "gone" in task.handler_ref:
+            raise rdq.Permanent("HTTP 410 Gone")
+        if ctx.attempt == 1:
+            raise rdq.RetryAfter(0.1, "HTTP 503")
+
+    app.register_scheme("https", invoke)
+    client = rdq.Client(storage, app)
+    ok = await client.submit("https://hooks.example.com/ok", {"n": 1}, queue=queue)
+    gone = await client.submit("https://hooks.example.com/gone", {"n": 2}, queue=queue)
+    async with running(fast_worker(app, storage)):
+        t_ok = await wait_status(storage, ok.id, Status.SUCCEEDED)
+        t_gone = await wait_status(storage, gone.id, Status.DEAD)
+    assert [a.outcome for a in t_ok.attempts] == [Outcome.FAILED, Outcome.SUCCEEDED]
+    assert t_gone.attempts[0].outcome == Outcome.PERMANENT
+
+
+async def test_long_handler_keeps_its_lease_by_heartbeat(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=1, lease=0.5, timeout=10)
+
+    @app.handler("long", queue=queue)
+    async def long(payload: object) -> None:
+        await asyncio.sleep(2.0)  # four leases long
+
+    sub = await rdq.Client(storage, app).submit("long")
+    async with running(fast_worker(app, storage)), running(fast_worker(app, storage)):
+        task = await wait_status(storage, sub.id, Status.SUCCEEDED)
+    assert [a.outcome for a in task.attempts] == [Outcome.SUCCEEDED]
+
+
+async def test_many_tasks_drain_with_bounded_concurrency(storage, queue):
+    app = rdq.App()
+    app.queue(queue, concurrency=4)
+    running_now = 0
+    peak = 0
+
+    @app.handler("work", queue=queue)
+    async def work(payload: int) -> None:
+        nonlocal running_now, peak
+        running_now += 1
+        peak = max(peak, running_now)
+        await asyncio.sleep(0.01)
+        running_now -= 1
+
+    client = rdq.Client(storage, app)
+    subs = await client.submit_many([rdq.Submission("work", i) for i in range(60)])
+    assert all(s.created for s in subs)
+    async with running(fast_worker(app, storage)):
+        for sub in subs:
+            await wait_status(storage, sub.id, Status.SUCCEEDED)
+    assert 1 <= peak <= 4
+    time.sleep(0)  # keep the import used on every path
