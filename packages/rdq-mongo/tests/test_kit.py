@@ -1,0 +1,22 @@
+"""The whole compliance kit against the Mongo test server (SecantusDB unless
+``RDQ_TEST_MONGO_URL`` names a real mongod)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from rdq_compliance import StorageSuite
+from rdq_mongo import MongoStorage
+
+
+class TestMongoStorage(StorageSuite):
+    @pytest.fixture
+    def storage_url(self, database_url: str) -> str:
+        return database_url
+
+    @pytest_asyncio.fixture
+    async def storage(self, store: MongoStorage) -> AsyncIterator[MongoStorage]:
+        yield store
