@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import socket
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import msgspec
 import pytest
 import pytest_asyncio
+import uvicorn
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
@@ -153,3 +156,44 @@ async def client(
     app = create_app(node_settings(), storage=memory_store, audit_sinks=[audit_sink])
     async with AsyncTestClient(app=app) as test_client:
         yield test_client
+
+
+# --- a real node over HTTP -------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def running_node(app: Litestar) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn on a free 127.0.0.1 port; yield its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        for _ in range(600):
+            if server.started or task.done():
+                break
+            await asyncio.sleep(0.05)
+        if task.done():
+            task.result()
+        assert server.started, "the node did not start"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, timeout=60)
+        sock.close()
+
+
+async def wait_until(
+    check: Callable[[], Awaitable[bool]], timeout: float = 60.0, what: str = "condition"
+) -> None:
+    """Poll ``check`` until it is true; fail after ``timeout`` seconds (generous: the machine
+    is small and shared)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        if await check():
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)

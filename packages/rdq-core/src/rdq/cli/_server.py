@@ -1,0 +1,150 @@
+"""``rdq server``: run a node (HTTP API, DLQ web UI, and a worker for HTTP callbacks)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+from rdq.errors import ConfigError, RdqError
+
+
+@click.command()
+@click.option(
+    "--storage",
+    "storage_url",
+    envvar="RDQ_STORAGE_URL",
+    metavar="URL",
+    help="Storage URL (env RDQ_STORAGE_URL).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    envvar="RDQ_SERVER_CONFIG",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="TOML file with [server], [defaults], [queues.NAME] tables (env RDQ_SERVER_CONFIG).",
+)
+@click.option("--host", default=None, help="Address to listen on (default 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Port to listen on (default 8080).")
+@click.option(
+    "--token",
+    "tokens",
+    multiple=True,
+    metavar="OWNER:RIGHTS:TOKEN",
+    help="A bearer token, rights joined by + (read, submit, admin). Repeatable. "
+    "Prefer RDQ_SERVER_TOKENS or the config file: flags show in process lists.",
+)
+@click.option("--queue", "queues", multiple=True, help="A queue this node works. Repeatable.")
+@click.option(
+    "--app",
+    "app_ref",
+    metavar="MODULE:ATTR",
+    help="An rdq.App whose handlers and queue configs this node also uses.",
+)
+@click.option("--work/--no-work", default=None, help="Run a worker beside the API (default on).")
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    help="A callback host (or *.domain, or *) that may be called. Repeatable.",
+)
+@click.option(
+    "--allow-network",
+    "allow_networks",
+    multiple=True,
+    metavar="CIDR",
+    help="A non-public network callbacks may reach (e.g. 127.0.0.0/8). Repeatable.",
+)
+@click.option("--callback-timeout", type=float, default=None, help="Seconds per callback.")
+@click.option(
+    "--audit-log",
+    default=None,
+    metavar="FILE",
+    help="Append an audit record of every redrive and purge to this JSON-lines file.",
+)
+@click.option("--migrate", is_flag=True, default=None, help="Create or upgrade the schema first.")
+@click.option(
+    "--open-metrics/--protect-metrics",
+    default=None,
+    help="Serve /metrics without a token (default: protected).",
+)
+@click.option("--log-json/--log-console", default=None, help="Log format (default: by TTY).")
+def server(
+    storage_url: str | None,
+    config_path: str | None,
+    host: str | None,
+    port: int | None,
+    tokens: tuple[str, ...],
+    queues: tuple[str, ...],
+    app_ref: str | None,
+    work: bool | None,
+    allow_hosts: tuple[str, ...],
+    allow_networks: tuple[str, ...],
+    callback_timeout: float | None,
+    audit_log: str | None,
+    migrate: bool | None,
+    open_metrics: bool | None,
+    log_json: bool | None,
+) -> None:
+    """Run an rdq server node: the HTTP API (/v1, OpenAPI at /schema), the DLQ web UI (/ui),
+    /metrics, /healthz, /readyz, and a worker for the node's queues whose HTTP(S) callback
+    tasks it delivers. Start several nodes on one storage to scale out."""
+    try:
+        import uvicorn
+
+        from rdq import logging as rdq_logging
+        from rdq._app import App
+        from rdq.server import create_app, load_settings, parse_token_flag
+    except ModuleNotFoundError as exc:
+        raise click.ClickException(
+            f"the server needs the 'server' extra: pip install 'rdq-core[server]' ({exc})"
+        ) from None
+    try:
+        overrides: dict[str, Any] = {
+            "storage": storage_url,
+            "host": host,
+            "port": port,
+            "tokens": [parse_token_flag(t) for t in tokens] or None,
+            "queues": list(queues) or None,
+            "work": work,
+            "audit_log": audit_log,
+            "migrate": migrate,
+            "open_metrics": open_metrics,
+            "callbacks.allow_hosts": list(allow_hosts) or None,
+            "callbacks.allow_networks": list(allow_networks) or None,
+            "callbacks.timeout": callback_timeout,
+        }
+        settings, engine_config = load_settings(config_path, overrides)
+        engine_app = _load_app(app_ref) if app_ref else App()
+        if engine_config:
+            engine_app.configure(engine_config)
+        rdq_logging.configure(json=log_json)
+        app = create_app(settings, engine_app=engine_app)
+    except RdqError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"rdq server on http://{settings.host}:{settings.port} (UI at /ui)", err=True)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=35,
+    )
+
+
+def _load_app(ref: str) -> Any:
+    from rdq._app import App
+
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise ConfigError("expected MODULE:ATTR", key="app")
+    try:
+        value = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load {ref!r}: {exc}", key="app") from None
+    if not isinstance(value, App):
+        raise ConfigError(f"{ref!r} is not an rdq.App", key="app")
+    return value
