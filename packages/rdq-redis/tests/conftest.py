@@ -38,8 +38,14 @@ async def key_prefix(redis_url: str) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-def storage_url(redis_url: str, key_prefix: str) -> str:
+def redis_storage_url(redis_url: str, key_prefix: str) -> str:
+    """A storage URL for this test's own key prefix (other processes can open it)."""
     return with_prefix(redis_url, key_prefix)
+
+
+@pytest.fixture
+def storage_url(redis_storage_url: str) -> str:
+    return redis_storage_url
 
 
 @pytest_asyncio.fixture

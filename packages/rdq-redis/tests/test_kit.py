@@ -1,0 +1,24 @@
+"""The whole compliance kit against a real Redis, each test under a key prefix of its own."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from rdq import open_storage
+from rdq.spi import Storage
+from rdq_compliance import StorageSuite
+
+
+class TestRedisCompliance(StorageSuite):
+    @pytest.fixture
+    def storage_url(self, redis_storage_url: str) -> str:
+        return redis_storage_url
+
+    @pytest_asyncio.fixture
+    async def storage(self, storage_url: str) -> AsyncIterator[Storage]:
+        async with open_storage(storage_url) as store:
+            await store.migrate()
+            yield store
