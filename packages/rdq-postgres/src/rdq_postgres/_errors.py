@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 import asyncpg
+import asyncpg.exceptions
 
 from rdq.errors import RdqError, StorageError, StorageUnavailable
 
@@ -23,6 +24,9 @@ def is_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, asyncpg.PostgresError):
         state = exc.sqlstate or ""
         return state.startswith(_UNAVAILABLE_STATES)
+    if isinstance(exc, asyncpg.exceptions.InternalClientError):
+        # The protocol state of a connection cut mid-operation ("cannot switch to state").
+        return True
     if isinstance(exc, asyncpg.InterfaceError):
         text = str(exc).lower()
         return "closed" in text or ("connection" in text and "lost" in text)
@@ -47,7 +51,9 @@ def translate(endpoint: str, on_lost: Callable[[], None] | None = None) -> Itera
         if is_unavailable(exc):
             if on_lost is not None:
                 on_lost()
-            raise StorageUnavailable(f"PostgreSQL at {endpoint} is unavailable: {_reason(exc)}")
+            raise StorageUnavailable(
+                f"PostgreSQL at {endpoint} is unavailable: {_reason(exc)}"
+            ) from None
         if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
-            raise StorageError(f"PostgreSQL at {endpoint}: {_reason(exc)}")
+            raise StorageError(f"PostgreSQL at {endpoint}: {_reason(exc)}") from None
         raise
