@@ -1,0 +1,125 @@
+"""Submitting tasks: ids, idempotency, delays, headers, batches and the blocking client."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+
+import rdq
+from rdq.spi import RetryOverride, Status
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_submit_stores_the_envelope_fields(storage, queue):
+    app = rdq.App()
+
+    @app.handler("send_email", queue=queue)
+    async def send_email(payload: dict) -> None: ...
+
+    client = rdq.Client(storage, app)
+    sub = await client.submit(
+        send_email,  # a registered function stands for its name
+        {"to": "ada@example.com"},
+        headers={"trace-id": "abc"},
+        retry=RetryOverride(max_attempts=2),
+    )
+    assert sub.created and sub.queue == queue
+    task = await client.get(sub.id)
+    assert task.handler_ref == "send_email"
+    assert task.payload == {"to": "ada@example.com"}
+    assert task.headers == {"trace-id": "abc"}
+    assert task.retry == RetryOverride(max_attempts=2)
+    assert task.status == Status.PENDING
+
+
+async def test_client_chosen_id_is_idempotent_and_conflicts_across_queues(storage, queue):
+    client = rdq.Client(storage)
+    task_id = f"order-{uuid.uuid4().hex}"
+    first = await client.submit("job", 1, queue=queue, id=task_id)
+    again = await client.submit("job", 2, queue=queue, id=task_id)
+    assert (first.created, again.created) == (True, False)
+    assert (await client.get(task_id)).payload == 1
+    with pytest.raises(rdq.IDConflict):
+        await client.submit("job", 3, queue=queue + "-other", id=task_id)
+
+
+async def test_delay_is_applied_by_the_storage_clock(storage, queue):
+    client = rdq.Client(storage)
+    sub = await client.submit("job", queue=queue, delay=timedelta(hours=1))
+    task = await client.get(sub.id)
+    assert task.next_attempt_at is not None and task.created_at is not None
+    waited = task.next_attempt_at - task.created_at
+    assert timedelta(minutes=59) < waited <= timedelta(hours=1, seconds=1)
+    assert await storage.claim_due(queue, 10, timedelta(seconds=5)) == []
+
+
+async def test_submit_many_keeps_order_and_idempotency(storage, queue):
+    client = rdq.Client(storage)
+    ids = [f"t-{uuid.uuid4().hex}" for _ in range(5)]
+    subs = await client.submit_many(
+        [rdq.Submission("job", i, queue=queue, id=ids[i], delay=i % 2) for i in range(5)]
+    )
+    assert [s.id for s in subs] == ids
+    assert all(s.created for s in subs)
+    again = await client.submit_many([rdq.Submission("job", 0, queue=queue, id=ids[0])])
+    assert again[0].created is False
+    assert (await client.get(ids[3])).payload == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"id": ""}, "id"),
+        ({"id": "has space"}, "id"),
+        ({"queue": "bad queue"}, "queue"),
+        ({"headers": {"x": 1}}, "headers.x"),
+        ({"delay": -1}, "delay"),
+        ({"delay": "soon"}, "delay"),
+        ({"payload": object()}, "payload"),
+    ],
+)
+async def test_bad_submissions_raise_validation_error_naming_the_field(storage, kwargs, field):
+    client = rdq.Client(storage)
+    kwargs = dict(kwargs)
+    payload = kwargs.pop("payload", None)
+    kwargs.setdefault("queue", "q")
+    with pytest.raises(rdq.ValidationError) as info:
+        await client.submit("job", payload, **kwargs)
+    assert info.value.field == field
+
+
+async def test_submit_many_validates_everything_before_storing(storage, queue):
+    client = rdq.Client(storage)
+    good_id = f"t-{uuid.uuid4().hex}"
+    with pytest.raises(rdq.ValidationError):
+        await client.submit_many(
+            [rdq.Submission("job", 1, queue=queue, id=good_id), rdq.Submission("job", id="")]
+        )
+    with pytest.raises(rdq.NotFound):
+        await client.get(good_id)
+
+
+def test_sync_client_has_the_same_semantics(storage_url, queue):
+    if storage_url.startswith("memory://"):
+        pytest.skip("a named memory store is per process and per loop; covered on postgres")
+    with rdq.SyncClient(storage_url) as client:
+        sub = client.submit("job", {"n": 1}, queue=queue, id=f"sync-{uuid.uuid4().hex}")
+        assert sub.created
+        assert client.submit("job", {"n": 2}, queue=queue, id=sub.id).created is False
+        assert client.get(sub.id).payload == {"n": 1}
+        with pytest.raises(rdq.ValidationError):
+            client.submit("job", queue="bad queue")
+        assert [s.created for s in client.submit_many([rdq.Submission("job", queue=queue)])] == [
+            True
+        ]
+
+
+def test_sync_client_on_memory():
+    with rdq.SyncClient("memory://") as client:
+        sub = client.submit("job", [1, 2], queue="default")
+        assert client.get(sub.id).payload == [1, 2]
+    with pytest.raises(rdq.ConfigError):
+        rdq.SyncClient("nosuchscheme://x")

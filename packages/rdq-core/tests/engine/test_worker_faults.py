@@ -1,0 +1,212 @@
+"""Faults: a skewed local clock, storage outages, stale claims, shutdown and signals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from rdq_memory import MemoryStorage
+
+import rdq
+from rdq import metrics
+from rdq.spi import Outcome, Status, Storage
+
+from .conftest import fast_worker, running, wait_status
+
+pytestmark = pytest.mark.asyncio
+
+
+def skewed(offset: timedelta) -> Callable[[], datetime]:
+    return lambda: datetime.now(UTC) + offset
+
+
+@pytest.mark.parametrize("offset", [timedelta(hours=1), timedelta(hours=-1)])
+async def test_retries_follow_the_storage_clock_not_the_local_one(offset: timedelta):
+    """The store's clock is an hour away from the worker's: retries still keep their backoff
+    (not due at once, not an hour late)."""
+    app = rdq.App()
+    app.queue("skew", max_attempts=5, backoff=rdq.Backoff.fixed(0.4))
+
+    @app.handler("flaky", queue="skew")
+    async def flaky(payload: object, ctx: rdq.TaskContext) -> None:
+        if ctx.attempt < 3:
+            raise RuntimeError("not yet")
+
+    async with MemoryStorage(clock=skewed(offset)) as storage:
+        sub = await rdq.Client(storage, app).submit("flaky")
+        async with running(fast_worker(app, storage)):
+            task = await wait_status(storage, sub.id, Status.SUCCEEDED, timeout=30)
+    attempts = task.attempts
+    assert [a.outcome for a in attempts] == [Outcome.FAILED, Outcome.FAILED, Outcome.SUCCEEDED]
+    for earlier, later in zip(attempts, attempts[1:], strict=False):
+        assert later.started_at is not None and earlier.finished_at is not None
+        gap = (later.started_at - earlier.finished_at).total_seconds()
+        assert 0.35 <= gap <= 10
+    # the recorded times are storage times, an hour away from the local clock
+    assert attempts[0].started_at is not None
+    assert abs(attempts[0].started_at - (datetime.now(UTC) + offset)) < timedelta(minutes=5)
+
+
+class FlakyStorage:
+    """Delegates to a real store, failing chosen operations a set number of times: outages
+    and lost leases are faults a healthy server cannot be made to produce on cue."""
+
+    def __init__(self, inner: Storage, failures: dict[str, tuple[int, Exception]]) -> None:
+        self._inner = inner
+        self._failures = dict(failures)
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._inner, name)
+        if name not in self._failures:
+            return target
+
+        async def failing(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            left, exc = self._failures[name]
+            if left > 0:
+                self._failures[name] = (left - 1, exc)
+                raise exc
+            return await target(*args, **kwargs)
+
+        return failing
+
+
+async def test_worker_survives_a_storage_outage(storage, queue):
+    app = rdq.App()
+    app.queue(queue)
+
+    @app.handler("job", queue=queue)
+    async def job(payload: object) -> None:
+        return None
+
+    sub = await rdq.Client(storage, app).submit("job")
+    outage = rdq.StorageUnavailable("connection refused (127.0.0.1:5432)")
+    flaky = FlakyStorage(storage, {"claim_due": (4, outage), "complete": (2, outage)})
+    async with running(fast_worker(app, flaky)):  # type: ignore[arg-type]
+        task = await wait_status(storage, sub.id, Status.SUCCEEDED)
+    assert flaky.calls["claim_due"] > 4
+    assert flaky.calls["complete"] == 3
+    assert [a.outcome for a in task.attempts] == [Outcome.SUCCEEDED]
+
+
+async def test_stale_claim_is_counted_and_does_not_crash_the_worker(storage, queue):
+    app = rdq.App()
+    app.queue(queue)
+
+    @app.handler("job", queue=queue)
+    async def job(payload: object) -> None:
+        return None
+
+    client = rdq.Client(storage, app)
+    first = await client.submit("job")
+    before = metrics.STALE_CLAIMS.labels(queue)._value.get()
+    flaky = FlakyStorage(storage, {"complete": (1, rdq.StaleClaim(first.id))})
+    async with running(fast_worker(app, flaky)):  # type: ignore[arg-type]
+        await asyncio.sleep(0.3)
+        second = await client.submit("job")
+        await wait_status(storage, second.id, Status.SUCCEEDED)
+    assert metrics.STALE_CLAIMS.labels(queue)._value.get() == before + 1
+    # the first outcome was refused: the task stays claimed until its lease expires
+    assert (await storage.get(first.id)).status == Status.IN_FLIGHT
+
+
+async def test_shutdown_interrupts_what_outlives_the_grace_period(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=1, timeout=60)
+    started = asyncio.Event()
+
+    @app.handler("slow", queue=queue)
+    async def slow(payload: object) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    @app.handler("short", queue=queue)
+    async def short(payload: object) -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+
+    client = rdq.Client(storage, app)
+    slow_task = await client.submit("slow")
+    worker = fast_worker(app, storage, grace_period=0.5)
+    async with running(worker):
+        await asyncio.wait_for(started.wait(), 30)
+    task = await storage.get(slow_task.id)
+    assert task.status == Status.PENDING
+    assert [(a.outcome, a.error_type) for a in task.attempts] == [
+        (Outcome.INTERRUPTED, "rdq.Interrupted")
+    ]
+    # an interruption does not use up the only attempt: the next worker runs it
+    app2 = rdq.App()
+    app2.queue(queue, max_attempts=1)
+    app2.register("slow", short, queue=queue)
+    async with running(fast_worker(app2, storage)):
+        done = await wait_status(storage, slow_task.id, Status.SUCCEEDED)
+    assert [a.outcome for a in done.attempts] == [Outcome.INTERRUPTED, Outcome.SUCCEEDED]
+
+
+async def test_shutdown_lets_in_flight_work_finish_within_grace(storage, queue):
+    app = rdq.App()
+    app.queue(queue)
+    started = threading.Event()
+
+    @app.handler("short", queue=queue)
+    def short(payload: object) -> None:
+        started.set()
+        time.sleep(0.3)
+
+    sub = await rdq.Client(storage, app).submit("short")
+    async with running(fast_worker(app, storage, grace_period=30)):
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+    task = await storage.get(sub.id)
+    assert task.status == Status.SUCCEEDED
+    assert [a.outcome for a in task.attempts] == [Outcome.SUCCEEDED]
+
+
+async def test_sigterm_stops_claiming_and_drains(queue):
+    app = rdq.App()
+    app.queue(queue, timeout=60)
+    started = asyncio.Event()
+
+    @app.handler("slow", queue=queue)
+    async def slow(payload: object) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    async with MemoryStorage() as storage:
+        client = rdq.Client(storage, app)
+        sub = await client.submit("slow")
+        worker = fast_worker(app, storage, grace_period=0.2)
+        run = asyncio.create_task(worker.run())
+        await asyncio.sleep(0)
+        worker.install_signal_handlers()
+        try:
+            await asyncio.wait_for(started.wait(), 30)
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.wait_for(run, 30)
+        finally:
+            loop = asyncio.get_running_loop()
+            loop.remove_signal_handler(signal.SIGTERM)
+            loop.remove_signal_handler(signal.SIGINT)
+        later = await client.submit("slow")
+        task = await storage.get(sub.id)
+        assert [a.outcome for a in task.attempts] == [Outcome.INTERRUPTED]
+        assert (await storage.get(later.id)).status == Status.PENDING  # nothing claims now
+
+
+async def test_worker_ids_are_unique_per_worker():
+    app = rdq.App()
+    async with MemoryStorage() as storage:
+        ids = {rdq.Worker(app, storage).worker_id for _ in range(20)}
+    assert len(ids) == 20
+    host, pid, _ = next(iter(ids)).rsplit(":", 2)
+    assert pid == str(os.getpid())
+    assert host
