@@ -1,0 +1,1 @@
+"""Benchmarks of rdq that need more than the package tests: see BENCHMARKS.md."""

@@ -1,0 +1,317 @@
+"""End-to-end benchmark: rdq beside PgQueuer and procrastinate on one durable PostgreSQL.
+
+    python -m bench.e2e                                  # the full run (see BENCHMARKS.md)
+    python -m bench.e2e --tasks 2000 --repeat 1          # a quick smoke run (< 1 minute)
+
+For each repetition, each system in turn (back to back, same cluster, same payload):
+enqueue ``--tasks`` tasks one at a time, drain them with the first ``--processes`` count of
+worker processes; enqueue them again in batches of ``--batch``, drain them with the second
+count; then measure the idle-queue submit → handler-start latency with notify (and, for the
+``--poll-systems``, with polling). Every phase verifies each task completed exactly once.
+Progress goes to stderr; JSON lines (one per measurement, then one summary per system and
+metric) and the table of medians go to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import os
+import platform
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import IO, Any, TextIO
+
+from bench.e2e import cluster
+from bench.e2e.harness import measure_drain, measure_enqueue, measure_latency
+from bench.e2e.report import Results, emit, percentile
+from bench.e2e.systems import SYSTEMS, BenchSystem, load
+
+_DISTRIBUTIONS = ["rdq-core", "rdq-postgres", "pgqueuer", "procrastinate", "asyncpg", "psycopg"]
+
+
+def _csv(kind: type, choices: Any = None) -> Any:
+    def parse(text: str) -> list[Any]:
+        values = [kind(v.strip()) for v in text.split(",") if v.strip()]
+        if choices is not None:
+            unknown = [v for v in values if v not in choices]
+            if unknown:
+                raise argparse.ArgumentTypeError(f"unknown: {', '.join(map(str, unknown))}")
+        return values
+
+    return parse
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see ``--help``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.e2e",
+        description="rdq vs PgQueuer vs procrastinate, end to end, on a durable PostgreSQL.",
+    )
+    parser.add_argument("--tasks", type=int, default=20_000, help="tasks per enqueue/drain")
+    parser.add_argument("--batch", type=int, default=1_000, help="tasks per batch enqueue call")
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions (medians reported)")
+    parser.add_argument(
+        "--systems",
+        type=_csv(str, SYSTEMS),
+        default=list(SYSTEMS),
+        help="comma-separated, from: " + ", ".join(SYSTEMS),
+    )
+    parser.add_argument(
+        "--processes",
+        type=_csv(int),
+        default=[1, 8],
+        help="worker process counts for the drains (default 1,8)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=10,
+        help="in-flight tasks per worker process (rdq queue concurrency, procrastinate "
+        "concurrency; PgQueuer keeps its default batch_size=10)",
+    )
+    parser.add_argument(
+        "--latency-tasks",
+        type=int,
+        default=None,
+        help="tasks for the notify latency (default: tasks/20, between 20 and 1000)",
+    )
+    parser.add_argument(
+        "--poll-latency-tasks",
+        type=int,
+        default=None,
+        help="tasks for the polling latency (default: latency tasks / 10, at least 10)",
+    )
+    parser.add_argument(
+        "--poll-systems",
+        type=_csv(str, SYSTEMS),
+        default=["rdq"],
+        help="systems whose polling (no-notify) latency is measured (default rdq; "
+        "PgQueuer cannot turn LISTEN/NOTIFY off)",
+    )
+    parser.add_argument(
+        "--latency-gap",
+        type=float,
+        default=0.01,
+        help="seconds between a task's completion and the next submit (notify)",
+    )
+    parser.add_argument(
+        "--poll-latency-gap",
+        type=float,
+        default=0.5,
+        help="seconds between a task's completion and the next submit (polling)",
+    )
+    parser.add_argument(
+        "--phases",
+        type=_csv(str, ["throughput", "latency"]),
+        default=["throughput", "latency"],
+        help="throughput (enqueue + drain), latency",
+    )
+    parser.add_argument(
+        "--url", default=None, help="an existing server (admin URL) instead of a throwaway one"
+    )
+    parser.add_argument(
+        "--pg-stat-statements",
+        action="store_true",
+        help="load pg_stat_statements in the throwaway cluster and print the top statements",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write the JSON lines here")
+    args = parser.parse_args(argv)
+    if args.latency_tasks is None:
+        args.latency_tasks = max(20, min(1000, args.tasks // 20))
+    if args.poll_latency_tasks is None:
+        args.poll_latency_tasks = max(10, args.latency_tasks // 10)
+    return args
+
+
+def _say(message: str) -> None:
+    stamp = dt.datetime.now(dt.UTC).strftime("%H:%M:%S")
+    print(f"[{stamp}] {message}", file=sys.stderr, flush=True)
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for name in _DISTRIBUTIONS:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[name] = metadata.version(name)
+    return found
+
+
+async def _one_system(
+    args: argparse.Namespace,
+    system: BenchSystem,
+    url: str,
+    results: Results,
+    rep: int,
+    log: IO[bytes],
+    out: list[TextIO | None],
+) -> None:
+    name = system.name
+    tag = f"[{rep}/{args.repeat}] {name}"
+
+    def record(key: str, value: float) -> None:
+        emit(results.add(name, key, value), *out)
+
+    if "throughput" in args.phases:
+        plan: list[tuple[int | None, int | None]] = [(None, args.processes[0])]
+        plan += [(args.batch, p) for p in args.processes[1:]]
+        if len(args.processes) == 1:
+            plan.append((args.batch, None))
+        for n, (batch, processes) in enumerate(plan):
+            rate = await measure_enqueue(system, args.tasks, batch)
+            if n < 2:
+                key = "enqueue_single" if batch is None else "enqueue_batch"
+                record(key, rate)
+                how = "one at a time" if batch is None else f"in batches of {batch}"
+                _say(f"{tag}: enqueued {args.tasks} {how}: {rate:,.0f}/s")
+            if processes is None:
+                continue
+            drain = await measure_drain(
+                system,
+                url,
+                args.tasks,
+                processes=processes,
+                concurrency=args.concurrency,
+                log=log,
+            )
+            record(f"drain_{processes}", drain.rate)
+            if processes == 1 and drain.rss_kib:
+                record("worker_rss", max(drain.rss_kib) / 1024)
+            _say(
+                f"{tag}: drained {args.tasks} with {processes} process(es) in "
+                f"{drain.seconds:.2f} s: {drain.rate:,.0f}/s, verified "
+                f"(peak RSS {max(drain.rss_kib or [0]) / 1024:.0f} MiB)"
+            )
+    if "latency" in args.phases:
+        modes = [(True, args.latency_tasks, args.latency_gap)]
+        if name in args.poll_systems:
+            modes.append((False, args.poll_latency_tasks, args.poll_latency_gap))
+        for notify, count, gap in modes:
+            latency = await measure_latency(
+                system, url, count, notify=notify, concurrency=args.concurrency, gap=gap, log=log
+            )
+            mode = "notify" if notify else "poll"
+            p50, p99 = percentile(latency.millis, 50), percentile(latency.millis, 99)
+            record(f"latency_{mode}_p50", p50)
+            record(f"latency_{mode}_p99", p99)
+            _say(
+                f"{tag}: {count} idle submits ({mode}): p50 {p50:.2f} ms, p99 {p99:.2f} ms, "
+                f"max {max(latency.millis):.2f} ms, verified"
+            )
+
+
+async def _top_statements(url: str, out: list[TextIO | None]) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        rows = await conn.fetch(
+            """
+            SELECT d.datname, s.calls, round(s.total_exec_time::numeric, 1) AS total_ms,
+                   round(s.mean_exec_time::numeric, 3) AS mean_ms, s.rows,
+                   s.shared_blks_hit, s.shared_blks_read, s.wal_records, s.wal_bytes,
+                   left(regexp_replace(s.query, '\\s+', ' ', 'g'), 160) AS query
+            FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+            WHERE d.datname LIKE 'bench_%'
+            ORDER BY s.total_exec_time DESC LIMIT 40
+            """
+        )
+    finally:
+        await conn.close()
+    for row in rows:
+        emit({"kind": "statement", **dict(row)}, *out)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Run the benchmark described by ``args``; return the exit status."""
+    out: list[TextIO | None] = [sys.stdout]
+    json_file = args.json.open("w") if args.json else None
+    out.append(json_file)
+    results = Results(args.systems)
+    load_before = os.getloadavg()
+    log_dir = Path(tempfile.mkdtemp(prefix="rdq-bench-e2e-"))
+    _say(f"worker logs in {log_dir}")
+    started = time.monotonic()
+    try:
+        with cluster.server(args.url, stat_statements=args.pg_stat_statements) as server:
+            urls = await cluster.prepare(server, [f"bench_{s}" for s in args.systems])
+            systems: dict[str, tuple[BenchSystem, str]] = {}
+            for name in args.systems:
+                system_class, _ = load(name)
+                system = system_class()
+                url = urls[f"bench_{name}"]
+                await system.open(url)
+                unlogged = await system.unlogged_tables()
+                if unlogged:
+                    raise RuntimeError(f"{name} uses UNLOGGED tables: {unlogged}")
+                systems[name] = (system, url)
+            emit(
+                {
+                    "kind": "run",
+                    "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                    "tasks": args.tasks,
+                    "batch": args.batch,
+                    "repeat": args.repeat,
+                    "processes": args.processes,
+                    "concurrency": args.concurrency,
+                    "latency_tasks": args.latency_tasks,
+                    "poll_latency_tasks": args.poll_latency_tasks,
+                    "systems": args.systems,
+                    "server": server.settings,
+                    "throwaway_cluster": server.throwaway,
+                    "versions": _versions(),
+                    "python": platform.python_version(),
+                    "cpus": os.cpu_count(),
+                    "load_before": [round(x, 2) for x in load_before],
+                },
+                *out,
+            )
+            try:
+                with (log_dir / "workers.log").open("ab") as log:
+                    for rep in range(1, args.repeat + 1):
+                        for name in args.systems:
+                            system, url = systems[name]
+                            await _one_system(args, system, url, results, rep, log, out)
+            finally:
+                for system, _ in systems.values():
+                    await system.close()
+            if args.pg_stat_statements and server.throwaway:
+                await _top_statements(server.url, out)
+        for record in results.summary():
+            emit(record, *out)
+        load_after = os.getloadavg()
+        emit(
+            {
+                "kind": "end",
+                "seconds": round(time.monotonic() - started, 1),
+                "load_after": [round(x, 2) for x in load_after],
+            },
+            *out,
+        )
+        print()
+        print(results.table())
+        print(
+            f"\nload average before {load_before[0]:.2f} {load_before[1]:.2f} "
+            f"{load_before[2]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f} "
+            f"{load_after[2]:.2f} ({os.cpu_count()} CPUs); "
+            f"{time.monotonic() - started:.0f} s"
+        )
+    finally:
+        if json_file is not None:
+            json_file.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m bench.e2e``."""
+    sys.exit(asyncio.run(run(parse_args(argv))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""The PostgreSQL the benchmark runs on: a fresh throwaway cluster (durable settings) or a
+server given by URL, with one database per system."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from rdq_compliance.servers import ServerUnavailable
+from rdq_compliance.servers.postgres import LocalCluster, find_bindir
+
+__all__ = ["Server", "database_url", "server"]
+
+_CHECKED_SETTINGS = ("fsync", "synchronous_commit", "full_page_writes", "wal_level",
+                     "shared_buffers", "max_connections", "server_version")
+
+
+@dataclass
+class Server:
+    """A reachable PostgreSQL: its admin URL and the settings that matter for durability."""
+
+    url: str
+    throwaway: bool
+    settings: dict[str, str] = field(default_factory=dict)
+
+
+def database_url(url: str, database: str) -> str:
+    """``url`` pointing at ``database`` instead."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+@contextlib.contextmanager
+def server(url: str | None, *, stat_statements: bool = False) -> Iterator[Server]:
+    """Yield the server at ``url``, or a fresh throwaway cluster from the local binaries
+    (fsync and synchronous_commit on; with ``stat_statements``, pg_stat_statements loaded)."""
+    if url:
+        yield Server(url=url, throwaway=False)
+        return
+    bindir = find_bindir()
+    if bindir is None:
+        raise ServerUnavailable("no initdb/pg_ctl on PATH or under /usr/lib/postgresql; pass --url")
+    settings = {"fsync": "on", "synchronous_commit": "on"}
+    if stat_statements:
+        settings |= {
+            "shared_preload_libraries": "pg_stat_statements",
+            "pg_stat_statements.track": "all",
+        }
+    with LocalCluster(bindir, settings=settings) as cluster:
+        yield Server(url=cluster.url, throwaway=True)
+
+
+async def prepare(target: Server, databases: list[str]) -> dict[str, str]:
+    """Create a fresh database per name (dropped first if it exists); return their URLs.
+
+    Also records the durability settings in ``target.settings`` and refuses to run when
+    fsync or synchronous_commit is off (the figures would not be durable ones)."""
+    conn = await asyncpg.connect(target.url)
+    try:
+        for name in _CHECKED_SETTINGS:
+            target.settings[name] = str(await conn.fetchval(f"SHOW {name}"))
+        for name in ("fsync", "synchronous_commit"):
+            if target.settings[name] != "on":
+                raise RuntimeError(f"{name} is {target.settings[name]!r}: not a durable server")
+        urls = {}
+        for name in databases:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await conn.execute(f'CREATE DATABASE "{name}"')
+            urls[name] = database_url(target.url, name)
+        return urls
+    finally:
+        await conn.close()

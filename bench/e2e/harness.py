@@ -1,0 +1,263 @@
+"""The measurements: enqueue rates, drain rates through real worker processes, and the
+idle-queue submit → handler-start latency. Each phase verifies every task it ran."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from bench.e2e.systems import BenchSystem, VerificationError, payload
+
+__all__ = [
+    "DrainResult",
+    "LatencyResult",
+    "WorkerProcess",
+    "measure_drain",
+    "measure_enqueue",
+    "measure_latency",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+READY_TIMEOUT = 120.0
+STALL_TIMEOUT = 120.0
+"""A drain fails when no task completes for this long."""
+
+
+class WorkerProcess:
+    """One ``bench.e2e._worker`` process and its line protocol (see that module)."""
+
+    def __init__(self, process: asyncio.subprocess.Process, log: IO[bytes]) -> None:
+        self.process = process
+        self.log = log
+        self.rss_kib: int | None = None
+
+    @classmethod
+    async def start(
+        cls,
+        system: str,
+        url: str,
+        *,
+        notify: bool,
+        concurrency: int,
+        report_starts: bool,
+        log: IO[bytes],
+    ) -> WorkerProcess:
+        """Start the process (it connects and sets up, then waits for ``go``)."""
+        args = [
+            "-m",
+            "bench.e2e._worker",
+            system,
+            url,
+            "--notify" if notify else "--no-notify",
+            f"--concurrency={concurrency}",
+        ]
+        if report_starts:
+            args.append("--report-starts")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), sys.path[0]])}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+            cwd=REPO,
+            env=env,
+        )
+        return cls(process, log)
+
+    async def _line(self, timeout: float) -> str:
+        assert self.process.stdout is not None
+        raw = await asyncio.wait_for(self.process.stdout.readline(), timeout)
+        if not raw:
+            code = await self.process.wait()
+            raise RuntimeError(f"worker process exited ({code}); see {self.log.name}")
+        return raw.decode().strip()
+
+    async def ready(self) -> None:
+        """Wait until the worker is set up."""
+        line = await self._line(READY_TIMEOUT)
+        if line != "READY":
+            raise RuntimeError(f"worker said {line!r} instead of READY; see {self.log.name}")
+
+    def send(self, command: str) -> None:
+        """Send ``GO`` or ``STOP``."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{command}\n".encode())
+
+    async def next_start(self, timeout: float) -> tuple[int, int]:
+        """The next handler start: (task number, monotonic ns)."""
+        while True:
+            line = await self._line(timeout)
+            kind, *rest = line.split()
+            if kind == "S":
+                return int(rest[0]), int(rest[1])
+
+    async def stop(self, timeout: float = 60.0) -> None:
+        """Stop gracefully and read the peak RSS; kill the process if it does not stop."""
+        try:
+            if self.process.returncode is None:
+                self.send("STOP")
+                deadline = time.monotonic() + timeout
+                while True:
+                    line = await self._line(max(0.1, deadline - time.monotonic()))
+                    if line.startswith("DONE"):
+                        self.rss_kib = int(line.split()[1])
+                        break
+            await asyncio.wait_for(self.process.wait(), timeout)
+        except (TimeoutError, RuntimeError):
+            if self.process.returncode is None:
+                self.process.kill()
+                await self.process.wait()
+
+
+@dataclass
+class DrainResult:
+    """A drain: tasks, seconds from worker start to the last completion, and the peak RSS
+    of each worker process."""
+
+    tasks: int
+    seconds: float
+    rss_kib: list[int] = field(default_factory=list)
+    clock: str = "database"
+
+    @property
+    def rate(self) -> float:
+        return self.tasks / self.seconds
+
+
+@dataclass
+class LatencyResult:
+    """Submit → handler-start latencies in milliseconds, in submission order."""
+
+    millis: list[float]
+
+
+async def measure_enqueue(system: BenchSystem, tasks: int, batch: int | None) -> float:
+    """Empty the system, then submit ``tasks`` tasks from one client, one at a time
+    (``batch=None``) or ``batch`` per call; return tasks per second."""
+    await system.reset()
+    bodies = [payload(i) for i in range(tasks)]
+    started = time.perf_counter()
+    if batch is None:
+        for body in bodies:
+            await system.enqueue_one(body)
+    else:
+        for start in range(0, tasks, batch):
+            await system.enqueue_many(bodies[start : start + batch])
+    return tasks / (time.perf_counter() - started)
+
+
+async def _wait_for_count(
+    count: Callable[[], Awaitable[int]], target: int, *, what: str, every: float | None = None
+) -> None:
+    """Poll ``count()`` until it reaches ``target``: every ``every`` seconds, or by default
+    more often as the end nears (so the polling itself costs the database little). Fails
+    after STALL_TIMEOUT without progress."""
+    started = time.monotonic()
+    last_value, last_progress = -1, started
+    while True:
+        value = await count()
+        now = time.monotonic()
+        if value >= target:
+            return
+        if value != last_value:
+            last_value, last_progress = value, now
+        elif now - last_progress > STALL_TIMEOUT:
+            raise VerificationError(f"{what}: stuck at {value} of {target} completions")
+        if every is not None:
+            await asyncio.sleep(every)
+            continue
+        rate = value / (now - started) if value else 0.0
+        remaining = (target - value) / rate if rate else 0.1
+        await asyncio.sleep(min(0.25, max(0.005, remaining / 3)))
+
+
+async def measure_drain(
+    system: BenchSystem,
+    url: str,
+    tasks: int,
+    *,
+    processes: int,
+    concurrency: int,
+    log: IO[bytes],
+) -> DrainResult:
+    """Drain the ``tasks`` queued tasks with ``processes`` worker processes.
+
+    The clock starts when every process is set up and is told to go, and stops at the last
+    completion. Both ends are read on the database clock when the system records completion
+    times (``clock_timestamp()`` just before ``GO``; the latest completion time after), so the
+    harness's polling granularity does not enter the figure; else on the harness clock.
+    Every task is then verified."""
+    workers = [
+        await WorkerProcess.start(
+            system.name,
+            url,
+            notify=True,
+            concurrency=concurrency,
+            report_starts=False,
+            log=log,
+        )
+        for _ in range(processes)
+    ]
+    try:
+        await asyncio.gather(*(w.ready() for w in workers))
+        db_start = await system.db_now()
+        started = time.perf_counter()
+        for worker in workers:
+            worker.send("GO")
+        await _wait_for_count(system.completed, tasks, what=f"{system.name} drain")
+        seen = time.perf_counter() - started
+        last = await system.last_completion()
+    finally:
+        await asyncio.gather(*(w.stop() for w in workers))
+    await system.verify(tasks)
+    rss = [w.rss_kib for w in workers if w.rss_kib is not None]
+    if db_start is not None and last is not None:
+        return DrainResult(tasks, (last - db_start).total_seconds(), rss)
+    return DrainResult(tasks, seen, rss, clock="harness")
+
+
+async def measure_latency(
+    system: BenchSystem,
+    url: str,
+    count: int,
+    *,
+    notify: bool,
+    concurrency: int,
+    gap: float,
+    log: IO[bytes],
+) -> LatencyResult:
+    """On an idle queue with one worker process, submit ``count`` tasks one by one; for each,
+    measure from ``submit`` returning to its handler starting. After each task the harness
+    waits until it is completed, then ``gap`` seconds more, so the next one meets an idle
+    queue and an idle worker. Every task is then verified."""
+    await system.reset()
+    worker = await WorkerProcess.start(
+        system.name, url, notify=notify, concurrency=concurrency, report_starts=True, log=log
+    )
+    millis: list[float] = []
+    try:
+        await worker.ready()
+        worker.send("GO")
+        await asyncio.sleep(1.0)
+        for i in range(count):
+            await system.enqueue_one(payload(i))
+            submitted = time.monotonic_ns()
+            number, started = await worker.next_start(timeout=STALL_TIMEOUT)
+            if number != i:
+                raise VerificationError(f"{system.name}: handler started task {number}, not {i}")
+            millis.append((started - submitted) / 1e6)
+            await _wait_for_count(
+                system.completed, i + 1, what=f"{system.name} latency", every=0.002
+            )
+            await asyncio.sleep(gap)
+    finally:
+        await worker.stop()
+    await system.verify(count)
+    return LatencyResult(millis)

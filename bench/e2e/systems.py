@@ -1,0 +1,129 @@
+"""What the harness needs from each queue system: a producer/admin side and a worker side.
+
+Every system (rdq, PgQueuer, procrastinate) implements both halves with its own documented,
+idiomatic API. The producer side (:class:`BenchSystem`) lives in the harness process; the worker
+side (:class:`BenchWorker`) runs in worker processes started by the harness (see ``_worker``),
+so the drain measures real worker processes.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import importlib
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "QUEUE",
+    "SYSTEMS",
+    "TASK",
+    "BenchSystem",
+    "BenchWorker",
+    "OnStart",
+    "VerificationError",
+    "load",
+    "payload",
+]
+
+QUEUE = "bench"
+"""The queue every system uses (PgQueuer: the entrypoint name is ``TASK``)."""
+TASK = "noop"
+"""The handler / task / entrypoint name."""
+
+SYSTEMS = {
+    "rdq": "bench.e2e.rdq_runner",
+    "pgqueuer": "bench.e2e.pgqueuer_runner",
+    "procrastinate": "bench.e2e.procrastinate_runner",
+}
+
+OnStart = Callable[[dict[str, Any]], None]
+"""Called by the no-op handler with the task's payload the moment the handler starts."""
+
+
+def payload(i: int) -> dict[str, Any]:
+    """The payload of task ``i``: the same small JSON object for every system."""
+    return {"i": i, "kind": "bench", "to": f"user-{i}@example.com"}
+
+
+class VerificationError(AssertionError):
+    """A system did not leave every task completed exactly once; the message says how."""
+
+
+class BenchSystem(abc.ABC):
+    """The producer/admin side of one system, connected to one database."""
+
+    name: str
+
+    @abc.abstractmethod
+    async def open(self, url: str) -> None:
+        """Connect to ``url`` and install the system's schema (the database is fresh)."""
+
+    @abc.abstractmethod
+    async def reset(self) -> None:
+        """Remove every task/job and every completion record (start of a phase)."""
+
+    @abc.abstractmethod
+    async def enqueue_one(self, body: dict[str, Any]) -> None:
+        """Submit one task through the system's single-task API (returns once durable)."""
+
+    @abc.abstractmethod
+    async def enqueue_many(self, bodies: Sequence[dict[str, Any]]) -> None:
+        """Submit many tasks through the system's batch API (returns once durable)."""
+
+    @abc.abstractmethod
+    async def completed(self) -> int:
+        """How many tasks are completed successfully right now."""
+
+    @abc.abstractmethod
+    async def db_now(self) -> datetime | None:
+        """The database clock (``clock_timestamp()``), or None for a store without one."""
+
+    @abc.abstractmethod
+    async def last_completion(self) -> datetime | None:
+        """The database time of the latest successful completion, or None if unknown."""
+
+    @abc.abstractmethod
+    async def verify(self, expected: int) -> None:
+        """Check that exactly ``expected`` tasks exist and each completed successfully exactly
+        once (one execution, no retry, nothing left queued). Raises ``VerificationError``."""
+
+    async def unlogged_tables(self) -> list[str]:
+        """The system's tables that are UNLOGGED (not durable); [] when all are logged."""
+        return []
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections."""
+
+
+class BenchWorker(abc.ABC):
+    """The worker side of one system: its real worker running a no-op async handler."""
+
+    def __init__(self, url: str, *, notify: bool, concurrency: int, on_start: OnStart) -> None:
+        self.url = url
+        self.notify = notify
+        self.concurrency = concurrency
+        self.on_start = on_start
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Import, connect and register the handler: everything before the worker starts."""
+
+    @abc.abstractmethod
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run the system's worker until ``stop`` is set, then stop it gracefully."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+
+def load(name: str) -> tuple[type[BenchSystem], type[BenchWorker]]:
+    """The producer and worker classes of system ``name`` (imported lazily: the peers are
+    only installed in the benchmark's own environment)."""
+    try:
+        module = importlib.import_module(SYSTEMS[name])
+    except KeyError:
+        raise ValueError(f"unknown system {name!r}; known: {', '.join(SYSTEMS)}") from None
+    return module.System, module.Worker
