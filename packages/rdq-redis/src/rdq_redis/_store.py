@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -42,6 +43,7 @@ from rdq_redis._scripts import Scripts
 
 __all__ = ["RedisStorage"]
 
+_log = logging.getLogger("rdq_redis")
 _US = timedelta(microseconds=1)
 _DLQ_SCAN_BUDGET = 2000
 """DLQ entries one ``dlq_page`` script call may examine (bounds how long it blocks Redis)."""
@@ -102,9 +104,31 @@ class RedisStorage(StorageBase):
             await client.aclose()
 
     async def migrate(self) -> None:
-        """Redis has no schema: load every script into the server's cache."""
+        """Redis has no schema: load every script into the server's cache, and warn (log
+        ``rdq_redis`` WARNING) if the server may evict keys, which would lose tasks."""
         with translate_errors(self._address):
             await self._ready().load_all()
+        policy = await self._eviction_policy()
+        if policy is not None and policy.startswith("allkeys-"):
+            _log.warning(
+                "Redis at %s has maxmemory-policy %s: under memory pressure it deletes tasks. "
+                "Set maxmemory-policy noeviction (see docs/redis.md).",
+                self._address,
+                policy,
+            )
+
+    async def _eviction_policy(self) -> str | None:
+        """The server's ``maxmemory-policy``, or None where CONFIG is not allowed."""
+        try:
+            with translate_errors(self._address):
+                reply = await self._redis().config_get("maxmemory-policy")
+        except StorageError:
+            return None  # managed services often rename or forbid CONFIG
+        for key, value in dict(reply).items():
+            name = key.decode() if isinstance(key, bytes) else str(key)
+            if name == "maxmemory-policy":
+                return value.decode() if isinstance(value, bytes) else str(value)
+        return None
 
     def _ready(self) -> Scripts:
         if self._scripts is None:
