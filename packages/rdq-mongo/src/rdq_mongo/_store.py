@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Sequence
@@ -9,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pymongo import ASCENDING, AsyncMongoClient, ReturnDocument, UpdateOne
-from pymongo.errors import BulkWriteError
+from pymongo.errors import BulkWriteError, OperationFailure
 
 from rdq.errors import IDConflict, NotFound, StaleClaim, StorageError, ValidationError
 from rdq.spi import (
@@ -35,6 +36,7 @@ from rdq_mongo._documents import (
     to_micros,
 )
 from rdq_mongo._errors import driver_errors
+from rdq_mongo._notify import seconds_until_due, supports_change_streams, wait_for_due
 from rdq_mongo._pipelines import (
     NOW_US,
     claim_filter,
@@ -60,6 +62,9 @@ _DEFAULT_TIMEOUTS_MS = {
     "connectTimeoutMS": 5000,
 }
 _NO_ATTEMPTS = {"attempts": 0}
+# The server cannot or may not open change streams: not a replica set (40573), the stage is
+# unknown (40324), unauthorized (13).
+_NO_CHANGE_STREAMS = frozenset({13, 40324, 40573})
 
 
 def _micros(delta: timedelta) -> int:
@@ -78,6 +83,7 @@ class MongoStorage(StorageBase):
         self._options = options
         self._client: AsyncMongoClient[Document] | None = None
         self._tasks_collection: AsyncCollection[Document] | None = None
+        self._change_streams = False
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MongoStorage:
@@ -91,7 +97,9 @@ class MongoStorage(StorageBase):
         )
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(notify=False, filter_pushdown=True, batch_enqueue=True)
+        """``notify`` is True once connected to a replica-set member or mongos (where change
+        streams work) unless the URL says ``rdq_notify=off``; False before ``connect``."""
+        return Capabilities(notify=self._change_streams, filter_pushdown=True, batch_enqueue=True)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -106,11 +114,12 @@ class MongoStorage(StorageBase):
         with driver_errors(self._url.where):
             client: AsyncMongoClient[Document] = AsyncMongoClient(self._url.driver_url, **options)
             try:
-                await client.admin.command("ping")
+                hello = await client.admin.command("hello")
             except BaseException:
                 await client.close()
                 raise
         self._client = client
+        self._change_streams = self._url.notify and supports_change_streams(hello)
         self._tasks_collection = client[self._url.database][self._url.tasks_collection]
 
     async def aclose(self) -> None:
@@ -547,6 +556,36 @@ class MongoStorage(StorageBase):
         reply = await self._database.command("hello")
         local: datetime = reply["localTime"]
         return local if local.tzinfo is not None else local.replace(tzinfo=UTC)
+
+    async def wait_due(self, queue: str, timeout: float) -> bool:
+        """Block until a task of ``queue`` may be due (True) or ``timeout`` seconds pass
+        (False). With change streams, an enqueue, reschedule or redrive wakes the waiter at
+        once; without them (standalone server, ``rdq_notify=off``) it sleeps until the next
+        due time the server reports, or the timeout."""
+        limits.check_queue(queue)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+            raise ValidationError("must be a non-negative number of seconds", field="timeout")
+        with driver_errors(self._url.where):
+            if self._change_streams:
+                try:
+                    return await wait_for_due(self._tasks, queue, float(timeout))
+                except OperationFailure as exc:
+                    if exc.code not in _NO_CHANGE_STREAMS:
+                        raise
+                    log.warning(
+                        "rdq_mongo: change streams refused by %s (%s); polling instead",
+                        self._url.where,
+                        exc.code,
+                    )
+                    self._change_streams = False
+            wait = await seconds_until_due(self._tasks, queue)
+        if wait is not None and wait <= 0:
+            return True
+        if wait is not None and wait <= timeout:
+            await asyncio.sleep(wait)
+            return True
+        await asyncio.sleep(timeout)
+        return False
 
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
         limits.check_queue(queue)

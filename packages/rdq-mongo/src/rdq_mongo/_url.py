@@ -5,6 +5,8 @@
 * the database is the URL path (default ``rdq``);
 * ``rdq_prefix`` prefixes the collection names (default ``rdq_``, so tasks live in
   ``rdq_tasks``);
+* ``rdq_notify=off`` turns off change-stream wake-ups (default ``auto``: on when the server
+  is a replica-set member or mongos, where change streams work);
 * every other query parameter is PyMongo's, passed through unchanged.
 """
 
@@ -20,7 +22,6 @@ __all__ = ["DEFAULT_DATABASE", "DEFAULT_PREFIX", "MongoURL", "parse_url"]
 
 DEFAULT_DATABASE = "rdq"
 DEFAULT_PREFIX = "rdq_"
-_RDQ_PARAMS = frozenset({"rdq_prefix"})
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_]{0,40}")
 _DATABASE_RE = re.compile(r"[^/\\. \"$*<>:|?\x00]{1,63}")
 
@@ -35,6 +36,8 @@ class MongoURL:
     prefix: str
     where: str
     """``host:port[,host:port]`` without credentials, for error messages."""
+    notify: bool = True
+    """False when ``rdq_notify=off``: never use change streams."""
 
     @property
     def tasks_collection(self) -> str:
@@ -55,10 +58,13 @@ def parse_url(url: str) -> MongoURL:
     if not _DATABASE_RE.fullmatch(database):
         raise ConfigError(f"invalid database name {database!r}", key="storage")
     prefix = DEFAULT_PREFIX
+    notify = "auto"
     kept: list[tuple[str, str]] = []
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in _RDQ_PARAMS:
+        if name == "rdq_prefix":
             prefix = value
+        elif name == "rdq_notify":
+            notify = value
         elif name.startswith("rdq_"):
             raise ConfigError(f"unknown rdq URL parameter {name!r}", key="storage")
         else:
@@ -67,8 +73,16 @@ def parse_url(url: str) -> MongoURL:
         raise ConfigError(
             "rdq_prefix may hold only A-Z a-z 0-9 and _ (at most 40)", key="storage.rdq_prefix"
         )
+    if notify not in ("auto", "off"):
+        raise ConfigError("rdq_notify must be auto or off", key="storage.rdq_notify")
     driver_url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), ""))
-    return MongoURL(driver_url=driver_url, database=database, prefix=prefix, where=hosts)
+    return MongoURL(
+        driver_url=driver_url,
+        database=database,
+        prefix=prefix,
+        where=hosts,
+        notify=notify == "auto",
+    )
 
 
 def _redact(url: str) -> str:

@@ -44,10 +44,21 @@ class SecantusProcess:
     """A SecantusDB server in a child process, listening on ``127.0.0.1:port``, storing its
     data in ``data_dir``. ``stop()`` then ``start()`` restarts it on the same port and data."""
 
-    def __init__(self, data_dir: Path, port: int | None = None, *, auth: bool = False) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        *,
+        auth: bool = False,
+        standalone: bool = False,
+    ) -> None:
+        """``auth``: require credentials (no user exists, so every login fails);
+        ``standalone``: present as a standalone server, not a single-node replica set (so
+        drivers refuse change streams, as with a standalone ``mongod``)."""
         self.data_dir = data_dir
         self.port = port or free_port()
         self.auth = auth
+        self.standalone = standalone
         self._process: subprocess.Popen[bytes] | None = None
         self._log = data_dir.parent / f"secantus-{self.port}.log"
 
@@ -75,6 +86,8 @@ class SecantusProcess:
         ]
         if self.auth:
             command.append("--auth")
+        if self.standalone:
+            command.append("--standalone")
         with open(self._log, "ab") as log:
             self._process = subprocess.Popen(
                 command,
