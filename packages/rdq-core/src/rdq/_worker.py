@@ -72,9 +72,11 @@ class Worker:
         stats_interval: float = 15.0,
         purge_interval: float = 60.0,
         rng: random.Random | None = None,
+        logger: Any = None,
     ) -> None:
         """``queues`` defaults to ``app.queues`` (declared queues and those of registered
-        handlers), or ``["default"]`` if there are none."""
+        handlers), or ``["default"]`` if there are none. ``logger`` replaces the structlog
+        logger ``rdq.worker``."""
         self.app = app
         self.storage = storage
         names = list(queues) if queues is not None else (app.queues or ["default"])
@@ -89,7 +91,7 @@ class Worker:
         self.stats_interval = stats_interval
         self.purge_interval = purge_interval
         self.clock = StorageClock()
-        self.log = get_logger("rdq.worker")
+        self.log = logger if logger is not None else get_logger("rdq.worker")
         self._rng = rng
         self._runs: dict[str, Run] = {}
         self._states: dict[str, _QueueState] = {}

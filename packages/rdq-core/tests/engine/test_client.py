@@ -10,9 +10,7 @@ import pytest
 import rdq
 from rdq.spi import RetryOverride, Status
 
-pytestmark = pytest.mark.asyncio
-
-
+@pytest.mark.asyncio
 async def test_submit_stores_the_envelope_fields(storage, queue):
     app = rdq.App()
 
@@ -35,6 +33,7 @@ async def test_submit_stores_the_envelope_fields(storage, queue):
     assert task.status == Status.PENDING
 
 
+@pytest.mark.asyncio
 async def test_client_chosen_id_is_idempotent_and_conflicts_across_queues(storage, queue):
     client = rdq.Client(storage)
     task_id = f"order-{uuid.uuid4().hex}"
@@ -46,6 +45,7 @@ async def test_client_chosen_id_is_idempotent_and_conflicts_across_queues(storag
         await client.submit("job", 3, queue=queue + "-other", id=task_id)
 
 
+@pytest.mark.asyncio
 async def test_delay_is_applied_by_the_storage_clock(storage, queue):
     client = rdq.Client(storage)
     sub = await client.submit("job", queue=queue, delay=timedelta(hours=1))
@@ -56,6 +56,7 @@ async def test_delay_is_applied_by_the_storage_clock(storage, queue):
     assert await storage.claim_due(queue, 10, timedelta(seconds=5)) == []
 
 
+@pytest.mark.asyncio
 async def test_submit_many_keeps_order_and_idempotency(storage, queue):
     client = rdq.Client(storage)
     ids = [f"t-{uuid.uuid4().hex}" for _ in range(5)]
@@ -69,6 +70,7 @@ async def test_submit_many_keeps_order_and_idempotency(storage, queue):
     assert (await client.get(ids[3])).payload == 3
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
@@ -91,6 +93,7 @@ async def test_bad_submissions_raise_validation_error_naming_the_field(storage, 
     assert info.value.field == field
 
 
+@pytest.mark.asyncio
 async def test_submit_many_validates_everything_before_storing(storage, queue):
     client = rdq.Client(storage)
     good_id = f"t-{uuid.uuid4().hex}"

@@ -1,0 +1,123 @@
+"""``rdq worker APP``: run a worker for an application's queues until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from rdq._app import App
+from rdq._plugins.manager import open_storage
+from rdq._worker import Worker
+from rdq.cli._common import storage_option
+from rdq.errors import ConfigError, RdqError, StorageUnavailable
+from rdq.logging import configure, get_logger
+
+
+def load_app(spec: str) -> App:
+    """Import ``pkg.module:attribute`` (the current directory is importable) and return the
+    :class:`rdq.App` it names. Raises ``ConfigError`` with the reason otherwise."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"expected pkg.module:app, got {spec!r}", key="APP")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: object = importlib.import_module(module_name)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r}: {exc}", key="APP") from None
+    except AttributeError:
+        raise ConfigError(f"{module_name!r} has no attribute {attr!r}", key="APP") from None
+    if not isinstance(found, App):
+        raise ConfigError(f"{spec} is a {type(found).__name__}, not an rdq.App", key="APP")
+    return found
+
+
+@click.command()
+@click.argument("app_spec", metavar="APP")
+@storage_option
+@click.option("--queue", "queues", multiple=True, help="Work only this queue (repeatable).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="RDQ_CONFIG",
+    help="TOML file of queue configs (env RDQ_CONFIG).",
+)
+@click.option("--grace-period", default=30.0, show_default=True, help="Seconds for in-flight work.")
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus /metrics here.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True)
+@click.option("--worker-id", default=None, help="Default: host:pid:random.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    default="auto",
+    show_default=True,
+    help="auto: console on a terminal, JSON otherwise.",
+)
+@click.option("--log-level", default="INFO", show_default=True)
+def worker(
+    app_spec: str,
+    storage_url: str,
+    queues: tuple[str, ...],
+    config_path: Path | None,
+    grace_period: float,
+    metrics_port: int | None,
+    metrics_host: str,
+    worker_id: str | None,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Run a worker for APP (pkg.module:app, an rdq.App) until SIGTERM or SIGINT.
+
+    On a signal the worker stops claiming, lets in-flight tasks finish within the grace period,
+    then records them as INTERRUPTED (due again at once). A second signal skips the grace.
+    """
+    try:
+        configure(json=None if log_format == "auto" else log_format == "json", level=log_level)
+        app = load_app(app_spec)
+        if config_path is not None:
+            app.load_config(config_path)
+        if metrics_port is not None:
+            from rdq.metrics import start_http_server
+
+            start_http_server(metrics_port, metrics_host)
+        asyncio.run(
+            _serve(app, storage_url, list(queues) or None, grace_period, worker_id)
+        )
+    except (RdqError, ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+async def _serve(
+    app: App,
+    storage_url: str,
+    queues: list[str] | None,
+    grace_period: float,
+    worker_id: str | None,
+) -> None:
+    log = get_logger("rdq.worker")
+    storage = open_storage(storage_url)
+    pause = 0.5
+    while True:  # the backend may be starting up: wait for it instead of dying
+        try:
+            await storage.connect()
+            break
+        except StorageUnavailable as exc:
+            log.warning("storage unavailable; retrying", error=str(exc), retry_in=pause)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 10.0)
+    try:
+        w = Worker(app, storage, queues=queues, worker_id=worker_id, grace_period=grace_period)
+        w.install_signal_handlers()
+        await w.run()
+    finally:
+        await storage.aclose()
