@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import structlog
 from litestar import Litestar
@@ -28,7 +27,7 @@ from rdq.server._api import api_handlers, principal_guard
 from rdq.server._errors import exception_handlers
 from rdq.server._node import Node
 from rdq.server._settings import ServerSettings
-from rdq.server._ui import ui_router
+from rdq.server._ui import jinja_filters, ui_router
 from rdq.spi import Storage
 
 __all__ = ["create_app"]
@@ -95,7 +94,11 @@ def create_app(
         guards=[principal_guard],
         exception_handlers=exception_handlers,
         openapi_config=openapi,
-        template_config=TemplateConfig(directory=_HERE / "templates", engine=JinjaTemplateEngine),
+        template_config=TemplateConfig(
+            directory=_HERE / "templates",
+            engine=JinjaTemplateEngine,
+            engine_callback=_add_filters,
+        ),
         request_max_body_size=settings.max_body_bytes,
         lifespan=[lifespan],
         logging_config=None,
@@ -122,6 +125,5 @@ async def _working(
         await invoker.aclose()
 
 
-def state_node(app: Any) -> Node:
-    node: Node = app.state.node
-    return node
+def _add_filters(engine: JinjaTemplateEngine) -> None:
+    engine.engine.filters.update(jinja_filters)
