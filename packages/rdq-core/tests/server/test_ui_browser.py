@@ -22,6 +22,7 @@ from rdq_memory import MemoryStorage
 from .conftest import ADMIN_TOKEN, node_settings, running_node
 
 CHROMIUM = os.environ.get("RDQ_CHROMIUM", "/usr/bin/chromium")
+HAVE_CHROMIUM = Path(CHROMIUM).exists()
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -37,7 +38,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.asyncio]
 
 @pytest_asyncio.fixture
 async def browser() -> AsyncIterator[object]:
-    if not Path(CHROMIUM).exists():
+    if not HAVE_CHROMIUM:
         if os.environ.get("CI"):
             pytest.fail(f"no Chromium at {CHROMIUM} (CI installs Debian's chromium)")
         pytest.skip(f"no Chromium at {CHROMIUM}")
