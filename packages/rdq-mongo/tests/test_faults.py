@@ -131,7 +131,11 @@ async def test_server_restart_gives_retryable_errors_then_recovery_and_loses_not
     producing = asyncio.create_task(producer())
     try:
         await _until(lambda: len(completed) >= 10, "workers to complete some tasks")
-        await asyncio.to_thread(secantus.restart)
+        # Down for longer than the 2 s server-selection timeout, so PyMongo's own retry
+        # cannot hide the outage: callers must see StorageUnavailable, then recover.
+        await asyncio.to_thread(secantus.stop)
+        await asyncio.sleep(5)
+        await asyncio.to_thread(secantus.start)
         await producing
         await _until(lambda: completed >= acknowledged, "every acknowledged task to complete")
     finally:

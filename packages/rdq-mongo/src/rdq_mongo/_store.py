@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pymongo import ASCENDING, AsyncMongoClient, ReturnDocument, UpdateOne
-from pymongo.errors import BulkWriteError, OperationFailure
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
 from rdq.errors import IDConflict, NotFound, StaleClaim, StorageError, ValidationError
 from rdq.spi import (
@@ -165,18 +165,27 @@ class MongoStorage(StorageBase):
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
         document, due_us, delay_us = self._admission(task, delay)
         with driver_errors(self._url.where):
-            before = await self._tasks.find_one_and_update(
-                {"_id": task.id},
-                enqueue_upsert(document, due_us, delay_us),
-                upsert=True,
-                projection={"queue": 1},
-                return_document=ReturnDocument.BEFORE,
-            )
+            try:
+                before = await self._upsert(document, due_us, delay_us)
+            except DuplicateKeyError:
+                # Two upserts of one new id raced; the loser now sees the winner's task.
+                before = await self._upsert(document, due_us, delay_us)
         if before is None:
             return True
         if before.get("queue") != task.queue:
             raise IDConflict(task.id, str(before.get("queue")))
         return False
+
+    async def _upsert(self, document: Document, due_us: int | None, delay_us: int) -> Any:
+        """Insert ``document`` unless its id exists; return the existing task's queue
+        document, or ``None`` when this call inserted it."""
+        return await self._tasks.find_one_and_update(
+            {"_id": document["_id"]},
+            enqueue_upsert(document, due_us, delay_us),
+            upsert=True,
+            projection={"queue": 1},
+            return_document=ReturnDocument.BEFORE,
+        )
 
     async def enqueue_batch(
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
