@@ -5,7 +5,7 @@ keys, the id index included."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
@@ -14,6 +14,8 @@ import redis.asyncio as aioredis
 
 from rdq import open_storage
 from rdq.spi import Storage
+from rdq_compliance.servers import ServerUnavailable, in_ci
+from rdq_compliance.servers.redis import cluster_url
 
 
 def with_prefix(url: str, prefix: str) -> str:
@@ -53,3 +55,19 @@ async def storage(storage_url: str) -> AsyncIterator[Storage]:
     async with open_storage(storage_url) as store:
         await store.migrate()
         yield store
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """URL (``cluster=true``) of a real Redis Cluster for this test session."""
+    try:
+        manager = cluster_url()
+        url = manager.__enter__()
+    except ServerUnavailable as exc:
+        if in_ci():
+            pytest.fail(f"no Redis Cluster (CI never skips a backend): {exc}", pytrace=False)
+        pytest.skip(f"no Redis Cluster: {exc}")
+    try:
+        yield url
+    finally:
+        manager.__exit__(None, None, None)

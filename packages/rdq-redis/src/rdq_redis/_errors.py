@@ -43,6 +43,10 @@ def translate_errors(address: str) -> Iterator[None]:
         raise StorageUnavailable(f"Redis at {address} cannot write now: {_reason(exc)}") from exc
     except rx.RedisError as exc:
         raise StorageError(f"Redis at {address} failed: {_reason(exc)}") from exc
+    except rx.RedisClusterException as exc:
+        raise StorageUnavailable(
+            f"Redis Cluster at {address} cannot be used: {_reason(exc)}"
+        ) from exc
 
 
 def _reason(exc: BaseException) -> str:

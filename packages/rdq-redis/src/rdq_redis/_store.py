@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -43,6 +43,7 @@ from rdq_redis._scripts import Scripts
 
 __all__ = ["RedisStorage"]
 
+Client = Redis | RedisCluster
 _log = logging.getLogger("rdq_redis")
 _US = timedelta(microseconds=1)
 _DLQ_SCAN_BUDGET = 2000
@@ -65,7 +66,8 @@ class RedisStorage(StorageBase):
         self._config = config
         self._prefix = config.prefix
         self._address = config.address
-        self._client: Redis | None = None
+        self._cluster = config.cluster
+        self._client: Client | None = None
         self._scripts: Scripts | None = None
         self._closed = False
 
@@ -85,11 +87,19 @@ class RedisStorage(StorageBase):
             return
         # No driver-level retries: a retried EVALSHA whose first reply was lost could run a
         # script twice. Errors surface as StorageUnavailable and the engine backs off.
-        client = Redis.from_url(
-            self._config.url, retry=Retry(NoBackoff(), 0), **self._config.client_options
-        )
+        client: Client
+        if self._config.cluster:
+            client = RedisCluster.from_url(
+                self._config.url, retry=Retry(NoBackoff(), 0), **self._config.client_options
+            )
+        else:
+            client = Redis.from_url(
+                self._config.url, retry=Retry(NoBackoff(), 0), **self._config.client_options
+            )
         try:
             with translate_errors(self._address):
+                if isinstance(client, RedisCluster):
+                    await client.initialize()
                 await client.ping()
         except BaseException:
             await client.aclose()
@@ -135,13 +145,18 @@ class RedisStorage(StorageBase):
             raise StorageError("RedisStorage is not connected: use `async with` or connect()")
         return self._scripts
 
-    def _redis(self) -> Redis:
+    def _redis(self) -> Client:
         self._ready()
         assert self._client is not None
         return self._client
 
     def capabilities(self) -> Capabilities:
         return Capabilities(notify=True, filter_pushdown=True, batch_enqueue=True)
+
+    @property
+    def _indexed(self) -> str:
+        """'1' when the scripts keep the id index themselves (not on Redis Cluster)."""
+        return "0" if self._cluster else "1"
 
     def _keys(self, queue: str) -> QueueKeys:
         return QueueKeys(self._prefix, queue)
@@ -163,31 +178,77 @@ class RedisStorage(StorageBase):
         checked = [limits.check_task(task) for task in tasks]
         if not checked:
             return []
-        scripts = self._ready()
-        delay_us = str(_us(delay or timedelta(0)))
+        self._ready()
+        delay_us = _us(delay or timedelta(0))
+        if self._cluster:
+            return await self._enqueue_on_cluster(checked, delay_us)
         keys: list[str] = []
-        args: list[Any] = [len(checked)]
+        args: list[Any] = [len(checked), "1"]
         for task in checked:
             qk = self._keys(task.queue)
-            keys += [index_key(self._prefix, task.id), qk.pending, qk.task(task.id)]
-            last_error = task.attempts[-1].error_type if task.attempts else None
-            args += [
-                task.queue,
-                task.id,
-                envelope_body(task),
-                "" if task.next_attempt_at is None else str(to_us(task.next_attempt_at)),
-                delay_us,
-                task.attempt_count,
-                task.redrive_count,
-                attempts_json(task.attempts),
-                task.handler_ref,
-                last_error or "",
-                qk.wake,
-            ]
-        reply = await self._run(scripts.enqueue, keys, args)
+            keys += [qk.pending, qk.task(task.id), index_key(self._prefix, task.id)]
+            args += _enqueue_args(task, qk, delay_us)
+        return await self._run_enqueue(keys, args)
+
+    async def _run_enqueue(self, keys: list[str], args: list[Any]) -> list[bool]:
+        reply = await self._run(self._ready().enqueue, keys, args)
         if reply[0] == b"IDCONFLICT":
             raise IDConflict(reply[1].decode(), reply[2].decode())
         return [flag == 1 for flag in reply[1]]
+
+    async def _enqueue_on_cluster(self, tasks: list[Envelope], delay_us: int) -> list[bool]:
+        """Enqueue where the id index lives in other slots than the queues (Redis Cluster):
+        check every id, reserve the new ones in the index (``SET NX``), then admit each
+        queue's tasks with one script. See docs/redis.md for what this gives up."""
+        owners: dict[str, str] = {}
+        for task in tasks:
+            first = owners.setdefault(task.id, task.queue)
+            if first != task.queue:
+                raise IDConflict(task.id, first)
+        ids = list(owners)
+        client = self._redis()
+        with translate_errors(self._address):
+            async with client.pipeline(transaction=False) as pipe:
+                for task_id in ids:
+                    pipe.get(index_key(self._prefix, task_id))
+                found = await pipe.execute()
+            # Refuse before reserving anything, so a refused batch leaves no trace...
+            for task_id, owner in zip(ids, found, strict=True):
+                if owner is not None and owner.decode() != owners[task_id]:
+                    raise IDConflict(task_id, owner.decode())
+            async with client.pipeline(transaction=False) as pipe:
+                for task_id in ids:
+                    pipe.set(index_key(self._prefix, task_id), owners[task_id], nx=True, get=True)
+                raced = await pipe.execute()
+        # ...except when another client reserved one of the ids in between (left reserved).
+        for task_id, owner in zip(ids, raced, strict=True):
+            if owner is not None and owner.decode() != owners[task_id]:
+                raise IDConflict(task_id, owner.decode())
+        by_queue: dict[str, list[int]] = {}
+        for i, task in enumerate(tasks):
+            by_queue.setdefault(task.queue, []).append(i)
+        stored = [False] * len(tasks)
+        for queue, positions in by_queue.items():
+            qk = self._keys(queue)
+            keys: list[str] = []
+            args: list[Any] = [len(positions), "0"]
+            for i in positions:
+                keys += [qk.pending, qk.task(tasks[i].id)]
+                args += _enqueue_args(tasks[i], qk, delay_us)
+            for i, flag in zip(positions, await self._run_enqueue(keys, args), strict=True):
+                stored[i] = flag
+        return stored
+
+    async def _forget_ids(self, deleted: list[bytes]) -> int:
+        """After a purge on Redis Cluster, drop the purged ids from the index (in their own
+        slots); return how many tasks were purged."""
+        if self._cluster and deleted:
+            with translate_errors(self._address):
+                async with self._redis().pipeline(transaction=False) as pipe:
+                    for task_id in deleted:
+                        pipe.delete(index_key(self._prefix, task_id.decode()))
+                    await pipe.execute()
+        return len(deleted)
 
     # --- claiming --------------------------------------------------------------------------
 
@@ -365,10 +426,12 @@ class RedisStorage(StorageBase):
         limits.check_queue(queue)
         limits.check_selector(selector)
         qk = self._keys(queue)
-        reply = await self._run(
-            self._ready().purge, [qk.dead], [qk.base, self._prefix, *_selector_args(selector)]
+        deleted = await self._run(
+            self._ready().purge,
+            [qk.dead],
+            [qk.base, self._prefix, self._indexed, *_selector_args(selector)],
         )
-        return int(reply)
+        return await self._forget_ids(deleted)
 
     # --- operations ------------------------------------------------------------------------
 
@@ -397,15 +460,13 @@ class RedisStorage(StorageBase):
         qk = self._keys(queue)
         total = 0
         while True:
-            deleted = int(
-                await self._run(
-                    scripts.purge_succeeded,
-                    [qk.succeeded],
-                    [qk.base, self._prefix, to_us(older_than), _PURGE_BATCH],
-                )
+            deleted = await self._run(
+                scripts.purge_succeeded,
+                [qk.succeeded],
+                [qk.base, self._prefix, to_us(older_than), _PURGE_BATCH, self._indexed],
             )
-            total += deleted
-            if deleted < _PURGE_BATCH:
+            total += await self._forget_ids(deleted)
+            if len(deleted) < _PURGE_BATCH:
                 return total
 
     async def wait_due(self, queue: str, timeout: float) -> bool:
@@ -438,6 +499,24 @@ class RedisStorage(StorageBase):
                 return wait < timeout  # woke at the next due time rather than the timeout
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+def _enqueue_args(task: Envelope, qk: QueueKeys, delay_us: int) -> list[Any]:
+    """The 11 per-task values ``enqueue.lua`` reads."""
+    last_error = task.attempts[-1].error_type if task.attempts else None
+    return [
+        task.queue,
+        task.id,
+        envelope_body(task),
+        "" if task.next_attempt_at is None else str(to_us(task.next_attempt_at)),
+        delay_us,
+        task.attempt_count,
+        task.redrive_count,
+        attempts_json(task.attempts),
+        task.handler_ref,
+        last_error or "",
+        qk.wake,
+    ]
 
 
 def _filter_args(dlq_filter: DLQFilter | None) -> tuple[str, str, str, str]:

@@ -1,5 +1,6 @@
 """A Redis server for tests: ``RDQ_TEST_REDIS_URL``, else a throwaway ``redis-server``, else
-testcontainers.
+testcontainers; and a Redis Cluster: ``RDQ_TEST_REDIS_CLUSTER_URL``, else three throwaway
+cluster-mode ``redis-server`` processes joined by ``redis-cli --cluster create``.
 
 ``server_url()`` yields a ``redis://`` URL. The throwaway server listens on a free loopback
 port, keeps no data on disk (``--save "" --appendonly no``), runs in a temporary directory and
@@ -12,6 +13,7 @@ of their own (persistence on, a password, a memory limit, a restart).
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -23,9 +25,10 @@ from pathlib import Path
 
 from rdq_compliance.servers import ServerUnavailable
 
-__all__ = ["RedisServer", "server_url"]
+__all__ = ["RedisCluster", "RedisServer", "cluster_url", "server_url"]
 
 ENV_VAR = "RDQ_TEST_REDIS_URL"
+CLUSTER_ENV_VAR = "RDQ_TEST_REDIS_CLUSTER_URL"
 _START_TIMEOUT = 30.0
 
 
@@ -36,6 +39,25 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(20000, 45000)
+        if _bindable(port) and _bindable(port + 10000):
+            return port
+    raise ServerUnavailable("no free port pair for a cluster node")
+
+
 class RedisServer:
     """A ``redis-server`` process on 127.0.0.1, in its own data directory.
 
@@ -43,13 +65,15 @@ class RedisServer:
     nothing is persisted. :meth:`kill` and :meth:`start` again keep the port and directory,
     so a test can restart the server and find what it persisted."""
 
-    def __init__(self, args: Sequence[str] = (), *, binary: str | None = None) -> None:
+    def __init__(
+        self, args: Sequence[str] = (), *, binary: str | None = None, port: int | None = None
+    ) -> None:
         found = binary or shutil.which("redis-server")
         if found is None:
             raise ServerUnavailable("redis-server is not installed (Debian: redis-server)")
         self.binary = found
         self.args = list(args)
-        self.port = free_port()
+        self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="rdq-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -115,6 +139,85 @@ class RedisServer:
         self.close()
 
 
+class RedisCluster:
+    """Three cluster-mode ``redis-server`` primaries (no replicas) on loopback ports, their
+    16384 slots assigned by ``redis-cli --cluster create``. ``url`` names the first node and
+    carries rdq's ``cluster=true`` option."""
+
+    def __init__(self, nodes: int = 3) -> None:
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise ServerUnavailable("redis-cli is not installed (Debian: redis-tools)")
+        self.cli = cli
+        self.nodes = [
+            RedisServer(
+                [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                ],
+                port=free_cluster_port(),
+            )
+            for _ in range(nodes)
+        ]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.nodes[0].port}/0?cluster=true"
+
+    def start(self) -> None:
+        """Start the nodes, assign the slots and wait until every node reports the cluster
+        ok; ``ServerUnavailable`` if that fails."""
+        for node in self.nodes:
+            node.start()
+        create = subprocess.run(
+            [
+                self.cli,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{node.port}" for node in self.nodes),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if create.returncode != 0:
+            self.close()
+            raise ServerUnavailable(f"redis-cli --cluster create failed: {create.stdout[-2000:]}")
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not all(self._ok(node) for node in self.nodes):
+            if time.monotonic() > deadline:
+                self.close()
+                raise ServerUnavailable("the test Redis Cluster never reported cluster_state:ok")
+            time.sleep(0.1)
+
+    def _ok(self, node: RedisServer) -> bool:
+        info = subprocess.run(
+            [self.cli, "-p", str(node.port), "cluster", "info"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return "cluster_state:ok" in info.stdout
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+
+    def __enter__(self) -> RedisCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def _answers(port: int) -> bool:
     """True once the server on ``port`` answers PING (with PONG or a NOAUTH refusal)."""
     try:
@@ -159,3 +262,16 @@ def _container_url() -> Iterator[str]:
         yield f"redis://{host}:{port}/0"
     finally:
         container.stop()
+
+
+@contextmanager
+def cluster_url() -> Iterator[str]:
+    """Yield the URL of a reachable Redis Cluster (``cluster=true`` set) for a test session."""
+    url = os.environ.get(CLUSTER_ENV_VAR)
+    if url:
+        yield url
+        return
+    if not shutil.which("redis-server"):
+        raise ServerUnavailable(f"set {CLUSTER_ENV_VAR} or install redis-server (Debian package)")
+    with RedisCluster() as cluster:
+        yield cluster.url

@@ -1,26 +1,36 @@
--- Admit a batch of tasks atomically: check every id against the id index first, then write
--- the new ones. Either every task is admitted (or found already there) or nothing changes.
+-- Admit a batch of tasks atomically: check every id first, then write the new ones. Either
+-- every task is admitted (or found already there) or nothing changes.
 --
--- KEYS, three per task i: [3i-2] the id index key, [3i-1] the queue's pending set,
---   [3i] the task hash.
--- ARGV[1] = the number of tasks; then 11 values per task: queue, id, body, next_at_us or '',
---   delay_us, attempt_count, redrive_count, attempts_json, handler_ref, last error type or '',
+-- ARGV[1] = the number of tasks n; ARGV[2] = '1' when this script keeps the id index (a single
+--   server), '0' when the client keeps it (Redis Cluster: the index is in other slots; the
+--   tasks of one call then all belong to one queue).
+-- KEYS, per task i: the queue's pending set, the task hash, and (indexed only) the id index
+--   key; that is 3 keys per task when indexed, else 2.
+-- ARGV from 3 on, 11 values per task: queue, id, body, next_at_us or '', delay_us,
+--   attempt_count, redrive_count, attempts_json, handler_ref, last error type or '',
 --   wake channel.
 -- Returns {'OK', {1|0 per task}} (1 = stored, 0 = already in that queue) or
 --   {'IDCONFLICT', id, existing_queue}.
 local now = now_us()
 local n = tonumber(ARGV[1])
+local indexed = ARGV[2] == '1'
+local stride = indexed and 3 or 2
 local width = 11
 local seen = {}
 local stored = {}
 for i = 1, n do
-  local a = 1 + (i - 1) * width
+  local a = 2 + (i - 1) * width
+  local k = (i - 1) * stride
   local queue, id = ARGV[a + 1], ARGV[a + 2]
   local owner = seen[id]
   if owner == nil then
-    owner = redis.call('GET', KEYS[3 * i - 2])
-    if owner == false then
-      owner = nil
+    if indexed then
+      owner = redis.call('GET', KEYS[k + 3])
+      if owner == false then
+        owner = nil
+      end
+    elseif redis.call('EXISTS', KEYS[k + 2]) == 1 then
+      owner = queue
     end
   end
   if owner ~= nil and owner ~= queue then
@@ -33,15 +43,18 @@ end
 local woken = {}
 for i = 1, n do
   if stored[i] == 1 then
-    local a = 1 + (i - 1) * width
+    local a = 2 + (i - 1) * width
+    local k = (i - 1) * stride
     local due
     if ARGV[a + 4] ~= '' then
       due = tonumber(ARGV[a + 4])
     else
       due = now + tonumber(ARGV[a + 5])
     end
-    local key = KEYS[3 * i]
-    redis.call('SET', KEYS[3 * i - 2], ARGV[a + 1])
+    local key = KEYS[k + 2]
+    if indexed then
+      redis.call('SET', KEYS[k + 3], ARGV[a + 1])
+    end
     redis.call('HSET', key,
       'body', ARGV[a + 3],
       'status', 'PENDING',
@@ -54,7 +67,7 @@ for i = 1, n do
     if ARGV[a + 10] ~= '' then
       redis.call('HSET', key, 'error_type', ARGV[a + 10])
     end
-    redis.call('ZADD', KEYS[3 * i - 1], fmt(due), ARGV[a + 2])
+    redis.call('ZADD', KEYS[k + 1], fmt(due), ARGV[a + 2])
     woken[ARGV[a + 11]] = true
   end
 end
