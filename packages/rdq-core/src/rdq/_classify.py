@@ -1,11 +1,11 @@
 """Outcome classification (SPEC §5): what a handler's return or exception means for its task.
 
-    returns                              → SUCCEEDED, complete
-    raises rdq.Permanent / non_retryable → PERMANENT, dead-letter at once
-    raises rdq.RetryAfter(delay)         → FAILED, retry after ``delay``
-    exceeds its timeout                  → TIMEOUT, retry after backoff
-    raises anything else                 → FAILED, retry after backoff
-    a retry when attempts are exhausted  → dead-letter (the attempt keeps its outcome)
+returns                              → SUCCEEDED, complete
+raises rdq.Permanent / non_retryable → PERMANENT, dead-letter at once
+raises rdq.RetryAfter(delay)         → FAILED, retry after ``delay``
+exceeds its timeout                  → TIMEOUT, retry after backoff
+raises anything else                 → FAILED, retry after backoff
+a retry when attempts are exhausted  → dead-letter (the attempt keeps its outcome)
 """
 
 from __future__ import annotations

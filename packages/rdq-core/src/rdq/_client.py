@@ -76,7 +76,7 @@ class Client:
         payload: Any = None,
         *,
         queue: str | None = None,
-        id: str | None = None,  # noqa: A002 - the envelope's field name
+        id: str | None = None,
         delay: float | timedelta | None = None,
         headers: dict[str, str] | None = None,
         retry: RetryOverride | None = None,
@@ -187,7 +187,7 @@ class SyncClient:
         payload: Any = None,
         *,
         queue: str | None = None,
-        id: str | None = None,  # noqa: A002 - the envelope's field name
+        id: str | None = None,
         delay: float | timedelta | None = None,
         headers: dict[str, str] | None = None,
         retry: RetryOverride | None = None,

@@ -110,7 +110,7 @@ class Runner:
             return
         target = self.app.resolve(task.handler_ref)
         if target is None:
-            decision = Decision(
+            unknown = Decision(
                 Action.DEAD_LETTER,
                 Outcome.PERMANENT,
                 0.0,
@@ -118,7 +118,7 @@ class Runner:
                 f"no handler for {task.handler_ref!r} (not registered, no invoker for its "
                 "scheme, not an allowed import path)",
             )
-            await self._finish(run, number, started, decision)
+            await self._finish(run, number, started, unknown)
             return
         ctx = TaskContext(
             task.id,
@@ -155,8 +155,7 @@ class Runner:
                             0.0,
                             _classify.UNDECODABLE_PAYLOAD,
                             _classify.truncate_message(
-                                f"payload does not convert to {target.payload_type.__name__}: "
-                                f"{exc}"
+                                f"payload does not convert to {target.payload_type.__name__}: {exc}"
                             ),
                         )
                 args = (payload, ctx) if target.takes_context else (payload,)
@@ -319,4 +318,3 @@ def _interrupted_since_redrive(task: Any) -> int:
 
 def _last_outcome(task: Any) -> str:
     return task.attempts[-1].outcome.value if task.attempts else "unknown"
-

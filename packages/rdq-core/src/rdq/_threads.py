@@ -9,6 +9,7 @@ never returns cannot keep the process from exiting.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from typing import Any
 __all__ = ["Call", "HandlerThreads", "ThreadExit"]
 
 
-class ThreadExit(Exception):  # noqa: N818 - names what happened
+class ThreadExit(Exception):
     """A handler raised a ``BaseException`` (``SystemExit``, ``KeyboardInterrupt``…) in its
     thread; ``original`` is that exception. Delivered as an ordinary failure."""
 
@@ -88,7 +89,9 @@ class HandlerThreads:
     def _start_thread(self) -> None:
         self._counted += 1
         self._serial += 1
-        thread = threading.Thread(target=self._run, name=f"{self._name}-{self._serial}", daemon=True)
+        thread = threading.Thread(
+            target=self._run, name=f"{self._name}-{self._serial}", daemon=True
+        )
         thread.start()
 
     def _run(self) -> None:
@@ -126,7 +129,5 @@ def _deliver(call: Call, result: Any, exc: BaseException | None) -> None:
         else:
             call.future.set_result(result)
 
-    try:
+    with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
         call.loop.call_soon_threadsafe(settle)
-    except RuntimeError:  # the loop is closed: nobody waits any more
-        pass

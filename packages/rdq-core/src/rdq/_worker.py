@@ -97,6 +97,7 @@ class Worker:
         self._states: dict[str, _QueueState] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
+        self._hurry: asyncio.Event | None = None
         self._stop_requests = 0
         self._idle_waits: set[asyncio.Future[Any]] = set()
         self._started = threading.Event()
@@ -134,6 +135,8 @@ class Worker:
         self._stop_requests += 1
         if self._stopping is not None:
             self._stopping.set()
+        if self._stop_requests >= 2 and self._hurry is not None:
+            self._hurry.set()
         for waiter in list(self._idle_waits):
             waiter.cancel()
         for state in self._states.values():
@@ -145,6 +148,7 @@ class Worker:
         """Work until :meth:`stop`; then drain in-flight tasks (see the module docstring)."""
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()
         if self._stop_requests:
             self._stopping.set()
         size = sum(self.app.queue_config(q).concurrency for q in self.queues)
@@ -162,7 +166,9 @@ class Worker:
         )
         notify = self.storage.capabilities().notify
         claimers = [
-            asyncio.create_task(self._claim_loop(self._states[q], runner, notify), name=f"rdq-claim-{q}")
+            asyncio.create_task(
+                self._claim_loop(self._states[q], runner, notify), name=f"rdq-claim-{q}"
+            )
             for q in self.queues
         ]
         background = [
@@ -217,7 +223,8 @@ class Worker:
                 count=len(pending),
                 grace_period=self.grace_period,
             )
-            stop_again = asyncio.ensure_future(self._second_stop())
+            assert self._hurry is not None
+            stop_again = asyncio.ensure_future(self._hurry.wait())
             all_done = asyncio.ensure_future(asyncio.wait(pending))
             try:
                 await asyncio.wait(
@@ -240,10 +247,6 @@ class Worker:
                 count=len(left),
             )
             await asyncio.gather(*(run.task for run in left if run.task), return_exceptions=True)
-
-    async def _second_stop(self) -> None:
-        while self._stop_requests < 2:
-            await asyncio.sleep(0.05)
 
     def _note_retry(self, queue: str, delay: float) -> None:
         state = self._states.get(queue)

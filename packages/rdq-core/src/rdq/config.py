@@ -35,7 +35,7 @@ import math
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from rdq.errors import ConfigError
 from rdq.spi import RetryOverride, limits
@@ -108,7 +108,9 @@ class QueueConfig:
         prefix = f"queues.{queue}" if queue else "defaults"
 
         def bad(key: str, message: str) -> ConfigError:
-            return ConfigError(f"{message} (queue {queue or '<defaults>'!r})", key=f"{prefix}.{key}")
+            return ConfigError(
+                f"{message} (queue {queue or '<defaults>'!r})", key=f"{prefix}.{key}"
+            )
 
         if not _is_int(self.max_attempts) or self.max_attempts < 1:
             raise bad("max_attempts", "must be an integer of at least 1")
@@ -128,7 +130,7 @@ class QueueConfig:
             raise bad("lease", "must be at most 24 hours")
         if not _is_int(self.concurrency) or not 1 <= self.concurrency <= limits.MAX_LIMIT:
             raise bad("concurrency", f"must be an integer from 1 to {limits.MAX_LIMIT}")
-        if not _is_number(self.task_ttl) or not 0 < self.task_ttl:
+        if not _is_number(self.task_ttl) or not self.task_ttl > 0:
             raise bad("task_ttl", "must be a positive number of seconds")
         for exc_type in self.non_retryable:
             if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
@@ -232,7 +234,9 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
         elif key == "non_retryable":
             changes[key] = tuple(_exception_types(value, f"{prefix}.{key}"))
         elif key not in _BACKOFF_KEYS:
-            raise ConfigError(f"unknown setting (queue {queue or '<defaults>'!r})", f"{prefix}.{key}")
+            raise ConfigError(
+                f"unknown setting (queue {queue or '<defaults>'!r})", f"{prefix}.{key}"
+            )
     if any(key in raw for key in _BACKOFF_KEYS):
         kind_name = raw.get("backoff", config.backoff.kind.value)
         try:
@@ -287,15 +291,15 @@ def import_exception_type(name: str, key: str = "non_retryable") -> type[BaseExc
     return found
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _seconds_or(value: object, default: float) -> float:
-    if _is_number(value) and 0 <= value < math.inf:  # type: ignore[operator]
-        return float(value)  # type: ignore[arg-type]
+    if _is_number(value) and 0 <= value < math.inf:
+        return float(value)
     return default

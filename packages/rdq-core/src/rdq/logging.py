@@ -38,7 +38,9 @@ def configure(json: bool | None = None, level: str = "INFO", stream: Any = None)
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info if json else structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info
+            if json
+            else structlog.processors.StackInfoRenderer(),
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[name]),

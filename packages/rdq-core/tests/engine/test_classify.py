@@ -39,7 +39,11 @@ def test_permanent_and_non_retryable_dead_letter_at_once():
         "rdq.Permanent",
     )
     d = classify_error(KeyError("x"), 1, CONFIG)
-    assert (d.action, d.outcome, d.error_type) == (Action.DEAD_LETTER, Outcome.PERMANENT, "KeyError")
+    assert (d.action, d.outcome, d.error_type) == (
+        Action.DEAD_LETTER,
+        Outcome.PERMANENT,
+        "KeyError",
+    )
 
 
 def test_permanent_from_a_cause_records_the_cause_type():
@@ -62,7 +66,11 @@ def test_retry_after_uses_its_delay_but_counts_the_attempt():
 
 def test_timeout_is_retryable():
     d = classify_error(TimeoutError(), 1, CONFIG, timed_out=True, rng=random.Random(0))
-    assert (d.action, d.outcome, d.error_type) == (Action.RESCHEDULE, Outcome.TIMEOUT, "rdq.Timeout")
+    assert (d.action, d.outcome, d.error_type) == (
+        Action.RESCHEDULE,
+        Outcome.TIMEOUT,
+        "rdq.Timeout",
+    )
 
 
 def test_messages_are_bounded():

@@ -10,6 +10,7 @@ import pytest
 import rdq
 from rdq.spi import RetryOverride, Status
 
+
 @pytest.mark.asyncio
 async def test_submit_stores_the_envelope_fields(storage, queue):
     app = rdq.App()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import threading
@@ -12,13 +13,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from rdq_memory import MemoryStorage
 
 import rdq
 from rdq import metrics
 from rdq.spi import Outcome, Status, Storage
+from rdq_memory import MemoryStorage
 
-from .conftest import fast_worker, running, wait_status
+from .conftest import eventually, fast_worker, running, wait_status
 
 pytestmark = pytest.mark.asyncio
 
@@ -45,7 +46,7 @@ async def test_retries_follow_the_storage_clock_not_the_local_one(offset: timede
             task = await wait_status(storage, sub.id, Status.SUCCEEDED, timeout=30)
     attempts = task.attempts
     assert [a.outcome for a in attempts] == [Outcome.FAILED, Outcome.FAILED, Outcome.SUCCEEDED]
-    for earlier, later in zip(attempts, attempts[1:], strict=False):
+    for earlier, later in itertools.pairwise(attempts):
         assert later.started_at is not None and earlier.finished_at is not None
         gap = (later.started_at - earlier.finished_at).total_seconds()
         assert 0.35 <= gap <= 10
@@ -164,8 +165,7 @@ async def test_shutdown_lets_in_flight_work_finish_within_grace(storage, queue):
 
     sub = await rdq.Client(storage, app).submit("short")
     async with running(fast_worker(app, storage, grace_period=30)):
-        while not started.is_set():
-            await asyncio.sleep(0.01)
+        await eventually(lambda: asyncio.to_thread(started.is_set))
     task = await storage.get(sub.id)
     assert task.status == Status.SUCCEEDED
     assert [a.outcome for a in task.attempts] == [Outcome.SUCCEEDED]

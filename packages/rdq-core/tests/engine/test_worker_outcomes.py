@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import msgspec
 import pytest
@@ -67,7 +66,7 @@ async def test_fixed_backoff_waits_at_least_the_delay_by_the_storage_clock(stora
     async with running(fast_worker(app, storage)):
         task = await wait_status(storage, sub.id, Status.DEAD)
     assert len(task.attempts) == 3
-    assert all(0.4 - 0.05 <= gap for gap in gaps(task)), gaps(task)
+    assert all(gap >= 0.4 - 0.05 for gap in gaps(task)), gaps(task)
     assert task.dead_lettered_at is not None
 
 
@@ -333,4 +332,3 @@ async def test_many_tasks_drain_with_bounded_concurrency(storage, queue):
         for sub in subs:
             await wait_status(storage, sub.id, Status.SUCCEEDED)
     assert 1 <= peak <= 4
-    time.sleep(0)  # keep the import used on every path

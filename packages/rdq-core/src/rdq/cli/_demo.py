@@ -227,10 +227,9 @@ def _span(start: datetime | None, end: datetime | None) -> str:
 
 async def run_demo(console: Console) -> None:
     """The whole demo; raises ``click.ClickException`` if something does not settle."""
-    from rdq_memory import MemoryStorage  # the reference store; a dependency of the demo
-
     from rdq.admin import DLQAdmin
     from rdq.audit import MemoryAuditSink
+    from rdq_memory import MemoryStorage  # the reference store; a dependency of the demo
 
     state = DemoState()
     app = build_app(state)

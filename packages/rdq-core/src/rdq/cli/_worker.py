@@ -88,9 +88,7 @@ def worker(
             from rdq.metrics import start_http_server
 
             start_http_server(metrics_port, metrics_host)
-        asyncio.run(
-            _serve(app, storage_url, list(queues) or None, grace_period, worker_id)
-        )
+        asyncio.run(_serve(app, storage_url, list(queues) or None, grace_period, worker_id))
     except (RdqError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
