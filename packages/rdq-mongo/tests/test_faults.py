@@ -54,14 +54,17 @@ async def test_unreachable_server_is_one_clear_storage_unavailable() -> None:
 
 
 @needs_secantus
+@pytest.mark.parametrize("login", ["nobody:wrong@", ""], ids=["wrong-password", "no-login"])
 @pytest.mark.asyncio
-async def test_refused_credentials_are_one_clear_storage_unavailable(tmp_path: Path) -> None:
+async def test_refused_credentials_are_one_clear_storage_unavailable(
+    tmp_path: Path, login: str
+) -> None:
     server = SecantusProcess(tmp_path / "data", auth=True)
     server.data_dir.mkdir()
     server.start()
     try:
         storage = open_storage(
-            f"mongodb://nobody:wrong@127.0.0.1:{server.port}/db"
+            f"mongodb://{login}127.0.0.1:{server.port}/db"
             "?directConnection=true&serverSelectionTimeoutMS=3000"
         )
         with pytest.raises(StorageUnavailable) as caught:

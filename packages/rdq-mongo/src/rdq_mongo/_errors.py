@@ -39,6 +39,10 @@ def driver_errors(where: str) -> Iterator[None]:
         if exc.code in _UNAVAILABLE_CODES or exc.has_error_label("RetryableWriteError"):
             raise StorageUnavailable(f"MongoDB at {where} is not available: {exc}") from exc
         raise StorageError(f"MongoDB at {where} failed: {_first_line(exc)}") from exc
+    except mongo_errors.ConfigurationError as exc:
+        if "DNS" in str(exc):  # mongodb+srv:// names resolved when connecting
+            raise StorageUnavailable(f"cannot resolve MongoDB at {where}: {exc}") from exc
+        raise StorageError(f"MongoDB at {where}: {exc}") from exc
     except mongo_errors.PyMongoError as exc:
         raise StorageError(f"MongoDB at {where} failed: {_first_line(exc)}") from exc
 

@@ -10,9 +10,22 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pymongo import ASCENDING, AsyncMongoClient, ReturnDocument, UpdateOne
-from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
+from pymongo.errors import (
+    BulkWriteError,
+    ConfigurationError,
+    DuplicateKeyError,
+    OperationFailure,
+)
 
-from rdq.errors import IDConflict, NotFound, StaleClaim, StorageError, ValidationError
+from rdq.errors import (
+    ConfigError,
+    IDConflict,
+    NotFound,
+    StaleClaim,
+    StorageError,
+    StorageUnavailable,
+    ValidationError,
+)
 from rdq.spi import (
     Attempt,
     Capabilities,
@@ -112,15 +125,25 @@ class MongoStorage(StorageBase):
             if not any(part.startswith(name.lower() + "=") for part in lowered):
                 options.setdefault(name, value)
         with driver_errors(self._url.where):
-            client: AsyncMongoClient[Document] = AsyncMongoClient(self._url.driver_url, **options)
+            try:
+                client: AsyncMongoClient[Document] = AsyncMongoClient(
+                    self._url.driver_url, **options
+                )
+            except ConfigurationError as exc:
+                if "DNS" in str(exc):
+                    raise StorageUnavailable(f"cannot resolve {self._url.where}: {exc}") from exc
+                raise ConfigError(str(exc), key="storage") from exc
+            tasks = client[self._url.database][self._url.tasks_collection]
             try:
                 hello = await client.admin.command("hello")
+                # hello needs no login: a read proves the credentials and the permissions.
+                await tasks.find_one({"_id": ""}, projection={"_id": 1})
             except BaseException:
                 await client.close()
                 raise
         self._client = client
         self._change_streams = self._url.notify and supports_change_streams(hello)
-        self._tasks_collection = client[self._url.database][self._url.tasks_collection]
+        self._tasks_collection = tasks
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
