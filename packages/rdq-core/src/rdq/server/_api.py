@@ -66,7 +66,9 @@ def _errors(*statuses: int) -> dict[int, ResponseSpec]:
         503: "The storage is unavailable",
     }
     return {
-        s: ResponseSpec(data_container=ErrorBody, description=descriptions[s])
+        s: ResponseSpec(
+            data_container=ErrorBody, description=descriptions[s], generate_examples=False
+        )
         for s in (*statuses, 401, 403, 503)
     }
 
@@ -127,7 +129,9 @@ def _stats_doc(stats: Stats) -> StatsDoc:
     description="201 when stored, 200 when the same id already exists in the same queue "
     "(nothing changes), 409 when it exists in another queue. Unknown fields are kept.",
     responses={
-        200: ResponseSpec(data_container=TaskDoc, description="Already submitted"),
+        200: ResponseSpec(
+            data_container=TaskDoc, description="Already submitted", generate_examples=False
+        ),
         **_errors(400, 409, 413, 422),
     },
     tags=["tasks"],
