@@ -78,3 +78,20 @@ def test_worker_command_runs_until_sigterm_and_exits_cleanly(tmp_path: Path):
             proc.kill()
     assert proc.returncode == 0, out
     assert '"event": "worker stopped"' in out
+
+
+def test_the_example_app_runs_to_completion():
+    root = Path(__file__).resolve().parents[4]
+    script = root / "examples" / "orders" / "run.py"
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RDQ_STORAGE_URL": "memory://"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line for line in result.stdout.splitlines() if "charge_card" in line]
+    assert len(lines) == 7
+    assert "rdq.UndecodablePayload" in result.stdout
+    assert "ValueError: not an email address" in result.stdout
