@@ -147,21 +147,28 @@ async def test_created_at_is_read_from_the_server_clock(storage: Storage, redis_
 
 
 @pytest.mark.asyncio
-async def test_wait_due_wakes_when_another_connection_enqueues(
-    storage: Storage, storage_url: str
+async def test_wait_due_wakes_on_a_signal_when_another_connection_enqueues(
+    storage: Storage, storage_url: str, redis_url: str, key_prefix: str
 ) -> None:
     queue = new_queue()
-    waiter = asyncio.create_task(storage.wait_due(queue, 60.0))
+    channel = f"{key_prefix}:{{{queue}}}:wake"
+    waiter = asyncio.create_task(storage.wait_due(queue, 120.0))
+    raw = aioredis.Redis.from_url(redis_url)
+    try:
+
+        async def subscribed() -> bool | None:
+            ((_, count),) = await raw.pubsub_numsub(channel)
+            return True if count >= 1 else None
+
+        # Only once the waiter listens (and so has seen an empty queue) does a task arrive:
+        # nothing but the enqueue's signal can wake it before its 120 s timeout.
+        await eventually(subscribed, "wait_due to subscribe")
+    finally:
+        await raw.aclose()
+    assert not waiter.done()
     async with open_storage(storage_url) as producer:
-
-        async def woken() -> bool | None:
-            # keep enqueueing until the waiter (subscribed at some point) wakes up
-            await producer.enqueue(new_task(queue))
-            await asyncio.sleep(0.1)
-            return True if waiter.done() else None
-
-        await eventually(woken, "wait_due to wake on an enqueue")
-    assert waiter.result() is True
+        await producer.enqueue(new_task(queue))
+    assert await asyncio.wait_for(waiter, PATIENCE) is True
 
 
 @pytest.mark.asyncio
