@@ -28,6 +28,7 @@ from rdq.spi import (
     StorageBase,
     limits,
 )
+from rdq_postgres._announcer import Announcer
 from rdq_postgres._config import PostgresOptions, endpoint, parse_url
 from rdq_postgres._errors import translate
 from rdq_postgres._listener import DueListener
@@ -52,6 +53,7 @@ class PostgresStorage(StorageBase):
         self._connecting = asyncio.Lock()
         self._listener = DueListener(self._connect_one, self.options.channel)
         self._background: set[asyncio.Task[None]] = set()
+        self._announcer = Announcer(self._notify)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresStorage:
@@ -89,6 +91,7 @@ class PostgresStorage(StorageBase):
                     self._dsn,
                     min_size=self.options.pool_min,
                     max_size=self.options.pool_max,
+                    reset=_keep_session,
                     **self._connect_kwargs(),
                 )
                 try:
@@ -99,6 +102,7 @@ class PostgresStorage(StorageBase):
             self._pool = pool
 
     async def aclose(self) -> None:
+        await self._announcer.aclose()
         await self._listener.close()
         pool, self._pool = self._pool, None
         if pool is not None:
@@ -148,6 +152,13 @@ class PostgresStorage(StorageBase):
             async with pool.acquire() as conn:
                 await apply_migrations(conn, self.options.schema, self.options.channel)
 
+    async def _notify(self, queues: list[str]) -> None:
+        await self._execute(self._sql.notify, queues)
+
+    def _announce(self, *queues: str) -> None:
+        if self.options.notify:
+            self._announcer.announce(queues)
+
     def capabilities(self) -> Capabilities:
         return Capabilities(notify=self.options.notify, filter_pushdown=True, batch_enqueue=True)
 
@@ -159,6 +170,7 @@ class PostgresStorage(StorageBase):
         args = enqueue_args(task)
         row = await self._fetchrow(self._sql.enqueue, *args[:10], delay or _ZERO, *args[10:])
         if row["stored"]:
+            self._announce(task.queue)
             return True
         existing = row["existing_queue"]
         if existing is not None and existing != task.queue:
@@ -183,6 +195,7 @@ class PostgresStorage(StorageBase):
         if row["conflict_id"] is not None:
             raise IDConflict(row["conflict_id"], row["conflict_queue"])
         stored = set(row["stored"] or ())
+        self._announce(*(row["queues"] or ()))
         result = []
         for task in batch:
             result.append(task.id in stored)
@@ -232,6 +245,7 @@ class PostgresStorage(StorageBase):
             self._sql.reschedule, task_id, token, *attempt_args(attempt), next_at
         )
         self._fenced(task_id, row)
+        self._announce(row["queue"])
 
     async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
         self._check_resolution(task_id, token, attempt)
@@ -282,6 +296,8 @@ class PostgresStorage(StorageBase):
                 self._sql.redrive_filter, queue, *_filter_args(selector.filter)
             )
         count: int = row["n"]
+        if count:
+            self._announce(queue)
         return count
 
     async def purge(self, queue: str, selector: Selector) -> int:
@@ -340,6 +356,13 @@ class PostgresStorage(StorageBase):
                 return timed
         finally:
             self._listener.unregister(queue, future)
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pool release hook: nothing to reset. The store leaves no session state behind (no
+    SET, LISTEN or cursors; ``migrate`` unlocks its advisory lock; asyncpg rolls back any open
+    transaction), so asyncpg's default reset query would only add a round trip to every
+    operation."""
 
 
 def _check_delay(delay: timedelta | None) -> None:

@@ -13,5 +13,4 @@ WITH ins AS (
     RETURNING queue
 )
 SELECT (SELECT count(*) FROM ins) AS stored,
-       (SELECT queue FROM {schema}.task WHERE id = $1) AS existing_queue,
-       (SELECT count(*) FROM (SELECT pg_notify('{channel}', queue) FROM ins) AS n) AS notified
+       (SELECT queue FROM {schema}.task WHERE id = $1) AS existing_queue

@@ -31,11 +31,8 @@ ins AS (
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING
     RETURNING id, queue
-),
-notified AS (
-    SELECT pg_notify('{channel}', q.queue) FROM (SELECT DISTINCT queue FROM ins) AS q
 )
 SELECT (SELECT array_agg(id) FROM ins) AS stored,
+       (SELECT array_agg(DISTINCT queue) FROM ins) AS queues,
        (SELECT id FROM conflict) AS conflict_id,
-       (SELECT queue FROM conflict) AS conflict_queue,
-       (SELECT count(*) FROM notified) AS notified
+       (SELECT queue FROM conflict) AS conflict_queue

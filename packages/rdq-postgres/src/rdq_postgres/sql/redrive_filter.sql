@@ -10,5 +10,4 @@ WITH upd AS (
   AND ($5::timestamptz IS NULL OR dead_lettered_at < $5)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM upd) AS n,
-       (SELECT count(*) FROM (SELECT pg_notify('{channel}', $1) WHERE EXISTS (SELECT 1 FROM upd)) AS n) AS notified
+SELECT count(*) AS n FROM upd

@@ -6,5 +6,4 @@ WITH upd AS (
     WHERE queue = $1 AND status = 'DEAD' AND id = ANY($2::text[])
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM upd) AS n,
-       (SELECT count(*) FROM (SELECT pg_notify('{channel}', $1) WHERE EXISTS (SELECT 1 FROM upd)) AS n) AS notified
+SELECT count(*) AS n FROM upd

@@ -14,4 +14,4 @@ WITH upd AS (
 )
 SELECT EXISTS (SELECT 1 FROM upd) AS done,
        EXISTS (SELECT 1 FROM {schema}.task WHERE id = $1) AS found,
-       (SELECT count(*) FROM (SELECT pg_notify('{channel}', queue) FROM upd) AS n) AS notified
+       (SELECT queue FROM upd) AS queue

@@ -1,0 +1,56 @@
+"""Coalesced NOTIFY: tells ``wait_due`` listeners that a queue may have due tasks.
+
+PostgreSQL serialises the commits of transactions that NOTIFY (a global lock held through the
+commit's WAL flush), so a NOTIFY inside every enqueue would cap enqueues at one per disk flush.
+Instead the store announces after its own commit, from a background task: queues announced
+while a NOTIFY is in flight are sent together in the next one. A lost announcement costs
+latency only: ``wait_due`` also wakes on the earliest due time and on its timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+
+__all__ = ["Announcer"]
+
+log = logging.getLogger("rdq_postgres")
+
+Send = Callable[[list[str]], Awaitable[None]]
+
+
+class Announcer:
+    """Sends ``send(queues)`` for announced queues, at most one call in flight at a time."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._pending: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def announce(self, queues: Iterable[str]) -> None:
+        """Schedule a NOTIFY for ``queues`` (returns at once)."""
+        self._pending.update(queues)
+        if self._pending and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self._pending:
+            queues = sorted(self._pending)
+            self._pending.clear()
+            try:
+                await self._send(queues)
+            except Exception as exc:  # a lost wake-up only delays a waiter
+                log.debug("NOTIFY for %s failed: %s", queues, exc)
+
+    async def aclose(self, timeout: float = 2.0) -> None:
+        """Send what is pending (waiting at most ``timeout`` seconds), then stop."""
+        task, self._task = self._task, None
+        if task is None or task.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout)
+        except (TimeoutError, Exception):
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
