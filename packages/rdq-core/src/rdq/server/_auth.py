@@ -4,9 +4,9 @@ Tokens are kept only as SHA-256 digests. A presented token is hashed and compare
 ``hmac.compare_digest`` against *every* configured digest (no early exit), so neither the
 answer time nor the order of tokens tells anything about them. Tokens are never logged.
 
-The UI's session cookie holds ``owner|expiry|mac`` where the MAC is keyed by the digest of
-the token used at login: any node with the same configuration can check it, it expires, and
-removing the token from the configuration ends its sessions. The CSRF token of a session is
+The UI's session cookie holds ``owner.expiry.mac`` where the MAC is keyed by the token used
+at login (and the optional ``session_secret``): any node with the same configuration can check
+it, it expires, and removing the token from the configuration ends its sessions. The CSRF token of a session is
 another MAC of the session, embedded in every form and checked on every POST.
 """
 
@@ -29,8 +29,10 @@ class Principal:
 
     owner: str
     rights: frozenset[str]
+    digest: bytes
+    """The SHA-256 digest of the token."""
     key: bytes
-    """The token's digest (keys the UI session MACs); never shown."""
+    """Keys the UI session MACs (derived from the digest and the session secret)."""
 
     def can(self, right: Right | str) -> bool:
         return right in self.rights
@@ -40,10 +42,12 @@ class Authenticator:
     """Checks bearer tokens and UI sessions against the configured tokens."""
 
     def __init__(self, settings: ServerSettings) -> None:
-        self._principals = [
-            Principal(spec.owner, frozenset(spec.rights), spec.digest(f"server.tokens[{i}]"))
-            for i, spec in enumerate(settings.tokens)
-        ]
+        secret = (settings.session_secret or "").encode()
+        self._principals = []
+        for i, spec in enumerate(settings.tokens):
+            digest = spec.digest(f"server.tokens[{i}]")
+            key = hmac.new(secret, b"rdq-ui-session:" + digest, hashlib.sha256).digest()
+            self._principals.append(Principal(spec.owner, frozenset(spec.rights), digest, key))
         self._session_seconds = settings.session_hours * 3600
 
     @property
@@ -57,7 +61,7 @@ class Authenticator:
         digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
         found: Principal | None = None
         for principal in self._principals:
-            if hmac.compare_digest(digest, principal.key):
+            if hmac.compare_digest(digest, principal.digest):
                 found = principal
         return found
 

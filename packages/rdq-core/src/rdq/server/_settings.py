@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -110,6 +111,10 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True):
     secure_cookies: bool = False
     """Mark the UI session cookie ``Secure`` (set it when the node is served over HTTPS)."""
     session_hours: float = 8.0
+    session_secret: str | None = None
+    """Mixed into the UI session keys; give every node the same one. Set it when tokens are
+    configured by ``sha256`` digest, so that reading the config file is not enough to forge a
+    session cookie."""
     callbacks: CallbackSettings = CallbackSettings()
 
     def __post_init__(self) -> None:
@@ -134,6 +139,38 @@ def parse_token_flag(value: str) -> TokenSpec:
     return TokenSpec(owner=owner, rights=rights, token=token)  # type: ignore[arg-type]
 
 
+_AT = re.compile(r"^(?P<text>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_KEYED = re.compile(r"^(?P<key>[\w.\[\]-]+): (?P<text>.*)$", re.S)
+
+
+def _config_error(exc: msgspec.ValidationError) -> ConfigError:
+    """A ConfigError naming the key from msgspec's message (``… - at `$.tokens[0].rights```)."""
+    match = _AT.match(str(exc))
+    assert match is not None
+    text, path = match.group("text"), (match.group("path") or "").lstrip(".")
+    base = f"server.{path}" if path else "server"
+    keyed = _KEYED.match(text)
+    if keyed is not None:  # our own ConfigError, raised by a __post_init__
+        key = keyed.group("key")
+        if not key.startswith("server."):
+            key = f"{base}.{key}"
+        return ConfigError(keyed.group("text"), key=key)
+    return ConfigError(text, key=base)
+
+
+def _resolve_env(token: Any, index: int, env: dict[str, str]) -> Any:
+    """Replace ``token_env`` by the token it names (read from ``env``)."""
+    if not isinstance(token, dict) or not token.get("token_env"):
+        return token
+    name = token["token_env"]
+    value = env.get(name)
+    if not value:
+        raise ConfigError(
+            f"environment variable {name} is not set", key=f"server.tokens[{index}].token_env"
+        )
+    return {k: v for k, v in token.items() if k != "token_env"} | {"token": value}
+
+
 def load_settings(
     config_path: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
@@ -144,7 +181,8 @@ def load_settings(
     part of the file (``defaults``/``queues`` tables) for ``App.configure``.
 
     Environment: ``RDQ_STORAGE_URL``, ``RDQ_SERVER_TOKENS`` (space-separated
-    ``OWNER:RIGHTS:TOKEN``), ``RDQ_CALLBACK_SECRET``, ``RDQ_AUDIT_LOG``.
+    ``OWNER:RIGHTS:TOKEN``), ``RDQ_CALLBACK_SECRET``, ``RDQ_AUDIT_LOG``,
+    ``RDQ_SESSION_SECRET``.
     Raises ``ConfigError`` naming the key."""
     env = dict(os.environ) if env is None else env
     data: dict[str, Any] = {}
@@ -167,6 +205,8 @@ def load_settings(
         callbacks["secrets"] = [secret, *callbacks.get("secrets", [])]
     if "RDQ_STORAGE_URL" in env and "storage" not in data:
         data["storage"] = env["RDQ_STORAGE_URL"]
+    if env.get("RDQ_SESSION_SECRET") and "session_secret" not in data:
+        data["session_secret"] = env["RDQ_SESSION_SECRET"]
     if env.get("RDQ_AUDIT_LOG") and "audit_log" not in data:
         data["audit_log"] = env["RDQ_AUDIT_LOG"]
     if env.get("RDQ_CALLBACK_SECRET") and not callbacks.get("secrets"):
@@ -185,10 +225,11 @@ def load_settings(
         else:
             data[key] = value
     data["callbacks"] = callbacks
+    data["tokens"] = [_resolve_env(t, i, env) for i, t in enumerate(data["tokens"])]
     try:
         settings = msgspec.convert(data, ServerSettings)
     except msgspec.ValidationError as exc:
-        raise ConfigError(str(exc), key="server") from None
+        raise _config_error(exc) from None
     for i, spec in enumerate(settings.tokens):
         spec.digest(f"server.tokens[{i}]")
     return settings, engine

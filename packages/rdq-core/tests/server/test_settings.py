@@ -1,0 +1,139 @@
+"""Node settings from TOML, environment and flags; tokens by value, env or digest; no leaks."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import structlog
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from rdq.errors import ConfigError
+from rdq.server import create_app, load_settings, parse_token_flag
+from rdq.server._auth import Authenticator
+from rdq_memory import MemoryStorage
+
+from .conftest import ADMIN_TOKEN, auth
+
+CONFIG = """
+[server]
+storage = "memory://from-file"
+queues = ["webhooks"]
+open_metrics = true
+
+[[server.tokens]]
+owner = "alice"
+rights = ["read", "admin"]
+token_env = "ALICE_TOKEN"
+
+[[server.tokens]]
+owner = "ci"
+rights = ["submit"]
+sha256 = "{digest}"
+
+[server.callbacks]
+allow_hosts = ["hooks.example.com"]
+secrets_env = "HOOK_SECRET"
+queue_timeouts = {{ webhooks = 3.5 }}
+
+[queues.webhooks]
+max_attempts = 7
+"""
+
+
+def test_file_then_environment_then_flags(tmp_path: Path) -> None:
+    digest = hashlib.sha256(b"ci-token-0123456789abcdef").hexdigest()
+    path = tmp_path / "rdq.toml"
+    path.write_text(CONFIG.format(digest=digest))
+    env = {
+        "ALICE_TOKEN": "alice-token-0123456789",
+        "HOOK_SECRET": "hook-secret-0123456789",
+        "RDQ_SERVER_TOKENS": "ops:read+submit:ops-token-0123456789",
+        "RDQ_STORAGE_URL": "memory://ignored-file-wins",
+    }
+    settings, engine = load_settings(path, {"port": 9000, "queues": None}, env=env)
+    assert settings.storage == "memory://from-file"
+    assert settings.port == 9000 and settings.queues == ["webhooks"]
+    assert settings.callbacks.secrets == ["hook-secret-0123456789"]
+    assert settings.callbacks.queue_timeouts == {"webhooks": 3.5}
+    assert engine == {"queues": {"webhooks": {"max_attempts": 7}}}
+    authenticator = Authenticator(settings)
+    alice = authenticator.authenticate("alice-token-0123456789")
+    assert alice is not None and alice.owner == "alice" and alice.can("admin")
+    ci = authenticator.authenticate("ci-token-0123456789abcdef")
+    assert ci is not None and ci.can("submit") and not ci.can("read")
+    ops = authenticator.authenticate("ops-token-0123456789")
+    assert ops is not None and ops.owner == "ops"
+    assert authenticator.authenticate("alice-token-012345678") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[server]\nport = 0\n", "server.port"),
+        (
+            '[[server.tokens]]\nowner = "a"\nrights = ["read"]\ntoken = "short"\n',
+            "server.tokens[0].token",
+        ),
+        ('[[server.tokens]]\nowner = "a"\nrights = ["read"]\n', "server.tokens[0]"),
+        (
+            '[[server.tokens]]\nowner = "a"\nrights = ["read"]\nsha256 = "abc"\n',
+            "server.tokens[0].sha256",
+        ),
+        (
+            '[[server.tokens]]\nowner = "a"\nrights = ["root"]\ntoken = "x"\n',
+            "server.tokens[0].rights[0]",
+        ),
+        ('[server.callbacks]\nallow_networks = ["x"]\n', "server.callbacks.allow_networks[0]"),
+        ("[server\n", "config"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path: Path, text: str, key: str) -> None:
+    path = tmp_path / "rdq.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, env={})
+    assert info.value.key == key
+
+
+def test_token_flags() -> None:
+    spec = parse_token_flag("bob:read+admin:bob-token-0123456789")
+    assert (spec.owner, spec.rights, spec.token) == (
+        "bob",
+        ["read", "admin"],
+        "bob-token-0123456789",
+    )
+    for bad in ("bob", "bob:read", "bob:write:t0123456789abcdef", "bob::t0123456789abcdef"):
+        with pytest.raises(ConfigError):
+            parse_token_flag(bad)
+
+
+def test_a_node_without_tokens_refuses_to_start() -> None:
+    settings, _ = load_settings(None, {"storage": "memory://"}, env={})
+    with pytest.raises(ConfigError) as info:
+        create_app(settings)
+    assert info.value.key == "server.tokens"
+
+
+@pytest.mark.asyncio
+async def test_tokens_never_reach_the_logs(
+    client: AsyncTestClient[Litestar],
+    memory_store: MemoryStorage,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    wrong = "wrong-token-abcdefghijkl"
+    with structlog.testing.capture_logs() as logs:
+        await client.get("/v1/queues", headers=auth(wrong))
+        await client.post(
+            "/v1/tasks", json={"handler_ref": "h", "id": "x"}, headers=auth(ADMIN_TOKEN)
+        )
+        await client.post(
+            "/v1/queues/default/dlq/purge", json={"ids": ["x"]}, headers=auth(ADMIN_TOKEN)
+        )
+        await client.post("/ui/login", data={"token": ADMIN_TOKEN})
+        await client.get("/v1/tasks/%00", headers=auth(ADMIN_TOKEN))
+    text = repr(logs) + capsys.readouterr().out + capsys.readouterr().err
+    assert any(entry.get("audit") for entry in logs)
+    assert ADMIN_TOKEN not in text and wrong not in text
