@@ -6,8 +6,9 @@ answer time nor the order of tokens tells anything about them. Tokens are never 
 
 The UI's session cookie holds ``owner.expiry.mac`` where the MAC is keyed by the token used
 at login (and the optional ``session_secret``): any node with the same configuration can check
-it, it expires, and removing the token from the configuration ends its sessions. The CSRF token of a session is
-another MAC of the session, embedded in every form and checked on every POST.
+it, it expires, and removing the token from the configuration ends its sessions. The CSRF
+token of a session is another MAC of the session, embedded in every form and checked on every
+POST.
 """
 
 from __future__ import annotations
