@@ -210,3 +210,48 @@ async def test_worker_ids_are_unique_per_worker():
     host, pid, _ = next(iter(ids)).rsplit(":", 2)
     assert pid == str(os.getpid())
     assert host
+
+
+async def test_lost_lease_cancels_the_handler_and_writes_nothing(storage, queue):
+    app = rdq.App()
+    app.queue(queue, lease=0.3, timeout=30)
+    cancelled = asyncio.Event()
+
+    @app.handler("long", queue=queue)
+    async def long(payload: object) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    sub = await rdq.Client(storage, app).submit("long")
+    flaky = FlakyStorage(storage, {"extend_lease": (1, rdq.StaleClaim(sub.id))})
+    before = metrics.STALE_CLAIMS.labels(queue)._value.get()
+    async with running(fast_worker(app, flaky)):  # type: ignore[arg-type]
+        await asyncio.wait_for(cancelled.wait(), 30)
+    assert metrics.STALE_CLAIMS.labels(queue)._value.get() == before + 1
+    task = await storage.get(sub.id)
+    assert task.attempts == []  # the outcome of a lost claim is never written
+    assert task.status == Status.IN_FLIGHT
+
+
+async def test_a_task_that_keeps_losing_its_lease_ends_in_the_dlq(storage, queue):
+    """Crashed workers' attempts count: a poison task cannot loop forever."""
+    app = rdq.App()
+    app.queue(queue, max_attempts=1)
+
+    @app.handler("poison", queue=queue)
+    async def poison(payload: object) -> None:
+        raise AssertionError("must not run: its attempts are used up")
+
+    sub = await rdq.Client(storage, app).submit("poison")
+    # a worker claims it and dies (never resolves); the lease runs out
+    assert len(await storage.claim_due(queue, 1, timedelta(seconds=0.2))) == 1
+    await asyncio.sleep(0.3)
+    async with running(fast_worker(app, storage)):
+        task = await wait_status(storage, sub.id, Status.DEAD)
+    assert [(a.outcome, a.error_type) for a in task.attempts] == [
+        (Outcome.LEASE_EXPIRED, task.attempts[0].error_type),
+        (Outcome.PERMANENT, "rdq.AttemptsExhausted"),
+    ]
