@@ -35,7 +35,8 @@ async def test_wait_due_wakes_on_a_reschedule_into_the_past(store: MongoStorage)
     waiter = asyncio.create_task(store.wait_due("q", 60))
     await asyncio.sleep(0.3)
     assert not waiter.done()
-    past = claim.task.lease_expires_at - timedelta(hours=1)  # type: ignore[operator]
+    assert claim.task.lease_expires_at is not None
+    past = claim.task.lease_expires_at - timedelta(hours=1)
     await store.reschedule("w1", claim.token, Attempt(number=1, outcome=Outcome.FAILED), past)
     assert await asyncio.wait_for(waiter, 30) is True
 

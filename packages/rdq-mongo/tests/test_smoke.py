@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rdq.errors import IDConflict, NotFound, StaleClaim
-from rdq.spi import Attempt, Envelope, Outcome, Page, Selector, Status
+from rdq.spi import Attempt, Claimed, Envelope, Outcome, Page, Selector, Status
 from rdq_mongo import MongoStorage
 
 
-def _task(task_id: str, queue: str = "q", **kw: object) -> Envelope:
-    return Envelope(id=task_id, queue=queue, handler_ref="app:handler", payload={"n": 1}, **kw)
+def _task(task_id: str, queue: str = "q") -> Envelope:
+    return Envelope(id=task_id, queue=queue, handler_ref="app:handler", payload={"n": 1})
 
 
 @pytest.mark.asyncio
@@ -41,7 +41,7 @@ async def test_lease_expiry_reclaims_with_record(store: MongoStorage) -> None:
     await store.enqueue(_task("b"))
     first = await store.claim_due("q", 1, timedelta(milliseconds=1))
     assert first
-    second: list = []
+    second: list[Claimed] = []
     for _ in range(200):
         second = await store.claim_due("q", 1, timedelta(seconds=30))
         if second:
