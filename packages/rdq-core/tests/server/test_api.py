@@ -10,10 +10,12 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from rdq.audit import MemoryAuditSink
+from rdq.errors import StorageUnavailable
+from rdq.server import create_app
 from rdq.spi import Attempt, Outcome, Status
 from rdq_memory import MemoryStorage
 
-from .conftest import ADMIN_TOKEN, READ_TOKEN, SUBMIT_TOKEN, auth
+from .conftest import ADMIN_TOKEN, READ_TOKEN, SUBMIT_TOKEN, auth, node_settings
 
 Client = AsyncTestClient[Litestar]
 ADMIN = auth(ADMIN_TOKEN)
@@ -309,3 +311,27 @@ async def test_openapi_document_is_served(client: Client) -> None:
         "/v1/queues/{queue}/dlq/purge",
     ):
         assert path in paths
+
+
+class _Unreachable(MemoryStorage):
+    """A store whose backend is down (a fault a live memory store cannot produce)."""
+
+    async def get(self, task_id: str) -> Any:
+        raise StorageUnavailable("connection refused")
+
+    async def stats(self, queue: str) -> Any:
+        raise StorageUnavailable("connection refused")
+
+
+@pytest.mark.asyncio
+async def test_an_unreachable_storage_is_503_and_not_ready() -> None:
+    async with _Unreachable() as store:
+        app = create_app(node_settings(), storage=store)
+        async with AsyncTestClient(app=app) as client:
+            assert (await client.get("/healthz")).status_code == 200
+            ready = await client.get("/readyz")
+            assert ready.status_code == 503
+            assert _error(ready)["code"] == "storage_unavailable"
+            stats = await client.get("/v1/queues/default/stats", headers=ADMIN)
+            assert stats.status_code == 503
+            assert "refused" not in stats.text, "backend details stay in the log"

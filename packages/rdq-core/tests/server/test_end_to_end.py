@@ -159,3 +159,51 @@ async def test_callbacks_retry_dead_letter_and_redrive_over_http(
     )
     assert record.selector == {"filter": {"error_type": retryable_type}}
     assert ADMIN_TOKEN not in audit_path.read_text()
+
+
+@pytest.mark.asyncio
+async def test_two_nodes_on_one_database_share_the_work(
+    postgres_url: str, receiver: Receiver
+) -> None:
+    queue = f"shared-{uuid.uuid4().hex[:8]}"
+    callbacks = CallbackSettings(
+        allow_hosts=["127.0.0.1"], allow_networks=["127.0.0.0/8"], secrets=[SECRET]
+    )
+
+    def node_app() -> Any:
+        engine = App()
+        engine.queue(queue, max_attempts=3, backoff=Backoff.fixed(0.2), concurrency=2)
+        settings = node_settings(
+            storage=postgres_url, queues=[queue], work=True, migrate=True, callbacks=callbacks
+        )
+        return create_app(settings, engine_app=engine)
+
+    ids = [f"{queue}-{i}" for i in range(20)]
+    async with (
+        running_node(node_app()) as first,
+        running_node(node_app()) as second,
+        httpx.AsyncClient(timeout=30) as http,
+    ):
+        for i, task_id in enumerate(ids):
+            base = first if i % 2 else second
+            response = await http.post(
+                f"{base}/v1/tasks",
+                headers=auth(SUBMIT_TOKEN),
+                json={"id": task_id, "queue": queue, "handler_ref": receiver.url("/ok")},
+            )
+            assert response.status_code == 201
+
+        async def all_done() -> bool:
+            stats = await http.get(f"{first}/v1/queues/{queue}/stats", headers=auth(READ_TOKEN))
+            body = stats.json()
+            return bool(body["succeeded"] == len(ids))
+
+        await wait_until(all_done, what="every task delivered")
+        workers = set()
+        for task_id in ids:
+            task = (await http.get(f"{second}/v1/tasks/{task_id}", headers=auth(READ_TOKEN))).json()
+            assert [a["outcome"] for a in task["attempts"]] == ["SUCCEEDED"]
+            workers.add(task["attempts"][0]["worker_id"])
+    delivered = [r.headers.get("X-Rdq-Task-Id") for r in receiver.received("/ok")]
+    assert sorted(delivered) == sorted(ids), "each task delivered once"
+    assert 1 <= len(workers) <= 2
