@@ -84,6 +84,22 @@ class Runner:
         self.log = log
         self.rng = rng
         self.on_retry = on_retry
+        self._attempt_counters: dict[tuple[str, Outcome], Any] = {}
+        self._durations: dict[str, Any] = {}
+
+    def _attempts(self, queue: str, outcome: Outcome) -> Any:
+        """The attempts counter child for (queue, outcome), looked up once."""
+        key = (queue, outcome)
+        child = self._attempt_counters.get(key)
+        if child is None:
+            child = self._attempt_counters[key] = metrics.ATTEMPTS.labels(queue, outcome.value)
+        return child
+
+    def _duration(self, queue: str) -> Any:
+        child = self._durations.get(queue)
+        if child is None:
+            child = self._durations[queue] = metrics.HANDLER_DURATION.labels(queue)
+        return child
 
     async def execute(self, run: Run) -> None:
         """Run ``run``'s task to one recorded outcome (or to a lost lease). Never raises
@@ -134,7 +150,7 @@ class Runner:
         decision = await self._call(run, target, ctx, config, used)
         if decision is None:  # lease lost while running: another worker owns the task now
             return
-        metrics.HANDLER_DURATION.labels(task.queue).observe(time.monotonic() - t0)
+        self._duration(task.queue).observe(time.monotonic() - t0)
         await self._finish(run, number, started, decision)
 
     async def _call(
@@ -265,7 +281,7 @@ class Runner:
                     error=repr(exc),
                 )
                 return
-        metrics.ATTEMPTS.labels(queue, decision.outcome.value).inc()
+        self._attempts(queue, decision.outcome).inc()
         if decision.action is Action.COMPLETE:
             return
         if decision.action is Action.DEAD_LETTER:

@@ -256,6 +256,20 @@ class Worker:
     # --- claiming ----------------------------------------------------------------------------
 
     async def _claim_loop(self, state: _QueueState, runner: Runner, notify: bool) -> None:
+        """Claim for one queue until stop; a bug in one round is logged, never fatal."""
+        assert self._stopping is not None
+        while not self._stopping.is_set():
+            try:
+                await self._claim_rounds(state, runner, notify)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.log.exception(
+                    "claim loop failed; restarting it", worker_id=self.worker_id, queue=state.name
+                )
+                await self._idle_wait(asyncio.sleep(1.0))
+
+    async def _claim_rounds(self, state: _QueueState, runner: Runner, notify: bool) -> None:
         assert self._stopping is not None
         stopping = self._stopping
         queue = state.name
