@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 import pytest_asyncio
 from redis.asyncio.cluster import RedisCluster
 
 from rdq import open_storage
-from rdq.spi import Envelope, Storage
+from rdq.errors import IDConflict, NotFound
+from rdq.spi import Attempt, Envelope, Outcome, Selector, Storage
 from rdq_compliance import StorageSuite
 
 
@@ -50,3 +52,47 @@ async def test_cluster_keys_of_a_queue_share_a_slot_and_ids_spread(redis_cluster
         await client.aclose()
     assert len(queue_slots) == 1
     assert len(index_slots) > 1
+
+
+@pytest.mark.asyncio
+async def test_cluster_purges_free_the_ids_for_other_queues(redis_cluster_url: str) -> None:
+    prefix = f"rdqtest-{uuid.uuid4().hex[:12]}"
+    lease = timedelta(minutes=5)
+    async with open_storage(redis_cluster_url, prefix=prefix) as store:
+        await store.enqueue_batch([Envelope(id=i, queue="first", handler_ref="h") for i in "ab"])
+        (dead, done) = await store.claim_due("first", 2, lease)
+        await store.dead_letter(dead.task.id, dead.token, Attempt(number=1, outcome=Outcome.FAILED))
+        await store.complete(done.task.id, done.token, Attempt(number=1, outcome=Outcome.SUCCEEDED))
+        with pytest.raises(IDConflict):
+            await store.enqueue(Envelope(id=dead.task.id, queue="second", handler_ref="h"))
+
+        assert await store.purge("first", Selector.by_ids(dead.task.id)) == 1
+        cutoff = (await store.stats("first")).as_of + timedelta(seconds=1)
+        assert await store.purge_succeeded("first", cutoff) == 1
+
+        for task_id in "ab":
+            assert await store.enqueue(Envelope(id=task_id, queue="second", handler_ref="h"))
+            assert (await store.get(task_id)).queue == "second"
+
+
+@pytest.mark.asyncio
+async def test_cluster_batch_over_several_queues_refuses_a_conflict_before_writing(
+    redis_cluster_url: str,
+) -> None:
+    prefix = f"rdqtest-{uuid.uuid4().hex[:12]}"
+    async with open_storage(redis_cluster_url, prefix=prefix) as store:
+        await store.enqueue(Envelope(id="taken", queue="elsewhere", handler_ref="h"))
+        batch = [
+            Envelope(id=f"{queue}-{n}", queue=queue, handler_ref="h")
+            for queue in ("q1", "q2", "q3")
+            for n in range(3)
+        ]
+        with pytest.raises(IDConflict):
+            await store.enqueue_batch([*batch, Envelope(id="taken", queue="q3", handler_ref="h")])
+        for task in batch:
+            with pytest.raises(NotFound):
+                await store.get(task.id)
+        # nothing was reserved either: the ids are free for any queue
+        assert await store.enqueue_batch(
+            [Envelope(id=t.id, queue="q4", handler_ref="h") for t in batch]
+        ) == [True] * len(batch)
