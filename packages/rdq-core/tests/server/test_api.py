@@ -335,3 +335,13 @@ async def test_an_unreachable_storage_is_503_and_not_ready() -> None:
             stats = await client.get("/v1/queues/default/stats", headers=ADMIN)
             assert stats.status_code == 503
             assert "refused" not in stats.text, "backend details stay in the log"
+
+
+@pytest.mark.asyncio
+async def test_health_can_be_protected(memory_store: MemoryStorage) -> None:
+    app = create_app(node_settings(open_health=False, open_metrics=True), storage=memory_store)
+    async with AsyncTestClient(app=app) as client:
+        assert (await client.get("/healthz")).status_code == 401
+        assert (await client.get("/readyz")).status_code == 401
+        assert (await client.get("/healthz", headers=auth(READ_TOKEN))).status_code == 200
+        assert (await client.get("/metrics")).status_code == 200

@@ -126,3 +126,36 @@ async def test_bad_filters_and_cursors_are_shown_not_crashed(client: Client) -> 
     assert page.status_code == 200 and "cursor" in page.text
     missing = await client.get("/ui/tasks/nope")
     assert missing.status_code == 404
+
+
+@pytest.mark.asyncio
+async def test_dlq_pages_with_cursor_and_purges_one_task_from_its_page(
+    client: Client, memory_store: MemoryStorage, audit_sink: MemoryAuditSink
+) -> None:
+    for i in range(60):
+        await _dead(memory_store, f"t{i:02d}")
+    await _login(client, ADMIN_TOKEN)
+    first = await client.get("/ui/queues/default/dlq")
+    assert first.text.count('class="task-link"') == 50
+    next_url = re.search(r'href="([^"]+)" id="next-page"', first.text)
+    assert next_url is not None
+    second = await client.get(next_url.group(1).replace("&amp;", "&"))
+    assert second.text.count('class="task-link"') == 10
+    assert "t59" in second.text and "t00" not in second.text
+    assert 'id="next-page"' not in second.text
+
+    detail = await client.get("/ui/tasks/t07")
+    purge_link = re.search(r'href="([^"]+)">Purge…', detail.text)
+    assert purge_link is not None
+    confirm = await client.get(purge_link.group(1).replace("&amp;", "&"))
+    assert "deleted for good" in confirm.text
+    done = await client.post(
+        "/ui/queues/default/dlq/purge",
+        follow_redirects=False,
+        data={"ids": "t07", "scope": "ids", "csrf": _csrf(confirm.text)},
+    )
+    assert done.status_code == 303
+    assert (await memory_store.stats("default")).dlq_depth == 59
+    assert [(r.action, r.selector, r.count) for r in audit_sink.records] == [
+        ("purge", {"ids": ["t07"]}, 1)
+    ]
