@@ -10,11 +10,13 @@ the redriven tasks succeeding with their whole history.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import click
+import structlog
 from rich.console import Console
 from rich.live import Live
 from rich.panel import Panel
@@ -326,7 +328,13 @@ async def _watch(watcher: Watcher, console: Console) -> None:
 def demo(no_color: bool) -> None:
     """Watch rdq retry, dead-letter and redrive tasks, in memory, in a few seconds."""
     console = Console(no_color=no_color or None, highlight=False)
+    saved = structlog.get_config()
+    # The demo tells its own story; library log lines (the audit line of the redrive) would
+    # only interleave with it.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     try:
         asyncio.run(run_demo(console))
     except rdq.RdqError as exc:
         raise click.ClickException(str(exc)) from None
+    finally:
+        structlog.configure(**saved)
