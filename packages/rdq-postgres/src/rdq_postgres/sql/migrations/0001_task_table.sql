@@ -36,8 +36,9 @@ CREATE TABLE {schema}.task (
                      ) STORED
 );
 
--- The claim scan: due tasks of a queue, oldest first.
-CREATE INDEX task_claim_idx ON {schema}.task (queue, due_at)
+-- The claim scan: due tasks of a queue, oldest first, one index range. status is included so
+-- stats can count PENDING and IN_FLIGHT tasks from the index alone.
+CREATE INDEX task_claim_idx ON {schema}.task (queue, due_at) INCLUDE (status)
     WHERE status IN ('PENDING', 'IN_FLIGHT');
 
 -- DLQ keyset pagination by (dead_lettered_at, id).

@@ -1,0 +1,103 @@
+"""URL options, plugin registration, the PgBouncer switch and cross-connection wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from rdq import open_storage
+from rdq.errors import ConfigError
+from rdq.spi import Attempt, Envelope, Outcome, Status
+from rdq_postgres import PostgresStorage
+from rdq_postgres._config import parse_url
+
+
+def test_rdq_options_are_taken_out_of_the_url_and_the_rest_kept() -> None:
+    dsn, options = parse_url(
+        "postgres://u:p@db:6432/app?schema=jobs&pool_min=0&pool_max=3"
+        "&statement_cache_size=0&notify=off&sslmode=disable"
+    )
+    assert dsn == "postgresql://u:p@db:6432/app?sslmode=disable"
+    assert (options.schema, options.pool_min, options.pool_max) == ("jobs", 0, 3)
+    assert options.statement_cache_size == 0 and options.notify is False
+
+
+def test_keywords_override_the_url() -> None:
+    _, options = parse_url("postgresql://db/app?pool_max=3", pool_max=7)
+    assert options.pool_max == 7
+
+
+@pytest.mark.parametrize(
+    ("url", "key"),
+    [
+        ("postgresql://db/app?pool_max=many", "pool_max"),
+        ("postgresql://db/app?schema=bad-name", "schema"),
+        ("postgresql://db/app?pool_min=5&pool_max=2", "pool_max"),
+        ("postgresql://db/app?notify=perhaps", "notify"),
+    ],
+)
+def test_bad_options_name_the_key(url: str, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_url(url)
+    assert info.value.key == key
+
+
+def test_unknown_keyword_is_refused() -> None:
+    with pytest.raises(ConfigError, match="pool_size"):
+        PostgresStorage.from_url("postgresql://db/app", pool_size=3)
+
+
+@pytest.mark.asyncio
+async def test_both_schemes_open_through_rdq(postgres_url: str, schema: str) -> None:
+    for scheme in ("postgresql", "postgres"):
+        url = postgres_url.replace("postgresql", scheme, 1) + f"?schema={schema}"
+        async with open_storage(url) as store:
+            assert isinstance(store, PostgresStorage)
+            await store.migrate()
+            assert (await store.stats("q")).pending == 0
+
+
+@pytest.mark.asyncio
+async def test_without_prepared_statement_cache_for_pgbouncer(
+    postgres_url: str, schema: str
+) -> None:
+    url = f"{postgres_url}?schema={schema}&statement_cache_size=0&notify=false"
+    async with PostgresStorage.from_url(url) as store:
+        await store.migrate()
+        assert store.capabilities().notify is False
+        for n in range(3):
+            await store.enqueue(Envelope(id=f"t{n}", queue="q", handler_ref="m:f"))
+            (claim,) = await store.claim_due("q", 1, timedelta(seconds=30))
+            await store.complete(
+                claim.task.id, claim.token, Attempt(number=1, outcome=Outcome.SUCCEEDED)
+            )
+        assert (await store.stats("q")).succeeded == 3
+
+
+@pytest.mark.asyncio
+async def test_wait_due_wakes_on_an_enqueue_from_another_process_connection(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    async with PostgresStorage.from_url(postgres_url, schema=schema) as producer:
+        waiter = asyncio.create_task(storage.wait_due("wake", 60))
+        await asyncio.sleep(0.5)  # let the waiter listen first (a later wake-up still passes)
+        await producer.enqueue(Envelope(id="w1", queue="wake", handler_ref="m:f"))
+        assert await waiter is True  # a timeout would return False after 60 s
+    assert (await storage.get("w1")).status == Status.PENDING
+
+
+@pytest.mark.asyncio
+async def test_wait_due_times_out_false_and_wakes_when_a_delayed_task_is_due(
+    storage: PostgresStorage,
+) -> None:
+    assert await storage.wait_due("idle", 0.1) is False
+    await storage.enqueue(
+        Envelope(id="later", queue="idle", handler_ref="m:f"), delay=timedelta(seconds=0.5)
+    )
+    await asyncio.sleep(0.1)  # the enqueue's own announcement has gone by
+    assert await storage.wait_due("idle", 60) is True
+    assert [c.task.id for c in await storage.claim_due("idle", 5, timedelta(seconds=5))] == [
+        "later"
+    ]
