@@ -161,9 +161,11 @@ class App:
 
     @property
     def queues(self) -> list[str]:
-        """Declared queues and the queues registered handlers are bound to, sorted."""
+        """Declared queues and the queues registered handlers are bound to (``"default"`` for
+        handlers bound to none, where the client puts their tasks), sorted."""
         names = set(self._queues)
-        names.update(h.queue for h in self._handlers.values() if h.queue is not None)
+        for handler in self._handlers.values():
+            names.add(handler.queue if handler.queue is not None else DEFAULT_QUEUE)
         return sorted(names)
 
     # --- handlers ----------------------------------------------------------------------------

@@ -82,7 +82,7 @@ class Worker:
         names = list(queues) if queues is not None else (app.queues or ["default"])
         for name in names:
             limits.check_queue(name)
-        self.queues = names
+        self.queues = list(dict.fromkeys(names))
         self.worker_id = worker_id or default_worker_id()
         self.grace_period = grace_period
         self.poll_min = poll_min

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 
 import msgspec
 import pytest
@@ -332,3 +333,19 @@ async def test_many_tasks_drain_with_bounded_concurrency(storage, queue):
         for sub in subs:
             await wait_status(storage, sub.id, Status.SUCCEEDED)
     assert 1 <= peak <= 4
+
+
+async def test_handlers_without_a_queue_run_from_the_default_queue(storage):
+    app = rdq.App()
+    ran = asyncio.Event()
+
+    @app.handler("anywhere")
+    async def anywhere(payload: object) -> None:
+        ran.set()
+
+    assert app.queues == ["default"]
+    sub = await rdq.Client(storage, app).submit("anywhere", id=f"d-{uuid.uuid4().hex}")
+    assert sub.queue == "default"
+    async with running(fast_worker(app, storage)):
+        await wait_status(storage, sub.id, Status.SUCCEEDED)
+    assert ran.is_set()
