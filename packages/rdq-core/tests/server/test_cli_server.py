@@ -1,0 +1,117 @@
+"""``rdq server`` as an operator runs it: a process, a config file, a token in the environment."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from .conftest import Receiver, Reply
+
+TOKEN = "process-token-0123456789"
+RDQ = str(Path(sys.executable).parent / "rdq")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"rdq server exited early: {process.stderr.read()!r}")  # type: ignore[union-attr]
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("rdq server did not become ready")
+
+
+def test_rdq_server_runs_from_a_config_file_and_stops_on_sigterm(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    port = _free_port()
+    config = tmp_path / "rdq.toml"
+    config.write_text(
+        f"""
+[server]
+storage = "memory://"
+port = {port}
+queues = ["hooks"]
+audit_log = "{tmp_path / "audit.jsonl"}"
+
+[[server.tokens]]
+owner = "ops"
+rights = ["read", "submit", "admin"]
+token_env = "OPS_TOKEN"
+
+[server.callbacks]
+allow_hosts = ["127.0.0.1"]
+allow_networks = ["127.0.0.1/32"]
+
+[queues.hooks]
+max_attempts = 1
+"""
+    )
+    receiver.script("/hook", Reply(500))
+    env = {**os.environ, "OPS_TOKEN": TOKEN, "RDQ_SERVER_TOKENS": ""}
+    process = subprocess.Popen(
+        [RDQ, "server", "--config", str(config), "--log-json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url, process)
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        submitted = httpx.post(
+            f"{url}/v1/tasks",
+            headers=headers,
+            timeout=10,
+            json={"id": "p1", "queue": "hooks", "handler_ref": receiver.url()},
+        )
+        assert submitted.status_code == 201
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{url}/v1/tasks/p1", headers=headers).json()["status"] != "DEAD":
+            assert time.monotonic() < deadline, "the callback task never dead-lettered"
+            time.sleep(0.1)
+        purged = httpx.post(
+            f"{url}/v1/queues/hooks/dlq/purge",
+            headers=headers,
+            json={"ids": ["p1"], "reason": "test"},
+        )
+        assert purged.json()["count"] == 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    # uvicorn finishes its graceful shutdown, then re-raises SIGTERM (exit status 143)
+    assert process.returncode in (0, -signal.SIGTERM), stderr
+    assert TOKEN.encode() not in stderr
+    assert b'"event": "node stopped"' in stderr
+    assert '"actor":"ops"' in (tmp_path / "audit.jsonl").read_text()
+
+
+def test_rdq_server_refuses_bad_config_with_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [RDQ, "server", "--storage", "memory://", "--token", "ops:read:short"],
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "RDQ_SERVER_TOKENS": ""},
+    )
+    assert result.returncode == 1
+    assert result.stderr.decode().strip().splitlines() == [
+        "Error: server.tokens[0].token: tokens must be at least 16 characters"
+    ]
