@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import ssl
+import subprocess
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from pathlib import Path
 
+import httpx
 import pytest
 import pytest_asyncio
 
@@ -232,3 +237,66 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after("99999999", now) == 86_400.0
     assert parse_retry_after("soon", now) is None
     assert parse_retry_after(None, now) is None
+
+
+def _certificate(directory: Path, host: str) -> tuple[Path, Path]:
+    """A self-signed certificate for ``host`` made with the openssl command."""
+    cert, key = directory / f"{host}.pem", directory / f"{host}.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-subj",
+            f"/CN={host}",
+            "-addext",
+            f"subjectAltName=DNS:{host}",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return cert, key
+
+
+@pytest.mark.asyncio
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+@pytest.mark.parametrize(
+    ("cert_host", "ok"), [("hooks.example.test", True), ("other.example.test", False)]
+)
+async def test_https_to_a_pinned_address_keeps_sni_and_certificate_checks(
+    tmp_path: Path, cert_host: str, ok: bool
+) -> None:
+    cert, key = _certificate(tmp_path, cert_host)
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    tls_receiver = Receiver(tls=server_tls)
+    tls_receiver.start()
+
+    async def resolver(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    client = httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(cert)))
+    inv = HttpCallbackInvoker(LOCAL, client=client, resolver=resolver)
+    url = f"https://hooks.example.test:{tls_receiver.port}/hook"
+    try:
+        if ok:
+            await inv(_task(url))
+            (request,) = tls_receiver.received("/hook")
+            assert request.headers["Host"] == f"hooks.example.test:{tls_receiver.port}"
+        else:
+            with pytest.raises(CallbackUnreachable):
+                await inv(_task(url))
+            assert tls_receiver.requests == []
+    finally:
+        await inv.aclose()
+        tls_receiver.stop()
