@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 import rdq
+from rdq import metrics
 from rdq.spi import Outcome, Status
 
 from .conftest import fast_worker, running, wait_status
@@ -38,6 +39,7 @@ async def test_worker_survives_a_postgres_restart_and_keeps_working(cluster, que
         await storage.migrate()
         client = rdq.Client(storage, app)
         first = await client.submit("job", 1)
+        errors_before = metrics.STORAGE_ERRORS.labels("claim_due")._value.get()
         async with running(fast_worker(app, storage)) as worker:
             await wait_status(storage, first.id, Status.SUCCEEDED)
             await asyncio.to_thread(cluster.stop)  # type: ignore[attr-defined]
@@ -53,5 +55,7 @@ async def test_worker_survives_a_postgres_restart_and_keeps_working(cluster, que
             assert second is not None
             task = await wait_status(storage, second.id, Status.SUCCEEDED, timeout=60)
             assert worker.in_flight == 0
+        # the outage was real: claims failed while the server was down
+        assert metrics.STORAGE_ERRORS.labels("claim_due")._value.get() > errors_before
     assert ran == [1, 2]
     assert [a.outcome for a in task.attempts] == [Outcome.SUCCEEDED]
