@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import random
 import time
 from collections.abc import Callable
@@ -183,7 +184,9 @@ class Runner:
                     run.call = call
                     try:
                         async with timeout:
-                            await call.future
+                            result = await call.future
+                            if inspect.isawaitable(result):  # a plain def that returned one
+                                await result
                     finally:
                         run.call = None
                         if not call.future.done() or call.future.cancelled():

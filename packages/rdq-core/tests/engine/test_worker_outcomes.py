@@ -349,3 +349,17 @@ async def test_handlers_without_a_queue_run_from_the_default_queue(storage):
     async with running(fast_worker(app, storage)):
         await wait_status(storage, sub.id, Status.SUCCEEDED)
     assert ran.is_set()
+
+
+async def test_a_plain_function_returning_an_awaitable_is_awaited(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=1)
+
+    async def really_async(payload: object) -> None:
+        raise LookupError("raised by the awaitable")
+
+    app.register("wrapped", lambda payload: really_async(payload), queue=queue)
+    sub = await rdq.Client(storage, app).submit("wrapped")
+    async with running(fast_worker(app, storage)):
+        task = await wait_status(storage, sub.id, Status.DEAD)
+    assert task.attempts[0].error_type == "LookupError"
