@@ -13,7 +13,7 @@ from rdq.errors import RdqError, StorageError, StorageUnavailable
 __all__ = ["is_unavailable", "translate"]
 
 # SQLSTATE classes and codes that mean "the server is not there (now)": retry later.
-_UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300", "25006", "28")
+_UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300", "25006", "28", "3D000")
 
 
 def is_unavailable(exc: BaseException) -> bool:
