@@ -273,6 +273,7 @@ async def test_redrive_and_purge_with_dry_run_and_audit(
         {"ids": []},
         {"ids": ["bad id"]},
         {"filter": {"error_typ": "x"}},
+        {"filter": {"error_type": ""}},
         {"filter": {"dead_lettered_before": "2026-01-01T00:00:00"}},
         {"ids": ["a"], "dry_run": "yes"},
     ],

@@ -109,8 +109,10 @@ class DLQPage(msgspec.Struct, kw_only=True):
 
 
 class FilterRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    error_type: Annotated[str, Meta(max_length=1024)] | None = None
-    handler_ref: Annotated[str, Meta(max_length=limits.MAX_HANDLER_REF_LENGTH)] | None = None
+    error_type: Annotated[str, Meta(min_length=1, max_length=1024)] | None = None
+    handler_ref: (
+        Annotated[str, Meta(min_length=1, max_length=limits.MAX_HANDLER_REF_LENGTH)] | None
+    ) = None
     dead_lettered_after: datetime | None = None
     dead_lettered_before: datetime | None = None
 
