@@ -171,6 +171,55 @@ async def test_wait_due_wakes_on_a_signal_when_another_connection_enqueues(
     assert await asyncio.wait_for(waiter, PATIENCE) is True
 
 
+async def _subscribers(redis_url: str, channel: str) -> int:
+    raw = aioredis.Redis.from_url(redis_url)
+    try:
+        ((_, count),) = await raw.pubsub_numsub(channel)
+    finally:
+        await raw.aclose()
+    return int(count)
+
+
+@pytest.mark.asyncio
+async def test_wait_due_keeps_one_subscription_per_queue_between_calls(
+    storage_url: str, redis_url: str, key_prefix: str
+) -> None:
+    queue = new_queue()
+    channel = f"{key_prefix}:{{{queue}}}:wake"
+    async with open_storage(storage_url) as store:
+        for _ in range(3):
+            assert await store.wait_due(queue, 0.05) is False
+            assert await _subscribers(redis_url, channel) == 1
+    assert await _subscribers(redis_url, channel) == 0  # aclose released it
+
+
+@pytest.mark.asyncio
+async def test_wait_due_ignores_signals_from_before_the_call(storage: Storage) -> None:
+    queue = new_queue()
+    assert await storage.wait_due(queue, 0.05) is False  # the listener now exists
+    await storage.enqueue(new_task(queue))  # signals, while nobody waits
+    assert len(await storage.claim_due(queue, 1, LEASE)) == 1
+    # The old signal is not a reason to wake: nothing is due (and the lease is long).
+    assert await storage.wait_due(queue, 0.3) is False
+
+
+@pytest.mark.asyncio
+async def test_concurrent_waiters_on_one_queue_all_wake(
+    storage: Storage, storage_url: str, redis_url: str, key_prefix: str
+) -> None:
+    queue = new_queue()
+    channel = f"{key_prefix}:{{{queue}}}:wake"
+    waiters = [asyncio.create_task(storage.wait_due(queue, 120.0)) for _ in range(3)]
+
+    async def all_subscribed() -> bool | None:
+        return True if await _subscribers(redis_url, channel) == 3 else None
+
+    await eventually(all_subscribed, "three subscriptions")
+    async with open_storage(storage_url) as producer:
+        await producer.enqueue(new_task(queue))
+    assert await asyncio.wait_for(asyncio.gather(*waiters), PATIENCE) == [True] * 3
+
+
 @pytest.mark.asyncio
 async def test_wait_due_returns_true_at_once_when_a_task_is_due(storage: Storage) -> None:
     queue = new_queue()

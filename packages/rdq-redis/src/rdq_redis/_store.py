@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 from collections.abc import Sequence
@@ -40,6 +39,7 @@ from rdq_redis._config import RedisConfig
 from rdq_redis._errors import translate_errors
 from rdq_redis._keys import QueueKeys, index_key
 from rdq_redis._scripts import Scripts
+from rdq_redis._wake import Waiters
 
 __all__ = ["RedisStorage"]
 
@@ -69,6 +69,7 @@ class RedisStorage(StorageBase):
         self._cluster = config.cluster
         self._client: Client | None = None
         self._scripts: Scripts | None = None
+        self._waiters: Waiters | None = None
         self._closed = False
 
     @classmethod
@@ -106,10 +107,14 @@ class RedisStorage(StorageBase):
             raise
         self._client = client
         self._scripts = Scripts(client)
+        self._waiters = Waiters(client, self._scripts.next_due, self._address)
 
     async def aclose(self) -> None:
         self._closed = True
         client, self._client, self._scripts = self._client, None, None
+        waiters, self._waiters = self._waiters, None
+        if waiters is not None:
+            await waiters.aclose()
         if client is not None:
             await client.aclose()
 
@@ -473,32 +478,9 @@ class RedisStorage(StorageBase):
         limits.check_queue(queue)
         if not isinstance(timeout, int | float) or timeout < 0:
             raise ValidationError("must be a non-negative number of seconds", field="timeout")
-        qk = self._keys(queue)
-        scripts = self._ready()
-        loop = asyncio.get_running_loop()
-        with translate_errors(self._address):
-            pubsub = self._redis().pubsub()
-            try:
-                # Subscribe before looking at the due sets: a task written after the look
-                # publishes to a channel we already listen on, so no wake-up is lost.
-                await pubsub.subscribe(qk.wake)
-                now_us, next_due = await scripts.next_due(keys=[qk.pending, qk.inflight])
-                wait = float(timeout)
-                if next_due:
-                    until_due = (int(next_due) - int(now_us)) / 1e6
-                    if until_due <= 0:
-                        return True
-                    wait = min(wait, until_due)
-                deadline = loop.time() + wait
-                while (remaining := deadline - loop.time()) > 0:
-                    message = await pubsub.get_message(
-                        ignore_subscribe_messages=True, timeout=remaining
-                    )
-                    if message is not None:
-                        return True
-                return wait < timeout  # woke at the next due time rather than the timeout
-            finally:
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+        self._ready()
+        assert self._waiters is not None
+        return await self._waiters.wait(self._keys(queue), float(timeout))
 
 
 def _enqueue_args(task: Envelope, qk: QueueKeys, delay_us: int) -> list[Any]:
