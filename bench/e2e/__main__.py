@@ -23,12 +23,13 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import IO, Any, TextIO
 
 from bench.e2e import cluster
-from bench.e2e.harness import measure_drain, measure_enqueue, measure_latency
+from bench.e2e.harness import PROFILING, measure_drain, measure_enqueue, measure_latency
 from bench.e2e.report import Results, emit, percentile
 from bench.e2e.systems import SYSTEMS, BenchSystem, load
 
@@ -120,6 +121,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="load pg_stat_statements in the throwaway cluster and print the top statements",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="run worker processes under py-spy; collapsed stacks go to this directory",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON lines here")
     args = parser.parse_args(argv)
     if args.latency_tasks is None:
@@ -142,6 +149,10 @@ def _versions() -> dict[str, str]:
     return found
 
 
+def _micros(seconds: float | None, tasks: int) -> str:
+    return "?" if seconds is None else f"{seconds / tasks * 1e6:.0f} µs"
+
+
 async def _one_system(
     args: argparse.Namespace,
     system: BenchSystem,
@@ -150,6 +161,7 @@ async def _one_system(
     rep: int,
     log: IO[bytes],
     out: list[TextIO | None],
+    server_cpu: Callable[[], float | None],
 ) -> None:
     name = system.name
     tag = f"[{rep}/{args.repeat}] {name}"
@@ -178,14 +190,21 @@ async def _one_system(
                 processes=processes,
                 concurrency=args.concurrency,
                 log=log,
+                server_cpu=server_cpu,
             )
             record(f"drain_{processes}", drain.rate)
+            if drain.worker_cpu is not None:
+                record(f"cpu_worker_{processes}", drain.worker_cpu / args.tasks * 1e6)
+            if drain.database_cpu is not None:
+                record(f"cpu_db_{processes}", drain.database_cpu / args.tasks * 1e6)
             if processes == 1 and drain.rss_kib:
                 record("worker_rss", max(drain.rss_kib) / 1024)
             _say(
                 f"{tag}: drained {args.tasks} with {processes} process(es) in "
                 f"{drain.seconds:.2f} s: {drain.rate:,.0f}/s, verified "
-                f"(peak RSS {max(drain.rss_kib or [0]) / 1024:.0f} MiB)"
+                f"(peak RSS {max(drain.rss_kib or [0]) / 1024:.0f} MiB; CPU per task: "
+                f"workers {_micros(drain.worker_cpu, args.tasks)}, "
+                f"PostgreSQL {_micros(drain.database_cpu, args.tasks)})"
             )
     if "latency" in args.phases:
         modes = [(True, args.latency_tasks, args.latency_gap)]
@@ -234,6 +253,9 @@ async def run(args: argparse.Namespace) -> int:
     json_file = args.json.open("w") if args.json else None
     out.append(json_file)
     results = Results(args.systems)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        PROFILING.directory = args.profile
     load_before = os.getloadavg()
     log_dir = Path(tempfile.mkdtemp(prefix="rdq-bench-e2e-"))
     _say(f"worker logs in {log_dir}")
@@ -277,7 +299,9 @@ async def run(args: argparse.Namespace) -> int:
                     for rep in range(1, args.repeat + 1):
                         for name in args.systems:
                             system, url = systems[name]
-                            await _one_system(args, system, url, results, rep, log, out)
+                            await _one_system(
+                                args, system, url, results, rep, log, out, server.cpu_seconds
+                            )
             finally:
                 for system, _ in systems.values():
                     await system.close()

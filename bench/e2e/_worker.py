@@ -3,7 +3,8 @@
 It speaks a line protocol with the harness. On its protocol output (the original stdout; the
 systems' own prints and logs go to stderr) it writes ``READY`` once the system's worker is set
 up, ``S <i> <monotonic_ns>`` when the handler of task ``i`` starts (only with
-``--report-starts``), and ``DONE <peak RSS in KiB>`` when the worker has stopped. On stdin it
+``--report-starts``), and ``DONE <peak RSS in KiB> <CPU seconds since GO>`` when the worker has
+stopped. On stdin it
 reads ``GO`` (start the worker) and ``STOP`` (stop it gracefully).
 
 ``time.monotonic_ns`` is CLOCK_MONOTONIC, one clock for every process of the machine, so the
@@ -56,14 +57,22 @@ async def _main(args: argparse.Namespace, out: TextIO) -> None:
     loop = asyncio.get_running_loop()
     threading.Thread(target=_read_commands, args=(loop, go, stop), daemon=True).start()
     await worker.open()
+    cpu_at_go = _cpu_seconds()
     try:
         out.write("READY\n")
         await go.wait()
+        cpu_at_go = _cpu_seconds()
         if not stop.is_set():
             await worker.run(stop)
     finally:
         await worker.close()
-    out.write(f"DONE {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\n")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out.write(f"DONE {usage.ru_maxrss} {_cpu_seconds() - cpu_at_go:.6f}\n")
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:

@@ -4,8 +4,10 @@ server given by URL, with one database per system."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -13,10 +15,17 @@ import asyncpg
 from rdq_compliance.servers import ServerUnavailable
 from rdq_compliance.servers.postgres import LocalCluster, find_bindir
 
-__all__ = ["Server", "database_url", "server"]
+__all__ = ["Server", "database_url", "process_tree_cpu", "server"]
 
-_CHECKED_SETTINGS = ("fsync", "synchronous_commit", "full_page_writes", "wal_level",
-                     "shared_buffers", "max_connections", "server_version")
+_CHECKED_SETTINGS = (
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "wal_level",
+    "shared_buffers",
+    "max_connections",
+    "server_version",
+)
 
 
 @dataclass
@@ -26,6 +35,32 @@ class Server:
     url: str
     throwaway: bool
     settings: dict[str, str] = field(default_factory=dict)
+    pid: int | None = None
+    """The postmaster's process id (throwaway clusters only)."""
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds used so far by the server's processes, or None if unknown."""
+        return None if self.pid is None else process_tree_cpu(self.pid)
+
+
+def process_tree_cpu(root: int) -> float:
+    """CPU seconds (user + system) of process ``root``, its reaped children and its live
+    children, from /proc (Linux)."""
+    ticks = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        ppid, utime, stime, cutime, cstime = (int(fields[i]) for i in (1, 11, 12, 13, 14))
+        if int(entry) == root:
+            ticks += utime + stime + cutime + cstime
+        elif ppid == root:
+            ticks += utime + stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def database_url(url: str, database: str) -> str:
@@ -51,7 +86,8 @@ def server(url: str | None, *, stat_statements: bool = False) -> Iterator[Server
             "pg_stat_statements.track": "all",
         }
     with LocalCluster(bindir, settings=settings) as cluster:
-        yield Server(url=cluster.url, throwaway=True)
+        pid = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
+        yield Server(url=cluster.url, throwaway=True, pid=pid)
 
 
 async def prepare(target: Server, databases: list[str]) -> dict[str, str]:

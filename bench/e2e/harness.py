@@ -15,6 +15,7 @@ from typing import IO
 from bench.e2e.systems import BenchSystem, VerificationError, payload
 
 __all__ = [
+    "PROFILING",
     "DrainResult",
     "LatencyResult",
     "WorkerProcess",
@@ -29,6 +30,19 @@ STALL_TIMEOUT = 120.0
 """A drain fails when no task completes for this long."""
 
 
+@dataclass
+class Profiling:
+    """When ``directory`` is set, worker processes run under ``py-spy record`` and leave
+    their collapsed stacks (``--format raw``) there, one file per process."""
+
+    directory: Path | None = None
+    rate: int = 250
+    started: int = 0
+
+
+PROFILING = Profiling()
+
+
 class WorkerProcess:
     """One ``bench.e2e._worker`` process and its line protocol (see that module)."""
 
@@ -36,6 +50,7 @@ class WorkerProcess:
         self.process = process
         self.log = log
         self.rss_kib: int | None = None
+        self.cpu_seconds: float | None = None
 
     @classmethod
     async def start(
@@ -60,9 +75,25 @@ class WorkerProcess:
         if report_starts:
             args.append("--report-starts")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), sys.path[0]])}
+        command = [sys.executable, *args]
+        if PROFILING.directory is not None:
+            PROFILING.started += 1
+            output = PROFILING.directory / f"{system}-{PROFILING.started:03d}.txt"
+            spy = str(Path(sys.executable).with_name("py-spy"))
+            command = [
+                spy,
+                "record",
+                "--format",
+                "raw",
+                "--rate",
+                str(PROFILING.rate),
+                "--output",
+                str(output),
+                "--",
+                *command,
+            ]
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            *args,
+            *command,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=log,
@@ -82,6 +113,8 @@ class WorkerProcess:
     async def ready(self) -> None:
         """Wait until the worker is set up."""
         line = await self._line(READY_TIMEOUT)
+        while not line or line.startswith("py-spy"):  # the profiler's own banner
+            line = await self._line(READY_TIMEOUT)
         if line != "READY":
             raise RuntimeError(f"worker said {line!r} instead of READY; see {self.log.name}")
 
@@ -107,7 +140,8 @@ class WorkerProcess:
                 while True:
                     line = await self._line(max(0.1, deadline - time.monotonic()))
                     if line.startswith("DONE"):
-                        self.rss_kib = int(line.split()[1])
+                        _, rss, cpu = line.split()
+                        self.rss_kib, self.cpu_seconds = int(rss), float(cpu)
                         break
             await asyncio.wait_for(self.process.wait(), timeout)
         except (TimeoutError, RuntimeError):
@@ -125,6 +159,10 @@ class DrainResult:
     seconds: float
     rss_kib: list[int] = field(default_factory=list)
     clock: str = "database"
+    worker_cpu: float | None = None
+    """CPU seconds of the worker processes from GO to their exit (all processes)."""
+    database_cpu: float | None = None
+    """CPU seconds of the PostgreSQL server's processes during the drain (local server)."""
 
     @property
     def rate(self) -> float:
@@ -186,6 +224,7 @@ async def measure_drain(
     processes: int,
     concurrency: int,
     log: IO[bytes],
+    server_cpu: Callable[[], float | None] = lambda: None,
 ) -> DrainResult:
     """Drain the ``tasks`` queued tasks with ``processes`` worker processes.
 
@@ -208,19 +247,27 @@ async def measure_drain(
     try:
         await asyncio.gather(*(w.ready() for w in workers))
         db_start = await system.db_now()
+        cpu_start = server_cpu()
         started = time.perf_counter()
         for worker in workers:
             worker.send("GO")
         await _wait_for_count(system.completed, tasks, what=f"{system.name} drain")
         seen = time.perf_counter() - started
+        cpu_end = server_cpu()
         last = await system.last_completion()
     finally:
         await asyncio.gather(*(w.stop() for w in workers))
     await system.verify(tasks)
     rss = [w.rss_kib for w in workers if w.rss_kib is not None]
+    cpu = [w.cpu_seconds for w in workers if w.cpu_seconds is not None]
+    result = DrainResult(tasks, seen, rss, clock="harness")
     if db_start is not None and last is not None:
-        return DrainResult(tasks, (last - db_start).total_seconds(), rss)
-    return DrainResult(tasks, seen, rss, clock="harness")
+        result.seconds, result.clock = (last - db_start).total_seconds(), "database"
+    if len(cpu) == len(workers):
+        result.worker_cpu = sum(cpu)
+    if cpu_start is not None and cpu_end is not None:
+        result.database_cpu = cpu_end - cpu_start
+    return result
 
 
 async def measure_latency(

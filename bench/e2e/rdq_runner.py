@@ -138,8 +138,10 @@ class System(BenchSystem):
         for task_id in self._ids:
             task = await self._storage.get(task_id)
             outcomes = [str(a.outcome) for a in task.attempts]
-            if str(task.status) != "SUCCEEDED" or len(outcomes) != 1 or "SUCCEEDED" not in (
-                outcomes[0]
+            if (
+                str(task.status) != "SUCCEEDED"
+                or len(outcomes) != 1
+                or "SUCCEEDED" not in (outcomes[0])
             ):
                 bad += 1
         if bad:

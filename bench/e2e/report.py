@@ -49,6 +49,12 @@ def metric(key: str) -> Metric:
         return _BY_KEY[key]
     if key.startswith("drain_"):
         return Metric(key, f"drain, {key[6:]} worker processes", "tasks/s", True)
+    if key.startswith("cpu_worker_"):
+        n = key.rsplit("_", 1)[1]
+        return Metric(key, f"worker CPU per task, drain with {n}", "µs", False)
+    if key.startswith("cpu_db_"):
+        n = key.rsplit("_", 1)[1]
+        return Metric(key, f"PostgreSQL CPU per task, drain with {n}", "µs", False)
     raise KeyError(key)
 
 
@@ -81,7 +87,9 @@ class Results:
         seen = {key for _, key in self.values}
         ordered = [m.key for m in METRICS if m.key in seen]
         extra = sorted(k for k in seen if k not in _BY_KEY)
-        return ordered[:2] + [k for k in extra if k.startswith("drain_")] + ordered[2:]
+        drains = sorted((k for k in extra if k.startswith("drain_")), key=_count)
+        cpu = sorted((k for k in extra if k.startswith("cpu_")), key=lambda k: (_count(k), k))
+        return ordered[:2] + drains + ordered[2:] + cpu
 
     def summary(self) -> list[dict[str, Any]]:
         """One JSON record per (system, metric): the median and the values, plus rdq/peer."""
@@ -134,10 +142,17 @@ class Results:
             lines.append("| " + " | ".join(cells) + " |")
             if n == 0:
                 lines.append(
-                    "|" + "|".join(("-" * (w + 1) + ":") if i else "-" * (w + 2)
-                                   for i, w in enumerate(widths)) + "|"
+                    "|"
+                    + "|".join(
+                        ("-" * (w + 1) + ":") if i else "-" * (w + 2) for i, w in enumerate(widths)
+                    )
+                    + "|"
                 )
         return "\n".join(lines)
+
+
+def _count(key: str) -> int:
+    return int(key.rsplit("_", 1)[1])
 
 
 def _fmt(value: float) -> str:
