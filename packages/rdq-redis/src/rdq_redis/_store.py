@@ -70,6 +70,7 @@ class RedisStorage(StorageBase):
         self._client: Client | None = None
         self._scripts: Scripts | None = None
         self._waiters: Waiters | None = None
+        self._sentinel: Any = None
         self._closed = False
 
     @classmethod
@@ -89,7 +90,9 @@ class RedisStorage(StorageBase):
         # No driver-level retries: a retried EVALSHA whose first reply was lost could run a
         # script twice. Errors surface as StorageUnavailable and the engine backs off.
         client: Client
-        if self._config.cluster:
+        if self._config.sentinel_master:
+            client = self._sentinel_client()
+        elif self._config.cluster:
             client = RedisCluster.from_url(
                 self._config.url, retry=Retry(NoBackoff(), 0), **self._config.client_options
             )
@@ -104,10 +107,27 @@ class RedisStorage(StorageBase):
                 await client.ping()
         except BaseException:
             await client.aclose()
+            await self._close_sentinel()
             raise
         self._client = client
         self._scripts = Scripts(client)
         self._waiters = Waiters(client, self._scripts.next_due, self._address)
+
+    def _sentinel_client(self) -> Redis:
+        from redis.asyncio.sentinel import Sentinel
+
+        config = self._config
+        assert config.sentinel_master is not None
+        self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            config.sentinels, sentinel_kwargs=config.sentinel_options
+        )
+        client: Redis = self._sentinel.master_for(
+            config.sentinel_master,
+            redis_class=Redis,
+            retry=Retry(NoBackoff(), 0),
+            **config.client_options,
+        )
+        return client
 
     async def aclose(self) -> None:
         self._closed = True
@@ -117,6 +137,13 @@ class RedisStorage(StorageBase):
             await waiters.aclose()
         if client is not None:
             await client.aclose()
+        await self._close_sentinel()
+
+    async def _close_sentinel(self) -> None:
+        sentinel, self._sentinel = self._sentinel, None
+        if sentinel is not None:
+            for node in sentinel.sentinels:
+                await node.aclose()
 
     async def migrate(self) -> None:
         """Redis has no schema: load every script into the server's cache, and warn (log

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rdq_compliance.servers import ServerUnavailable
 
-__all__ = ["RedisCluster", "RedisServer", "cluster_url", "server_url"]
+__all__ = ["RedisCluster", "RedisSentinelSetup", "RedisServer", "cluster_url", "server_url"]
 
 ENV_VAR = "RDQ_TEST_REDIS_URL"
 CLUSTER_ENV_VAR = "RDQ_TEST_REDIS_CLUSTER_URL"
@@ -66,7 +66,12 @@ class RedisServer:
     so a test can restart the server and find what it persisted."""
 
     def __init__(
-        self, args: Sequence[str] = (), *, binary: str | None = None, port: int | None = None
+        self,
+        args: Sequence[str] = (),
+        *,
+        binary: str | None = None,
+        port: int | None = None,
+        config: str | None = None,
     ) -> None:
         found = binary or shutil.which("redis-server")
         if found is None:
@@ -76,6 +81,10 @@ class RedisServer:
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="rdq-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
+        self.config_file: Path | None = None
+        if config is not None:  # a config file of its own (a Sentinel rewrites it)
+            self.config_file = self.dir / "redis.conf"
+            self.config_file.write_text(config)
 
     @property
     def url(self) -> str:
@@ -90,6 +99,7 @@ class RedisServer:
         """Start the server and wait until it answers; ``ServerUnavailable`` if it does not."""
         command = [
             self.binary,
+            *([str(self.config_file)] if self.config_file else []),
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--dir", str(self.dir),
@@ -132,6 +142,60 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RedisSentinelSetup:
+    """A primary, one replica and one Sentinel watching them as ``mymaster`` (quorum 1,
+    down-after 1 s), for tests of Sentinel discovery and failover. ``url`` names the Sentinel
+    with rdq's ``sentinel_master`` option."""
+
+    MASTER = "mymaster"
+
+    def __init__(self, args: Sequence[str] = ()) -> None:
+        self.primary = RedisServer(args)
+        self.replica = RedisServer([*args, "--replicaof", "127.0.0.1", str(self.primary.port)])
+        self.sentinel = RedisServer(
+            ["--sentinel"],
+            config=(
+                f"sentinel monitor {self.MASTER} 127.0.0.1 {self.primary.port} 1\n"
+                f"sentinel down-after-milliseconds {self.MASTER} 1000\n"
+                f"sentinel failover-timeout {self.MASTER} 5000\n"
+            ),
+        )
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.sentinel.port}/0?sentinel_master={self.MASTER}"
+
+    def master_port(self) -> int | None:
+        """The port the Sentinel currently names as the master (None if it cannot say)."""
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise ServerUnavailable("redis-cli is not installed (Debian: redis-tools)")
+        reply = subprocess.run(
+            [cli, "-p", str(self.sentinel.port), "sentinel", "get-master-addr-by-name",
+             self.MASTER],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        lines = reply.stdout.split()
+        return int(lines[1]) if len(lines) == 2 and lines[1].isdigit() else None
+
+    def start(self) -> None:
+        self.primary.start()
+        self.replica.start()
+        self.sentinel.start()
+
+    def close(self) -> None:
+        self.sentinel.close()
+        self.replica.close()
+        self.primary.close()
+
+    def __enter__(self) -> RedisSentinelSetup:
         self.start()
         return self
 
