@@ -14,6 +14,8 @@ makes them due again at once. A second signal skips the grace period.
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
 import os
 import random
 import secrets
@@ -38,13 +40,24 @@ from rdq.spi import Storage, limits
 __all__ = ["Worker", "default_worker_id"]
 
 
+_in_flight: collections.Counter[str] = collections.Counter()
+"""Handlers running in this process, by queue. ``rdq_worker_in_flight`` reads it when
+scraped, so running a task costs no metric update."""
+
+
+def _watch_in_flight(queue: str) -> None:
+    metrics.WORKER_IN_FLIGHT.labels(queue).set_function(
+        functools.partial(_in_flight.__getitem__, queue)
+    )
+
+
 def default_worker_id() -> str:
     """``host:pid:random`` — unique per process (and per Worker object)."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
 class _QueueState:
-    __slots__ = ("active", "in_flight_gauge", "name", "next_due", "slot_freed")
+    __slots__ = ("active", "name", "next_due", "slot_freed")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -52,7 +65,7 @@ class _QueueState:
         self.next_due = float("inf")
         """Monotonic time of the earliest retry this worker scheduled (a hint to wake up)."""
         self.slot_freed = asyncio.Event()
-        self.in_flight_gauge = metrics.WORKER_IN_FLIGHT.labels(name)
+        _watch_in_flight(name)
 
 
 class Worker:
@@ -210,8 +223,6 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*claimers, *background, return_exceptions=True)
             threads.close()
-            for state in self._states.values():
-                state.in_flight_gauge.set(0)
             self.log.info("worker stopped", worker_id=self.worker_id)
 
     async def _drain(self) -> None:
@@ -343,7 +354,7 @@ class Worker:
         task_id = claimed.task.id
         self._runs[task_id] = run
         state.active += 1
-        state.in_flight_gauge.inc()
+        _in_flight[state.name] += 1
         task = asyncio.get_running_loop().create_task(runner.execute(run))
         run.task = task
 
@@ -352,7 +363,7 @@ class Worker:
             if self._runs.get(task_id) is run:
                 del self._runs[task_id]
             state.active -= 1
-            state.in_flight_gauge.dec()
+            _in_flight[state.name] -= 1
             state.slot_freed.set()
             if not done.cancelled() and done.exception() is not None:
                 self.log.error(
