@@ -344,7 +344,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m rdq_compliance.bench", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("url", help="storage URL, e.g. postgresql://user:pw@host/db")
+    parser.add_argument("url", nargs="?", help="storage URL, e.g. postgresql://user:pw@host/db")
+    parser.add_argument(
+        "--throwaway-postgres",
+        action="store_true",
+        help="benchmark a throwaway local PostgreSQL cluster (durable settings) instead of URL",
+    )
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per run")
     parser.add_argument("--claimants", type=_ints, default=[1, 4, 8, 16])
@@ -354,7 +359,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-pgbench", action="store_true", help="skip the pgbench ceiling")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args(argv)
+    if args.throwaway_postgres:
+        from rdq_compliance.servers.postgres import server_url
 
+        with server_url() as url:
+            args.url = url
+            _run(args)
+    elif args.url:
+        _run(args)
+    else:
+        parser.error("give a storage URL or --throwaway-postgres")
+
+
+def _run(args: argparse.Namespace) -> None:
     started = datetime.now(UTC)
     print(
         f"rdq contention benchmark, {started:%Y-%m-%d %H:%M} UTC, {platform.node()}, "

@@ -2,9 +2,11 @@
 
 PostgreSQL serialises the commits of transactions that NOTIFY (a global lock held through the
 commit's WAL flush), so a NOTIFY inside every enqueue would cap enqueues at one per disk flush.
-Instead the store announces after its own commit, from a background task: queues announced
-while a NOTIFY is in flight are sent together in the next one. A lost announcement costs
-latency only: ``wait_due`` also wakes on the earliest due time and on its timeout."""
+Instead the store announces after its own commit, from a background task, at most one NOTIFY
+every ``interval`` seconds: queues announced meanwhile are sent together in the next one (a
+NOTIFY is a committed transaction of its own, so a busy producer should not send hundreds).
+A lost announcement costs latency only: ``wait_due`` also wakes on the earliest due time and
+on its timeout."""
 
 from __future__ import annotations
 
@@ -21,10 +23,12 @@ Send = Callable[[list[str]], Awaitable[None]]
 
 
 class Announcer:
-    """Sends ``send(queues)`` for announced queues, at most one call in flight at a time."""
+    """Sends ``send(queues)`` for announced queues: one call in flight at a time, calls at
+    least ``interval`` seconds apart (the first one at once)."""
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, interval: float = 0.02) -> None:
         self._send = send
+        self._interval = interval
         self._pending: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
@@ -42,6 +46,7 @@ class Announcer:
                 await self._send(queues)
             except Exception as exc:  # a lost wake-up only delays a waiter
                 log.debug("NOTIFY for %s failed: %s", queues, exc)
+            await asyncio.sleep(self._interval)
 
     async def aclose(self, timeout: float = 2.0) -> None:
         """Send what is pending (waiting at most ``timeout`` seconds), then stop."""
