@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
+import urllib.request
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -48,7 +50,10 @@ def test_worker_command_rejects_bad_app_specs(tmp_path: Path):
     assert "not an rdq.App" in result.output
 
 
-def test_worker_command_runs_until_sigterm_and_exits_cleanly(tmp_path: Path):
+def test_worker_command_serves_metrics_and_exits_cleanly_on_sigterm(tmp_path: Path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     (tmp_path / "sigapp.py").write_text(
         textwrap.dedent(
             """
@@ -59,7 +64,17 @@ def test_worker_command_runs_until_sigterm_and_exits_cleanly(tmp_path: Path):
         )
     )
     proc = subprocess.Popen(
-        [RDQ, "worker", "sigapp:app", "--storage", "memory://", "--log-format", "json"],
+        [
+            RDQ,
+            "worker",
+            "sigapp:app",
+            "--storage",
+            "memory://",
+            "--log-format",
+            "json",
+            "--metrics-port",
+            str(port),
+        ],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -71,6 +86,8 @@ def test_worker_command_runs_until_sigterm_and_exits_cleanly(tmp_path: Path):
         for line in proc.stdout:
             if "worker started" in line:
                 break
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read()
+        assert b'rdq_worker_in_flight{queue="sig"} 0.0' in body
         proc.terminate()
         out, _ = proc.communicate(timeout=60)
     finally:
