@@ -8,7 +8,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, TypeVar
 
@@ -370,3 +370,14 @@ async def _dead_letter(storage: Storage, queue: str, kinds: list[str]) -> list[t
         await storage.dead_letter(claimed.task.id, claimed.token, failed(1, kind))
         order.append((task.id, kind))
     return order
+
+
+@pytest.mark.asyncio
+async def test_far_future_times_round_trip_exactly(storage: Storage) -> None:
+    """Beyond 2^53 µs (year 2255) a Lua double is no longer exact; stored times still are."""
+    queue = new_queue()
+    far = datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
+    task = new_task(queue, next_attempt_at=far)
+    await storage.enqueue(task)
+    assert (await storage.get(task.id)).next_attempt_at == far
+    assert await storage.claim_due(queue, 1, LEASE) == []

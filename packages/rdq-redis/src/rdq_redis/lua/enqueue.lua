@@ -45,11 +45,12 @@ for i = 1, n do
   if stored[i] == 1 then
     local a = 2 + (i - 1) * width
     local k = (i - 1) * stride
+    -- A given next_attempt_at is kept as the client wrote it (exact even past 2^53 µs).
     local due
     if ARGV[a + 4] ~= '' then
-      due = tonumber(ARGV[a + 4])
+      due = ARGV[a + 4]
     else
-      due = now + tonumber(ARGV[a + 5])
+      due = fmt(now + tonumber(ARGV[a + 5]))
     end
     local key = KEYS[k + 2]
     if indexed then
@@ -63,11 +64,11 @@ for i = 1, n do
       'attempts', ARGV[a + 8],
       'handler_ref', ARGV[a + 9],
       'created_at', fmt(now),
-      'next_attempt_at', fmt(due))
+      'next_attempt_at', due)
     if ARGV[a + 10] ~= '' then
       redis.call('HSET', key, 'error_type', ARGV[a + 10])
     end
-    redis.call('ZADD', KEYS[k + 1], fmt(due), ARGV[a + 2])
+    redis.call('ZADD', KEYS[k + 1], due, ARGV[a + 2])
     woken[ARGV[a + 11]] = true
   end
 end
