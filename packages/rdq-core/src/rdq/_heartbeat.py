@@ -23,6 +23,8 @@ __all__ = ["heartbeat_loop"]
 
 MAX_TICK = 1.0
 MIN_TICK = 0.02
+FENCE_AFTER = 2.0
+"""Seconds past its timeout after which a handler that ignored cancellation is fenced off."""
 
 
 async def heartbeat_loop(
@@ -32,15 +34,21 @@ async def heartbeat_loop(
     worker_id: str,
     log: Any,
     shortest_lease: Callable[[], float],
+    fence: Callable[[Run], None],
 ) -> None:
     """Renew due leases forever (cancel the task to stop it). ``shortest_lease()`` is the
-    shortest lease a new claim may get, so a fresh claim is never missed for long."""
+    shortest lease a new claim may get, so a fresh claim is never missed for long.
+    ``fence(run)`` is called for a handler still running ``FENCE_AFTER`` seconds past its
+    timeout (it swallowed the cancellation)."""
     while True:
         now = time.monotonic()
         tick = min(MAX_TICK, shortest_lease() / 6.0)
         due: list[Run] = []
         for run in runs():
-            if run.done or run.lost:
+            if run.done or run.lost or run.fenced:
+                continue
+            if run.deadline + FENCE_AFTER < now:
+                fence(run)  # the handler did not stop when its timeout cancelled it
                 continue
             tick = min(tick, run.lease / 6.0)
             if run.renew_at <= now:

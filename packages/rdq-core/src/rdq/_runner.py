@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import math
 import random
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -39,13 +40,20 @@ class Run:
     __slots__ = (
         "call",
         "claimed",
+        "config",
+        "deadline",
         "done",
+        "fenced",
         "interrupted",
         "lease",
         "lost",
+        "number",
         "queue",
+        "release",
         "renew_at",
+        "started",
         "task",
+        "used",
     )
 
     def __init__(self, claimed: Claimed, lease: float, claimed_mono: float) -> None:
@@ -60,6 +68,15 @@ class Run:
         self.interrupted = False
         """The worker is shutting down and gave up waiting for this task."""
         self.done = False
+        self.fenced = False
+        """The handler ignored its timeout's cancellation; TIMEOUT was recorded without it."""
+        self.deadline = math.inf
+        """Monotonic time by which an awaited handler must have ended (timeout included)."""
+        self.release: Callable[[], None] | None = None
+        self.config: QueueConfig | None = None
+        self.number = 0
+        self.used = 0
+        self.started: datetime | None = None
 
 
 class Runner:
@@ -110,6 +127,7 @@ class Runner:
         used = number - _interrupted_since_redrive(task)
         started = self.clock.now()
         config = resolve(self.app.queue_config(task.queue), task.retry)
+        run.config, run.number, run.used, run.started = config, number, used, started
         if used > config.max_attempts:
             await self._finish(
                 run,
@@ -149,7 +167,7 @@ class Runner:
         )
         t0 = time.monotonic()
         decision = await self._call(run, target, ctx, config, used)
-        if decision is None:  # lease lost while running: another worker owns the task now
+        if decision is None or run.fenced:  # lost lease, or the outcome is already written
             return
         self._duration(task.queue).observe(time.monotonic() - t0)
         await self._finish(run, number, started, decision)
@@ -177,6 +195,7 @@ class Runner:
                         )
                 args = (payload, ctx) if target.takes_context else (payload,)
                 if target.is_async:
+                    run.deadline = time.monotonic() + config.timeout
                     async with timeout:
                         await target.fn(*args)
                 else:
@@ -192,6 +211,7 @@ class Runner:
                         if not call.future.done() or call.future.cancelled():
                             self.threads.abandon(call)
             else:
+                run.deadline = time.monotonic() + config.timeout
                 async with timeout:
                     await target(task, ctx)
         except asyncio.CancelledError:
@@ -219,6 +239,23 @@ class Runner:
                 rng=self.rng,
             )
         return None if run.lost else _classify.SUCCESS
+
+    async def fence_off(self, run: Run) -> None:
+        """Record TIMEOUT for a handler that would not stop when its timeout cancelled it;
+        its coroutine is left behind and whatever it does later is ignored."""
+        if run.config is None or run.started is None:
+            return
+        self.log.error(
+            "handler ignored its cancellation; recording TIMEOUT without it",
+            task_id=run.claimed.task.id,
+            queue=run.queue,
+            attempt=run.number,
+            worker_id=self.worker_id,
+        )
+        decision = _classify.classify_error(
+            TimeoutError(), run.used, run.config, timed_out=True, rng=self.rng
+        )
+        await self._finish(run, run.number, run.started, decision)
 
     async def _finish(self, run: Run, number: int, started: Any, decision: Decision) -> None:
         """Write the attempt and the decision, retrying through storage outages until the

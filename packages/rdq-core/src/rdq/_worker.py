@@ -45,6 +45,10 @@ _in_flight: collections.Counter[str] = collections.Counter()
 scraped, so running a task costs no metric update."""
 
 
+INTERRUPT_WAIT = 10.0
+"""Seconds a stopping worker waits for interrupted handlers to record INTERRUPTED."""
+
+
 def _watch_in_flight(queue: str) -> None:
     metrics.WORKER_IN_FLIGHT.labels(queue).set_function(
         functools.partial(_in_flight.__getitem__, queue)
@@ -113,6 +117,7 @@ class Worker:
         self._hurry: asyncio.Event | None = None
         self._stop_requests = 0
         self._idle_waits: set[asyncio.Future[Any]] = set()
+        self._fencing: set[asyncio.Task[None]] = set()
         self._started = threading.Event()
 
     # --- control -----------------------------------------------------------------------------
@@ -193,6 +198,7 @@ class Worker:
                     self.worker_id,
                     self.log,
                     lambda: min(self.app.queue_config(q).lease for q in self.queues),
+                    lambda run: self._fence(run, runner),
                 ),
                 name="rdq-heartbeat",
             )
@@ -257,7 +263,28 @@ class Worker:
                 worker_id=self.worker_id,
                 count=len(left),
             )
-            await asyncio.gather(*(run.task for run in left if run.task), return_exceptions=True)
+            tasks = [run.task for run in left if run.task is not None]
+            _, stuck = await asyncio.wait(tasks, timeout=INTERRUPT_WAIT)
+            if stuck:  # handlers that swallow cancellation: their leases will expire
+                self.log.error(
+                    "abandoning handlers that ignored cancellation",
+                    worker_id=self.worker_id,
+                    count=len(stuck),
+                )
+        if self._fencing:
+            await asyncio.wait(list(self._fencing), timeout=INTERRUPT_WAIT)
+
+    def _fence(self, run: Run, runner: Runner) -> None:
+        run.fenced = True
+        fencing = asyncio.get_running_loop().create_task(runner.fence_off(run))
+        self._fencing.add(fencing)
+
+        def fenced(done: asyncio.Task[None]) -> None:
+            self._fencing.discard(done)
+            if run.release is not None:
+                run.release()
+
+        fencing.add_done_callback(fenced)
 
     def _note_retry(self, queue: str, delay: float) -> None:
         state = self._states.get(queue)
@@ -358,13 +385,20 @@ class Worker:
         task = asyncio.get_running_loop().create_task(runner.execute(run))
         run.task = task
 
-        def finished(done: asyncio.Task[None]) -> None:
+        def release() -> None:
+            if run.done:
+                return
             run.done = True
             if self._runs.get(task_id) is run:
                 del self._runs[task_id]
             state.active -= 1
             _in_flight[state.name] -= 1
             state.slot_freed.set()
+
+        run.release = release
+
+        def finished(done: asyncio.Task[None]) -> None:
+            release()
             if not done.cancelled() and done.exception() is not None:
                 self.log.error(
                     "task runner failed",

@@ -363,3 +363,31 @@ async def test_a_plain_function_returning_an_awaitable_is_awaited(storage, queue
     async with running(fast_worker(app, storage)):
         task = await wait_status(storage, sub.id, Status.DEAD)
     assert task.attempts[0].error_type == "LookupError"
+
+
+async def test_async_handler_that_swallows_cancellation_is_fenced_off(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=1, timeout=0.3, concurrency=1)
+    swallowed = asyncio.Event()
+
+    @app.handler("stubborn", queue=queue)
+    async def stubborn(payload: object) -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            swallowed.set()
+            await asyncio.sleep(20)  # ignores its timeout's cancellation for a long while
+
+    @app.handler("quick", queue=queue)
+    async def quick(payload: object) -> None:
+        return None
+
+    client = rdq.Client(storage, app)
+    a = await client.submit("stubborn")
+    b = await client.submit("quick", delay=0.1)
+    async with running(fast_worker(app, storage, grace_period=0.5)):
+        ta = await wait_status(storage, a.id, Status.DEAD)
+        # the only slot was freed although the stubborn coroutine still runs
+        await wait_status(storage, b.id, Status.SUCCEEDED)
+    assert swallowed.is_set()
+    assert [(x.outcome, x.error_type) for x in ta.attempts] == [(Outcome.TIMEOUT, "rdq.Timeout")]
