@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -15,7 +16,9 @@ import pytest_asyncio
 import rdq
 from rdq.spi import Envelope, Status, Storage
 
-BACKENDS = ["memory", "postgres"]
+BACKENDS = os.environ.get("RDQ_ENGINE_BACKENDS", "memory,postgres").split(",")
+"""The backends the engine tests run on; ``RDQ_ENGINE_BACKENDS=memory,postgres,redis,mongo``
+adds the others."""
 
 
 @pytest.fixture(params=BACKENDS)
@@ -27,7 +30,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 def storage_url(backend: str, request: pytest.FixtureRequest) -> str:
     if backend == "memory":
         return f"memory://engine-{uuid.uuid4().hex}"
-    return str(request.getfixturevalue("postgres_url"))
+    return str(request.getfixturevalue(f"{backend}_url"))
 
 
 @pytest_asyncio.fixture
