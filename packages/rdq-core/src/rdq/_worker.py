@@ -21,7 +21,6 @@ import random
 import secrets
 import signal
 import socket
-import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -118,7 +117,6 @@ class Worker:
         self._stop_requests = 0
         self._idle_waits: set[asyncio.Future[Any]] = set()
         self._fencing: set[asyncio.Task[None]] = set()
-        self._started = threading.Event()
 
     # --- control -----------------------------------------------------------------------------
 
@@ -219,7 +217,6 @@ class Worker:
                 )
             )
         self.log.info("worker started", worker_id=self.worker_id, queues=self.queues)
-        self._started.set()
         try:
             await self._stopping.wait()
             await asyncio.gather(*claimers, return_exceptions=True)
