@@ -50,8 +50,19 @@ def load_app(spec: str) -> App:
     envvar="RDQ_CONFIG",
     help="TOML file of queue configs (env RDQ_CONFIG).",
 )
-@click.option("--grace-period", default=30.0, show_default=True, help="Seconds for in-flight work.")
-@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus /metrics here.")
+@click.option(
+    "--grace-period",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds for in-flight work.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus /metrics here.",
+)
 @click.option("--metrics-host", default="127.0.0.1", show_default=True)
 @click.option("--worker-id", default=None, help="Default: host:pid:random.")
 @click.option(
