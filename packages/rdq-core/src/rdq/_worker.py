@@ -32,6 +32,7 @@ from rdq._clock import StorageClock
 from rdq._heartbeat import heartbeat_loop
 from rdq._runner import Run, Runner
 from rdq._threads import HandlerThreads
+from rdq.errors import ConfigError
 from rdq.logging import get_logger
 from rdq.maintenance import maintenance_loop
 from rdq.spi import Storage, limits
@@ -98,6 +99,12 @@ class Worker:
         names = list(queues) if queues is not None else (app.queues or ["default"])
         for name in names:
             limits.check_queue(name)
+        if not grace_period >= 0:
+            raise ConfigError("must not be negative", key="grace_period")
+        if not 0 < poll_min <= poll_max:
+            raise ConfigError("need 0 < poll_min <= poll_max", key="poll_min")
+        if not (stats_interval > 0 and purge_interval > 0):
+            raise ConfigError("maintenance intervals must be positive", key="stats_interval")
         self.queues = list(dict.fromkeys(names))
         self.worker_id = worker_id or default_worker_id()
         self.grace_period = grace_period

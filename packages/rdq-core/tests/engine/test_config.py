@@ -142,3 +142,22 @@ def test_handler_registration_errors():
         app.register_scheme("", lambda task, ctx: None)  # type: ignore[arg-type,return-value]
     with pytest.raises(rdq.ConfigError):
         app.queue("bad queue!")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"grace_period": -1}, "grace_period"),
+        ({"poll_min": 0}, "poll_min"),
+        ({"poll_min": 3, "poll_max": 1}, "poll_min"),
+        ({"stats_interval": 0}, "stats_interval"),
+    ],
+)
+def test_invalid_worker_settings_raise_config_error(kwargs, key):
+    from rdq_memory import MemoryStorage
+
+    with pytest.raises(rdq.ConfigError) as info:
+        rdq.Worker(rdq.App(), MemoryStorage(), **kwargs)
+    assert info.value.key == key
+    with pytest.raises(rdq.ValidationError):
+        rdq.Worker(rdq.App(), MemoryStorage(), queues=["bad queue"])
