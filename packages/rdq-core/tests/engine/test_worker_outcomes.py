@@ -52,7 +52,7 @@ async def test_flaky_handler_succeeds_on_attempt_3_with_backoff_in_bounds(storag
     assert {a.worker_id for a in task.attempts} == {worker.worker_id}
     for n, gap in enumerate(gaps(task), start=1):
         low, high = backoff_bounds(backoff, n)
-        assert low - 0.05 <= gap <= high + 5.0  # upper slack: polling on a loaded machine
+        assert low - 0.15 <= gap <= high + 5.0  # upper slack: polling on a loaded machine
 
 
 async def test_fixed_backoff_waits_at_least_the_delay_by_the_storage_clock(storage, queue):
@@ -67,7 +67,8 @@ async def test_fixed_backoff_waits_at_least_the_delay_by_the_storage_clock(stora
     async with running(fast_worker(app, storage)):
         task = await wait_status(storage, sub.id, Status.DEAD)
     assert len(task.attempts) == 3
-    assert all(gap >= 0.4 - 0.05 for gap in gaps(task)), gaps(task)
+    # tolerance: the storage-clock estimate is exact to half a claim round trip
+    assert all(gap >= 0.4 - 0.15 for gap in gaps(task)), gaps(task)
     assert task.dead_lettered_at is not None
 
 
@@ -142,7 +143,7 @@ async def test_retry_after_delays_the_retry(storage, queue):
         task = await wait_status(storage, sub.id, Status.SUCCEEDED)
     assert task.attempts[0].error_type == "rdq.RetryAfter"
     assert task.attempts[0].error_message == "rate limited"
-    assert gaps(task)[0] >= 0.45
+    assert gaps(task)[0] >= 0.5 - 0.15
 
 
 async def test_timeouts_async_cancelled_sync_fenced_off_worker_keeps_going(storage, queue):
