@@ -301,11 +301,11 @@ async def test_scheme_invoker_runs_url_handler_refs(storage, queue):
 
 async def test_long_handler_keeps_its_lease_by_heartbeat(storage, queue):
     app = rdq.App()
-    app.queue(queue, max_attempts=1, lease=0.5, timeout=10)
+    app.queue(queue, max_attempts=1, lease=1.0, timeout=10)
 
     @app.handler("long", queue=queue)
     async def long(payload: object) -> None:
-        await asyncio.sleep(2.0)  # four leases long
+        await asyncio.sleep(3.0)  # three leases long
 
     sub = await rdq.Client(storage, app).submit("long")
     async with running(fast_worker(app, storage)), running(fast_worker(app, storage)):
