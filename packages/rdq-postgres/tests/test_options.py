@@ -81,8 +81,9 @@ async def test_wait_due_wakes_on_an_enqueue_from_another_process_connection(
     storage: PostgresStorage, postgres_url: str, schema: str
 ) -> None:
     async with PostgresStorage.from_url(postgres_url, schema=schema) as producer:
+        assert await storage.wait_due("wake", 0.01) is False  # the LISTEN connection is up
         waiter = asyncio.create_task(storage.wait_due("wake", 60))
-        await asyncio.sleep(0.5)  # let the waiter listen first (a later wake-up still passes)
+        await asyncio.sleep(0.5)  # let the waiter register first
         await producer.enqueue(Envelope(id="w1", queue="wake", handler_ref="m:f"))
         assert await waiter is True  # a timeout would return False after 60 s
     assert (await storage.get("w1")).status == Status.PENDING
