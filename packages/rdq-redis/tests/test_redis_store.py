@@ -92,6 +92,20 @@ def test_a_bad_key_prefix_is_a_config_error(prefix: str) -> None:
         open_storage("redis://127.0.0.1:6379/0", prefix=prefix)
 
 
+@pytest.mark.parametrize(
+    ("url", "option"),
+    [
+        ("redis://h/0?decode_responses=true", "decode_responses"),
+        ("redis://h/0?cluster=maybe", None),
+        ("redis://h:99999/0", "storage"),
+    ],
+)
+def test_a_bad_url_option_is_a_config_error(url: str, option: str | None) -> None:
+    with pytest.raises(ConfigError) as info:
+        open_storage(url)
+    assert info.value.key == option
+
+
 @pytest.mark.asyncio
 async def test_every_key_of_a_queue_shares_one_cluster_slot(
     storage: Storage, redis_url: str, key_prefix: str

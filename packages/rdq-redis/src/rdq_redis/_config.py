@@ -51,6 +51,11 @@ class RedisConfig:
         if parts.scheme not in ("redis", "rediss"):
             raise ConfigError(f"not a redis:// or rediss:// URL: {url!r}", key="storage")
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        if _flag(options.pop("decode_responses", query.pop("decode_responses", False))):
+            raise ConfigError(
+                "rdq-redis reads replies as bytes; leave decode_responses off",
+                key="decode_responses",
+            )
         master = options.pop("sentinel_master", query.pop("sentinel_master", None))
         if master:
             return cls._for_sentinel(parts, query, str(master), options)
@@ -142,4 +147,4 @@ def _flag(value: object) -> bool:
         return True
     if text in ("", "0", "false", "no", "off"):
         return False
-    raise ConfigError(f"must be true or false, not {value!r}", key="cluster")
+    raise ConfigError(f"must be true or false, not {value!r}")
