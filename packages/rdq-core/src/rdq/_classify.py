@@ -35,6 +35,9 @@ __all__ = [
 MAX_ERROR_MESSAGE = 2000
 """Error messages are cut to this many characters before they are stored."""
 
+MAX_DELAY = 366 * 86400.0
+"""No retry is scheduled further out than this (seconds), whatever a policy or handler asks."""
+
 UNKNOWN_HANDLER = "rdq.UnknownHandler"
 UNDECODABLE_PAYLOAD = "rdq.UndecodablePayload"
 TIMEOUT_ERROR = "rdq.Timeout"
@@ -133,4 +136,4 @@ def _retry(
         return Decision(Action.DEAD_LETTER, outcome, 0.0, error_type, message)
     if delay is None:
         delay = backoff_delay(config.backoff, attempt, rng)
-    return Decision(Action.RESCHEDULE, outcome, delay, error_type, message)
+    return Decision(Action.RESCHEDULE, outcome, min(delay, MAX_DELAY), error_type, message)

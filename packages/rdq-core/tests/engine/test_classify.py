@@ -90,3 +90,9 @@ def test_unprintable_exception_still_classifies():
     assert d.error_message is not None
     assert "Weird" in d.error_message
     assert error_type_name(Weird).endswith("Weird")
+
+
+def test_retry_delays_are_capped_at_a_year():
+    huge = QueueConfig(max_attempts=3, backoff=rdq.Backoff.fixed(1e12))
+    assert classify_error(AppError("x"), 1, huge).delay == 366 * 86400
+    assert classify_error(rdq.RetryAfter(1e15), 1, CONFIG).delay == 366 * 86400
