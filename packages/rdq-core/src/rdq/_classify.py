@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from rdq.config import QueueConfig
 from rdq.policy import backoff_delay
-from rdq.signals import Permanent, RetryAfter
+from rdq.signals import MAX_RETRY_DELAY, Permanent, RetryAfter
 from rdq.spi import Outcome
 
 __all__ = [
@@ -35,7 +35,7 @@ __all__ = [
 MAX_ERROR_MESSAGE = 2000
 """Error messages are cut to this many characters before they are stored."""
 
-MAX_DELAY = 366 * 86400.0
+MAX_DELAY = MAX_RETRY_DELAY
 """No retry is scheduled further out than this (seconds), whatever a policy or handler asks."""
 
 UNKNOWN_HANDLER = "rdq.UnknownHandler"

@@ -9,6 +9,9 @@ from datetime import timedelta
 
 __all__ = ["Permanent", "RetryAfter"]
 
+MAX_RETRY_DELAY = 366 * 86400.0
+"""Seconds: the longest delay a retry can be scheduled out."""
+
 
 class Permanent(Exception):  # noqa: N818 - reads as the outcome it causes
     """Raise from a handler to dead-letter the task at once: retrying cannot help.
@@ -24,7 +27,8 @@ class RetryAfter(Exception):  # noqa: N818 - reads as the outcome it causes
 
     def __init__(self, delay: float | timedelta, message: str | None = None) -> None:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-        if seconds < 0:
+        if not seconds >= 0:  # negative or NaN
             raise ValueError("RetryAfter delay must not be negative")
-        self.delay = timedelta(seconds=seconds)
+        # no retry is scheduled more than a year out (and no timestamp can overflow)
+        self.delay = timedelta(seconds=min(seconds, MAX_RETRY_DELAY))
         super().__init__(message or f"retry after {seconds:g}s")
