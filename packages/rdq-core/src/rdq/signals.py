@@ -13,14 +13,14 @@ MAX_RETRY_DELAY = 366 * 86400.0
 """Seconds: the longest delay a retry can be scheduled out."""
 
 
-class Permanent(Exception):  # noqa: N818 - reads as the outcome it causes
+class Permanent(Exception):
     """Raise from a handler to dead-letter the task at once: retrying cannot help.
 
     ``raise rdq.Permanent("customer 42 does not exist")``, or ``raise Permanent(...) from exc``
     to keep the cause's type: the attempt records the cause's type when there is one."""
 
 
-class RetryAfter(Exception):  # noqa: N818 - reads as the outcome it causes
+class RetryAfter(Exception):
     """Raise from a handler to retry after ``delay`` instead of the backoff policy's delay.
 
     The attempt still counts toward ``max_attempts``."""
