@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 
 from rdq import open_storage
 from rdq.errors import NotFound, StaleClaim, StorageUnavailable
-from rdq.spi import Attempt, Envelope, Outcome, Storage
+from rdq.spi import Attempt, Envelope, Outcome, Status, Storage
 from rdq_compliance.servers import ServerUnavailable, in_ci
 from rdq_compliance.servers.redis import RedisServer, free_port
 
@@ -138,6 +138,8 @@ async def test_maxmemory_noeviction_refuses_enqueue_clearly_and_writes_nothing()
             used = int((await raw.info("memory"))["used_memory"])
             await raw.config_set("maxmemory", str(used + 2 * 1024 * 1024))
             async with open_storage(server.url) as store:
+                await store.enqueue(new_task("claimed"))
+                (claim,) = await store.claim_due("claimed", 1, timedelta(minutes=5))
                 stored = await _fill_until_refused(store, raw)
                 assert 2 <= len(stored) < 200
 
@@ -156,8 +158,18 @@ async def test_maxmemory_noeviction_refuses_enqueue_clearly_and_writes_nothing()
                 for task_id in stored:
                     assert (await store.get(task_id)).payload is not None
 
+                # A resolution is refused whole too: the claim stays intact...
+                done = Attempt(number=1, outcome=Outcome.SUCCEEDED)
+                with pytest.raises(StorageUnavailable, match="out of memory"):
+                    await store.complete(claim.task.id, claim.token, done)
+                held = await store.get(claim.task.id)
+                assert (held.status, held.attempts) == (Status.IN_FLIGHT, [])
+
                 await raw.config_set("maxmemory", "0")
                 assert await store.enqueue(batch[0]) is True
+                # ...and completes once memory is available again.
+                await store.complete(claim.task.id, claim.token, done)
+                assert (await store.get(claim.task.id)).status is Status.SUCCEEDED
         finally:
             await raw.aclose()
 

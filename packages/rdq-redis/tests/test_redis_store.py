@@ -18,7 +18,7 @@ from redis.crc import key_slot
 
 import rdq_redis._store as store_module
 from rdq import open_storage
-from rdq.errors import ConfigError, IDConflict, NotFound
+from rdq.errors import ConfigError, IDConflict, NotFound, StorageError
 from rdq.spi import Attempt, DLQFilter, Envelope, Outcome, Page, Selector, Status, Storage
 from rdq_redis._codec import to_us
 from rdq_redis._scripts import SCRIPT_NAMES
@@ -395,3 +395,21 @@ async def test_far_future_times_round_trip_exactly(storage: Storage) -> None:
     await storage.enqueue(task)
     assert (await storage.get(task.id)).next_attempt_at == far
     assert await storage.claim_due(queue, 1, LEASE) == []
+
+
+@pytest.mark.asyncio
+async def test_migrate_refuses_a_server_older_than_redis_5(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mock, for the one fault a real server of this machine cannot produce: its version."""
+    client = storage._redis()  # type: ignore[attr-defined]
+    real_info = client.info
+
+    async def old_info(section: str | None = None) -> dict[str, object]:
+        info = dict(await real_info(section))
+        info["redis_version"] = "4.0.14"
+        return info
+
+    monkeypatch.setattr(client, "info", old_info)
+    with pytest.raises(StorageError, match=r"version 4\.0\.14; rdq-redis needs 5\.0"):
+        await storage.migrate()

@@ -148,6 +148,7 @@ class RedisStorage(StorageBase):
     async def migrate(self) -> None:
         """Redis has no schema: load every script into the server's cache, and warn (log
         ``rdq_redis`` WARNING) if the server may evict keys, which would lose tasks."""
+        await self._check_version()
         with translate_errors(self._address):
             await self._ready().load_all()
         policy = await self._eviction_policy()
@@ -157,6 +158,26 @@ class RedisStorage(StorageBase):
                 "Set maxmemory-policy noeviction (see docs/redis.md).",
                 self._address,
                 policy,
+            )
+
+    async def _check_version(self) -> None:
+        """``StorageError`` if the server is too old: scripts call TIME (effects replication,
+        Redis 5) and Cluster mode uses ``SET NX GET`` (Redis 7.0). Skipped where INFO is not
+        allowed."""
+        try:
+            with translate_errors(self._address):
+                info = await self._redis().info("server")
+        except StorageError:
+            return
+        if isinstance(info, dict) and "redis_version" not in info:
+            info = next(iter(info.values()), {})  # RedisCluster: one INFO per node
+        version = str(info.get("redis_version", "")) if isinstance(info, dict) else ""
+        parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+        needed = (7, 0) if self._cluster else (5, 0)
+        if len(parts) == 2 and parts < needed:
+            raise StorageError(
+                f"Redis at {self._address} is version {version}; rdq-redis needs "
+                f"{needed[0]}.{needed[1]} or newer{' for Cluster mode' if self._cluster else ''}"
             )
 
     async def _eviction_policy(self) -> str | None:
