@@ -79,6 +79,8 @@ class Handler:
     takes_context: bool
     payload_type: Any = None
     """A type to convert the payload to before the call, or None to pass it as decoded."""
+    takes_payload: bool = True
+    """False for a handler that takes no arguments at all."""
 
 
 class App:
@@ -253,7 +255,8 @@ class App:
 
 
 def make_handler(name: str, fn: Callable[..., Any], queue: str | None) -> Handler:
-    """Inspect ``fn`` once: async or not, whether it takes a context, its payload type."""
+    """Inspect ``fn`` once: async or not, what it takes (nothing, the payload, or the payload
+    and a context), and the type its payload is converted to."""
     target = fn
     is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
@@ -280,7 +283,8 @@ def make_handler(name: str, fn: Callable[..., Any], queue: str | None) -> Handle
             issubclass(hint, msgspec.Struct) or dataclasses.is_dataclass(hint)
         ):
             payload_type = hint
-    return Handler(name, fn, queue, is_async, takes_context, payload_type)
+    takes_payload = varargs or bool(positional)
+    return Handler(name, fn, queue, is_async, takes_context, payload_type, takes_payload)
 
 
 def import_path(fn: Callable[..., Any]) -> str:

@@ -193,7 +193,12 @@ class Runner:
                                 f"payload does not convert to {target.payload_type.__name__}: {exc}"
                             ),
                         )
-                args = (payload, ctx) if target.takes_context else (payload,)
+                if target.takes_context:
+                    args: tuple[Any, ...] = (payload, ctx)
+                elif target.takes_payload:
+                    args = (payload,)
+                else:
+                    args = ()
                 if target.is_async:
                     run.deadline = time.monotonic() + config.timeout
                     async with timeout:

@@ -392,3 +392,34 @@ async def test_async_handler_that_swallows_cancellation_is_fenced_off(storage, q
         await wait_status(storage, b.id, Status.SUCCEEDED)
     assert swallowed.is_set()
     assert [(x.outcome, x.error_type) for x in ta.attempts] == [(Outcome.TIMEOUT, "rdq.Timeout")]
+
+
+async def test_handlers_take_nothing_the_payload_or_payload_and_context(storage, queue):
+    app = rdq.App()
+    app.queue(queue, max_attempts=1)
+    seen: list[object] = []
+
+    @app.handler("nothing", queue=queue)
+    def nothing() -> None:
+        seen.append("nothing")
+
+    @app.handler("payload_only", queue=queue)
+    async def payload_only(payload: object) -> None:
+        seen.append(payload)
+
+    @app.handler("with_context", queue=queue)
+    async def with_context(payload: object, ctx: rdq.TaskContext) -> None:
+        seen.append((payload, ctx.attempt, ctx.headers, ctx.queue, ctx.handler_ref))
+
+    client = rdq.Client(storage, app)
+    subs = [
+        await client.submit("nothing"),
+        await client.submit("payload_only", [1, 2]),
+        await client.submit("with_context", {"k": "v"}, headers={"h": "1"}),
+    ]
+    async with running(fast_worker(app, storage)):
+        for sub in subs:
+            await wait_status(storage, sub.id, Status.SUCCEEDED)
+    assert sorted(map(repr, seen)) == sorted(
+        map(repr, ["nothing", [1, 2], ({"k": "v"}, 1, {"h": "1"}, queue, "with_context")])
+    )
