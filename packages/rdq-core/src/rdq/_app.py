@@ -1,6 +1,6 @@
 """The application registry: queues with their config, handlers, and scheme invokers.
 
-A handler is a function that takes ``(payload)`` or ``(payload, ctx)`` — ``ctx`` being a
+A handler is a function that takes ``()``, ``(payload)`` or ``(payload, ctx)`` — ``ctx`` being a
 :class:`TaskContext`. ``async def`` handlers run on the worker's event loop; plain functions
 run in the worker's thread pool. If the first parameter is annotated with a msgspec Struct or a
 dataclass type, the payload is converted to it first (a payload that does not convert
