@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
+from redis.exceptions import NoScriptError
 
 import rdq_redis._store as store_module
 from rdq import open_storage
@@ -413,3 +414,25 @@ async def test_migrate_refuses_a_server_older_than_redis_5(
     monkeypatch.setattr(client, "info", old_info)
     with pytest.raises(StorageError, match=r"version 4\.0\.14; rdq-redis needs 5\.0"):
         await storage.migrate()
+
+
+@pytest.mark.asyncio
+async def test_a_script_lost_again_after_its_reload_runs_by_its_text(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mock for a race a test cannot time: the script cache is flushed between redis-py's
+    reload and its second EVALSHA, so NOSCRIPT escapes the driver."""
+    scripts = storage._ready()  # type: ignore[attr-defined]
+    calls = 0
+
+    async def always_noscript(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        raise NoScriptError("No matching script. Please use EVAL.")
+
+    # Calls look __call__ up on the class: every registered script now fails that way.
+    monkeypatch.setattr(type(scripts.enqueue), "__call__", always_noscript)
+    queue = new_queue()
+    assert await storage.enqueue(new_task(queue)) is True
+    assert calls == 1
+    assert (await storage.stats(queue)).pending == 1

@@ -11,6 +11,7 @@ from typing import Any, cast
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
 
 from rdq.errors import IDConflict, NotFound, StaleClaim, StorageError, ValidationError
 from rdq.spi import (
@@ -216,7 +217,13 @@ class RedisStorage(StorageBase):
 
     async def _run(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
         with translate_errors(self._address):
-            return await script(keys=keys, args=args)
+            try:
+                return await script(keys=keys, args=args)
+            except NoScriptError:
+                # redis-py reloaded the script and the server lost it again before the call (a
+                # flush or failover in between, or a Cluster node that missed the load): send
+                # the text itself once. EVAL runs it exactly like EVALSHA would.
+                return await self._redis().eval(script.script, len(keys), *keys, *args)
 
     # --- admission -------------------------------------------------------------------------
 
