@@ -231,7 +231,6 @@ async def run_demo(console: Console) -> None:
     """The whole demo; raises ``click.ClickException`` if something does not settle."""
     from rdq.admin import DLQAdmin
     from rdq.audit import MemoryAuditSink
-    from rdq_memory import MemoryStorage  # the reference store; a dependency of the demo
 
     state = DemoState()
     app = build_app(state)
@@ -242,7 +241,13 @@ async def run_demo(console: Console) -> None:
             title="rdq demo",
         )
     )
-    async with MemoryStorage() as storage:
+    try:
+        store = rdq.open_storage("memory://")
+    except rdq.ConfigError:
+        raise click.ClickException(
+            "rdq demo runs on the in-memory store: pip install rdq-memory"
+        ) from None
+    async with store as storage:
         client = rdq.Client(storage, app)
         subs = await client.submit_many(SUBMISSIONS)
         ids = [s.id for s in subs]
