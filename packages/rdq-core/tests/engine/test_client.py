@@ -107,8 +107,6 @@ async def test_submit_many_validates_everything_before_storing(storage, queue):
 
 
 def test_sync_client_has_the_same_semantics(storage_url, queue):
-    if storage_url.startswith("memory://"):
-        pytest.skip("a named memory store is per process and per loop; covered on postgres")
     with rdq.SyncClient(storage_url) as client:
         sub = client.submit("job", {"n": 1}, queue=queue, id=f"sync-{uuid.uuid4().hex}")
         assert sub.created
