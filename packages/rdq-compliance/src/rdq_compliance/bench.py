@@ -4,10 +4,13 @@ It drives a store through the storage SPI only, in the seed's shape:
 
 - ``enqueue``: 4 producers (by default), one task per call; and ``enqueue_batch`` (100 a call);
 - ``claim_due``: 1, 4, 8 and 16 concurrent claimants over a resident pool of 256 due tasks,
-  with ``limit=1`` and ``limit=10``. Claims take a long lease and are never resolved; a
-  refiller tops the pool up with ``enqueue_batch`` as tasks are claimed, so the claimants
-  measure the claim alone. Any task handed out twice is a double claim (must be 0);
-- claim+complete cycles: claim one task, complete it, repeat.
+  with ``limit=1`` and ``limit=10``. As in the pgbench ceiling, claimed tasks stay due: they
+  are claimed with a 1 ms lease, so most claims reclaim a lapsed lease (appending its
+  LEASE_EXPIRED record); after ~8 claims per task a fresh pool replaces it (off the clock).
+  A claim that starts before the previous lease on its task ended (storage clock) is a
+  double claim (must be 0);
+- claim+complete cycles: claim one task (long lease), complete it, repeat; a refiller enqueues
+  replacements off the clock. A task handed out twice is a double claim.
 
 It prints throughput, p50/p99 latency of the measured call and the double-claim count. For a
 ``postgresql://`` URL it also runs the ceiling with ``pgbench`` in the same invocation
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -28,6 +32,7 @@ import secrets
 import statistics
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -40,6 +45,8 @@ __all__ = ["Result", "main", "run_benchmark"]
 
 POOL = 256
 LONG_LEASE = timedelta(hours=1)
+SHORT_LEASE = timedelta(milliseconds=1)
+RETIRE_AFTER = 8
 
 
 @dataclass
@@ -154,7 +161,9 @@ async def bench_enqueue(
 
 
 class _Refiller:
-    """Keeps the queue's due pool at ``POOL`` tasks: enqueues as many as were claimed."""
+    """Keeps the queue's pool at ``POOL`` due tasks, off the claimants' clock: ``claimed(n)``
+    says n tasks left the pool for good; as many are enqueued. Up to four refills run at once,
+    so the pool keeps up with many claimants."""
 
     def __init__(self, storage: Storage, queue: str) -> None:
         self.storage = storage
@@ -167,48 +176,134 @@ class _Refiller:
     async def fill(self, count: int) -> None:
         for start in range(0, count, 500):
             size = min(500, count - start)
-            await self.storage.enqueue_batch([_task(self.queue, self.n + i) for i in range(size)])
             self.n += size
+            await self.storage.enqueue_batch(
+                [_task(self.queue, self.n - size + i) for i in range(size)]
+            )
 
     def claimed(self, count: int) -> None:
         self.owed += count
         self.wanted.set()
 
+    async def _refill(self, owed: int) -> None:
+        await self.fill(owed)
+        self.refilled.set()
+
     async def run(self, window: _Window) -> None:
+        running: set[asyncio.Task[None]] = set()
         while window.running():
             try:
                 await asyncio.wait_for(self.wanted.wait(), 0.05)
             except TimeoutError:
                 continue
             self.wanted.clear()
+            if len(running) >= 4:
+                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             owed, self.owed = self.owed, 0
-            await self.fill(owed)
-            self.refilled.set()
+            task = asyncio.create_task(self._refill(owed))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        await asyncio.gather(*running)
 
 
-async def bench_claims(
-    storage: Storage,
-    claimants: int,
-    limit: int,
-    warmup: float,
-    seconds: float,
-    *,
-    complete: bool,
+class _RotatingPool:
+    """256 due tasks that stay due: claimed with a 1 ms lease, so each claim of a task after
+    the first reclaims a lapsed lease (and appends its LEASE_EXPIRED record). After about
+    ``RETIRE_AFTER`` claims per task a fresh pool is enqueued on a new queue (one batch, off
+    the clock) and claimants move to it, which bounds the growth of the record lists."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.queue = ""
+        self.claims = 0
+        self.swap: asyncio.Task[None] | None = None
+
+    async def _new_queue(self) -> str:
+        queue = f"bench-claim-{secrets.token_hex(4)}"
+        await self.storage.enqueue_batch([_task(queue, n) for n in range(POOL)])
+        return queue
+
+    async def start(self) -> None:
+        self.queue = await self._new_queue()
+
+    def claimed(self, count: int) -> None:
+        self.claims += count
+        if self.claims >= POOL * RETIRE_AFTER and (self.swap is None or self.swap.done()):
+            self.swap = asyncio.create_task(self._rotate())
+
+    async def _rotate(self) -> None:
+        self.queue = await self._new_queue()
+        self.claims = 0
+
+    async def aclose(self) -> None:
+        if self.swap is not None:
+            await self.swap
+
+
+def _overlaps(leases: dict[str, list[tuple[datetime, datetime]]]) -> int:
+    """Claims that began while another claimant's lease on the same task was still valid."""
+    count = 0
+    for intervals in leases.values():
+        intervals.sort()
+        count += sum(1 for a, b in itertools.pairwise(intervals) if b[0] < a[1])
+    return count
+
+
+async def bench_claim_due(
+    storage: Storage, claimants: int, limit: int, warmup: float, seconds: float
 ) -> Result:
-    queue = f"bench-claim-{secrets.token_hex(3)}"
+    """``claim_due`` alone over a resident pool of 256 due tasks.
+
+    Like the pgbench ceiling, claimed tasks stay in the pool: they are claimed with a 1 ms
+    lease, so the next claim of a task is a reclaim of a lapsed lease (the heavier path,
+    which appends a LEASE_EXPIRED record); see :class:`_RotatingPool`. Double
+    claims are checked on the storage clock: no claim of a task may start before the previous
+    lease on it ended."""
+    pool = _RotatingPool(storage)
+    await pool.start()
+    result = Result("claim_due", limit, claimants)
+    leases: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+
+    async def claimant(window: _Window, out: Result) -> None:
+        while window.running():
+            started = time.perf_counter()
+            claimed = await storage.claim_due(pool.queue, limit, SHORT_LEASE)
+            done = time.perf_counter()
+            for claim in claimed:
+                end = claim.task.lease_expires_at
+                assert end is not None
+                leases[claim.task.id].append((end - SHORT_LEASE, end))
+            pool.claimed(len(claimed))
+            if not claimed:
+                out.empty_claims += 1
+                await asyncio.sleep(0.001)
+            if window.counts(done):
+                out.ops += 1
+                out.items += len(claimed)
+                out.latencies_ms.append((done - started) * 1000)
+
+    await _measure(result, [claimant] * claimants, warmup, seconds)
+    await pool.aclose()
+    result.double_claims = _overlaps(leases)
+    return result
+
+
+async def bench_cycles(storage: Storage, claimants: int, warmup: float, seconds: float) -> Result:
+    """Claim one task (long lease), complete it, repeat; the pool is refilled off the clock.
+    Every task is completed once, so a task handed out twice is a double claim."""
+    queue = f"bench-cycle-{secrets.token_hex(3)}"
     refiller = _Refiller(storage, queue)
     await refiller.fill(POOL)
-    result = Result("claim+complete" if complete else "claim_due", limit, claimants)
+    result = Result("claim+complete", 1, claimants)
     seen: set[str] = set()
     attempt = Attempt(number=1, outcome=Outcome.SUCCEEDED, finished_at=datetime.now(UTC))
 
     async def claimant(window: _Window, out: Result) -> None:
         while window.running():
             started = time.perf_counter()
-            claimed = await storage.claim_due(queue, limit, LONG_LEASE)
-            if complete:
-                for claim in claimed:
-                    await storage.complete(claim.task.id, claim.token, attempt)
+            claimed = await storage.claim_due(queue, 1, LONG_LEASE)
+            for claim in claimed:
+                await storage.complete(claim.task.id, claim.token, attempt)
             done = time.perf_counter()
             for claim in claimed:
                 if claim.task.id in seen:
@@ -271,13 +366,11 @@ async def run_benchmark(
                 _report_progress(results[-1])
             for limit in limits:
                 for count in claimants:
-                    result = await bench_claims(
-                        storage, count, limit, warmup, seconds, complete=False
-                    )
+                    result = await bench_claim_due(storage, count, limit, warmup, seconds)
                     results.append(result)
                     _report_progress(result)
             for count in cycles:
-                result = await bench_claims(storage, count, 1, warmup, seconds, complete=True)
+                result = await bench_cycles(storage, count, warmup, seconds)
                 results.append(result)
                 _report_progress(result)
         finally:
