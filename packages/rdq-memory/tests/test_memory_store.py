@@ -132,3 +132,25 @@ def test_a_naive_clock_is_reported_clearly() -> None:
     store = MemoryStorage(clock=lambda: datetime(2030, 1, 1))
     with pytest.raises(rdq.ConfigError, match="naive"):
         asyncio.run(store.enqueue(task("t")))
+
+
+@pytest.mark.asyncio
+async def test_complete_many_applies_fresh_claims_and_reports_stale_ones_per_item() -> None:
+    from rdq.spi import Completion
+
+    store = MemoryStorage()
+    await store.enqueue_batch([task("a"), task("b")])
+    a, b = await store.claim_due("q", 2, timedelta(minutes=1))
+    done = Attempt(number=1, outcome=Outcome.SUCCEEDED)
+    results = await store.complete_many(
+        [
+            Completion(a.task.id, a.token, done),
+            Completion(b.task.id, "not-the-token", done),
+            Completion("missing", "t", done),
+        ]
+    )
+    assert results[0] is None
+    assert isinstance(results[1], rdq.StaleClaim)
+    assert isinstance(results[2], rdq.NotFound)
+    assert (await store.get("a")).status == Status.SUCCEEDED
+    assert (await store.get("b")).status == Status.IN_FLIGHT, "the stale item changed nothing"

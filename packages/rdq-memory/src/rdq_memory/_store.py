@@ -17,6 +17,7 @@ from rdq.spi import (
     Attempt,
     Capabilities,
     Claimed,
+    Completion,
     DLQCursor,
     DLQFilter,
     Envelope,
@@ -76,7 +77,9 @@ class MemoryStorage(StorageBase):
         return f"MemoryStorage(name={self._name!r})"
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(notify=True, filter_pushdown=True, batch_enqueue=True)
+        return Capabilities(
+            notify=True, filter_pushdown=True, batch_enqueue=True, batch_complete=True
+        )
 
     def _now(self) -> datetime:
         now = self._clock()
@@ -201,6 +204,27 @@ class MemoryStorage(StorageBase):
             record.task.status = Status.SUCCEEDED
             record.task.completed_at = self._now()
 
+    async def complete_many(
+        self, completions: Sequence[Completion]
+    ) -> list[StaleClaim | NotFound | None]:
+        for item in completions:  # validate every item before changing anything
+            if not isinstance(item, Completion):
+                raise ValidationError("must be rdq.spi.Completion items", field="completions")
+            _check_resolution(item.task_id, item.token, item.attempt)
+        results: list[StaleClaim | NotFound | None] = []
+        with self._state.lock:
+            now = self._now()
+            for item in completions:
+                try:
+                    record = self._resolve(item.task_id, item.token, item.attempt)
+                except (StaleClaim, NotFound) as exc:
+                    results.append(exc)
+                    continue
+                record.task.status = Status.SUCCEEDED
+                record.task.completed_at = now
+                results.append(None)
+        return results
+
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         state = self._state
         with state.lock:
@@ -218,10 +242,7 @@ class MemoryStorage(StorageBase):
         return record
 
     def _resolve(self, task_id: str, token: str, attempt: Attempt) -> Record:
-        limits.check_task_id(task_id)
-        limits.check_token(token)
-        if not isinstance(attempt, Attempt):
-            raise ValidationError("must be an rdq.spi.Attempt", field="attempt")
+        _check_resolution(task_id, token, attempt)
         record = self._fenced(task_id, token)
         task = record.task
         task.attempts.append(attempt)
@@ -413,6 +434,13 @@ class MemoryStorage(StorageBase):
                 return due
             heapq.heappop(heap)
         return None
+
+
+def _check_resolution(task_id: str, token: str, attempt: Attempt) -> None:
+    limits.check_task_id(task_id)
+    limits.check_token(token)
+    if not isinstance(attempt, Attempt):
+        raise ValidationError("must be an rdq.spi.Attempt", field="attempt")
 
 
 def _copy(task: Envelope) -> Envelope:

@@ -15,6 +15,7 @@ __all__ = [
     "Attempt",
     "Capabilities",
     "Claimed",
+    "Completion",
     "DLQFilter",
     "Envelope",
     "Outcome",
@@ -120,6 +121,17 @@ class Capabilities(msgspec.Struct, kw_only=True, frozen=True):
     """DLQ filters are evaluated by the backend (listing, redrive and purge by filter)."""
     batch_enqueue: bool = False
     """``enqueue_batch(tasks)`` admits many tasks in one round trip."""
+    batch_complete: bool = False
+    """``complete_many(completions)`` resolves many claims in one round trip, fenced per task."""
+
+
+class Completion(msgspec.Struct, frozen=True):
+    """One successful attempt to record with ``complete_many``: the task, its claim token and
+    the attempt record."""
+
+    task_id: str
+    token: str
+    attempt: Attempt
 
 
 class DLQFilter(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):

@@ -19,10 +19,12 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
+from rdq.errors import NotFound, StaleClaim
 from rdq.spi._models import (
     Attempt,
     Capabilities,
     Claimed,
+    Completion,
     DLQFilter,
     Envelope,
     Page,
@@ -162,6 +164,18 @@ class Storage(Protocol):
         per-task semantics; returns one "stored" flag per task, in order. Either every valid
         task is admitted or, on error, none is."""
 
+    async def complete_many(
+        self, completions: Sequence[Completion]
+    ) -> list[StaleClaim | NotFound | None]:
+        """(``batch_complete``) ``complete`` for many claimed tasks in one round trip.
+
+        Each completion is fenced on its own token and applied atomically on its own, exactly
+        as ``complete`` would; the result holds, per completion in order, ``None`` when it was
+        applied or the ``StaleClaim`` / ``NotFound`` that ``complete`` would have raised (it is
+        returned, not raised, so one lost lease does not hide the others' outcome). Invalid
+        input raises ``ValidationError`` before anything changes. ``StorageBase`` provides a
+        correct default that calls ``complete`` once per item."""
+
 
 class StorageBase(abc.ABC):
     """A convenient base for plugins: the context-manager plumbing and the optional
@@ -238,3 +252,18 @@ class StorageBase(abc.ABC):
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
     ) -> list[bool]:
         raise NotImplementedError(f"{type(self).__name__} does not offer batch_enqueue")
+
+    async def complete_many(
+        self, completions: Sequence[Completion]
+    ) -> list[StaleClaim | NotFound | None]:
+        """One ``complete`` per item (correct, not faster); override it for one round trip
+        and advertise ``batch_complete``."""
+        results: list[StaleClaim | NotFound | None] = []
+        for item in completions:
+            try:
+                await self.complete(item.task_id, item.token, item.attempt)
+            except (StaleClaim, NotFound) as exc:
+                results.append(exc)
+            else:
+                results.append(None)
+        return results
