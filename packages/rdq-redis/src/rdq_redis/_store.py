@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import secrets
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from redis.asyncio import Redis, RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 
 from rdq.errors import IDConflict, NotFound, StaleClaim, StorageError, ValidationError
@@ -27,6 +23,8 @@ from rdq.spi import (
     StorageBase,
     limits,
 )
+from rdq_redis._client import Client, Connection, check_server, open_connection
+from rdq_redis._cluster import forget_ids, reserve_ids
 from rdq_redis._codec import (
     attempt_json,
     attempts_json,
@@ -44,8 +42,6 @@ from rdq_redis._wake import Waiters
 
 __all__ = ["RedisStorage"]
 
-Client = Redis | RedisCluster
-_log = logging.getLogger("rdq_redis")
 _US = timedelta(microseconds=1)
 _DLQ_SCAN_BUDGET = 2000
 """DLQ entries one ``dlq_page`` script call may examine (bounds how long it blocks Redis)."""
@@ -68,10 +64,9 @@ class RedisStorage(StorageBase):
         self._prefix = config.prefix
         self._address = config.address
         self._cluster = config.cluster
-        self._client: Client | None = None
+        self._connection: Connection | None = None
         self._scripts: Scripts | None = None
         self._waiters: Waiters | None = None
-        self._sentinel: Any = None
         self._closed = False
 
     @classmethod
@@ -86,113 +81,28 @@ class RedisStorage(StorageBase):
     async def connect(self) -> None:
         if self._closed:
             raise StorageError("this RedisStorage was closed; open a new one")
-        if self._client is not None:
+        if self._connection is not None:
             return
-        # No driver-level retries: a retried EVALSHA whose first reply was lost could run a
-        # script twice. Errors surface as StorageUnavailable and the engine backs off.
-        client: Client
-        if self._config.sentinel_master:
-            client = self._sentinel_client()
-        elif self._config.cluster:
-            client = RedisCluster.from_url(
-                self._config.url, retry=Retry(NoBackoff(), 0), **self._config.client_options
-            )
-        else:
-            client = Redis.from_url(
-                self._config.url, retry=Retry(NoBackoff(), 0), **self._config.client_options
-            )
-        try:
-            with translate_errors(self._address):
-                if isinstance(client, RedisCluster):
-                    await client.initialize()
-                await client.ping()
-        except BaseException:
-            await client.aclose()
-            await self._close_sentinel()
-            raise
-        self._client = client
-        self._scripts = Scripts(client)
-        self._waiters = Waiters(client, self._scripts.next_due, self._address)
-
-    def _sentinel_client(self) -> Redis:
-        from redis.asyncio.sentinel import Sentinel
-
-        config = self._config
-        assert config.sentinel_master is not None
-        self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
-            config.sentinels, sentinel_kwargs=config.sentinel_options
-        )
-        client: Redis = self._sentinel.master_for(
-            config.sentinel_master,
-            redis_class=Redis,
-            retry=Retry(NoBackoff(), 0),
-            **config.client_options,
-        )
-        return client
+        connection = await open_connection(self._config)
+        self._connection = connection
+        self._scripts = Scripts(connection.client)
+        self._waiters = Waiters(connection.client, self._scripts.next_due, self._address)
 
     async def aclose(self) -> None:
         self._closed = True
-        client, self._client, self._scripts = self._client, None, None
+        connection, self._connection, self._scripts = self._connection, None, None
         waiters, self._waiters = self._waiters, None
         if waiters is not None:
             await waiters.aclose()
-        if client is not None:
-            await client.aclose()
-        await self._close_sentinel()
-
-    async def _close_sentinel(self) -> None:
-        sentinel, self._sentinel = self._sentinel, None
-        if sentinel is not None:
-            for node in sentinel.sentinels:
-                await node.aclose()
+        if connection is not None:
+            await connection.aclose()
 
     async def migrate(self) -> None:
-        """Redis has no schema: load every script into the server's cache, and warn (log
-        ``rdq_redis`` WARNING) if the server may evict keys, which would lose tasks."""
-        await self._check_version()
+        """Redis has no schema: check the server (version; a WARNING on logger ``rdq_redis``
+        if it may evict keys, which would lose tasks) and load every script into its cache."""
+        await check_server(self._redis(), self._address, cluster=self._cluster)
         with translate_errors(self._address):
             await self._ready().load_all()
-        policy = await self._eviction_policy()
-        if policy is not None and policy.startswith("allkeys-"):
-            _log.warning(
-                "Redis at %s has maxmemory-policy %s: under memory pressure it deletes tasks. "
-                "Set maxmemory-policy noeviction (see docs/redis.md).",
-                self._address,
-                policy,
-            )
-
-    async def _check_version(self) -> None:
-        """``StorageError`` if the server is too old: scripts call TIME (effects replication,
-        Redis 5) and Cluster mode uses ``SET NX GET`` (Redis 7.0). Skipped where INFO is not
-        allowed."""
-        try:
-            with translate_errors(self._address):
-                info = await self._redis().info("server")
-        except StorageError:
-            return
-        if isinstance(info, dict) and "redis_version" not in info:
-            info = next(iter(info.values()), {})  # RedisCluster: one INFO per node
-        version = str(info.get("redis_version", "")) if isinstance(info, dict) else ""
-        parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
-        needed = (7, 0) if self._cluster else (5, 0)
-        if len(parts) == 2 and parts < needed:
-            raise StorageError(
-                f"Redis at {self._address} is version {version}; rdq-redis needs "
-                f"{needed[0]}.{needed[1]} or newer{' for Cluster mode' if self._cluster else ''}"
-            )
-
-    async def _eviction_policy(self) -> str | None:
-        """The server's ``maxmemory-policy``, or None where CONFIG is not allowed."""
-        try:
-            with translate_errors(self._address):
-                reply = await self._redis().config_get("maxmemory-policy")
-        except StorageError:
-            return None  # managed services often rename or forbid CONFIG
-        for key, value in dict(reply).items():
-            name = key.decode() if isinstance(key, bytes) else str(key)
-            if name == "maxmemory-policy":
-                return value.decode() if isinstance(value, bytes) else str(value)
-        return None
 
     def _ready(self) -> Scripts:
         if self._scripts is None:
@@ -201,8 +111,8 @@ class RedisStorage(StorageBase):
 
     def _redis(self) -> Client:
         self._ready()
-        assert self._client is not None
-        return self._client
+        assert self._connection is not None
+        return self._connection.client
 
     def capabilities(self) -> Capabilities:
         return Capabilities(notify=True, filter_pushdown=True, batch_enqueue=True)
@@ -258,32 +168,8 @@ class RedisStorage(StorageBase):
 
     async def _enqueue_on_cluster(self, tasks: list[Envelope], delay_us: int) -> list[bool]:
         """Enqueue where the id index lives in other slots than the queues (Redis Cluster):
-        check every id, reserve the new ones in the index (``SET NX``), then admit each
-        queue's tasks with one script. See docs/redis.md for what this gives up."""
-        owners: dict[str, str] = {}
-        for task in tasks:
-            first = owners.setdefault(task.id, task.queue)
-            if first != task.queue:
-                raise IDConflict(task.id, first)
-        ids = list(owners)
-        client = self._redis()
-        with translate_errors(self._address):
-            async with client.pipeline(transaction=False) as pipe:
-                for task_id in ids:
-                    pipe.get(index_key(self._prefix, task_id))
-                found = await pipe.execute()
-            # Refuse before reserving anything, so a refused batch leaves no trace...
-            for task_id, owner in zip(ids, found, strict=True):
-                if owner is not None and owner.decode() != owners[task_id]:
-                    raise IDConflict(task_id, owner.decode())
-            async with client.pipeline(transaction=False) as pipe:
-                for task_id in ids:
-                    pipe.set(index_key(self._prefix, task_id), owners[task_id], nx=True, get=True)
-                raced = await pipe.execute()
-        # ...except when another client reserved one of the ids in between (left reserved).
-        for task_id, owner in zip(ids, raced, strict=True):
-            if owner is not None and owner.decode() != owners[task_id]:
-                raise IDConflict(task_id, owner.decode())
+        reserve the ids, then admit each queue's tasks with one script."""
+        await reserve_ids(self._redis(), self._prefix, self._address, tasks)
         by_queue: dict[str, list[int]] = {}
         for i, task in enumerate(tasks):
             by_queue.setdefault(task.queue, []).append(i)
@@ -300,14 +186,10 @@ class RedisStorage(StorageBase):
         return stored
 
     async def _forget_ids(self, deleted: list[bytes]) -> int:
-        """After a purge on Redis Cluster, drop the purged ids from the index (in their own
-        slots); return how many tasks were purged."""
-        if self._cluster and deleted:
-            with translate_errors(self._address):
-                async with self._redis().pipeline(transaction=False) as pipe:
-                    for task_id in deleted:
-                        pipe.delete(index_key(self._prefix, task_id.decode()))
-                    await pipe.execute()
+        """After a purge, on Redis Cluster, drop the purged ids from the index; return how
+        many tasks were purged."""
+        if self._cluster:
+            await forget_ids(self._redis(), self._prefix, self._address, deleted)
         return len(deleted)
 
     # --- claiming --------------------------------------------------------------------------

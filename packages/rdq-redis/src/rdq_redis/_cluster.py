@@ -1,0 +1,61 @@
+"""The id index on Redis Cluster, kept by the client.
+
+Each id's index entry (``<prefix>:id:{<id>}``) lives in the id's own slot, so no script can
+touch it together with a queue's keys. On Cluster the store therefore reserves ids before it
+admits tasks and forgets them after purges, in steps of their own. docs/redis.md says what this
+gives up in crash and race windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rdq.errors import IDConflict
+from rdq.spi import Envelope
+from rdq_redis._client import Client
+from rdq_redis._errors import translate_errors
+from rdq_redis._keys import index_key
+
+__all__ = ["forget_ids", "reserve_ids"]
+
+
+async def reserve_ids(client: Client, prefix: str, address: str, tasks: Sequence[Envelope]) -> None:
+    """Bind every id of ``tasks`` to its queue in the index, or raise ``IDConflict``.
+
+    Every id is checked before any is reserved, so a refused batch leaves no trace, except
+    when another client binds one of the ids to another queue between the check and the
+    reservation (the ids reserved by then stay reserved)."""
+    owners: dict[str, str] = {}
+    for task in tasks:
+        first = owners.setdefault(task.id, task.queue)
+        if first != task.queue:
+            raise IDConflict(task.id, first)
+    ids = list(owners)
+    with translate_errors(address):
+        async with client.pipeline(transaction=False) as pipe:
+            for task_id in ids:
+                pipe.get(index_key(prefix, task_id))
+            found = await pipe.execute()
+        _refuse_conflicts(ids, found, owners)
+        async with client.pipeline(transaction=False) as pipe:
+            for task_id in ids:
+                pipe.set(index_key(prefix, task_id), owners[task_id], nx=True, get=True)
+            raced = await pipe.execute()
+    _refuse_conflicts(ids, raced, owners)
+
+
+def _refuse_conflicts(ids: list[str], found: list[bytes | None], owners: dict[str, str]) -> None:
+    for task_id, owner in zip(ids, found, strict=True):
+        if owner is not None and owner.decode() != owners[task_id]:
+            raise IDConflict(task_id, owner.decode())
+
+
+async def forget_ids(client: Client, prefix: str, address: str, ids: Sequence[bytes]) -> None:
+    """Drop purged ids from the index."""
+    if not ids:
+        return
+    with translate_errors(address):
+        async with client.pipeline(transaction=False) as pipe:
+            for task_id in ids:
+                pipe.delete(index_key(prefix, task_id.decode()))
+            await pipe.execute()
