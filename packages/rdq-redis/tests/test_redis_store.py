@@ -18,6 +18,7 @@ from redis.crc import key_slot
 from redis.exceptions import NoScriptError
 
 import rdq_redis._store as store_module
+import rdq_redis._wake as wake_module
 from rdq import open_storage
 from rdq.errors import ConfigError, IDConflict, NotFound, StorageError
 from rdq.spi import Attempt, DLQFilter, Envelope, Outcome, Page, Selector, Status, Storage
@@ -436,3 +437,16 @@ async def test_a_script_lost_again_after_its_reload_runs_by_its_text(
     assert await storage.enqueue(new_task(queue)) is True
     assert calls == 1
     assert (await storage.stats(queue)).pending == 1
+
+
+@pytest.mark.asyncio
+async def test_wait_due_keeps_a_bounded_number_of_subscriptions(
+    storage_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wake_module, "KEPT_LISTENERS", 2)
+    queues = [new_queue() for _ in range(4)]
+    async with open_storage(storage_url) as store:
+        for queue in queues:
+            assert await store.wait_due(queue, 0.01) is False
+        listeners = store._waiters._listeners  # type: ignore[attr-defined]
+        assert sorted(listeners) == sorted(queues[:2])

@@ -16,7 +16,10 @@ from typing import Any
 from rdq_redis._errors import translate_errors
 from rdq_redis._keys import QueueKeys
 
-__all__ = ["Waiters"]
+__all__ = ["KEPT_LISTENERS", "Waiters"]
+
+KEPT_LISTENERS = 32
+"""Queues per store whose subscription stays open between waits (one connection each)."""
 
 
 class Waiters:
@@ -32,8 +35,10 @@ class Waiters:
     async def wait(self, keys: QueueKeys, timeout: float) -> bool:
         """Block until a task of the queue may be due (True) or ``timeout`` passes (False)."""
         lock = self._locks.setdefault(keys.queue, asyncio.Lock())
-        if lock.locked():
-            # Another caller holds this queue's listener: wait on a subscription of our own.
+        crowded = keys.queue not in self._listeners and len(self._listeners) >= KEPT_LISTENERS
+        if lock.locked() or crowded:
+            # Another caller holds this queue's listener, or this store already keeps as many
+            # as it may (each holds a pooled connection): wait on a subscription of our own.
             pubsub = self._client.pubsub()
             try:
                 with translate_errors(self._address):
