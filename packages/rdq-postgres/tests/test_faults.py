@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import traceback
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -46,12 +47,12 @@ async def test_unreachable_server_gives_one_clear_error() -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> LocalCluster:
+def cluster() -> Iterator[LocalCluster]:
     bindir = find_bindir()
     if bindir is None:
         pytest.skip("the restart test needs local PostgreSQL binaries (initdb, pg_ctl)")
     with LocalCluster(bindir) as running:
-        yield running  # type: ignore[misc]
+        yield running
 
 
 @pytest.mark.slow
