@@ -64,6 +64,7 @@ class Result:
     empty_claims: int = 0
     client_cpu: float = 0.0
     ceiling: float | None = None
+    fraction: float | None = None
 
     @property
     def rate(self) -> float:
@@ -419,7 +420,7 @@ def render_table(results: Sequence[Result]) -> str:
     ]
     for r in results:
         ceiling = f"{r.ceiling:,.0f}" if r.ceiling else "-"
-        fraction = f"{r.rate / r.ceiling:.0%}" if r.ceiling else "-"
+        fraction = f"{r.fraction:.0%}" if r.fraction is not None else "-"
         doubles = str(r.double_claims) if r.workload.startswith("claim") else "-"
         lines.append(
             f"| {r.workload} | {r.limit} | {r.concurrency} | {r.rate:,.0f} "
@@ -451,6 +452,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--no-pgbench", action="store_true", help="skip the pgbench ceiling")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="rounds (ours, then pgbench); medians are shown"
+    )
     args = parser.parse_args(argv)
     if args.throwaway_postgres:
         from rdq_compliance.servers.postgres import server_url
@@ -464,13 +468,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("give a storage URL or --throwaway-postgres")
 
 
-def _run(args: argparse.Namespace) -> None:
-    started = datetime.now(UTC)
-    print(
-        f"rdq contention benchmark, {started:%Y-%m-%d %H:%M} UTC, {platform.node()}, "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}",
-        file=sys.stderr,
-    )
+def _one_round(args: argparse.Namespace) -> list[Result]:
     results = asyncio.run(
         run_benchmark(
             args.url,
@@ -482,7 +480,6 @@ def _run(args: argparse.Namespace) -> None:
             seconds=args.seconds,
         )
     )
-    ceiling: dict[tuple[str, int, int], float] = {}
     if _is_postgres(args.url) and not args.no_pgbench:
         from rdq_compliance.bench_pgbench import find_pgbench, pgbench_ceiling
 
@@ -500,6 +497,48 @@ def _run(args: argparse.Namespace) -> None:
                 pgbench=pgbench,
             )
             _attach_ceiling(results, ceiling)
+    for result in results:
+        if result.ceiling:
+            result.fraction = result.rate / result.ceiling
+    return results
+
+
+def _median_of(rounds: list[list[Result]]) -> list[Result]:
+    """Per workload: the median rate, ceiling and fraction over the rounds; latencies pooled;
+    double claims summed (any is a failure)."""
+    merged = []
+    for runs in zip(*rounds, strict=True):
+        first = runs[0]
+        out = Result(first.workload, first.limit, first.concurrency, seconds=first.seconds)
+        out.items = round(statistics.median(r.items for r in runs))
+        out.ops = round(statistics.median(r.ops for r in runs))
+        out.latencies_ms = [ms for r in runs for ms in r.latencies_ms]
+        out.double_claims = sum(r.double_claims for r in runs)
+        out.empty_claims = sum(r.empty_claims for r in runs)
+        out.client_cpu = statistics.median(r.client_cpu for r in runs)
+        ceilings = [r.ceiling for r in runs if r.ceiling]
+        fractions = [r.fraction for r in runs if r.fraction is not None]
+        out.ceiling = statistics.median(ceilings) if ceilings else None
+        out.fraction = statistics.median(fractions) if fractions else None
+        merged.append(out)
+    return merged
+
+
+def _run(args: argparse.Namespace) -> None:
+    started = datetime.now(UTC)
+    print(
+        f"rdq contention benchmark, {started:%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}",
+        file=sys.stderr,
+    )
+    rounds = []
+    for n in range(args.repeat):
+        if args.repeat > 1:
+            print(f"round {n + 1} of {args.repeat}", file=sys.stderr, flush=True)
+        rounds.append(_one_round(args))
+        if args.repeat > 1:
+            print(render_table(rounds[-1]), file=sys.stderr, flush=True)
+    results = _median_of(rounds) if len(rounds) > 1 else rounds[0]
     print(render_table(results))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
@@ -509,6 +548,7 @@ def _run(args: argparse.Namespace) -> None:
                     "host": platform.node(),
                     "cpus": os.cpu_count(),
                     "results": [r.row() for r in results],
+                    "rounds": [[r.row() for r in one] for one in rounds],
                 },
                 f,
                 indent=2,
