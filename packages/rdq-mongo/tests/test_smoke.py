@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rdq.errors import IDConflict, NotFound, StaleClaim
-from rdq.spi import Attempt, Claimed, Envelope, Outcome, Page, Selector, Status
+from rdq.spi import Attempt, Claimed, Completion, Envelope, Outcome, Page, Selector, Status
 from rdq_mongo import MongoStorage
 
 
@@ -69,3 +69,30 @@ async def test_dlq_and_redrive(store: MongoStorage) -> None:
     assert d0.status == Status.PENDING and d0.redrive_count == 1 and len(d0.attempts) == 1
     stats = await store.stats("q")
     assert (stats.pending, stats.dlq_depth) == (2, 3)
+
+
+@pytest.mark.asyncio
+async def test_complete_many_reports_each_completion(store: MongoStorage) -> None:
+    assert store.capabilities().batch_complete
+    for i in range(3):
+        await store.enqueue(_task(f"m{i}"))
+    claims = {c.task.id: c for c in await store.claim_due("q", 10, timedelta(minutes=5))}
+    done = Attempt(number=1, outcome=Outcome.SUCCEEDED)
+    results = await store.complete_many(
+        [
+            Completion("m0", claims["m0"].token, done),
+            Completion("m1", "not-the-token", done),
+            Completion("missing", "whatever", done),
+            Completion("m2", claims["m2"].token, done),
+            Completion("m0", claims["m0"].token, done),  # the same claim twice: once only
+        ]
+    )
+    assert results[0] is None and results[3] is None
+    assert isinstance(results[1], StaleClaim) and isinstance(results[4], StaleClaim)
+    assert isinstance(results[2], NotFound)
+    assert (await store.get("m0")).status == Status.SUCCEEDED
+    assert len((await store.get("m0")).attempts) == 1
+    assert (await store.get("m1")).status == Status.IN_FLIGHT
+    assert await store.complete_many([]) == []
+    ok = await store.complete_many([Completion("m1", claims["m1"].token, done)])
+    assert ok == [None]

@@ -90,8 +90,9 @@ def extend_update(lease_us: int) -> Pipeline:
     ]
 
 
-def resolve_update(attempt: dict[str, Any], changes: dict[str, Any]) -> Pipeline:
-    """Append ``attempt``, count it, end the claim, and apply ``changes`` (expressions)."""
+def resolve_update(attempt: dict[str, Any], token: str, changes: dict[str, Any]) -> Pipeline:
+    """Append ``attempt``, count it, end the claim of ``token`` (remembered as
+    ``resolved_token``), and apply ``changes`` (expressions)."""
     return [
         {
             "$set": {
@@ -99,6 +100,7 @@ def resolve_update(attempt: dict[str, Any], changes: dict[str, Any]) -> Pipeline
                 "attempt_count": {"$add": ["$attempt_count", 1]},
                 "lease_expires_at": None,
                 "token": None,
+                "resolved_token": {"$literal": token},
                 "claimed_at": None,
                 **changes,
             }

@@ -30,6 +30,7 @@ from rdq.spi import (
     Attempt,
     Capabilities,
     Claimed,
+    Completion,
     DLQCursor,
     DLQFilter,
     Envelope,
@@ -75,6 +76,7 @@ _DEFAULT_TIMEOUTS_MS = {
     "connectTimeoutMS": 5000,
 }
 _NO_ATTEMPTS = {"attempts": 0}
+_COMPLETED: Document = {"status": Status.SUCCEEDED.value, "completed_at": NOW_US, "due": None}
 # The server cannot or may not open change streams: not a replica set (40573), the stage is
 # unknown (40324), unauthorized (13).
 _NO_CHANGE_STREAMS = frozenset({13, 40324, 40573})
@@ -112,7 +114,12 @@ class MongoStorage(StorageBase):
     def capabilities(self) -> Capabilities:
         """``notify`` is True once connected to a replica-set member or mongos (where change
         streams work) unless the URL says ``rdq_notify=off``; False before ``connect``."""
-        return Capabilities(notify=self._change_streams, filter_pushdown=True, batch_enqueue=True)
+        return Capabilities(
+            notify=self._change_streams,
+            filter_pushdown=True,
+            batch_enqueue=True,
+            batch_complete=True,
+        )
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -381,12 +388,51 @@ class MongoStorage(StorageBase):
         )
 
     async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
-        await self._resolve(
-            task_id,
-            token,
-            attempt,
-            {"status": Status.SUCCEEDED.value, "completed_at": NOW_US, "due": None},
-        )
+        await self._resolve(task_id, token, attempt, _COMPLETED)
+
+    async def complete_many(
+        self, completions: Sequence[Completion]
+    ) -> list[StaleClaim | NotFound | None]:
+        """One ordered bulk of the fenced updates ``complete`` makes. When some matched
+        nothing, one read tells which: a task whose ``resolved_token`` is the completion's
+        token was completed by it (tokens are never reused); otherwise the claim was stale,
+        or the task is gone (``NotFound``)."""
+        for item in completions:
+            if not isinstance(item, Completion):
+                raise ValidationError("must be rdq.spi.Completion items", field="completions")
+            _check_resolution(item.task_id, item.token, item.attempt)
+        if not completions:
+            return []
+        operations = [
+            UpdateOne(
+                self._fence(item.task_id, item.token),
+                resolve_update(attempt_to_document(item.attempt), item.token, _COMPLETED),
+            )
+            for item in completions
+        ]
+        with driver_errors(self._url.where):
+            result = await self._tasks.bulk_write(operations, ordered=True)
+            if result.matched_count == len(operations):
+                return [None] * len(operations)
+            found = {
+                doc["_id"]: doc.get("resolved_token")
+                async for doc in self._tasks.find(
+                    {"_id": {"$in": [item.task_id for item in completions]}},
+                    projection={"resolved_token": 1},
+                )
+            }
+        results: list[StaleClaim | NotFound | None] = []
+        credited: set[tuple[str, str]] = set()
+        for item in completions:
+            key = (item.task_id, item.token)
+            if item.task_id not in found:
+                results.append(NotFound(item.task_id))
+            elif found[item.task_id] == item.token and key not in credited:
+                credited.add(key)
+                results.append(None)
+            else:
+                results.append(StaleClaim(item.task_id))
+        return results
 
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         await self._resolve(
@@ -402,14 +448,11 @@ class MongoStorage(StorageBase):
         )
 
     async def _resolve(self, task_id: str, token: str, attempt: Attempt, changes: Document) -> None:
-        limits.check_task_id(task_id)
-        limits.check_token(token)
-        if not isinstance(attempt, Attempt):
-            raise ValidationError("must be an rdq.spi.Attempt", field="attempt")
+        _check_resolution(task_id, token, attempt)
         with driver_errors(self._url.where):
             result = await self._tasks.update_one(
                 self._fence(task_id, token),
-                resolve_update(attempt_to_document(attempt), changes),
+                resolve_update(attempt_to_document(attempt), token, changes),
             )
             if result.matched_count == 0:
                 raise await self._why_not(task_id)
@@ -631,3 +674,10 @@ class MongoStorage(StorageBase):
                 }
             )
         return result.deleted_count
+
+
+def _check_resolution(task_id: str, token: str, attempt: Attempt) -> None:
+    limits.check_task_id(task_id)
+    limits.check_token(token)
+    if not isinstance(attempt, Attempt):
+        raise ValidationError("must be an rdq.spi.Attempt", field="attempt")
