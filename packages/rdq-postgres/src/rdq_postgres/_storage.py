@@ -72,7 +72,10 @@ class PostgresStorage(StorageBase):
             "statement_cache_size": self.options.statement_cache_size,
             "command_timeout": self.options.command_timeout,
             "timeout": self.options.connect_timeout,
-            "server_settings": {"application_name": "rdq"},
+            # the URL's own application_name, if any, wins (asyncpg reads it from the DSN)
+            "server_settings": {}
+            if "application_name=" in self._dsn
+            else {"application_name": "rdq"},
         }
 
     async def _connect_one(self) -> asyncpg.Connection:
