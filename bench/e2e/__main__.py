@@ -55,6 +55,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="rdq vs PgQueuer vs procrastinate, end to end, on a durable PostgreSQL.",
     )
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks per enqueue/drain")
+    parser.add_argument(
+        "--tasks-for",
+        action="append",
+        default=[],
+        metavar="SYSTEM=N",
+        help="a different task count for one system (its rates stay comparable: each is "
+        "tasks/s); shown in the table",
+    )
     parser.add_argument("--batch", type=int, default=1_000, help="tasks per batch enqueue call")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions (medians reported)")
     parser.add_argument(
@@ -86,7 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--poll-latency-tasks",
         type=int,
         default=None,
-        help="tasks for the polling latency (default: latency tasks / 10, at least 10)",
+        help="tasks for the polling latency (default: latency tasks / 20, at least 10)",
     )
     parser.add_argument(
         "--poll-systems",
@@ -98,20 +106,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--latency-gap",
         type=float,
-        default=0.01,
+        default=0.025,
         help="seconds between a task's completion and the next submit (notify)",
     )
     parser.add_argument(
         "--poll-latency-gap",
         type=float,
-        default=0.5,
+        default=0.25,
         help="seconds between a task's completion and the next submit (polling)",
     )
     parser.add_argument(
         "--phases",
-        type=_csv(str, ["throughput", "latency"]),
+        type=_csv(str, ["throughput", "latency", "memory"]),
         default=["throughput", "latency"],
-        help="throughput (enqueue + drain), latency",
+        help="throughput (enqueue + drain), latency, memory (a 1-process drain of "
+        "--memory-tasks tasks: its peak RSS)",
+    )
+    parser.add_argument(
+        "--memory-tasks",
+        type=int,
+        default=1_000_000,
+        help="tasks queued for the memory phase (default 1,000,000)",
     )
     parser.add_argument(
         "--url", default=None, help="an existing server (admin URL) instead of a throwaway one"
@@ -129,10 +144,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON lines here")
     args = parser.parse_args(argv)
+    overrides = {}
+    for item in args.tasks_for:
+        system, _, count = item.partition("=")
+        if system not in SYSTEMS or not count.isdigit():
+            parser.error(f"--tasks-for wants SYSTEM=N with SYSTEM in {', '.join(SYSTEMS)}")
+        overrides[system] = int(count)
+    args.tasks_for = overrides
     if args.latency_tasks is None:
         args.latency_tasks = max(20, min(1000, args.tasks // 20))
     if args.poll_latency_tasks is None:
-        args.poll_latency_tasks = max(10, args.latency_tasks // 10)
+        args.poll_latency_tasks = max(10, args.latency_tasks // 20)
     return args
 
 
@@ -165,6 +187,7 @@ async def _one_system(
 ) -> None:
     name = system.name
     tag = f"[{rep}/{args.repeat}] {name}"
+    tasks = args.tasks_for.get(name, args.tasks)
 
     def record(key: str, value: float) -> None:
         emit(results.add(name, key, value), *out)
@@ -175,18 +198,18 @@ async def _one_system(
         if len(args.processes) == 1:
             plan.append((args.batch, None))
         for n, (batch, processes) in enumerate(plan):
-            rate = await measure_enqueue(system, args.tasks, batch)
+            rate = await measure_enqueue(system, tasks, batch)
             if n < 2:
                 key = "enqueue_single" if batch is None else "enqueue_batch"
                 record(key, rate)
                 how = "one at a time" if batch is None else f"in batches of {batch}"
-                _say(f"{tag}: enqueued {args.tasks} {how}: {rate:,.0f}/s")
+                _say(f"{tag}: enqueued {tasks} {how}: {rate:,.0f}/s")
             if processes is None:
                 continue
             drain = await measure_drain(
                 system,
                 url,
-                args.tasks,
+                tasks,
                 processes=processes,
                 concurrency=args.concurrency,
                 log=log,
@@ -194,18 +217,37 @@ async def _one_system(
             )
             record(f"drain_{processes}", drain.rate)
             if drain.worker_cpu is not None:
-                record(f"cpu_worker_{processes}", drain.worker_cpu / args.tasks * 1e6)
+                record(f"cpu_worker_{processes}", drain.worker_cpu / tasks * 1e6)
             if drain.database_cpu is not None:
-                record(f"cpu_db_{processes}", drain.database_cpu / args.tasks * 1e6)
+                record(f"cpu_db_{processes}", drain.database_cpu / tasks * 1e6)
             if processes == 1 and drain.rss_kib:
                 record("worker_rss", max(drain.rss_kib) / 1024)
             _say(
-                f"{tag}: drained {args.tasks} with {processes} process(es) in "
+                f"{tag}: drained {tasks} with {processes} process(es) in "
                 f"{drain.seconds:.2f} s: {drain.rate:,.0f}/s, verified "
                 f"(peak RSS {max(drain.rss_kib or [0]) / 1024:.0f} MiB; CPU per task: "
-                f"workers {_micros(drain.worker_cpu, args.tasks)}, "
-                f"PostgreSQL {_micros(drain.database_cpu, args.tasks)})"
+                f"workers {_micros(drain.worker_cpu, tasks)}, "
+                f"PostgreSQL {_micros(drain.database_cpu, tasks)})"
             )
+    if "memory" in args.phases:
+        rate = await measure_enqueue(system, args.memory_tasks, args.batch)
+        _say(f"{tag}: enqueued {args.memory_tasks} in batches of {args.batch}: {rate:,.0f}/s")
+        drain = await measure_drain(
+            system,
+            url,
+            args.memory_tasks,
+            processes=1,
+            concurrency=args.concurrency,
+            log=log,
+            server_cpu=server_cpu,
+        )
+        rss = max(drain.rss_kib or [0]) / 1024
+        record("memory_rss", rss)
+        record("memory_drain", drain.rate)
+        _say(
+            f"{tag}: drained {args.memory_tasks} with 1 process in {drain.seconds:.1f} s: "
+            f"{drain.rate:,.0f}/s, verified; peak RSS {rss:.0f} MiB"
+        )
     if "latency" in args.phases:
         modes = [(True, args.latency_tasks, args.latency_gap)]
         if name in args.poll_systems:
@@ -278,6 +320,7 @@ async def run(args: argparse.Namespace) -> int:
                     "kind": "run",
                     "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                     "tasks": args.tasks,
+                    "tasks_for": args.tasks_for,
                     "batch": args.batch,
                     "repeat": args.repeat,
                     "processes": args.processes,
@@ -320,6 +363,8 @@ async def run(args: argparse.Namespace) -> int:
         )
         print()
         print(results.table())
+        for name, count in args.tasks_for.items():
+            print(f"{name}: {count} tasks per enqueue/drain phase (others: {args.tasks})")
         print(
             f"\nload average before {load_before[0]:.2f} {load_before[1]:.2f} "
             f"{load_before[2]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f} "

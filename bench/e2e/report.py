@@ -32,6 +32,8 @@ METRICS = [
     Metric("latency_poll_p50", "idle submit→start p50, polling", "ms", False),
     Metric("latency_poll_p99", "idle submit→start p99, polling", "ms", False),
     Metric("worker_rss", "worker peak RSS (drain, 1 process)", "MiB", False),
+    Metric("memory_drain", "drain of the memory phase, 1 process", "tasks/s", True),
+    Metric("memory_rss", "worker peak RSS, memory phase", "MiB", False),
 ]
 _BY_KEY = {m.key: m for m in METRICS}
 
