@@ -213,7 +213,8 @@ async def _wait_for_count(
             continue
         rate = value / (now - started) if value else 0.0
         remaining = (target - value) / rate if rate else 0.1
-        await asyncio.sleep(min(0.25, max(0.005, remaining / 3)))
+        ceiling = max(0.25, (now - started) / 10)  # long drains: count(*) gets costlier
+        await asyncio.sleep(min(ceiling, max(0.005, remaining / 3)))
 
 
 async def measure_drain(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from bench.e2e.report import Results, percentile
 
 
