@@ -72,6 +72,9 @@ class ContractModel:
             problems.append("a later-due task was claimed before an earlier-due one")
         return problems
 
+    def with_status(self, status: Status) -> list[ModelTask]:
+        return [t for t in self.tasks.values() if t.status == status]
+
     def claimed(self, task_id: str, token: str) -> None:
         task = self.tasks[task_id]
         task.status = Status.IN_FLIGHT

@@ -15,9 +15,15 @@ from collections.abc import Coroutine
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from rdq.errors import IDConflict, NotFound, StaleClaim
 from rdq.spi import (
@@ -42,6 +48,31 @@ SLOTS = 6
 """Task ids per example: few enough that operations keep hitting the same tasks."""
 ERROR_TYPES = ("KitError", "OtherError")
 HANDLERS = ("kit.handlers:even", "kit.handlers:odd")
+
+#: The operations one step may run, repeated to weight them (the first ones shrink best).
+OPERATIONS = (
+    "get",
+    "enqueue-any",
+    "enqueue-any",
+    "claim",
+    "claim",
+    "claim",
+    "resolve",
+    "resolve",
+    "resolve",
+    "resolve",
+    "extend-lease",
+    "redrive",
+    "purge",
+    "purge-succeeded",
+)
+RESOLUTIONS = st.sampled_from(["complete", "retry-now", "retry-later", "dead-letter"])
+FILTERS = (
+    DLQFilter(),
+    DLQFilter(error_type=ERROR_TYPES[0]),
+    DLQFilter(handler_ref=HANDLERS[1]),
+    DLQFilter(error_type=ERROR_TYPES[1], handler_ref=HANDLERS[0]),
+)
 
 slots = st.integers(min_value=0, max_value=SLOTS - 1)
 queue_indexes = st.integers(min_value=0, max_value=1)
@@ -96,8 +127,44 @@ class ContractMachine(RuleBasedStateMachine):
 
     # --- admission -------------------------------------------------------------------------
 
-    @rule(slot=slots, queue=queue_indexes, delayed=st.booleans())
-    def enqueue(self, slot: int, queue: int, delayed: bool) -> None:
+    def pick_slot(self, data: st.DataObject, status: Status) -> int:
+        """Mostly a slot whose task is in ``status`` (when there is one), else any slot."""
+        aimed = sorted(int(t.id.rsplit("-", 1)[1]) for t in self.model.with_status(status))
+        if aimed and data.draw(st.integers(min_value=0, max_value=4), label="aim") > 0:
+            return data.draw(st.sampled_from(aimed), label="slot")
+        return data.draw(slots, label="slot")
+
+    def pick_token(self, task_id: str, choice: str) -> str:
+        task = self.model.tasks.get(task_id)
+        if task is None:
+            return "made-up"
+        if choice == "current" and task.token is not None:
+            return task.token
+        if choice == "old" and task.old_tokens:
+            return task.old_tokens[-1]
+        return "made-up"
+
+    @initialize(seed=st.lists(st.tuples(slots, queue_indexes), min_size=1, max_size=SLOTS))
+    def start_with_due_tasks(self, seed: list[tuple[int, int]]) -> None:
+        for slot, queue in seed:
+            self.enqueue(slot, queue, delayed=False)
+
+    @rule(data=st.data(), operation=st.sampled_from(OPERATIONS))
+    def step(self, data: st.DataObject, operation: str) -> None:
+        """One operation, drawn with weights (every operation stays possible in every
+        example, which Hypothesis' per-rule swarm testing would not guarantee)."""
+        getattr(self, operation.replace("-", "_"))(data)
+
+    # --- admission -------------------------------------------------------------------------
+
+    def enqueue_any(self, data: st.DataObject) -> None:
+        self.enqueue(
+            data.draw(slots, label="slot"),
+            data.draw(queue_indexes, label="queue"),
+            delayed=data.draw(st.booleans(), label="delayed"),
+        )
+
+    def enqueue(self, slot: int, queue: int, *, delayed: bool) -> None:
         task_id = self.task_id(slot)
         task = Envelope(
             id=task_id,
@@ -119,8 +186,13 @@ class ContractMachine(RuleBasedStateMachine):
 
     # --- claiming --------------------------------------------------------------------------
 
-    @rule(queue=queue_indexes, limit=st.integers(min_value=1, max_value=4))
-    def claim(self, queue: int, limit: int) -> None:
+    def claim(self, data: st.DataObject) -> None:
+        busy = [i for i, name in enumerate(self.queues) if self.model.due(name)]
+        if busy and data.draw(st.integers(min_value=0, max_value=4), label="aim") > 0:
+            queue = data.draw(st.sampled_from(busy), label="queue")
+        else:
+            queue = data.draw(queue_indexes, label="queue")
+        limit = data.draw(st.integers(min_value=1, max_value=4), label="limit")
         name = self.queues[queue]
         claimed = self.call(self.storage.claim_due(name, limit, LONG_LEASE))
         tokens = {c.task.id: c.token for c in claimed}
@@ -135,20 +207,9 @@ class ContractMachine(RuleBasedStateMachine):
             assert c.token not in expected.old_tokens, "a token was handed out twice"
             self.model.claimed(c.task.id, c.token)
 
-    def pick_token(self, task_id: str, choice: str) -> str:
-        task = self.model.tasks.get(task_id)
-        if task is None:
-            return "made-up"
-        if choice == "current" and task.token is not None:
-            return task.token
-        if choice == "old" and task.old_tokens:
-            return task.old_tokens[-1]
-        return "made-up"
-
-    @rule(slot=slots, choice=token_choices)
-    def extend_lease(self, slot: int, choice: str) -> None:
-        task_id = self.task_id(slot)
-        token = self.pick_token(task_id, choice)
+    def extend_lease(self, data: st.DataObject) -> None:
+        task_id = self.task_id(self.pick_slot(data, Status.IN_FLIGHT))
+        token = self.pick_token(task_id, data.draw(token_choices, label="token"))
         operation = self.storage.extend_lease(task_id, token, LONG_LEASE)
         if task_id not in self.model.tasks:
             self.expect(NotFound, operation)
@@ -160,15 +221,11 @@ class ContractMachine(RuleBasedStateMachine):
 
     # --- resolution ------------------------------------------------------------------------
 
-    @rule(
-        slot=slots,
-        choice=token_choices,
-        how=st.sampled_from(["complete", "retry-now", "retry-later", "dead-letter"]),
-        error=st.sampled_from(ERROR_TYPES),
-    )
-    def resolve(self, slot: int, choice: str, how: str, error: str) -> None:
-        task_id = self.task_id(slot)
-        token = self.pick_token(task_id, choice)
+    def resolve(self, data: st.DataObject) -> None:
+        task_id = self.task_id(self.pick_slot(data, Status.IN_FLIGHT))
+        token = self.pick_token(task_id, data.draw(token_choices, label="token"))
+        how = data.draw(RESOLUTIONS, label="how")
+        error = data.draw(st.sampled_from(ERROR_TYPES), label="error_type")
         task = self.model.tasks.get(task_id)
         number = (task.attempt_count if task else 0) + 1
         if how == "complete":
@@ -198,25 +255,21 @@ class ContractMachine(RuleBasedStateMachine):
 
     def selection(self, data: st.DataObject) -> tuple[list[str] | None, DLQFilter | None, Selector]:
         if self.filter_pushdown and data.draw(st.booleans(), label="by filter"):
-            dlq_filter = data.draw(
-                st.sampled_from(
-                    [
-                        DLQFilter(),
-                        DLQFilter(error_type=ERROR_TYPES[0]),
-                        DLQFilter(handler_ref=HANDLERS[1]),
-                        DLQFilter(error_type=ERROR_TYPES[1], handler_ref=HANDLERS[0]),
-                    ]
-                ),
-                label="filter",
-            )
+            dlq_filter = data.draw(st.sampled_from(FILTERS), label="filter")
             return None, dlq_filter, Selector.by_filter(dlq_filter)
-        chosen = data.draw(st.lists(slots, max_size=4), label="slots")
-        ids = [self.task_id(s) for s in chosen]
+        size = data.draw(st.integers(min_value=0, max_value=3), label="size")
+        ids = [self.task_id(self.pick_slot(data, Status.DEAD)) for _ in range(size)]
         return ids, None, Selector.by_ids(*ids) if ids else Selector.by_ids("sm-nobody")
 
-    @rule(queue=queue_indexes, data=st.data())
-    def redrive(self, queue: int, data: st.DataObject) -> None:
-        name = self.queues[queue]
+    def dead_queue(self, data: st.DataObject) -> int:
+        """Mostly a queue that has DEAD tasks."""
+        busy = [i for i, name in enumerate(self.queues) if self.model.dead(name)]
+        if busy and data.draw(st.integers(min_value=0, max_value=4), label="aim") > 0:
+            return data.draw(st.sampled_from(busy), label="queue")
+        return data.draw(queue_indexes, label="queue")
+
+    def redrive(self, data: st.DataObject) -> None:
+        name = self.queues[self.dead_queue(data)]
         ids, dlq_filter, selector = self.selection(data)
         expected = self.model.select(name, ids, dlq_filter)
         assert self.call(self.storage.redrive(name, selector)) == len(expected)
@@ -226,9 +279,8 @@ class ContractMachine(RuleBasedStateMachine):
             self.model.redriven(task.id, stored.next_attempt_at)
             self.check_task(task.id)
 
-    @rule(queue=queue_indexes, data=st.data())
-    def purge(self, queue: int, data: st.DataObject) -> None:
-        name = self.queues[queue]
+    def purge(self, data: st.DataObject) -> None:
+        name = self.queues[self.dead_queue(data)]
         ids, dlq_filter, selector = self.selection(data)
         expected = self.model.select(name, ids, dlq_filter)
         assert self.call(self.storage.purge(name, selector)) == len(expected)
@@ -236,34 +288,18 @@ class ContractMachine(RuleBasedStateMachine):
             self.model.purged(task.id)
             self.expect(NotFound, self.storage.get(task.id))
 
-    @rule(queue=queue_indexes)
-    def dlq_list(self, queue: int) -> None:
-        name = self.queues[queue]
-        listed, cursor = self.call(self.storage.dlq_list(name, None, Page(limit=100)))
-        assert cursor is None
-        assert sorted(t.id for t in listed) == sorted(t.id for t in self.model.dead(name))
-        assert all(t.attempts == [] for t in listed)
-
     # --- operations ------------------------------------------------------------------------
 
-    @rule(slot=slots)
-    def get(self, slot: int) -> None:
-        task_id = self.task_id(slot)
+    def get(self, data: st.DataObject) -> None:
+        task_id = self.task_id(data.draw(slots, label="slot"))
         if task_id in self.model.tasks:
             self.check_task(task_id)
         else:
             self.expect(NotFound, self.storage.get(task_id))
 
-    @rule(queue=queue_indexes)
-    def stats(self, queue: int) -> None:
-        name = self.queues[queue]
-        stats = self.call(self.storage.stats(name))
-        counts = (stats.pending, stats.in_flight, stats.dlq_depth, stats.succeeded)
-        assert counts == self.model.counts(name), f"stats {counts} != {self.model.counts(name)}"
-
-    @rule(queue=queue_indexes, everything=st.booleans())
-    def purge_succeeded(self, queue: int, everything: bool) -> None:
-        name = self.queues[queue]
+    def purge_succeeded(self, data: st.DataObject) -> None:
+        name = self.queues[data.draw(queue_indexes, label="queue")]
+        everything = data.draw(st.booleans(), label="everything")
         cutoff = self.future if everything else self.past - timedelta(days=1)
         expected = self.model.succeeded(name) if everything else []
         assert self.call(self.storage.purge_succeeded(name, cutoff)) == len(expected)
@@ -271,6 +307,18 @@ class ContractMachine(RuleBasedStateMachine):
             self.model.purged(task.id)
 
     # --- checks ----------------------------------------------------------------------------
+
+    @invariant()
+    def counts_and_dlq_match_the_model(self) -> None:
+        for name in self.queues:
+            stats = self.call(self.storage.stats(name))
+            counts = (stats.pending, stats.in_flight, stats.dlq_depth, stats.succeeded)
+            expected = self.model.counts(name)
+            assert counts == expected, f"stats of {name}: {counts}, the model says {expected}"
+            listed, cursor = self.call(self.storage.dlq_list(name, None, Page(limit=100)))
+            assert cursor is None, "a DLQ that fits one page has no next cursor"
+            assert sorted(t.id for t in listed) == sorted(t.id for t in self.model.dead(name))
+            assert all(t.attempts == [] for t in listed), "dlq_list omits attempts by default"
 
     def check_task(self, task_id: str) -> None:
         expected = self.model.tasks[task_id]
@@ -298,10 +346,18 @@ class ContractMachine(RuleBasedStateMachine):
 
 
 async def run_contract_machine(
-    storage: Storage, *, max_examples: int = 25, steps: int = 30
+    storage: Storage,
+    *,
+    max_examples: int = 25,
+    steps: int = 30,
+    derandomize: bool = False,
+    shrink: bool = True,
 ) -> None:
     """Run :class:`ContractMachine` against ``storage`` (on the running loop); raise the
-    first contract violation Hypothesis finds, shrunk to a short sequence of steps."""
+    first contract violation Hypothesis finds, shrunk to a short sequence of steps.
+
+    ``derandomize`` makes every run explore the same sequences (reproducible CI);
+    ``shrink=False`` reports the first failing sequence as found (faster on slow stores)."""
     loop = asyncio.get_running_loop()
     machine = ContractMachine.bound(storage, loop)
     config = settings(
@@ -309,6 +365,8 @@ async def run_contract_machine(
         stateful_step_count=steps,
         deadline=None,
         database=None,
+        derandomize=derandomize,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, *([Phase.shrink] if shrink else [])],
         suppress_health_check=list(HealthCheck),
     )
     await asyncio.to_thread(run_state_machine_as_test, machine, settings=config)

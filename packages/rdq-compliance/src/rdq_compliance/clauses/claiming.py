@@ -46,12 +46,13 @@ class ClaimingClauses:
 
         async def claimant() -> list[str]:
             mine: list[str] = []
-            while True:
+            for _ in range(len(ids) + 1):  # a sound store runs dry long before that
                 claimed = await storage.claim_due(queue, 3, LONG_LEASE)
                 if not claimed:
-                    return mine
+                    break
                 mine.extend(c.task.id for c in claimed)
                 await asyncio.sleep(0)
+            return mine
 
         results = await asyncio.gather(*(claimant() for _ in range(CLAIMANTS)))
         claims = Counter(task_id for mine in results for task_id in mine)
@@ -74,11 +75,12 @@ class ClaimingClauses:
             mine: list[str] = []
             async with open_storage(peer_storage_url) as peer:
                 await asyncio.to_thread(start.wait, PATIENCE)
-                while True:
+                for _ in range(len(ids) + 1):  # a sound store runs dry long before that
                     claimed = await peer.claim_due(queue, 2, LONG_LEASE)
                     if not claimed:
-                        return mine
+                        break
                     mine.extend(c.task.id for c in claimed)
+            return mine
 
         def in_own_thread() -> list[str]:
             return asyncio.run(claimant())

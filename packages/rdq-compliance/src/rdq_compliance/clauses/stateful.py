@@ -18,9 +18,17 @@ class StatefulClauses:
     #: Hypothesis budget; raise them in a subclass for a longer soak.
     stateful_examples = 25
     stateful_steps = 30
+    #: True: explore the same sequences on every run (reproducible, but never new ones).
+    stateful_derandomize = False
+    #: False: report the first failing sequence unshrunk (a faster red on a slow store).
+    stateful_shrink = True
 
     @pytest.mark.asyncio
     async def test_random_operation_sequences_keep_the_contract(self, storage: Storage) -> None:
         await run_contract_machine(
-            storage, max_examples=self.stateful_examples, steps=self.stateful_steps
+            storage,
+            max_examples=self.stateful_examples,
+            steps=self.stateful_steps,
+            derandomize=self.stateful_derandomize,
+            shrink=self.stateful_shrink,
         )

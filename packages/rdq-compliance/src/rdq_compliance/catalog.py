@@ -1,0 +1,62 @@
+"""Every test of the kit, grouped by the clause it checks, for documentation.
+
+``python -m rdq_compliance.catalog`` prints the list as Markdown (the "Every test of the kit"
+section of ``docs/writing-a-backend.md`` is this output).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from rdq_compliance.suite import CLAUSES
+
+__all__ = ["TITLES", "Clause", "catalog", "markdown"]
+
+Clause = tuple[str, str, list[str]]
+"""(group title, what the group promises, its test names in source order)."""
+
+
+TITLES = {
+    "ClaimingClauses": "No double claim; due-ness by the storage clock; claim order",
+    "FencingClauses": "Fencing",
+    "RecoveryClauses": "Lease recovery counts",
+    "TransitionClauses": "Atomic transitions",
+    "AdmissionClauses": "Idempotent enqueue and IDConflict",
+    "RoundTripClauses": "Lossless envelope round-trip",
+    "RedrivePurgeClauses": "Redrive resets, history persists; purge",
+    "DLQClauses": "Stable DLQ pagination",
+    "DLQFilterClauses": "DLQ filters (capability filter_pushdown)",
+    "OperationClauses": "get, stats and purge_succeeded",
+    "ValidationClauses": "Bad input",
+    "CapabilityClauses": "Optional capabilities (notify, batch_enqueue)",
+    "StatefulClauses": "Random operation sequences (Hypothesis state machine)",
+    "CrashClauses": "kill -9 chaos (needs storage_url)",
+}
+
+
+def catalog() -> list[Clause]:
+    """Each clause group of :class:`~rdq_compliance.StorageSuite` with its tests."""
+    groups = []
+    for clause in CLAUSES:
+        tests = [
+            name
+            for name, member in vars(clause).items()
+            if name.startswith("test_") and inspect.isfunction(member)
+        ]
+        promise = " ".join((inspect.getdoc(clause) or "").split())
+        groups.append((TITLES.get(clause.__name__, clause.__name__), promise, tests))
+    return groups
+
+
+def markdown() -> str:
+    """The catalog as Markdown: a heading per group, its promise, then its tests."""
+    lines: list[str] = []
+    for name, promise, tests in catalog():
+        lines += [f"### {name}", "", promise, ""]
+        lines += [f"- `{test}`" for test in tests]
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown())

@@ -1,0 +1,130 @@
+"""The kit tested itself: every deliberately broken store fails the kit on the test named for
+the clause it breaks, and the intact reference store passes those same tests.
+
+The kit runs in a nested pytest session (in this process) over a generated test module with
+one ``StorageSuite`` subclass per store, restricted to the named tests.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+HERE = Path(__file__).parent
+MODULE = "test_generated_broken_suites.py"
+
+
+def _import_broken_stores() -> ModuleType:
+    """Import ``kit_broken_stores`` beside this file under its own name (the generated
+    module imports it too); tests are imported with --import-mode=importlib."""
+    name = "kit_broken_stores"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+BROKEN_STORES: dict[type, list[str]] = _import_broken_stores().BROKEN_STORES
+
+_SUITE = """
+class Test{name}(StorageSuite):
+    stateful_derandomize = True
+    stateful_shrink = False
+
+    @pytest_asyncio.fixture
+    async def storage(self):
+        async with {name}() as store:
+            yield store
+"""
+
+
+class Outcomes:
+    """A pytest plugin recording each test's outcome (and failure text) by node id."""
+
+    def __init__(self) -> None:
+        self.outcome: dict[str, str] = {}
+        self.details: dict[str, str] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            self.outcome[report.nodeid] = "failed" if report.when == "call" else "error"
+            self.details[report.nodeid] = report.longreprtext[-3000:]
+        elif report.skipped:
+            self.outcome[report.nodeid] = "skipped"
+        elif report.when == "call":
+            self.outcome.setdefault(report.nodeid, "passed")
+
+
+def _node(store: str, test: str) -> str:
+    return f"{MODULE}::Test{store}::{test}"
+
+
+def _selected() -> list[str]:
+    nodes = []
+    for store, tests in BROKEN_STORES.items():
+        for test in tests:
+            nodes.append(_node(store.__name__, test))
+            nodes.append(_node("MemoryStorage", test))
+    return list(dict.fromkeys(nodes))
+
+
+@pytest.fixture(scope="module")
+def kit_run(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
+    """Run the named tests of the kit once against every broken store and the intact one."""
+    workdir = tmp_path_factory.mktemp("broken-suites")
+    names = ["MemoryStorage", *(store.__name__ for store in BROKEN_STORES)]
+    source = [
+        "import pytest",
+        "import pytest_asyncio",
+        "from rdq_compliance import StorageSuite",
+        "from rdq_memory import MemoryStorage",
+        f"from kit_broken_stores import {', '.join(names[1:])}",
+        *(_SUITE.format(name=name) for name in names),
+    ]
+    (workdir / MODULE).write_text("\n".join(source))
+    (workdir / "pytest.ini").write_text(
+        "[pytest]\nasyncio_mode = strict\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    outcomes = Outcomes()
+    pytest.main(
+        [
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--import-mode=importlib",
+            "--rootdir",
+            str(workdir),
+            "-c",
+            str(workdir / "pytest.ini"),
+            *(str(workdir / node) for node in _selected()),
+        ],
+        plugins=[outcomes],
+    )
+    return outcomes
+
+
+@pytest.mark.parametrize(
+    ("store", "test"),
+    [(store.__name__, test) for store, tests in BROKEN_STORES.items() for test in tests],
+)
+def test_the_kit_fails_the_broken_store_on_the_named_clause(
+    kit_run: Outcomes, store: str, test: str
+) -> None:
+    node = _node(store, test)
+    outcome = kit_run.outcome.get(node, "not run")
+    assert outcome == "failed", f"{store} should fail {test}, but it {outcome}"
+
+
+@pytest.mark.parametrize("test", sorted({t for tests in BROKEN_STORES.values() for t in tests}))
+def test_the_intact_reference_store_passes_the_same_clause(kit_run: Outcomes, test: str) -> None:
+    node = _node("MemoryStorage", test)
+    outcome = kit_run.outcome.get(node, "not run")
+    assert outcome == "passed", f"{test}: {outcome}\n{kit_run.details.get(node, '')}"
