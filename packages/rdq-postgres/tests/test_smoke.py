@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rdq.errors import IDConflict, NotFound, StaleClaim
-from rdq.spi import Attempt, DLQFilter, Envelope, Outcome, Page, Selector, Status
+from rdq.spi import Attempt, Claimed, DLQFilter, Envelope, Outcome, Page, Selector, Status
 from rdq_postgres import PostgresStorage
 
 
@@ -42,7 +42,7 @@ async def test_round_trip(storage: PostgresStorage) -> None:
     assert stats.dlq_depth == 1
     assert await storage.redrive("q", Selector.by_filter()) == 1
     assert len(await storage.claim_due("q", 10, timedelta(milliseconds=1))) == 1
-    again = []
+    again: list[Claimed] = []
     while not again:  # the 1 ms lease lapses: the task is due again, and reclaimed
         again = await storage.claim_due("q", 10, timedelta(seconds=10))
         await asyncio.sleep(0.001)
