@@ -3,6 +3,8 @@
 A lease is renewed when a third of it has passed, so two renewals can fail before it expires.
 A renewal refused with ``StaleClaim`` (or ``NotFound``) means another worker owns the task now:
 the handler is cancelled (or, in a thread, fenced off) and its outcome is never written.
+Leases are renewed while an outcome is being written too (a write retried through an outage,
+or a completion waiting for its batch); a refusal then only stops those retries.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ async def _renew(storage: Storage, clock: StorageClock, run: Run, worker_id: str
         if run.done:
             return
         run.lost = True
+        if run.resolving:  # its outcome may just have been recorded: that write reports it
+            return
         metrics.STALE_CLAIMS.labels(run.queue).inc()
         log.warning(
             "lease lost; abandoning the handler",

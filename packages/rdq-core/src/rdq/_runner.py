@@ -2,7 +2,7 @@
 classify the outcome and write it back with the claim's fencing token.
 
 Nothing here holds a storage connection while the handler runs: the storage is called before
-(never) and after (one resolution call) the handler.
+(never) and after (one resolution call, or a share of a batched ``complete_many``) the handler.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from rdq import _classify, metrics
 from rdq._app import App, Handler, TaskContext
 from rdq._classify import Action, Decision
 from rdq._clock import StorageClock
+from rdq._completer import Completer
 from rdq._threads import HandlerThreads, ThreadExit
 from rdq.config import QueueConfig, resolve
 from rdq.errors import NotFound, StaleClaim, StorageError, StorageUnavailable
@@ -51,6 +52,7 @@ class Run:
         "queue",
         "release",
         "renew_at",
+        "resolving",
         "started",
         "task",
         "used",
@@ -70,6 +72,8 @@ class Run:
         self.done = False
         self.fenced = False
         """The handler ignored its timeout's cancellation; TIMEOUT was recorded without it."""
+        self.resolving = False
+        """The handler is over and its outcome is being written (shutdown lets that finish)."""
         self.deadline = math.inf
         """Monotonic time by which an awaited handler must have ended (timeout included)."""
         self.release: Callable[[], None] | None = None
@@ -92,8 +96,11 @@ class Runner:
         log: Any,
         rng: random.Random | None = None,
         on_retry: Callable[[str, float], None] | None = None,
+        completer: Completer | None = None,
     ) -> None:
-        """``on_retry(queue, delay)`` is told of every retry scheduled (a wake-up hint)."""
+        """``on_retry(queue, delay)`` is told of every retry scheduled (a wake-up hint).
+        With a ``completer`` (stores with ``batch_complete``) successes are recorded through
+        it, batched with other tasks' successes; otherwise one ``complete`` call each."""
         self.app = app
         self.storage = storage
         self.clock = clock
@@ -102,6 +109,7 @@ class Runner:
         self.log = log
         self.rng = rng
         self.on_retry = on_retry
+        self.completer = completer
         self._attempt_counters: dict[tuple[str, Outcome], Any] = {}
         self._durations: dict[str, Any] = {}
 
@@ -267,6 +275,7 @@ class Runner:
         lease is surely gone (then another worker will reclaim the task)."""
         task = run.claimed.task
         queue = task.queue
+        run.resolving = True
         attempt = Attempt(
             number=number,
             outcome=decision.outcome,
@@ -357,7 +366,10 @@ class Runner:
     async def _write(self, run: Run, attempt: Attempt, decision: Decision) -> None:
         task_id, token = run.claimed.task.id, run.claimed.token
         if decision.action is Action.COMPLETE:
-            await self.storage.complete(task_id, token, attempt)
+            if self.completer is not None:
+                await self.completer.complete(task_id, token, attempt)
+            else:
+                await self.storage.complete(task_id, token, attempt)
         elif decision.action is Action.DEAD_LETTER:
             await self.storage.dead_letter(task_id, token, attempt)
         else:

@@ -1,14 +1,18 @@
 """The worker: claims due tasks in batches, runs them with bounded concurrency, and shuts down
 gracefully.
 
-One claim loop per queue asks for as many tasks as it has free slots. When nothing is due it
-waits with ``wait_due`` if the store can notify, else polls with a backoff from ``poll_min``
-to ``poll_max`` that resets as soon as work appears. Storage outages are logged, counted and
-retried with backoff; the worker never dies of one.
+One claim loop per queue asks for as many tasks as it has free slots: at once when it runs
+nothing, else once at least half its slots are free (so claims come in batches). When nothing
+is due it waits with ``wait_due`` if the store can notify, else polls with a backoff from
+``poll_min`` to ``poll_max`` that resets as soon as work appears. Storage outages are logged,
+counted and retried with backoff; the worker never dies of one. Where the store has
+``batch_complete``, successes are recorded through one :class:`~rdq._completer.Completer`
+per worker (many tasks per ``complete_many`` call, no timer).
 
 ``stop()`` (or SIGTERM/SIGINT once :meth:`Worker.install_signal_handlers` ran) stops claiming,
 gives in-flight handlers ``grace_period`` seconds, then records INTERRUPTED for the rest and
-makes them due again at once. A second signal skips the grace period.
+makes them due again at once. A second signal skips the grace period. Outcomes already being
+written (a completion waiting for its batch included) are left to finish either way.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 from rdq import metrics
 from rdq._app import App
 from rdq._clock import StorageClock
+from rdq._completer import Completer
 from rdq._heartbeat import heartbeat_loop
 from rdq._runner import Run, Runner
 from rdq._threads import HandlerThreads
@@ -177,6 +182,8 @@ class Worker:
         size = sum(self.app.queue_config(q).concurrency for q in self.queues)
         threads = HandlerThreads(size)
         self._states = {q: _QueueState(q) for q in self.queues}
+        capabilities = self.storage.capabilities()
+        completer = Completer(self.storage) if capabilities.batch_complete else None
         runner = Runner(
             self.app,
             self.storage,
@@ -186,8 +193,9 @@ class Worker:
             self.log,
             self._rng,
             on_retry=self._note_retry,
+            completer=completer,
         )
-        notify = self.storage.capabilities().notify
+        notify = capabilities.notify
         claimers = [
             asyncio.create_task(
                 self._claim_loop(self._states[q], runner, notify), name=f"rdq-claim-{q}"
@@ -228,7 +236,11 @@ class Worker:
             await self._stopping.wait()
             await asyncio.gather(*claimers, return_exceptions=True)
             await self._drain()
+            if completer is not None:
+                await completer.aclose()
         finally:
+            if completer is not None:
+                completer.cancel()
             for task in claimers + background:
                 task.cancel()
             await asyncio.gather(*claimers, *background, return_exceptions=True)
@@ -257,21 +269,25 @@ class Worker:
                 stop_again.cancel()
                 all_done.cancel()
         left = [run for run in self._runs.values() if run.task is not None and not run.task.done()]
-        for run in left:
+        running = [run for run in left if not run.resolving]
+        for run in running:  # outcomes being written are left to finish
             run.interrupted = True
             assert run.task is not None
             run.task.cancel()
-        if left:
+        if running:
             self.log.warning(
                 "interrupting tasks still running after the grace period",
                 worker_id=self.worker_id,
-                count=len(left),
+                count=len(running),
             )
+        if left:
             tasks = [run.task for run in left if run.task is not None]
             _, stuck = await asyncio.wait(tasks, timeout=INTERRUPT_WAIT)
-            if stuck:  # handlers that swallow cancellation: their leases will expire
+            if stuck:  # handlers that swallow cancellation, or writes stuck in an outage
+                for task in stuck:
+                    task.cancel()
                 self.log.error(
-                    "abandoning handlers that ignored cancellation",
+                    "abandoning tasks that did not finish; their leases will expire",
                     worker_id=self.worker_id,
                     count=len(stuck),
                 )
@@ -321,7 +337,7 @@ class Worker:
         while not stopping.is_set():
             config = self.app.queue_config(queue)
             free = config.concurrency - state.active
-            if free <= 0 or (state.active and free < max(1, config.concurrency // 4)):
+            if free <= 0 or (state.active and free < max(1, config.concurrency // 2)):
                 state.slot_freed.clear()
                 await state.slot_freed.wait()
                 continue

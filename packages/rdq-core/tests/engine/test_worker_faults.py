@@ -12,11 +12,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 
 import rdq
 from rdq import metrics
-from rdq.spi import Outcome, Status, Storage
+from rdq.spi import Capabilities, Outcome, Status, Storage
 from rdq_memory import MemoryStorage
 
 from .conftest import eventually, fast_worker, running, wait_status
@@ -59,10 +60,24 @@ class FlakyStorage:
     """Delegates to a real store, failing chosen operations a set number of times: outages
     and lost leases are faults a healthy server cannot be made to produce on cue."""
 
-    def __init__(self, inner: Storage, failures: dict[str, tuple[int, Exception]]) -> None:
+    def __init__(
+        self,
+        inner: Storage,
+        failures: dict[str, tuple[int, Exception]],
+        *,
+        batch_complete: bool | None = None,
+    ) -> None:
+        """``batch_complete`` overrides what the inner store advertises."""
         self._inner = inner
         self._failures = dict(failures)
+        self._batch_complete = batch_complete
         self.calls: dict[str, int] = {}
+
+    def capabilities(self) -> Capabilities:
+        offered = self._inner.capabilities()
+        if self._batch_complete is None:
+            return offered
+        return msgspec.structs.replace(offered, batch_complete=self._batch_complete)
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._inner, name)
@@ -80,7 +95,12 @@ class FlakyStorage:
         return failing
 
 
-async def test_worker_survives_a_storage_outage(storage, queue):
+@pytest.mark.parametrize(
+    ("batched", "resolve"),
+    [(False, "complete"), (True, "complete_many")],
+    ids=["single", "batched"],
+)
+async def test_worker_survives_a_storage_outage(storage, queue, batched, resolve):
     app = rdq.App()
     app.queue(queue)
 
@@ -90,11 +110,13 @@ async def test_worker_survives_a_storage_outage(storage, queue):
 
     sub = await rdq.Client(storage, app).submit("job")
     outage = rdq.StorageUnavailable("connection refused (127.0.0.1:5432)")
-    flaky = FlakyStorage(storage, {"claim_due": (4, outage), "complete": (2, outage)})
+    flaky = FlakyStorage(
+        storage, {"claim_due": (4, outage), resolve: (2, outage)}, batch_complete=batched
+    )
     async with running(fast_worker(app, flaky)):  # type: ignore[arg-type]
         task = await wait_status(storage, sub.id, Status.SUCCEEDED)
     assert flaky.calls["claim_due"] > 4
-    assert flaky.calls["complete"] == 3
+    assert flaky.calls[resolve] == 3
     assert [a.outcome for a in task.attempts] == [Outcome.SUCCEEDED]
 
 
@@ -109,7 +131,7 @@ async def test_stale_claim_is_counted_and_does_not_crash_the_worker(storage, que
     client = rdq.Client(storage, app)
     first = await client.submit("job")
     before = metrics.STALE_CLAIMS.labels(queue)._value.get()
-    flaky = FlakyStorage(storage, {"complete": (1, rdq.StaleClaim(first.id))})
+    flaky = FlakyStorage(storage, {"complete": (1, rdq.StaleClaim(first.id))}, batch_complete=False)
     async with running(fast_worker(app, flaky)):  # type: ignore[arg-type]
         await asyncio.sleep(0.3)
         second = await client.submit("job")

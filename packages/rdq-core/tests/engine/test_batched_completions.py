@@ -1,0 +1,250 @@
+"""Successes recorded in batches (``complete_many``) where the store offers ``batch_complete``,
+one ``complete`` each where it does not: both drain every task to exactly one success."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import msgspec
+import pytest
+
+import rdq
+from rdq import metrics
+from rdq.spi import Capabilities, Completion, Outcome, Status, Storage
+
+from .conftest import eventually, fast_worker, running
+
+pytestmark = pytest.mark.asyncio
+
+PATHS = pytest.mark.parametrize("batched", [True, False], ids=["batched", "single"])
+
+
+class StoreView:
+    """A real store advertising ``batch_complete`` or not, recording the completion calls,
+    with an optional hook around each of them (``complete`` passes its one item) for the
+    faults a healthy server cannot be made to produce on cue (an outage mid-flush, a write
+    that is slow to return)."""
+
+    def __init__(
+        self,
+        inner: Storage,
+        *,
+        batch_complete: bool,
+        around_flush: Callable[[Sequence[Completion], Callable[[], Awaitable[Any]]], Awaitable[Any]]
+        | None = None,
+    ) -> None:
+        self._inner = inner
+        self._batch_complete = batch_complete
+        self._around_flush = around_flush
+        self.flushes: list[int] = []
+        """The size of each ``complete_many`` call, in order."""
+        self.completes = 0
+
+    def capabilities(self) -> Capabilities:
+        return msgspec.structs.replace(
+            self._inner.capabilities(), batch_complete=self._batch_complete
+        )
+
+    async def complete(self, task_id: str, token: str, attempt: Any) -> None:
+        self.completes += 1
+        if self._around_flush is None:
+            await self._inner.complete(task_id, token, attempt)
+        else:
+            item = Completion(task_id, token, attempt)
+            await self._around_flush([item], lambda: self._inner.complete(task_id, token, attempt))
+
+    async def complete_many(self, completions: Sequence[Completion]) -> Any:
+        self.flushes.append(len(completions))
+        if self._around_flush is None:
+            return await self._inner.complete_many(completions)
+        return await self._around_flush(completions, lambda: self._inner.complete_many(completions))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def counting_app(queue: str, concurrency: int = 10, **config: Any) -> tuple[rdq.App, Any]:
+    """An app whose handler counts its runs per task id; the first ``concurrency`` runs wait
+    for each other, so their completions arrive together."""
+    app = rdq.App()
+    app.queue(queue, concurrency=concurrency, **config)
+    runs: collections.Counter[str] = collections.Counter()
+    gate = asyncio.Event()
+
+    @app.handler("job", queue=queue)
+    async def job(payload: object, ctx: rdq.TaskContext) -> None:
+        runs[ctx.task_id] += 1
+        if sum(runs.values()) >= concurrency:
+            gate.set()
+        await asyncio.wait_for(gate.wait(), 30)
+
+    return app, runs
+
+
+async def submit(storage: Storage, queue: str, count: int) -> list[str]:
+    subs = await rdq.Client(storage).submit_many(
+        [rdq.Submission("job", i, queue=queue) for i in range(count)]
+    )
+    return [s.id for s in subs]
+
+
+async def all_settled(storage: Storage, ids: list[str], status: Status = Status.SUCCEEDED) -> None:
+    async def check() -> bool:
+        for task_id in ids:
+            if (await storage.get(task_id)).status != status:
+                return False
+        return True
+
+    await eventually(check, timeout=60, interval=0.1)
+
+
+async def successes(storage: Storage, task_id: str) -> int:
+    task = await storage.get(task_id)
+    return sum(1 for a in task.attempts if a.outcome == Outcome.SUCCEEDED)
+
+
+@PATHS
+async def test_every_task_succeeds_exactly_once(storage, queue, batched):
+    app, runs = counting_app(queue)
+    ids = await submit(storage, queue, 120)
+    view = StoreView(storage, batch_complete=batched)
+    async with running(fast_worker(app, view)):  # type: ignore[arg-type]
+        await all_settled(storage, ids)
+    for task_id in ids:
+        task = await storage.get(task_id)
+        assert [a.outcome for a in task.attempts] == [Outcome.SUCCEEDED], task_id
+    assert set(runs) == set(ids) and set(runs.values()) == {1}
+    if batched:
+        assert view.completes == 0 and sum(view.flushes) == len(ids)
+        assert max(view.flushes) > 1  # the gated first runs finish together: one flush
+    else:
+        assert view.completes == len(ids) and view.flushes == []
+
+
+async def test_a_stale_item_in_a_batch_is_counted_and_spares_the_others(storage, queue):
+    app, _ = counting_app(queue)
+    ids = await submit(storage, queue, 10)
+    victim: list[str] = []
+
+    async def steal_one(items: Sequence[Completion], flush: Any) -> Any:
+        # the first flush carries one completion whose lease another worker took over
+        if not victim:
+            victim.append(items[0].task_id)
+            items = [msgspec.structs.replace(items[0], token="taken-over"), *items[1:]]
+            return await storage.complete_many(items)
+        return await flush()
+
+    view = StoreView(storage, batch_complete=True, around_flush=steal_one)
+    before = metrics.STALE_CLAIMS.labels(queue)._value.get()
+    async with running(fast_worker(app, view)):  # type: ignore[arg-type]
+        await eventually(lambda: _settled_except(storage, ids, victim))
+    assert view.flushes[0] > 1
+    assert metrics.STALE_CLAIMS.labels(queue)._value.get() == before + 1
+    assert (await storage.get(victim[0])).status == Status.IN_FLIGHT  # until its lease ends
+    others = [i for i in ids if i not in victim]
+    assert len(others) == len(ids) - 1
+    for task_id in others:
+        assert await successes(storage, task_id) == 1
+
+
+async def _settled_except(storage: Storage, ids: list[str], skipped: list[str]) -> bool:
+    for task_id in ids:
+        if task_id not in skipped and (await storage.get(task_id)).status != Status.SUCCEEDED:
+            return False
+    return bool(skipped)
+
+
+@pytest.mark.parametrize("applied", [False, True], ids=["refused", "reply-lost"])
+async def test_an_outage_during_a_flush_neither_loses_nor_doubles_a_success(
+    storage, queue, applied
+):
+    """The first two flushes fail as a whole, before or after the store applied them: the
+    completions are retried, and every task ends with exactly one success."""
+    app, runs = counting_app(queue)
+    ids = await submit(storage, queue, 30)
+    failures = [2]
+
+    async def outage(items: Sequence[Completion], flush: Any) -> Any:
+        if failures[0] > 0:
+            failures[0] -= 1
+            if applied:
+                await flush()  # committed, but the reply never arrived
+            raise rdq.StorageUnavailable("connection reset (127.0.0.1:5432)")
+        return await flush()
+
+    view = StoreView(storage, batch_complete=True, around_flush=outage)
+    async with running(fast_worker(app, view)):  # type: ignore[arg-type]
+        await all_settled(storage, ids)
+    assert failures == [0]
+    for task_id in ids:
+        assert await successes(storage, task_id) == 1, task_id
+    assert set(runs.values()) == {1}  # retried writes, not re-run handlers
+
+
+async def test_an_outage_longer_than_the_lease_ends_in_a_rerun_not_a_loss(storage, queue):
+    """When the store cannot record completions for longer than the engine keeps retrying,
+    the tasks are reclaimed after their lease and run again: every one still ends SUCCEEDED
+    exactly once (at-least-once)."""
+    app, runs = counting_app(queue, concurrency=5, lease=1.0)
+    ids = await submit(storage, queue, 5)
+    outage_ends: list[float] = []
+
+    async def outage(items: Sequence[Completion], flush: Any) -> Any:
+        if not outage_ends:  # twice as long as the engine retries a write (2 leases)
+            outage_ends.append(time.monotonic() + 4.0)
+        if time.monotonic() < outage_ends[0]:
+            raise rdq.StorageUnavailable("connection refused (127.0.0.1:5432)")
+        return await flush()
+
+    view = StoreView(storage, batch_complete=True, around_flush=outage)
+    async with running(fast_worker(app, view)):  # type: ignore[arg-type]
+        await all_settled(storage, ids)
+    assert time.monotonic() >= outage_ends[0]
+    for task_id in ids:
+        task = await storage.get(task_id)
+        outcomes = [a.outcome for a in task.attempts]
+        assert outcomes.count(Outcome.SUCCEEDED) == 1, outcomes
+        assert outcomes[-1] == Outcome.SUCCEEDED
+        assert set(outcomes[:-1]) <= {Outcome.LEASE_EXPIRED}, outcomes
+    assert max(runs.values()) > 1  # the engine gave up and the lease expiry re-ran them
+
+
+@PATHS
+async def test_shutdown_waits_for_completions_being_written(storage, queue, batched):
+    """stop() with no grace period while successes wait for a slow flush (and more queue up
+    behind it): the worker records them all before run() returns; none is interrupted."""
+    app = rdq.App()
+    app.queue(queue, concurrency=20)
+    slow_write = asyncio.Event()
+    release = asyncio.Event()
+
+    @app.handler("job", queue=queue)
+    async def job(payload: int) -> None:
+        if payload >= 10:  # finishes while the first flush is in flight
+            await slow_write.wait()
+
+    async def held(flush: Callable[[], Awaitable[Any]]) -> Any:
+        slow_write.set()
+        await release.wait()
+        return await flush()
+
+    view = StoreView(storage, batch_complete=batched, around_flush=lambda items, flush: held(flush))
+    ids = await submit(storage, queue, 20)
+    worker = fast_worker(app, view, grace_period=0.0)  # type: ignore[arg-type]
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(slow_write.wait(), 30)
+    await asyncio.sleep(0.1)  # the other ten finish and wait behind the held write
+    worker.stop()
+    await asyncio.sleep(0.2)
+    assert not run.done()  # still waiting for the writes
+    release.set()
+    await asyncio.wait_for(run, 60)
+    for task_id in ids:
+        task = await storage.get(task_id)
+        assert [a.outcome for a in task.attempts] == [Outcome.SUCCEEDED], task_id
+    if batched:
+        assert sum(view.flushes) == 20 and len(view.flushes) < 20
