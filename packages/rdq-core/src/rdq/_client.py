@@ -4,14 +4,19 @@ A submission names its handler (a registered name, a ``pkg.module:function`` imp
 ``scheme://`` callback URL, or a function registered with the app), its payload (any JSON
 value), and optionally a client-chosen id (submitting the same id to the same queue again is
 a no-op: idempotent), a delay, headers and a per-task retry override.
+
+The envelope's fields (id, queue, handler_ref, headers, payload size) are validated by the
+store, which every backend does before storing anything (the storage contract), so the client
+checks only what the store never sees (delay, retry override) and validates a task itself only
+where a batch needs more than one store call (to keep "all or nothing").
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import threading
-import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -86,7 +91,8 @@ class Client:
         task, wait = self._envelope(
             Submission(
                 handler, payload, queue=queue, id=id, delay=delay, headers=headers, retry=retry
-            )
+            ),
+            id if id is not None else _new_ids(1)[0],
         )
         created = await self.storage.enqueue(task, delay=wait)
         return Submitted(task.id, task.queue, created)
@@ -94,7 +100,9 @@ class Client:
     async def submit_many(self, submissions: Iterable[Submission]) -> list[Submitted]:
         """Submit many tasks, in order; one round trip per batch (per delay) where the store
         has ``batch_enqueue``. Every submission is validated before any is stored."""
-        built = [self._envelope(s) for s in submissions]
+        items = list(submissions)
+        ids = _new_ids(sum(1 for s in items if s.id is None))
+        built = [self._envelope(s, s.id if s.id is not None else ids.pop()) for s in items]
         if not built:
             return []
         created: list[bool] = [False] * len(built)
@@ -102,6 +110,9 @@ class Client:
             groups: dict[timedelta | None, list[int]] = {}
             for index, (_, wait) in enumerate(built):
                 groups.setdefault(wait, []).append(index)
+            if len(groups) > 1 or len(built) > MAX_BATCH:  # several calls: check all first
+                for task, _ in built:
+                    limits.check_task(task)
             for wait, indexes in groups.items():
                 for start in range(0, len(indexes), MAX_BATCH):
                     chunk = indexes[start : start + MAX_BATCH]
@@ -111,6 +122,9 @@ class Client:
                     for i, flag in zip(chunk, flags, strict=True):
                         created[i] = flag
         else:
+            if len(built) > 1:
+                for task, _ in built:
+                    limits.check_task(task)
             for index, (task, wait) in enumerate(built):
                 created[index] = await self.storage.enqueue(task, delay=wait)
         return [
@@ -122,7 +136,9 @@ class Client:
         """The task with its full history. ``NotFound`` if there is none."""
         return await self.storage.get(task_id)
 
-    def _envelope(self, s: Submission) -> tuple[Envelope, timedelta | None]:
+    def _envelope(self, s: Submission, task_id: str) -> tuple[Envelope, timedelta | None]:
+        """The envelope and delay of one submission. Checks what the store does not see
+        (delay, retry override); the envelope itself is validated by the store."""
         ref = self._handler_ref(s.handler)
         queue = s.queue or (self.app.handler_queue(ref) if self.app else None) or DEFAULT_QUEUE
         wait: timedelta | None
@@ -139,14 +155,13 @@ class Client:
         if s.retry is not None and not isinstance(s.retry, RetryOverride):
             raise ValidationError("must be an rdq.spi.RetryOverride", field="retry")
         task = Envelope(
-            id=s.id if s.id is not None else uuid.uuid4().hex,
+            id=task_id,
             queue=queue,
             handler_ref=ref,
             payload=s.payload,
             headers=dict(s.headers) if s.headers else {},
             retry=s.retry,
         )
-        limits.check_task(task)
         return task, wait
 
     def _handler_ref(self, handler: str | Callable[..., Any]) -> str:
@@ -157,6 +172,23 @@ class Client:
         if callable(handler):
             return import_path(handler)
         raise ValidationError("must be a handler name or function", field="handler_ref")
+
+
+def _new_ids(count: int) -> list[str]:
+    """``count`` random version-4 UUIDs as 32 hex digits, from one ``os.urandom`` call."""
+    if count <= 0:
+        return []
+    digits = os.urandom(16 * count).hex()
+    ids = []
+    for start in range(0, 32 * count, 32):
+        raw = digits[start : start + 32]
+        variant = _VARIANT[raw[16]]
+        ids.append(f"{raw[:12]}4{raw[13:16]}{variant}{raw[17:]}")
+    return ids
+
+
+_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
+"""The RFC 4122 variant digit (10xx) for a random hex digit."""
 
 
 class SyncClient:

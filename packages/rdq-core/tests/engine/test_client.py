@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 import rdq
-from rdq.spi import RetryOverride, Status
+from rdq.spi import RetryOverride, Status, limits
 
 
 @pytest.mark.asyncio
@@ -125,3 +125,38 @@ def test_sync_client_on_memory():
         assert client.get(sub.id).payload == [1, 2]
     with pytest.raises(rdq.ConfigError):
         rdq.SyncClient("nosuchscheme://x")
+
+
+@pytest.mark.asyncio
+async def test_submit_many_validates_every_group_before_storing_any(storage, queue):
+    """Submissions with different delays go out in separate store calls: a bad one in the
+    last group still stops the first group from being stored."""
+    client = rdq.Client(storage)
+    good_id = f"t-{uuid.uuid4().hex}"
+    with pytest.raises(rdq.ValidationError) as info:
+        await client.submit_many(
+            [
+                rdq.Submission("job", 1, queue=queue, id=good_id),
+                rdq.Submission("job", 2, queue=queue, delay=5, headers={"x": 1}),  # type: ignore[dict-item]
+            ]
+        )
+    assert info.value.field == "headers.x"
+    with pytest.raises(rdq.NotFound):
+        await client.get(good_id)
+
+
+@pytest.mark.asyncio
+async def test_a_batch_is_validated_once_per_task(storage, queue, monkeypatch):
+    checked: list[str] = []
+    check_task = limits.check_task
+
+    def counting(task: object) -> object:
+        checked.append(getattr(task, "id", ""))
+        return check_task(task)
+
+    monkeypatch.setattr(limits, "check_task", counting)
+    subs = await rdq.Client(storage).submit_many(
+        [rdq.Submission("job", i, queue=queue) for i in range(50)]
+    )
+    assert len({s.id for s in subs}) == 50
+    assert sorted(checked) == sorted(s.id for s in subs)
