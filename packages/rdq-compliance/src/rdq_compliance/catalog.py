@@ -10,7 +10,7 @@ import inspect
 
 from rdq_compliance.suite import CLAUSES
 
-__all__ = ["TITLES", "Clause", "catalog", "markdown"]
+__all__ = ["TITLES", "Clause", "cases", "catalog", "markdown"]
 
 Clause = tuple[str, str, list[str]]
 """(group title, what the group promises, its test names in source order)."""
@@ -48,12 +48,28 @@ def catalog() -> list[Clause]:
     return groups
 
 
+def cases(clause: type, test: str) -> list[str]:
+    """The parameter ids of a parametrized test (empty for a plain test)."""
+    out: list[str] = []
+    for mark in getattr(getattr(clause, test), "pytestmark", []):
+        if mark.name != "parametrize":
+            continue
+        ids = mark.kwargs.get("ids")
+        values = mark.args[1]
+        out += [str(i) for i in ids] if ids else [str(v) for v in values]
+    return out
+
+
 def markdown() -> str:
     """The catalog as Markdown: a heading per group, its promise, then its tests."""
+    by_name = {TITLES.get(c.__name__, c.__name__): c for c in CLAUSES}
     lines: list[str] = []
     for name, promise, tests in catalog():
         lines += [f"### {name}", "", promise, ""]
-        lines += [f"- `{test}`" for test in tests]
+        for test in tests:
+            params = cases(by_name[name], test)
+            suffix = f" — one case each: {', '.join(params)}" if params else ""
+            lines.append(f"- `{test}`{suffix}")
         lines.append("")
     return "\n".join(lines)
 
