@@ -457,6 +457,97 @@ class BatchAdmitsTheTasksBeforeAConflict(_Broken):
         return [await self.enqueue(task, delay=delay) for task in tasks]
 
 
+# --- more single-clause breakages ------------------------------------------------------------
+
+
+class ReusesTheTokenOnReclaim(_Broken):
+    """Hands a reclaimed task out under its previous (now shared) token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens: dict[str, str] = {}
+
+    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
+        claimed = []
+        for c in await super().claim_due(queue, limit, lease):
+            token = self.tokens.setdefault(c.task.id, c.token)
+            record = self.record(c.task.id)
+            assert record is not None
+            record.token = token
+            claimed.append(Claimed(c.task, token))
+        return claimed
+
+
+class ExtendLeaseKeepsTheOldExpiry(_Broken):
+    async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        record = self.record(task_id)
+        old = record.task.lease_expires_at if record else None
+        expires = await super().extend_lease(task_id, token, lease)
+        if record is not None and old is not None:
+            record.task.lease_expires_at = old
+            record.version += 1
+            self._state.schedule(record)
+        return expires
+
+
+class RedrivenTasksAreNotDue(_Broken):
+    async def redrive(self, queue: str, selector: Selector) -> int:
+        dead = {i for i, r in self._state.tasks.items() if r.task.status == Status.DEAD}
+        redriven = await super().redrive(queue, selector)
+        for task_id in dead:
+            record = self.record(task_id)
+            if record is not None and record.task.status == Status.PENDING:
+                record.task.next_attempt_at = self._now() + timedelta(hours=1)
+                record.version += 1
+                self._state.schedule(record)
+        return redriven
+
+
+class FilterIgnoresErrorType(_Broken):
+    async def dlq_list(
+        self, queue: str, dlq_filter: DLQFilter | None, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        if dlq_filter is not None:
+            dlq_filter = msgspec.structs.replace(dlq_filter, error_type=None)
+        return await super().dlq_list(queue, dlq_filter, page)
+
+
+class DeadLetteredBeforeIsInclusive(_Broken):
+    async def dlq_list(
+        self, queue: str, dlq_filter: DLQFilter | None, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        if dlq_filter is not None and dlq_filter.dead_lettered_before is not None:
+            bound = dlq_filter.dead_lettered_before + timedelta(microseconds=1)
+            dlq_filter = msgspec.structs.replace(dlq_filter, dead_lettered_before=bound)
+        return await super().dlq_list(queue, dlq_filter, page)
+
+
+class LastPageStillHasACursor(_Broken):
+    async def dlq_list(
+        self, queue: str, dlq_filter: DLQFilter | None, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        tasks, cursor = await super().dlq_list(queue, dlq_filter, page)
+        if cursor is None and tasks and len(tasks) == page.limit:
+            last = tasks[-1]
+            assert last.dead_lettered_at is not None
+            cursor = DLQCursor.after(queue, dlq_filter, last.dead_lettered_at, last.id).encode()
+        return tasks, cursor
+
+
+class StatsAgesPendingTasksFromCreatedAt(_Broken):
+    async def stats(self, queue: str) -> Stats:
+        stats = await super().stats(queue)
+        if stats.oldest_pending_age is None:
+            return stats
+        created = [
+            r.task.created_at
+            for r in self._state.tasks.values()
+            if r.task.queue == queue and r.task.status == Status.PENDING and r.task.created_at
+        ]
+        age = (stats.as_of - min(created)).total_seconds()
+        return msgspec.structs.replace(stats, oldest_pending_age=age)
+
+
 BROKEN_STORES: dict[type[MemoryStorage], list[str]] = {
     IgnoresTokensOnExtendLease: ["test_fencing_stale_token_on_extend_lease_changes_nothing"],
     IgnoresTokensOnReschedule: ["test_fencing_stale_token_on_reschedule_changes_nothing"],
@@ -520,5 +611,17 @@ BROKEN_STORES: dict[type[MemoryStorage], list[str]] = {
     StatsCountsDeadTasksAsPending: ["test_stats_counts_each_status_of_the_queue", STATEFUL],
     WaitDueNeverWakes: ["test_wait_due_wakes_when_a_task_is_enqueued"],
     BatchAdmitsTheTasksBeforeAConflict: ["test_enqueue_batch_with_an_id_conflict_admits_none"],
+    ReusesTheTokenOnReclaim: [
+        "test_fencing_stale_token_on_complete_changes_nothing",
+        "test_claim_gives_a_new_token_to_each_claim_of_the_same_task",
+    ],
+    ExtendLeaseKeepsTheOldExpiry: ["test_extended_lease_is_not_reclaimed"],
+    RedrivenTasksAreNotDue: ["test_redriven_task_is_due_now"],
+    FilterIgnoresErrorType: ["test_dlq_filter_by_error_type"],
+    DeadLetteredBeforeIsInclusive: ["test_dlq_filter_dead_lettered_before_is_exclusive"],
+    LastPageStillHasACursor: ["test_dlq_list_last_page_has_no_cursor"],
+    StatsAgesPendingTasksFromCreatedAt: [
+        "test_stats_oldest_pending_age_is_measured_by_the_storage_clock"
+    ],
 }
 """Each broken store and the kit tests that must fail against it."""
