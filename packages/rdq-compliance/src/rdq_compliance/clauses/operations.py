@@ -37,9 +37,11 @@ class OperationClauses:
         assert caught.value.task_id == missing
 
     @pytest.mark.asyncio
-    async def test_mutations_of_an_unknown_id_raise_not_found(self, storage: Storage) -> None:
+    async def test_mutations_of_an_unknown_id_raise_not_found(
+        self, storage: Storage, queue: str
+    ) -> None:
         missing = new_id("absent")
-        far = (await storage_now(storage, "kit-unknown")) + FAR_FUTURE
+        far = (await storage_now(storage, queue)) + FAR_FUTURE
         calls: dict[str, Callable[[], Awaitable[object]]] = {
             "extend_lease": lambda: storage.extend_lease(missing, "token", LONG_LEASE),
             "reschedule": lambda: storage.reschedule(missing, "token", attempt(1), far),
