@@ -2,8 +2,9 @@
 gracefully.
 
 One claim loop per queue asks for as many tasks as it has free slots: at once when it runs
-nothing, else once at least half its slots are free (so claims come in batches). When nothing
-is due it waits with ``wait_due`` if the store can notify, else polls with a backoff from
+nothing, else once at least half its slots are free (so claims come in batches) or when no
+other slot freed for ``poll_min`` (so long handlers do not leave slots idle). When nothing is
+due it waits with ``wait_due`` if the store can notify, else polls with a backoff from
 ``poll_min`` to ``poll_max`` that resets as soon as work appears. Storage outages are logged,
 counted and retried with backoff; the worker never dies of one. Where the store has
 ``batch_complete``, successes are recorded through one :class:`~rdq._completer.Completer`
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import os
 import random
@@ -337,10 +339,16 @@ class Worker:
         while not stopping.is_set():
             config = self.app.queue_config(queue)
             free = config.concurrency - state.active
-            if free <= 0 or (state.active and free < max(1, config.concurrency // 2)):
+            if free <= 0:
                 state.slot_freed.clear()
                 await state.slot_freed.wait()
                 continue
+            if state.active and free < max(1, config.concurrency // 2):
+                # wait for more slots to claim a bigger batch, but not for long handlers
+                state.slot_freed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(state.slot_freed.wait(), self.poll_min)
+                    continue
             lease = timedelta(seconds=config.lease)
             sent = time.monotonic()
             try:

@@ -13,7 +13,7 @@ import rdq
 from rdq.policy import backoff_bounds
 from rdq.spi import DLQFilter, Outcome, Page, RetryOverride, Selector, Status
 
-from .conftest import fast_worker, running, wait_status
+from .conftest import eventually, fast_worker, running, wait_status
 
 pytestmark = pytest.mark.asyncio
 
@@ -423,3 +423,34 @@ async def test_handlers_take_nothing_the_payload_or_payload_and_context(storage,
     assert sorted(map(repr, seen)) == sorted(
         map(repr, ["nothing", [1, 2], ({"k": "v"}, 1, {"h": "1"}, queue, "with_context")])
     )
+
+
+async def test_long_handlers_do_not_keep_free_slots_idle(storage, queue):
+    """Three of four slots hold long handlers: the last free slot still takes new work,
+    although fewer than half the slots are free."""
+    app = rdq.App()
+    app.queue(queue, concurrency=4, timeout=120)
+    release = asyncio.Event()
+    started: list[int] = []
+
+    @app.handler("job", queue=queue)
+    async def job(payload: int) -> None:
+        started.append(payload)
+        if payload < 3:
+            await asyncio.wait_for(release.wait(), 90)
+
+    client = rdq.Client(storage, app)
+    long_ones = [await client.submit("job", i, queue=queue) for i in range(3)]
+    async with running(fast_worker(app, storage)):
+        await eventually(lambda: _true(len(started) == 3))
+        quick = await client.submit("job", 3, queue=queue)
+        await wait_status(storage, quick.id, Status.SUCCEEDED)
+        for sub in long_ones:
+            assert (await storage.get(sub.id)).status == Status.IN_FLIGHT
+        release.set()
+        for sub in long_ones:
+            await wait_status(storage, sub.id, Status.SUCCEEDED)
+
+
+async def _true(value: bool) -> bool:
+    return value
