@@ -114,10 +114,13 @@ class ClaimingClauses:
                     done.set()
                 await asyncio.sleep(0.02)
 
+        claimants = [asyncio.create_task(claimant()) for _ in range(4)]
+
         async def each_task_reclaimed() -> bool | None:
+            for finished in (c for c in claimants if c.done()):
+                finished.result()  # a claimant's failure ends the wait at once
             return True if done.is_set() else None
 
-        claimants = [asyncio.create_task(claimant()) for _ in range(4)]
         try:
             await eventually(each_task_reclaimed, "every task to be claimed twice")
         finally:
