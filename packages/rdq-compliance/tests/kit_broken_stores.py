@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from rdq.errors import StaleClaim, StaleCursor
+from rdq.errors import StaleClaim, StaleCursor, ValidationError
 from rdq.spi import (
     Attempt,
     Claimed,
@@ -548,6 +548,87 @@ class StatsAgesPendingTasksFromCreatedAt(_Broken):
         return msgspec.structs.replace(stats, oldest_pending_age=age)
 
 
+class ClaimsWithoutHoldingTheTasks(_Broken):
+    """Picks the due tasks, lets other claimants run, then marks them claimed regardless."""
+
+    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
+        limits.check_queue(queue)
+        limits.check_limit(limit)
+        limits.check_lease(lease)
+        now = self._now()
+        due = sorted(
+            (
+                r
+                for r in self._state.tasks.values()
+                if r.task.queue == queue
+                and r.task.status == Status.PENDING
+                and r.task.next_attempt_at is not None
+                and r.task.next_attempt_at <= now
+            ),
+            key=lambda r: r.task.next_attempt_at or now,
+        )[:limit]
+        await asyncio.sleep(0)
+        out = []
+        for record in due:
+            record.task.status = Status.IN_FLIGHT
+            record.task.lease_expires_at = now + lease
+            record.token = secrets.token_hex(8)
+            record.version += 1
+            self._state.schedule(record)
+            out.append(Claimed(_copy(record.task), record.token))
+        return out
+
+
+class ClaimsAcrossQueues(_Broken):
+    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
+        claimed = await super().claim_due(queue, limit, lease)
+        for other in list(self._state.queues):
+            if len(claimed) >= limit:
+                break
+            if other != queue:
+                claimed += await super().claim_due(other, limit - len(claimed), lease)
+        return claimed
+
+
+class TrustsTheCallersCreatedAt(_Broken):
+    async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
+        stored = await super().enqueue(task, delay=delay)
+        record = self.record(task.id)
+        if stored and record is not None and task.created_at is not None:
+            record.task.created_at = task.created_at
+        return stored
+
+
+class IgnoresDelay(_Broken):
+    async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
+        return await super().enqueue(task)
+
+
+class ValidationErrorsNameNoField(_Broken):
+    async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
+        try:
+            return await super().enqueue(task, delay=delay)
+        except ValidationError as exc:
+            raise ValidationError(exc.message) from None
+
+
+class UnknownTasksLookStale(_Broken):
+    async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
+        if self.record(task_id) is None:
+            raise StaleClaim(task_id)
+        await super().complete(task_id, token, attempt)
+
+
+class BatchStoresTheValidTasksBeforeTheInvalidOne(_Broken):
+    async def enqueue_batch(
+        self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
+    ) -> list[bool]:
+        flags = []
+        for task in tasks:
+            flags.append(await self.enqueue(task, delay=delay))
+        return flags
+
+
 BROKEN_STORES: dict[type[MemoryStorage], list[str]] = {
     IgnoresTokensOnExtendLease: ["test_fencing_stale_token_on_extend_lease_changes_nothing"],
     IgnoresTokensOnReschedule: ["test_fencing_stale_token_on_reschedule_changes_nothing"],
@@ -622,6 +703,17 @@ BROKEN_STORES: dict[type[MemoryStorage], list[str]] = {
     LastPageStillHasACursor: ["test_dlq_list_last_page_has_no_cursor"],
     StatsAgesPendingTasksFromCreatedAt: [
         "test_stats_oldest_pending_age_is_measured_by_the_storage_clock"
+    ],
+    ClaimsWithoutHoldingTheTasks: ["test_no_double_claim_under_concurrent_claimants"],
+    ClaimsAcrossQueues: ["test_claim_never_takes_tasks_of_another_queue"],
+    TrustsTheCallersCreatedAt: ["test_enqueue_sets_the_fields_the_store_owns"],
+    IgnoresDelay: ["test_enqueue_with_delay_makes_the_task_due_at_created_at_plus_delay"],
+    ValidationErrorsNameNoField: [
+        "test_enqueue_with_an_invalid_task_raises_validation_error_and_stores_nothing[empty-id]"
+    ],
+    UnknownTasksLookStale: ["test_mutations_of_an_unknown_id_raise_not_found"],
+    BatchStoresTheValidTasksBeforeTheInvalidOne: [
+        "test_enqueue_batch_with_an_invalid_task_admits_none"
     ],
 }
 """Each broken store and the kit tests that must fail against it."""
