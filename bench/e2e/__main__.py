@@ -31,7 +31,7 @@ from typing import IO, Any, TextIO
 from bench.e2e import cluster
 from bench.e2e.harness import PROFILING, measure_drain, measure_enqueue, measure_latency
 from bench.e2e.report import Results, emit, percentile
-from bench.e2e.systems import SYSTEMS, BenchSystem, load
+from bench.e2e.systems import DEFAULT_SYSTEMS, SYSTEMS, BenchSystem, load
 
 _DISTRIBUTIONS = ["rdq-core", "rdq-postgres", "pgqueuer", "procrastinate", "asyncpg", "psycopg"]
 
@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--systems",
         type=_csv(str, SYSTEMS),
-        default=list(SYSTEMS),
+        default=list(DEFAULT_SYSTEMS),
         help="comma-separated, from: " + ", ".join(SYSTEMS),
     )
     parser.add_argument(

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 __all__ = [
+    "DEFAULT_SYSTEMS",
     "QUEUE",
     "SYSTEMS",
     "TASK",
@@ -36,7 +37,10 @@ SYSTEMS = {
     "rdq": "bench.e2e.rdq_runner",
     "pgqueuer": "bench.e2e.pgqueuer_runner",
     "procrastinate": "bench.e2e.procrastinate_runner",
+    "rdq_proto": "bench.e2e.rdq_proto_runner",
 }
+"""``rdq_proto`` is an experiment (rdq with a prototype ``complete_many``), never a default."""
+DEFAULT_SYSTEMS = ["rdq", "pgqueuer", "procrastinate"]
 
 OnStart = Callable[[dict[str, Any]], None]
 """Called by the no-op handler with the task's payload the moment the handler starts."""
