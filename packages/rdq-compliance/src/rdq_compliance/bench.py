@@ -22,31 +22,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
 import json
+import math
 import os
 import platform
-import resource
 import secrets
 import statistics
 import sys
-import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rdq import open_storage
-from rdq.spi import Attempt, Envelope, Outcome, Storage
+from rdq.spi import Envelope, Storage
+from rdq_compliance.bench_workloads import POOL, Spec, pool_queue, run_parts, task
 
 __all__ = ["Result", "main", "run_benchmark"]
-
-POOL = 256
-LONG_LEASE = timedelta(hours=1)
-SHORT_LEASE = timedelta(milliseconds=1)
-RETIRE_AFTER = 8
 
 
 @dataclass
@@ -63,6 +57,7 @@ class Result:
     double_claims: int = 0
     empty_claims: int = 0
     client_cpu: float = 0.0
+    processes: int = 1
     ceiling: float | None = None
     fraction: float | None = None
 
@@ -85,246 +80,64 @@ class Result:
         return data
 
 
-class _Window:
-    """Counts only what completes between ``start`` and ``end`` (after the warm-up)."""
-
-    def __init__(self, warmup: float, seconds: float) -> None:
-        now = time.perf_counter()
-        self.start = now + warmup
-        self.end = self.start + seconds
-        self.cpu_start = 0.0
-
-    def running(self) -> bool:
-        return time.perf_counter() < self.end
-
-    def counts(self, at: float) -> bool:
-        return self.start <= at < self.end
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-async def _measure(
-    result: Result,
-    workers: Sequence[Callable[[_Window, Result], Awaitable[None]]],
-    warmup: float,
-    seconds: float,
-) -> Result:
-    window = _Window(warmup, seconds)
-    cpu_at_start: list[float] = []
-
-    async def cpu_probe() -> None:
-        await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
-        cpu_at_start.append(_cpu())
-
-    probe = asyncio.create_task(cpu_probe())
-    await asyncio.gather(*(worker(window, result) for worker in workers))
-    await probe
-    result.seconds = seconds
-    result.client_cpu = (_cpu() - cpu_at_start[0]) / seconds if cpu_at_start else 0.0
-    return result
-
-
-def _task(queue: str, n: int) -> Envelope:
-    return Envelope(
-        id=f"{queue}-{n}-{secrets.token_hex(4)}",
-        queue=queue,
-        handler_ref="bench:noop",
-        payload={"n": n, "body": "x" * 64},
-    )
-
-
-async def bench_enqueue(
-    storage: Storage, producers: int, batch: int, warmup: float, seconds: float
-) -> Result:
-    queue = f"bench-enq-{secrets.token_hex(3)}"
-    workload = "enqueue" if batch == 1 else "enqueue_batch"
-    result = Result(workload, batch, producers)
-
-    async def producer(window: _Window, out: Result) -> None:
-        n = 0
-        while window.running():
-            started = time.perf_counter()
-            if batch == 1:
-                await storage.enqueue(_task(queue, n))
-            else:
-                await storage.enqueue_batch([_task(queue, n + i) for i in range(batch)])
-            done = time.perf_counter()
-            n += batch
-            if window.counts(done):
-                out.ops += 1
-                out.items += batch
-                out.latencies_ms.append((done - started) * 1000)
-
-    return await _measure(result, [producer] * producers, warmup, seconds)
-
-
-class _Refiller:
-    """Keeps the queue's pool at ``POOL`` due tasks, off the claimants' clock: ``claimed(n)``
-    says n tasks left the pool for good; as many are enqueued. Up to four refills run at once,
-    so the pool keeps up with many claimants."""
-
-    def __init__(self, storage: Storage, queue: str) -> None:
-        self.storage = storage
-        self.queue = queue
-        self.owed = 0
-        self.wanted = asyncio.Event()
-        self.refilled = asyncio.Event()
-        self.n = 0
-
-    async def fill(self, count: int) -> None:
-        for start in range(0, count, 500):
-            size = min(500, count - start)
-            self.n += size
-            await self.storage.enqueue_batch(
-                [_task(self.queue, self.n - size + i) for i in range(size)]
-            )
-
-    def claimed(self, count: int) -> None:
-        self.owed += count
-        self.wanted.set()
-
-    async def _refill(self, owed: int) -> None:
-        await self.fill(owed)
-        self.refilled.set()
-
-    async def run(self, window: _Window) -> None:
-        running: set[asyncio.Task[None]] = set()
-        while window.running():
-            try:
-                await asyncio.wait_for(self.wanted.wait(), 0.05)
-            except TimeoutError:
-                continue
-            self.wanted.clear()
-            if len(running) >= 4:
-                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            owed, self.owed = self.owed, 0
-            task = asyncio.create_task(self._refill(owed))
-            running.add(task)
-            task.add_done_callback(running.discard)
-        await asyncio.gather(*running)
-
-
-class _RotatingPool:
-    """256 due tasks that stay due: claimed with a 1 ms lease, so each claim of a task after
-    the first reclaims a lapsed lease (and appends its LEASE_EXPIRED record). After about
-    ``RETIRE_AFTER`` claims per task a fresh pool is enqueued on a new queue (one batch, off
-    the clock) and claimants move to it, which bounds the growth of the record lists."""
-
-    def __init__(self, storage: Storage) -> None:
-        self.storage = storage
-        self.queue = ""
-        self.claims = 0
-        self.swap: asyncio.Task[None] | None = None
-
-    async def _new_queue(self) -> str:
-        queue = f"bench-claim-{secrets.token_hex(4)}"
-        await self.storage.enqueue_batch([_task(queue, n) for n in range(POOL)])
-        return queue
-
-    async def start(self) -> None:
-        self.queue = await self._new_queue()
-
-    def claimed(self, count: int) -> None:
-        self.claims += count
-        if self.claims >= POOL * RETIRE_AFTER and (self.swap is None or self.swap.done()):
-            self.swap = asyncio.create_task(self._rotate())
-
-    async def _rotate(self) -> None:
-        self.queue = await self._new_queue()
-        self.claims = 0
-
-    async def aclose(self) -> None:
-        if self.swap is not None:
-            await self.swap
-
-
-def _overlaps(leases: dict[str, list[tuple[datetime, datetime]]]) -> int:
-    """Claims that began while another claimant's lease on the same task was still valid."""
+def _overlaps(leases: list[tuple[str, int, int]]) -> int:
+    """Claims that began while another claimant's lease on the same task was still valid
+    (``(task id, start, end)`` in microseconds of the storage clock)."""
+    by_task: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for task_id, start, end in leases:
+        by_task[task_id].append((start, end))
     count = 0
-    for intervals in leases.values():
+    for intervals in by_task.values():
         intervals.sort()
         count += sum(1 for a, b in itertools.pairwise(intervals) if b[0] < a[1])
     return count
 
 
-async def bench_claim_due(
-    storage: Storage, claimants: int, limit: int, warmup: float, seconds: float
+async def _prefill(storage: Storage, tasks: list[Envelope]) -> None:
+    for start in range(0, len(tasks), 500):
+        await storage.enqueue_batch(tasks[start : start + 500])
+
+
+async def bench(
+    storage: Storage,
+    store_url: str,
+    workload: str,
+    clients: int,
+    limit: int,
+    *,
+    warmup: float,
+    seconds: float,
+    processes: int,
 ) -> Result:
-    """``claim_due`` alone over a resident pool of 256 due tasks.
-
-    Like the pgbench ceiling, claimed tasks stay in the pool: they are claimed with a 1 ms
-    lease, so the next claim of a task is a reclaim of a lapsed lease (the heavier path,
-    which appends a LEASE_EXPIRED record); see :class:`_RotatingPool`. Double
-    claims are checked on the storage clock: no claim of a task may start before the previous
-    lease on it ended."""
-    pool = _RotatingPool(storage)
-    await pool.start()
-    result = Result("claim_due", limit, claimants)
-    leases: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
-
-    async def claimant(window: _Window, out: Result) -> None:
-        while window.running():
-            started = time.perf_counter()
-            claimed = await storage.claim_due(pool.queue, limit, SHORT_LEASE)
-            done = time.perf_counter()
-            for claim in claimed:
-                end = claim.task.lease_expires_at
-                assert end is not None
-                leases[claim.task.id].append((end - SHORT_LEASE, end))
-            pool.claimed(len(claimed))
-            if not claimed:
-                out.empty_claims += 1
-                await asyncio.sleep(0.001)
-            if window.counts(done):
-                out.ops += 1
-                out.items += len(claimed)
-                out.latencies_ms.append((done - started) * 1000)
-
-    await _measure(result, [claimant] * claimants, warmup, seconds)
-    await pool.aclose()
-    result.double_claims = _overlaps(leases)
+    """Run one workload (``enqueue``, ``claim_due`` or ``cycles``; see
+    :mod:`rdq_compliance.bench_workloads`) with ``clients`` concurrent clients."""
+    queue = f"bench-{workload.replace('_', '')}-{secrets.token_hex(3)}"
+    spec = Spec(workload, store_url, clients, limit, warmup, seconds, queue)
+    if workload == "claim_due":
+        epochs = math.ceil((warmup + seconds + 2) / spec.period) + 1
+        await _prefill(
+            storage,
+            [task(pool_queue(queue, e), n) for e in range(epochs) for n in range(POOL)],
+        )
+    elif workload == "cycles":
+        await _prefill(storage, [task(queue, n) for n in range(POOL)])
+    parts = await asyncio.to_thread(run_parts, spec, processes)
+    name = {"cycles": "claim+complete"}.get(workload, workload)
+    if workload == "enqueue" and limit > 1:
+        name = "enqueue_batch"
+    result = Result(name, limit, clients, seconds=seconds, processes=min(processes, clients))
+    for part in parts:
+        result.ops += part.ops
+        result.items += part.items
+        result.empty_claims += part.empty
+        result.latencies_ms.extend(part.latencies_ms)
+        result.client_cpu += part.cpu / seconds
+    if workload == "claim_due":
+        result.double_claims = _overlaps([lease for part in parts for lease in part.leases])
+    elif workload == "cycles":
+        ids = [task_id for part in parts for task_id in part.claimed_ids]
+        result.double_claims = len(ids) - len(set(ids))
     return result
-
-
-async def bench_cycles(storage: Storage, claimants: int, warmup: float, seconds: float) -> Result:
-    """Claim one task (long lease), complete it, repeat; the pool is refilled off the clock.
-    Every task is completed once, so a task handed out twice is a double claim."""
-    queue = f"bench-cycle-{secrets.token_hex(3)}"
-    refiller = _Refiller(storage, queue)
-    await refiller.fill(POOL)
-    result = Result("claim+complete", 1, claimants)
-    seen: set[str] = set()
-    attempt = Attempt(number=1, outcome=Outcome.SUCCEEDED, finished_at=datetime.now(UTC))
-
-    async def claimant(window: _Window, out: Result) -> None:
-        while window.running():
-            started = time.perf_counter()
-            claimed = await storage.claim_due(queue, 1, LONG_LEASE)
-            for claim in claimed:
-                await storage.complete(claim.task.id, claim.token, attempt)
-            done = time.perf_counter()
-            for claim in claimed:
-                if claim.task.id in seen:
-                    out.double_claims += 1
-                seen.add(claim.task.id)
-            refiller.claimed(len(claimed))
-            if not claimed:
-                out.empty_claims += 1
-                refiller.refilled.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(refiller.refilled.wait(), 0.05)
-            if window.counts(done):
-                out.ops += 1
-                out.items += len(claimed)
-                out.latencies_ms.append((done - started) * 1000)
-
-    async def refill(window: _Window, out: Result) -> None:
-        await refiller.run(window)
-
-    return await _measure(result, [claimant] * claimants + [refill], warmup, seconds)
 
 
 def _with_query(url: str, **params: str) -> str:
@@ -348,30 +161,37 @@ async def run_benchmark(
     producers: int = 4,
     warmup: float = 1.0,
     seconds: float = 5.0,
+    processes: int | None = None,
 ) -> list[Result]:
-    """Run every SPI workload against the store at ``url``; return the results."""
+    """Run every SPI workload against the store at ``url``; return the results. Clients are
+    spread over ``processes`` client processes (default: the number of CPUs)."""
+    processes = processes or os.cpu_count() or 1
     results: list[Result] = []
     pool_max = max([*claimants, *cycles, producers]) + 2
     store_url = url
     schema = None
     if _is_postgres(url):
         schema = f"rdq_bench_{secrets.token_hex(3)}"
-        store_url = _with_query(url, schema=schema, pool_min="4", pool_max=str(pool_max))
+        store_url = _with_query(url, schema=schema, pool_min="1", pool_max=str(pool_max))
     async with open_storage(store_url) as storage:
         await storage.migrate()
         try:
-            results.append(await bench_enqueue(storage, producers, 1, warmup, seconds))
-            _report_progress(results[-1])
+            plan = [("enqueue", producers, 1)]
             if storage.capabilities().batch_enqueue:
-                results.append(await bench_enqueue(storage, producers, 100, warmup, seconds))
-                _report_progress(results[-1])
-            for limit in limits:
-                for count in claimants:
-                    result = await bench_claim_due(storage, count, limit, warmup, seconds)
-                    results.append(result)
-                    _report_progress(result)
-            for count in cycles:
-                result = await bench_cycles(storage, count, warmup, seconds)
+                plan.append(("enqueue", producers, 100))
+            plan += [("claim_due", count, limit) for limit in limits for count in claimants]
+            plan += [("cycles", count, 1) for count in cycles]
+            for workload, clients, limit in plan:
+                result = await bench(
+                    storage,
+                    store_url,
+                    workload,
+                    clients,
+                    limit,
+                    warmup=warmup,
+                    seconds=seconds,
+                    processes=processes,
+                )
                 results.append(result)
                 _report_progress(result)
         finally:
@@ -397,7 +217,7 @@ def _report_progress(result: Result) -> None:
         f"  {result.workload:<15} limit={result.limit:<3} x{result.concurrency:<3}"
         f" {result.rate:>9,.0f}/s  p50 {result.percentile(50):6.2f} ms"
         f"  p99 {result.percentile(99):6.2f} ms  double claims {result.double_claims}"
-        f"  client CPU {result.client_cpu:4.0%}",
+        f"  client CPU {result.client_cpu:4.0%} in {result.processes} process(es)",
         file=sys.stderr,
         flush=True,
     )
@@ -450,6 +270,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--limits", type=_ints, default=[1, 10])
     parser.add_argument("--cycles", type=_ints, default=[1, 4, 16], help="claim+complete")
     parser.add_argument("--producers", type=int, default=4)
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="client processes the clients are spread over (default: number of CPUs)",
+    )
     parser.add_argument("--no-pgbench", action="store_true", help="skip the pgbench ceiling")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument(
@@ -478,6 +304,7 @@ def _one_round(args: argparse.Namespace) -> list[Result]:
             producers=args.producers,
             warmup=args.warmup,
             seconds=args.seconds,
+            processes=args.processes,
         )
     )
     if _is_postgres(args.url) and not args.no_pgbench:
