@@ -16,10 +16,11 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from rdq.errors import StaleClaim, StaleCursor, ValidationError
+from rdq.errors import NotFound, StaleClaim, StaleCursor, ValidationError
 from rdq.spi import (
     Attempt,
     Claimed,
+    Completion,
     DLQCursor,
     DLQFilter,
     Envelope,
@@ -75,6 +76,18 @@ class IgnoresTokensOnComplete(_Broken):
 class IgnoresTokensOnDeadLetter(_Broken):
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         await super().dead_letter(task_id, self.current_token(task_id, token), attempt)
+
+
+class IgnoresTokensInCompleteMany(_Broken):
+    async def complete_many(
+        self, completions: Sequence[Completion]
+    ) -> list[StaleClaim | NotFound | None]:
+        return await super().complete_many(
+            [
+                Completion(c.task_id, self.current_token(c.task_id, c.token), c.attempt)
+                for c in completions
+            ]
+        )
 
 
 # --- claiming ------------------------------------------------------------------------------
@@ -634,6 +647,10 @@ BROKEN_STORES: dict[type[MemoryStorage], list[str]] = {
     IgnoresTokensOnReschedule: ["test_fencing_stale_token_on_reschedule_changes_nothing"],
     IgnoresTokensOnComplete: ["test_fencing_stale_token_on_complete_changes_nothing", STATEFUL],
     IgnoresTokensOnDeadLetter: ["test_fencing_stale_token_on_dead_letter_changes_nothing"],
+    IgnoresTokensInCompleteMany: [
+        "test_complete_many_fences_each_item_on_its_own_token",
+        "test_complete_many_with_a_reclaimed_token_is_stale_and_the_new_holder_keeps_it",
+    ],
     HandsOutLeasedTasksAgain: [
         "test_no_double_claim_under_concurrent_claimants",
         "test_no_overlapping_leases_when_expired_leases_are_reclaimed",

@@ -14,6 +14,10 @@ import pytest
 from rdq_compliance.servers import ServerUnavailable, in_ci
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: long-running tests (chaos, restarts)")
+
+
 def _serve(kind: str) -> Iterator[str]:
     try:
         module = importlib.import_module(f"rdq_compliance.servers.{kind}")

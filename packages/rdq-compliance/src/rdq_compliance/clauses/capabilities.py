@@ -1,4 +1,5 @@
-"""Optional capabilities: ``wait_due`` (notify) and ``enqueue_batch`` (batch_enqueue).
+"""Optional capabilities: ``wait_due`` (notify), ``enqueue_batch`` (batch_enqueue) and
+``complete_many`` (batch_complete).
 
 Each test skips, naming the capability, when the store does not advertise it."""
 
@@ -8,14 +9,18 @@ import asyncio
 
 import pytest
 
-from rdq.errors import IDConflict, NotFound, ValidationError
-from rdq.spi import Capabilities, Storage
+from rdq.errors import IDConflict, NotFound, StaleClaim, ValidationError
+from rdq.spi import Capabilities, Completion, Outcome, Status, Storage
 from rdq_compliance._fixtures import require_capability
 from rdq_compliance._support import (
     FAR_FUTURE,
     LONG_LEASE,
     PATIENCE,
+    SHORT_LEASE,
+    attempt,
+    claim_one,
     new_task,
+    reclaim_after_expiry,
     snapshot,
 )
 
@@ -27,7 +32,7 @@ class CapabilityClauses:
 
     def test_capabilities_are_reported(self, capabilities: Capabilities) -> None:
         assert isinstance(capabilities, Capabilities)
-        for name in ("notify", "filter_pushdown", "batch_enqueue"):
+        for name in ("notify", "filter_pushdown", "batch_enqueue", "batch_complete"):
             assert isinstance(getattr(capabilities, name), bool)
 
     @pytest.mark.asyncio
@@ -119,3 +124,81 @@ class CapabilityClauses:
             await storage.enqueue_batch([*fresh, broken])
         assert caught.value.field == "handler_ref"
         assert (await storage.stats(queue)).pending == 0
+
+    @pytest.mark.asyncio
+    async def test_complete_many_completes_every_claim_with_its_attempt(
+        self, storage: Storage, queue: str, capabilities: Capabilities
+    ) -> None:
+        require_capability(capabilities, "batch_complete")
+        tasks = [new_task(queue) for _ in range(4)]
+        for task in tasks:
+            await storage.enqueue(task)
+        claims = await storage.claim_due(queue, 10, LONG_LEASE)
+        assert len(claims) == 4
+        done = [
+            Completion(c.task.id, c.token, attempt(1, Outcome.SUCCEEDED, worker_id=f"w{i}"))
+            for i, c in enumerate(claims)
+        ]
+        assert await storage.complete_many(done) == [None] * 4
+        for item in done:
+            stored = await storage.get(item.task_id)
+            assert stored.status == Status.SUCCEEDED
+            assert stored.attempt_count == 1
+            assert stored.completed_at is not None
+            assert stored.lease_expires_at is None
+            assert stored.attempts == [item.attempt]
+
+    @pytest.mark.asyncio
+    async def test_complete_many_fences_each_item_on_its_own_token(
+        self, storage: Storage, queue: str, capabilities: Capabilities
+    ) -> None:
+        require_capability(capabilities, "batch_complete")
+        for _ in range(2):
+            await storage.enqueue(new_task(queue))
+        fresh, stale = await storage.claim_due(queue, 2, LONG_LEASE)
+        before = snapshot(await storage.get(stale.task.id))
+        ok = attempt(1, Outcome.SUCCEEDED)
+        results = await storage.complete_many(
+            [
+                Completion(fresh.task.id, fresh.token, ok),
+                Completion(stale.task.id, stale.token + "-not-current", ok),
+                Completion(f"{queue}-never-enqueued", fresh.token, ok),
+            ]
+        )
+        assert len(results) == 3
+        assert results[0] is None
+        assert isinstance(results[1], StaleClaim)
+        assert isinstance(results[2], NotFound)
+        assert (await storage.get(fresh.task.id)).status == Status.SUCCEEDED
+        assert snapshot(await storage.get(stale.task.id)) == before, "a stale item changes nothing"
+
+    @pytest.mark.asyncio
+    async def test_complete_many_with_a_reclaimed_token_is_stale_and_the_new_holder_keeps_it(
+        self, storage: Storage, queue: str, capabilities: Capabilities
+    ) -> None:
+        require_capability(capabilities, "batch_complete")
+        await storage.enqueue(new_task(queue))
+        lost = await claim_one(storage, queue, SHORT_LEASE)
+        holder = await reclaim_after_expiry(storage, queue)
+        [result] = await storage.complete_many(
+            [Completion(lost.task.id, lost.token, attempt(1, Outcome.SUCCEEDED))]
+        )
+        assert isinstance(result, StaleClaim)
+        assert (await storage.get(holder.task.id)).status == Status.IN_FLIGHT
+        ok = attempt(2, Outcome.SUCCEEDED)
+        assert await storage.complete_many([Completion(holder.task.id, holder.token, ok)]) == [None]
+
+    @pytest.mark.asyncio
+    async def test_complete_many_with_invalid_input_changes_nothing(
+        self, storage: Storage, queue: str, capabilities: Capabilities
+    ) -> None:
+        require_capability(capabilities, "batch_complete")
+        await storage.enqueue(new_task(queue))
+        claimed = await claim_one(storage, queue)
+        before = snapshot(await storage.get(claimed.task.id))
+        ok = attempt(1, Outcome.SUCCEEDED)
+        with pytest.raises(ValidationError):
+            await storage.complete_many(
+                [Completion(claimed.task.id, claimed.token, ok), Completion("", "t", ok)]
+            )
+        assert snapshot(await storage.get(claimed.task.id)) == before

@@ -96,6 +96,10 @@ class Storage(Protocol):
         IN_FLIGHT task, ``NotFound`` if the task does not exist."""
 
     # --- resolution (fenced) ---------------------------------------------------------------
+    #
+    # A token stays current until the task is claimed again or resolved: a lease that lapsed
+    # but was not yet reclaimed can still be extended or resolved by its holder. Once another
+    # claimant reclaims the task, the old token is stale for good.
 
     async def reschedule(
         self, task_id: str, token: str, attempt: Attempt, next_at: datetime
