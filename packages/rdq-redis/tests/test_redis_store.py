@@ -20,8 +20,18 @@ from redis.exceptions import NoScriptError
 import rdq_redis._store as store_module
 import rdq_redis._wake as wake_module
 from rdq import open_storage
-from rdq.errors import ConfigError, IDConflict, NotFound, StorageError
-from rdq.spi import Attempt, DLQFilter, Envelope, Outcome, Page, Selector, Status, Storage
+from rdq.errors import ConfigError, IDConflict, NotFound, StaleClaim, StorageError
+from rdq.spi import (
+    Attempt,
+    Completion,
+    DLQFilter,
+    Envelope,
+    Outcome,
+    Page,
+    Selector,
+    Status,
+    Storage,
+)
 from rdq_redis._codec import to_us
 from rdq_redis._scripts import SCRIPT_NAMES
 
@@ -450,3 +460,28 @@ async def test_wait_due_keeps_a_bounded_number_of_subscriptions(
             assert await store.wait_due(queue, 0.01) is False
         listeners = store._waiters._listeners  # type: ignore[attr-defined]
         assert sorted(listeners) == sorted(queues[:2])
+
+
+@pytest.mark.asyncio
+async def test_complete_many_across_queues_reports_each_item_in_order(storage: Storage) -> None:
+    q1, q2 = new_queue(), new_queue()
+    await storage.enqueue_batch([new_task(q1), new_task(q2), new_task(q2)])
+    (a,) = await storage.claim_due(q1, 5, LEASE)
+    b, c = await storage.claim_due(q2, 5, LEASE)
+    ok = Attempt(number=1, outcome=Outcome.SUCCEEDED)
+    results = await storage.complete_many(
+        [
+            Completion(a.task.id, a.token, ok),
+            Completion(b.task.id, b.token, ok),
+            Completion(b.task.id, b.token, ok),  # the same claim twice: completed once
+            Completion(c.task.id, "not-a-token-of-this-store", ok),
+            Completion("t-never-enqueued", "q/made-up", ok),
+        ]
+    )
+    assert results[:2] == [None, None]
+    assert isinstance(results[2], StaleClaim)
+    assert isinstance(results[3], StaleClaim)
+    assert isinstance(results[4], NotFound)
+    assert (await storage.get(b.task.id)).attempts == [ok]
+    assert (await storage.get(c.task.id)).status is Status.IN_FLIGHT
+    assert [(await storage.stats(q)).succeeded for q in (q1, q2)] == [1, 1]

@@ -19,6 +19,7 @@ SCRIPT_NAMES = (
     "claim_due",
     "extend_lease",
     "resolve",
+    "complete_many",
     "dlq_page",
     "redrive",
     "purge",
@@ -45,6 +46,7 @@ class Scripts:
         self.claim_due = self.by_name["claim_due"]
         self.extend_lease = self.by_name["extend_lease"]
         self.resolve = self.by_name["resolve"]
+        self.complete_many = self.by_name["complete_many"]
         self.dlq_page = self.by_name["dlq_page"]
         self.redrive = self.by_name["redrive"]
         self.purge = self.by_name["purge"]

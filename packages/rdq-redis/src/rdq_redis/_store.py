@@ -14,6 +14,7 @@ from rdq.spi import (
     Attempt,
     Capabilities,
     Claimed,
+    Completion,
     DLQCursor,
     DLQFilter,
     Envelope,
@@ -115,7 +116,9 @@ class RedisStorage(StorageBase):
         return self._connection.client
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(notify=True, filter_pushdown=True, batch_enqueue=True)
+        return Capabilities(
+            notify=True, filter_pushdown=True, batch_enqueue=True, batch_complete=True
+        )
 
     @property
     def _indexed(self) -> str:
@@ -261,14 +264,57 @@ class RedisStorage(StorageBase):
         )
         await self._check_fenced(reply, task_id)
 
+    async def complete_many(
+        self, completions: Sequence[Completion]
+    ) -> list[StaleClaim | NotFound | None]:
+        """``complete`` for many claims in one script call (one per queue on Redis Cluster),
+        each fenced on its own token; a lost claim's error is returned in its place."""
+        for item in completions:  # validate every item before changing anything
+            if not isinstance(item, Completion):
+                raise ValidationError("must be rdq.spi.Completion items", field="completions")
+            limits.check_task_id(item.task_id)
+            limits.check_token(item.token)
+            if not isinstance(item.attempt, Attempt):
+                raise ValidationError("must be an rdq.spi.Attempt", field="attempt")
+        scripts = self._ready()
+        results: list[StaleClaim | NotFound | None] = [None] * len(completions)
+        groups: dict[str, list[tuple[int, QueueKeys]]] = {}
+        unheld: list[int] = []
+        for i, item in enumerate(completions):
+            queue = _token_queue(item.token)
+            if queue is None:
+                unheld.append(i)
+            else:  # one call for everything on one server; per queue (slot) on Cluster
+                groups.setdefault(queue if self._cluster else "", []).append((i, self._keys(queue)))
+        for group in groups.values():
+            keys: list[str] = []
+            args: list[Any] = [len(group)]
+            for i, qk in group:
+                item = completions[i]
+                keys += [qk.inflight, qk.succeeded]
+                args += [
+                    qk.base,
+                    item.task_id,
+                    item.token,
+                    attempt_json(item.attempt),
+                    item.attempt.error_type or "",
+                ]
+            reply = await self._run(scripts.complete_many, keys, args)
+            for (i, _), outcome in zip(group, reply, strict=True):
+                if outcome == b"STALE":
+                    results[i] = StaleClaim(completions[i].task_id)
+                elif outcome == b"NOTFOUND":
+                    unheld.append(i)
+        for i in unheld:
+            results[i] = await self._not_held(completions[i].task_id)
+        return results
+
     async def _claim_keys(self, task_id: str, token: str) -> QueueKeys:
         """The keys of the queue a claim token names (a foreign token names any queue: the
         script then finds no such task there and the index decides)."""
-        queue, _, _ = token.rpartition("/")
-        try:
-            limits.check_queue(queue)
-        except ValidationError:
-            raise await self._not_held(task_id) from None
+        queue = _token_queue(token)
+        if queue is None:
+            raise await self._not_held(task_id)
         return self._keys(queue)
 
     async def _check_fenced(self, reply: Any, task_id: str) -> None:
@@ -278,7 +324,7 @@ class RedisStorage(StorageBase):
             raise StaleClaim(task_id)
         raise await self._not_held(task_id)
 
-    async def _not_held(self, task_id: str) -> StorageError:
+    async def _not_held(self, task_id: str) -> StaleClaim | NotFound:
         """The error for a token that does not hold ``task_id``: ``NotFound`` if no such
         task exists, else ``StaleClaim``."""
         if await self._queue_of(task_id) is None:
@@ -418,6 +464,15 @@ class RedisStorage(StorageBase):
         self._ready()
         assert self._waiters is not None
         return await self._waiters.wait(self._keys(queue), float(timeout))
+
+
+def _token_queue(token: str) -> str | None:
+    """The queue a claim token of this store names (``<queue>/<random>``), or None."""
+    queue, _, _ = token.rpartition("/")
+    try:
+        return limits.check_queue(queue)
+    except ValidationError:
+        return None
 
 
 def _enqueue_args(task: Envelope, qk: QueueKeys, delay_us: int) -> list[Any]:

@@ -38,6 +38,28 @@ local function append_attempt(key, attempt_json, error_type)
   end
 end
 
+-- Fencing: 'OK' if `token` holds the task's lease, 'STALE' if it does not, 'NOTFOUND' if the
+-- task is not in this queue.
+local function check_claim(key, token)
+  local f = redis.call('HMGET', key, 'status', 'token')
+  if not f[1] then
+    return 'NOTFOUND'
+  end
+  if f[1] ~= 'IN_FLIGHT' or f[2] ~= token then
+    return 'STALE'
+  end
+  return 'OK'
+end
+
+-- What every resolution of a held claim does: append the attempt, count it, drop the lease.
+-- The caller then sets the new status and puts the task in its new set.
+local function finish_claim(key, inflight_key, id, attempt_json, error_type)
+  append_attempt(key, attempt_json, error_type)
+  redis.call('HINCRBY', key, 'attempt_count', 1)
+  redis.call('HDEL', key, 'token', 'lease_expires_at', 'claimed_at')
+  redis.call('ZREM', inflight_key, id)
+end
+
 -- Byte-wise a < b, the order Redis gives members of equal score. (Lua's own string '<' goes
 -- through strcoll and so depends on the server's locale.)
 local function bytes_less(a, b)

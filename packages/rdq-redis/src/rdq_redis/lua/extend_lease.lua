@@ -2,12 +2,9 @@
 -- KEYS[1] in-flight set. ARGV: key base, id, token, lease_us.
 -- Returns {'OK', new_expiry_us}, {'STALE'} or {'NOTFOUND'} (not in this queue).
 local key = task_key(ARGV[1], ARGV[2])
-local f = redis.call('HMGET', key, 'status', 'token')
-if not f[1] then
-  return {'NOTFOUND'}
-end
-if f[1] ~= 'IN_FLIGHT' or f[2] ~= ARGV[3] then
-  return {'STALE'}
+local held = check_claim(key, ARGV[3])
+if held ~= 'OK' then
+  return {held}
 end
 local expires = fmt(now_us() + tonumber(ARGV[4]))
 redis.call('HSET', key, 'lease_expires_at', expires)

@@ -7,19 +7,13 @@
 -- Returns {'OK'}, {'STALE'} or {'NOTFOUND'} (not in this queue).
 local id = ARGV[2]
 local key = task_key(ARGV[1], id)
-local f = redis.call('HMGET', key, 'status', 'token')
-if not f[1] then
-  return {'NOTFOUND'}
-end
-if f[1] ~= 'IN_FLIGHT' or f[2] ~= ARGV[3] then
-  return {'STALE'}
+local held = check_claim(key, ARGV[3])
+if held ~= 'OK' then
+  return {held}
 end
 local nows = fmt(now_us())
 local status = ARGV[4]
-append_attempt(key, ARGV[5], ARGV[6])
-redis.call('HINCRBY', key, 'attempt_count', 1)
-redis.call('HDEL', key, 'token', 'lease_expires_at', 'claimed_at')
-redis.call('ZREM', KEYS[2], id)
+finish_claim(key, KEYS[2], id, ARGV[5], ARGV[6])
 redis.call('HSET', key, 'status', status)
 if status == 'PENDING' then
   redis.call('HSET', key, 'next_attempt_at', ARGV[7])
