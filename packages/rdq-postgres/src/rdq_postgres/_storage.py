@@ -19,6 +19,7 @@ from rdq.spi import (
     Attempt,
     Capabilities,
     Claimed,
+    Completion,
     DLQCursor,
     DLQFilter,
     Envelope,
@@ -163,7 +164,12 @@ class PostgresStorage(StorageBase):
             self._announcer.announce(queues)
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(notify=self.options.notify, filter_pushdown=True, batch_enqueue=True)
+        return Capabilities(
+            notify=self.options.notify,
+            filter_pushdown=True,
+            batch_enqueue=True,
+            batch_complete=True,
+        )
 
     # --- admission -------------------------------------------------------------------------
 
@@ -171,13 +177,13 @@ class PostgresStorage(StorageBase):
         limits.check_task(task)
         _check_delay(delay)
         args = enqueue_args(task)
-        row = await self._fetchrow(self._sql.enqueue, *args[:10], delay or _ZERO, *args[10:])
-        if row["stored"]:
+        if await self._fetch(self._sql.enqueue, *args[:10], delay or _ZERO, *args[10:]):
             self._announce(task.queue)
             return True
-        existing = row["existing_queue"]
-        if existing is not None and existing != task.queue:
-            raise IDConflict(task.id, existing)
+        # The id is taken (the rare path: a second round trip to say by which queue).
+        rows = await self._fetch(self._sql.existing_queue, task.id)
+        if rows and rows[0]["queue"] != task.queue:
+            raise IDConflict(task.id, rows[0]["queue"])
         return False
 
     async def enqueue_batch(
@@ -254,6 +260,39 @@ class PostgresStorage(StorageBase):
         self._check_resolution(task_id, token, attempt)
         row = await self._fetchrow(self._sql.complete, task_id, token, *attempt_args(attempt))
         self._fenced(task_id, row)
+
+    async def complete_many(
+        self, completions: Sequence[Completion]
+    ) -> list[StaleClaim | NotFound | None]:
+        """``complete`` for many claims in one statement, each fenced on its own token.
+
+        An id given twice is applied at most once: its later items report ``StaleClaim``."""
+        for item in completions:  # validate every item before changing anything
+            if not isinstance(item, Completion):
+                raise ValidationError("must be rdq.spi.Completion items", field="completions")
+            self._check_resolution(item.task_id, item.token, item.attempt)
+        first = {item.task_id: item for item in reversed(completions)}
+        if not first:
+            return []
+        items = list(first.values())
+        encoded = [attempt_args(item.attempt) for item in items]
+        row = await self._fetchrow(
+            self._sql.complete_many,
+            [item.task_id for item in items],
+            [item.token for item in items],
+            [json for json, _ in encoded],
+            [error_type for _, error_type in encoded],
+        )
+        done, found = set(row["done"] or ()), set(row["found"] or ())
+        results: list[StaleClaim | NotFound | None] = []
+        for item in completions:
+            if item.task_id in done and first.get(item.task_id) is item:
+                results.append(None)
+            elif item.task_id in found:
+                results.append(StaleClaim(item.task_id))
+            else:
+                results.append(NotFound(item.task_id))
+        return results
 
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         self._check_resolution(task_id, token, attempt)

@@ -1,16 +1,13 @@
--- Admit one task; stored = 1 if inserted, else existing_queue names the queue that holds the id.
-WITH ins AS (
-    INSERT INTO {schema}.task (
-        id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
-        attempts, error_type, created_at, next_attempt_at, retry, format_version, extra
-    )
-    VALUES (
-        $1, $2, $3, $4::json, $5::json, 'PENDING', $6, $7,
-        $8::json, $9, now(), COALESCE($10::timestamptz, now() + $11::interval), $12::json, $13,
-        $14::json
-    )
-    ON CONFLICT (id) DO NOTHING
-    RETURNING queue
+-- Admit one task: a row back if it was inserted, none if the id exists (then
+-- existing_queue.sql tells whether in the same queue or another).
+INSERT INTO {schema}.task (
+    id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
+    attempts, error_type, created_at, next_attempt_at, retry, format_version, extra
 )
-SELECT (SELECT count(*) FROM ins) AS stored,
-       (SELECT queue FROM {schema}.task WHERE id = $1) AS existing_queue
+VALUES (
+    $1, $2, $3, $4::json, $5::json, 'PENDING', $6, $7,
+    $8::json, $9, now(), COALESCE($10::timestamptz, now() + $11::interval), $12::json, $13,
+    $14::json
+)
+ON CONFLICT (id) DO NOTHING
+RETURNING queue

@@ -1,0 +1,24 @@
+-- complete for many claims at once: item k is (id $1[k], token $2[k], attempt $3[k], its error
+-- type $4[k]); each row is fenced on its own token. done lists the ids completed, found the
+-- ids that exist (an id not done is StaleClaim if found, else NotFound).
+WITH input AS (
+    SELECT *
+    FROM unnest($1::text[], $2::text[], $3::json[], $4::text[])
+        AS i(id, token, attempt, error_type)
+),
+upd AS (
+    UPDATE {schema}.task AS t
+    SET status = 'SUCCEEDED',
+        completed_at = now(),
+        lease_expires_at = NULL,
+        claimed_at = NULL,
+        token = NULL,
+        attempts = {schema}.append_attempt(t.attempts, i.attempt),
+        attempt_count = t.attempt_count + 1,
+        error_type = i.error_type
+    FROM input AS i
+    WHERE t.id = i.id AND t.token = i.token AND t.status = 'IN_FLIGHT'
+    RETURNING t.id
+)
+SELECT (SELECT array_agg(id) FROM upd) AS done,
+       (SELECT array_agg(id) FROM {schema}.task WHERE id = ANY($1::text[])) AS found
