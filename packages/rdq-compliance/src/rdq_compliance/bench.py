@@ -31,7 +31,7 @@ import secrets
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -162,9 +162,12 @@ async def run_benchmark(
     warmup: float = 1.0,
     seconds: float = 5.0,
     processes: int | None = None,
+    ceiling: Callable[[Result], float | None] | None = None,
 ) -> list[Result]:
     """Run every SPI workload against the store at ``url``; return the results. Clients are
-    spread over ``processes`` client processes (default: the number of CPUs)."""
+    spread over ``processes`` client processes (default: the number of CPUs). ``ceiling``, if
+    given, measures the same shape without rdq right after each workload (so both see the same
+    machine load) and the result keeps it with the fraction."""
     processes = processes or os.cpu_count() or 1
     results: list[Result] = []
     pool_max = max([*claimants, *cycles, producers]) + 2
@@ -192,6 +195,10 @@ async def run_benchmark(
                     seconds=seconds,
                     processes=processes,
                 )
+                if ceiling is not None:
+                    result.ceiling = await asyncio.to_thread(ceiling, result)
+                    if result.ceiling:
+                        result.fraction = result.rate / result.ceiling
                 results.append(result)
                 _report_progress(result)
         finally:
@@ -217,18 +224,11 @@ def _report_progress(result: Result) -> None:
         f"  {result.workload:<15} limit={result.limit:<3} x{result.concurrency:<3}"
         f" {result.rate:>9,.0f}/s  p50 {result.percentile(50):6.2f} ms"
         f"  p99 {result.percentile(99):6.2f} ms  double claims {result.double_claims}"
-        f"  client CPU {result.client_cpu:4.0%} in {result.processes} process(es)",
+        f"  client CPU {result.client_cpu:4.0%} in {result.processes} process(es)"
+        + (f"  pgbench {result.ceiling:,.0f}/s" if result.ceiling else ""),
         file=sys.stderr,
         flush=True,
     )
-
-
-def _attach_ceiling(results: list[Result], ceiling: dict[tuple[str, int, int], float]) -> None:
-    for result in results:
-        if result.workload == "claim_due":
-            result.ceiling = ceiling.get(("claim", result.limit, result.concurrency))
-        elif result.workload == "enqueue":
-            result.ceiling = ceiling.get(("insert", 1, result.concurrency))
 
 
 def render_table(results: Sequence[Result]) -> str:
@@ -294,8 +294,34 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("give a storage URL or --throwaway-postgres")
 
 
+def _pgbench_ceiling(args: argparse.Namespace) -> Callable[[Result], float | None] | None:
+    """The pgbench measurement matching a result's shape, for postgres URLs (else None)."""
+    if not _is_postgres(args.url) or args.no_pgbench:
+        return None
+    from rdq_compliance.bench_pgbench import find_pgbench, pgbench_ceiling
+
+    pgbench = find_pgbench()
+    if pgbench is None:
+        print("pgbench not found: no ceiling", file=sys.stderr)
+        return None
+
+    def measure(result: Result) -> float | None:
+        if result.workload == "claim_due":
+            shape = {"claimants": [result.concurrency], "limits": [result.limit], "producers": []}
+            key = ("claim", result.limit, result.concurrency)
+        elif result.workload == "enqueue":
+            shape = {"claimants": [], "limits": [], "producers": [result.concurrency]}
+            key = ("insert", 1, result.concurrency)
+        else:
+            return None
+        rates = pgbench_ceiling(args.url, seconds=args.seconds, pgbench=pgbench, **shape)
+        return rates.get(key)
+
+    return measure
+
+
 def _one_round(args: argparse.Namespace) -> list[Result]:
-    results = asyncio.run(
+    return asyncio.run(
         run_benchmark(
             args.url,
             claimants=args.claimants,
@@ -305,29 +331,9 @@ def _one_round(args: argparse.Namespace) -> list[Result]:
             warmup=args.warmup,
             seconds=args.seconds,
             processes=args.processes,
+            ceiling=_pgbench_ceiling(args),
         )
     )
-    if _is_postgres(args.url) and not args.no_pgbench:
-        from rdq_compliance.bench_pgbench import find_pgbench, pgbench_ceiling
-
-        pgbench = find_pgbench()
-        if pgbench is None:
-            print("pgbench not found: no ceiling", file=sys.stderr)
-        else:
-            print("  pgbench ceiling ...", file=sys.stderr, flush=True)
-            ceiling = pgbench_ceiling(
-                args.url,
-                claimants=args.claimants,
-                limits=args.limits,
-                producers=[args.producers],
-                seconds=args.seconds,
-                pgbench=pgbench,
-            )
-            _attach_ceiling(results, ceiling)
-    for result in results:
-        if result.ceiling:
-            result.fraction = result.rate / result.ceiling
-    return results
 
 
 def _median_of(rounds: list[list[Result]]) -> list[Result]:

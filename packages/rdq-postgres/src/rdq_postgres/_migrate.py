@@ -5,7 +5,6 @@ from __future__ import annotations
 import zlib
 
 import asyncpg
-import asyncpg.pool
 
 from rdq_postgres._sql import _read, _render, migrations
 
@@ -17,9 +16,7 @@ def lock_key(schema: str) -> int:
     return zlib.crc32(f"rdq.migrate.{schema}".encode()) & 0x7FFFFFFF
 
 
-async def apply_migrations(
-    conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy, schema: str, channel: str
-) -> list[int]:
+async def apply_migrations(conn: asyncpg.Connection, schema: str, channel: str) -> list[int]:
     """Apply every migration not yet recorded in ``schema.schema_migrations``, each in its own
     transaction, while holding a session advisory lock (other migrators wait). Returns the
     versions applied (empty when the schema was up to date)."""

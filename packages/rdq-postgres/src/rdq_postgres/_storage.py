@@ -34,6 +34,7 @@ from rdq_postgres._config import PostgresOptions, endpoint, parse_url
 from rdq_postgres._errors import translate
 from rdq_postgres._listener import DueListener
 from rdq_postgres._migrate import apply_migrations
+from rdq_postgres._pool import ConnectionPool
 from rdq_postgres._rows import attempt_args, enqueue_args, envelope_from_row
 from rdq_postgres._sql import Queries
 
@@ -50,10 +51,9 @@ class PostgresStorage(StorageBase):
         self.options = options or PostgresOptions()
         self.endpoint = endpoint(dsn)
         self._sql = Queries(self.options.schema, self.options.channel)
-        self._pool: asyncpg.Pool | None = None
+        self._pool: ConnectionPool | None = None
         self._connecting = asyncio.Lock()
         self._listener = DueListener(self._connect_one, self.options.channel)
-        self._background: set[asyncio.Task[None]] = set()
         self._announcer = Announcer(self._notify)
 
     @classmethod
@@ -90,16 +90,10 @@ class PostgresStorage(StorageBase):
         async with self._connecting:
             if self._pool is not None:  # another task connected while we waited
                 return  # type: ignore[unreachable]
+            pool = ConnectionPool(self._connect_one, self.options.pool_min, self.options.pool_max)
             with translate(self.endpoint):
-                pool = await asyncpg.create_pool(
-                    self._dsn,
-                    min_size=self.options.pool_min,
-                    max_size=self.options.pool_max,
-                    reset=_keep_session,
-                    **self._connect_kwargs(),
-                )
                 try:
-                    await pool.fetchval("SELECT 1")
+                    await pool.start()
                 except BaseException:
                     pool.terminate()
                     raise
@@ -110,20 +104,15 @@ class PostgresStorage(StorageBase):
         await self._listener.close()
         pool, self._pool = self._pool, None
         if pool is not None:
-            try:
-                await asyncio.wait_for(pool.close(), 10)
-            except Exception:
-                pool.terminate()
+            await pool.close()
 
     def _lost(self) -> None:
         # The server went away: every idle connection of the pool is dead too. Replace them
         # all on next use, so one failed operation, not one per pooled connection, reports it.
         if self._pool is not None:
-            task = asyncio.get_running_loop().create_task(self._pool.expire_connections())
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._pool.expire()
 
-    async def _ready(self) -> asyncpg.Pool:
+    async def _ready(self) -> ConnectionPool:
         if self._pool is None:
             await self.connect()
         assert self._pool is not None
@@ -153,7 +142,7 @@ class PostgresStorage(StorageBase):
         """Create or upgrade the schema under an advisory lock (idempotent, concurrent-safe)."""
         pool = await self._ready()
         with translate(self.endpoint, self._lost):
-            async with pool.acquire() as conn:
+            async with pool.connection() as conn:
                 await apply_migrations(conn, self.options.schema, self.options.channel)
 
     async def _notify(self, queues: list[str]) -> None:
@@ -398,13 +387,6 @@ class PostgresStorage(StorageBase):
                 return timed
         finally:
             self._listener.unregister(queue, future)
-
-
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Pool release hook: nothing to reset. The store leaves no session state behind (no
-    SET, LISTEN or cursors; ``migrate`` unlocks its advisory lock; asyncpg rolls back any open
-    transaction), so asyncpg's default reset query would only add a round trip to every
-    operation."""
 
 
 def _check_delay(delay: timedelta | None) -> None:
