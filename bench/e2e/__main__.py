@@ -184,10 +184,14 @@ async def _one_system(
     log: IO[bytes],
     out: list[TextIO | None],
     server_cpu: Callable[[], float | None],
+    admin_url: str,
 ) -> None:
     name = system.name
     tag = f"[{rep}/{args.repeat}] {name}"
     tasks = args.tasks_for.get(name, args.tasks)
+
+    async def settle() -> None:
+        await cluster.quiesce(admin_url, url)
 
     def record(key: str, value: float) -> None:
         emit(results.add(name, key, value), *out)
@@ -198,6 +202,7 @@ async def _one_system(
         if len(args.processes) == 1:
             plan.append((args.batch, None))
         for n, (batch, processes) in enumerate(plan):
+            await settle()
             rate = await measure_enqueue(system, tasks, batch)
             if n < 2:
                 key = "enqueue_single" if batch is None else "enqueue_batch"
@@ -206,6 +211,7 @@ async def _one_system(
                 _say(f"{tag}: enqueued {tasks} {how}: {rate:,.0f}/s")
             if processes is None:
                 continue
+            await settle()
             drain = await measure_drain(
                 system,
                 url,
@@ -230,6 +236,7 @@ async def _one_system(
                 f"PostgreSQL {_micros(drain.database_cpu, tasks)})"
             )
     if "memory" in args.phases:
+        await settle()
         rate = await measure_enqueue(system, args.memory_tasks, args.batch)
         _say(f"{tag}: enqueued {args.memory_tasks} in batches of {args.batch}: {rate:,.0f}/s")
         drain = await measure_drain(
@@ -253,6 +260,7 @@ async def _one_system(
         if name in args.poll_systems:
             modes.append((False, args.poll_latency_tasks, args.poll_latency_gap))
         for notify, count, gap in modes:
+            await settle()
             latency = await measure_latency(
                 system, url, count, notify=notify, concurrency=args.concurrency, gap=gap, log=log
             )
@@ -343,7 +351,15 @@ async def run(args: argparse.Namespace) -> int:
                         for name in args.systems:
                             system, url = systems[name]
                             await _one_system(
-                                args, system, url, results, rep, log, out, server.cpu_seconds
+                                args,
+                                system,
+                                url,
+                                results,
+                                rep,
+                                log,
+                                out,
+                                server.cpu_seconds,
+                                server.url,
                             )
             finally:
                 for system, _ in systems.values():

@@ -3,6 +3,7 @@ server given by URL, with one database per system."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ import asyncpg
 from rdq_compliance.servers import ServerUnavailable
 from rdq_compliance.servers.postgres import LocalCluster, find_bindir
 
-__all__ = ["Server", "database_url", "process_tree_cpu", "server"]
+__all__ = ["Server", "database_url", "process_tree_cpu", "quiesce", "server"]
 
 _CHECKED_SETTINGS = (
     "fsync",
@@ -108,5 +109,32 @@ async def prepare(target: Server, databases: list[str]) -> dict[str, str]:
             await conn.execute(f'CREATE DATABASE "{name}"')
             urls[name] = database_url(target.url, name)
         return urls
+    finally:
+        await conn.close()
+
+
+async def quiesce(url: str, database_url: str | None = None, timeout: float = 60.0) -> None:
+    """Let the server settle before a measured phase, so one system's leftovers do not land in
+    the next one's figure: ``VACUUM ANALYZE`` the system's database (like pgbench before a run,
+    so an autovacuum triggered by the rows just enqueued does not land at a random point of the
+    drain), a ``CHECKPOINT``, then wait (up to ``timeout`` seconds) until no autovacuum worker
+    runs."""
+    if database_url is not None:
+        own = await asyncpg.connect(database_url)
+        try:
+            await own.execute("VACUUM ANALYZE")
+        finally:
+            await own.close()
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("CHECKPOINT")
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            running = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"
+            )
+            if not running:
+                return
+            await asyncio.sleep(0.5)
     finally:
         await conn.close()
