@@ -342,7 +342,13 @@ def _median_of(rounds: list[list[Result]]) -> list[Result]:
     merged = []
     for runs in zip(*rounds, strict=True):
         first = runs[0]
-        out = Result(first.workload, first.limit, first.concurrency, seconds=first.seconds)
+        out = Result(
+            first.workload,
+            first.limit,
+            first.concurrency,
+            seconds=first.seconds,
+            processes=first.processes,
+        )
         out.items = round(statistics.median(r.items for r in runs))
         out.ops = round(statistics.median(r.ops for r in runs))
         out.latencies_ms = [ms for r in runs for ms in r.latencies_ms]
