@@ -2,9 +2,11 @@
 
 PostgreSQL serialises the commits of transactions that NOTIFY (a global lock held through the
 commit's WAL flush), so a NOTIFY inside every enqueue would cap enqueues at one per disk flush.
-Instead the store announces after its own commit, from a background task, at most one NOTIFY
-every ``interval`` seconds: queues announced meanwhile are sent together in the next one (a
-NOTIFY is a committed transaction of its own, so a busy producer should not send hundreds).
+Instead the store announces after its own commit, from a background task, one NOTIFY at a
+time, rate-limited by a token bucket: up to ``burst`` NOTIFYs go out at once (so sporadic
+submits never wait), then at most one every ``interval`` seconds, and queues announced
+meanwhile are sent together in the next one (a NOTIFY is a committed transaction of its own,
+so a busy producer should not send hundreds).
 A lost announcement costs latency only: ``wait_due`` also wakes on the earliest due time and
 on its timeout."""
 
@@ -23,12 +25,15 @@ Send = Callable[[list[str]], Awaitable[None]]
 
 
 class Announcer:
-    """Sends ``send(queues)`` for announced queues: one call in flight at a time, calls at
-    least ``interval`` seconds apart (the first one at once)."""
+    """Sends ``send(queues)`` for announced queues: one call in flight at a time; a burst of
+    ``burst`` calls at once, then one every ``interval`` seconds while the burst refills."""
 
-    def __init__(self, send: Send, interval: float = 0.02) -> None:
+    def __init__(self, send: Send, interval: float = 0.02, burst: int = 8) -> None:
         self._send = send
         self._interval = interval
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._refilled_at: float | None = None
         self._pending: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
@@ -39,14 +44,23 @@ class Announcer:
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._pending:
+            now = loop.time()
+            if self._refilled_at is not None:
+                earned = (now - self._refilled_at) / self._interval
+                self._tokens = min(self._burst, self._tokens + earned)
+            self._refilled_at = now
+            if self._tokens < 1:
+                await asyncio.sleep((1 - self._tokens) * self._interval)
+                continue
+            self._tokens -= 1
             queues = sorted(self._pending)
             self._pending.clear()
             try:
                 await self._send(queues)
             except Exception as exc:  # a lost wake-up only delays a waiter
                 log.debug("NOTIFY for %s failed: %s", queues, exc)
-            await asyncio.sleep(self._interval)
 
     async def aclose(self, timeout: float = 2.0) -> None:
         """Send what is pending (waiting at most ``timeout`` seconds), then stop."""
