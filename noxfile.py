@@ -25,6 +25,9 @@ PACKAGES = {
     "mongo": "rdq-mongo",
 }
 BACKENDS = ["memory", "postgres", "redis", "mongo"]
+TEST_DIRS = {name: f"packages/{dist}/tests" for name, dist in PACKAGES.items()} | {
+    "bench": "bench/tests"
+}
 DEV = ["pytest>=8.3", "pytest-asyncio>=1.0", "hypothesis>=6.100", "secantusdb==0.7.0b3"]
 
 
@@ -48,11 +51,12 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
-@nox.parametrize("package", list(PACKAGES))
+@nox.parametrize("package", list(TEST_DIRS))
 def tests(session: nox.Session, package: str) -> None:
-    """One package's tests (real servers for the backends)."""
+    """One package's tests (real servers for the backends); "bench" tests the benchmark's
+    own reporting."""
     install_workspace(session)
-    session.run("pytest", f"packages/{PACKAGES[package]}/tests", "-q", *session.posargs)
+    session.run("pytest", TEST_DIRS[package], "-q", *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -74,3 +78,22 @@ def bench(session: nox.Session) -> None:
     """The contention benchmark: `nox -s bench -- URL [options]` (see BENCHMARKS.md)."""
     install_workspace(session)
     session.run("python", "-m", "rdq_compliance.bench", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_e2e(session: nox.Session) -> None:
+    """End-to-end benchmark beside PgQueuer and procrastinate: `nox -s bench_e2e -- [ARGS]`
+    (see BENCHMARKS.md, "End to end"). The peers are installed in this session only."""
+    session.install(
+        "-e",
+        "packages/rdq-core",
+        "-e",
+        "packages/rdq-memory",
+        "-e",
+        "packages/rdq-compliance",
+        "-e",
+        "packages/rdq-postgres",
+        "-r",
+        "bench/requirements-peers.txt",
+    )
+    session.run("python", "-m", "bench.e2e", *session.posargs)
