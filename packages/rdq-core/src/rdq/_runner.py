@@ -295,20 +295,14 @@ class Runner:
                 metrics.STALE_CLAIMS.labels(queue).inc()
                 self.log.warning(
                     "stale claim: the lease was lost, outcome not recorded",
-                    task_id=task.id,
-                    queue=queue,
-                    attempt=number,
-                    worker_id=self.worker_id,
+                    **self._fields(task.id, queue, number),
                     outcome=decision.outcome.value,
                 )
                 return
             except NotFound:
                 self.log.warning(
                     "task vanished while running (purged?)",
-                    task_id=task.id,
-                    queue=queue,
-                    attempt=number,
-                    worker_id=self.worker_id,
+                    **self._fields(task.id, queue, number),
                 )
                 return
             except (StorageUnavailable, StorageError, OSError) as exc:
@@ -316,10 +310,7 @@ class Runner:
                 if time.monotonic() + pause > deadline or run.lost:
                     self.log.error(
                         "could not record the outcome; the task will be reclaimed",
-                        task_id=task.id,
-                        queue=queue,
-                        attempt=number,
-                        worker_id=self.worker_id,
+                        **self._fields(task.id, queue, number),
                         error=str(exc),
                     )
                     return
@@ -328,10 +319,7 @@ class Runner:
             except Exception as exc:  # e.g. a ValidationError: a bug, not an outage
                 self.log.error(
                     "storage rejected the outcome",
-                    task_id=task.id,
-                    queue=queue,
-                    attempt=number,
-                    worker_id=self.worker_id,
+                    **self._fields(task.id, queue, number),
                     error=repr(exc),
                 )
                 return
@@ -342,10 +330,7 @@ class Runner:
             metrics.DEAD_LETTERED.labels(queue).inc()
             self.log.warning(
                 "dead-lettered",
-                task_id=task.id,
-                queue=queue,
-                attempt=number,
-                worker_id=self.worker_id,
+                **self._fields(task.id, queue, number),
                 outcome=decision.outcome.value,
                 error_type=decision.error_type,
                 error=decision.error_message,
@@ -353,15 +338,16 @@ class Runner:
         else:
             self.log.info(
                 "retry scheduled",
-                task_id=task.id,
-                queue=queue,
-                attempt=number,
-                worker_id=self.worker_id,
+                **self._fields(task.id, queue, number),
                 outcome=decision.outcome.value,
                 error_type=decision.error_type,
                 error=decision.error_message,
                 delay=round(decision.delay, 3),
             )
+
+    def _fields(self, task_id: str, queue: str, attempt: int) -> dict[str, Any]:
+        """What every log line about one attempt carries."""
+        return {"task_id": task_id, "queue": queue, "attempt": attempt, "worker_id": self.worker_id}
 
     async def _write(self, run: Run, attempt: Attempt, decision: Decision) -> None:
         task_id, token = run.claimed.task.id, run.claimed.token
