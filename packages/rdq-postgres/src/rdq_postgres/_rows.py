@@ -12,7 +12,7 @@ import msgspec
 
 from rdq.spi import Attempt, Envelope, envelope_from_builtins
 
-__all__ = ["attempt_args", "enqueue_args", "envelope_from_row"]
+__all__ = ["attempt_args", "encode_json", "enqueue_args", "envelope_from_row"]
 
 _encoder = msgspec.json.Encoder()
 _decode = msgspec.json.decode
@@ -37,21 +37,25 @@ def _json(value: Any) -> str:
     return _encoder.encode(value).decode()
 
 
+encode_json = _json
+
+
 def _text(value: str | None) -> str | None:
     """Text columns cannot hold NUL; the json columns keep the exact value."""
     return value.replace("\x00", "\ufffd") if value is not None else None
 
 
-def enqueue_args(task: Envelope) -> tuple[Any, ...]:
+def enqueue_args(task: Envelope, payload: str | None = None) -> tuple[Any, ...]:
     """``(id, queue, handler_ref, payload, headers, attempt_count, redrive_count, attempts,
-    error_type, next_attempt_at, retry, format_version, extra)`` for the enqueue statements."""
+    error_type, next_attempt_at, retry, format_version, extra)`` for the enqueue statements
+    (``payload``: the payload already encoded as JSON, if it was)."""
     extra = {k: v for k, v in task.extra.items() if k not in _KNOWN}
     last_error = task.attempts[-1].error_type if task.attempts else None
     return (
         task.id,
         task.queue,
         task.handler_ref,
-        _json(task.payload),
+        _json(task.payload) if payload is None else payload,
         _json(task.headers),
         task.attempt_count,
         task.redrive_count,

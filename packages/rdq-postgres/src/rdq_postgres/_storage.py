@@ -13,9 +13,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
+import msgspec
 
-from rdq.errors import IDConflict, NotFound, StaleClaim, ValidationError
+from rdq.errors import (
+    IDConflict,
+    NotFound,
+    RdqError,
+    StaleClaim,
+    StorageError,
+    ValidationError,
+)
 from rdq.spi import (
+    FORMAT_VERSION,
     Attempt,
     Capabilities,
     Claimed,
@@ -35,12 +44,14 @@ from rdq_postgres._errors import translate
 from rdq_postgres._listener import DueListener
 from rdq_postgres._migrate import apply_migrations
 from rdq_postgres._pool import ConnectionPool
-from rdq_postgres._rows import attempt_args, enqueue_args, envelope_from_row
+from rdq_postgres._rows import attempt_args, encode_json, enqueue_args, envelope_from_row
 from rdq_postgres._sql import Queries
 
 __all__ = ["PostgresStorage"]
 
 _ZERO = timedelta(0)
+_ID_CONFLICT = "RQ409"  # raised by the id_conflict() function of migration 0002
+_encode = msgspec.json.Encoder().encode
 
 
 class PostgresStorage(StorageBase):
@@ -179,26 +190,57 @@ class PostgresStorage(StorageBase):
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
     ) -> list[bool]:
         _check_delay(delay)
-        batch = [limits.check_task(task) for task in tasks]
+        payloads = _checked_payloads(tasks)
         first_queue: dict[str, str] = {}
-        for task in batch:  # duplicates within the batch: the first occurrence counts
+        unique: list[tuple[Envelope, str]] = []
+        for task, payload in zip(tasks, payloads, strict=True):
+            # duplicates within the batch: the first occurrence counts
             queue = first_queue.setdefault(task.id, task.queue)
-            if queue != task.queue:
+            if len(first_queue) > len(unique):
+                unique.append((task, payload))
+            elif queue != task.queue:
                 raise IDConflict(task.id, queue)
-        unique = [t for t in batch if first_queue.pop(t.id, None) is not None]
         if not unique:
             return []
-        columns = list(zip(*(enqueue_args(task) for task in unique), strict=True))
-        row = await self._fetchrow(self._sql.enqueue_batch, *map(list, columns), delay or _ZERO)
-        if row["conflict_id"] is not None:
-            raise IDConflict(row["conflict_id"], row["conflict_queue"])
-        stored = set(row["stored"] or ())
-        self._announce(*(row["queues"] or ()))
+        if all(_fresh(task) for task, _ in unique):
+            row = await self._admit(
+                self._sql.enqueue_batch_fresh,
+                [task.id for task, _ in unique],
+                _compact([task.queue for task, _ in unique]),
+                _compact([task.handler_ref for task, _ in unique]),
+                [payload for _, payload in unique],
+                [encode_json(task.headers) if task.headers else "{}" for task, _ in unique]
+                if any(task.headers for task, _ in unique)
+                else [],
+                FORMAT_VERSION,
+                delay or _ZERO,
+            )
+        else:
+            columns = zip(*(enqueue_args(task, payload) for task, payload in unique), strict=True)
+            row = await self._admit(self._sql.enqueue_batch, *map(list, columns), delay or _ZERO)
+        present = set(row["present"] or ())
+        stored = {task.id for task, _ in unique if task.id not in present}
+        self._announce(*{task.queue for task, _ in unique if task.id in stored})
+        if len(stored) == len(tasks):
+            return [True] * len(tasks)
         result = []
-        for task in batch:
+        for task in tasks:
             result.append(task.id in stored)
             stored.discard(task.id)
         return result
+
+    async def _admit(self, query: str, *args: Any) -> asyncpg.Record:
+        """Run a batch enqueue statement; its RQ409 error becomes ``IDConflict``."""
+        pool = await self._ready()
+        with translate(self.endpoint, self._lost):
+            try:
+                row = await pool.fetchrow(query, *args)
+            except asyncpg.PostgresError as exc:
+                if exc.sqlstate == _ID_CONFLICT:
+                    raise _id_conflict(exc, self.endpoint) from None
+                raise
+        assert row is not None
+        return row
 
     # --- claiming --------------------------------------------------------------------------
 
@@ -387,6 +429,69 @@ class PostgresStorage(StorageBase):
                 return timed
         finally:
             self._listener.unregister(queue, future)
+
+
+def _checked_payloads(tasks: Sequence[Envelope]) -> list[str]:
+    """``limits.check_task`` for every task, in order and with the same errors; returns each
+    payload encoded as JSON. The names of a task whose queue and handler_ref were already
+    checked in this batch (and that has no headers, counters or due time to check) are not
+    checked again."""
+    checked: set[tuple[str, str]] = set()
+    payloads = []
+    for task in tasks:
+        if (
+            isinstance(task, Envelope)
+            and type(task.queue) is str
+            and type(task.handler_ref) is str
+            and (task.queue, task.handler_ref) in checked
+            and type(task.headers) is dict
+            and not task.headers
+            and task.attempt_count == 0
+            and task.redrive_count == 0
+            and task.next_attempt_at is None
+        ):
+            limits.check_task_id(task.id)
+        else:
+            limits.check_task(task)
+            checked.add((task.queue, task.handler_ref))
+        try:
+            payload = _encode(task.payload)
+        except (TypeError, msgspec.EncodeError) as exc:
+            limits.check_task(task)  # raises the payload's error
+            raise ValidationError(f"is not JSON-serializable: {exc}", field="payload") from None
+        if len(payload) > limits.MAX_PAYLOAD_BYTES:
+            limits.check_task(task)  # raises the payload's error
+        payloads.append(payload.decode())
+    return payloads
+
+
+def _compact(values: list[str]) -> list[str]:
+    """``values``, or only its first when all are the same (enqueue_batch_fresh.sql)."""
+    first = values[0]
+    return [first] if values.count(first) == len(values) else values
+
+
+def _fresh(task: Envelope) -> bool:
+    """True if ``task`` is new (what ``Client.submit`` builds): stored by
+    ``enqueue_batch_fresh`` with constants for everything but names, payload and headers."""
+    return (
+        task.attempt_count == 0
+        and task.redrive_count == 0
+        and not task.attempts
+        and task.retry is None
+        and task.next_attempt_at is None
+        and task.format_version == FORMAT_VERSION
+        and not task.extra
+    )
+
+
+def _id_conflict(exc: asyncpg.PostgresError, endpoint: str) -> RdqError:
+    """The ``IDConflict`` that the RQ409 error of a batch enqueue names in its detail."""
+    try:
+        found = msgspec.json.decode(getattr(exc, "detail", None) or "", type=dict[str, str])
+        return IDConflict(found["id"], found["queue"])
+    except (msgspec.DecodeError, KeyError):
+        return StorageError(f"PostgreSQL at {endpoint}: {type(exc).__name__}: {exc}")
 
 
 def _check_delay(delay: timedelta | None) -> None:

@@ -1,5 +1,7 @@
--- Admit many tasks in one statement. Nothing is inserted if any id exists in another queue
--- (conflict_id/conflict_queue name it); ids already in the same queue are left alone.
+-- Admit many tasks in one statement (any field values; enqueue_batch_fresh.sql is the lighter
+-- form for new tasks). Ids already in the same queue are left alone and listed in `present`;
+-- an id in another queue raises RQ409 (id_conflict), so nothing of the batch is stored.
+-- Only the ids the INSERT skipped are looked up, and only when it skipped any.
 WITH input AS (
     SELECT *
     FROM unnest(
@@ -11,12 +13,6 @@ WITH input AS (
         error_type, next_attempt_at, retry, format_version, extra, n
     )
 ),
-conflict AS (
-    SELECT i.id, t.queue
-    FROM input AS i
-    JOIN {schema}.task AS t ON t.id = i.id AND t.queue <> i.queue
-    LIMIT 1
-),
 ins AS (
     INSERT INTO {schema}.task (
         id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
@@ -27,12 +23,27 @@ ins AS (
            COALESCE(i.next_attempt_at, now() + $14::interval), i.retry, i.format_version,
            i.extra
     FROM input AS i
-    WHERE NOT EXISTS (SELECT 1 FROM conflict)
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING
-    RETURNING id, queue
+    RETURNING id
+),
+counted AS (
+    SELECT count(*) AS stored FROM ins
 )
-SELECT (SELECT array_agg(id) FROM ins) AS stored,
-       (SELECT array_agg(DISTINCT queue) FROM ins) AS queues,
-       (SELECT id FROM conflict) AS conflict_id,
-       (SELECT queue FROM conflict) AS conflict_queue
+SELECT CASE WHEN c.stored < cardinality($1::text[]) THEN ARRAY(
+           SELECT i.id FROM input AS i
+           WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.id = i.id)
+           ORDER BY i.n
+       ) END AS present,
+       CASE WHEN c.stored < cardinality($1::text[]) THEN (
+           SELECT {schema}.id_conflict(i.id, t.queue)
+           FROM input AS i
+           -- one primary key probe per skipped id (LIMIT keeps it a lookup, never a scan)
+           CROSS JOIN LATERAL (
+               SELECT t.queue FROM {schema}.task AS t WHERE t.id = i.id LIMIT 1
+           ) AS t
+           WHERE t.queue <> i.queue AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.id = i.id)
+           ORDER BY i.n
+           LIMIT 1
+       ) END AS conflict
+FROM counted AS c

@@ -1,0 +1,44 @@
+-- Admit many new tasks in one statement: no attempts, counters at 0, no retry override, no
+-- unknown fields, the current format version ($6) and due at now() + $7. Same result and
+-- conflict handling as enqueue_batch.sql, which takes every field. When every task has the
+-- same queue ($2) or handler_ref ($3), that array holds just it; when no task has headers,
+-- $5 is empty.
+WITH input AS (
+    SELECT i.id, COALESCE(i.queue, $2[1]) AS queue,
+           COALESCE(i.handler_ref, $3[1]) AS handler_ref, i.payload,
+           COALESCE(i.headers, '{}') AS headers, i.n
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::json[], $5::json[])
+        WITH ORDINALITY AS i(id, queue, handler_ref, payload, headers, n)
+),
+ins AS (
+    INSERT INTO {schema}.task (
+        id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
+        attempts, created_at, next_attempt_at, format_version, extra
+    )
+    SELECT i.id, i.queue, i.handler_ref, i.payload, i.headers, 'PENDING', 0, 0, '[]', now(),
+           now() + $7::interval, $6::integer, '{}'
+    FROM input AS i
+    ORDER BY i.n
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+),
+counted AS (
+    SELECT count(*) AS stored FROM ins
+)
+SELECT CASE WHEN c.stored < cardinality($1::text[]) THEN ARRAY(
+           SELECT i.id FROM input AS i
+           WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.id = i.id)
+           ORDER BY i.n
+       ) END AS present,
+       CASE WHEN c.stored < cardinality($1::text[]) THEN (
+           SELECT {schema}.id_conflict(i.id, t.queue)
+           FROM input AS i
+           -- one primary key probe per skipped id (LIMIT keeps it a lookup, never a scan)
+           CROSS JOIN LATERAL (
+               SELECT t.queue FROM {schema}.task AS t WHERE t.id = i.id LIMIT 1
+           ) AS t
+           WHERE t.queue <> i.queue AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.id = i.id)
+           ORDER BY i.n
+           LIMIT 1
+       ) END AS conflict
+FROM counted AS c
