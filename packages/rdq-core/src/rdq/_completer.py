@@ -24,11 +24,37 @@ MAX_FLUSH = 500
 class Completer:
     """Coalesces concurrent completions of one worker into ``complete_many`` calls."""
 
-    def __init__(self, storage: Storage, max_flush: int = MAX_FLUSH) -> None:
+    def __init__(
+        self, storage: Storage, max_flush: int = MAX_FLUSH, max_backlog: int = MAX_FLUSH
+    ) -> None:
+        """``max_backlog`` is how many unrecorded completions :meth:`has_room` allows."""
         self.storage = storage
         self.max_flush = max_flush
+        self.max_backlog = max_backlog
         self._waiting: list[tuple[Completion, asyncio.Future[None]]] = []
+        self._sending = 0
         self._flusher: asyncio.Task[None] | None = None
+
+    @property
+    def backlog(self) -> int:
+        """Completions queued or being sent, not yet known to be recorded."""
+        return len(self._waiting) + self._sending
+
+    def has_room(self) -> bool:
+        """Whether the backlog is under ``max_backlog``: the worker then lets the next task
+        start while the completion it submits next waits for its flush."""
+        return self.backlog < self.max_backlog
+
+    def submit(self, task_id: str, token: str, attempt: Attempt) -> asyncio.Future[None]:
+        """Queue a successful attempt, fenced on ``token``, for the next flush; the future
+        resolves as :meth:`complete` returns or raises."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((Completion(task_id, token, attempt), future))
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(
+                self._flush_all(), name="rdq-complete-many"
+            )
+        return future
 
     async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
         """Record a successful attempt, fenced on ``token``, in the next flush.
@@ -36,13 +62,7 @@ class Completer:
         Raises ``StaleClaim``/``NotFound`` as ``storage.complete`` would, or the exception of
         a flush that failed as a whole (``StorageUnavailable``, ``StorageError``...): the
         attempt is then not known to be recorded and the caller may retry."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((Completion(task_id, token, attempt), future))
-        if self._flusher is None:
-            self._flusher = asyncio.get_running_loop().create_task(
-                self._flush_all(), name="rdq-complete-many"
-            )
-        await future
+        await self.submit(task_id, token, attempt)
 
     async def aclose(self) -> None:
         """Wait for the flush in flight (and what it still has to send) to return."""
@@ -61,7 +81,11 @@ class Completer:
             while self._waiting:
                 batch = self._waiting[: self.max_flush]
                 del self._waiting[: self.max_flush]
-                await self._flush(batch)
+                self._sending = len(batch)
+                try:
+                    await self._flush(batch)
+                finally:
+                    self._sending = 0
         finally:
             self._flusher = None
             self._fail_waiting()  # only non-empty if this task was cancelled

@@ -45,6 +45,7 @@ class Run:
         "deadline",
         "done",
         "fenced",
+        "free_slot",
         "interrupted",
         "lease",
         "lost",
@@ -77,6 +78,9 @@ class Run:
         self.deadline = math.inf
         """Monotonic time by which an awaited handler must have ended (timeout included)."""
         self.release: Callable[[], None] | None = None
+        self.free_slot: Callable[[], None] | None = None
+        """Gives the task's concurrency slot back before ``release`` (a success waiting for
+        its batched write no longer runs a handler)."""
         self.config: QueueConfig | None = None
         self.number = 0
         self.used = 0
@@ -353,7 +357,11 @@ class Runner:
         task_id, token = run.claimed.task.id, run.claimed.token
         if decision.action is Action.COMPLETE:
             if self.completer is not None:
-                await self.completer.complete(task_id, token, attempt)
+                early = run.free_slot is not None and self.completer.has_room()
+                recorded = self.completer.submit(task_id, token, attempt)
+                if early and run.free_slot is not None:
+                    run.free_slot()  # the next task may start while this one is written
+                await recorded
             else:
                 await self.storage.complete(task_id, token, attempt)
         elif decision.action is Action.DEAD_LETTER:

@@ -8,7 +8,11 @@ due it waits with ``wait_due`` if the store can notify, else polls with a backof
 ``poll_min`` to ``poll_max`` that resets as soon as work appears. Storage outages are logged,
 counted and retried with backoff; the worker never dies of one. Where the store has
 ``batch_complete``, successes are recorded through one :class:`~rdq._completer.Completer`
-per worker (many tasks per ``complete_many`` call, no timer).
+per worker (many tasks per ``complete_many`` call, no timer), and a success waiting for its
+batch gives its concurrency slot to the next task at once, while the worker has fewer such
+successes pending than its total concurrency (so the next claim overlaps the write; a crash
+can then leave up to that many finished tasks unrecorded, to be run again after their lease).
+Their leases are still renewed until the write returns.
 
 ``stop()`` (or SIGTERM/SIGINT once :meth:`Worker.install_signal_handlers` ran) stops claiming,
 gives in-flight handlers ``grace_period`` seconds, then records INTERRUPTED for the rest and
@@ -136,7 +140,7 @@ class Worker:
 
     @property
     def in_flight(self) -> int:
-        """How many tasks this worker is running now."""
+        """How many tasks this worker holds now (running, or having their outcome written)."""
         return len(self._runs)
 
     def stop(self) -> None:
@@ -185,7 +189,9 @@ class Worker:
         threads = HandlerThreads(size)
         self._states = {q: _QueueState(q) for q in self.queues}
         capabilities = self.storage.capabilities()
-        completer = Completer(self.storage) if capabilities.batch_complete else None
+        completer = (
+            Completer(self.storage, max_backlog=size) if capabilities.batch_complete else None
+        )
         runner = Runner(
             self.app,
             self.storage,
@@ -413,16 +419,25 @@ class Worker:
         task = asyncio.get_running_loop().create_task(runner.execute(run))
         run.task = task
 
+        holds_slot = True
+
+        def free_slot() -> None:
+            nonlocal holds_slot
+            if holds_slot:
+                holds_slot = False
+                state.active -= 1
+                _in_flight[state.name] -= 1
+                state.slot_freed.set()
+
         def release() -> None:
             if run.done:
                 return
             run.done = True
             if self._runs.get(task_id) is run:
                 del self._runs[task_id]
-            state.active -= 1
-            _in_flight[state.name] -= 1
-            state.slot_freed.set()
+            free_slot()
 
+        run.free_slot = free_slot
         run.release = release
 
         def finished(done: asyncio.Task[None]) -> None:

@@ -248,3 +248,44 @@ async def test_shutdown_waits_for_completions_being_written(storage, queue, batc
         assert [a.outcome for a in task.attempts] == [Outcome.SUCCEEDED], task_id
     if batched:
         assert sum(view.flushes) == 20 and len(view.flushes) < 20
+
+
+async def test_a_success_waiting_for_its_batch_gives_its_slot_to_the_next_task(storage, queue):
+    """With concurrency 1 and the first flush held: the second task starts while the first
+    one's success is still being written, but the third waits, because the worker lets at
+    most ``concurrency`` successes wait for their flush while their slots are reused."""
+    app = rdq.App()
+    app.queue(queue, concurrency=1)
+    started: list[int] = []
+
+    @app.handler("job", queue=queue)
+    async def job(payload: int) -> None:
+        started.append(payload)
+
+    first_flush = asyncio.Event()
+    release = asyncio.Event()
+
+    async def held(flush: Callable[[], Awaitable[Any]]) -> Any:
+        if not first_flush.is_set():
+            first_flush.set()
+            await release.wait()
+        return await flush()
+
+    view = StoreView(storage, batch_complete=True, around_flush=lambda items, flush: held(flush))
+    ids = await submit(storage, queue, 3)
+    async with running(fast_worker(app, view)):  # type: ignore[arg-type]
+        await asyncio.wait_for(first_flush.wait(), 30)
+        await eventually(lambda: _started(started, 2))
+        await asyncio.sleep(0.3)  # time enough for a third claim, were a slot free
+        assert len(started) == 2
+        first = ids[started[0]]
+        assert (await storage.get(first)).status == Status.IN_FLIGHT  # not yet recorded
+        release.set()
+        await all_settled(storage, ids)
+    assert sorted(started) == [0, 1, 2]
+    for task_id in ids:
+        assert await successes(storage, task_id) == 1
+
+
+async def _started(started: list[int], count: int) -> bool:
+    return len(started) >= count
