@@ -15,6 +15,10 @@ __all__ = ["is_unavailable", "translate"]
 # SQLSTATE classes and codes that mean "the server is not there (now)": retry later.
 _UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300", "25006", "28", "3D000")
 
+# Undefined table, function or column: the schema is missing or older than this code.
+_SCHEMA_BEHIND_STATES = ("42P01", "42883", "42703")
+_SCHEMA_HINT = "; is the schema migrated? run `rdq migrate --storage URL` (or storage.migrate())"
+
 
 def is_unavailable(exc: BaseException) -> bool:
     """True if ``exc`` means the server cannot be reached, is restarting, refused us or is a
@@ -35,7 +39,10 @@ def is_unavailable(exc: BaseException) -> bool:
 
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if isinstance(exc, asyncpg.PostgresError) and exc.sqlstate in _SCHEMA_BEHIND_STATES:
+        reason += _SCHEMA_HINT
+    return reason
 
 
 @contextlib.contextmanager
