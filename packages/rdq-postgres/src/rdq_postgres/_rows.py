@@ -10,12 +10,15 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from rdq.spi import Attempt, Envelope, envelope_from_builtins
+from rdq.spi import Attempt, Envelope, RetryOverride, Status, envelope_from_builtins
 
 __all__ = ["attempt_args", "encode_json", "enqueue_args", "envelope_from_row"]
 
 _encoder = msgspec.json.Encoder()
 _decode = msgspec.json.decode
+_decode_headers = msgspec.json.Decoder(dict[str, str]).decode
+_decode_attempts = msgspec.json.Decoder(list[Attempt]).decode
+_decode_retry = msgspec.json.Decoder(RetryOverride).decode
 _KNOWN = frozenset(f for f in Envelope.__struct_fields__ if f != "extra")
 _COLUMNS = (
     "id",
@@ -74,7 +77,42 @@ def attempt_args(attempt: Attempt) -> tuple[str, str | None]:
 
 
 def envelope_from_row(row: asyncpg.Record) -> Envelope:
-    """Rebuild the envelope from a row of the task table."""
+    """Rebuild the envelope from a row of the task table.
+
+    The common row (no unknown fields) is built directly, its JSON columns decoded straight
+    into their types; anything else, or a value that does not decode, takes the general path,
+    which keeps unknown fields and names the offending field in its ``ValidationError``."""
+    if row["extra"] in (None, "{}"):
+        try:
+            return _envelope_from_typed_row(row)
+        except (msgspec.ValidationError, ValueError):
+            pass
+    return _envelope_from_builtins_row(row)
+
+
+def _envelope_from_typed_row(row: asyncpg.Record) -> Envelope:
+    attempts, retry = row["attempts"], row["retry"]
+    return Envelope(
+        id=row["id"],
+        queue=row["queue"],
+        handler_ref=row["handler_ref"],
+        payload=_decode(row["payload"]),
+        headers=_decode_headers(row["headers"]),
+        status=Status(row["status"]),
+        attempt_count=row["attempt_count"],
+        redrive_count=row["redrive_count"],
+        attempts=[] if attempts == "[]" else _decode_attempts(attempts),
+        created_at=row["created_at"],
+        next_attempt_at=row["next_attempt_at"],
+        lease_expires_at=row["lease_expires_at"],
+        completed_at=row["completed_at"],
+        dead_lettered_at=row["dead_lettered_at"],
+        retry=None if retry is None else _decode_retry(retry),
+        format_version=row["format_version"],
+    )
+
+
+def _envelope_from_builtins_row(row: asyncpg.Record) -> Envelope:
     fields: dict[str, Any] = _decode(row["extra"]) if row["extra"] not in (None, "{}") else {}
     for column in _COLUMNS:
         fields[column] = row[column]
