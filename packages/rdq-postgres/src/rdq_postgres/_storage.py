@@ -314,7 +314,8 @@ class PostgresStorage(StorageBase):
             [json for json, _ in encoded],
             [error_type for _, error_type in encoded],
         )
-        done, found = set(row["done"] or ()), set(row["found"] or ())
+        done = set(row["done"] or ())
+        found = done.union(row["found"] or ())  # found is only looked up when some failed
         results: list[StaleClaim | NotFound | None] = []
         for item in completions:
             if item.task_id in done and first.get(item.task_id) is item:

@@ -173,6 +173,32 @@ class CapabilityClauses:
         assert snapshot(await storage.get(stale.task.id)) == before, "a stale item changes nothing"
 
     @pytest.mark.asyncio
+    async def test_complete_many_applies_an_id_given_twice_once(
+        self, storage: Storage, queue: str, capabilities: Capabilities
+    ) -> None:
+        """As ``complete`` called once per item in order: the later item finds the claim
+        already resolved (``StaleClaim``), and the task gets one attempt record."""
+        require_capability(capabilities, "batch_complete")
+        await storage.enqueue(new_task(queue))
+        claimed = await claim_one(storage, queue)
+        first, second = (
+            attempt(1, Outcome.SUCCEEDED, worker_id="w1"),
+            attempt(1, Outcome.SUCCEEDED, worker_id="w2"),
+        )
+        results = await storage.complete_many(
+            [
+                Completion(claimed.task.id, claimed.token, first),
+                Completion(claimed.task.id, claimed.token, second),
+            ]
+        )
+        assert results[0] is None
+        assert isinstance(results[1], StaleClaim)
+        stored = await storage.get(claimed.task.id)
+        assert stored.status == Status.SUCCEEDED
+        assert stored.attempt_count == 1
+        assert stored.attempts == [first]
+
+    @pytest.mark.asyncio
     async def test_complete_many_with_a_reclaimed_token_is_stale_and_the_new_holder_keeps_it(
         self, storage: Storage, queue: str, capabilities: Capabilities
     ) -> None:

@@ -1,6 +1,6 @@
 -- complete for many claims at once: item k is (id $1[k], token $2[k], attempt $3[k], its error
 -- type $4[k]); each row is fenced on its own token. done lists the ids completed, found the
--- ids that exist (an id not done is StaleClaim if found, else NotFound).
+-- ids that exist, when any id was not done (such an id is StaleClaim if found, else NotFound).
 WITH input AS (
     SELECT *
     FROM unnest($1::text[], $2::text[], $3::json[], $4::text[])
@@ -21,4 +21,8 @@ upd AS (
     RETURNING t.id
 )
 SELECT (SELECT array_agg(id) FROM upd) AS done,
-       (SELECT array_agg(id) FROM {schema}.task WHERE id = ANY($1::text[])) AS found
+       -- which ids exist is asked only when some item was not completed (the common batch
+       -- completes them all and skips these lookups)
+       CASE WHEN (SELECT count(*) FROM upd) < cardinality($1::text[]) THEN
+           (SELECT array_agg(id) FROM {schema}.task WHERE id = ANY($1::text[]))
+       END AS found
