@@ -24,26 +24,11 @@ MAX_FLUSH = 500
 class Completer:
     """Coalesces concurrent completions of one worker into ``complete_many`` calls."""
 
-    def __init__(
-        self, storage: Storage, max_flush: int = MAX_FLUSH, max_backlog: int = MAX_FLUSH
-    ) -> None:
-        """``max_backlog`` is how many unrecorded completions :meth:`has_room` allows."""
+    def __init__(self, storage: Storage, max_flush: int = MAX_FLUSH) -> None:
         self.storage = storage
         self.max_flush = max_flush
-        self.max_backlog = max_backlog
         self._waiting: list[tuple[Completion, asyncio.Future[None]]] = []
-        self._sending = 0
         self._flusher: asyncio.Task[None] | None = None
-
-    @property
-    def backlog(self) -> int:
-        """Completions queued or being sent, not yet known to be recorded."""
-        return len(self._waiting) + self._sending
-
-    def has_room(self) -> bool:
-        """Whether the backlog is under ``max_backlog``: the worker then lets the next task
-        start while the completion it submits next waits for its flush."""
-        return self.backlog < self.max_backlog
 
     def submit(self, task_id: str, token: str, attempt: Attempt) -> asyncio.Future[None]:
         """Queue a successful attempt, fenced on ``token``, for the next flush; the future
@@ -81,11 +66,7 @@ class Completer:
             while self._waiting:
                 batch = self._waiting[: self.max_flush]
                 del self._waiting[: self.max_flush]
-                self._sending = len(batch)
-                try:
-                    await self._flush(batch)
-                finally:
-                    self._sending = 0
+                await self._flush(batch)
         finally:
             self._flusher = None
             self._fail_waiting()  # only non-empty if this task was cancelled

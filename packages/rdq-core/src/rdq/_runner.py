@@ -79,8 +79,8 @@ class Run:
         """Monotonic time by which an awaited handler must have ended (timeout included)."""
         self.release: Callable[[], None] | None = None
         self.free_slot: Callable[[], None] | None = None
-        """Gives the task's concurrency slot back before ``release`` (a success waiting for
-        its batched write no longer runs a handler)."""
+        """Offers the task's concurrency slot back before ``release`` (a success waiting for
+        its batched write no longer runs a handler); the worker decides whether to take it."""
         self.config: QueueConfig | None = None
         self.number = 0
         self.used = 0
@@ -357,9 +357,8 @@ class Runner:
         task_id, token = run.claimed.task.id, run.claimed.token
         if decision.action is Action.COMPLETE:
             if self.completer is not None:
-                early = run.free_slot is not None and self.completer.has_room()
                 recorded = self.completer.submit(task_id, token, attempt)
-                if early and run.free_slot is not None:
+                if run.free_slot is not None:
                     run.free_slot()  # the next task may start while this one is written
                 await recorded
             else:

@@ -9,8 +9,8 @@ due it waits with ``wait_due`` if the store can notify, else polls with a backof
 counted and retried with backoff; the worker never dies of one. Where the store has
 ``batch_complete``, successes are recorded through one :class:`~rdq._completer.Completer`
 per worker (many tasks per ``complete_many`` call, no timer), and a success waiting for its
-batch gives its concurrency slot to the next task at once, while the worker has fewer such
-successes pending than its total concurrency (so the next claim overlaps the write; a crash
+batch gives its concurrency slot to the next task at once, as long as fewer than the worker's
+total concurrency of tasks are in that state (so the next claim overlaps the write; a crash
 can then leave up to that many finished tasks unrecorded, to be run again after their lease).
 Their leases are still renewed until the write returns.
 
@@ -135,6 +135,9 @@ class Worker:
         self._stop_requests = 0
         self._idle_waits: set[asyncio.Future[Any]] = set()
         self._fencing: set[asyncio.Task[None]] = set()
+        self._freed_early = 0
+        """Tasks whose slot was given back while their success waits for its batched write."""
+        self._max_freed_early = 0
 
     # --- control -----------------------------------------------------------------------------
 
@@ -189,9 +192,8 @@ class Worker:
         threads = HandlerThreads(size)
         self._states = {q: _QueueState(q) for q in self.queues}
         capabilities = self.storage.capabilities()
-        completer = (
-            Completer(self.storage, max_backlog=size) if capabilities.batch_complete else None
-        )
+        self._max_freed_early = size
+        completer = Completer(self.storage) if capabilities.batch_complete else None
         runner = Runner(
             self.app,
             self.storage,
@@ -420,14 +422,21 @@ class Worker:
         run.task = task
 
         holds_slot = True
+        freed_early = False
+
+        def give_slot_back() -> None:
+            nonlocal holds_slot
+            holds_slot = False
+            state.active -= 1
+            _in_flight[state.name] -= 1
+            state.slot_freed.set()
 
         def free_slot() -> None:
-            nonlocal holds_slot
-            if holds_slot:
-                holds_slot = False
-                state.active -= 1
-                _in_flight[state.name] -= 1
-                state.slot_freed.set()
+            nonlocal freed_early
+            if holds_slot and self._freed_early < self._max_freed_early:
+                freed_early = True
+                self._freed_early += 1
+                give_slot_back()
 
         def release() -> None:
             if run.done:
@@ -435,7 +444,10 @@ class Worker:
             run.done = True
             if self._runs.get(task_id) is run:
                 del self._runs[task_id]
-            free_slot()
+            if holds_slot:
+                give_slot_back()
+            elif freed_early:
+                self._freed_early -= 1
 
         run.free_slot = free_slot
         run.release = release
