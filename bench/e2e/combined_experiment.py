@@ -29,11 +29,11 @@ import msgspec
 
 import rdq
 from bench.e2e import cluster
+from bench.e2e.resolve_experiment import QUEUE, verify_drained
 from bench.e2e.systems import payload
 from rdq.spi import Attempt, Claimed, Completion, Outcome
 from rdq_postgres._rows import envelope_from_row
 
-QUEUE = "exp"
 LEASE = timedelta(seconds=30)
 COMBINED = (Path(__file__).parent / "sql" / "complete_and_claim.sql").read_text()
 _encode = msgspec.json.Encoder().encode
@@ -92,17 +92,6 @@ async def _combined_loop(pool: asyncpg.Pool, limit: int) -> int:
         previous = claims
 
 
-async def _verify(conn: asyncpg.Connection, tasks: int) -> None:
-    ok = await conn.fetchval(
-        """SELECT count(*) FROM rdq.task WHERE queue = $1 AND status = 'SUCCEEDED'
-           AND attempt_count = 1 AND json_array_length(attempts) = 1
-           AND attempts -> 0 ->> 'outcome' = 'SUCCEEDED'""",
-        QUEUE,
-    )
-    if ok != tasks:
-        raise RuntimeError(f"{ok} of {tasks} tasks completed exactly once")
-
-
 async def main(args: argparse.Namespace) -> None:
     """Run each mode ``--repeat`` times, interleaved, and print the medians."""
     with cluster.server(args.url) as server:
@@ -145,7 +134,7 @@ async def main(args: argparse.Namespace) -> None:
                     )
                     if done != args.tasks:
                         raise RuntimeError(f"{done} of {args.tasks} drained")
-                    await _verify(conn, args.tasks)
+                    await verify_drained(conn, args.tasks)
                     results.setdefault(mode, []).append((args.tasks / elapsed, client_us, db_us))
                     db = "?" if db_us is None else f"{db_us:.0f}"
                     print(

@@ -88,7 +88,7 @@ async def _drain(storage: Any, pool: asyncpg.Pool, mode: str, limit: int, tasks:
     return tasks / (time.perf_counter() - started)
 
 
-async def _verify(conn: asyncpg.Connection, tasks: int) -> None:
+async def verify_drained(conn: asyncpg.Connection, tasks: int) -> None:
     ok = await conn.fetchval(
         """SELECT count(*) FROM rdq.task WHERE queue = $1 AND status = 'SUCCEEDED'
            AND attempt_count = 1 AND json_array_length(attempts) = 1
@@ -119,7 +119,7 @@ async def main(args: argparse.Namespace) -> None:
                         [rdq.Submission("noop", {"i": i}, queue=QUEUE) for i in range(args.tasks)]
                     )
                     rate = await _drain(storage, pool, mode, args.limit, args.tasks)
-                    await _verify(conn, args.tasks)
+                    await verify_drained(conn, args.tasks)
                     results.setdefault(mode, []).append(rate)
                     print(f"{mode:14} limit={args.limit}: {rate:8,.0f} tasks/s (verified)")
         finally:
