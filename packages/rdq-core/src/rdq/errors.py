@@ -10,6 +10,7 @@ backend it runs on.
     │   ├── NotFound                 no task with that id
     │   ├── StaleCursor              the DLQ cursor cannot be used
     │   ├── IDConflict               the id exists in another queue
+    │   ├── NotConnected             the store is not open (before connect, after aclose)
     │   └── StorageUnavailable       the backend cannot be reached (retryable)
     ├── ValidationError              bad input, names the field
     ├── ConfigError                  bad configuration, names the key
@@ -21,6 +22,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "IDConflict",
+    "NotConnected",
     "NotFound",
     "PluginError",
     "RdqError",
@@ -71,6 +73,16 @@ class IDConflict(StorageError):
         self.task_id = task_id
         self.existing_queue = existing_queue
         super().__init__(f"task id {task_id!r} already exists in queue {existing_queue!r}")
+
+
+class NotConnected(StorageError):
+    """The store is not open: it was never connected, or it was closed."""
+
+    def __init__(self, store: str, *, closed: bool = False) -> None:
+        self.store = store
+        self.closed = closed
+        state = "has been closed" if closed else "is not connected"
+        super().__init__(f"{store} {state}: call connect() first or use `async with`")
 
 
 class StorageUnavailable(StorageError):

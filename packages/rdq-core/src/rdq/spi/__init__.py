@@ -5,13 +5,20 @@ limits every backend enforces, and ``rdq_compliance.StorageSuite`` for the tests
 backend keeps the contract.
 """
 
+from rdq.spi import limits
 from rdq.spi._models import (
+    DEFAULT_PRIORITY,
     FORMAT_VERSION,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
     Attempt,
+    AuditEntry,
+    AuditFilter,
     Capabilities,
     Claimed,
     Completion,
     DLQFilter,
+    DLQGroup,
     Envelope,
     Outcome,
     Page,
@@ -19,29 +26,38 @@ from rdq.spi._models import (
     Selector,
     Stats,
     Status,
+    TaskFilter,
+    status_time,
 )
-from rdq.spi._storage import Storage, StorageBase
+from rdq.spi._storage import Storage, StorageBase, group_order
 from rdq.spi.codec import (
     decode_envelope,
     encode_envelope,
     envelope_from_builtins,
     envelope_to_builtins,
 )
-from rdq.spi.cursor import DLQCursor
+from rdq.spi.cursor import DLQCursor, KeysetCursor, audit_scope, task_scope
 
 Cursor = str
 """DLQ cursors are opaque strings; :class:`DLQCursor` is a ready-made keyset encoding."""
 
 __all__ = [
+    "DEFAULT_PRIORITY",
     "FORMAT_VERSION",
+    "MAX_PRIORITY",
+    "MIN_PRIORITY",
     "Attempt",
+    "AuditEntry",
+    "AuditFilter",
     "Capabilities",
     "Claimed",
     "Completion",
     "Cursor",
     "DLQCursor",
     "DLQFilter",
+    "DLQGroup",
     "Envelope",
+    "KeysetCursor",
     "Outcome",
     "Page",
     "RetryOverride",
@@ -50,8 +66,14 @@ __all__ = [
     "Status",
     "Storage",
     "StorageBase",
+    "TaskFilter",
+    "audit_scope",
     "decode_envelope",
     "encode_envelope",
     "envelope_from_builtins",
     "envelope_to_builtins",
+    "group_order",
+    "limits",
+    "status_time",
+    "task_scope",
 ]

@@ -11,12 +11,18 @@ import msgspec
 from rdq.errors import ValidationError
 
 __all__ = [
+    "DEFAULT_PRIORITY",
     "FORMAT_VERSION",
+    "MAX_PRIORITY",
+    "MIN_PRIORITY",
     "Attempt",
+    "AuditEntry",
+    "AuditFilter",
     "Capabilities",
     "Claimed",
     "Completion",
     "DLQFilter",
+    "DLQGroup",
     "Envelope",
     "Outcome",
     "Page",
@@ -24,10 +30,17 @@ __all__ = [
     "Selector",
     "Stats",
     "Status",
+    "TaskFilter",
+    "status_time",
 ]
 
 FORMAT_VERSION = 1
 """The envelope format this release writes. Readers keep fields they do not know."""
+
+MIN_PRIORITY = -10
+MAX_PRIORITY = 10
+DEFAULT_PRIORITY = 0
+"""Task priorities run from ``MIN_PRIORITY`` to ``MAX_PRIORITY``; higher is claimed first."""
 
 
 class Status(enum.StrEnum):
@@ -37,6 +50,9 @@ class Status(enum.StrEnum):
     IN_FLIGHT = "IN_FLIGHT"
     SUCCEEDED = "SUCCEEDED"
     DEAD = "DEAD"
+    CANCELLED = "CANCELLED"
+    """Cancelled by an operator before it succeeded: never runs again; terminal, listable and
+    purgeable like a DEAD task, but not in the DLQ and not redrivable."""
 
 
 class Outcome(enum.StrEnum):
@@ -51,8 +67,20 @@ class Outcome(enum.StrEnum):
 
 
 class Attempt(msgspec.Struct, kw_only=True, frozen=True):
-    """The record of one attempt. Storage appends it; only the engine writes its contents,
-    except ``LEASE_EXPIRED`` records, which the storage writes itself when it reclaims."""
+    """The record of one attempt. Storage appends it unchanged; only the engine writes its
+    contents, except ``LEASE_EXPIRED`` records, which the storage writes itself when it
+    reclaims a lapsed lease:
+
+    - ``number`` = the task's ``attempt_count`` before the reclaim, plus one;
+    - ``outcome`` = ``LEASE_EXPIRED``, ``error_type`` = ``"LeaseExpired"``, ``error_message``
+      a sentence naming when the lease expired;
+    - ``started_at`` = when the lapsed claim was made (``claimed_at``), ``finished_at`` = the
+      reclaim's storage time, ``worker_id`` = the worker that held the lapsed lease
+      (``claimed_by``, ``None`` if it gave none).
+
+    ``traceback`` is the formatted traceback of a failure (bounded by
+    :data:`rdq.spi.limits.MAX_TRACEBACK_CHARS`; the engine keeps the innermost frames when it
+    cuts one)."""
 
     number: int
     outcome: Outcome
@@ -61,6 +89,7 @@ class Attempt(msgspec.Struct, kw_only=True, frozen=True):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     worker_id: str | None = None
+    traceback: str | None = None
 
 
 class RetryOverride(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
@@ -81,6 +110,21 @@ class Envelope(msgspec.Struct, kw_only=True):
     by a newer producer): they are encoded back flat beside the known fields, so nothing a
     newer node wrote is lost by an older one. Use :func:`rdq.spi.encode_envelope` and
     :func:`rdq.spi.decode_envelope` to get that behaviour; timestamps are timezone-aware UTC.
+
+    Fields the store owns (``enqueue`` ignores what the caller put there): ``status``,
+    ``created_at``, ``lease_expires_at``, ``claimed_by``, ``claimed_at``, ``completed_at``,
+    ``dead_lettered_at``, ``cancelled_at`` and ``corrupt``.
+
+    - ``priority`` (``MIN_PRIORITY``..``MAX_PRIORITY``, default 0): among due tasks of a
+      queue, higher priorities are claimed first; within one priority, oldest due first.
+    - ``claimed_by`` / ``claimed_at``: the worker id given to ``claim_due`` and the storage
+      time of the claim, while the task is IN_FLIGHT (``None`` otherwise).
+    - ``cancelled_at``: when an operator cancelled the task (status CANCELLED).
+    - ``corrupt``: set only on a task *read back* from a store whose stored form does not
+      decode (written by hand or by a buggy producer). It says what is wrong and shows the
+      raw stored value; the fields that did decode are filled in (``id``, ``queue`` and
+      ``status`` always), the others hold their defaults. Such a task never makes a store
+      operation raise; the engine dead-letters it as ``rdq.CorruptTask`` when it is claimed.
     """
 
     id: str
@@ -98,6 +142,11 @@ class Envelope(msgspec.Struct, kw_only=True):
     completed_at: datetime | None = None
     dead_lettered_at: datetime | None = None
     retry: RetryOverride | None = None
+    priority: int = DEFAULT_PRIORITY
+    claimed_by: str | None = None
+    claimed_at: datetime | None = None
+    cancelled_at: datetime | None = None
+    corrupt: str | None = None
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = {}
 
@@ -123,6 +172,9 @@ class Capabilities(msgspec.Struct, kw_only=True, frozen=True):
     """``enqueue_batch(tasks)`` admits many tasks in one round trip."""
     batch_complete: bool = False
     """``complete_many(completions)`` resolves many claims in one round trip, fenced per task."""
+    group_pushdown: bool = False
+    """``dlq_groups(queue)`` is computed by the backend (otherwise ``StorageBase`` pages
+    through the DLQ)."""
 
 
 class Completion(msgspec.Struct, frozen=True):
@@ -163,9 +215,65 @@ class DLQFilter(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
         )
 
 
+class TaskFilter(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """Selects tasks of one status for ``list_tasks``. Every field that is set must match.
+
+    Tasks are listed by their *status time* (see :func:`status_time`), then id: PENDING by
+    ``next_attempt_at``, IN_FLIGHT by ``lease_expires_at``, SUCCEEDED by ``completed_at``,
+    DEAD by ``dead_lettered_at``, CANCELLED by ``cancelled_at``. ``after`` (inclusive) and
+    ``before`` (exclusive) bound that time; ``error_type`` matches the last attempt's error
+    type, as in :class:`DLQFilter`."""
+
+    status: Status
+    error_type: str | None = None
+    handler_ref: str | None = None
+    after: datetime | None = None
+    before: datetime | None = None
+
+    def matches(self, task: Envelope) -> bool:
+        """True if ``task`` is selected by this filter."""
+        if task.status != self.status:
+            return False
+        if self.handler_ref is not None and task.handler_ref != self.handler_ref:
+            return False
+        if self.error_type is not None:
+            last = task.attempts[-1] if task.attempts else None
+            if last is None or last.error_type != self.error_type:
+                return False
+        at = status_time(task)
+        if self.after is not None and (at is None or at < self.after):
+            return False
+        return not (self.before is not None and (at is None or at >= self.before))
+
+
+def status_time(task: Envelope) -> datetime | None:
+    """The time a task is listed by in its status (see :class:`TaskFilter`)."""
+    status = task.status
+    if status == Status.PENDING:
+        return task.next_attempt_at
+    if status == Status.IN_FLIGHT:
+        return task.lease_expires_at
+    if status == Status.SUCCEEDED:
+        return task.completed_at
+    if status == Status.DEAD:
+        return task.dead_lettered_at
+    return task.cancelled_at
+
+
+class DLQGroup(msgspec.Struct, kw_only=True, frozen=True):
+    """The DEAD tasks of a queue that share a handler and a last error type: how many, and
+    the first and last time one of them was dead-lettered."""
+
+    handler_ref: str
+    error_type: str | None
+    count: int
+    first_dead_lettered_at: datetime
+    last_dead_lettered_at: datetime
+
+
 class Page(msgspec.Struct, kw_only=True, frozen=True):
-    """Which page of the DLQ to read: up to ``limit`` tasks after the opaque ``cursor``
-    returned by the previous page (``None`` for the first page)."""
+    """Which page to read (DLQ, task list or audit trail): up to ``limit`` items after the
+    opaque ``cursor`` returned by the previous page (``None`` for the first page)."""
 
     limit: int = 100
     cursor: str | None = None
@@ -197,8 +305,12 @@ class Stats(msgspec.Struct, kw_only=True, frozen=True):
     """A per-queue snapshot taken by the storage at ``as_of`` (its own clock).
 
     ``pending`` counts PENDING tasks (due or not), ``in_flight`` IN_FLIGHT ones (expired leases
-    included), ``oldest_pending_age`` is how long (seconds) the longest-waiting *due* PENDING
-    task has been due, or ``None`` when no PENDING task is due."""
+    included), ``dlq_depth`` DEAD ones, ``oldest_pending_age`` is how long (seconds) the
+    longest-waiting *due* PENDING task has been due, or ``None`` when no PENDING task is due.
+
+    A count above :data:`rdq.spi.limits.EXACT_COUNT_THRESHOLD` may be an estimate, so that a
+    snapshot of a queue with millions of rows stays cheap; the names of the estimated count
+    fields are listed in ``estimated``. Counts at or below the threshold are always exact."""
 
     queue: str
     pending: int
@@ -207,3 +319,47 @@ class Stats(msgspec.Struct, kw_only=True, frozen=True):
     succeeded: int
     oldest_pending_age: float | None
     as_of: datetime
+    cancelled: int = 0
+    estimated: tuple[str, ...] = ()
+
+
+class AuditEntry(msgspec.Struct, kw_only=True, frozen=True):
+    """One operator action (redrive, purge, cancel, …) as the engine recorded it.
+
+    The engine decides and fills in every field but ``id`` and ``time``; ``append_audit``
+    stores it unchanged, stamps ``time`` with the storage clock and gives it a unique ``id``.
+    ``selector`` is the JSON form of what was selected (ids or filter); ``count`` how many
+    tasks the action touched; ``error`` is set when it failed part-way."""
+
+    actor: str
+    action: str
+    queue: str
+    selector: dict[str, Any] = {}
+    count: int = 0
+    reason: str | None = None
+    error: str | None = None
+    id: str | None = None
+    time: datetime | None = None
+
+
+class AuditFilter(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """Selects audit entries; every field that is set must match. ``after`` is inclusive,
+    ``before`` exclusive, both on ``time``."""
+
+    queue: str | None = None
+    action: str | None = None
+    actor: str | None = None
+    after: datetime | None = None
+    before: datetime | None = None
+
+    def matches(self, entry: AuditEntry) -> bool:
+        if self.queue is not None and entry.queue != self.queue:
+            return False
+        if self.action is not None and entry.action != self.action:
+            return False
+        if self.actor is not None and entry.actor != self.actor:
+            return False
+        at = entry.time
+        if self.after is not None and (at is None or at < self.after):
+            return False
+        return not (self.before is not None and (at is None or at >= self.before))

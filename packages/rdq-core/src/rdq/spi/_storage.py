@@ -9,35 +9,64 @@ Every operation validates its input with :mod:`rdq.spi.limits` and raises
 :class:`~rdq.errors.ValidationError` (naming the field) before touching stored state. Driver
 exceptions never escape unwrapped: an unreachable backend raises
 :class:`~rdq.errors.StorageUnavailable`, anything else a :class:`~rdq.errors.StorageError`.
+
+Lifecycle (:class:`StorageBase` implements it): a store is opened by ``connect()`` (or
+``async with``) and released by ``aclose()``; both are idempotent. Every other operation,
+``migrate`` included, raises :class:`~rdq.errors.NotConnected` before ``connect`` and after
+``aclose``; ``connect`` after ``aclose`` opens the store again.
+
+Time limits: no operation waits on the backend forever. Each store has an operation timeout
+(URL option ``timeout``, in seconds, default :data:`rdq.spi.limits.DEFAULT_OPERATION_TIMEOUT`;
+``migrate`` and ``wait_due``'s own wait are exempt) after which the call raises
+``StorageUnavailable`` — a frozen or partitioned database is an outage, not a hang.
+
+Corrupt stored tasks: a stored task whose stored form does not decode (edited by hand, written
+by a buggy producer in another language) never makes an operation raise and never blocks
+other tasks. Reads (``get``, ``dlq_list``, ``list_tasks``, ``claim_due``) return it with
+``Envelope.corrupt`` set; ``claim_due`` claims it like any other due task (the engine then
+dead-letters it); ``dead_letter``, ``purge`` and ``cancel`` work on it. Where it can, a store
+keeps the raw stored value unchanged for inspection.
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
-from rdq.errors import NotFound, StaleClaim
+from rdq.errors import NotConnected, NotFound, StaleClaim
 from rdq.spi._models import (
     Attempt,
+    AuditEntry,
+    AuditFilter,
     Capabilities,
     Claimed,
     Completion,
     DLQFilter,
+    DLQGroup,
     Envelope,
     Page,
     Selector,
     Stats,
+    TaskFilter,
 )
 
-__all__ = ["Storage", "StorageBase"]
+__all__ = ["Storage", "StorageBase", "group_order"]
+
+
+def group_order(group: DLQGroup) -> tuple[int, str, bool, str]:
+    """The order ``dlq_groups`` returns groups in: largest first, then by handler_ref, then
+    error_type with ``None`` last."""
+    return (-group.count, group.handler_ref, group.error_type is None, group.error_type or "")
 
 
 @runtime_checkable
 class Storage(Protocol):
-    """The thirteen operations of the contract, plus lifecycle and the optional extras."""
+    """The operations of the contract, plus lifecycle and the optional extras."""
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -48,7 +77,8 @@ class Storage(Protocol):
         backend cannot be reached or refuses the credentials."""
 
     async def aclose(self) -> None:
-        """Release every connection. Idempotent; the store is unusable afterwards."""
+        """Release every connection. Idempotent; operations then raise ``NotConnected``
+        until ``connect`` is called again."""
 
     async def __aenter__(self) -> Self: ...
 
@@ -68,44 +98,57 @@ class Storage(Protocol):
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
         """Admit ``task``; return True if it was stored, False if it already existed.
 
-        The store sets ``status=PENDING``, ``created_at`` to its own now, clears lease and
-        completion fields, and makes the task due at ``task.next_attempt_at`` if given, else at
-        its own now plus ``delay`` (default: now). All other fields, unknown ones in
-        ``extra`` included, are stored as given and returned unchanged by ``get``.
+        The store sets ``status=PENDING``, ``created_at`` to its own now, clears every other
+        store-owned field (lease, claim, completion, dead-letter, cancel times, ``corrupt``),
+        and makes the task due at ``task.next_attempt_at`` if given, else at its own now plus
+        ``delay`` (default: now). All other fields (``priority``, ``attempts``, counters,
+        unknown ones in ``extra``) are stored as given and returned unchanged by ``get``. The
+        caller's envelope is never modified.
 
-        Idempotent by id within a queue: enqueueing an id that exists in the same queue changes
-        nothing and returns False. Raises ``IDConflict`` if the id exists in another queue."""
+        Idempotent by id within a queue: enqueueing an id that exists in the same queue (in any
+        status) changes nothing and returns False. Raises ``IDConflict`` if the id exists in
+        another queue."""
 
     # --- claiming --------------------------------------------------------------------------
 
-    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
-        """Atomically claim up to ``limit`` due tasks of ``queue``, oldest due first.
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
+        """Atomically claim up to ``limit`` due tasks of ``queue``: highest ``priority``
+        first, and within one priority oldest due first.
 
         Due means PENDING with ``next_attempt_at <= now`` or IN_FLIGHT with
-        ``lease_expires_at <= now`` (a lost lease), by the store's clock. Each claimed task
-        becomes IN_FLIGHT with ``lease_expires_at = now + lease`` and a fresh random token.
-        Reclaiming a lost lease appends a ``LEASE_EXPIRED`` attempt (and increments
-        ``attempt_count``) in the same atomic step. No two claimants ever hold valid leases on
-        the same task. Returns an empty list when nothing is due; never blocks on other
-        claimants."""
+        ``lease_expires_at <= now`` (a lost lease), by the store's clock; a lost lease's due
+        time is its ``lease_expires_at``. Each claimed task becomes IN_FLIGHT with
+        ``lease_expires_at = now + lease``, ``claimed_at = now``, ``claimed_by = worker_id``
+        and a fresh random token never handed out before for this task (not even before a
+        redrive). Reclaiming a lost lease appends a ``LEASE_EXPIRED`` attempt (see
+        :class:`~rdq.spi.Attempt` for its fields) and increments ``attempt_count`` in the same
+        atomic step. No two claimants ever hold valid leases on the same task. Returns an
+        empty list when nothing is due; never blocks on other claimants. A corrupt stored
+        task is claimed and returned with ``corrupt`` set; it never makes the call raise."""
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
-        """Set the lease of a claimed task to now + ``lease``; return the new expiry.
+        """Set the lease of a claimed task to the store's now + ``lease`` (not the old expiry
+        + ``lease``); return the new expiry.
 
         Raises ``StaleClaim`` (changing nothing) if ``token`` is not the current token of an
         IN_FLIGHT task, ``NotFound`` if the task does not exist."""
 
     # --- resolution (fenced) ---------------------------------------------------------------
     #
-    # A token stays current until the task is claimed again or resolved: a lease that lapsed
-    # but was not yet reclaimed can still be extended or resolved by its holder. Once another
-    # claimant reclaims the task, the old token is stale for good.
+    # A token stays current until the task is claimed again, resolved or cancelled: a lease
+    # that lapsed but was not yet reclaimed can still be extended or resolved by its holder.
+    # Once another claimant reclaims the task (or an operator cancels it), the old token is
+    # stale for good. Resolution times (completed_at, dead_lettered_at) are the store's now,
+    # never the attempt's finished_at.
 
     async def reschedule(
         self, task_id: str, token: str, attempt: Attempt, next_at: datetime
     ) -> None:
-        """Failure path: append ``attempt``, increment ``attempt_count``, set PENDING due at
-        ``next_at`` and clear the lease and token, atomically.
+        """Failure path: append ``attempt`` (earlier attempts kept), increment
+        ``attempt_count``, set PENDING due at ``next_at`` and clear the lease, token,
+        ``claimed_by`` and ``claimed_at``, atomically.
 
         Raises ``StaleClaim`` (changing nothing) on a token that is not current,
         ``NotFound`` if the task does not exist."""
@@ -136,21 +179,84 @@ class Storage(Protocol):
 
     async def redrive(self, queue: str, selector: Selector) -> int:
         """Return the selected DEAD tasks of ``queue`` to PENDING, due now, with
-        ``attempt_count=0`` and ``redrive_count+1``, history kept. Ids that are not DEAD in
-        this queue are ignored. Returns how many were redriven. Selecting by filter needs
-        ``filter_pushdown`` (the engine turns filters into id sets otherwise)."""
+        ``attempt_count=0``, ``redrive_count+1`` and ``dead_lettered_at`` cleared, history
+        kept. Ids that are not DEAD in this queue are ignored. Returns how many were
+        redriven. A store without ``filter_pushdown`` may ignore a filter selector's filter
+        only by raising ``NotImplementedError`` — never by acting on unselected tasks; the
+        engine turns filters into id sets for such stores."""
 
     async def purge(self, queue: str, selector: Selector) -> int:
-        """Delete the selected DEAD tasks of ``queue``; return how many were deleted."""
+        """Delete the selected tasks of ``queue``; return how many were deleted. By ids:
+        DEAD and CANCELLED tasks (others ignored); by filter: DEAD tasks that match (the same
+        rule as ``redrive`` for stores without ``filter_pushdown``)."""
+
+    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
+        """The DEAD tasks of ``queue`` grouped by ``(handler_ref, last error_type)``, largest
+        group first (ties by handler_ref, then error_type with ``None`` last). ``StorageBase``
+        computes it by paging through ``dlq_list``; stores that count in the backend advertise
+        ``group_pushdown``."""
+
+    # --- every task ------------------------------------------------------------------------
+
+    async def list_tasks(
+        self, queue: str, task_filter: TaskFilter, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        """One page of the tasks of ``queue`` in ``task_filter.status``, ordered by status
+        time then id (see :class:`TaskFilter`), and an opaque cursor for the next page
+        (``None`` on the last page). Tasks whose status and status time do not change while
+        paging are listed exactly once; a task that moves may be missed or seen twice.
+        Attempts are omitted unless ``page.include_attempts``. A store without
+        ``filter_pushdown`` must apply ``status`` but may ignore the other filter fields (the
+        engine filters). Raises ``StaleCursor`` for a cursor that is malformed or from another
+        queue/filter."""
+
+    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
+        """Cancel the listed tasks of ``queue`` that are PENDING or IN_FLIGHT: each becomes
+        CANCELLED with ``cancelled_at`` = now, its lease, token and claim fields cleared,
+        atomically per task. A cancelled IN_FLIGHT task's token is stale from then on, so its
+        holder's next ``extend_lease`` or resolution raises ``StaleClaim``. Other ids are
+        ignored. Returns how many were cancelled. At most ``limits.MAX_SELECTOR_IDS`` ids."""
+
+    async def list_queues(self) -> list[Stats]:
+        """The stats of every queue that holds at least one task (in any status), ordered by
+        queue name; the same snapshot ``stats`` gives per queue (counts above
+        ``limits.EXACT_COUNT_THRESHOLD`` may be estimates, named in ``Stats.estimated``)."""
+
+    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
+        """Store tasks exactly as given — status, attempts, counters and every timestamp —
+        for moving tasks between stores. Idempotent by id: an id that exists in the same queue
+        is left unchanged (False); ``IDConflict`` if it exists in another queue, and then
+        nothing is stored. An IN_FLIGHT task is stored IN_FLIGHT with its ``lease_expires_at``
+        and no valid token, so it is reclaimed (with a ``LEASE_EXPIRED`` record) once that
+        passes. Returns one "stored" flag per task, in order. At most ``limits.MAX_LIMIT``
+        tasks per call; a corrupt task (``corrupt`` set) raises ``ValidationError``."""
+
+    # --- audit trail -----------------------------------------------------------------------
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        """Store ``entry`` durably and return it with ``id`` (unique) and ``time`` (the
+        store's now) set. Entries are never changed afterwards."""
+
+    async def list_audit(
+        self, audit_filter: AuditFilter | None, page: Page
+    ) -> tuple[list[AuditEntry], str | None]:
+        """One page of audit entries, newest first (by ``time``, then ``id`` descending), and
+        an opaque cursor for the next page. Entries appended while paging never cause a skip or
+        a repeat. Raises ``StaleCursor`` for a cursor that is malformed or from another
+        filter."""
 
     # --- operations ------------------------------------------------------------------------
 
+    async def now(self) -> datetime:
+        """The store's clock: the time every due-ness decision of this store is made by."""
+
     async def stats(self, queue: str) -> Stats:
-        """A snapshot of the queue's counts by the store's clock (see :class:`Stats`)."""
+        """A snapshot of the queue's counts by the store's clock (see :class:`Stats`). An
+        IN_FLIGHT task whose lease lapsed but was not reclaimed counts as ``in_flight``."""
 
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
-        """Delete SUCCEEDED tasks of ``queue`` completed before ``older_than``; return how
-        many were deleted."""
+        """Delete SUCCEEDED tasks of ``queue`` completed before ``older_than`` and CANCELLED
+        ones cancelled before it (the finished-task TTL); return how many were deleted."""
 
     def capabilities(self) -> Capabilities:
         """The optional accelerations this store offers."""
@@ -159,7 +265,8 @@ class Storage(Protocol):
 
     async def wait_due(self, queue: str, timeout: float) -> bool:
         """(``notify``) Block until a task of ``queue`` may be due or ``timeout`` seconds
-        pass. True when woken by a signal, False on timeout. Wake-ups may be spurious."""
+        pass. True when woken by a signal, False on timeout; it never returns False before
+        ``timeout`` has passed. Wake-ups may be spurious."""
 
     async def enqueue_batch(
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
@@ -182,8 +289,14 @@ class Storage(Protocol):
 
 
 class StorageBase(abc.ABC):
-    """A convenient base for plugins: the context-manager plumbing and the optional
-    operations' defaults. Subclasses implement the abstract operations."""
+    """A convenient base for plugins: the lifecycle, the context-manager plumbing and the
+    optional operations' defaults. Subclasses implement the abstract operations, put their
+    connection set-up in ``_open`` and tear-down in ``_close``, and call
+    ``self._check_open()`` first in every operation."""
+
+    _opened: bool = False
+    _closed: bool = False
+    _lifecycle_lock: asyncio.Lock | None = None
 
     async def __aenter__(self) -> Self:
         await self.connect()
@@ -197,20 +310,51 @@ class StorageBase(abc.ABC):
     ) -> None:
         await self.aclose()
 
-    async def connect(self) -> None:  # noqa: B027 - optional hook
-        """Open connections (no-op by default)."""
+    async def connect(self) -> None:
+        """Open the store (``_open``) unless it is open already."""
+        if self._lifecycle_lock is None:
+            self._lifecycle_lock = asyncio.Lock()
+        async with self._lifecycle_lock:
+            if self._opened:
+                return
+            await self._open()
+            self._opened, self._closed = True, False
 
-    async def aclose(self) -> None:  # noqa: B027 - optional hook
-        """Release connections (no-op by default)."""
+    async def aclose(self) -> None:
+        """Close the store (``_close``) if it is open; a no-op otherwise."""
+        if not self._opened:
+            return
+        self._opened, self._closed = False, True
+        await self._close()
 
-    async def migrate(self) -> None:  # noqa: B027 - optional hook
-        """Create the schema (no-op by default)."""
+    @property
+    def is_open(self) -> bool:
+        """True between ``connect`` and ``aclose``."""
+        return self._opened
+
+    def _check_open(self) -> None:
+        """Raise ``NotConnected`` unless the store is open."""
+        if not self._opened:
+            raise NotConnected(type(self).__name__, closed=self._closed)
+
+    async def _open(self) -> None:  # noqa: B027 - optional hook
+        """Open connections (no-op by default). Raise ``StorageUnavailable`` when the backend
+        cannot be reached."""
+
+    async def _close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections (no-op by default). Must not raise."""
+
+    async def migrate(self) -> None:
+        """Create the schema (nothing to do by default)."""
+        self._check_open()
 
     @abc.abstractmethod
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool: ...
 
     @abc.abstractmethod
-    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]: ...
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]: ...
 
     @abc.abstractmethod
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime: ...
@@ -242,6 +386,69 @@ class StorageBase(abc.ABC):
 
     @abc.abstractmethod
     async def stats(self, queue: str) -> Stats: ...
+
+    # The operations below joined the contract in its second revision. Until every
+    # first-party store implements them they raise NotImplementedError here; the kit checks
+    # each one.
+
+    async def now(self) -> datetime:
+        raise NotImplementedError(f"{type(self).__name__} does not implement now")
+
+    async def list_tasks(
+        self, queue: str, task_filter: TaskFilter, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        raise NotImplementedError(f"{type(self).__name__} does not implement list_tasks")
+
+    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
+        raise NotImplementedError(f"{type(self).__name__} does not implement cancel")
+
+    async def list_queues(self) -> list[Stats]:
+        raise NotImplementedError(f"{type(self).__name__} does not implement list_queues")
+
+    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
+        raise NotImplementedError(f"{type(self).__name__} does not implement import_tasks")
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        raise NotImplementedError(f"{type(self).__name__} does not implement append_audit")
+
+    async def list_audit(
+        self, audit_filter: AuditFilter | None, page: Page
+    ) -> tuple[list[AuditEntry], str | None]:
+        raise NotImplementedError(f"{type(self).__name__} does not implement list_audit")
+
+    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
+        """Pages through the whole DLQ with attempts (correct, not fast); override it to count
+        in the backend and advertise ``group_pushdown``."""
+        counts: Counter[tuple[str, str | None]] = Counter()
+        first: dict[tuple[str, str | None], datetime] = {}
+        last: dict[tuple[str, str | None], datetime] = {}
+        cursor: str | None = None
+        while True:
+            tasks, cursor = await self.dlq_list(
+                queue, None, Page(limit=1000, cursor=cursor, include_attempts=True)
+            )
+            for task in tasks:
+                error_type = task.attempts[-1].error_type if task.attempts else None
+                key = (task.handler_ref, error_type)
+                counts[key] += 1
+                at = task.dead_lettered_at
+                if at is not None:
+                    first[key] = min(first.get(key, at), at)
+                    last[key] = max(last.get(key, at), at)
+            if cursor is None:
+                break
+        groups = [
+            DLQGroup(
+                handler_ref=handler_ref,
+                error_type=error_type,
+                count=count,
+                first_dead_lettered_at=first[(handler_ref, error_type)],
+                last_dead_lettered_at=last[(handler_ref, error_type)],
+            )
+            for (handler_ref, error_type), count in counts.items()
+        ]
+        groups.sort(key=group_order)
+        return groups
 
     @abc.abstractmethod
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int: ...

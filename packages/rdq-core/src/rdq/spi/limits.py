@@ -9,10 +9,19 @@ queue name             1–100 characters of ``A–Z a–z 0–9 . _ - :``, star
 handler_ref            1–1024 characters, no whitespace or control characters
 headers                at most 64; names 1–128 characters, values at most 4096
 payload                at most 1 MiB once encoded as JSON
-limit                  1–1000 (``claim_due`` and DLQ pages)
+limit                  1–1000 (``claim_due``, pages, ``import_tasks``)
 lease                  more than 0 s, at most 24 h
-selector ids           at most 10 000 per call
+delay                  a ``timedelta`` of 0 s or more, or ``None``
+priority               an integer from -10 to 10 (default 0)
+selector ids           at most 10 000 per call (redrive, purge, cancel)
+worker id              1–200 characters, no control characters
+attempt                ``number`` ≥ 1; ``error_type`` at most 1024 characters,
+                       ``error_message`` at most 8 192, ``traceback`` at most 32 768
+audit entry            ``actor`` and ``action`` 1–200 characters, ``reason`` at most 2 000
 =====================  =====================================================================
+
+Every store also has an operation timeout (``DEFAULT_OPERATION_TIMEOUT`` seconds unless its URL
+says otherwise) and may estimate counts above ``EXACT_COUNT_THRESHOLD``.
 """
 
 from __future__ import annotations
@@ -24,9 +33,28 @@ from datetime import datetime, timedelta
 import msgspec
 
 from rdq.errors import ValidationError
-from rdq.spi._models import DLQFilter, Envelope, Page, Selector
+from rdq.spi._models import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    Attempt,
+    AuditEntry,
+    AuditFilter,
+    DLQFilter,
+    Envelope,
+    Outcome,
+    Page,
+    Selector,
+    Status,
+    TaskFilter,
+)
 
 __all__ = [
+    "DEFAULT_OPERATION_TIMEOUT",
+    "EXACT_COUNT_THRESHOLD",
+    "MAX_AUDIT_REASON_LENGTH",
+    "MAX_AUDIT_WORD_LENGTH",
+    "MAX_ERROR_MESSAGE_LENGTH",
+    "MAX_ERROR_TYPE_LENGTH",
     "MAX_HANDLER_REF_LENGTH",
     "MAX_HEADERS",
     "MAX_HEADER_NAME_LENGTH",
@@ -35,17 +63,29 @@ __all__ = [
     "MAX_LEASE",
     "MAX_LIMIT",
     "MAX_PAYLOAD_BYTES",
+    "MAX_PRIORITY",
     "MAX_QUEUE_LENGTH",
     "MAX_SELECTOR_IDS",
+    "MAX_TRACEBACK_LENGTH",
+    "MAX_WORKER_ID_LENGTH",
+    "MIN_PRIORITY",
+    "check_attempt",
+    "check_audit_entry",
+    "check_audit_filter",
     "check_aware",
+    "check_delay",
+    "check_ids",
     "check_lease",
     "check_limit",
     "check_page",
+    "check_priority",
     "check_queue",
     "check_selector",
     "check_task",
+    "check_task_filter",
     "check_task_id",
     "check_token",
+    "check_worker_id",
 ]
 
 MAX_ID_LENGTH = 200
@@ -58,6 +98,17 @@ MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_LIMIT = 1000
 MAX_LEASE = timedelta(hours=24)
 MAX_SELECTOR_IDS = 10_000
+MAX_WORKER_ID_LENGTH = 200
+MAX_ERROR_TYPE_LENGTH = 1024
+MAX_ERROR_MESSAGE_LENGTH = 8192
+MAX_TRACEBACK_LENGTH = 32768
+MAX_AUDIT_WORD_LENGTH = 200
+MAX_AUDIT_REASON_LENGTH = 2000
+DEFAULT_OPERATION_TIMEOUT = 10.0
+"""Seconds a store waits on its backend for one operation before raising StorageUnavailable."""
+EXACT_COUNT_THRESHOLD = 10_000
+"""Counts at or below this are exact in ``stats``/``list_queues``; above it they may be
+estimates (named in ``Stats.estimated``)."""
 
 _ID_RE = re.compile(r"[A-Za-z0-9._\-:@+=~]+")
 _QUEUE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-:]*")
@@ -162,6 +213,9 @@ def check_task(task: object) -> Envelope:
         raise ValidationError("must not be negative", field="redrive_count")
     if task.next_attempt_at is not None:
         check_aware(task.next_attempt_at, "next_attempt_at")
+    check_priority(task.priority)
+    if task.corrupt is not None:
+        raise ValidationError("a task read back as corrupt cannot be stored", field="corrupt")
     try:
         size = len(msgspec.json.encode(task.payload))
     except (TypeError, msgspec.EncodeError) as exc:
@@ -212,3 +266,104 @@ def check_page(value: object) -> Page:
 
 def check_ids(ids: Sequence[str], field: str = "ids") -> list[str]:
     return [check_task_id(task_id, field=f"{field}[{i}]") for i, task_id in enumerate(ids)]
+
+
+def check_delay(value: object, field: str = "delay") -> timedelta | None:
+    """``None`` or a non-negative ``timedelta``."""
+    if value is None:
+        return None
+    if not isinstance(value, timedelta):
+        raise ValidationError("must be a timedelta or None", field=field)
+    if value < timedelta(0):
+        raise ValidationError("must not be negative", field=field)
+    return value
+
+
+def check_priority(value: object, field: str = "priority") -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValidationError("must be an integer", field=field)
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        raise ValidationError(f"must be from {MIN_PRIORITY} to {MAX_PRIORITY}", field=field)
+    return value
+
+
+def check_worker_id(value: object, field: str = "worker_id") -> str | None:
+    """``None`` or a worker id of 1–200 printable characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValidationError("must be a non-empty string or None", field=field)
+    if len(value) > MAX_WORKER_ID_LENGTH:
+        raise ValidationError(f"longer than {MAX_WORKER_ID_LENGTH} characters", field=field)
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ValidationError("must not contain control characters", field=field)
+    return value
+
+
+def _check_text(value: object, limit: int, field: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ValidationError("must be a string or None", field=field)
+    if len(value) > limit:
+        raise ValidationError(f"longer than {limit} characters", field=field)
+
+
+def check_attempt(value: object, field: str = "attempt") -> Attempt:
+    """An attempt record the engine hands to a resolution: its type, number, outcome and the
+    length of its texts."""
+    if not isinstance(value, Attempt):
+        raise ValidationError("must be an rdq.spi.Attempt", field=field)
+    if not isinstance(value.number, int) or isinstance(value.number, bool) or value.number < 1:
+        raise ValidationError("must be an integer of at least 1", field=f"{field}.number")
+    if not isinstance(value.outcome, Outcome):
+        raise ValidationError("must be an rdq.spi.Outcome", field=f"{field}.outcome")
+    _check_text(value.error_type, MAX_ERROR_TYPE_LENGTH, f"{field}.error_type")
+    _check_text(value.error_message, MAX_ERROR_MESSAGE_LENGTH, f"{field}.error_message")
+    _check_text(value.traceback, MAX_TRACEBACK_LENGTH, f"{field}.traceback")
+    check_worker_id(value.worker_id, f"{field}.worker_id")
+    for name in ("started_at", "finished_at"):
+        at = getattr(value, name)
+        if at is not None:
+            check_aware(at, f"{field}.{name}")
+    return value
+
+
+def check_task_filter(value: object, field: str = "filter") -> TaskFilter:
+    if not isinstance(value, TaskFilter):
+        raise ValidationError("must be an rdq.spi.TaskFilter", field=field)
+    if not isinstance(value.status, Status):
+        raise ValidationError("must be an rdq.spi.Status", field=f"{field}.status")
+    for name in ("after", "before"):
+        at = getattr(value, name)
+        if at is not None:
+            check_aware(at, f"{field}.{name}")
+    return value
+
+
+def check_audit_entry(value: object, field: str = "entry") -> AuditEntry:
+    if not isinstance(value, AuditEntry):
+        raise ValidationError("must be an rdq.spi.AuditEntry", field=field)
+    for name in ("actor", "action"):
+        word = getattr(value, name)
+        if not isinstance(word, str) or not word:
+            raise ValidationError("must be a non-empty string", field=f"{field}.{name}")
+        _check_text(word, MAX_AUDIT_WORD_LENGTH, f"{field}.{name}")
+    check_queue(value.queue, f"{field}.queue")
+    _check_text(value.reason, MAX_AUDIT_REASON_LENGTH, f"{field}.reason")
+    _check_text(value.error, MAX_ERROR_MESSAGE_LENGTH, f"{field}.error")
+    if not isinstance(value.count, int) or isinstance(value.count, bool) or value.count < 0:
+        raise ValidationError("must be a non-negative integer", field=f"{field}.count")
+    if not isinstance(value.selector, dict):
+        raise ValidationError("must be an object", field=f"{field}.selector")
+    return value
+
+
+def check_audit_filter(value: object, field: str = "filter") -> AuditFilter:
+    if not isinstance(value, AuditFilter):
+        raise ValidationError("must be an rdq.spi.AuditFilter", field=field)
+    for name in ("after", "before"):
+        at = getattr(value, name)
+        if at is not None:
+            check_aware(at, f"{field}.{name}")
+    return value
