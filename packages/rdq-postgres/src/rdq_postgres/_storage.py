@@ -244,8 +244,11 @@ class PostgresStorage(StorageBase):
 
     # --- claiming --------------------------------------------------------------------------
 
-    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
         limits.check_queue(queue)
+        limits.check_worker_id(worker_id)
         limits.check_limit(limit)
         limits.check_lease(lease)
         rows = await self._fetch(self._sql.claim, queue, limit, lease)

@@ -197,8 +197,11 @@ class RedisStorage(StorageBase):
 
     # --- claiming --------------------------------------------------------------------------
 
-    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
         limits.check_queue(queue)
+        limits.check_worker_id(worker_id)
         limits.check_limit(limit)
         limits.check_lease(lease)
         scripts = self._ready()
