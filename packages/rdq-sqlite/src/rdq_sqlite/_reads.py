@@ -51,10 +51,12 @@ def counts(conn: sqlite3.Connection, queue: str | None) -> list[Stats]:
         rows = conn.execute(SQL.queue_counts, {"queue": queue}).fetchall()
     per_queue: dict[str, dict[str, int]] = {}
     oldest: dict[str, int] = {}
-    for name, status, count, earliest in rows:
+    for name, status, count in rows:
         per_queue.setdefault(name, {})[status] = count
-        if status == Status.PENDING and earliest is not None and earliest <= now_us:
-            oldest[name] = earliest
+        if status == Status.PENDING:
+            earliest = conn.execute(SQL.oldest_pending, {"queue": name}).fetchone()[0]
+            if earliest is not None and earliest <= now_us:
+                oldest[name] = earliest
     if queue is not None:
         per_queue.setdefault(queue, {})
     return [

@@ -56,6 +56,7 @@ __all__ = ["SqliteStorage"]
 T = TypeVar("T")
 _US = timedelta(microseconds=1)
 _LOWEST = -(2**63)
+_HIGHEST = 2**63 - 1
 _PURGE_CHUNK = 2000
 _MIGRATE_TIMEOUT = 300.0
 _encode = msgspec.json.Encoder().encode
@@ -293,15 +294,20 @@ class SqliteStorage(StorageBase):
         after: tuple[int, str] | None,
         page: Page,
     ) -> list[Envelope]:
-        """Up to ``page.limit + 1`` tasks (one more tells whether another page follows)."""
-        after_at, after_id = after if after is not None else (_LOWEST, "")
+        """Up to ``page.limit + 1`` tasks (one more tells whether another page follows).
+
+        The filter's lower time bound becomes the keyset start when it lies beyond the
+        cursor: ``(status_at, id) > (lo, "")`` holds exactly when ``status_at >= lo``."""
+        start = (params.pop("lo"), "")
+        if after is not None and after > start:
+            start = after
         return await self._read(
             _reads.page,
             {
                 "queue": queue,
                 "status": str(status),
-                "after_at": after_at,
-                "after_id": after_id,
+                "after_at": start[0],
+                "after_id": start[1],
                 "limit": page.limit + 1,
                 "with_attempts": page.include_attempts,
                 **params,
@@ -395,22 +401,23 @@ class SqliteStorage(StorageBase):
             limits.check_audit_filter(audit_filter)
         limits.check_page(page)
         scope = audit_scope(audit_filter)
-        before_at, before_seq = 2**63 - 1, 2**63 - 1
+        f = audit_filter or AuditFilter()
+        lo, hi = to_us(f.after), to_us(f.before)
+        # the filter's upper bound is the keyset start unless the cursor lies before it:
+        # (time, seq) < (hi, 0) holds exactly when time < hi (seq counts from 1)
+        before = (_HIGHEST if hi is None else hi, 0)
         if page.cursor is not None:
             cursor = KeysetCursor.decode(page.cursor, scope)
             seq = audit_seq(cursor.id)
             if seq is None:
                 raise StaleCursor("malformed cursor")
-            before_at, before_seq = to_us(cursor.at) or 0, seq
-        f = audit_filter or AuditFilter()
-        lo, hi = to_us(f.after), to_us(f.before)
+            before = min(before, (to_us(cursor.at) or 0, seq))
         entries = await self._read(
             _reads.audit_page,
             {
-                "before_at": before_at,
-                "before_seq": before_seq,
+                "before_at": before[0],
+                "before_seq": before[1],
                 "lo": _LOWEST if lo is None else lo,
-                "hi": 2**63 - 1 if hi is None else hi,
                 "queue": f.queue,
                 "action": f.action,
                 "actor": f.actor,

@@ -1,3 +1,4 @@
+-- By id (the unary + keeps the planner on the primary key, not on a scan of the queue).
 UPDATE task SET
     status = 'CANCELLED',
     cancelled_at = :now,
@@ -5,5 +6,5 @@ UPDATE task SET
     token = NULL,
     claimed_by = NULL,
     claimed_at = NULL
-WHERE queue = :queue AND status IN ('PENDING', 'IN_FLIGHT')
-    AND id IN (SELECT value FROM json_each(:ids))
+WHERE id IN (SELECT value FROM json_each(:ids))
+    AND +queue = :queue AND +status IN ('PENDING', 'IN_FLIGHT')

@@ -1,3 +1,3 @@
 DELETE FROM task
-WHERE queue = :queue AND status IN ('DEAD', 'CANCELLED')
-    AND id IN (SELECT value FROM json_each(:ids))
+WHERE id IN (SELECT value FROM json_each(:ids))
+    AND +queue = :queue AND +status IN ('DEAD', 'CANCELLED')

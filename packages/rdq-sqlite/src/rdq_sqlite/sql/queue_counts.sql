@@ -1,3 +1,1 @@
-SELECT queue, status, count(*), min(status_at) FROM task
-WHERE queue = :queue
-GROUP BY queue, status
+SELECT queue, status, count(*) FROM task WHERE queue = :queue GROUP BY queue, status

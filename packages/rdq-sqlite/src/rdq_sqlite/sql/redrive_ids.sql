@@ -4,4 +4,4 @@ UPDATE task SET
     redrive_count = redrive_count + 1,
     next_attempt_at = :now,
     dead_lettered_at = NULL
-WHERE queue = :queue AND status = 'DEAD' AND id IN (SELECT value FROM json_each(:ids))
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +queue = :queue AND +status = 'DEAD'
