@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "server": ("_server:server", "Run an rdq server node (HTTP API, DLQ UI, worker)."),
     "stats": ("_dlq:stats", "Show queue statistics."),
     "dlq": ("_dlq:dlq", "List, inspect, redrive and purge dead-lettered tasks."),
+    "copy": ("_copy:copy", "Copy every task, with its history, to another store."),
 }
 
 
