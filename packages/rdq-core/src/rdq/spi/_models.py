@@ -15,6 +15,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
+    "STATUS_TIME_FIELDS",
     "Attempt",
     "AuditEntry",
     "AuditFilter",
@@ -246,18 +247,20 @@ class TaskFilter(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
         return not (self.before is not None and (at is None or at >= self.before))
 
 
+STATUS_TIME_FIELDS: dict[Status, str] = {
+    Status.PENDING: "next_attempt_at",
+    Status.IN_FLIGHT: "lease_expires_at",
+    Status.SUCCEEDED: "completed_at",
+    Status.DEAD: "dead_lettered_at",
+    Status.CANCELLED: "cancelled_at",
+}
+"""The envelope field that holds each status's *status time* (see :class:`TaskFilter`)."""
+
+
 def status_time(task: Envelope) -> datetime | None:
     """The time a task is listed by in its status (see :class:`TaskFilter`)."""
-    status = task.status
-    if status == Status.PENDING:
-        return task.next_attempt_at
-    if status == Status.IN_FLIGHT:
-        return task.lease_expires_at
-    if status == Status.SUCCEEDED:
-        return task.completed_at
-    if status == Status.DEAD:
-        return task.dead_lettered_at
-    return task.cancelled_at
+    value: datetime | None = getattr(task, STATUS_TIME_FIELDS[task.status])
+    return value
 
 
 class DLQGroup(msgspec.Struct, kw_only=True, frozen=True):
