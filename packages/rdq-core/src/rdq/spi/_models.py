@@ -76,8 +76,9 @@ class Attempt(msgspec.Struct, kw_only=True, frozen=True):
     - ``outcome`` = ``LEASE_EXPIRED``, ``error_type`` = ``"LeaseExpired"``, ``error_message``
       a sentence naming when the lease expired;
     - ``started_at`` = when the lapsed claim was made (``claimed_at``), ``finished_at`` = the
-      reclaim's storage time, ``worker_id`` = the worker that held the lapsed lease
-      (``claimed_by``, ``None`` if it gave none).
+      reclaim's storage time (the same instant as the new claim's ``claimed_at``: one
+      reading of the clock per claim), ``worker_id`` = the worker that held the lapsed lease
+      (``claimed_by``, ``None`` if it gave none); ``traceback`` is ``None``.
 
     ``traceback`` is the formatted traceback of a failure (bounded by
     :data:`rdq.spi.limits.MAX_TRACEBACK_CHARS`; the engine keeps the innermost frames when it
