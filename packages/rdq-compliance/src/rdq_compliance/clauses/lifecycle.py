@@ -92,6 +92,7 @@ class LifecycleClauses:
         unopened = open_peer_storage()
         await _assert_every_operation_refused(unopened, queue, "before connect")
         async with unopened as opened:
+            await opened.migrate()
             await opened.enqueue(new_task(queue))
 
     @pytest.mark.asyncio
@@ -103,6 +104,7 @@ class LifecycleClauses:
         await _assert_every_operation_refused(storage, queue, "after aclose")
         await storage.connect()
         await storage.connect()  # idempotent
+        await storage.migrate()  # a store whose data lives only as long as it is open
         task = new_task(queue)
         assert await storage.enqueue(task) is True
         assert (await storage.get(task.id)).status == Status.PENDING
