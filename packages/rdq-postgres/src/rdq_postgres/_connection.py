@@ -1,0 +1,192 @@
+"""Connections: how one is opened, and a small pool of them.
+
+The pool is what the store needs and nothing per operation it does not.
+
+asyncpg's ``Pool`` wraps every release in a shielded task and re-arms timers; for a store
+whose every operation is one short statement that costs a third of the client's CPU per call.
+This pool keeps idle connections on a LIFO list, opens new ones up to ``max_size`` on demand,
+hands a released connection straight to the oldest waiter, and drops any connection that
+failed, was cancelled mid-statement, or predates :meth:`expire`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from rdq_postgres._url import PostgresConfig
+
+__all__ = ["ConnectionPool", "open_connection"]
+
+Connect = Callable[[], Awaitable[asyncpg.Connection]]
+
+
+async def open_connection(config: PostgresConfig) -> asyncpg.Connection:
+    """One new connection with the store's settings (driver errors propagate)."""
+    settings = {} if "application_name=" in config.dsn else {"application_name": "rdq"}
+    return await asyncpg.connect(
+        config.dsn,
+        statement_cache_size=config.statement_cache_size,
+        command_timeout=config.command_timeout,
+        timeout=config.connect_timeout,
+        # the URL's own application_name, if any, wins (asyncpg reads it from the DSN)
+        server_settings=settings,
+    )
+
+
+class ConnectionPool:
+    """At most ``max_size`` connections, ``min_size`` of them opened by :meth:`start`."""
+
+    def __init__(self, connect: Connect, min_size: int, max_size: int) -> None:
+        self._connect = connect
+        self._min = min_size
+        self._max = max_size
+        self._idle: list[tuple[asyncpg.Connection, int]] = []
+        self._generation_of: dict[int, int] = {}
+        self._generation = 0
+        self._size = 0  # open or opening
+        self._waiters: deque[asyncio.Future[asyncpg.Connection | None]] = deque()
+        self._closed = False
+
+    async def start(self) -> None:
+        """Open ``min_size`` connections (at least one, to check the server answers)."""
+        conns = [await self._open() for _ in range(max(1, self._min))]
+        for conn in conns:
+            self._release(conn)
+
+    async def _open(self) -> asyncpg.Connection:
+        self._size += 1
+        try:
+            conn = await self._connect()
+        except BaseException:
+            self._size -= 1
+            self._wake(None)
+            raise
+        self._generation_of[id(conn)] = self._generation
+        return conn
+
+    async def _acquire(self) -> asyncpg.Connection:
+        while True:
+            if self._closed:
+                raise asyncpg.InterfaceError("the connection pool is closed")
+            while self._idle:
+                conn, generation = self._idle.pop()
+                if generation == self._generation and not conn.is_closed():
+                    return conn
+                self._drop(conn)
+            if self._size < self._max:
+                return await self._open()
+            waiter: asyncio.Future[asyncpg.Connection | None] = (
+                asyncio.get_running_loop().create_future()
+            )
+            self._waiters.append(waiter)
+            try:
+                conn_or_none = await waiter
+            except BaseException:
+                handed = waiter.result() if waiter.done() and not waiter.cancelled() else None
+                if handed is not None:
+                    self._release(handed)  # handed over just as we were cancelled
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+                raise
+            if conn_or_none is not None:
+                return conn_or_none
+
+    def _wake(self, conn: asyncpg.Connection | None) -> bool:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return True
+        return False
+
+    def _drop(self, conn: asyncpg.Connection) -> None:
+        self._size -= 1
+        self._generation_of.pop(id(conn), None)
+        if not conn.is_closed():
+            conn.terminate()
+        self._wake(None)  # a waiter may open a new one
+
+    def _release(self, conn: asyncpg.Connection, *, broken: bool = False) -> None:
+        generation = self._generation_of.get(id(conn), -1)
+        if (
+            broken
+            or self._closed
+            or conn.is_closed()
+            or generation != self._generation
+            or conn.is_in_transaction()
+        ):
+            self._drop(conn)
+        elif not self._wake(conn):
+            self._idle.append((conn, generation))
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A connection for several statements; dropped if the block fails mid-statement."""
+        conn = await self._acquire()
+        broken = True
+        try:
+            yield conn
+            broken = False
+        except asyncpg.PostgresError:
+            broken = conn.is_in_transaction()
+            raise
+        finally:
+            self._release(conn, broken=broken)
+
+    async def _run(self, method: str, query: str, args: tuple[Any, ...]) -> Any:
+        conn = await self._acquire()
+        broken = True
+        try:
+            result = await getattr(conn, method)(query, *args)
+            broken = False
+            return result
+        except asyncpg.PostgresError:
+            # a statement error leaves an autocommit connection usable
+            broken = conn.is_closed() or conn.is_in_transaction()
+            raise
+        finally:
+            self._release(conn, broken=broken)
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        rows: list[asyncpg.Record] = await self._run("fetch", query, args)
+        return rows
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+        row: asyncpg.Record | None = await self._run("fetchrow", query, args)
+        return row
+
+    async def execute(self, query: str, *args: Any) -> str:
+        status: str = await self._run("execute", query, args)
+        return status
+
+    def expire(self) -> None:
+        """Retire every current connection: idle ones now, busy ones when released."""
+        self._generation += 1
+        idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            self._drop(conn)
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Close idle connections gracefully; busy ones are dropped when released."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            self._size -= 1
+            try:
+                await asyncio.wait_for(conn.close(), timeout)
+            except Exception:
+                conn.terminate()
+        while self._wake(None):
+            pass
+
+    def terminate(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            self._drop(conn)

@@ -1,0 +1,147 @@
+"""``wait_due`` support: LISTEN for wake-ups, and coalesced NOTIFY after the store's commits.
+
+:class:`DueListener` listens on the store's channel over one dedicated connection and wakes
+the waiters of the queue a NOTIFY names. :class:`Announcer` sends those NOTIFYs.
+
+PostgreSQL serialises the commits of transactions that NOTIFY (a global lock held through the
+commit's WAL flush), so a NOTIFY inside every enqueue would cap enqueues at one per disk flush.
+Instead the store announces after its own commit, from a background task, one NOTIFY at a
+time, rate-limited by a token bucket: up to ``burst`` NOTIFYs go out at once (so sporadic
+submits never wait), then at most one every ``interval`` seconds, and queues announced
+meanwhile are sent together in the next one (a NOTIFY is a committed transaction of its own,
+so a busy producer should not send hundreds).
+A lost announcement costs latency only: ``wait_due`` also wakes on the earliest due time and
+on its timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import asyncpg
+
+__all__ = ["Announcer", "DueListener"]
+
+log = logging.getLogger("rdq_postgres")
+
+Connect = Callable[[], Awaitable[asyncpg.Connection]]
+Send = Callable[[list[str]], Awaitable[None]]
+
+
+class DueListener:
+    """Listens on the store's channel (payload: a queue name) and wakes that queue's waiters.
+
+    The connection is opened on first use and reopened after it is lost; losing it wakes every
+    waiter (a spurious wake-up, which the contract allows)."""
+
+    def __init__(self, connect: Connect, channel: str) -> None:
+        self._connect = connect
+        self._channel = channel
+        self._conn: asyncpg.Connection | None = None
+        self._lock = asyncio.Lock()
+        self._waiters: dict[str, set[asyncio.Future[bool]]] = {}
+
+    async def ensure(self) -> None:
+        """Open the listening connection if it is not open (driver errors propagate)."""
+        if self._conn is not None and not self._conn.is_closed():
+            return
+        async with self._lock:
+            if self._conn is not None and not self._conn.is_closed():
+                return
+            conn = await self._connect()
+            try:
+                await conn.add_listener(self._channel, self._on_notify)
+            except BaseException:
+                await conn.close()
+                raise
+            conn.add_termination_listener(self._on_terminate)
+            self._conn = conn
+
+    def register(self, queue: str) -> asyncio.Future[bool]:
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(queue, set()).add(future)
+        return future
+
+    def unregister(self, queue: str, future: asyncio.Future[bool]) -> None:
+        waiters = self._waiters.get(queue)
+        if waiters is not None:
+            waiters.discard(future)
+            if not waiters:
+                del self._waiters[queue]
+
+    def _wake(self, futures: set[asyncio.Future[bool]]) -> None:
+        for future in futures:
+            if not future.done():
+                future.set_result(True)
+
+    def _on_notify(self, conn: Any, pid: int, channel: str, payload: object) -> None:
+        self._wake(set(self._waiters.get(str(payload), ())))
+
+    def _on_terminate(self, conn: Any) -> None:
+        self._conn = None
+        for futures in list(self._waiters.values()):
+            self._wake(set(futures))
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        for futures in list(self._waiters.values()):
+            self._wake(set(futures))
+        if conn is not None and not conn.is_closed():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 5)
+            if not conn.is_closed():
+                conn.terminate()
+
+
+class Announcer:
+    """Sends ``send(queues)`` for announced queues: one call in flight at a time; a burst of
+    ``burst`` calls at once, then one every ``interval`` seconds while the burst refills."""
+
+    def __init__(self, send: Send, interval: float = 0.02, burst: int = 8) -> None:
+        self._send = send
+        self._interval = interval
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._refilled_at: float | None = None
+        self._pending: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def announce(self, queues: Iterable[str]) -> None:
+        """Schedule a NOTIFY for ``queues`` (returns at once)."""
+        self._pending.update(queues)
+        if self._pending and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            now = loop.time()
+            if self._refilled_at is not None:
+                earned = (now - self._refilled_at) / self._interval
+                self._tokens = min(self._burst, self._tokens + earned)
+            self._refilled_at = now
+            if self._tokens < 1:
+                await asyncio.sleep((1 - self._tokens) * self._interval)
+                continue
+            self._tokens -= 1
+            queues = sorted(self._pending)
+            self._pending.clear()
+            try:
+                await self._send(queues)
+            except Exception as exc:  # a lost wake-up only delays a waiter
+                log.debug("NOTIFY for %s failed: %s", queues, exc)
+
+    async def aclose(self, timeout: float = 2.0) -> None:
+        """Send what is pending (waiting at most ``timeout`` seconds), then stop."""
+        task, self._task = self._task, None
+        if task is None or task.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout)
+        except (TimeoutError, Exception):
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task

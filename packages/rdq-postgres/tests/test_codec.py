@@ -1,0 +1,83 @@
+"""Rows of the task table back to envelopes: the direct path for common rows gives exactly
+what the general path gives, and rows it cannot take fall back to the general path."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from rdq.errors import ValidationError
+from rdq.spi import Envelope, Status
+from rdq_postgres._codec import (
+    _envelope_from_builtins_row,
+    _envelope_from_typed_row,
+    envelope_from_row,
+)
+
+AT = datetime(2026, 11, 30, 3, 0, 0, 123456, tzinfo=UTC)
+ATTEMPT = (
+    '{"number":1,"outcome":"FAILED","error_type":"KeyError","error_message":"x",'
+    '"started_at":"2026-11-30T03:00:00.123456Z","finished_at":"2026-11-30T03:00:01Z",'
+    '"worker_id":"w:1"}'
+)
+
+
+def row(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "id": "t-1",
+        "queue": "q",
+        "handler_ref": "app.tasks:send",
+        "payload": '{"to":"a@example.com","n":[1,2.5,null]}',
+        "headers": '{"trace":"abc"}',
+        "status": "IN_FLIGHT",
+        "attempt_count": 1,
+        "redrive_count": 2,
+        "attempts": f"[{ATTEMPT}]",
+        "created_at": AT,
+        "next_attempt_at": AT,
+        "lease_expires_at": AT,
+        "completed_at": None,
+        "dead_lettered_at": None,
+        "retry": '{"max_attempts":3}',
+        "format_version": 1,
+        "extra": "{}",
+    }
+    return base | overrides
+
+
+COMMON_ROWS = [
+    row(),
+    row(attempts="[]", attempt_count=0, retry=None, headers="{}", status="PENDING"),
+    row(payload="null", extra=None),
+    row(status="SUCCEEDED", completed_at=AT, lease_expires_at=None),
+]
+
+
+@pytest.mark.parametrize("given", COMMON_ROWS)
+def test_the_direct_path_equals_the_general_one(given: dict[str, Any]) -> None:
+    direct = _envelope_from_typed_row(given)  # type: ignore[arg-type]
+    general = _envelope_from_builtins_row(given)  # type: ignore[arg-type]
+    assert direct == general
+    assert isinstance(direct.status, Status)
+    assert envelope_from_row(given) == general  # type: ignore[arg-type]
+
+
+def test_unknown_fields_take_the_general_path_and_are_kept() -> None:
+    task = envelope_from_row(row(extra='{"deadline":5}'))  # type: ignore[arg-type]
+    assert task.extra == {"deadline": 5}
+
+
+def test_a_lenient_value_falls_back_and_converts_as_before() -> None:
+    # an attempt number written as text by a foreign worker: the general path converts it
+    text_number = ATTEMPT.replace('"number":1', '"number":"1"')
+    given = row(attempts=f"[{text_number}]")
+    task: Envelope = envelope_from_row(given)  # type: ignore[arg-type]
+    assert task.attempts[0].number == 1
+
+
+def test_an_undecodable_value_names_its_field() -> None:
+    with pytest.raises(ValidationError) as raised:
+        envelope_from_row(row(attempts='[{"number":"one"}]'))  # type: ignore[arg-type]
+    assert raised.value.field.startswith("attempts[0]")

@@ -1,0 +1,69 @@
+"""The coalescing NOTIFY announcer: sporadic announcements go out at once, bursts are
+coalesced and rate-limited."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rdq_postgres._notify import Announcer
+
+HOUR = 3600.0
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.sent: list[list[str]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.arrived = asyncio.Condition()
+
+    async def send(self, queues: list[str]) -> None:
+        await self.gate.wait()
+        async with self.arrived:
+            self.sent.append(queues)
+            self.arrived.notify_all()
+
+    async def wait_for(self, count: int) -> None:
+        async with self.arrived:
+            await asyncio.wait_for(self.arrived.wait_for(lambda: len(self.sent) >= count), 10)
+
+
+@pytest.mark.asyncio
+async def test_sporadic_announcements_are_sent_without_waiting_for_the_interval() -> None:
+    recorder = Recorder()
+    announcer = Announcer(recorder.send, interval=HOUR, burst=4)
+    for n in range(3):
+        announcer.announce([f"q{n}"])
+        await recorder.wait_for(n + 1)  # would wait an hour if each send were followed by a pause
+    assert recorder.sent == [["q0"], ["q1"], ["q2"]]
+    await announcer.aclose(timeout=0.1)
+
+
+@pytest.mark.asyncio
+async def test_queues_announced_while_a_notify_is_in_flight_go_out_together() -> None:
+    recorder = Recorder()
+    recorder.gate.clear()
+    announcer = Announcer(recorder.send, interval=HOUR, burst=4)
+    announcer.announce(["a"])
+    await asyncio.sleep(0)  # the first send starts and blocks on the gate
+    announcer.announce(["b"])
+    announcer.announce(["c", "b"])
+    recorder.gate.set()
+    await recorder.wait_for(2)
+    assert recorder.sent == [["a"], ["b", "c"]]
+    await announcer.aclose(timeout=0.1)
+
+
+@pytest.mark.asyncio
+async def test_once_the_burst_is_spent_announcements_wait_for_the_bucket_to_refill() -> None:
+    recorder = Recorder()
+    announcer = Announcer(recorder.send, interval=HOUR, burst=2)
+    for n in range(2):
+        announcer.announce([f"q{n}"])
+        await recorder.wait_for(n + 1)
+    announcer.announce(["late"])
+    await asyncio.sleep(0.2)
+    assert recorder.sent == [["q0"], ["q1"]], "a third NOTIFY within the hour must wait"
+    await announcer.aclose(timeout=0.1)
