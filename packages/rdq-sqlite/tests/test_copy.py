@@ -1,5 +1,6 @@
-"""``rdq copy``: every task with its history moves between stores, resumably and
-idempotently, and the copy is verified by the counts per queue and status."""
+"""``rdq copy``: every task with its history moves between stores (SQLite to SQLite, memory to
+SQLite), resumably and idempotently, and the copy is verified by
+the counts per queue and status."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import signal
 import sqlite3
 import sys
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 
+from rdq import open_storage
 from rdq.cli import main
 from rdq.spi import (
     Attempt,
@@ -276,3 +279,32 @@ def test_the_same_store_on_both_sides_is_refused() -> None:
     result = rdq_copy("--from", "sqlite:///x.db", "--to", "sqlite:///x.db")
     assert result.exit_code == 2
     assert "same store" in result.output
+
+
+def test_a_copy_from_the_memory_store_to_sqlite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, destination_url: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    source_url = f"memory://copy-{uuid.uuid4().hex}"  # shared within this process
+    counts = {"orders": 900, "emails": 300}
+
+    async def prepare() -> None:
+        async with open_storage(source_url) as source:
+            for queue, count in counts.items():
+                await populate(source, queue, count)
+
+    asyncio.run(prepare())
+    result = rdq_copy("--from", source_url, "--to", destination_url, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["verified"], report["copied"]) == (True, 1200)
+
+    async def compare() -> None:
+        async with (
+            open_storage(source_url) as source,
+            SqliteStorage.from_url(destination_url) as destination,
+        ):
+            for queue, count in counts.items():
+                await same_tasks(source, destination, queue, count)
+
+    asyncio.run(compare())
