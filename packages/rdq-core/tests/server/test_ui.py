@@ -36,8 +36,19 @@ async def _dead(store: MemoryStorage, task_id: str, error_type: str = "Boom") ->
         )
 
 
+def _login_nonce(html: str) -> str:
+    match = re.search(r'name="login_csrf" value="([^"]+)"', html)
+    assert match, html
+    return match.group(1)
+
+
 async def _login(client: Client, token: str) -> None:
-    response = await client.post("/ui/login", data={"token": token}, follow_redirects=False)
+    form = await client.get("/ui/login")
+    response = await client.post(
+        "/ui/login",
+        data={"token": token, "login_csrf": _login_nonce(form.text)},
+        follow_redirects=False,
+    )
     assert response.status_code == 303, response.text
     cookie = response.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
@@ -54,9 +65,12 @@ def _csrf(html: str) -> str:
 async def test_pages_need_a_session(client: Client) -> None:
     response = await client.get("/ui", follow_redirects=False)
     assert response.status_code == 303 and response.headers["location"] == "/ui/login"
-    bad = await client.post("/ui/login", data={"token": "nope-nope-nope-nope"})
+    form = await client.get("/ui/login")
+    bad = await client.post(
+        "/ui/login", data={"token": "nope-nope-nope-nope", "login_csrf": _login_nonce(form.text)}
+    )
     assert bad.status_code == 401 and "not valid" in bad.text
-    client.cookies.set("rdq_session", "YWxpY2U.9999999999.forged", path="/ui")
+    client.cookies.set("rdq_session", "YWxpY2U.9999999999.bm9uY2U.forged", path="/ui")
     response = await client.get("/ui", follow_redirects=False)
     assert response.status_code == 303
 

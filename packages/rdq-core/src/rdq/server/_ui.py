@@ -8,6 +8,8 @@ shows how many tasks would be touched (a dry run), and are audited under the tok
 
 from __future__ import annotations
 
+import hmac
+import secrets
 from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
@@ -21,6 +23,7 @@ from litestar.response import Redirect, Template
 
 from rdq.errors import NotFound, RdqError, StaleCursor, ValidationError
 from rdq.server._auth import Principal
+from rdq.server._body import check_time
 from rdq.server._errors import to_api_error
 from rdq.server._node import Node
 from rdq.spi import DLQFilter, Page, Selector, envelope_to_builtins, limits
@@ -28,6 +31,14 @@ from rdq.spi import DLQFilter, Page, Selector, envelope_to_builtins, limits
 __all__ = ["jinja_filters", "ui_router"]
 
 SESSION_COOKIE = "rdq_session"
+LOGIN_COOKIE = "rdq_login"
+"""Holds a random value the login form must echo (login CSRF: a page elsewhere cannot log a
+browser in under its own token)."""
+_FLASH = {
+    "redrive": "{count} task(s) redriven.",
+    "purge": "{count} task(s) purged.",
+    "cancel": "{count} task(s) cancelled.",
+}
 PathText = Annotated[str, PathParameter(max_length=1024)]
 _PAGE_SIZE = 50
 
@@ -65,7 +76,7 @@ def _page(
     if principal is not None and "csrf" not in context:
         cookie = request.cookies.get(SESSION_COOKIE, "")
         context["csrf"] = _node(request).auth.csrf_token(principal, cookie)
-    context.setdefault("flash", request.query_params.get("flash"))
+    context.setdefault("flash", _flash(request))
     headers = {
         "Cache-Control": "no-store",
         "X-Frame-Options": "DENY",
@@ -75,33 +86,70 @@ def _page(
     return Template(template_name=name, context=context, status_code=status, headers=headers)
 
 
+def _flash(request: Request[Any, Any, Any]) -> str | None:
+    """The sentence for ``?done=ACTION&count=N`` (fixed sentences only: no text from the URL
+    is shown)."""
+    template = _FLASH.get(request.query_params.get("done", ""))
+    count = request.query_params.get("count", "")
+    if template is None or not count.isdigit() or len(count) > 12:
+        return None
+    return template.format(count=int(count))
+
+
+def _secure(request: Request[Any, Any, Any]) -> bool:
+    """Whether cookies get the ``Secure`` flag (see ``ServerSettings.secure_cookies``)."""
+    setting = _node(request).settings.secure_cookies
+    if setting is not None:
+        return setting
+    host = (request.url.hostname or "").lower()
+    loopback = host in ("localhost", "::1") or host.startswith("127.")
+    return request.url.scheme == "https" or not loopback
+
+
+def _cookie(request: Request[Any, Any, Any], key: str, value: str, max_age: int) -> Cookie:
+    return Cookie(
+        key=key,
+        value=value,
+        path="/ui",
+        httponly=True,
+        samesite="strict",
+        secure=_secure(request),
+        max_age=max_age,
+    )
+
+
 # --- login -----------------------------------------------------------------------------------
 
 
 @get("/login", include_in_schema=False)
-async def login_form(request: Request[Any, Any, Any]) -> Template:
-    return _page(request, "login.html")
+async def login_form(request: Request[Any, Any, Any]) -> Response[Any]:
+    nonce = secrets.token_urlsafe(24)
+    page = _page(request, "login.html", login_csrf=nonce)
+    page.cookies.append(_cookie(request, LOGIN_COOKIE, nonce, 3600))
+    return page
 
 
 @post("/login", include_in_schema=False, status_code=303)
 async def login(request: Request[Any, Any, Any]) -> Response[Any]:
     form = await request.form()
+    offered = form.get("login_csrf")
+    expected = request.cookies.get(LOGIN_COOKIE)
+    if not (isinstance(offered, str) and expected and hmac.compare_digest(offered, expected)):
+        raise _UIError(403, "the login form has expired or did not come from this page; reload it")
     token = form.get("token")
     node = _node(request)
     principal = node.auth.authenticate(token if isinstance(token, str) else None)
     if principal is None:
-        return _page(request, "login.html", status=401, error="That token is not valid.")
+        return _page(
+            request, "login.html", status=401, error="That token is not valid.", login_csrf=offered
+        )
     session = node.auth.new_session(principal)
-    cookie = Cookie(
-        key=SESSION_COOKIE,
-        value=session,
-        path="/ui",
-        httponly=True,
-        samesite="strict",
-        secure=node.settings.secure_cookies,
-        max_age=int(node.settings.session_hours * 3600),
+    max_age = int(node.settings.session_hours * 3600)
+    response: Response[Any] = Redirect(
+        "/ui", status_code=303, cookies=[_cookie(request, SESSION_COOKIE, session, max_age)]
     )
-    return Redirect("/ui", status_code=303, cookies=[cookie])
+    response.delete_cookie(LOGIN_COOKIE, path="/ui")
+    return response
 
 
 @post("/logout", include_in_schema=False, status_code=303)
@@ -109,6 +157,7 @@ async def logout(request: Request[Any, Any, Any]) -> Response[Any]:
     principal, session = _session(request)
     form = await request.form()
     _check_csrf(request, principal, session, form.get("csrf"))
+    _node(request).auth.revoke(session)
     response: Response[Any] = Redirect("/ui/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/ui")
     return response
@@ -128,7 +177,7 @@ def _check_csrf(
 async def queues_page(request: Request[Any, Any, Any]) -> Template:
     principal, _ = _session(request)
     node = _node(request)
-    queues = [msgspec.to_builtins(await node.storage.stats(q)) for q in node.known_queues]
+    queues = [msgspec.to_builtins(s) for s in await node.queues()]
     return _page(request, "queues.html", principal=principal, queues=queues)
 
 
@@ -159,7 +208,6 @@ async def dlq_page(request: Request[Any, Any, Any], queue: PathText) -> Template
         page = Page(limit=_PAGE_SIZE, cursor=cursor, include_attempts=True)
         found, next_cursor = await node.admin.list_dlq(queue, dlq_filter, page)
         tasks = [envelope_to_builtins(t) for t in found]
-        node.saw_queue(queue)
     except (ValidationError, StaleCursor) as exc:
         error = exc.message if isinstance(exc, ValidationError) else str(exc)
     base = f"/ui/queues/{quote(queue, safe='')}/dlq"
@@ -248,9 +296,7 @@ async def act(request: Request[Any, Any, Any], queue: PathText, action: PathText
     admin = _node(request).admin
     run = admin.redrive if verb == "redrive" else admin.purge
     count = await run(limits.check_queue(queue), selector, actor=principal.owner, reason=reason)
-    done = "redriven" if verb == "redrive" else "purged"
-    flash = f"{count} task(s) {done}."
-    target = f"/ui/queues/{quote(queue, safe='')}/dlq?{urlencode({'flash': flash})}"
+    target = f"/ui/queues/{quote(queue, safe='')}/dlq?{urlencode({'done': verb, 'count': count})}"
     return Redirect(target, status_code=303)
 
 
@@ -295,7 +341,7 @@ def _time(value: str | None, field: str) -> datetime | None:
         raise ValidationError("is not an RFC 3339 time", field=field) from None
     if parsed.tzinfo is None:
         raise ValidationError("needs a UTC offset (add Z or +HH:MM)", field=field)
-    return parsed
+    return check_time(parsed, field)
 
 
 # --- errors and filters ----------------------------------------------------------------------
