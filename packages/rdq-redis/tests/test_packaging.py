@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rdq_redis._scripts import SCRIPT_NAMES
+from rdq_redis._queries import SCRIPT_NAMES
 
 PACKAGE = Path(__file__).resolve().parents[1]
 

@@ -17,8 +17,8 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 from redis.exceptions import NoScriptError
 
+import rdq_redis._notify as notify_module
 import rdq_redis._store as store_module
-import rdq_redis._wake as wake_module
 from rdq import open_storage
 from rdq.errors import ConfigError, IDConflict, NotFound, StaleClaim, StorageError
 from rdq.spi import (
@@ -33,7 +33,7 @@ from rdq.spi import (
     Storage,
 )
 from rdq_redis._codec import to_us
-from rdq_redis._scripts import SCRIPT_NAMES
+from rdq_redis._queries import SCRIPT_NAMES
 
 LEASE = timedelta(minutes=5)
 T = TypeVar("T")
@@ -453,12 +453,12 @@ async def test_a_script_lost_again_after_its_reload_runs_by_its_text(
 async def test_wait_due_keeps_a_bounded_number_of_subscriptions(
     storage_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(wake_module, "KEPT_LISTENERS", 2)
+    monkeypatch.setattr(notify_module, "KEPT_LISTENERS", 2)
     queues = [new_queue() for _ in range(4)]
     async with open_storage(storage_url) as store:
         for queue in queues:
             assert await store.wait_due(queue, 0.01) is False
-        listeners = store._waiters._listeners  # type: ignore[attr-defined]
+        listeners = store._live().waiters._listeners  # type: ignore[attr-defined]
         assert sorted(listeners) == sorted(queues[:2])
 
 

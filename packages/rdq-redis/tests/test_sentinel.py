@@ -16,7 +16,7 @@ from rdq.errors import ConfigError, StorageUnavailable
 from rdq.spi import Attempt, Envelope, Outcome
 from rdq_compliance.servers import ServerUnavailable, in_ci
 from rdq_compliance.servers.redis import RedisSentinelSetup
-from rdq_redis._config import RedisConfig
+from rdq_redis._url import parse_url
 
 PATIENCE = 60.0
 LEASE = timedelta(minutes=5)
@@ -39,7 +39,7 @@ def sentinel_setup() -> Iterator[RedisSentinelSetup]:
 
 
 def test_a_sentinel_url_names_every_sentinel_and_the_master_credentials() -> None:
-    config = RedisConfig.parse(
+    config = parse_url(
         "redis://app:s3cret@s1:26379,s2,s3:26380/2?sentinel_master=jobs"
         "&sentinel_password=spw&socket_timeout=3&prefix=p"
     )
@@ -68,7 +68,7 @@ def test_a_sentinel_url_names_every_sentinel_and_the_master_credentials() -> Non
 )
 def test_a_bad_sentinel_url_is_a_config_error(url: str) -> None:
     with pytest.raises(ConfigError):
-        RedisConfig.parse(url)
+        parse_url(url)
 
 
 @pytest.mark.asyncio

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rdq_redis._store import RedisStorage
+    from rdq_redis._url import RedisConfig
 
-__all__ = ["RedisStorage"]
+__all__ = ["RedisConfig", "RedisStorage"]
 
 
 def __getattr__(name: str) -> Any:
@@ -21,4 +22,8 @@ def __getattr__(name: str) -> Any:
         from rdq_redis._store import RedisStorage
 
         return RedisStorage
+    if name == "RedisConfig":
+        from rdq_redis._url import RedisConfig
+
+        return RedisConfig
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from rdq.errors import IDConflict
 from rdq.spi import Envelope
-from rdq_redis._client import Client
+from rdq_redis._connection import Client
 from rdq_redis._errors import translate_errors
 from rdq_redis._keys import index_key
 

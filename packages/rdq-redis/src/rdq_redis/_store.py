@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
 from redis.exceptions import NoScriptError
 
-from rdq.errors import IDConflict, NotFound, StaleClaim, StorageError, ValidationError
+from rdq.errors import (
+    IDConflict,
+    NotConnected,
+    NotFound,
+    StaleClaim,
+    StorageError,
+    ValidationError,
+)
 from rdq.spi import (
     Attempt,
     Capabilities,
@@ -24,7 +32,6 @@ from rdq.spi import (
     StorageBase,
     limits,
 )
-from rdq_redis._client import Client, Connection, check_server, open_connection
 from rdq_redis._cluster import forget_ids, reserve_ids
 from rdq_redis._codec import (
     attempt_json,
@@ -35,11 +42,13 @@ from rdq_redis._codec import (
     hash_pairs,
     to_us,
 )
-from rdq_redis._config import RedisConfig
+from rdq_redis._connection import Client, Connection, open_connection
 from rdq_redis._errors import translate_errors
 from rdq_redis._keys import QueueKeys, index_key
-from rdq_redis._scripts import Scripts
-from rdq_redis._wake import Waiters
+from rdq_redis._migrate import migrate
+from rdq_redis._notify import Waiters
+from rdq_redis._queries import Scripts
+from rdq_redis._url import RedisConfig, parse_url
 
 __all__ = ["RedisStorage"]
 
@@ -51,6 +60,15 @@ _PURGE_BATCH = 500
 
 def _us(delta: timedelta) -> int:
     return delta // _US
+
+
+@dataclass(frozen=True)
+class _Session:
+    """What an open store holds: its connection, its scripts, its pub/sub listeners."""
+
+    connection: Connection
+    scripts: Scripts
+    waiters: Waiters
 
 
 class RedisStorage(StorageBase):
@@ -65,55 +83,49 @@ class RedisStorage(StorageBase):
         self._prefix = config.prefix
         self._address = config.address
         self._cluster = config.cluster
-        self._connection: Connection | None = None
-        self._scripts: Scripts | None = None
-        self._waiters: Waiters | None = None
-        self._closed = False
+        self._session: _Session | None = None
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisStorage:
-        return cls(RedisConfig.parse(url, **options))
+        return cls(parse_url(url, **options))
 
     def __repr__(self) -> str:
         return f"RedisStorage(address={self._address!r}, prefix={self._prefix!r})"
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    async def connect(self) -> None:
-        if self._closed:
-            raise StorageError("this RedisStorage was closed; open a new one")
-        if self._connection is not None:
-            return
+    async def _open(self) -> None:
         connection = await open_connection(self._config)
-        self._connection = connection
-        self._scripts = Scripts(connection.client)
-        self._waiters = Waiters(connection.client, self._scripts.next_due, self._address)
+        scripts = Scripts(connection.client)
+        waiters = Waiters(connection.client, scripts.next_due, self._address)
+        self._session = _Session(connection, scripts, waiters)
 
-    async def aclose(self) -> None:
-        self._closed = True
-        connection, self._connection, self._scripts = self._connection, None, None
-        waiters, self._waiters = self._waiters, None
-        if waiters is not None:
-            await waiters.aclose()
-        if connection is not None:
-            await connection.aclose()
+    async def _close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.waiters.aclose()
+            await session.connection.aclose()
+
+    def _live(self) -> _Session:
+        """The open session; ``NotConnected`` before ``connect`` and after ``aclose``."""
+        self._check_open()
+        if self._session is None:  # closed by a concurrent aclose
+            raise NotConnected(type(self).__name__, closed=True)
+        return self._session
+
+    def _ready(self) -> Scripts:
+        return self._live().scripts
+
+    def _redis(self) -> Client:
+        return self._live().connection.client
 
     async def migrate(self) -> None:
         """Redis has no schema: check the server (version; a WARNING on logger ``rdq_redis``
         if it may evict keys, which would lose tasks) and load every script into its cache."""
-        await check_server(self._redis(), self._address, cluster=self._cluster)
-        with translate_errors(self._address):
-            await self._ready().load_all()
-
-    def _ready(self) -> Scripts:
-        if self._scripts is None:
-            raise StorageError("RedisStorage is not connected: use `async with` or connect()")
-        return self._scripts
-
-    def _redis(self) -> Client:
-        self._ready()
-        assert self._connection is not None
-        return self._connection.client
+        session = self._live()
+        await migrate(
+            session.connection.client, session.scripts, self._address, cluster=self._cluster
+        )
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -141,11 +153,13 @@ class RedisStorage(StorageBase):
     # --- admission -------------------------------------------------------------------------
 
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
+        self._check_open()
         return (await self.enqueue_batch([task], delay=delay))[0]
 
     async def enqueue_batch(
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
     ) -> list[bool]:
+        self._check_open()
         if delay is not None and (not isinstance(delay, timedelta) or delay < timedelta(0)):
             raise ValidationError("must be a non-negative timedelta", field="delay")
         checked = [limits.check_task(task) for task in tasks]
@@ -200,6 +214,7 @@ class RedisStorage(StorageBase):
     async def claim_due(
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
     ) -> list[Claimed]:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_worker_id(worker_id)
         limits.check_limit(limit)
@@ -217,6 +232,7 @@ class RedisStorage(StorageBase):
         ]
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        self._check_open()
         limits.check_task_id(task_id)
         limits.check_token(token)
         limits.check_lease(lease)
@@ -233,13 +249,16 @@ class RedisStorage(StorageBase):
     async def reschedule(
         self, task_id: str, token: str, attempt: Attempt, next_at: datetime
     ) -> None:
+        self._check_open()
         limits.check_aware(next_at, "next_at")
         await self._resolve(task_id, token, attempt, "PENDING", str(to_us(next_at)))
 
     async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
+        self._check_open()
         await self._resolve(task_id, token, attempt, "SUCCEEDED")
 
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
+        self._check_open()
         await self._resolve(task_id, token, attempt, "DEAD")
 
     async def _resolve(
@@ -272,6 +291,7 @@ class RedisStorage(StorageBase):
     ) -> list[StaleClaim | NotFound | None]:
         """``complete`` for many claims in one script call (one per queue on Redis Cluster),
         each fenced on its own token; a lost claim's error is returned in its place."""
+        self._check_open()
         for item in completions:  # validate every item before changing anything
             if not isinstance(item, Completion):
                 raise ValidationError("must be rdq.spi.Completion items", field="completions")
@@ -346,6 +366,7 @@ class RedisStorage(StorageBase):
     async def dlq_list(
         self, queue: str, dlq_filter: DLQFilter | None, page: Page
     ) -> tuple[list[Envelope], str | None]:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_page(page)
         if dlq_filter is not None:
@@ -388,10 +409,12 @@ class RedisStorage(StorageBase):
         if len(found) <= page.limit or not tasks:
             return tasks, None
         last = tasks[-1]
-        assert last.dead_lettered_at is not None
+        if last.dead_lettered_at is None:
+            raise StorageError(f"DEAD task {last.id!r} has no dead_lettered_at")
         return tasks, DLQCursor.after(queue, dlq_filter, last.dead_lettered_at, last.id).encode()
 
     async def get(self, task_id: str) -> Envelope:
+        self._check_open()
         limits.check_task_id(task_id)
         queue = await self._queue_of(task_id)
         if queue is None:
@@ -403,6 +426,7 @@ class RedisStorage(StorageBase):
         return envelope_from_hash(cast(dict[bytes, bytes], fields))
 
     async def redrive(self, queue: str, selector: Selector) -> int:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_selector(selector)
         qk = self._keys(queue)
@@ -414,6 +438,7 @@ class RedisStorage(StorageBase):
         return int(reply)
 
     async def purge(self, queue: str, selector: Selector) -> int:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_selector(selector)
         qk = self._keys(queue)
@@ -427,6 +452,7 @@ class RedisStorage(StorageBase):
     # --- operations ------------------------------------------------------------------------
 
     async def stats(self, queue: str) -> Stats:
+        self._check_open()
         limits.check_queue(queue)
         qk = self._keys(queue)
         reply = await self._run(
@@ -445,6 +471,7 @@ class RedisStorage(StorageBase):
         )
 
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_aware(older_than, "older_than")
         scripts = self._ready()
@@ -461,12 +488,11 @@ class RedisStorage(StorageBase):
                 return total
 
     async def wait_due(self, queue: str, timeout: float) -> bool:
+        self._check_open()
         limits.check_queue(queue)
         if not isinstance(timeout, int | float) or timeout < 0:
             raise ValidationError("must be a non-negative number of seconds", field="timeout")
-        self._ready()
-        assert self._waiters is not None
-        return await self._waiters.wait(self._keys(queue), float(timeout))
+        return await self._live().waiters.wait(self._keys(queue), float(timeout))
 
 
 def _token_queue(token: str) -> str | None:
