@@ -67,7 +67,7 @@ def create_app(
                 store = await stack.enter_async_context(open_storage(url))
             if settings.migrate:
                 await store.migrate()
-            node = Node(settings, store, audit_sinks=audit_sinks)
+            node = Node(settings, store, audit_sinks=audit_sinks, engine_app=engine_app)
             app.state.node = node
             _warn_about(settings, node)
             if settings.work and settings.queues:

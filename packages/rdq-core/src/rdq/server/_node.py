@@ -8,6 +8,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+from rdq._app import App
 from rdq.admin import TaskAdmin
 from rdq.audit import AuditSink, JsonLinesAuditSink
 from rdq.errors import StorageUnavailable
@@ -29,8 +30,11 @@ class Node:
         storage: Storage,
         *,
         audit_sinks: Sequence[AuditSink] = (),
+        engine_app: App | None = None,
     ) -> None:
         self.settings = settings
+        self.engine_app = engine_app
+        """The application whose queue configs the node knows (``--app``), if any."""
         self.storage = cast(Storage, TimeLimitedStorage(storage, settings.request_timeout))
         self.auth = Authenticator(settings)
         sinks = list(audit_sinks)
