@@ -6,14 +6,15 @@ import click
 
 from rdq._plugins.manager import open_storage
 from rdq.cli._common import run_async, storage_option
+from rdq.cli._default import chosen_storage
 
 
 @click.command()
 @storage_option
 @run_async
-async def migrate(storage_url: str) -> None:
+async def migrate(storage_url: str | None) -> None:
     """Create or upgrade the storage schema (idempotent; safe to run from several processes)."""
-    async with open_storage(storage_url) as storage:
+    async with open_storage(chosen_storage(storage_url)) as storage:
         applied = await storage.migrate()
     if applied is None:
         click.echo("migrated (this store does not say which steps it applied)")

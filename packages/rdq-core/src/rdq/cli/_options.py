@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from rdq.cli._default import DEFAULT_STORAGE, STORAGE_ENV, chosen_storage
 from rdq.cli._targets import DirectTarget, HttpTarget, Target
 
 __all__ = [
@@ -36,9 +37,9 @@ def target_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.option(
                 "--storage",
                 "storage_url",
-                envvar="RDQ_STORAGE_URL",
+                envvar=list(STORAGE_ENV),
                 metavar="URL",
-                help="Work on this store directly (env RDQ_STORAGE_URL).",
+                help=f"Work on this store directly (env RDQ_STORAGE; default {DEFAULT_STORAGE}).",
             ),
             click.option(
                 "--server",
@@ -137,10 +138,10 @@ def open_target(
         if not token:
             raise click.UsageError("--server needs --token (or RDQ_TOKEN)")
         return HttpTarget(server_url, token)
-    if storage_url:
-        _log_to_stderr()
-        return DirectTarget(storage_url, actor=actor or _default_actor(), audit_log=audit_log)
-    raise click.UsageError("give --storage URL or --server URL (or RDQ_STORAGE_URL/RDQ_SERVER_URL)")
+    _log_to_stderr()
+    return DirectTarget(
+        chosen_storage(storage_url), actor=actor or _default_actor(), audit_log=audit_log
+    )
 
 
 class _CurrentStderr:
