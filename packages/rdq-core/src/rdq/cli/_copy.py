@@ -151,7 +151,9 @@ async def _copy_status(
             cursor = None  # the saved position no longer applies: read this status again
             continue
         readable = [task for task in tasks if task.corrupt is None]
-        state.corrupt.extend(task.id for task in tasks if task.corrupt is not None)
+        for task in tasks:  # a page read again after an interruption names them again
+            if task.corrupt is not None and task.id not in state.corrupt:
+                state.corrupt.append(task.id)
         if readable:
             try:
                 stored = await destination.import_tasks(readable)
@@ -243,21 +245,26 @@ async def copy(
                 )
                 if any(counts):
                     rows.append((stats.queue, status, *counts))
+    problems = []
     mismatched = [row for row in rows if row[2] != row[3]]
-    _report(rows, state, as_json)
-    if mismatched or state.corrupt:
-        reasons = []
-        if mismatched:
-            reasons.append(f"{len(mismatched)} count(s) differ")
-        if state.corrupt:
-            reasons.append(f"{len(state.corrupt)} corrupt task(s) were not copied")
-        raise click.ClickException(
-            "the copy is not verified: " + "; ".join(reasons) + f" (position kept in {state_path})"
-        )
+    if mismatched:
+        problems.append(f"{len(mismatched)} count(s) differ")
+    if state.corrupt:
+        problems.append(f"{len(state.corrupt)} corrupt task(s) were not copied")
+    _report(rows, state, problems, as_json)
+    if problems:
+        message = "the copy is not verified: " + "; ".join(problems)
+        message += f" (position kept in {state_path})"
+        if as_json:  # the report on stdout says it; one JSON document only
+            click.echo(f"Error: {message}", err=True)
+            sys.exit(1)
+        raise click.ClickException(message)
     state_path.unlink(missing_ok=True)
 
 
-def _report(rows: list[tuple[str, Status, int, int]], state: CopyState, as_json: bool) -> None:
+def _report(
+    rows: list[tuple[str, Status, int, int]], state: CopyState, problems: list[str], as_json: bool
+) -> None:
     if as_json:
         echo_json(
             {
@@ -268,7 +275,8 @@ def _report(rows: list[tuple[str, Status, int, int]], state: CopyState, as_json:
                     {"queue": q, "status": str(s), "source": a, "destination": b}
                     for q, s, a, b in rows
                 ],
-                "verified": all(a == b for _, _, a, b in rows) and not state.corrupt,
+                "verified": not problems,
+                "problems": problems,
             }
         )
         return
