@@ -1,22 +1,23 @@
-"""The id index on Redis Cluster, kept by the client.
+"""The id index and the queue registry on Redis Cluster, kept by the client.
 
-Each id's index entry (``<prefix>:id:{<id>}``) lives in the id's own slot, so no script can
-touch it together with a queue's keys. On Cluster the store therefore reserves ids before it
-admits tasks and forgets them after purges, in steps of their own. docs/redis.md says what this
-gives up in crash and race windows.
+Each id's index entry (``<prefix>:id:{<id>}``) lives in the id's own slot, and the registry of
+queue names (``<prefix>:queues``) in another, so no script can touch them together with a
+queue's keys. On Cluster the store therefore reserves ids and registers queues before it
+admits tasks, and forgets ids (and empty queues) after purges, in steps of their own.
+docs/redis.md says what this gives up in crash and race windows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from rdq.errors import IDConflict
 from rdq.spi import Envelope
 from rdq_redis._connection import Client
 from rdq_redis._errors import translate_errors
-from rdq_redis._keys import index_key
+from rdq_redis._keys import index_key, registry_key
 
-__all__ = ["forget_ids", "reserve_ids"]
+__all__ = ["forget_ids", "forget_queue", "register_queues", "reserve_ids"]
 
 
 async def reserve_ids(client: Client, prefix: str, address: str, tasks: Sequence[Envelope]) -> None:
@@ -59,3 +60,23 @@ async def forget_ids(client: Client, prefix: str, address: str, ids: Sequence[by
             for task_id in ids:
                 pipe.delete(index_key(prefix, task_id.decode()))
             await pipe.execute()
+
+
+async def register_queues(client: Client, prefix: str, address: str, queues: set[str]) -> None:
+    """Add ``queues`` to the registry (before their tasks are written)."""
+    if queues:
+        with translate_errors(address):
+            await client.sadd(registry_key(prefix), *sorted(queues))
+
+
+async def forget_queue(
+    client: Client, prefix: str, address: str, queue: str, empty: Callable[[], Awaitable[bool]]
+) -> None:
+    """Drop a queue a purge emptied from the registry, then check again: an enqueue that
+    registered the queue before the removal and wrote its tasks after the first check puts
+    it back here."""
+    with translate_errors(address):
+        await client.srem(registry_key(prefix), queue)
+    if not await empty():
+        with translate_errors(address):
+            await client.sadd(registry_key(prefix), queue)
