@@ -23,8 +23,9 @@ PACKAGES = {
     "postgres": "rdq-postgres",
     "redis": "rdq-redis",
     "mongo": "rdq-mongo",
+    "sqlite": "rdq-sqlite",
 }
-BACKENDS = ["memory", "postgres", "redis", "mongo"]
+BACKENDS = ["memory", "postgres", "redis", "mongo", "sqlite"]
 TEST_DIRS = {name: f"packages/{dist}/tests" for name, dist in PACKAGES.items()} | {
     "bench": "bench/tests"
 }

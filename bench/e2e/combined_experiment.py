@@ -32,7 +32,7 @@ from bench.e2e import cluster
 from bench.e2e.resolve_experiment import QUEUE, verify_drained
 from bench.e2e.systems import payload
 from rdq.spi import Attempt, Claimed, Completion, Outcome
-from rdq_postgres._rows import envelope_from_row
+from rdq_postgres._codec import envelope_from_row
 
 LEASE = timedelta(seconds=30)
 COMBINED = (Path(__file__).parent / "sql" / "complete_and_claim.sql").read_text()

@@ -33,4 +33,4 @@ async def store(database_url: str) -> AsyncIterator[MongoStorage]:
         try:
             yield storage
         finally:
-            await storage._tasks.database.client.drop_database(storage._tasks.database.name)
+            await storage._connection().client.drop_database(storage.config.database)

@@ -169,14 +169,14 @@ async def test_undecodable_documents_are_dead_lettered_by_id_and_never_stop_clai
     await store.enqueue(_task("bad-1"))
     await store.enqueue(_task("good-2"))
     # Damage one stored document the way a bug or a hand edit might.
-    await store._tasks.update_one({"_id": "bad-1"}, {"$set": {"body": "{not json"}})
+    await store._connection().tasks.update_one({"_id": "bad-1"}, {"$set": {"body": "{not json"}})
 
     with caplog.at_level(logging.ERROR, logger="rdq_mongo"):
         claimed = await store.claim_due("q", 10, timedelta(seconds=30))
 
     assert sorted(c.task.id for c in claimed) == ["good-1", "good-2"]
     assert any("bad-1" in record.getMessage() for record in caplog.records)
-    raw = await store._tasks.find_one({"_id": "bad-1"})
+    raw = await store._connection().tasks.find_one({"_id": "bad-1"})
     assert raw is not None
     assert raw["status"] == "DEAD" and raw["token"] is None and "decode_error" in raw
     assert await store.claim_due("q", 10, timedelta(seconds=30)) == []
@@ -194,7 +194,9 @@ async def test_undecodable_documents_are_dead_lettered_by_id_and_never_stop_clai
 @pytest.mark.asyncio
 async def test_wrong_typed_fields_are_undecodable_too(store: MongoStorage) -> None:
     await store.enqueue(_task("typed"))
-    await store._tasks.update_one({"_id": "typed"}, {"$set": {"attempt_count": "three"}})
+    await store._connection().tasks.update_one(
+        {"_id": "typed"}, {"$set": {"attempt_count": "three"}}
+    )
     assert await store.claim_due("q", 5, timedelta(seconds=30)) == []
-    raw = await store._tasks.find_one({"_id": "typed"})
+    raw = await store._connection().tasks.find_one({"_id": "typed"})
     assert raw is not None and raw["status"] == "DEAD"

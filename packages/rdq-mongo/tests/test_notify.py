@@ -53,7 +53,7 @@ async def test_rdq_notify_off_polls_and_still_wakes_when_a_task_falls_due(
         assert await storage.claim_due("q", 1, timedelta(minutes=1))
         assert await storage.wait_due("q", 0.2) is False
         assert isinstance(storage, MongoStorage)
-        await storage._tasks.database.client.drop_database(storage._tasks.database.name)
+        await storage._connection().client.drop_database(storage.config.database)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("secantus") is None, reason="needs SecantusDB")

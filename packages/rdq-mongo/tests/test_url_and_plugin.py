@@ -9,7 +9,7 @@ import pytest
 
 from rdq import open_storage
 from rdq.errors import ConfigError
-from rdq.spi import Envelope
+from rdq.spi import Envelope, limits
 from rdq_mongo import MongoStorage
 from rdq_mongo._url import parse_url
 
@@ -61,7 +61,7 @@ async def test_prefix_names_the_collection(database_url: str) -> None:
         assert isinstance(storage, MongoStorage)
         await storage.migrate()
         await storage.enqueue(Envelope(id="p1", queue="q", handler_ref="a:b"))
-        database = storage._tasks.database
+        database = storage._connection().database
         assert await database["other_tasks"].count_documents({"_id": "p1"}) == 1
         assert "rdq_tasks" not in await database.list_collection_names()
         await database.client.drop_database(database.name)
@@ -73,6 +73,29 @@ async def test_migrate_is_idempotent(database_url: str) -> None:
         assert isinstance(storage, MongoStorage)
         await storage.migrate()
         await storage.migrate()
-        names = {index["name"] async for index in await storage._tasks.list_indexes()}
+        names = {index["name"] async for index in await storage._connection().tasks.list_indexes()}
         assert {"rdq_claim", "rdq_dlq", "rdq_succeeded"} <= names
-        await storage._tasks.database.client.drop_database(storage._tasks.database.name)
+        await storage._connection().client.drop_database(storage.config.database)
+
+
+def test_timeout_is_rdqs_own_option_and_never_reaches_pymongo() -> None:
+    parsed = parse_url("mongodb://h/db?timeout=2.5&w=majority")
+    assert parsed.timeout == 2.5
+    assert parsed.driver_url == "mongodb://h/db?w=majority"
+    assert parse_url("mongodb://h/db", timeout=3).timeout == 3.0
+    assert "timeout" not in parse_url("mongodb://h/db", timeout=3).client_options
+    assert parse_url("mongodb://h/db").timeout == limits.DEFAULT_OPERATION_TIMEOUT
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf"])
+def test_a_bad_timeout_is_a_config_error_naming_it(value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_url(f"mongodb://h/db?timeout={value}")
+    assert caught.value.key == "timeout"
+
+
+def test_rdq_defaults_for_pymongo_yield_to_the_urls_own() -> None:
+    defaults = parse_url("mongodb://h/db").client_options
+    assert defaults["serverSelectionTimeoutMS"] == 5000 and defaults["tz_aware"] is True
+    given = parse_url("mongodb://h/db?serverselectiontimeoutms=900").client_options
+    assert "serverSelectionTimeoutMS" not in given

@@ -247,12 +247,12 @@ async def test_not_an_envelope(storage: PostgresStorage) -> None:
 @pytest.mark.asyncio
 async def test_conflict_error_is_mapped(storage: PostgresStorage) -> None:
     """The statement's RQ409 error becomes IDConflict; a malformed one a StorageError."""
-    pool = await storage._ready()
+    pool = storage._ready()
     async with pool.connection() as conn:
         with pytest.raises(asyncpg.PostgresError) as raised:
-            await conn.fetchval(f'SELECT "{storage.options.schema}".id_conflict($1, $2)', "i", "q")
+            await conn.fetchval(f'SELECT "{storage.config.schema}".id_conflict($1, $2)', "i", "q")
     assert raised.value.sqlstate == "RQ409"
-    import rdq_postgres._storage as module
+    import rdq_postgres._store as module
 
     err = module._id_conflict(raised.value, "h:1")
     assert isinstance(err, IDConflict) and (err.task_id, err.existing_queue) == ("i", "q")

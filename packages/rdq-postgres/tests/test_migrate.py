@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from rdq_postgres import PostgresStorage
-from rdq_postgres._sql import migrations
+from rdq_postgres._queries import migrations
 
 
 @pytest.mark.asyncio

@@ -10,23 +10,22 @@ import pytest
 from rdq import open_storage
 from rdq.errors import ConfigError
 from rdq.spi import Attempt, Envelope, Outcome, Status
-from rdq_postgres import PostgresStorage
-from rdq_postgres._config import parse_url
+from rdq_postgres import PostgresStorage, parse_url
 
 
 def test_rdq_options_are_taken_out_of_the_url_and_the_rest_kept() -> None:
-    dsn, options = parse_url(
+    config = parse_url(
         "postgres://u:p@db:6432/app?schema=jobs&pool_min=0&pool_max=3"
         "&statement_cache_size=0&notify=off&sslmode=disable"
     )
-    assert dsn == "postgresql://u:p@db:6432/app?sslmode=disable"
-    assert (options.schema, options.pool_min, options.pool_max) == ("jobs", 0, 3)
-    assert options.statement_cache_size == 0 and options.notify is False
+    assert config.dsn == "postgresql://u:p@db:6432/app?sslmode=disable"
+    assert (config.schema, config.pool_min, config.pool_max) == ("jobs", 0, 3)
+    assert config.statement_cache_size == 0 and config.notify is False
+    assert "u:p" not in repr(config)
 
 
 def test_keywords_override_the_url() -> None:
-    _, options = parse_url("postgresql://db/app?pool_max=3", pool_max=7)
-    assert options.pool_max == 7
+    assert parse_url("postgresql://db/app?pool_max=3", pool_max=7).pool_max == 7
 
 
 @pytest.mark.parametrize(

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rdq_mongo._url import MongoConfig, parse_url
+
 if TYPE_CHECKING:
     from rdq_mongo._store import MongoStorage
 
-__all__ = ["MongoStorage"]
+__all__ = ["MongoConfig", "MongoStorage", "parse_url"]
 
 
 def __getattr__(name: str) -> Any:
+    # Lazy, so that loading the plugin (rdq_mongo._plugin) does not import the driver.
     if name == "MongoStorage":
         from rdq_mongo._store import MongoStorage
 
         return MongoStorage
-    raise AttributeError(f"module 'rdq_mongo' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,23 +14,52 @@ covered by never waiting past the next due time the server reports.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from typing import TYPE_CHECKING, Any
 
+from pymongo.errors import OperationFailure
+
 from rdq.spi import Status
-from rdq_mongo._pipelines import NOW_US
+from rdq_mongo._queries import NOW_US
 
 if TYPE_CHECKING:
     from pymongo.asynchronous.collection import AsyncCollection
 
-__all__ = ["seconds_until_due", "supports_change_streams", "wait_for_due"]
+    from rdq_mongo._connection import Connection
+
+__all__ = ["seconds_until_due", "wait_due", "wait_for_due"]
+
+log = logging.getLogger("rdq_mongo")
 
 _MAX_AWAIT_MS = 1000
+# The server cannot or may not open change streams: not a replica set (40573), the stage is
+# unknown (40324), unauthorized (13).
+_NO_CHANGE_STREAMS = frozenset({13, 40324, 40573})
 
 
-def supports_change_streams(hello: dict[str, Any]) -> bool:
-    """True if the server that sent this ``hello`` reply can serve change streams."""
-    return bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
+async def wait_due(connection: Connection, queue: str, timeout: float) -> bool:
+    """Block until a task of ``queue`` may be due (True) or ``timeout`` seconds pass (False).
+
+    With change streams, an enqueue, reschedule or redrive wakes the waiter at once; without
+    them (standalone server, ``rdq_notify=off``, or refused) it sleeps until the next due time
+    the server reports, or the timeout. Driver errors propagate (the caller translates)."""
+    if connection.change_streams:
+        try:
+            return await wait_for_due(connection.tasks, queue, timeout)
+        except OperationFailure as exc:
+            if exc.code not in _NO_CHANGE_STREAMS:
+                raise
+            log.warning("rdq_mongo: change streams refused (%s); polling instead", exc.code)
+            connection.change_streams = False
+    wait = await seconds_until_due(connection.tasks, queue)
+    if wait is not None and wait <= 0:
+        return True
+    if wait is not None and wait <= timeout:
+        await asyncio.sleep(wait)
+        return True
+    await asyncio.sleep(timeout)
+    return False
 
 
 async def seconds_until_due(tasks: AsyncCollection[dict[str, Any]], queue: str) -> float | None:

@@ -1,31 +1,21 @@
-"""``MongoStorage``: the storage contract on MongoDB, claims by findAndModify."""
+"""``MongoStorage``: the storage contract on MongoDB, claims by findAndModify.
+
+One method per contract operation; the queries live in ``_queries``, the document layout in
+``_codec``, admission in ``_admission``, the client in ``_connection``.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pymongo import ASCENDING, AsyncMongoClient, ReturnDocument, UpdateOne
-from pymongo.errors import (
-    BulkWriteError,
-    ConfigurationError,
-    DuplicateKeyError,
-    OperationFailure,
-)
+from pymongo import ReturnDocument, UpdateOne
 
-from rdq.errors import (
-    ConfigError,
-    IDConflict,
-    NotFound,
-    StaleClaim,
-    StorageError,
-    StorageUnavailable,
-    ValidationError,
-)
+from rdq.errors import NotConnected, NotFound, StaleClaim, StorageError, ValidationError
 from rdq.spi import (
     Attempt,
     Capabilities,
@@ -41,45 +31,26 @@ from rdq.spi import (
     StorageBase,
     limits,
 )
-from rdq_mongo._documents import (
+from rdq_mongo import _queries as q
+from rdq_mongo._admission import admit_batch, admit_one
+from rdq_mongo._codec import (
     UndecodableDocument,
     attempt_to_document,
     envelope_from_document,
-    envelope_to_document,
     from_micros,
     to_micros,
 )
-from rdq_mongo._errors import driver_errors
-from rdq_mongo._notify import seconds_until_due, supports_change_streams, wait_for_due
-from rdq_mongo._pipelines import (
-    NOW_US,
-    claim_filter,
-    claim_update,
-    enqueue_upsert,
-    extend_update,
-    resolve_update,
-)
-from rdq_mongo._url import MongoURL, parse_url
-
-if TYPE_CHECKING:
-    from pymongo.asynchronous.collection import AsyncCollection
-    from pymongo.asynchronous.database import AsyncDatabase
+from rdq_mongo._connection import Connection, Document, close_connection, open_connection
+from rdq_mongo._errors import translate_errors
+from rdq_mongo._migrate import migrate
+from rdq_mongo._notify import wait_due
+from rdq_mongo._url import MongoConfig, parse_url
 
 __all__ = ["MongoStorage"]
 
 log = logging.getLogger("rdq_mongo")
 
-Document = dict[str, Any]
-
-_DEFAULT_TIMEOUTS_MS = {
-    "serverSelectionTimeoutMS": 5000,
-    "connectTimeoutMS": 5000,
-}
 _NO_ATTEMPTS = {"attempts": 0}
-_COMPLETED: Document = {"status": Status.SUCCEEDED.value, "completed_at": NOW_US, "due": None}
-# The server cannot or may not open change streams: not a replica set (40573), the stage is
-# unknown (40324), unauthorized (13).
-_NO_CHANGE_STREAMS = frozenset({13, 40324, 40573})
 
 
 def _micros(delta: timedelta) -> int:
@@ -93,29 +64,30 @@ class MongoStorage(StorageBase):
     (the URL's own options win over rdq's defaults of 5 s server-selection and connect
     timeouts, so an unreachable server is reported quickly)."""
 
-    def __init__(self, url: MongoURL, **options: Any) -> None:
-        self._url = url
-        self._options = options
-        self._client: AsyncMongoClient[Document] | None = None
-        self._tasks_collection: AsyncCollection[Document] | None = None
-        self._change_streams = False
+    def __init__(self, config: MongoConfig) -> None:
+        self._config = config
+        self._conn: Connection | None = None
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MongoStorage:
         """A store for ``url`` (``ConfigError`` if malformed), not connected yet."""
-        return cls(parse_url(url), **options)
+        return cls(parse_url(url, **options))
+
+    @property
+    def config(self) -> MongoConfig:
+        return self._config
 
     def __repr__(self) -> str:
         return (
-            f"MongoStorage(where={self._url.where!r}, database={self._url.database!r}, "
-            f"collection={self._url.tasks_collection!r})"
+            f"MongoStorage(where={self._config.where!r}, database={self._config.database!r}, "
+            f"collection={self._config.tasks_collection!r})"
         )
 
     def capabilities(self) -> Capabilities:
-        """``notify`` is True once connected to a replica-set member or mongos (where change
-        streams work) unless the URL says ``rdq_notify=off``; False before ``connect``."""
+        """``notify`` is True while connected to a replica-set member or mongos (where change
+        streams work) unless the URL says ``rdq_notify=off``; False when not connected."""
         return Capabilities(
-            notify=self._change_streams,
+            notify=self._conn is not None and self._conn.change_streams,
             filter_pushdown=True,
             batch_enqueue=True,
             batch_complete=True,
@@ -123,203 +95,67 @@ class MongoStorage(StorageBase):
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    async def connect(self) -> None:
-        if self._client is not None:
-            return
-        options: dict[str, Any] = {**self._options, "tz_aware": True}
-        lowered = {key.lower() for key in self._url.driver_url.partition("?")[2].split("&")}
-        for name, value in _DEFAULT_TIMEOUTS_MS.items():
-            if not any(part.startswith(name.lower() + "=") for part in lowered):
-                options.setdefault(name, value)
-        with driver_errors(self._url.where):
-            try:
-                client: AsyncMongoClient[Document] = AsyncMongoClient(
-                    self._url.driver_url, **options
-                )
-            except ConfigurationError as exc:
-                if "DNS" in str(exc):
-                    raise StorageUnavailable(f"cannot resolve {self._url.where}: {exc}") from exc
-                raise ConfigError(str(exc), key="storage") from exc
-            tasks = client[self._url.database][self._url.tasks_collection]
-            try:
-                hello = await client.admin.command("hello")
-                # hello needs no login: a read proves the credentials and the permissions.
-                await tasks.find_one({"_id": ""}, projection={"_id": 1})
-            except BaseException:
-                await client.close()
-                raise
-        self._client = client
-        self._change_streams = self._url.notify and supports_change_streams(hello)
-        self._tasks_collection = tasks
+    async def _open(self) -> None:
+        self._conn = await open_connection(self._config)
 
-    async def aclose(self) -> None:
-        client, self._client = self._client, None
-        self._tasks_collection = None
-        if client is not None:
-            with driver_errors(self._url.where):
-                await client.close()
+    async def _close(self) -> None:
+        connection, self._conn = self._conn, None
+        if connection is not None:
+            await close_connection(connection)
 
-    @property
-    def _tasks(self) -> AsyncCollection[Document]:
-        if self._tasks_collection is None:
-            raise StorageError("the MongoDB store is not connected (use `async with` or connect())")
-        return self._tasks_collection
+    def _connection(self) -> Connection:
+        """The open connection; ``NotConnected`` before ``connect`` and after ``aclose``."""
+        self._check_open()
+        if self._conn is None:
+            raise NotConnected(type(self).__name__, closed=self._closed)
+        return self._conn
 
-    @property
-    def _database(self) -> AsyncDatabase[Document]:
-        return self._tasks.database
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        with translate_errors(self._config.where):
+            yield
 
     async def migrate(self) -> None:
         """Create the indexes (idempotent; concurrent runs are harmless)."""
-        with driver_errors(self._url.where):
-            await self._tasks.create_index(
-                [("queue", ASCENDING), ("status", ASCENDING), ("due", ASCENDING)],
-                name="rdq_claim",
-            )
-            await self._tasks.create_index(
-                [
-                    ("queue", ASCENDING),
-                    ("status", ASCENDING),
-                    ("dead_lettered_at", ASCENDING),
-                    ("_id", ASCENDING),
-                ],
-                name="rdq_dlq",
-            )
-            await self._tasks.create_index(
-                [("queue", ASCENDING), ("status", ASCENDING), ("completed_at", ASCENDING)],
-                name="rdq_succeeded",
-            )
+        connection = self._connection()
+        with self._errors():
+            await migrate(connection)
 
     # --- admission -------------------------------------------------------------------------
 
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
-        document, due_us, delay_us = self._admission(task, delay)
-        with driver_errors(self._url.where):
-            try:
-                before = await self._upsert(document, due_us, delay_us)
-            except DuplicateKeyError:
-                # Two upserts of one new id raced; the loser now sees the winner's task.
-                before = await self._upsert(document, due_us, delay_us)
-        if before is None:
-            return True
-        if before.get("queue") != task.queue:
-            raise IDConflict(task.id, str(before.get("queue")))
-        return False
-
-    async def _upsert(self, document: Document, due_us: int | None, delay_us: int) -> Any:
-        """Insert ``document`` unless its id exists; return the existing task's queue
-        document, or ``None`` when this call inserted it."""
-        return await self._tasks.find_one_and_update(
-            {"_id": document["_id"]},
-            enqueue_upsert(document, due_us, delay_us),
-            upsert=True,
-            projection={"queue": 1},
-            return_document=ReturnDocument.BEFORE,
-        )
+        connection = self._connection()
+        with self._errors():
+            return await admit_one(connection, task, delay)
 
     async def enqueue_batch(
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
     ) -> list[bool]:
-        """One round trip to find ids that already exist, one unordered bulk of upserts."""
-        admissions = [self._admission(task, delay) for task in tasks]
-        if not admissions:
-            return []
-        first_queue: dict[str, str] = {}
-        for task in tasks:
-            queue = first_queue.setdefault(task.id, task.queue)
-            if queue != task.queue:
-                raise IDConflict(task.id, queue)
-        with driver_errors(self._url.where):
-            existing = {
-                doc["_id"]: doc.get("queue")
-                async for doc in self._tasks.find(
-                    {"_id": {"$in": list(first_queue)}}, projection={"queue": 1}
-                )
-            }
-            for task_id, queue in first_queue.items():
-                if task_id in existing and existing[task_id] != queue:
-                    raise IDConflict(task_id, str(existing[task_id]))
-            operations: list[UpdateOne] = []
-            positions: list[int] = []
-            seen: set[str] = set()
-            for index, (task, (document, due_us, delay_us)) in enumerate(
-                zip(tasks, admissions, strict=True)
-            ):
-                if task.id in existing or task.id in seen:
-                    continue
-                seen.add(task.id)
-                positions.append(index)
-                operations.append(
-                    UpdateOne(
-                        {"_id": task.id}, enqueue_upsert(document, due_us, delay_us), upsert=True
-                    )
-                )
-            stored = [False] * len(tasks)
-            if not operations:
-                return stored
-            try:
-                result = await self._tasks.bulk_write(operations, ordered=False)
-                upserted = result.upserted_ids or {}
-            except BulkWriteError as exc:
-                # A concurrent producer inserted some ids first (duplicate key on upsert).
-                upserted = {u["index"]: u["_id"] for u in exc.details.get("upserted", [])}
-                failed = [e for e in exc.details.get("writeErrors", []) if e.get("code") != 11000]
-                if failed:
-                    raise StorageError(f"batch enqueue failed: {failed[0].get('errmsg')}") from exc
-            for op_index in upserted:
-                stored[positions[op_index]] = True
-            await self._check_raced(tasks, positions, upserted)
-            return stored
-
-    async def _check_raced(
-        self, tasks: Sequence[Envelope], positions: list[int], upserted: dict[int, Any]
-    ) -> None:
-        """Ids another producer stored between our check and our upsert: same queue is fine
-        (already there), another queue is an IDConflict (ours that were stored are undone,
-        so the batch stays all-or-nothing)."""
-        raced = [tasks[p] for i, p in enumerate(positions) if i not in upserted]
-        if not raced:
-            return
-        found = {
-            doc["_id"]: doc.get("queue")
-            async for doc in self._tasks.find(
-                {"_id": {"$in": [t.id for t in raced]}}, projection={"queue": 1}
-            )
-        }
-        for task in raced:
-            queue = found.get(task.id)
-            if queue is not None and queue != task.queue:
-                ours = [tasks[positions[i]].id for i in upserted]
-                await self._tasks.delete_many({"_id": {"$in": ours}, "status": "PENDING"})
-                raise IDConflict(task.id, str(queue))
-
-    def _admission(
-        self, task: Envelope, delay: timedelta | None
-    ) -> tuple[Document, int | None, int]:
-        limits.check_task(task)
-        if delay is not None and (not isinstance(delay, timedelta) or delay < timedelta(0)):
-            raise ValidationError("must be a non-negative timedelta", field="delay")
-        document = envelope_to_document(task)
-        return document, to_micros(task.next_attempt_at), _micros(delay or timedelta(0))
+        """All-or-nothing on a server with transactions; see ``_admission`` for the weaker
+        guarantee on a standalone server."""
+        connection = self._connection()
+        with self._errors():
+            return await admit_batch(connection, tasks, delay)
 
     # --- claiming --------------------------------------------------------------------------
 
     async def claim_due(
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
     ) -> list[Claimed]:
+        connection = self._connection()
         limits.check_queue(queue)
         limits.check_worker_id(worker_id)
         limits.check_limit(limit)
         limits.check_lease(lease)
         lease_us = _micros(lease)
         claimed: list[Claimed] = []
-        with driver_errors(self._url.where):
+        with self._errors():
             while len(claimed) < limit:
                 token = secrets.token_hex(16)
-                doc = await self._tasks.find_one_and_update(
-                    claim_filter(queue),
-                    claim_update(token, lease_us),
-                    sort=[("due", ASCENDING)],
+                doc = await connection.tasks.find_one_and_update(
+                    q.claim_filter(queue),
+                    q.claim_update(token, lease_us),
+                    sort=q.CLAIM_SORT,
                     return_document=ReturnDocument.AFTER,
                 )
                 if doc is None:
@@ -327,10 +163,12 @@ class MongoStorage(StorageBase):
                 try:
                     claimed.append(Claimed(envelope_from_document(doc), token))
                 except UndecodableDocument as exc:
-                    await self._quarantine(exc, token)
+                    await self._quarantine(connection, exc, token)
         return claimed
 
-    async def _quarantine(self, exc: UndecodableDocument, token: str) -> None:
+    async def _quarantine(
+        self, connection: Connection, exc: UndecodableDocument, token: str
+    ) -> None:
         """Move a claimed document that cannot be decoded to the DLQ (by its token), so it
         never blocks the queue, and report it with its id."""
         log.error(
@@ -338,13 +176,13 @@ class MongoStorage(StorageBase):
             exc.task_id,
             exc.reason,
         )
-        await self._tasks.update_one(
+        await connection.tasks.update_one(
             {"_id": exc.task_id, "token": token},
             [
                 {
                     "$set": {
                         "status": Status.DEAD.value,
-                        "dead_lettered_at": NOW_US,
+                        "dead_lettered_at": q.NOW_US,
                         "dl_error_type": "UndecodableTask",
                         "decode_error": {"$literal": exc.reason},
                         "due": None,
@@ -356,20 +194,22 @@ class MongoStorage(StorageBase):
         )
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        connection = self._connection()
         limits.check_task_id(task_id)
         limits.check_token(token)
         limits.check_lease(lease)
-        with driver_errors(self._url.where):
-            doc = await self._tasks.find_one_and_update(
-                self._fence(task_id, token),
-                extend_update(_micros(lease)),
+        with self._errors():
+            doc = await connection.tasks.find_one_and_update(
+                q.fence(task_id, token),
+                q.extend_update(_micros(lease)),
                 projection={"lease_expires_at": 1},
                 return_document=ReturnDocument.AFTER,
             )
             if doc is None:
-                raise await self._why_not(task_id)
-        expires = from_micros(doc["lease_expires_at"])
-        assert expires is not None
+                raise await self._why_not(connection, task_id)
+        expires = from_micros(doc.get("lease_expires_at"))
+        if expires is None:
+            raise StorageError(f"task {task_id!r} has no lease after extending it")
         return expires
 
     # --- resolution ------------------------------------------------------------------------
@@ -377,21 +217,16 @@ class MongoStorage(StorageBase):
     async def reschedule(
         self, task_id: str, token: str, attempt: Attempt, next_at: datetime
     ) -> None:
+        self._check_open()
         limits.check_aware(next_at, "next_at")
-        at = to_micros(next_at)
-        await self._resolve(
-            task_id,
-            token,
-            attempt,
-            {
-                "status": Status.PENDING.value,
-                "next_attempt_at": {"$literal": at},
-                "due": {"$literal": at},
-            },
-        )
+        await self._resolve(task_id, token, attempt, q.reschedule_changes(to_micros(next_at)))
 
     async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
-        await self._resolve(task_id, token, attempt, _COMPLETED)
+        await self._resolve(task_id, token, attempt, q.COMPLETED)
+
+    async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
+        changes = q.dead_letter_changes(getattr(attempt, "error_type", None))
+        await self._resolve(task_id, token, attempt, changes)
 
     async def complete_many(
         self, completions: Sequence[Completion]
@@ -400,6 +235,7 @@ class MongoStorage(StorageBase):
         nothing, one read tells which: a task whose ``resolved_token`` is the completion's
         token was completed by it (tokens are never reused); otherwise the claim was stale,
         or the task is gone (``NotFound``)."""
+        connection = self._connection()
         for item in completions:
             if not isinstance(item, Completion):
                 raise ValidationError("must be rdq.spi.Completion items", field="completions")
@@ -408,18 +244,18 @@ class MongoStorage(StorageBase):
             return []
         operations = [
             UpdateOne(
-                self._fence(item.task_id, item.token),
-                resolve_update(attempt_to_document(item.attempt), item.token, _COMPLETED),
+                q.fence(item.task_id, item.token),
+                q.resolve_update(attempt_to_document(item.attempt), item.token, q.COMPLETED),
             )
             for item in completions
         ]
-        with driver_errors(self._url.where):
-            result = await self._tasks.bulk_write(operations, ordered=True)
+        with self._errors():
+            result = await connection.tasks.bulk_write(operations, ordered=True)
             if result.matched_count == len(operations):
                 return [None] * len(operations)
             found = {
                 doc["_id"]: doc.get("resolved_token")
-                async for doc in self._tasks.find(
+                async for doc in connection.tasks.find(
                     {"_id": {"$in": [item.task_id for item in completions]}},
                     projection={"resolved_token": 1},
                 )
@@ -437,36 +273,21 @@ class MongoStorage(StorageBase):
                 results.append(StaleClaim(item.task_id))
         return results
 
-    async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
-        await self._resolve(
-            task_id,
-            token,
-            attempt,
-            {
-                "status": Status.DEAD.value,
-                "dead_lettered_at": NOW_US,
-                "dl_error_type": {"$literal": getattr(attempt, "error_type", None)},
-                "due": None,
-            },
-        )
-
     async def _resolve(self, task_id: str, token: str, attempt: Attempt, changes: Document) -> None:
+        connection = self._connection()
         _check_resolution(task_id, token, attempt)
-        with driver_errors(self._url.where):
-            result = await self._tasks.update_one(
-                self._fence(task_id, token),
-                resolve_update(attempt_to_document(attempt), token, changes),
+        with self._errors():
+            result = await connection.tasks.update_one(
+                q.fence(task_id, token),
+                q.resolve_update(attempt_to_document(attempt), token, changes),
             )
             if result.matched_count == 0:
-                raise await self._why_not(task_id)
+                raise await self._why_not(connection, task_id)
 
     @staticmethod
-    def _fence(task_id: str, token: str) -> Document:
-        return {"_id": task_id, "token": token, "status": Status.IN_FLIGHT.value}
-
-    async def _why_not(self, task_id: str) -> StorageError:
+    async def _why_not(connection: Connection, task_id: str) -> StorageError:
         """The error for a fenced update that matched nothing."""
-        exists = await self._tasks.find_one({"_id": task_id}, projection={"_id": 1})
+        exists = await connection.tasks.find_one({"_id": task_id}, projection={"_id": 1})
         return NotFound(task_id) if exists is None else StaleClaim(task_id)
 
     # --- DLQ -------------------------------------------------------------------------------
@@ -474,11 +295,12 @@ class MongoStorage(StorageBase):
     async def dlq_list(
         self, queue: str, dlq_filter: DLQFilter | None, page: Page
     ) -> tuple[list[Envelope], str | None]:
+        connection = self._connection()
         limits.check_queue(queue)
         limits.check_page(page)
         if dlq_filter is not None:
             limits.check_filter(dlq_filter)
-        query = self._dead(queue, dlq_filter)
+        query = q.dead_filter(queue, dlq_filter)
         if page.cursor is not None:
             cursor = DLQCursor.decode(page.cursor, queue, dlq_filter)
             at = to_micros(cursor.dead_lettered_at)
@@ -497,11 +319,11 @@ class MongoStorage(StorageBase):
         last: Document | None = None
         scanned = 0
         more = False
-        with driver_errors(self._url.where):
-            found = self._tasks.find(
+        with self._errors():
+            found = connection.tasks.find(
                 query,
                 projection=None if page.include_attempts else _NO_ATTEMPTS,
-                sort=[("dead_lettered_at", ASCENDING), ("_id", ASCENDING)],
+                sort=q.DLQ_SORT,
                 limit=page.limit + 1,
             )
             async for doc in found:
@@ -521,37 +343,11 @@ class MongoStorage(StorageBase):
             raise StorageError(f"DLQ task {last.get('_id')!r} has no dead_lettered_at")
         return out, DLQCursor.after(queue, dlq_filter, last_at, str(last["_id"])).encode()
 
-    @staticmethod
-    def _dead(queue: str, dlq_filter: DLQFilter | None) -> Document:
-        query: Document = {"queue": queue, "status": Status.DEAD.value}
-        if dlq_filter is None:
-            return query
-        if dlq_filter.handler_ref is not None:
-            query["handler_ref"] = dlq_filter.handler_ref
-        if dlq_filter.error_type is not None:
-            query["dl_error_type"] = dlq_filter.error_type
-        window: Document = {}
-        if dlq_filter.dead_lettered_after is not None:
-            window["$gte"] = to_micros(dlq_filter.dead_lettered_after)
-        if dlq_filter.dead_lettered_before is not None:
-            window["$lt"] = to_micros(dlq_filter.dead_lettered_before)
-        if window:
-            query["dead_lettered_at"] = window
-        return query
-
-    def _selected(self, queue: str, selector: Selector) -> Document:
-        if selector.ids is not None:
-            return {
-                "queue": queue,
-                "status": Status.DEAD.value,
-                "_id": {"$in": list(dict.fromkeys(selector.ids))},
-            }
-        return self._dead(queue, selector.filter)
-
     async def get(self, task_id: str) -> Envelope:
+        connection = self._connection()
         limits.check_task_id(task_id)
-        with driver_errors(self._url.where):
-            doc = await self._tasks.find_one({"_id": task_id})
+        with self._errors():
+            doc = await connection.tasks.find_one({"_id": task_id})
         if doc is None:
             raise NotFound(task_id)
         try:
@@ -560,61 +356,33 @@ class MongoStorage(StorageBase):
             raise StorageError(str(exc)) from None
 
     async def redrive(self, queue: str, selector: Selector) -> int:
+        connection = self._connection()
         limits.check_queue(queue)
         limits.check_selector(selector)
-        with driver_errors(self._url.where):
-            result = await self._tasks.update_many(
-                self._selected(queue, selector),
-                [
-                    {
-                        "$set": {
-                            "status": Status.PENDING.value,
-                            "attempt_count": 0,
-                            "redrive_count": {"$add": ["$redrive_count", 1]},
-                            "next_attempt_at": NOW_US,
-                            "due": NOW_US,
-                            "dead_lettered_at": None,
-                            "dl_error_type": None,
-                        }
-                    }
-                ],
+        with self._errors():
+            result = await connection.tasks.update_many(
+                q.selected_filter(queue, selector), q.redrive_update()
             )
         return result.modified_count
 
     async def purge(self, queue: str, selector: Selector) -> int:
+        connection = self._connection()
         limits.check_queue(queue)
         limits.check_selector(selector)
-        with driver_errors(self._url.where):
-            result = await self._tasks.delete_many(self._selected(queue, selector))
+        with self._errors():
+            result = await connection.tasks.delete_many(q.selected_filter(queue, selector))
         return result.deleted_count
 
     # --- operations ------------------------------------------------------------------------
 
     async def stats(self, queue: str) -> Stats:
+        connection = self._connection()
         limits.check_queue(queue)
-        pending_due = {
-            "$and": [
-                {"$eq": ["$status", Status.PENDING.value]},
-                {"$lte": ["$due", NOW_US]},
-            ]
-        }
-        pipeline: list[Document] = [
-            {"$match": {"queue": queue}},
-            {
-                "$group": {
-                    "_id": "$status",
-                    "count": {"$sum": 1},
-                    "oldest_age": {
-                        "$max": {"$cond": [pending_due, {"$subtract": [NOW_US, "$due"]}, None]}
-                    },
-                }
-            },
-        ]
         counts = dict.fromkeys(Status, 0)
         oldest_age_us: int | None = None
-        with driver_errors(self._url.where):
-            as_of = await self._server_now()
-            async for row in await self._tasks.aggregate(pipeline):
+        with self._errors():
+            as_of = await _server_now(connection)
+            async for row in await connection.tasks.aggregate(q.stats_pipeline(queue)):
                 if row["_id"] in counts:
                     counts[Status(row["_id"])] = row["count"]
                 if row.get("oldest_age") is not None:
@@ -629,47 +397,22 @@ class MongoStorage(StorageBase):
             as_of=as_of,
         )
 
-    async def _server_now(self) -> datetime:
-        """The server's clock, from its ``hello`` reply (millisecond precision)."""
-        reply = await self._database.command("hello")
-        local: datetime = reply["localTime"]
-        return local if local.tzinfo is not None else local.replace(tzinfo=UTC)
-
     async def wait_due(self, queue: str, timeout: float) -> bool:
         """Block until a task of ``queue`` may be due (True) or ``timeout`` seconds pass
-        (False). With change streams, an enqueue, reschedule or redrive wakes the waiter at
-        once; without them (standalone server, ``rdq_notify=off``) it sleeps until the next
-        due time the server reports, or the timeout."""
+        (False); see ``_notify`` for how."""
+        connection = self._connection()
         limits.check_queue(queue)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
             raise ValidationError("must be a non-negative number of seconds", field="timeout")
-        with driver_errors(self._url.where):
-            if self._change_streams:
-                try:
-                    return await wait_for_due(self._tasks, queue, float(timeout))
-                except OperationFailure as exc:
-                    if exc.code not in _NO_CHANGE_STREAMS:
-                        raise
-                    log.warning(
-                        "rdq_mongo: change streams refused by %s (%s); polling instead",
-                        self._url.where,
-                        exc.code,
-                    )
-                    self._change_streams = False
-            wait = await seconds_until_due(self._tasks, queue)
-        if wait is not None and wait <= 0:
-            return True
-        if wait is not None and wait <= timeout:
-            await asyncio.sleep(wait)
-            return True
-        await asyncio.sleep(timeout)
-        return False
+        with self._errors():
+            return await wait_due(connection, queue, float(timeout))
 
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
+        connection = self._connection()
         limits.check_queue(queue)
         limits.check_aware(older_than, "older_than")
-        with driver_errors(self._url.where):
-            result = await self._tasks.delete_many(
+        with self._errors():
+            result = await connection.tasks.delete_many(
                 {
                     "queue": queue,
                     "status": Status.SUCCEEDED.value,
@@ -679,8 +422,14 @@ class MongoStorage(StorageBase):
         return result.deleted_count
 
 
+async def _server_now(connection: Connection) -> datetime:
+    """The server's clock, from its ``hello`` reply (millisecond precision)."""
+    reply = await connection.database.command("hello")
+    local: datetime = reply["localTime"]
+    return local if local.tzinfo is not None else local.replace(tzinfo=UTC)
+
+
 def _check_resolution(task_id: str, token: str, attempt: Attempt) -> None:
     limits.check_task_id(task_id)
     limits.check_token(token)
-    if not isinstance(attempt, Attempt):
-        raise ValidationError("must be an rdq.spi.Attempt", field="attempt")
+    limits.check_attempt(attempt)

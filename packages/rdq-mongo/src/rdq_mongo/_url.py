@@ -1,51 +1,73 @@
-"""Reads rdq's own settings out of a ``mongodb://`` URL and hands the rest to PyMongo.
+"""``parse_url``: rdq's own settings out of a ``mongodb://`` URL, the rest for PyMongo.
 
-``mongodb://user:pw@host:port/DATABASE?rdq_prefix=rdq_&<PyMongo options>``
+``mongodb://user:pw@host:port/DATABASE?rdq_prefix=rdq_&timeout=10&<PyMongo options>``
 
 * the database is the URL path (default ``rdq``);
 * ``rdq_prefix`` prefixes the collection names (default ``rdq_``, so tasks live in
-  ``rdq_tasks``);
+  ``rdq_tasks`` and the audit trail in ``rdq_audit``);
 * ``rdq_notify=off`` turns off change-stream wake-ups (default ``auto``: on when the server
   is a replica-set member or mongos, where change streams work);
+* ``timeout`` is the operation timeout in seconds (default
+  :data:`rdq.spi.limits.DEFAULT_OPERATION_TIMEOUT`);
 * every other query parameter is PyMongo's, passed through unchanged.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from rdq.errors import ConfigError
+from rdq.spi import limits
 
-__all__ = ["DEFAULT_DATABASE", "DEFAULT_PREFIX", "MongoURL", "parse_url"]
+__all__ = ["DEFAULT_DATABASE", "DEFAULT_PREFIX", "MongoConfig", "parse_url"]
 
 DEFAULT_DATABASE = "rdq"
 DEFAULT_PREFIX = "rdq_"
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_]{0,40}")
 _DATABASE_RE = re.compile(r"[^/\\. \"$*<>:|?\x00]{1,63}")
 
+# rdq's defaults for PyMongo (the URL's own options win): an unreachable server is reported
+# within seconds rather than PyMongo's 30 s.
+_DEFAULT_TIMEOUTS_MS = {"serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000}
+
 
 @dataclass(frozen=True)
-class MongoURL:
-    """What rdq takes from the URL: the URL for PyMongo and where the tasks live."""
+class MongoConfig:
+    """What a ``mongodb://`` URL and its options say: the URL and options for PyMongo and
+    where rdq keeps its collections."""
 
     driver_url: str
     """The URL without rdq's own parameters (credentials kept), for PyMongo."""
     database: str
-    prefix: str
-    where: str
+    prefix: str = DEFAULT_PREFIX
+    where: str = ""
     """``host:port[,host:port]`` without credentials, for error messages."""
     notify: bool = True
     """False when ``rdq_notify=off``: never use change streams."""
+    timeout: float = limits.DEFAULT_OPERATION_TIMEOUT
+    """The operation timeout, in seconds."""
+    client_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """Keyword options for ``AsyncMongoClient`` (the caller's, plus rdq's defaults)."""
 
     @property
     def tasks_collection(self) -> str:
         return f"{self.prefix}tasks"
 
+    @property
+    def audit_collection(self) -> str:
+        return f"{self.prefix}audit"
 
-def parse_url(url: str) -> MongoURL:
-    """Split ``url`` into PyMongo's URL and rdq's settings; ``ConfigError`` if malformed."""
+
+def parse_url(url: str, **options: Any) -> MongoConfig:
+    """Split ``url`` into PyMongo's URL and rdq's settings; ``options`` go to
+    ``AsyncMongoClient`` except ``timeout``, which is rdq's. ``ConfigError`` names the
+    offending key."""
     if not isinstance(url, str):
         raise ConfigError("must be a string", key="storage")
     parts = urlsplit(url)
@@ -59,30 +81,47 @@ def parse_url(url: str) -> MongoURL:
         raise ConfigError(f"invalid database name {database!r}", key="storage")
     prefix = DEFAULT_PREFIX
     notify = "auto"
+    timeout: object = options.pop("timeout", limits.DEFAULT_OPERATION_TIMEOUT)
     kept: list[tuple[str, str]] = []
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name == "rdq_prefix":
             prefix = value
         elif name == "rdq_notify":
             notify = value
+        elif name == "timeout":
+            timeout = value
         elif name.startswith("rdq_"):
-            raise ConfigError(f"unknown rdq URL parameter {name!r}", key="storage")
+            raise ConfigError(f"unknown rdq URL parameter {name!r}", key=name)
         else:
             kept.append((name, value))
     if not _PREFIX_RE.fullmatch(prefix):
-        raise ConfigError(
-            "rdq_prefix may hold only A-Z a-z 0-9 and _ (at most 40)", key="storage.rdq_prefix"
-        )
+        raise ConfigError("may hold only A-Z a-z 0-9 and _ (at most 40)", key="rdq_prefix")
     if notify not in ("auto", "off"):
-        raise ConfigError("rdq_notify must be auto or off", key="storage.rdq_notify")
-    driver_url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), ""))
-    return MongoURL(
-        driver_url=driver_url,
+        raise ConfigError("must be auto or off", key="rdq_notify")
+    client_options: dict[str, Any] = {**options, "tz_aware": True}
+    given = {name.lower() for name, _ in kept} | {name.lower() for name in options}
+    for option, default in _DEFAULT_TIMEOUTS_MS.items():
+        if option.lower() not in given:
+            client_options[option] = default
+    return MongoConfig(
+        driver_url=urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), "")),
         database=database,
         prefix=prefix,
         where=hosts,
         notify=notify == "auto",
+        timeout=_seconds(timeout),
+        client_options=MappingProxyType(client_options),
     )
+
+
+def _seconds(value: object) -> float:
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"must be a number of seconds, not {value!r}", key="timeout") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"must be a positive number of seconds, not {value!r}", key="timeout")
+    return seconds
 
 
 def _redact(url: str) -> str:

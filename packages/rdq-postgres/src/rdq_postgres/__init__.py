@@ -10,21 +10,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["PostgresOptions", "PostgresStorage"]
+__all__ = ["PostgresConfig", "PostgresStorage", "parse_url"]
 
 if TYPE_CHECKING:
-    from rdq_postgres._config import PostgresOptions
-    from rdq_postgres._storage import PostgresStorage
+    from rdq_postgres._store import PostgresStorage
+    from rdq_postgres._url import PostgresConfig, parse_url
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so importing the package (plugin discovery) never imports asyncpg.
     if name == "PostgresStorage":
-        from rdq_postgres._storage import PostgresStorage
+        from rdq_postgres._store import PostgresStorage
 
         return PostgresStorage
-    if name == "PostgresOptions":
-        from rdq_postgres._config import PostgresOptions
+    if name in ("PostgresConfig", "parse_url"):
+        from rdq_postgres import _url
 
-        return PostgresOptions
+        return getattr(_url, name)
     raise AttributeError(name)

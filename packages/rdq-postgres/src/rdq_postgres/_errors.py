@@ -10,7 +10,7 @@ import asyncpg.exceptions
 
 from rdq.errors import RdqError, StorageError, StorageUnavailable
 
-__all__ = ["is_unavailable", "translate"]
+__all__ = ["is_unavailable", "translate_errors"]
 
 # SQLSTATE classes and codes that mean "the server is not there (now)": retry later.
 _UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300", "25006", "28", "3D000")
@@ -46,7 +46,7 @@ def _reason(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def translate(endpoint: str, on_lost: Callable[[], None] | None = None) -> Iterator[None]:
+def translate_errors(endpoint: str, on_lost: Callable[[], None] | None = None) -> Iterator[None]:
     """Run a block, turning driver exceptions into ``StorageUnavailable`` (retryable: the
     server at ``endpoint`` is unreachable, restarting, or refused us) or ``StorageError``.
     ``on_lost`` runs when connections were lost (to drop the pool's dead ones)."""

@@ -6,7 +6,7 @@ import zlib
 
 import asyncpg
 
-from rdq_postgres._sql import _read, _render, migrations
+from rdq_postgres._queries import _read, _render, migrations
 
 __all__ = ["apply_migrations", "lock_key"]
 

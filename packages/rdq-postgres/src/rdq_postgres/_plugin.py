@@ -12,7 +12,7 @@ from rdq.spi import Storage
 
 def open_postgres(url: str, **options: Any) -> Storage:
     """Build a (not yet connected) :class:`~rdq_postgres.PostgresStorage` for ``url``."""
-    from rdq_postgres._storage import PostgresStorage
+    from rdq_postgres._store import PostgresStorage
 
     return PostgresStorage.from_url(url, **options)
 

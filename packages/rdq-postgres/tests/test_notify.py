@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from rdq_postgres._announcer import Announcer
+from rdq_postgres._notify import Announcer
 
 HOUR = 3600.0
 

@@ -17,6 +17,7 @@ import msgspec
 
 from rdq.errors import (
     IDConflict,
+    NotConnected,
     NotFound,
     RdqError,
     StaleClaim,
@@ -38,14 +39,13 @@ from rdq.spi import (
     StorageBase,
     limits,
 )
-from rdq_postgres._announcer import Announcer
-from rdq_postgres._config import PostgresOptions, endpoint, parse_url
-from rdq_postgres._errors import translate
-from rdq_postgres._listener import DueListener
+from rdq_postgres._codec import attempt_args, encode_json, enqueue_args, envelope_from_row
+from rdq_postgres._connection import ConnectionPool, open_connection
+from rdq_postgres._errors import translate_errors
 from rdq_postgres._migrate import apply_migrations
-from rdq_postgres._pool import ConnectionPool
-from rdq_postgres._rows import attempt_args, encode_json, enqueue_args, envelope_from_row
-from rdq_postgres._sql import Queries
+from rdq_postgres._notify import Announcer, DueListener
+from rdq_postgres._queries import Queries
+from rdq_postgres._url import PostgresConfig, endpoint, parse_url
 
 __all__ = ["PostgresStorage"]
 
@@ -55,62 +55,44 @@ _encode = msgspec.json.Encoder().encode
 
 
 class PostgresStorage(StorageBase):
-    """The PostgreSQL store. Build it with :meth:`from_url`; ``connect`` opens the pool."""
+    """The PostgreSQL store. Build it with :meth:`from_url` (or from a
+    :class:`PostgresConfig`); ``connect`` opens the pool."""
 
-    def __init__(self, dsn: str, options: PostgresOptions | None = None) -> None:
-        self._dsn = dsn
-        self.options = options or PostgresOptions()
-        self.endpoint = endpoint(dsn)
-        self._sql = Queries(self.options.schema, self.options.channel)
+    def __init__(self, config: PostgresConfig | None = None) -> None:
+        self.config = config or PostgresConfig()
+        self.endpoint = endpoint(self.config.dsn)
+        self._sql = Queries(self.config.schema, self.config.channel)
         self._pool: ConnectionPool | None = None
-        self._connecting = asyncio.Lock()
-        self._listener = DueListener(self._connect_one, self.options.channel)
+        self._listener = DueListener(self._connect_one, self.config.channel)
         self._announcer = Announcer(self._notify)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresStorage:
         """Build a store for ``url``; query parameters and ``options`` set
-        :class:`PostgresOptions` (``ConfigError`` names a bad one)."""
-        dsn, parsed = parse_url(url, **options)
-        return cls(dsn, parsed)
+        :class:`PostgresConfig` (``ConfigError`` names a bad one)."""
+        return cls(parse_url(url, **options))
 
     def __repr__(self) -> str:
-        return f"PostgresStorage({self.endpoint}, schema={self.options.schema!r})"
+        return f"PostgresStorage({self.endpoint}, schema={self.config.schema!r})"
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    def _connect_kwargs(self) -> dict[str, Any]:
-        return {
-            "statement_cache_size": self.options.statement_cache_size,
-            "command_timeout": self.options.command_timeout,
-            "timeout": self.options.connect_timeout,
-            # the URL's own application_name, if any, wins (asyncpg reads it from the DSN)
-            "server_settings": {}
-            if "application_name=" in self._dsn
-            else {"application_name": "rdq"},
-        }
-
     async def _connect_one(self) -> asyncpg.Connection:
-        return await asyncpg.connect(self._dsn, **self._connect_kwargs())
+        return await open_connection(self.config)
 
-    async def connect(self) -> None:
+    async def _open(self) -> None:
         """Open the pool. Raises ``StorageUnavailable`` naming host:port when the server
         cannot be reached or refuses the credentials."""
-        if self._pool is not None:
-            return
-        async with self._connecting:
-            if self._pool is not None:  # another task connected while we waited
-                return  # type: ignore[unreachable]
-            pool = ConnectionPool(self._connect_one, self.options.pool_min, self.options.pool_max)
-            with translate(self.endpoint):
-                try:
-                    await pool.start()
-                except BaseException:
-                    pool.terminate()
-                    raise
-            self._pool = pool
+        pool = ConnectionPool(self._connect_one, self.config.pool_min, self.config.pool_max)
+        with translate_errors(self.endpoint):
+            try:
+                await pool.start()
+            except BaseException:
+                pool.terminate()
+                raise
+        self._pool = pool
 
-    async def aclose(self) -> None:
+    async def _close(self) -> None:
         await self._announcer.aclose()
         await self._listener.close()
         pool, self._pool = self._pool, None
@@ -123,49 +105,54 @@ class PostgresStorage(StorageBase):
         if self._pool is not None:
             self._pool.expire()
 
-    async def _ready(self) -> ConnectionPool:
-        if self._pool is None:
-            await self.connect()
-        assert self._pool is not None
-        return self._pool
+    def _ready(self) -> ConnectionPool:
+        """The pool of an open store (``NotConnected`` otherwise)."""
+        pool = self._pool
+        if pool is None:
+            self._check_open()
+            raise NotConnected(type(self).__name__)  # closing: _close has taken the pool
+        return pool
 
     async def _fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
-        pool = await self._ready()
-        with translate(self.endpoint, self._lost):
+        pool = self._ready()
+        with translate_errors(self.endpoint, self._lost):
             rows: list[asyncpg.Record] = await pool.fetch(query, *args)
             return rows
 
     async def _fetchrow(self, query: str, *args: Any) -> asyncpg.Record:
-        pool = await self._ready()
-        with translate(self.endpoint, self._lost):
-            row = await pool.fetchrow(query, *args)
-        assert row is not None
+        """The one row a statement that always returns one row returned."""
+        pool = self._ready()
+        with translate_errors(self.endpoint, self._lost):
+            row: asyncpg.Record | None = await pool.fetchrow(query, *args)
+        if row is None:
+            raise StorageError(f"PostgreSQL at {self.endpoint}: a statement returned no row")
         return row
 
     async def _execute(self, query: str, *args: Any) -> int:
         """Run a DELETE/UPDATE; return the number of rows it touched."""
-        pool = await self._ready()
-        with translate(self.endpoint, self._lost):
+        pool = self._ready()
+        with translate_errors(self.endpoint, self._lost):
             status: str = await pool.execute(query, *args)
         return int(status.rsplit(" ", 1)[-1])
 
     async def migrate(self) -> None:
         """Create or upgrade the schema under an advisory lock (idempotent, concurrent-safe)."""
-        pool = await self._ready()
-        with translate(self.endpoint, self._lost):
+        self._check_open()
+        pool = self._ready()
+        with translate_errors(self.endpoint, self._lost):
             async with pool.connection() as conn:
-                await apply_migrations(conn, self.options.schema, self.options.channel)
+                await apply_migrations(conn, self.config.schema, self.config.channel)
 
     async def _notify(self, queues: list[str]) -> None:
         await self._execute(self._sql.notify, queues)
 
     def _announce(self, *queues: str) -> None:
-        if self.options.notify:
+        if self.config.notify:
             self._announcer.announce(queues)
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            notify=self.options.notify,
+            notify=self.config.notify,
             filter_pushdown=True,
             batch_enqueue=True,
             batch_complete=True,
@@ -174,8 +161,9 @@ class PostgresStorage(StorageBase):
     # --- admission -------------------------------------------------------------------------
 
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
+        self._check_open()
         limits.check_task(task)
-        _check_delay(delay)
+        limits.check_delay(delay)
         args = enqueue_args(task)
         if await self._fetch(self._sql.enqueue, *args[:10], delay or _ZERO, *args[10:]):
             self._announce(task.queue)
@@ -189,7 +177,8 @@ class PostgresStorage(StorageBase):
     async def enqueue_batch(
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
     ) -> list[bool]:
-        _check_delay(delay)
+        self._check_open()
+        limits.check_delay(delay)
         payloads = _checked_payloads(tasks)
         first_queue: dict[str, str] = {}
         unique: list[tuple[Envelope, str]] = []
@@ -231,15 +220,16 @@ class PostgresStorage(StorageBase):
 
     async def _admit(self, query: str, *args: Any) -> asyncpg.Record:
         """Run a batch enqueue statement; its RQ409 error becomes ``IDConflict``."""
-        pool = await self._ready()
-        with translate(self.endpoint, self._lost):
+        pool = self._ready()
+        with translate_errors(self.endpoint, self._lost):
             try:
-                row = await pool.fetchrow(query, *args)
+                row: asyncpg.Record | None = await pool.fetchrow(query, *args)
             except asyncpg.PostgresError as exc:
                 if exc.sqlstate == _ID_CONFLICT:
                     raise _id_conflict(exc, self.endpoint) from None
                 raise
-        assert row is not None
+        if row is None:
+            raise StorageError(f"PostgreSQL at {self.endpoint}: a statement returned no row")
         return row
 
     # --- claiming --------------------------------------------------------------------------
@@ -247,6 +237,7 @@ class PostgresStorage(StorageBase):
     async def claim_due(
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
     ) -> list[Claimed]:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_worker_id(worker_id)
         limits.check_limit(limit)
@@ -257,6 +248,7 @@ class PostgresStorage(StorageBase):
         return [Claimed(envelope_from_row(row), row["token"]) for row in rows]
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        self._check_open()
         limits.check_task_id(task_id)
         limits.check_token(token)
         limits.check_lease(lease)
@@ -271,8 +263,7 @@ class PostgresStorage(StorageBase):
     def _check_resolution(self, task_id: str, token: str, attempt: Attempt) -> None:
         limits.check_task_id(task_id)
         limits.check_token(token)
-        if not isinstance(attempt, Attempt):
-            raise ValidationError("must be an rdq.spi.Attempt", field="attempt")
+        limits.check_attempt(attempt)
 
     @staticmethod
     def _fenced(task_id: str, row: asyncpg.Record) -> None:
@@ -282,6 +273,7 @@ class PostgresStorage(StorageBase):
     async def reschedule(
         self, task_id: str, token: str, attempt: Attempt, next_at: datetime
     ) -> None:
+        self._check_open()
         self._check_resolution(task_id, token, attempt)
         limits.check_aware(next_at, "next_at")
         row = await self._fetchrow(
@@ -291,6 +283,7 @@ class PostgresStorage(StorageBase):
         self._announce(row["queue"])
 
     async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
+        self._check_open()
         self._check_resolution(task_id, token, attempt)
         row = await self._fetchrow(self._sql.complete, task_id, token, *attempt_args(attempt))
         self._fenced(task_id, row)
@@ -301,6 +294,7 @@ class PostgresStorage(StorageBase):
         """``complete`` for many claims in one statement, each fenced on its own token.
 
         An id given twice is applied at most once: its later items report ``StaleClaim``."""
+        self._check_open()
         for item in completions:  # validate every item before changing anything
             if not isinstance(item, Completion):
                 raise ValidationError("must be rdq.spi.Completion items", field="completions")
@@ -330,6 +324,7 @@ class PostgresStorage(StorageBase):
         return results
 
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
+        self._check_open()
         self._check_resolution(task_id, token, attempt)
         row = await self._fetchrow(self._sql.dead_letter, task_id, token, *attempt_args(attempt))
         self._fenced(task_id, row)
@@ -339,6 +334,7 @@ class PostgresStorage(StorageBase):
     async def dlq_list(
         self, queue: str, dlq_filter: DLQFilter | None, page: Page
     ) -> tuple[list[Envelope], str | None]:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_page(page)
         if dlq_filter is not None:
@@ -352,11 +348,12 @@ class PostgresStorage(StorageBase):
         tasks = [envelope_from_row(row) for row in rows[: page.limit]]
         if len(rows) <= page.limit or not tasks:
             return tasks, None
-        last = tasks[-1]
-        assert last.dead_lettered_at is not None
-        return tasks, DLQCursor.after(queue, dlq_filter, last.dead_lettered_at, last.id).encode()
+        last = rows[page.limit - 1]
+        cursor = DLQCursor.after(queue, dlq_filter, last["dead_lettered_at"], last["id"])
+        return tasks, cursor.encode()
 
     async def get(self, task_id: str) -> Envelope:
+        self._check_open()
         limits.check_task_id(task_id)
         rows = await self._fetch(self._sql.get, task_id)
         if not rows:
@@ -364,6 +361,7 @@ class PostgresStorage(StorageBase):
         return envelope_from_row(rows[0])
 
     async def redrive(self, queue: str, selector: Selector) -> int:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_selector(selector)
         if selector.ids is not None:
@@ -378,6 +376,7 @@ class PostgresStorage(StorageBase):
         return count
 
     async def purge(self, queue: str, selector: Selector) -> int:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_selector(selector)
         if selector.ids is not None:
@@ -387,6 +386,7 @@ class PostgresStorage(StorageBase):
     # --- operations ------------------------------------------------------------------------
 
     async def stats(self, queue: str) -> Stats:
+        self._check_open()
         limits.check_queue(queue)
         row = await self._fetchrow(self._sql.stats, queue)
         now: datetime = row["as_of"]
@@ -402,6 +402,7 @@ class PostgresStorage(StorageBase):
         )
 
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_aware(older_than, "older_than")
         return await self._execute(self._sql.purge_succeeded, queue, older_than)
@@ -409,13 +410,14 @@ class PostgresStorage(StorageBase):
     async def wait_due(self, queue: str, timeout: float) -> bool:
         """Block until a task of ``queue`` may be due (a NOTIFY from an enqueue, reschedule or
         redrive, or the earliest due time passing) or ``timeout`` seconds pass."""
+        self._check_open()
         limits.check_queue(queue)
         if not isinstance(timeout, int | float) or timeout < 0:
             raise ValidationError("must be a non-negative number of seconds", field="timeout")
-        if not self.options.notify:
+        if not self.config.notify:
             raise NotImplementedError("notify is turned off for this store (notify=false)")
-        await self._ready()
-        with translate(self.endpoint, self._lost):
+        self._ready()
+        with translate_errors(self.endpoint, self._lost):
             await self._listener.ensure()
         future = self._listener.register(queue)
         try:
@@ -436,36 +438,12 @@ class PostgresStorage(StorageBase):
 
 
 def _checked_payloads(tasks: Sequence[Envelope]) -> list[str]:
-    """``limits.check_task`` for every task, in order and with the same errors; returns each
-    payload encoded as JSON. The names of a task whose queue and handler_ref were already
-    checked in this batch (and that has no headers, counters or due time to check) are not
-    checked again."""
-    checked: set[tuple[str, str]] = set()
+    """``limits.check_task`` for every task, in order (so a batch is refused exactly as one
+    ``enqueue`` per task would be); returns each payload encoded as JSON."""
     payloads = []
     for task in tasks:
-        if (
-            isinstance(task, Envelope)
-            and type(task.queue) is str
-            and type(task.handler_ref) is str
-            and (task.queue, task.handler_ref) in checked
-            and type(task.headers) is dict
-            and not task.headers
-            and task.attempt_count == 0
-            and task.redrive_count == 0
-            and task.next_attempt_at is None
-        ):
-            limits.check_task_id(task.id)
-        else:
-            limits.check_task(task)
-            checked.add((task.queue, task.handler_ref))
-        try:
-            payload = _encode(task.payload)
-        except (TypeError, msgspec.EncodeError) as exc:
-            limits.check_task(task)  # raises the payload's error
-            raise ValidationError(f"is not JSON-serializable: {exc}", field="payload") from None
-        if len(payload) > limits.MAX_PAYLOAD_BYTES:
-            limits.check_task(task)  # raises the payload's error
-        payloads.append(payload.decode())
+        limits.check_task(task)
+        payloads.append(_encode(task.payload).decode())
     return payloads
 
 
@@ -496,11 +474,6 @@ def _id_conflict(exc: asyncpg.PostgresError, endpoint: str) -> RdqError:
         return IDConflict(found["id"], found["queue"])
     except (msgspec.DecodeError, KeyError):
         return StorageError(f"PostgreSQL at {endpoint}: {type(exc).__name__}: {exc}")
-
-
-def _check_delay(delay: timedelta | None) -> None:
-    if delay is not None and (not isinstance(delay, timedelta) or delay < _ZERO):
-        raise ValidationError("must be a non-negative timedelta", field="delay")
 
 
 def _filter_args(dlq_filter: DLQFilter | None) -> tuple[Any, ...]:

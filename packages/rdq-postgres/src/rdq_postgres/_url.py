@@ -1,4 +1,4 @@
-"""Connection options of the PostgreSQL store, from URL query parameters and keywords.
+"""The PostgreSQL store's configuration, read from its URL's query parameters and keywords.
 
 rdq's own parameters are removed from the URL before it reaches asyncpg (which would
 otherwise send unknown parameters to the server as settings)."""
@@ -6,13 +6,13 @@ otherwise send unknown parameters to the server as settings)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rdq.errors import ConfigError
 
-__all__ = ["PostgresOptions", "parse_url"]
+__all__ = ["PostgresConfig", "endpoint", "parse_url"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
 _TRUE = {"1", "true", "yes", "on"}
@@ -20,8 +20,13 @@ _FALSE = {"0", "false", "no", "off"}
 
 
 @dataclass(frozen=True)
-class PostgresOptions:
-    """How the store connects. Every field can be given as a URL query parameter."""
+class PostgresConfig:
+    """How the store connects. Every field but ``dsn`` can be given as a URL query parameter
+    or a keyword of :func:`parse_url`."""
+
+    dsn: str = field(default="postgresql://localhost/postgres", repr=False)
+    """The URL asyncpg connects with: the store's URL without rdq's own parameters (left out
+    of ``repr``, as it may hold a password)."""
 
     schema: str = "rdq"
     """The PostgreSQL schema holding rdq's tables (created by ``migrate``)."""
@@ -75,10 +80,13 @@ def _convert(key: str, value: Any) -> Any:
         raise ConfigError(f"invalid value {value!r}", key=key) from None
 
 
-def parse_url(url: str, **overrides: Any) -> tuple[str, PostgresOptions]:
-    """Split ``url`` into the DSN for asyncpg and rdq's options (keywords win over the URL).
+def parse_url(url: str, **overrides: Any) -> PostgresConfig:
+    """The configuration ``url`` describes: asyncpg's DSN and rdq's options (keywords win over
+    the URL).
 
     Raises ``ConfigError`` naming the option for an unknown keyword or a bad value."""
+    if not isinstance(url, str):
+        raise ConfigError("must be a string", key="storage")
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
         raise ConfigError(f"not a postgresql:// URL: {url!r}", key="storage")
@@ -93,18 +101,18 @@ def parse_url(url: str, **overrides: Any) -> tuple[str, PostgresOptions]:
         if key not in _FIELDS:
             raise ConfigError(f"unknown option {key!r}", key=key)
         values[key] = None if value is None else _convert(key, value)
-    options = PostgresOptions(**values)
-    if not _IDENT.fullmatch(options.schema):
+    dsn = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(kept)))
+    config = PostgresConfig(dsn=dsn, **values)
+    if not _IDENT.fullmatch(config.schema):
         raise ConfigError(
             "must be a plain identifier (letters, digits, _; at most 51 characters)",
             key="schema",
         )
-    if options.pool_min < 0 or options.pool_max < 1 or options.pool_min > options.pool_max:
+    if config.pool_min < 0 or config.pool_max < 1 or config.pool_min > config.pool_max:
         raise ConfigError("need 0 <= pool_min <= pool_max and pool_max >= 1", key="pool_max")
-    if options.statement_cache_size < 0:
+    if config.statement_cache_size < 0:
         raise ConfigError("must not be negative", key="statement_cache_size")
-    dsn = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(kept)))
-    return dsn, options
+    return config
 
 
 def endpoint(dsn: str) -> str:

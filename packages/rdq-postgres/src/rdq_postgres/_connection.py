@@ -1,4 +1,6 @@
-"""A small connection pool: what the store needs and nothing per operation it does not.
+"""Connections: how one is opened, and a small pool of them.
+
+The pool is what the store needs and nothing per operation it does not.
 
 asyncpg's ``Pool`` wraps every release in a shielded task and re-arms timers; for a store
 whose every operation is one short statement that costs a third of the client's CPU per call.
@@ -17,9 +19,24 @@ from typing import Any
 
 import asyncpg
 
-__all__ = ["ConnectionPool"]
+from rdq_postgres._url import PostgresConfig
+
+__all__ = ["ConnectionPool", "open_connection"]
 
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
+
+
+async def open_connection(config: PostgresConfig) -> asyncpg.Connection:
+    """One new connection with the store's settings (driver errors propagate)."""
+    settings = {} if "application_name=" in config.dsn else {"application_name": "rdq"}
+    return await asyncpg.connect(
+        config.dsn,
+        statement_cache_size=config.statement_cache_size,
+        command_timeout=config.command_timeout,
+        timeout=config.connect_timeout,
+        # the URL's own application_name, if any, wins (asyncpg reads it from the DSN)
+        server_settings=settings,
+    )
 
 
 class ConnectionPool:

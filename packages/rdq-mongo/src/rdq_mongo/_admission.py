@@ -1,0 +1,203 @@
+"""Admitting tasks: ``enqueue`` and ``enqueue_batch``.
+
+A batch is all-or-nothing: when one of its ids lives in another queue it raises
+``IDConflict`` and stores nothing. Ids that exist are checked before anything is written;
+what remains is a producer that puts one of the batch's ids into another queue between that
+check and the batch's write. How that race ends depends on the server:
+
+* **with transactions** (a replica-set member or mongos): the check and the writes are one
+  transaction. A concurrent write of one of its ids makes it conflict and run again, so the
+  batch sees the other task and raises ``IDConflict`` having stored nothing. Exact.
+* **without** (a standalone server): the batch's inserts carry a random ``admission`` mark;
+  on ``IDConflict`` it deletes the still-PENDING tasks that carry its mark. A task loses the
+  mark when another producer enqueues the same id in the same queue (that producer was told
+  it is stored) or a worker claims it, so the undo never deletes a task another producer was
+  told exists; such a task stays and runs. Weaker: the batch may leave those few tasks
+  stored although it raised.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from pymongo import ReturnDocument, UpdateOne
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
+
+from rdq.errors import IDConflict, StorageError
+from rdq.spi import Envelope, Status, limits
+from rdq_mongo._codec import envelope_to_document, to_micros
+from rdq_mongo._queries import enqueue_upsert
+
+if TYPE_CHECKING:
+    from pymongo.asynchronous.client_session import AsyncClientSession
+
+    from rdq_mongo._connection import Connection, Document
+
+__all__ = ["admit_batch", "admit_one"]
+
+_DUPLICATE_KEY = 11000
+# A transaction that lost a race on one of its ids is run again; a handful of rounds settles
+# any realistic contention (each round sees the ids the others committed).
+_TRANSACTION_ROUNDS = 8
+
+
+class _Admission:
+    """One task offered for admission: its stored form and when it falls due."""
+
+    def __init__(self, task: Envelope, delay: timedelta | None) -> None:
+        limits.check_task(task)
+        limits.check_delay(delay)
+        self.task = task
+        self.document = envelope_to_document(task)
+        self.due_us = to_micros(task.next_attempt_at)
+        self.delay_us = (delay or timedelta(0)) // timedelta(microseconds=1)
+
+    def upsert(self, admission: str | None = None) -> UpdateOne:
+        return UpdateOne(
+            {"_id": self.task.id},
+            enqueue_upsert(self.document, self.due_us, self.delay_us, admission),
+            upsert=True,
+        )
+
+
+async def admit_one(connection: Connection, task: Envelope, delay: timedelta | None) -> bool:
+    """``enqueue``: one upsert that inserts the task unless its id exists; the previous
+    document says which."""
+    item = _Admission(task, delay)
+    pipeline = enqueue_upsert(item.document, item.due_us, item.delay_us)
+    before: Document | None = None
+    for _ in range(2):
+        try:
+            before = await connection.tasks.find_one_and_update(
+                {"_id": task.id},
+                pipeline,
+                upsert=True,
+                projection={"queue": 1},
+                return_document=ReturnDocument.BEFORE,
+            )
+            break
+        except DuplicateKeyError:
+            # Two upserts of one new id raced; the loser now sees the winner's task.
+            continue
+    else:
+        raise StorageError(f"enqueue of {task.id!r} kept racing another producer")
+    if before is None:
+        return True
+    if before.get("queue") != task.queue:
+        raise IDConflict(task.id, str(before.get("queue")))
+    return False
+
+
+async def admit_batch(
+    connection: Connection, tasks: Sequence[Envelope], delay: timedelta | None
+) -> list[bool]:
+    """``enqueue_batch``: one "stored" flag per task, in order (see the module docstring)."""
+    items = [_Admission(task, delay) for task in tasks]
+    if not items:
+        return []
+    first: dict[str, _Admission] = {}
+    for item in items:
+        seen = first.setdefault(item.task.id, item)
+        if seen.task.queue != item.task.queue:
+            raise IDConflict(item.task.id, seen.task.queue)
+    unique = list(first.values())
+    if connection.transactions:
+        inserted = await _in_transaction(connection, unique)
+    else:
+        inserted = await _with_undo(connection, unique)
+    stored: list[bool] = []
+    for item in items:
+        stored.append(item.task.id in inserted)
+        inserted.discard(item.task.id)  # an id given twice is stored by its first mention
+    return stored
+
+
+async def _existing(
+    connection: Connection, items: Sequence[_Admission], session: AsyncClientSession | None
+) -> dict[str, Any]:
+    """The queue of each of ``items``' ids that exists; ``IDConflict`` if one is in another
+    queue than its item's."""
+    found = {
+        doc["_id"]: doc.get("queue")
+        async for doc in connection.tasks.find(
+            {"_id": {"$in": [item.task.id for item in items]}},
+            projection={"queue": 1},
+            session=session,
+        )
+    }
+    for item in items:
+        queue = found.get(item.task.id, item.task.queue)
+        if queue != item.task.queue:
+            raise IDConflict(item.task.id, str(queue))
+    return found
+
+
+async def _in_transaction(connection: Connection, items: Sequence[_Admission]) -> set[str]:
+    """Check and insert in one transaction; return the ids inserted."""
+
+    async def body(session: AsyncClientSession) -> set[str]:
+        existing = await _existing(connection, items, session)
+        fresh = [item for item in items if item.task.id not in existing]
+        if not fresh:
+            return set()
+        await connection.tasks.bulk_write(
+            [item.upsert() for item in fresh], ordered=True, session=session
+        )
+        return {item.task.id for item in fresh}
+
+    for _ in range(_TRANSACTION_ROUNDS):
+        async with connection.client.start_session() as session:
+            try:
+                return await session.with_transaction(body)
+            except (BulkWriteError, DuplicateKeyError, OperationFailure) as exc:
+                # A transaction that inserts an id another producer committed after it
+                # started fails with a duplicate key (some servers say WriteConflict, which
+                # with_transaction retries by itself); a new round sees that task.
+                if not _duplicate_key(exc):
+                    raise
+    raise StorageError("enqueue_batch kept racing other producers on the same ids")
+
+
+async def _with_undo(connection: Connection, items: Sequence[_Admission]) -> set[str]:
+    """Check, then insert with this batch's mark; on a cross-queue race, undo what is still
+    this batch's and raise ``IDConflict``. Return the ids inserted."""
+    existing = await _existing(connection, items, None)
+    mark = secrets.token_hex(12)
+    # Every id is written, existing ones too: a same-queue task found by the upsert loses any
+    # other batch's mark in the same atomic step that tells this batch it exists.
+    operations = [item.upsert(mark) for item in items]
+    try:
+        result = await connection.tasks.bulk_write(operations, ordered=False)
+        upserted: dict[int, Any] = result.upserted_ids or {}
+    except BulkWriteError as exc:
+        # A concurrent producer inserted some ids first (duplicate key on upsert).
+        upserted = {u["index"]: u["_id"] for u in exc.details.get("upserted", [])}
+        failed = [e for e in exc.details.get("writeErrors", []) if e.get("code") != _DUPLICATE_KEY]
+        if failed:
+            raise StorageError(f"batch enqueue failed: {failed[0].get('errmsg')}") from exc
+    inserted = {items[index].task.id for index in upserted}
+    raced = [item for item in items if item.task.id not in inserted | set(existing)]
+    if raced:
+        try:
+            await _existing(connection, raced, None)
+        except IDConflict:
+            if inserted:
+                await connection.tasks.delete_many(
+                    {
+                        "_id": {"$in": sorted(inserted)},
+                        "admission": mark,
+                        "status": Status.PENDING.value,
+                    }
+                )
+            raise
+    return inserted
+
+
+def _duplicate_key(exc: Exception) -> bool:
+    if isinstance(exc, BulkWriteError):
+        errors = exc.details.get("writeErrors", [])
+        return bool(errors) and all(e.get("code") == _DUPLICATE_KEY for e in errors)
+    return isinstance(exc, OperationFailure) and exc.code == _DUPLICATE_KEY

@@ -1,0 +1,74 @@
+"""The PyMongo client, the collections rdq uses and what the server can do."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pymongo import AsyncMongoClient
+from pymongo.errors import ConfigurationError, PyMongoError
+
+from rdq.errors import ConfigError, StorageUnavailable
+from rdq_mongo._errors import translate_errors
+from rdq_mongo._url import MongoConfig
+
+if TYPE_CHECKING:
+    from pymongo.asynchronous.collection import AsyncCollection
+    from pymongo.asynchronous.database import AsyncDatabase
+
+__all__ = ["Connection", "Document", "close_connection", "open_connection"]
+
+Document = dict[str, Any]
+
+
+@dataclass
+class Connection:
+    """An open client and what the store learnt about the server when it connected."""
+
+    client: AsyncMongoClient[Document]
+    database: AsyncDatabase[Document]
+    tasks: AsyncCollection[Document]
+    audit: AsyncCollection[Document]
+    transactions: bool
+    """The server runs multi-document transactions (a replica-set member or mongos)."""
+    change_streams: bool
+    """Change streams may be used for ``wait_due`` (the server has them and the URL allows)."""
+
+
+async def open_connection(config: MongoConfig) -> Connection:
+    """Create the client and prove that the server answers and accepts the credentials;
+    ``StorageUnavailable`` otherwise, ``ConfigError`` for options PyMongo rejects."""
+    with translate_errors(config.where):
+        try:
+            client: AsyncMongoClient[Document] = AsyncMongoClient(
+                config.driver_url, **config.client_options
+            )
+        except ConfigurationError as exc:
+            if "DNS" in str(exc):
+                raise StorageUnavailable(f"cannot resolve {config.where}: {exc}") from exc
+            raise ConfigError(str(exc), key="storage") from exc
+        database = client[config.database]
+        tasks = database[config.tasks_collection]
+        try:
+            hello = await client.admin.command("hello")
+            # hello needs no login: a read proves the credentials and the permissions.
+            await tasks.find_one({"_id": ""}, projection={"_id": 1})
+        except BaseException:
+            await client.close()
+            raise
+    replicated = bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
+    return Connection(
+        client=client,
+        database=database,
+        tasks=tasks,
+        audit=database[config.audit_collection],
+        transactions=replicated and hello.get("logicalSessionTimeoutMinutes") is not None,
+        change_streams=replicated and config.notify,
+    )
+
+
+async def close_connection(connection: Connection) -> None:
+    """Close the client; never raises (a server that is gone has nothing left to release)."""
+    with contextlib.suppress(PyMongoError, OSError):
+        await connection.client.close()

@@ -1,0 +1,96 @@
+"""The store's lifecycle and what it advertises."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rdq.errors import NotConnected
+from rdq.spi import (
+    Attempt,
+    Capabilities,
+    Completion,
+    Envelope,
+    Outcome,
+    Page,
+    Selector,
+)
+from rdq_mongo import MongoStorage
+
+_ATTEMPT = Attempt(number=1, outcome=Outcome.SUCCEEDED)
+_WHEN = datetime(2030, 1, 1, tzinfo=UTC)
+
+OPERATIONS: dict[str, Callable[[MongoStorage], Awaitable[object]]] = {
+    "migrate": lambda s: s.migrate(),
+    "enqueue": lambda s: s.enqueue(Envelope(id="t", queue="q", handler_ref="a:b")),
+    "enqueue_batch": lambda s: s.enqueue_batch([Envelope(id="t", queue="q", handler_ref="a:b")]),
+    "claim_due": lambda s: s.claim_due("q", 1, timedelta(seconds=30)),
+    "extend_lease": lambda s: s.extend_lease("t", "token", timedelta(seconds=30)),
+    "reschedule": lambda s: s.reschedule("t", "token", _ATTEMPT, _WHEN),
+    "complete": lambda s: s.complete("t", "token", _ATTEMPT),
+    "complete_many": lambda s: s.complete_many([Completion("t", "token", _ATTEMPT)]),
+    "dead_letter": lambda s: s.dead_letter("t", "token", _ATTEMPT),
+    "dlq_list": lambda s: s.dlq_list("q", None, Page()),
+    "get": lambda s: s.get("t"),
+    "redrive": lambda s: s.redrive("q", Selector.by_ids("t")),
+    "purge": lambda s: s.purge("q", Selector.by_ids("t")),
+    "stats": lambda s: s.stats("q"),
+    "purge_succeeded": lambda s: s.purge_succeeded("q", _WHEN),
+    "wait_due": lambda s: s.wait_due("q", 0.1),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+@pytest.mark.asyncio
+async def test_every_operation_before_connect_raises_not_connected(operation: str) -> None:
+    storage = MongoStorage.from_url("mongodb://127.0.0.1:1/never")
+    with pytest.raises(NotConnected) as caught:
+        await OPERATIONS[operation](storage)
+    assert caught.value.closed is False
+
+
+@pytest.mark.asyncio
+async def test_after_aclose_operations_raise_not_connected_and_connect_reopens(
+    database_url: str,
+) -> None:
+    storage = MongoStorage.from_url(database_url)
+    await storage.connect()
+    await storage.connect()  # idempotent
+    await storage.migrate()
+    assert await storage.enqueue(Envelope(id="kept", queue="q", handler_ref="a:b"))
+    await storage.aclose()
+    await storage.aclose()  # idempotent
+    assert not storage.is_open
+    for name, operation in OPERATIONS.items():
+        with pytest.raises(NotConnected) as caught:
+            await operation(storage)
+        assert caught.value.closed is True, name
+
+    async with storage:
+        assert storage.is_open
+        assert (await storage.get("kept")).id == "kept"
+        await storage._connection().client.drop_database(storage.config.database)
+    assert not storage.is_open
+
+
+def test_capabilities_before_connect_are_exactly_these() -> None:
+    storage = MongoStorage.from_url("mongodb://127.0.0.1:1/never")
+    assert storage.capabilities() == Capabilities(
+        notify=False,
+        filter_pushdown=True,
+        batch_enqueue=True,
+        batch_complete=True,
+    )
+
+
+@pytest.mark.asyncio
+async def test_capabilities_on_a_replica_set_are_exactly_these(store: MongoStorage) -> None:
+    # The test server presents itself as a single-node replica set: change streams work.
+    assert store.capabilities() == Capabilities(
+        notify=True,
+        filter_pushdown=True,
+        batch_enqueue=True,
+        batch_complete=True,
+    )
