@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import pytest_asyncio
@@ -22,3 +22,7 @@ class TestRedisCompliance(StorageSuite):
         async with open_storage(storage_url) as store:
             await store.migrate()
             yield store
+
+    @pytest.fixture
+    def corrupt_task(self, storage: Storage) -> Callable[[str, str], Awaitable[None]]:
+        return storage.put_corrupt_task  # type: ignore[attr-defined, no-any-return]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 
 import pytest
@@ -33,6 +33,10 @@ class TestRedisClusterCompliance(StorageSuite):
         async with open_storage(storage_url) as store:
             await store.migrate()
             yield store
+
+    @pytest.fixture
+    def corrupt_task(self, storage: Storage) -> Callable[[str, str], Awaitable[None]]:
+        return storage.put_corrupt_task  # type: ignore[attr-defined, no-any-return]
 
 
 @pytest.mark.asyncio

@@ -95,6 +95,9 @@ def check_import(tasks: object) -> list[Envelope]:
     for task in checked:
         if not isinstance(task.status, Status):
             raise ValidationError("must be an rdq.spi.Status", field="status")
+        for name in ("created_at", _STATUS_TIME_FIELDS[task.status]):
+            if getattr(task, name) is None:
+                raise ValidationError(f"must be set on an imported {task.status} task", name)
         for name in TIME_FIELDS:
             at = getattr(task, name)
             if at is not None:

@@ -220,6 +220,39 @@ class RedisStorage(StorageBase):
                 stored[i] = flag
         return stored
 
+    async def put_corrupt_task(self, queue: str, task_id: str, raw: str = "{not json") -> None:
+        """Test hook: store a PENDING task of ``queue``, due now, whose ``body`` is ``raw``
+        (which must not decode), as a hand edit would. Reads return it with ``corrupt`` set;
+        the compliance kit's corrupt-task clauses use this."""
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_task_id(task_id)
+        await self._ready()
+        if await self._queue_of(task_id) is not None:
+            raise ValueError(f"task {task_id!r} exists already")
+        qk = self._keys(queue)
+        now = await self.now()
+        due = str(to_us(now))
+        client = self._redis()
+        with translate_errors(self._address):
+            await client.set(index_key(self._prefix, task_id), queue)
+            await client.sadd(registry_key(self._prefix), queue)
+            await client.hset(
+                qk.task(task_id),
+                mapping={
+                    "body": raw,
+                    "status": "PENDING",
+                    "attempt_count": "0",
+                    "redrive_count": "0",
+                    "attempts": "[]",
+                    "priority": "0",
+                    "created_at": due,
+                    "next_attempt_at": due,
+                },
+            )
+            await client.zadd(qk.pending(0), {task_id: int(due)})
+            await client.zadd(qk.levels, {"0": 0})
+
     # --- claiming --------------------------------------------------------------------------
 
     async def claim_due(
