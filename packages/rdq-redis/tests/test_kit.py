@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
 
 from rdq import open_storage
 from rdq.spi import Storage
-from rdq_compliance import StorageSuite
+from rdq_compliance import CorruptTaskWriter, StorageSuite
+from rdq_redis import RedisStorage
 
 
 class TestRedisCompliance(StorageSuite):
@@ -24,5 +25,6 @@ class TestRedisCompliance(StorageSuite):
             yield store
 
     @pytest.fixture
-    def corrupt_task(self, storage: Storage) -> Callable[[str, str], Awaitable[None]]:
-        return storage.put_corrupt_task  # type: ignore[attr-defined, no-any-return]
+    def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
+        assert isinstance(storage, RedisStorage)
+        return storage.put_corrupt_task

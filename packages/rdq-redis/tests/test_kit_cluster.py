@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -13,7 +13,8 @@ from redis.asyncio.cluster import RedisCluster
 from rdq import open_storage
 from rdq.errors import IDConflict, NotFound
 from rdq.spi import Attempt, Envelope, Outcome, Selector, Storage
-from rdq_compliance import StorageSuite
+from rdq_compliance import CorruptTaskWriter, StorageSuite
+from rdq_redis import RedisStorage
 
 
 class TestRedisClusterCompliance(StorageSuite):
@@ -35,8 +36,9 @@ class TestRedisClusterCompliance(StorageSuite):
             yield store
 
     @pytest.fixture
-    def corrupt_task(self, storage: Storage) -> Callable[[str, str], Awaitable[None]]:
-        return storage.put_corrupt_task  # type: ignore[attr-defined, no-any-return]
+    def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
+        assert isinstance(storage, RedisStorage)
+        return storage.put_corrupt_task
 
 
 @pytest.mark.asyncio

@@ -9,11 +9,11 @@ from typing import Any
 
 from rdq.errors import ValidationError
 from rdq.spi import (
+    STATUS_TIME_FIELDS,
     Completion,
     DLQFilter,
     Envelope,
     Selector,
-    Status,
     limits,
     status_time,
 )
@@ -30,9 +30,7 @@ from rdq_redis._pages import STATUS_SETS
 
 __all__ = [
     "attempt_json",
-    "check_cancel_ids",
     "check_completions",
-    "check_import",
     "check_timeout",
     "enqueue_row",
     "group_label",
@@ -43,13 +41,6 @@ __all__ = [
 ]
 
 _US = timedelta(microseconds=1)
-_STATUS_TIME_FIELDS = {
-    Status.PENDING: "next_attempt_at",
-    Status.IN_FLIGHT: "lease_expires_at",
-    Status.SUCCEEDED: "completed_at",
-    Status.DEAD: "dead_lettered_at",
-    Status.CANCELLED: "cancelled_at",
-}
 
 
 def micros(delta: timedelta) -> int:
@@ -83,29 +74,6 @@ def enqueue_row(task: Envelope, qk: QueueKeys, delay_us: int) -> list[Any]:
         qk.wake,
         task.priority,
     ]
-
-
-def check_import(tasks: object) -> list[Envelope]:
-    """``ValidationError`` (naming the field) unless every task can be stored verbatim."""
-    if not isinstance(tasks, Sequence) or isinstance(tasks, str | bytes):
-        raise ValidationError("must be a sequence of rdq.spi.Envelope", field="tasks")
-    if len(tasks) > limits.MAX_LIMIT:
-        raise ValidationError(f"more than {limits.MAX_LIMIT} tasks", field="tasks")
-    checked = [limits.check_task(task) for task in tasks]
-    for task in checked:
-        if not isinstance(task.status, Status):
-            raise ValidationError("must be an rdq.spi.Status", field="status")
-        for name in ("created_at", _STATUS_TIME_FIELDS[task.status]):
-            if getattr(task, name) is None:
-                raise ValidationError(f"must be set on an imported {task.status} task", name)
-        for name in TIME_FIELDS:
-            at = getattr(task, name)
-            if at is not None:
-                limits.check_aware(at, name)
-        for i, attempt in enumerate(task.attempts):
-            limits.check_attempt(attempt, f"attempts[{i}]")
-        limits.check_worker_id(task.claimed_by, "claimed_by")
-    return checked
 
 
 def import_row(task: Envelope, qk: QueueKeys) -> list[Any]:
@@ -144,7 +112,7 @@ def import_row(task: Envelope, qk: QueueKeys) -> list[Any]:
         STATUS_SETS[task.status],
         task.priority,
         "" if at is None else str(to_us(at)),
-        _STATUS_TIME_FIELDS[task.status],
+        STATUS_TIME_FIELDS[task.status],
         qk.wake,
         len(fields) // 2,
         *fields,
@@ -159,14 +127,6 @@ def check_completions(completions: Sequence[Completion]) -> None:
         limits.check_task_id(item.task_id, f"completions[{i}].task_id")
         limits.check_token(item.token, f"completions[{i}].token")
         limits.check_attempt(item.attempt, f"completions[{i}].attempt")
-
-
-def check_cancel_ids(task_ids: object) -> list[str]:
-    if not isinstance(task_ids, Sequence) or isinstance(task_ids, str | bytes):
-        raise ValidationError("must be a sequence of task ids", field="ids")
-    if len(task_ids) > limits.MAX_SELECTOR_IDS:
-        raise ValidationError(f"more than {limits.MAX_SELECTOR_IDS} ids", field="ids")
-    return limits.check_ids(task_ids)
 
 
 def check_timeout(timeout: object) -> None:

@@ -183,7 +183,7 @@ class RedisStorage(StorageBase):
 
     async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
         self._check_open()
-        checked = _args.check_import(tasks)
+        checked = limits.check_imported_tasks(tasks)
         if not checked:
             return []
         rows = [_args.import_row(task, self._keys(task.queue)) for task in checked]
@@ -520,7 +520,7 @@ class RedisStorage(StorageBase):
     async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
         self._check_open()
         limits.check_queue(queue)
-        ids = _args.check_cancel_ids(task_ids)
+        ids = limits.check_ids(task_ids)
         if not ids:
             return 0
         scripts = await self._ready()
