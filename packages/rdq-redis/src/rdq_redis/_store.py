@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from rdq.errors import IDConflict, NotConnected, NotFound, StaleClaim, StorageError
+from rdq.errors import NotConnected, NotFound, StaleClaim
 from rdq.spi import (
     Attempt,
     AuditEntry,
@@ -27,11 +27,10 @@ from rdq.spi import (
     Status,
     StorageBase,
     TaskFilter,
-    group_order,
     limits,
 )
 from rdq_redis import _args
-from rdq_redis._cluster import forget_ids, forget_queue, register_queues, reserve_ids
+from rdq_redis._cluster import admit_on_cluster, forget_ids, forget_queue
 from rdq_redis._codec import (
     envelope_from_hash,
     error_arg,
@@ -201,24 +200,10 @@ class RedisStorage(StorageBase):
                 qk = self._keys(task.queue)
                 keys += [qk.levels, qk.task(task.id), index_key(self._prefix, task.id)]
                 args += row
-            return _admitted(await scripts.run(script, keys, args))
-        client = self._redis()
-        await reserve_ids(client, self._prefix, self._address, tasks)
-        await register_queues(client, self._prefix, self._address, {t.queue for t in tasks})
-        by_queue: dict[str, list[int]] = {}
-        for i, task in enumerate(tasks):
-            by_queue.setdefault(task.queue, []).append(i)
-        stored = [False] * len(tasks)
-        for queue, positions in by_queue.items():
-            qk = self._keys(queue)
-            keys, args = [], [len(positions), "0", ""]
-            for i in positions:
-                keys += [qk.levels, qk.task(tasks[i].id)]
-                args += rows[i]
-            flags = _admitted(await scripts.run(script, keys, args))
-            for i, flag in zip(positions, flags, strict=True):
-                stored[i] = flag
-        return stored
+            return _args.admitted(await scripts.run(script, keys, args))
+        return await admit_on_cluster(
+            self._redis(), scripts, self._prefix, self._address, script, tasks, rows
+        )
 
     async def put_corrupt_task(self, queue: str, task_id: str, raw: str = "{not json") -> None:
         """Test hook: store a PENDING task of ``queue``, due now, whose ``body`` is ``raw``
@@ -231,26 +216,13 @@ class RedisStorage(StorageBase):
         if await self._queue_of(task_id) is not None:
             raise ValueError(f"task {task_id!r} exists already")
         qk = self._keys(queue)
-        now = await self.now()
-        due = str(to_us(now))
+        due = to_us(await self.now())
         client = self._redis()
         with translate_errors(self._address):
             await client.set(index_key(self._prefix, task_id), queue)
             await client.sadd(registry_key(self._prefix), queue)
-            await client.hset(
-                qk.task(task_id),
-                mapping={
-                    "body": raw,
-                    "status": "PENDING",
-                    "attempt_count": "0",
-                    "redrive_count": "0",
-                    "attempts": "[]",
-                    "priority": "0",
-                    "created_at": due,
-                    "next_attempt_at": due,
-                },
-            )
-            await client.zadd(qk.pending(0), {task_id: int(due)})
+            await client.hset(qk.task(task_id), mapping=_args.corrupt_hash(raw, due))
+            await client.zadd(qk.pending(0), {task_id: due})
             await client.zadd(qk.levels, {"0": 0})
 
     # --- claiming --------------------------------------------------------------------------
@@ -323,21 +295,8 @@ class RedisStorage(StorageBase):
         limits.check_attempt(attempt)
         scripts = await self._ready()
         qk = await self._claim_keys(task_id, token)
-        reply = await scripts.run(
-            "resolve",
-            [qk.levels],
-            [
-                qk.base,
-                task_id,
-                token,
-                status,
-                _args.attempt_json(attempt),
-                error_arg(attempt.error_type),
-                next_at_us,
-                qk.wake,
-            ],
-        )
-        await self._check_fenced(reply, task_id)
+        args = _args.resolve_args(qk, task_id, token, status, attempt, next_at_us)
+        await self._check_fenced(await scripts.run("resolve", [qk.levels], args), task_id)
 
     async def complete_many(
         self, completions: Sequence[Completion]
@@ -348,27 +307,10 @@ class RedisStorage(StorageBase):
         _args.check_completions(completions)
         scripts = await self._ready()
         results: list[StaleClaim | NotFound | None] = [None] * len(completions)
-        groups: dict[str, list[tuple[int, QueueKeys]]] = {}
-        unheld: list[int] = []
-        for i, item in enumerate(completions):
-            queue = _args.token_queue(item.token)
-            if queue is None:
-                unheld.append(i)
-            else:  # one call for everything on one server; per queue (slot) on Cluster
-                groups.setdefault(queue if self._cluster else "", []).append((i, self._keys(queue)))
-        for group in groups.values():
-            args: list[Any] = [len(group)]
-            for i, qk in group:
-                item = completions[i]
-                args += [
-                    qk.base,
-                    item.task_id,
-                    item.token,
-                    _args.attempt_json(item.attempt),
-                    error_arg(item.attempt.error_type),
-                ]
-            reply = await scripts.run("complete_many", [group[0][1].levels], args)
-            for (i, _), outcome in zip(group, reply, strict=True):
+        batches, unheld = _args.completion_batches(completions, self._prefix, self._cluster)
+        for positions, keys, args in batches:
+            reply = await scripts.run("complete_many", keys, args)
+            for i, outcome in zip(positions, reply, strict=True):
                 if outcome == b"STALE":
                     results[i] = StaleClaim(completions[i].task_id)
                 elif outcome == b"NOTFOUND":
@@ -451,18 +393,9 @@ class RedisStorage(StorageBase):
         limits.check_selector(selector)
         scripts = await self._ready()
         qk = self._keys(queue)
-        deleted, empty = await scripts.run(
-            "purge",
-            [qk.levels],
-            [
-                qk.base,
-                self._prefix,
-                self._indexed,
-                self._registry,
-                queue,
-                *_args.selector_args(selector),
-            ],
-        )
+        args = [qk.base, self._prefix, self._indexed, self._registry, queue]
+        args += _args.selector_args(selector)
+        deleted, empty = await scripts.run("purge", [qk.levels], args)
         await self._after_purge(qk, deleted, empty)
         return len(deleted)
 
@@ -479,32 +412,14 @@ class RedisStorage(StorageBase):
             )
 
     async def _is_empty(self, queue: str) -> bool:
-        stats = await self.stats(queue)
-        return (
-            not (stats.pending or stats.in_flight or stats.dlq_depth or stats.succeeded)
-            and not stats.cancelled
-        )
+        return not _args.holds_tasks(await self.stats(queue))
 
     async def dlq_groups(self, queue: str) -> list[DLQGroup]:
         self._check_open()
         limits.check_queue(queue)
         scripts = await self._ready()
         qk = self._keys(queue)
-        reply = await scripts.run("dlq_groups", [qk.levels], [qk.base])
-        groups = []
-        for label, count, first, last in reply:
-            handler_ref, error_type = _args.group_label(label)
-            groups.append(
-                DLQGroup(
-                    handler_ref=handler_ref,
-                    error_type=error_type,
-                    count=int(count),
-                    first_dead_lettered_at=from_us(score_us(first)),
-                    last_dead_lettered_at=from_us(score_us(last)),
-                )
-            )
-        groups.sort(key=group_order)
-        return groups
+        return _args.dlq_groups(await scripts.run("dlq_groups", [qk.levels], [qk.base]))
 
     # --- every task ------------------------------------------------------------------------
 
@@ -535,8 +450,7 @@ class RedisStorage(StorageBase):
         found = []
         for name in sorted(n.decode() if isinstance(n, bytes) else str(n) for n in names):
             stats = await self.stats(name)
-            counts = (stats.pending, stats.in_flight, stats.dlq_depth, stats.succeeded)
-            if any(counts) or stats.cancelled:
+            if _args.holds_tasks(stats):
                 found.append(stats)
         return found
 
@@ -577,19 +491,7 @@ class RedisStorage(StorageBase):
         limits.check_queue(queue)
         scripts = await self._ready()
         qk = self._keys(queue)
-        reply = await scripts.run("stats", [qk.levels], [qk.base])
-        now_us = int(reply[0])
-        oldest = reply[6]
-        return Stats(
-            queue=queue,
-            pending=int(reply[1]),
-            in_flight=int(reply[2]),
-            dlq_depth=int(reply[3]),
-            succeeded=int(reply[4]),
-            cancelled=int(reply[5]),
-            oldest_pending_age=(now_us - score_us(oldest)) / 1e6 if oldest else None,
-            as_of=from_us(now_us),
-        )
+        return _args.stats(queue, await scripts.run("stats", [qk.levels], [qk.base]))
 
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
         self._check_open()
@@ -597,21 +499,11 @@ class RedisStorage(StorageBase):
         limits.check_aware(older_than, "older_than")
         scripts = await self._ready()
         qk = self._keys(queue)
+        cutoff = to_us(older_than)
+        args = [qk.base, self._prefix, cutoff, _PURGE_BATCH, self._indexed, self._registry, queue]
         total = 0
         while True:
-            deleted, empty = await scripts.run(
-                "purge_succeeded",
-                [qk.levels],
-                [
-                    qk.base,
-                    self._prefix,
-                    to_us(older_than),
-                    _PURGE_BATCH,
-                    self._indexed,
-                    self._registry,
-                    queue,
-                ],
-            )
+            deleted, empty = await scripts.run("purge_succeeded", [qk.levels], args)
             await self._after_purge(qk, deleted, empty)
             total += len(deleted)
             if len(deleted) < _PURGE_BATCH:
@@ -623,12 +515,3 @@ class RedisStorage(StorageBase):
         _args.check_timeout(timeout)
         await self._ready()
         return await self._live().waiters.wait(self._keys(queue), float(timeout))
-
-
-def _admitted(reply: Any) -> list[bool]:
-    """The per-task "stored" flags of an admitting script, or its ``IDConflict``."""
-    if reply[0] == b"IDCONFLICT":
-        raise IDConflict(reply[1].decode(), reply[2].decode())
-    if reply[0] != b"OK":
-        raise StorageError(f"unexpected reply from an admitting script: {reply!r}")
-    return [flag == 1 for flag in reply[1]]
