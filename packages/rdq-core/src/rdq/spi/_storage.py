@@ -26,8 +26,10 @@ Corrupt stored tasks: a stored task whose stored form does not decode (edited by
 by a buggy producer in another language) never makes an operation raise and never blocks
 other tasks. Reads (``get``, ``dlq_list``, ``list_tasks``, ``claim_due``) return it with
 ``Envelope.corrupt`` set; ``claim_due`` claims it like any other due task (the engine then
-dead-letters it); ``dead_letter``, ``purge`` and ``cancel`` work on it. Where it can, a store
-keeps the raw stored value unchanged for inspection.
+dead-letters it); ``dead_letter``, ``purge`` and ``cancel`` work on it, and a lapsed lease on
+it is reclaimed like any other. Where it can, a store keeps the raw stored value unchanged for
+inspection. Each store gives its tests a way to write such a task (the compliance kit's
+``corrupt_task`` fixture).
 """
 
 from __future__ import annotations
