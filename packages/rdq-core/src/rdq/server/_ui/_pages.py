@@ -124,6 +124,8 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         tasks = [envelope_to_builtins(t) for t in found]
     except (ValidationError, StaleCursor) as exc:
         error = f"{exc.field}: {exc.message}" if isinstance(exc, ValidationError) else str(exc)
+    except NotImplementedError:
+        error = f"This store cannot list {state.label.lower()} tasks yet."
     if state.status == Status.DEAD:
         groups = [msgspec.to_builtins(g) for g in await node.admin.dlq_groups(queue)]
     kept = {k: v for k, v in filters.items() if v}
