@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from rdq.spi import (
     Attempt,
@@ -66,10 +65,13 @@ _POLL = 0.05
 
 
 def with_url_option(url: str, name: str, value: str) -> str:
-    """``url`` with the query option ``name=value`` added."""
-    parts = urlsplit(url)
-    query = f"{parts.query}&{name}={value}" if parts.query else f"{name}={value}"
-    return urlunsplit(parts._replace(query=query))
+    """``url`` with the query option ``name=value`` added.
+
+    Appended as text: ``urlunsplit`` would turn ``sqlite:////abs/path`` (an empty host and a
+    path starting with ``//``) into ``sqlite://abs/path``."""
+    base, _, fragment = url.partition("#")
+    joined = f"{base}{'&' if '?' in base else '?'}{name}={value}"
+    return f"{joined}#{fragment}" if fragment else joined
 
 
 def new_queue(prefix: str = "kit") -> str:
