@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from rdq.spi import Storage
+from rdq.spi import Capabilities, Storage
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_postgres import PostgresStorage
 
@@ -63,3 +63,13 @@ class TestPostgresKeepsTheContract(StorageSuite):
                 await conn.close()
 
         return write
+
+    @pytest.fixture
+    def expected_capabilities(self) -> Capabilities:
+        return Capabilities(
+            notify=True,
+            filter_pushdown=True,
+            batch_enqueue=True,
+            batch_complete=True,
+            group_pushdown=True,
+        )
