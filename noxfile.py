@@ -12,7 +12,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["lint", "tests", "java"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = "3.11"
@@ -23,8 +23,9 @@ PACKAGES = {
     "postgres": "rdq-postgres",
     "redis": "rdq-redis",
     "mongo": "rdq-mongo",
+    "sqlite": "rdq-sqlite",
 }
-BACKENDS = ["memory", "postgres", "redis", "mongo"]
+BACKENDS = ["memory", "postgres", "redis", "mongo", "sqlite"]
 TEST_DIRS = {name: f"packages/{dist}/tests" for name, dist in PACKAGES.items()} | {
     "bench": "bench/tests"
 }
@@ -71,6 +72,19 @@ def compliance(session: nox.Session, backend: str) -> None:
     if not modules:
         session.error(f"no test_kit*.py module in packages/{PACKAGES[backend]}/tests")
     session.run("pytest", *modules, "-q", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def java(session: nox.Session) -> None:
+    """The Java binding (java/): build it (javac -Xlint:all -Werror, its JUnit tests), then run
+    the compliance kit through the bridge and the cross-language tests (java/tests)."""
+    install_workspace(session)
+    session.install("-e", "java/bridge")
+    session.run("bash", "java/build.sh", external=True)
+    classpath = Path("java/build/classpath").read_text(encoding="utf-8").strip()
+    session.run(
+        "pytest", "java/tests", "-q", *session.posargs, env={"RDQ_JAVA_CLASSPATH": classpath}
+    )
 
 
 @nox.session(python=PYTHON)

@@ -34,6 +34,7 @@ def task(task_id: str, queue: str = "q") -> Envelope:
 async def test_due_ness_follows_the_injected_storage_clock_not_the_local_one() -> None:
     clock = FakeClock()  # the storage's "now" is years ahead of this machine's clock
     store = MemoryStorage(clock=clock)
+    await store.connect()
     await store.enqueue(task("later"), delay=timedelta(seconds=30))
     assert (await store.get("later")).created_at == clock.now
     assert await store.claim_due("q", 10, timedelta(seconds=5)) == []
@@ -46,6 +47,7 @@ async def test_due_ness_follows_the_injected_storage_clock_not_the_local_one() -
 async def test_a_lease_expires_by_the_storage_clock() -> None:
     clock = FakeClock()
     store = MemoryStorage(clock=clock)
+    await store.connect()
     await store.enqueue(task("t"))
     [first] = await store.claim_due("q", 1, timedelta(seconds=60))
     clock.advance(59)
@@ -61,6 +63,7 @@ async def test_a_lease_expires_by_the_storage_clock() -> None:
 async def test_stats_age_is_measured_by_the_storage_clock() -> None:
     clock = FakeClock()
     store = MemoryStorage(clock=clock)
+    await store.connect()
     await store.enqueue(task("t"))
     clock.advance(42)
     stats = await store.stats("q")
@@ -85,6 +88,7 @@ async def test_a_named_store_is_shared_by_every_opener_in_the_process() -> None:
 @pytest.mark.asyncio
 async def test_wait_due_wakes_when_a_task_is_enqueued_from_another_thread() -> None:
     store = MemoryStorage()
+    await store.connect()
     threading.Timer(0.2, lambda: asyncio.run(store.enqueue(task("t")))).start()
     assert await store.wait_due("q", timeout=30.0) is True
     assert len(await store.claim_due("q", 1, timedelta(seconds=5))) == 1
@@ -92,6 +96,7 @@ async def test_wait_due_wakes_when_a_task_is_enqueued_from_another_thread() -> N
 
 def test_threads_with_their_own_event_loops_never_claim_the_same_task_twice() -> None:
     store = MemoryStorage()
+    asyncio.run(store.connect())
     total = 400
 
     async def fill() -> None:
@@ -130,6 +135,7 @@ def test_threads_with_their_own_event_loops_never_claim_the_same_task_twice() ->
 
 def test_a_naive_clock_is_reported_clearly() -> None:
     store = MemoryStorage(clock=lambda: datetime(2030, 1, 1))
+    asyncio.run(store.connect())
     with pytest.raises(rdq.ConfigError, match="naive"):
         asyncio.run(store.enqueue(task("t")))
 
@@ -139,6 +145,7 @@ async def test_complete_many_applies_fresh_claims_and_reports_stale_ones_per_ite
     from rdq.spi import Completion
 
     store = MemoryStorage()
+    await store.connect()
     await store.enqueue_batch([task("a"), task("b")])
     a, b = await store.claim_due("q", 2, timedelta(minutes=1))
     done = Attempt(number=1, outcome=Outcome.SUCCEEDED)

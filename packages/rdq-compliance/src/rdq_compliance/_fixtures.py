@@ -3,14 +3,24 @@ optionally ``storage_url`` / ``peer_storage_url``)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import pytest
 
+from rdq import open_storage
 from rdq.spi import Capabilities, Storage
-from rdq_compliance._support import new_queue
+from rdq_compliance._support import new_queue, with_url_option
 
-__all__ = ["SuiteFixtures", "require_capability"]
+__all__ = ["CorruptTaskWriter", "StorageOpener", "SuiteFixtures", "require_capability"]
+
+StorageOpener = Callable[..., Storage]
+"""``opener(**url_options)`` builds a new, not yet connected store on the same data, with
+the given URL options added (``opener(timeout="2.5")``)."""
+
+CorruptTaskWriter = Callable[[str, str], Awaitable[None]]
+"""``await corrupt_task(queue, task_id)`` writes a PENDING task of ``queue`` with id
+``task_id``, due now or earlier by the storage clock, whose stored form does not decode."""
 
 
 class SuiteFixtures:
@@ -41,6 +51,33 @@ class SuiteFixtures:
             """A URL that another store *instance in this process* can open to reach the same
             data (several connections, each in its own thread). Defaults to ``storage_url``."""
             return storage_url
+
+        @pytest.fixture
+        def open_peer_storage(self, peer_storage_url: str) -> StorageOpener:
+            """Builds new, unconnected stores from ``peer_storage_url`` with URL options
+            added (the lifecycle and operation-timeout clauses use it)."""
+
+            def opener(**url_options: str) -> Storage:
+                url = peer_storage_url
+                for name, value in url_options.items():
+                    url = with_url_option(url, name, value)
+                return open_storage(url)
+
+            return opener
+
+        @pytest.fixture
+        def corrupt_task(self) -> CorruptTaskWriter:
+            """An async callable ``(queue, task_id) -> None`` that writes, through the
+            backend's own test hook, a PENDING task of ``queue`` due now (or earlier) whose
+            stored form does not decode (see the ``CorruptTaskWriter`` type). A store that
+            cannot hold such a task overrides this with ``pytest.skip("why")``."""
+            pytest.fail(
+                f"{type(self).__name__} must define a `corrupt_task` fixture: an async "
+                "callable (queue, task_id) -> None that writes a PENDING task, due now, whose "
+                "stored form does not decode (see docs/writing-a-backend.md, 'Corrupt stored "
+                "tasks'); a store that cannot hold one overrides it with pytest.skip(reason)",
+                pytrace=False,
+            )
 
     @pytest.fixture
     def queue(self) -> str:

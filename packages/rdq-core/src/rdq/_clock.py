@@ -17,13 +17,14 @@ __all__ = ["StorageClock"]
 class StorageClock:
     """Storage "now" as best known: the last observed storage time plus monotonic time since.
 
-    Before the first observation it falls back to the local UTC wall clock."""
+    Before the first observation it falls back to the local UTC wall clock. Observations may
+    come from another thread (the lease thread's renewals): the estimate is one tuple,
+    replaced in one assignment, so a reader never sees half of an update."""
 
-    __slots__ = ("_base", "_base_mono", "_observed")
+    __slots__ = ("_estimate", "_observed")
 
     def __init__(self) -> None:
-        self._base = datetime.now(UTC)
-        self._base_mono = time.monotonic()
+        self._estimate = (datetime.now(UTC), time.monotonic())
         self._observed = False
 
     @property
@@ -34,8 +35,7 @@ class StorageClock:
     def observe(self, storage_time: datetime, sent_mono: float, received_mono: float) -> None:
         """Record that the storage read ``storage_time`` between ``sent_mono`` and
         ``received_mono`` (local monotonic readings around the call)."""
-        self._base = storage_time
-        self._base_mono = (sent_mono + received_mono) / 2.0
+        self._estimate = (storage_time, (sent_mono + received_mono) / 2.0)
         self._observed = True
 
     def observe_claim(
@@ -47,8 +47,10 @@ class StorageClock:
 
     def now(self) -> datetime:
         """The estimated storage time now (timezone-aware UTC)."""
-        return self._base + timedelta(seconds=time.monotonic() - self._base_mono)
+        base, base_mono = self._estimate
+        return base + timedelta(seconds=time.monotonic() - base_mono)
 
     def at(self, mono: float) -> datetime:
         """The estimated storage time at local monotonic reading ``mono``."""
-        return self._base + timedelta(seconds=mono - self._base_mono)
+        base, base_mono = self._estimate
+        return base + timedelta(seconds=mono - base_mono)

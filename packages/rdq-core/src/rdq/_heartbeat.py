@@ -1,10 +1,16 @@
-"""Lease heartbeats: one loop per worker renews the leases of long-running handlers.
+"""Lease heartbeats: the leases of claimed tasks are renewed while their handlers run.
 
 A lease is renewed when a third of it has passed, so two renewals can fail before it expires.
-A renewal refused with ``StaleClaim`` (or ``NotFound``) means another worker owns the task now:
-the handler is cancelled (or, in a thread, fenced off) and its outcome is never written.
-Leases are renewed while an outcome is being written too (a write retried through an outage,
-or a completion waiting for its batch); a refusal then only stops those retries.
+Renewals are made by the worker's lease thread (:mod:`rdq._watchdog`), with a store of its own
+on its own event loop, so a handler that blocks the worker's loop does not cost the other
+tasks their leases; where the worker has no such store (a store not opened from a URL, or one
+a second connection cannot reach), :func:`heartbeat_loop` renews them on the worker's loop.
+
+A renewal refused with ``StaleClaim`` (or ``NotFound``) means the task is no longer this
+worker's (an operator cancelled it, or its lease lapsed and another worker took it): the
+handler is abandoned (cancelled, or, in a thread, fenced off) and its outcome is never
+written. Leases are renewed while an outcome is being written too (a write retried through an
+outage, or a completion waiting for its batch); a refusal then only stops those retries.
 """
 
 from __future__ import annotations
@@ -21,46 +27,35 @@ from rdq._runner import Run
 from rdq.errors import NotFound, StaleClaim
 from rdq.spi import Storage
 
-__all__ = ["heartbeat_loop"]
+__all__ = ["FENCE_AFTER", "LostLease", "due_for_renewal", "heartbeat_loop", "renew"]
 
 MAX_TICK = 1.0
 MIN_TICK = 0.02
 FENCE_AFTER = 2.0
 """Seconds past its timeout after which a handler that ignored cancellation is fenced off."""
 
+LostLease = Callable[[Run, Exception], None]
+"""Told of a run whose renewal was refused (``StaleClaim`` or ``NotFound``) while its handler
+still runs; called on the thread that renewed."""
 
-async def heartbeat_loop(
-    storage: Storage,
-    clock: StorageClock,
-    runs: Callable[[], Iterable[Run]],
-    worker_id: str,
-    log: Any,
-    shortest_lease: Callable[[], float],
-    fence: Callable[[Run], None],
+
+def due_for_renewal(runs: Iterable[Run], now: float, tick: float) -> tuple[list[Run], float]:
+    """The runs whose lease should be renewed now, and how long to sleep before looking
+    again (at most ``tick``)."""
+    due: list[Run] = []
+    for run in runs:
+        if run.done or run.lost or run.fenced:
+            continue
+        tick = min(tick, run.lease / 6.0)
+        if run.renew_at <= now:
+            due.append(run)
+    return due, max(MIN_TICK, tick)
+
+
+async def renew(
+    storage: Storage, clock: StorageClock, run: Run, worker_id: str, log: Any, lost: LostLease
 ) -> None:
-    """Renew due leases forever (cancel the task to stop it). ``shortest_lease()`` is the
-    shortest lease a new claim may get, so a fresh claim is never missed for long.
-    ``fence(run)`` is called for a handler still running ``FENCE_AFTER`` seconds past its
-    timeout (it swallowed the cancellation)."""
-    while True:
-        now = time.monotonic()
-        tick = min(MAX_TICK, shortest_lease() / 6.0)
-        due: list[Run] = []
-        for run in runs():
-            if run.done or run.lost or run.fenced:
-                continue
-            if run.deadline + FENCE_AFTER < now:
-                fence(run)  # the handler did not stop when its timeout cancelled it
-                continue
-            tick = min(tick, run.lease / 6.0)
-            if run.renew_at <= now:
-                due.append(run)
-        if due:
-            await asyncio.gather(*(_renew(storage, clock, run, worker_id, log) for run in due))
-        await asyncio.sleep(max(MIN_TICK, tick))
-
-
-async def _renew(storage: Storage, clock: StorageClock, run: Run, worker_id: str, log: Any) -> None:
+    """Extend ``run``'s lease by its length; a refusal marks the run lost and tells ``lost``."""
     task = run.claimed.task
     lease = timedelta(seconds=run.lease)
     sent = time.monotonic()
@@ -72,17 +67,7 @@ async def _renew(storage: Storage, clock: StorageClock, run: Run, worker_id: str
         run.lost = True
         if run.resolving:  # its outcome may just have been recorded: that write reports it
             return
-        metrics.STALE_CLAIMS.labels(run.queue).inc()
-        log.warning(
-            "lease lost; abandoning the handler",
-            task_id=task.id,
-            queue=run.queue,
-            attempt=task.attempt_count + 1,
-            worker_id=worker_id,
-            reason=type(exc).__name__,
-        )
-        if run.task is not None:
-            run.task.cancel()
+        lost(run, exc)
         return
     except Exception as exc:  # an outage: try again soon, the lease has time left
         metrics.STORAGE_ERRORS.labels("extend_lease").inc()
@@ -96,6 +81,38 @@ async def _renew(storage: Storage, clock: StorageClock, run: Run, worker_id: str
             error=str(exc),
         )
         return
-    received = time.monotonic()
-    clock.observe(expires - lease, sent, received)
+    clock.observe(expires - lease, sent, time.monotonic())
     run.renew_at = sent + run.lease / 3.0
+
+
+async def heartbeat_loop(
+    storage: Storage,
+    clock: StorageClock,
+    runs: Callable[[], Iterable[Run]],
+    worker_id: str,
+    log: Any,
+    shortest_lease: Callable[[], float],
+    fence: Callable[[Run], None],
+    lost: LostLease,
+    renewed_elsewhere: Callable[[], bool],
+) -> None:
+    """On the worker's loop, forever (cancel the task to stop it): fence off handlers still
+    running ``FENCE_AFTER`` seconds past their timeout (they swallowed the cancellation), and
+    renew due leases unless ``renewed_elsewhere()`` (the lease thread does it).
+    ``shortest_lease()`` is the shortest lease a new claim may get, so a fresh claim is never
+    missed for long."""
+    while True:
+        now = time.monotonic()
+        tick = min(MAX_TICK, shortest_lease() / 6.0)
+        live: list[Run] = []
+        for run in runs():
+            if run.done or run.lost or run.fenced:
+                continue
+            if run.deadline + FENCE_AFTER < now and not run.resolving:
+                fence(run)  # the handler did not stop when its timeout cancelled it
+                continue
+            live.append(run)
+        due, tick = due_for_renewal(live, now, tick)
+        if due and not renewed_elsewhere():
+            await asyncio.gather(*(renew(storage, clock, run, worker_id, log, lost) for run in due))
+        await asyncio.sleep(tick)

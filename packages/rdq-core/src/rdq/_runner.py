@@ -8,6 +8,7 @@ Nothing here holds a storage connection while the handler runs: the storage is c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import math
@@ -27,7 +28,7 @@ from rdq._completer import Completer
 from rdq._threads import HandlerThreads, ThreadExit
 from rdq.config import QueueConfig, resolve
 from rdq.errors import NotFound, StaleClaim, StorageError, StorageUnavailable
-from rdq.spi import Attempt, Claimed, Outcome, Storage
+from rdq.spi import Attempt, Claimed, Outcome, Status, Storage
 
 if TYPE_CHECKING:
     from rdq._threads import Call
@@ -56,6 +57,7 @@ class Run:
         "resolving",
         "started",
         "task",
+        "timeout",
         "used",
     )
 
@@ -77,6 +79,8 @@ class Run:
         """The handler is over and its outcome is being written (shutdown lets that finish)."""
         self.deadline = math.inf
         """Monotonic time by which an awaited handler must have ended (timeout included)."""
+        self.timeout: asyncio.Timeout | None = None
+        """The handler call's timeout while it runs (moved later by :meth:`excuse_stall`)."""
         self.release: Callable[[], None] | None = None
         self.free_slot: Callable[[], None] | None = None
         """Offers the task's concurrency slot back before ``release`` (a success waiting for
@@ -85,6 +89,18 @@ class Run:
         self.number = 0
         self.used = 0
         self.started: datetime | None = None
+
+    def excuse_stall(self, seconds: float) -> None:
+        """Give the handler ``seconds`` more: the event loop was stalled by another handler
+        for that long, time this one could not use."""
+        self.deadline += seconds
+        timeout = self.timeout
+        if timeout is None:
+            return
+        when = timeout.when()
+        if when is not None and not timeout.expired():
+            with contextlib.suppress(RuntimeError):  # expiring already: too late
+                timeout.reschedule(when + seconds)
 
 
 class Runner:
@@ -188,7 +204,7 @@ class Runner:
         self, run: Run, target: Any, ctx: TaskContext, config: QueueConfig, used: int
     ) -> Decision | None:
         task = run.claimed.task
-        timeout = asyncio.timeout(config.timeout)
+        timeout = run.timeout = asyncio.timeout(config.timeout)
         try:
             if isinstance(target, Handler):
                 payload = task.payload
@@ -348,6 +364,27 @@ class Runner:
                 error=decision.error_message,
                 delay=round(decision.delay, 3),
             )
+
+    async def report_abandoned(self, run: Run, reason: Exception) -> None:
+        """Log that ``run``'s handler was abandoned because a renewal was refused, and why:
+        an operator cancelled the task, or the lease was lost to another worker."""
+        task = run.claimed.task
+        fields = self._fields(task.id, run.queue, task.attempt_count + 1)
+        if await self._was_cancelled(task.id):
+            self.log.warning("task cancelled by an operator; abandoning its handler", **fields)
+        else:
+            self.log.warning(
+                "lease lost; abandoning the handler (another worker may run the task)",
+                **fields,
+                reason=type(reason).__name__,
+            )
+
+    async def _was_cancelled(self, task_id: str) -> bool:
+        """True if the task is CANCELLED now (one ``get``; False if that fails)."""
+        try:
+            return (await self.storage.get(task_id)).status == Status.CANCELLED
+        except Exception:
+            return False
 
     def _fields(self, task_id: str, queue: str, attempt: int) -> dict[str, Any]:
         """What every log line about one attempt carries."""

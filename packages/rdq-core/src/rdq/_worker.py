@@ -41,8 +41,10 @@ from rdq._app import App
 from rdq._clock import StorageClock
 from rdq._completer import Completer
 from rdq._heartbeat import heartbeat_loop
+from rdq._plugins.manager import reopen
 from rdq._runner import Run, Runner
 from rdq._threads import HandlerThreads
+from rdq._watchdog import Watchdog
 from rdq.errors import ConfigError
 from rdq.logging import get_logger
 from rdq.maintenance import maintenance_loop
@@ -101,10 +103,18 @@ class Worker:
         purge_interval: float = 60.0,
         rng: random.Random | None = None,
         logger: Any = None,
+        stall_threshold: float = 1.0,
+        stall_limit: float = 60.0,
+        lease_thread: bool = True,
     ) -> None:
         """``queues`` defaults to ``app.queues`` (declared queues and those of registered
         handlers), or ``["default"]`` if there are none. ``logger`` replaces the structlog
-        logger ``rdq.worker``."""
+        logger ``rdq.worker``.
+
+        The watchdog thread logs and counts event-loop stalls longer than
+        ``stall_threshold`` seconds and, with ``lease_thread`` and a store opened from a URL,
+        renews leases from a store of its own until the loop has been stalled for
+        ``stall_limit`` seconds (see :mod:`rdq._watchdog`)."""
         self.app = app
         self.storage = storage
         names = list(queues) if queues is not None else (app.queues or ["default"])
@@ -116,6 +126,8 @@ class Worker:
             raise ConfigError("need 0 < poll_min <= poll_max", key="poll_min")
         if not (stats_interval > 0 and purge_interval > 0):
             raise ConfigError("maintenance intervals must be positive", key="stats_interval")
+        if not 0 < stall_threshold < stall_limit:
+            raise ConfigError("need 0 < stall_threshold < stall_limit", key="stall_threshold")
         self.queues = list(dict.fromkeys(names))
         self.worker_id = worker_id or default_worker_id()
         self.grace_period = grace_period
@@ -124,6 +136,9 @@ class Worker:
         self.maintenance = maintenance
         self.stats_interval = stats_interval
         self.purge_interval = purge_interval
+        self.stall_threshold = stall_threshold
+        self.stall_limit = stall_limit
+        self.lease_thread = lease_thread
         self.clock = StorageClock()
         self.log = logger if logger is not None else get_logger("rdq.worker")
         self._rng = rng
@@ -134,7 +149,8 @@ class Worker:
         self._hurry: asyncio.Event | None = None
         self._stop_requests = 0
         self._idle_waits: set[asyncio.Future[Any]] = set()
-        self._fencing: set[asyncio.Task[None]] = set()
+        self._side_tasks: set[asyncio.Task[None]] = set()
+        """Fencing writes and abandon reports: awaited (briefly) before the worker stops."""
         self._freed_early = 0
         """Tasks whose slot was given back while their success waits for its batched write."""
         self._max_freed_early = 0
@@ -206,6 +222,17 @@ class Worker:
             completer=completer,
         )
         notify = capabilities.notify
+        watchdog = Watchdog(
+            runs=self._held_runs,
+            clock=self.clock,
+            worker_id=self.worker_id,
+            log=self.log,
+            threshold=self.stall_threshold,
+            stall_limit=self.stall_limit,
+            lease_store=reopen(self.storage) if self.lease_thread else None,
+            lost=lambda run, exc: self._abandon(run, exc, runner),
+        )
+        watchdog.start()
         claimers = [
             asyncio.create_task(
                 self._claim_loop(self._states[q], runner, notify), name=f"rdq-claim-{q}"
@@ -222,6 +249,8 @@ class Worker:
                     self.log,
                     lambda: min(self.app.queue_config(q).lease for q in self.queues),
                     lambda run: self._fence(run, runner),
+                    lambda run, exc: self._abandon(run, exc, runner),
+                    lambda: watchdog.renewing,
                 ),
                 name="rdq-heartbeat",
             )
@@ -254,6 +283,7 @@ class Worker:
             for task in claimers + background:
                 task.cancel()
             await asyncio.gather(*claimers, *background, return_exceptions=True)
+            await watchdog.stop()
             threads.close()
             self.log.info("worker stopped", worker_id=self.worker_id)
 
@@ -301,20 +331,44 @@ class Worker:
                     worker_id=self.worker_id,
                     count=len(stuck),
                 )
-        if self._fencing:
-            await asyncio.wait(list(self._fencing), timeout=INTERRUPT_WAIT)
+        if self._side_tasks:
+            await asyncio.wait(list(self._side_tasks), timeout=INTERRUPT_WAIT)
+
+    def _held_runs(self) -> list[Run]:
+        """The runs this worker holds, copied for the watchdog thread. The copy is one C-level
+        pass under the GIL; should the dict change under it all the same, try again."""
+        for _ in range(5):
+            try:
+                return list(self._runs.values())
+            except RuntimeError:  # changed size during the copy
+                continue
+        return []
+
+    def _side_task(self, coro: Any) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+        return task
 
     def _fence(self, run: Run, runner: Runner) -> None:
         run.fenced = True
-        fencing = asyncio.get_running_loop().create_task(runner.fence_off(run))
-        self._fencing.add(fencing)
+        fencing = self._side_task(runner.fence_off(run))
 
         def fenced(done: asyncio.Task[None]) -> None:
-            self._fencing.discard(done)
             if run.release is not None:
                 run.release()
 
         fencing.add_done_callback(fenced)
+
+    def _abandon(self, run: Run, reason: Exception, runner: Runner) -> None:
+        """A renewal was refused: the task is no longer ours. Cancel its handler (one in a
+        thread is fenced off: its result is ignored) and say why."""
+        if run.done:
+            return
+        metrics.STALE_CLAIMS.labels(run.queue).inc()
+        if run.task is not None:
+            run.task.cancel()
+        self._side_task(runner.report_abandoned(run, reason))
 
     def _note_retry(self, queue: str, delay: float) -> None:
         state = self._states.get(queue)
@@ -360,7 +414,9 @@ class Worker:
             lease = timedelta(seconds=config.lease)
             sent = time.monotonic()
             try:
-                claims = await self.storage.claim_due(queue, min(free, limits.MAX_LIMIT), lease)
+                claims = await self.storage.claim_due(
+                    queue, min(free, limits.MAX_LIMIT), lease, worker_id=self.worker_id
+                )
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

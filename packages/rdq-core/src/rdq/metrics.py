@@ -19,6 +19,8 @@ __all__ = [
     "DLQ_DEPTH",
     "HANDLER_DURATION",
     "IN_FLIGHT",
+    "LOOP_STALLS",
+    "LOOP_STALL_SECONDS",
     "OLDEST_PENDING_AGE",
     "PENDING",
     "PURGED",
@@ -51,6 +53,17 @@ WORKER_IN_FLIGHT = Gauge("rdq_worker_in_flight", "Handlers running in this proce
 DLQ_DEPTH = Gauge("rdq_dlq_depth", "Tasks in the DLQ.", ["queue"])
 OLDEST_PENDING_AGE = Gauge(
     "rdq_oldest_pending_age_seconds", "How long the oldest due PENDING task has waited.", ["queue"]
+)
+LOOP_STALLS = Counter(
+    "rdq_loop_stalls",
+    "Worker event-loop stalls longer than the watchdog threshold, by the queue of the handler "
+    "that was running (empty when it was not a handler).",
+    ["queue"],
+)
+LOOP_STALL_SECONDS = Histogram(
+    "rdq_loop_stall_seconds",
+    "How long each stall the watchdog saw lasted.",
+    buckets=(0.5, 1, 2, 5, 10, 30, 60, 300),
 )
 STORAGE_ERRORS = Counter("rdq_storage_errors", "Storage operations that failed.", ["op"])
 

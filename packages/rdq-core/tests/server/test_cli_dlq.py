@@ -138,8 +138,8 @@ def test_bad_invocations_fail_with_one_clear_line(store_url: str) -> None:
     assert code == 2 and "offset" in out
     code, out = rdq("dlq", "list", "bad queue", "--storage", store_url)
     assert code == 1 and "queue" in out
-    code, out = rdq("dlq", "list", "q")
-    assert code == 2 and "--storage" in out
+    code, out = rdq("dlq", "list", "q", "--server", "http://127.0.0.1:9")
+    assert code == 2 and "--token" in out
 
 
 @pytest.fixture

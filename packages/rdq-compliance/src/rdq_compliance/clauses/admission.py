@@ -108,6 +108,9 @@ class AdmissionClauses:
             lease_expires_at=long_ago,
             completed_at=long_ago,
             dead_lettered_at=long_ago,
+            claimed_by="not-a-claimant",
+            claimed_at=long_ago,
+            cancelled_at=long_ago,
         )
         now = await storage_now(storage, queue)
         await storage.enqueue(task)
@@ -118,6 +121,7 @@ class AdmissionClauses:
         assert stored.lease_expires_at is None
         assert stored.completed_at is None
         assert stored.dead_lettered_at is None
+        assert (stored.claimed_by, stored.claimed_at, stored.cancelled_at) == (None, None, None)
         assert len(await storage.claim_due(queue, 5, LONG_LEASE)) == 1
 
     @pytest.mark.asyncio

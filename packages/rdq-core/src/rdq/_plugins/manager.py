@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import traceback
+import weakref
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 from typing import Any
@@ -20,6 +22,9 @@ from rdq.spi import Storage
 ENTRY_POINT_GROUP = "rdq.storage"
 
 _lock = threading.Lock()
+
+_opened: weakref.WeakKeyDictionary[Any, tuple[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
+"""The URL and options of every store built by :func:`open_storage` (for :func:`reopen`)."""
 
 
 class Plugins:
@@ -127,4 +132,24 @@ def open_storage(url: str, **options: Any) -> Storage:
             broken = "; ".join(f"{b.name}: {b.error}" for b in state.broken)
             message += f"; plugins that failed to load: {broken}"
         raise ConfigError(message, key="storage")
-    return factory(url, **options)
+    storage = factory(url, **options)
+    with contextlib.suppress(TypeError):  # not weak-referenceable: it cannot be reopened
+        _opened[storage] = (url, dict(options))
+    return storage
+
+
+def reopen(storage: Storage) -> Storage | None:
+    """A second, unconnected store built from the URL and options ``storage`` was opened
+    with by :func:`open_storage`, or ``None`` for a store built some other way.
+
+    The second store has connections of its own (the worker's lease thread uses one on its
+    own event loop). Whether it reaches the same tasks is for the caller to check: a URL
+    naming no shared resource (an unnamed ``memory://``) opens a store of its own."""
+    try:
+        spec = _opened.get(storage)
+    except TypeError:
+        return None
+    if spec is None:
+        return None
+    url, options = spec
+    return open_storage(url, **options)

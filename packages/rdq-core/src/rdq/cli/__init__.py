@@ -51,6 +51,7 @@ def _unavailable(name: str, help_text: str, reason: str) -> click.Command:
 def main() -> None:
     """rdq: a durable retry and dead-letter queue.
 
-    Every command that touches storage takes --storage URL (or RDQ_STORAGE_URL):
-    memory://, postgresql://…, redis://…, mongodb://…
+    Every command that touches storage takes --storage URL (or RDQ_STORAGE):
+    sqlite:///rdq.db, postgresql://…, redis://…, mongodb://…, memory://. With none named,
+    commands use sqlite:///./rdq.db (the file rdq.db in the working directory) and say so.
     """

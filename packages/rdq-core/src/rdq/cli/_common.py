@@ -11,19 +11,13 @@ from typing import Any, ParamSpec, TypeVar
 import click
 import msgspec
 
+from rdq.cli._default import storage_option
 from rdq.errors import RdqError
+
+__all__ = ["echo_json", "json_option", "run_async", "storage_option"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-storage_option = click.option(
-    "--storage",
-    "storage_url",
-    envvar="RDQ_STORAGE_URL",
-    required=True,
-    metavar="URL",
-    help="Storage URL (env RDQ_STORAGE_URL), e.g. postgresql://user@host/db.",
-)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 
 

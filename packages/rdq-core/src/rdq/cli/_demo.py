@@ -10,7 +10,9 @@ the redriven tasks succeeding with their whole history.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -227,29 +229,40 @@ def _span(start: datetime | None, end: datetime | None) -> str:
     return f"{(end - start).total_seconds():.2f}s"
 
 
-async def run_demo(console: Console) -> None:
-    """The whole demo; raises ``click.ClickException`` if something does not settle."""
+async def run_demo(console: Console, storage_url: str = "memory://") -> None:
+    """The whole demo on ``storage_url`` (in memory unless told otherwise); raises
+    ``click.ClickException`` if something does not settle."""
     from rdq.admin import DLQAdmin
     from rdq.audit import MemoryAuditSink
 
     state = DemoState()
     app = build_app(state)
+    in_memory = storage_url.startswith("memory:")
+    where = "An in-memory store" if in_memory else f"The store {storage_url}"
     console.print(
         Panel.fit(
-            "An in-memory store and one worker. Queue 'orders': up to 4 attempts,\n"
+            f"{where} and one worker. Queue 'orders': up to 4 attempts,\n"
             "exponential backoff with full jitter (base 0.4 s, cap 1.6 s), 1 s timeout.",
             title="rdq demo",
         )
     )
     try:
-        store = rdq.open_storage("memory://")
+        store = rdq.open_storage(storage_url)
     except rdq.ConfigError:
+        if not in_memory:
+            raise
         raise click.ClickException(
             "rdq demo runs on the in-memory store: pip install rdq-memory"
         ) from None
+    submissions = SUBMISSIONS
+    if not in_memory:  # a store that keeps tasks: this run's ids are its own
+        stamp = secrets.token_hex(3)
+        submissions = [dataclasses.replace(s, id=f"{s.id}-{stamp}") for s in SUBMISSIONS]
     async with store as storage:
+        if not in_memory:
+            await storage.migrate()
         client = rdq.Client(storage, app)
-        subs = await client.submit_many(SUBMISSIONS)
+        subs = await client.submit_many(submissions)
         ids = [s.id for s in subs]
         console.print(f"submitted {len(ids)} tasks; starting a worker\n")
         worker = rdq.Worker(app, storage, grace_period=2.0, maintenance=False, logger=_Quiet())
@@ -330,7 +343,15 @@ async def _watch(watcher: Watcher, console: Console) -> None:
 
 @click.command()
 @click.option("--no-color", is_flag=True, help="Plain output (also when NO_COLOR is set).")
-def demo(no_color: bool) -> None:
+@click.option(
+    "--storage",
+    "storage_url",
+    default="memory://",
+    show_default=True,
+    metavar="URL",
+    help="Run the demo on this store instead (e.g. sqlite:///demo.db); it is migrated first.",
+)
+def demo(no_color: bool, storage_url: str) -> None:
     """Watch rdq retry, dead-letter and redrive tasks, in memory, in a few seconds."""
     console = Console(no_color=no_color or None, highlight=False)
     saved = structlog.get_config()
@@ -338,7 +359,7 @@ def demo(no_color: bool) -> None:
     # only interleave with it.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     try:
-        asyncio.run(run_demo(console))
+        asyncio.run(run_demo(console, storage_url))
     except rdq.RdqError as exc:
         raise click.ClickException(str(exc)) from None
     finally:

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from rdq.cli._common import echo_json, json_option, run_async
+from rdq.cli._default import DEFAULT_STORAGE, STORAGE_ENV, chosen_storage
 from rdq.cli._targets import DirectTarget, HttpTarget, Target
 
 _console = Console()
@@ -32,9 +33,9 @@ def _target_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--storage",
             "storage_url",
-            envvar="RDQ_STORAGE_URL",
+            envvar=list(STORAGE_ENV),
             metavar="URL",
-            help="Work on this store directly (env RDQ_STORAGE_URL).",
+            help=f"Work on this store directly (env RDQ_STORAGE; default {DEFAULT_STORAGE}).",
         ),
         click.option(
             "--server",
@@ -69,10 +70,10 @@ def _open_target(
         if not token:
             raise click.UsageError("--server needs --token (or RDQ_TOKEN)")
         return HttpTarget(server_url, token)
-    if storage_url:
-        _log_to_stderr()
-        return DirectTarget(storage_url, actor=actor or _default_actor(), audit_log=audit_log)
-    raise click.UsageError("give --storage URL or --server URL (or RDQ_STORAGE_URL/RDQ_SERVER_URL)")
+    _log_to_stderr()
+    return DirectTarget(
+        chosen_storage(storage_url), actor=actor or _default_actor(), audit_log=audit_log
+    )
 
 
 class _CurrentStderr:

@@ -6,13 +6,14 @@ import click
 
 from rdq._plugins.manager import open_storage
 from rdq.cli._common import run_async, storage_option
+from rdq.cli._default import chosen_storage
 
 
 @click.command()
 @storage_option
 @run_async
-async def migrate(storage_url: str) -> None:
+async def migrate(storage_url: str | None) -> None:
     """Create or upgrade the storage schema (idempotent; safe to run from several processes)."""
-    async with open_storage(storage_url) as storage:
+    async with open_storage(chosen_storage(storage_url)) as storage:
         await storage.migrate()
     click.echo("schema is up to date")

@@ -6,7 +6,9 @@ import importlib
 from typing import Any
 
 import click
+import msgspec
 
+from rdq.cli._default import DEFAULT_STORAGE, STORAGE_ENV, chosen_storage
 from rdq.errors import ConfigError, RdqError
 
 
@@ -14,9 +16,9 @@ from rdq.errors import ConfigError, RdqError
 @click.option(
     "--storage",
     "storage_url",
-    envvar="RDQ_STORAGE_URL",
+    envvar=list(STORAGE_ENV),
     metavar="URL",
-    help="Storage URL (env RDQ_STORAGE_URL).",
+    help=f"Storage URL (env RDQ_STORAGE; default {DEFAULT_STORAGE}).",
 )
 @click.option(
     "--config",
@@ -117,6 +119,8 @@ def server(
             "callbacks.timeout": callback_timeout,
         }
         settings, engine_config = load_settings(config_path, overrides)
+        if not settings.storage:
+            settings = msgspec.structs.replace(settings, storage=chosen_storage(None))
         engine_app = _load_app(app_ref) if app_ref else App()
         if engine_config:
             engine_app.configure(engine_config)

@@ -14,6 +14,7 @@ from rdq._app import App
 from rdq._plugins.manager import open_storage
 from rdq._worker import Worker
 from rdq.cli._common import storage_option
+from rdq.cli._default import chosen_storage
 from rdq.errors import ConfigError, RdqError, StorageUnavailable
 from rdq.logging import configure, get_logger
 
@@ -75,7 +76,7 @@ def load_app(spec: str) -> App:
 @click.option("--log-level", default="INFO", show_default=True)
 def worker(
     app_spec: str,
-    storage_url: str,
+    storage_url: str | None,
     queues: tuple[str, ...],
     config_path: Path | None,
     grace_period: float,
@@ -93,6 +94,7 @@ def worker(
     try:
         configure(json=None if log_format == "auto" else log_format == "json", level=log_level)
         app = load_app(app_spec)
+        storage_url = chosen_storage(storage_url)
         if config_path is not None:
             app.load_config(config_path)
         if metrics_port is not None:

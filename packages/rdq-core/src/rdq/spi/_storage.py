@@ -18,7 +18,9 @@ Lifecycle (:class:`StorageBase` implements it): a store is opened by ``connect()
 Time limits: no operation waits on the backend forever. Each store has an operation timeout
 (URL option ``timeout``, in seconds, default :data:`rdq.spi.limits.DEFAULT_OPERATION_TIMEOUT`;
 ``migrate`` and ``wait_due``'s own wait are exempt) after which the call raises
-``StorageUnavailable`` — a frozen or partitioned database is an outage, not a hang.
+``StorageUnavailable`` — a frozen or partitioned database is an outage, not a hang. A
+``timeout`` that is not a positive number makes ``open_storage`` raise ``ConfigError`` with
+``key="timeout"`` (every bad URL option is reported under its own name).
 
 Corrupt stored tasks: a stored task whose stored form does not decode (edited by hand, written
 by a buggy producer in another language) never makes an operation raise and never blocks
@@ -99,11 +101,14 @@ class Storage(Protocol):
         """Admit ``task``; return True if it was stored, False if it already existed.
 
         The store sets ``status=PENDING``, ``created_at`` to its own now, clears every other
-        store-owned field (lease, claim, completion, dead-letter, cancel times, ``corrupt``),
-        and makes the task due at ``task.next_attempt_at`` if given, else at its own now plus
-        ``delay`` (default: now). All other fields (``priority``, ``attempts``, counters,
-        unknown ones in ``extra``) are stored as given and returned unchanged by ``get``. The
-        caller's envelope is never modified.
+        store-owned field (``lease_expires_at``, ``claimed_by``, ``claimed_at``,
+        ``completed_at``, ``dead_lettered_at``, ``cancelled_at``), and makes the task due at
+        ``task.next_attempt_at`` if given, else at its own now plus ``delay`` (default: now).
+        All other fields (``priority``, ``attempts``, counters, unknown ones in ``extra``) are
+        stored as given and returned unchanged by ``get``. The caller's envelope is never
+        modified. A task with ``corrupt`` set (read back from a store) is refused with
+        ``ValidationError`` (field ``corrupt``), as is a negative ``delay`` (field
+        ``delay``).
 
         Idempotent by id within a queue: enqueueing an id that exists in the same queue (in any
         status) changes nothing and returns False. Raises ``IDConflict`` if the id exists in
@@ -214,8 +219,11 @@ class Storage(Protocol):
         """Cancel the listed tasks of ``queue`` that are PENDING or IN_FLIGHT: each becomes
         CANCELLED with ``cancelled_at`` = now, its lease, token and claim fields cleared,
         atomically per task. A cancelled IN_FLIGHT task's token is stale from then on, so its
-        holder's next ``extend_lease`` or resolution raises ``StaleClaim``. Other ids are
-        ignored. Returns how many were cancelled. At most ``limits.MAX_SELECTOR_IDS`` ids."""
+        holder's next ``extend_lease`` or resolution raises ``StaleClaim``, and it is never
+        claimed again (not even once its old lease has passed). Other ids (unknown, in
+        another queue, finished or already cancelled) are ignored; an id given twice counts
+        once. Returns how many were cancelled. At most ``limits.MAX_SELECTOR_IDS`` ids
+        (``limits.check_ids``: ``ValidationError`` naming ``ids`` or ``ids[i]``)."""
 
     async def list_queues(self) -> list[Stats]:
         """The stats of every queue that holds at least one task (in any status), ordered by
@@ -227,9 +235,15 @@ class Storage(Protocol):
         for moving tasks between stores. Idempotent by id: an id that exists in the same queue
         is left unchanged (False); ``IDConflict`` if it exists in another queue, and then
         nothing is stored. An IN_FLIGHT task is stored IN_FLIGHT with its ``lease_expires_at``
-        and no valid token, so it is reclaimed (with a ``LEASE_EXPIRED`` record) once that
-        passes. Returns one "stored" flag per task, in order. At most ``limits.MAX_LIMIT``
-        tasks per call; a corrupt task (``corrupt`` set) raises ``ValidationError``."""
+        and no valid token, so it is reclaimed (with a ``LEASE_EXPIRED`` record naming its
+        ``claimed_by`` and ``claimed_at``) once that passes. Returns one "stored" flag per
+        task, in order; an id given twice is stored once (the second flag is False).
+
+        Every task is checked with ``limits.check_imported_task`` before anything is stored:
+        at most ``limits.MAX_LIMIT`` tasks per call; a corrupt task (``corrupt`` set), a task
+        without ``created_at`` or without the time of its status (``STATUS_TIME_FIELDS``:
+        a DEAD task needs ``dead_lettered_at``, …) or with a naive timestamp raises
+        ``ValidationError`` naming the field, and nothing is stored."""
 
     # --- audit trail -----------------------------------------------------------------------
 

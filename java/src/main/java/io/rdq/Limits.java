@@ -1,0 +1,272 @@
+package io.rdq;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.List;
+import java.util.Map;
+import java.util.regex.Pattern;
+
+/**
+ * The documented limits of the contract and the checks every operation applies first, with
+ * the same field names as rdq's Python {@code rdq.spi.limits}.
+ */
+public final class Limits {
+    public static final int MAX_ID_LENGTH = 200;
+    public static final int MAX_QUEUE_LENGTH = 100;
+    public static final int MAX_HANDLER_REF_LENGTH = 1024;
+    public static final int MAX_HEADERS = 64;
+    public static final int MAX_HEADER_NAME_LENGTH = 128;
+    public static final int MAX_HEADER_VALUE_LENGTH = 4096;
+    public static final int MAX_PAYLOAD_BYTES = 1024 * 1024;
+    public static final int MAX_LIMIT = 1000;
+    public static final Duration MAX_LEASE = Duration.ofHours(24);
+    public static final int MAX_SELECTOR_IDS = 10_000;
+    public static final int MAX_WORKER_ID_LENGTH = 200;
+    public static final int MAX_ERROR_TYPE_LENGTH = 1024;
+    public static final int MAX_ERROR_MESSAGE_LENGTH = 8192;
+    public static final int MAX_TRACEBACK_LENGTH = 32768;
+    public static final int MAX_AUDIT_WORD_LENGTH = 200;
+    public static final int MAX_AUDIT_REASON_LENGTH = 2000;
+    public static final double DEFAULT_OPERATION_TIMEOUT = 10.0;
+    public static final long EXACT_COUNT_THRESHOLD = 10_000;
+
+    private static final Pattern ID = Pattern.compile("[A-Za-z0-9._\\-:@+=~]+");
+    private static final Pattern QUEUE = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._\\-:]*");
+
+    private Limits() {}
+
+    public static String checkTaskId(String value, String field) {
+        if (value == null) {
+            throw new ValidationException(field, "must be a string");
+        }
+        if (value.isEmpty()) {
+            throw new ValidationException(field, "must not be empty");
+        }
+        if (value.length() > MAX_ID_LENGTH) {
+            throw new ValidationException(field, "longer than " + MAX_ID_LENGTH + " characters");
+        }
+        if (!ID.matcher(value).matches()) {
+            throw new ValidationException(field, "may hold only A-Z a-z 0-9 and . _ - : @ + = ~");
+        }
+        return value;
+    }
+
+    public static String checkTaskId(String value) {
+        return checkTaskId(value, "id");
+    }
+
+    public static List<String> checkIds(List<String> ids, String field) {
+        if (ids == null) {
+            throw new ValidationException(field, "must be a list of task ids");
+        }
+        for (int i = 0; i < ids.size(); i++) {
+            checkTaskId(ids.get(i), field + "[" + i + "]");
+        }
+        return ids;
+    }
+
+    public static String checkQueue(String value, String field) {
+        if (value == null) {
+            throw new ValidationException(field, "must be a string");
+        }
+        if (value.isEmpty()) {
+            throw new ValidationException(field, "must not be empty");
+        }
+        if (value.length() > MAX_QUEUE_LENGTH) {
+            throw new ValidationException(field, "longer than " + MAX_QUEUE_LENGTH + " characters");
+        }
+        if (!QUEUE.matcher(value).matches()) {
+            throw new ValidationException(field, "must start with a letter or digit and hold only A-Z a-z 0-9 and . _ - :");
+        }
+        return value;
+    }
+
+    public static String checkQueue(String value) {
+        return checkQueue(value, "queue");
+    }
+
+    public static int checkLimit(int value, String field) {
+        if (value < 1) {
+            throw new ValidationException(field, "must be at least 1");
+        }
+        if (value > MAX_LIMIT) {
+            throw new ValidationException(field, "must be at most " + MAX_LIMIT);
+        }
+        return value;
+    }
+
+    public static Duration checkLease(Duration value, String field) {
+        if (value == null) {
+            throw new ValidationException(field, "must be a duration");
+        }
+        if (value.isNegative() || value.isZero()) {
+            throw new ValidationException(field, "must be greater than zero");
+        }
+        if (value.compareTo(MAX_LEASE) > 0) {
+            throw new ValidationException(field, "must be at most 24 hours");
+        }
+        return value;
+    }
+
+    public static Duration checkDelay(Duration value, String field) {
+        if (value != null && value.isNegative()) {
+            throw new ValidationException(field, "must not be negative");
+        }
+        return value;
+    }
+
+    public static String checkToken(String value, String field) {
+        if (value == null || value.isEmpty()) {
+            throw new ValidationException(field, "must be a non-empty string");
+        }
+        return value;
+    }
+
+    public static Instant checkInstant(Instant value, String field) {
+        if (value == null) {
+            throw new ValidationException(field, "must be a datetime");
+        }
+        return value;
+    }
+
+    public static int checkPriority(int value, String field) {
+        if (value < Envelope.MIN_PRIORITY || value > Envelope.MAX_PRIORITY) {
+            throw new ValidationException(field, "must be from " + Envelope.MIN_PRIORITY + " to " + Envelope.MAX_PRIORITY);
+        }
+        return value;
+    }
+
+    public static String checkWorkerId(String value, String field) {
+        if (value == null) {
+            return null;
+        }
+        if (value.isEmpty()) {
+            throw new ValidationException(field, "must be a non-empty string or None");
+        }
+        if (value.length() > MAX_WORKER_ID_LENGTH) {
+            throw new ValidationException(field, "longer than " + MAX_WORKER_ID_LENGTH + " characters");
+        }
+        if (value.chars().anyMatch(c -> c < 0x20 || c == 0x7f)) {
+            throw new ValidationException(field, "must not contain control characters");
+        }
+        return value;
+    }
+
+    private static void checkText(String value, int limit, String field) {
+        if (value != null && value.length() > limit) {
+            throw new ValidationException(field, "longer than " + limit + " characters");
+        }
+    }
+
+    /** An attempt record handed to a resolution: its number, outcome and the length of its texts. */
+    public static Attempt checkAttempt(Attempt value, String field) {
+        if (value == null) {
+            throw new ValidationException(field, "must be an attempt record");
+        }
+        if (value.number() < 1) {
+            throw new ValidationException(field + ".number", "must be an integer of at least 1");
+        }
+        checkText(value.errorType(), MAX_ERROR_TYPE_LENGTH, field + ".error_type");
+        checkText(value.errorMessage(), MAX_ERROR_MESSAGE_LENGTH, field + ".error_message");
+        checkText(value.traceback(), MAX_TRACEBACK_LENGTH, field + ".traceback");
+        checkWorkerId(value.workerId(), field + ".worker_id");
+        return value;
+    }
+
+    /** An envelope offered to {@code enqueue}: ids, names, headers, counters and payload size. */
+    public static Envelope checkTask(Envelope task) {
+        if (task == null) {
+            throw new ValidationException("task", "must be an envelope");
+        }
+        checkTaskId(task.id(), "id");
+        checkQueue(task.queue(), "queue");
+        String ref = task.handlerRef();
+        if (ref == null || ref.isEmpty()) {
+            throw new ValidationException("handler_ref", "must be a non-empty string");
+        }
+        if (ref.length() > MAX_HANDLER_REF_LENGTH) {
+            throw new ValidationException("handler_ref", "longer than " + MAX_HANDLER_REF_LENGTH + " characters");
+        }
+        if (ref.codePoints().anyMatch(c -> Character.isWhitespace(c) || Character.isSpaceChar(c) || c < 0x20 || c == 0x7f)) {
+            throw new ValidationException("handler_ref", "must not contain whitespace or control characters");
+        }
+        Map<String, String> headers = task.headers();
+        if (headers.size() > MAX_HEADERS) {
+            throw new ValidationException("headers", "more than " + MAX_HEADERS + " headers");
+        }
+        for (var header : headers.entrySet()) {
+            String name = header.getKey();
+            if (name == null || name.isEmpty() || name.length() > MAX_HEADER_NAME_LENGTH) {
+                throw new ValidationException("headers", "header names must be 1-" + MAX_HEADER_NAME_LENGTH + " characters");
+            }
+            String value = header.getValue();
+            if (value == null || value.length() > MAX_HEADER_VALUE_LENGTH) {
+                throw new ValidationException("headers." + name, "must be a string of at most " + MAX_HEADER_VALUE_LENGTH + " characters");
+            }
+        }
+        if (task.attemptCount() < 0) {
+            throw new ValidationException("attempt_count", "must not be negative");
+        }
+        if (task.redriveCount() < 0) {
+            throw new ValidationException("redrive_count", "must not be negative");
+        }
+        checkPriority(task.priority(), "priority");
+        if (task.corrupt() != null) {
+            throw new ValidationException("corrupt", "a task read back as corrupt cannot be stored");
+        }
+        int size = task.payload().text().getBytes(StandardCharsets.UTF_8).length;
+        if (size > MAX_PAYLOAD_BYTES) {
+            throw new ValidationException("payload", "is " + size + " bytes encoded; the limit is " + MAX_PAYLOAD_BYTES);
+        }
+        for (int i = 0; i < task.attempts().size(); i++) {
+            if (task.attempts().get(i) == null) {
+                throw new ValidationException("attempts[" + i + "]", "must be an attempt record");
+            }
+        }
+        return task;
+    }
+
+    public static PageRequest checkPage(PageRequest page) {
+        if (page == null) {
+            throw new ValidationException("page", "must be a page request");
+        }
+        checkLimit(page.limit(), "page.limit");
+        return page;
+    }
+
+    public static Selector checkSelector(Selector selector) {
+        if (selector == null) {
+            throw new ValidationException("selector", "must be a selector");
+        }
+        if (selector.ids() != null) {
+            if (selector.ids().size() > MAX_SELECTOR_IDS) {
+                throw new ValidationException("selector.ids", "more than " + MAX_SELECTOR_IDS + " ids");
+            }
+            checkIds(selector.ids(), "selector.ids");
+        }
+        return selector;
+    }
+
+    public static AuditEntry checkAuditEntry(AuditEntry entry, String field) {
+        if (entry == null) {
+            throw new ValidationException(field, "must be an audit entry");
+        }
+        for (var word : new String[][] {{"actor", entry.actor()}, {"action", entry.action()}}) {
+            if (word[1] == null || word[1].isEmpty()) {
+                throw new ValidationException(field + "." + word[0], "must be a non-empty string");
+            }
+            checkText(word[1], MAX_AUDIT_WORD_LENGTH, field + "." + word[0]);
+        }
+        checkQueue(entry.queue(), field + ".queue");
+        checkText(entry.reason(), MAX_AUDIT_REASON_LENGTH, field + ".reason");
+        checkText(entry.error(), MAX_ERROR_MESSAGE_LENGTH, field + ".error");
+        if (entry.count() < 0) {
+            throw new ValidationException(field + ".count", "must be a non-negative integer");
+        }
+        if (entry.selector() != null && !entry.selector().isNull() && !entry.selector().text().strip().startsWith("{")) {
+            throw new ValidationException(field + ".selector", "must be an object");
+        }
+        return entry;
+    }
+}

@@ -1,0 +1,112 @@
+package io.rdq;
+
+import java.time.Duration;
+import java.time.Instant;
+import java.util.List;
+
+/**
+ * The storage contract of rdq: the same operations, promises and errors as the Python
+ * {@code rdq.spi.Storage} protocol (its docstrings are the contract; this interface names them
+ * the Java way). Every operation validates its input first and throws
+ * {@link ValidationException} naming the field before touching stored state; an unreachable or
+ * unresponsive backend throws {@link StorageUnavailableException}; other failures a
+ * {@link StorageException}. Operations before {@link #connect()} or after {@link #close()}
+ * throw {@link NotConnectedException}. Implementations are safe for use by many threads.
+ */
+public interface Storage extends AutoCloseable {
+
+    /** Open connections (idempotent). Throws {@link StorageUnavailableException} naming the
+     * endpoint when the backend cannot be reached. */
+    void connect();
+
+    /** Release every connection (idempotent); {@link #connect()} opens the store again. */
+    @Override
+    void close();
+
+    /** Create or upgrade the schema; idempotent and safe when several processes run it. */
+    void migrate();
+
+    /** Admit {@code task} due at its {@code nextAttemptAt}, else now + {@code delay} (null: now).
+     * Returns false if the id already exists in the same queue; throws
+     * {@link IdConflictException} if it exists in another. */
+    boolean enqueue(Envelope task, Duration delay);
+
+    default boolean enqueue(Envelope task) {
+        return enqueue(task, null);
+    }
+
+    /** {@link #enqueue} for many tasks at once: all valid tasks or none are admitted. */
+    List<Boolean> enqueueBatch(List<Envelope> tasks, Duration delay);
+
+    /** Claim up to {@code limit} due tasks of {@code queue}, highest priority first, oldest due
+     * first within a priority, leased for {@code lease} by the storage clock. */
+    List<Claimed> claimDue(String queue, int limit, Duration lease, String workerId);
+
+    default List<Claimed> claimDue(String queue, int limit, Duration lease) {
+        return claimDue(queue, limit, lease, null);
+    }
+
+    /** Set the lease to storage now + {@code lease}; returns the new expiry. */
+    Instant extendLease(String taskId, String token, Duration lease);
+
+    /** Failure path: append {@code attempt}, PENDING again at {@code nextAt}. Fenced on
+     * {@code token}: {@link StaleClaimException} (nothing changed) or {@link NotFoundException}. */
+    void reschedule(String taskId, String token, Attempt attempt, Instant nextAt);
+
+    /** Success path: append {@code attempt}, SUCCEEDED. Fenced like {@link #reschedule}. */
+    void complete(String taskId, String token, Attempt attempt);
+
+    /** Give up: append {@code attempt}, DEAD. Fenced like {@link #reschedule}. */
+    void deadLetter(String taskId, String token, Attempt attempt);
+
+    /** {@link #complete} for many claims; per item null (applied) or the
+     * {@link StaleClaimException} / {@link NotFoundException} {@code complete} would throw. */
+    List<StorageException> completeMany(List<Completion> completions);
+
+    /** One page of the DLQ of {@code queue} by (dead-lettering time, id). */
+    Page<Envelope> dlqList(String queue, DlqFilter filter, PageRequest page);
+
+    /** The task in any status with its full history; {@link NotFoundException} if absent. */
+    Envelope get(String taskId);
+
+    /** Return the selected DEAD tasks to PENDING, due now, attempt count reset. */
+    int redrive(String queue, Selector selector);
+
+    /** Delete the selected tasks (by ids: DEAD and CANCELLED; by filter: DEAD). */
+    int purge(String queue, Selector selector);
+
+    /** The DLQ grouped by (handler, last error type), largest group first. */
+    List<DlqGroup> dlqGroups(String queue);
+
+    /** One page of the tasks of {@code queue} in one status, by status time then id. */
+    Page<Envelope> listTasks(String queue, TaskFilter filter, PageRequest page);
+
+    /** Cancel the listed PENDING or IN_FLIGHT tasks of {@code queue}; returns how many. */
+    int cancel(String queue, List<String> taskIds);
+
+    /** The stats of every queue that holds a task, by queue name. */
+    List<Stats> listQueues();
+
+    /** Store tasks exactly as given (moving tasks between stores); one flag per task. */
+    List<Boolean> importTasks(List<Envelope> tasks);
+
+    /** Store an audit entry; returns it with its id and time (storage clock) set. */
+    AuditEntry appendAudit(AuditEntry entry);
+
+    /** One page of audit entries, newest first. */
+    Page<AuditEntry> listAudit(AuditFilter filter, PageRequest page);
+
+    /** The storage clock. */
+    Instant now();
+
+    /** A snapshot of the queue's counts by the storage clock. */
+    Stats stats(String queue);
+
+    /** Delete SUCCEEDED tasks completed, and CANCELLED ones cancelled, before {@code olderThan}. */
+    int purgeSucceeded(String queue, Instant olderThan);
+
+    Capabilities capabilities();
+
+    /** Block until a task of {@code queue} may be due or {@code timeout} passes; true when woken. */
+    boolean waitDue(String queue, Duration timeout);
+}

@@ -1,0 +1,139 @@
+package io.rdq.postgres;
+
+
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.zip.CRC32;
+
+/**
+ * The schema's numbered migrations: the very files of the Python plugin
+ * ({@code rdq_postgres/sql/migrations/NNNN_name.sql}), bundled into the jar by the build, so
+ * both languages create the same schema. This binding applies and accepts versions up to
+ * {@link #SUPPORTED} only: a schema migrated further by a newer rdq is refused.
+ */
+final class Migrations {
+    /** The schema version this binding's statements are written for. */
+    static final int SUPPORTED = 2;
+
+    record Migration(int version, String name, String sql) {}
+
+    private Migrations() {}
+
+    /** The bundled migrations up to {@link #SUPPORTED}, in order. */
+    static List<Migration> bundled(Sql sql) {
+        List<Migration> found = new ArrayList<>();
+        for (String file : Sql.read("sql/migrations/index.txt").split("\\R")) {
+            file = file.strip();
+            if (!file.matches("\\d{4}_[a-z0-9_]+\\.sql")) {
+                continue;
+            }
+            int version = Integer.parseInt(file.substring(0, 4));
+            if (version <= SUPPORTED) {
+                String name = file.substring(5, file.length() - 4);
+                found.add(new Migration(version, name, sql.render(Sql.read("sql/migrations/" + file))));
+            }
+        }
+        found.sort((a, b) -> Integer.compare(a.version(), b.version()));
+        for (int i = 0; i < found.size(); i++) {
+            if (found.get(i).version() != i + 1) {
+                throw new IllegalStateException("the jar lacks migration " + (i + 1) + " (rebuild it)");
+            }
+        }
+        if (found.size() != SUPPORTED) {
+            throw new IllegalStateException("the jar holds migrations up to " + found.size() + ", the code needs " + SUPPORTED);
+        }
+        return found;
+    }
+
+    /** The advisory lock key serialising migrations of {@code schema}, the same number the
+     * Python plugin uses (CRC-32 of {@code rdq.migrate.<schema>}, 31 bits). */
+    static long lockKey(String schema) {
+        CRC32 crc = new CRC32();
+        crc.update(("rdq.migrate." + schema).getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        return crc.getValue() & 0x7FFFFFFFL;
+    }
+
+    /** The highest applied version, 0 when the schema was never migrated. */
+    static int current(Connection conn, Sql sql) throws SQLException {
+        try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(sql.get("schema_exists").text())) {
+            rs.next();
+            if (!rs.getBoolean(1)) {
+                return 0;
+            }
+        }
+        try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(sql.get("schema_version").text())) {
+            rs.next();
+            return rs.getInt(1);
+        }
+    }
+
+    /** Refuse a schema newer than this binding knows. */
+    static void check(int version, String schema) {
+        if (version > SUPPORTED) {
+            throw new io.rdq.SchemaVersionException(schema, version, SUPPORTED);
+        }
+    }
+
+    /** Apply every migration not yet recorded, each in its own transaction, under the same
+     * session advisory lock as the Python plugin (other migrators wait). Returns the versions
+     * applied. */
+    static List<Integer> apply(Connection conn, Sql sql, String schema) throws SQLException {
+        long key = lockKey(schema);
+        try (PreparedStatement lock = conn.prepareStatement("SELECT pg_advisory_lock(?)")) {
+            lock.setLong(1, key);
+            lock.execute();
+        }
+        try {
+            try (Statement st = conn.createStatement()) {
+                st.execute(sql.render(Sql.read("sql/migrate_prepare.sql")));
+            }
+            Set<Integer> done = new HashSet<>();
+            try (Statement st = conn.createStatement();
+                    ResultSet rs = st.executeQuery("SELECT version FROM \"" + schema + "\".schema_migrations")) {
+                while (rs.next()) {
+                    done.add(rs.getInt(1));
+                }
+            }
+            check(done.stream().mapToInt(Integer::intValue).max().orElse(0), schema);
+            List<Integer> applied = new ArrayList<>();
+            for (Migration m : bundled(sql)) {
+                if (done.contains(m.version())) {
+                    continue;
+                }
+                conn.setAutoCommit(false);
+                try {
+                    try (Statement st = conn.createStatement()) {
+                        st.execute(m.sql());
+                    }
+                    try (PreparedStatement ins = conn.prepareStatement(
+                            "INSERT INTO \"" + schema + "\".schema_migrations (version, name) VALUES (?, ?)")) {
+                        ins.setInt(1, m.version());
+                        ins.setString(2, m.name());
+                        ins.execute();
+                    }
+                    conn.commit();
+                } catch (SQLException | RuntimeException e) {
+                    conn.rollback();
+                    throw e;
+                } finally {
+                    conn.setAutoCommit(true);
+                }
+                applied.add(m.version());
+            }
+            return applied;
+        } finally {
+            try (PreparedStatement unlock = conn.prepareStatement("SELECT pg_advisory_unlock(?)")) {
+                unlock.setLong(1, key);
+                unlock.execute();
+            }
+        }
+    }
+
+}

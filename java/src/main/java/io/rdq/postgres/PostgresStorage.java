@@ -1,0 +1,658 @@
+package io.rdq.postgres;
+
+import io.rdq.Attempt;
+import io.rdq.AuditEntry;
+import io.rdq.AuditFilter;
+import io.rdq.Capabilities;
+import io.rdq.Claimed;
+import io.rdq.Completion;
+import io.rdq.Cursors;
+import io.rdq.DlqFilter;
+import io.rdq.DlqGroup;
+import io.rdq.Envelope;
+import io.rdq.Limits;
+import io.rdq.NotConnectedException;
+import io.rdq.NotFoundException;
+import io.rdq.Page;
+import io.rdq.PageRequest;
+import io.rdq.Selector;
+import io.rdq.StaleClaimException;
+import io.rdq.Stats;
+import io.rdq.Storage;
+import io.rdq.StorageException;
+import io.rdq.StorageUnavailableException;
+import io.rdq.TaskFilter;
+import io.rdq.ValidationException;
+import io.rdq.json.EnvelopeJson;
+import io.rdq.json.Times;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.Comparator;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+/**
+ * The storage contract on PostgreSQL over JDBC, on the same tables as rdq's Python plugin
+ * (docs/postgres-schema.md). Every operation is one statement in autocommit: due-ness, leases
+ * and timestamps come from the database clock, claims use {@code FOR UPDATE SKIP LOCKED}, and
+ * every change after a claim is fenced on the claim token in its {@code WHERE} clause. The SQL
+ * is in the {@code sql/*.sql} resources beside this class.
+ *
+ * <pre>{@code
+ * try (Storage storage = PostgresStorage.fromUrl("postgresql://app:secret@db:5432/app")) {
+ *     storage.connect();
+ *     storage.enqueue(Envelope.of("order-42", "emails", "send_receipt", RawJson.encode(order)));
+ * }
+ * }</pre>
+ */
+public final class PostgresStorage implements Storage {
+    private final PostgresConfig config;
+    private final Sql sql;
+    private final DueListener listener;
+    private final Object lifecycle = new Object();
+    private volatile ConnectionPool pool;
+    private volatile Announcer announcer;
+    private volatile boolean closed;
+
+    public PostgresStorage(PostgresConfig config) {
+        this.config = config;
+        this.sql = new Sql(config.schema(), config.channel());
+        this.listener = new DueListener(config.jdbcUrl(), config.properties(false), config.channel());
+    }
+
+    /** A (not yet connected) store for a {@code postgresql://} URL; see {@link PostgresConfig}. */
+    public static PostgresStorage fromUrl(String url) {
+        return new PostgresStorage(PostgresConfig.parse(url));
+    }
+
+    public PostgresConfig config() {
+        return config;
+    }
+
+    @Override
+    public String toString() {
+        return "PostgresStorage(" + config.endpoint() + ", schema=" + config.schema() + ")";
+    }
+
+    // --- lifecycle ------------------------------------------------------------------------
+
+    @Override
+    public void connect() {
+        synchronized (lifecycle) {
+            if (pool != null) {
+                return;
+            }
+            ConnectionPool opened = new ConnectionPool(config.jdbcUrl(), config.properties(true), config.poolMax(),
+                    config.timeout(), config.endpoint());
+            try {
+                Connection conn = opened.acquire();
+                try {
+                    Migrations.check(Migrations.current(conn, sql), config.schema());
+                } finally {
+                    opened.release(conn, false);
+                }
+            } catch (SQLException e) {
+                opened.close();
+                throw Errors.translate(e, config.endpoint());
+            } catch (RuntimeException e) {
+                opened.close();
+                throw e;
+            }
+            listener.reopen();
+            announcer = new Announcer(this::sendNotify);
+            pool = opened;
+            closed = false;
+        }
+    }
+
+    @Override
+    public void close() {
+        synchronized (lifecycle) {
+            ConnectionPool open = pool;
+            if (open == null) {
+                return;
+            }
+            pool = null;
+            closed = true;
+            announcer.close();
+            listener.close();
+            open.close();
+        }
+    }
+
+    private ConnectionPool ready() {
+        ConnectionPool open = pool;
+        if (open == null) {
+            throw new NotConnectedException("PostgresStorage", closed);
+        }
+        return open;
+    }
+
+    /** Work done with one pooled connection. */
+    private interface Work<T> {
+        T run(Connection conn) throws SQLException;
+    }
+
+    private <T> T with(Work<T> work) {
+        ConnectionPool open = ready();
+        Connection conn;
+        try {
+            conn = open.acquire();
+        } catch (SQLException e) {
+            throw Errors.translate(e, config.endpoint());
+        }
+        boolean broken = false;
+        try {
+            return work.run(conn);
+        } catch (SQLException e) {
+            broken = Errors.broken(e);
+            if (Errors.unavailable(e) && broken) {
+                open.expire();
+            }
+            throw Errors.translate(e, config.endpoint());
+        } finally {
+            open.release(conn, broken);
+        }
+    }
+
+    /** Rows of a query, each mapped by {@code row}. */
+    private interface RowMapper<T> {
+        T map(ResultSet rs) throws SQLException;
+    }
+
+    private <T> List<T> query(String name, Params params, RowMapper<T> row) {
+        return with(conn -> {
+            try (PreparedStatement ps = params.prepare(conn, sql.get(name)); ResultSet rs = ps.executeQuery()) {
+                List<T> out = new ArrayList<>();
+                while (rs.next()) {
+                    out.add(row.map(rs));
+                }
+                return out;
+            }
+        });
+    }
+
+    private <T> T queryOne(String name, Params params, RowMapper<T> row) {
+        List<T> rows = query(name, params, row);
+        if (rows.size() != 1) {
+            throw new StorageException(name + ".sql returned " + rows.size() + " rows, expected one");
+        }
+        return rows.get(0);
+    }
+
+    private int update(String name, Params params) {
+        return with(conn -> {
+            try (PreparedStatement ps = params.prepare(conn, sql.get(name))) {
+                return ps.executeUpdate();
+            }
+        });
+    }
+
+    @Override
+    public void migrate() {
+        ready();
+        // a connection of its own: migrations are exempt from the operation timeout
+        try (Connection conn = java.sql.DriverManager.getConnection(config.jdbcUrl(), config.properties(false))) {
+            Migrations.apply(conn, sql, config.schema());
+        } catch (SQLException e) {
+            throw Errors.translate(e, config.endpoint());
+        }
+    }
+
+    @Override
+    public Capabilities capabilities() {
+        return new Capabilities(config.notifications(), true, true, true, false);
+    }
+
+    private void announce(String queue) {
+        Announcer current = announcer;
+        if (config.notifications() && current != null && queue != null) {
+            current.announce(queue);
+        }
+    }
+
+    private void sendNotify(Set<String> queues) {
+        if (pool == null) {
+            return;
+        }
+        for (String queue : queues) {
+            query("notify", Params.of().set("queue", queue), rs -> null);
+        }
+    }
+
+    // --- admission ------------------------------------------------------------------------
+
+    /** Text columns cannot hold NUL; the json columns keep the exact value. */
+    private static String text(String value) {
+        return value == null ? null : value.replace('\u0000', '\ufffd');
+    }
+
+    private static Map<String, io.rdq.RawJson> unknownFields(Envelope task) {
+        Map<String, io.rdq.RawJson> extra = new LinkedHashMap<>(task.extra());
+        extra.keySet().removeAll(EnvelopeJson.KNOWN);
+        return extra;
+    }
+
+    @Override
+    public boolean enqueue(Envelope task, Duration delay) {
+        ready();
+        Limits.checkTask(task);
+        Limits.checkDelay(delay, "delay");
+        Params params = Params.of()
+                .set("id", task.id())
+                .set("queue", task.queue())
+                .set("handler_ref", task.handlerRef())
+                .set("payload", task.payload().text())
+                .set("headers", EnvelopeJson.encodeHeaders(task.headers()))
+                .set("attempt_count", task.attemptCount())
+                .set("redrive_count", task.redriveCount())
+                .set("attempts", EnvelopeJson.encodeAttempts(task.attempts()))
+                .set("error_type", text(task.lastErrorType()))
+                .set("next_attempt_at", task.nextAttemptAt())
+                .set("delay_us", delay == null ? 0L : Times.micros(delay))
+                .set("retry", task.retry() == null ? null : EnvelopeJson.encodeRetry(task.retry()))
+                .set("format_version", task.formatVersion())
+                .set("extra", EnvelopeJson.encodeExtra(unknownFields(task)));
+        if (!query("enqueue", params, rs -> rs.getString(1)).isEmpty()) {
+            announce(task.queue());
+            return true;
+        }
+        List<String> holder = query("existing_queue", Params.of().set("id", task.id()), rs -> rs.getString(1));
+        if (!holder.isEmpty() && !holder.get(0).equals(task.queue())) {
+            throw new io.rdq.IdConflictException(task.id(), holder.get(0));
+        }
+        return false;
+    }
+
+    @Override
+    public List<Boolean> enqueueBatch(List<Envelope> tasks, Duration delay) {
+        ready();
+        if (tasks == null) {
+            throw new ValidationException("tasks", "must be a list of envelopes");
+        }
+        Limits.checkDelay(delay, "delay");
+        tasks.forEach(Limits::checkTask);
+        Map<String, Envelope> unique = new LinkedHashMap<>();
+        for (Envelope task : tasks) {
+            Envelope first = unique.putIfAbsent(task.id(), task);
+            if (first != null && !first.queue().equals(task.queue())) {
+                throw new io.rdq.IdConflictException(task.id(), first.queue());
+            }
+        }
+        if (unique.isEmpty()) {
+            return List.of();
+        }
+        List<Envelope> items = new ArrayList<>(unique.values());
+        int n = items.size();
+        String[] ids = new String[n];
+        String[] queues = new String[n];
+        String[] refs = new String[n];
+        String[] payloads = new String[n];
+        String[] headers = new String[n];
+        Integer[] attemptCounts = new Integer[n];
+        Integer[] redriveCounts = new Integer[n];
+        String[] attempts = new String[n];
+        String[] errorTypes = new String[n];
+        String[] nextAts = new String[n];
+        String[] retries = new String[n];
+        Integer[] formats = new Integer[n];
+        String[] extras = new String[n];
+        for (int i = 0; i < n; i++) {
+            Envelope t = items.get(i);
+            ids[i] = t.id();
+            queues[i] = t.queue();
+            refs[i] = t.handlerRef();
+            payloads[i] = t.payload().text();
+            headers[i] = EnvelopeJson.encodeHeaders(t.headers());
+            attemptCounts[i] = t.attemptCount();
+            redriveCounts[i] = t.redriveCount();
+            attempts[i] = EnvelopeJson.encodeAttempts(t.attempts());
+            errorTypes[i] = text(t.lastErrorType());
+            nextAts[i] = t.nextAttemptAt() == null ? null : Times.format(t.nextAttemptAt());
+            retries[i] = t.retry() == null ? null : EnvelopeJson.encodeRetry(t.retry());
+            formats[i] = t.formatVersion();
+            extras[i] = EnvelopeJson.encodeExtra(unknownFields(t));
+        }
+        Params params = Params.of().set("ids", ids).set("queues", queues).set("handler_refs", refs)
+                .set("payloads", payloads).set("headers", headers).set("attempt_counts", attemptCounts)
+                .set("redrive_counts", redriveCounts).set("attempts", attempts).set("error_types", errorTypes)
+                .set("next_attempt_ats", nextAts).set("retries", retries).set("format_versions", formats)
+                .set("extras", extras).set("delay_us", delay == null ? 0L : Times.micros(delay));
+        Set<String> present = new HashSet<>(queryOne("enqueue_batch", params, rs -> strings(rs, "present")));
+        Set<String> stored = new HashSet<>();
+        for (Envelope t : items) {
+            if (!present.contains(t.id())) {
+                stored.add(t.id());
+                announce(t.queue());
+            }
+        }
+        List<Boolean> result = new ArrayList<>(tasks.size());
+        for (Envelope t : tasks) {
+            result.add(stored.remove(t.id()));
+        }
+        return result;
+    }
+
+    private static List<String> strings(ResultSet rs, String column) throws SQLException {
+        java.sql.Array array = rs.getArray(column);
+        if (array == null) {
+            return List.of();
+        }
+        return Arrays.asList((String[]) array.getArray());
+    }
+
+    // --- claiming -------------------------------------------------------------------------
+
+    @Override
+    public List<Claimed> claimDue(String queue, int limit, Duration lease, String workerId) {
+        ready();
+        Limits.checkQueue(queue);
+        Limits.checkWorkerId(workerId, "worker_id");
+        Limits.checkLimit(limit, "limit");
+        Limits.checkLease(lease, "lease");
+        record Row(Claimed claimed, Instant dueAt) {}
+        List<Row> rows = query("claim", Params.of().set("queue", queue).set("limit", limit)
+                .set("lease_us", Times.micros(lease)), rs -> new Row(
+                        new Claimed(Rows.envelope(rs), rs.getString("token")), Rows.instant(rs, "claimed_due_at")));
+        List<Row> sorted = new ArrayList<>(rows);
+        sorted.sort(Comparator.comparing(Row::dueAt).thenComparing(r -> r.claimed().task().id()));
+        return sorted.stream().map(Row::claimed).toList();
+    }
+
+    @Override
+    public Instant extendLease(String taskId, String token, Duration lease) {
+        ready();
+        Limits.checkTaskId(taskId);
+        Limits.checkToken(token, "token");
+        Limits.checkLease(lease, "lease");
+        record Row(Instant expires, boolean found) {}
+        Row row = queryOne("extend_lease", Params.of().set("id", taskId).set("token", token)
+                .set("lease_us", Times.micros(lease)), rs -> new Row(Rows.instant(rs, "lease_expires_at"), rs.getBoolean("found")));
+        if (row.expires() == null) {
+            throw row.found() ? new StaleClaimException(taskId) : new NotFoundException(taskId);
+        }
+        return row.expires();
+    }
+
+    // --- resolution -----------------------------------------------------------------------
+
+    private void resolve(String statement, String taskId, String token, Attempt attempt, Instant nextAt) {
+        ready();
+        Limits.checkTaskId(taskId);
+        Limits.checkToken(token, "token");
+        Limits.checkAttempt(attempt, "attempt");
+        Params params = Params.of().set("id", taskId).set("token", token)
+                .set("attempt", EnvelopeJson.encodeAttempt(attempt)).set("error_type", text(attempt.errorType()));
+        if (statement.equals("reschedule")) {
+            params.set("next_at", Limits.checkInstant(nextAt, "next_at"));
+        }
+        record Row(boolean done, boolean found, String queue) {}
+        Row row = queryOne(statement, params, rs -> new Row(rs.getBoolean("done"), rs.getBoolean("found"), rs.getString("queue")));
+        if (!row.done()) {
+            throw row.found() ? new StaleClaimException(taskId) : new NotFoundException(taskId);
+        }
+        if (statement.equals("reschedule")) {
+            announce(row.queue());
+        }
+    }
+
+    @Override
+    public void reschedule(String taskId, String token, Attempt attempt, Instant nextAt) {
+        resolve("reschedule", taskId, token, attempt, nextAt);
+    }
+
+    @Override
+    public void complete(String taskId, String token, Attempt attempt) {
+        resolve("complete", taskId, token, attempt, null);
+    }
+
+    @Override
+    public void deadLetter(String taskId, String token, Attempt attempt) {
+        resolve("dead_letter", taskId, token, attempt, null);
+    }
+
+    @Override
+    public List<StorageException> completeMany(List<Completion> completions) {
+        ready();
+        if (completions == null) {
+            throw new ValidationException("completions", "must be a list of completions");
+        }
+        for (Completion item : completions) {
+            if (item == null) {
+                throw new ValidationException("completions", "must be completion items");
+            }
+            Limits.checkTaskId(item.taskId());
+            Limits.checkToken(item.token(), "token");
+            Limits.checkAttempt(item.attempt(), "attempt");
+        }
+        if (completions.isEmpty()) {
+            return List.of();
+        }
+        Map<String, Completion> first = new LinkedHashMap<>();
+        for (Completion item : completions) {
+            first.putIfAbsent(item.taskId(), item);
+        }
+        List<Completion> items = new ArrayList<>(first.values());
+        String[] ids = items.stream().map(Completion::taskId).toArray(String[]::new);
+        String[] tokens = items.stream().map(Completion::token).toArray(String[]::new);
+        String[] attempts = items.stream().map(c -> EnvelopeJson.encodeAttempt(c.attempt())).toArray(String[]::new);
+        String[] errorTypes = items.stream().map(c -> text(c.attempt().errorType())).toArray(String[]::new);
+        record Row(List<String> done, List<String> found) {}
+        Row row = queryOne("complete_many", Params.of().set("ids", ids).set("tokens", tokens)
+                .set("attempts", attempts).set("error_types", errorTypes), rs -> new Row(strings(rs, "done"), strings(rs, "found")));
+        Set<String> done = new HashSet<>(row.done());
+        Set<String> found = new HashSet<>(row.found());
+        List<StorageException> results = new ArrayList<>(completions.size());
+        for (Completion item : completions) {
+            if (done.contains(item.taskId()) && first.get(item.taskId()) == item) {
+                results.add(null);
+            } else if (found.contains(item.taskId())) {
+                results.add(new StaleClaimException(item.taskId()));
+            } else {
+                results.add(new NotFoundException(item.taskId()));
+            }
+        }
+        return Collections.unmodifiableList(results);
+    }
+
+    // --- DLQ ------------------------------------------------------------------------------
+
+    private static Params filterParams(DlqFilter filter) {
+        DlqFilter f = filter == null ? DlqFilter.ALL : filter;
+        return Params.of().set("error_type", text(f.errorType())).set("handler_ref", f.handlerRef())
+                .set("after", f.deadLetteredAfter()).set("before", f.deadLetteredBefore());
+    }
+
+    private static String dlqScope(String queue, DlqFilter filter) {
+        DlqFilter f = filter == null ? DlqFilter.ALL : filter;
+        return Cursors.scope("dlq", queue, f.errorType(), f.handlerRef(), f.deadLetteredAfter(), f.deadLetteredBefore());
+    }
+
+    @Override
+    public Page<Envelope> dlqList(String queue, DlqFilter filter, PageRequest page) {
+        ready();
+        Limits.checkQueue(queue);
+        Limits.checkPage(page);
+        String scope = dlqScope(queue, filter);
+        Params params = filterParams(filter).set("queue", queue).set("with_attempts", page.includeAttempts())
+                .set("limit", page.limit() + 1);
+        String statement = "dlq_first";
+        if (page.cursor() != null) {
+            Cursors.Position after = Cursors.decode(page.cursor(), scope);
+            params.set("cursor_at", after.at()).set("cursor_id", after.id());
+            statement = "dlq_next";
+        }
+        List<Envelope> rows = query(statement, params, Rows::envelope);
+        if (rows.size() <= page.limit()) {
+            return new Page<>(rows, null);
+        }
+        List<Envelope> tasks = rows.subList(0, page.limit());
+        Envelope last = tasks.get(tasks.size() - 1);
+        return new Page<>(tasks, Cursors.encode(scope, last.deadLetteredAt(), last.id()));
+    }
+
+    @Override
+    public Envelope get(String taskId) {
+        ready();
+        Limits.checkTaskId(taskId);
+        List<Envelope> rows = query("get", Params.of().set("id", taskId), Rows::envelope);
+        if (rows.isEmpty()) {
+            throw new NotFoundException(taskId);
+        }
+        return rows.get(0);
+    }
+
+    @Override
+    public int redrive(String queue, Selector selector) {
+        ready();
+        Limits.checkQueue(queue);
+        Limits.checkSelector(selector);
+        long count;
+        if (selector.ids() != null) {
+            count = queryOne("redrive_ids", Params.of().set("queue", queue).set("ids", selector.ids().toArray(String[]::new)),
+                    rs -> rs.getLong("n"));
+        } else {
+            count = queryOne("redrive_filter", filterParams(selector.filter()).set("queue", queue), rs -> rs.getLong("n"));
+        }
+        if (count > 0) {
+            announce(queue);
+        }
+        return (int) count;
+    }
+
+    @Override
+    public int purge(String queue, Selector selector) {
+        ready();
+        Limits.checkQueue(queue);
+        Limits.checkSelector(selector);
+        if (selector.ids() != null) {
+            return update("purge_ids", Params.of().set("queue", queue).set("ids", selector.ids().toArray(String[]::new)));
+        }
+        return update("purge_filter", filterParams(selector.filter()).set("queue", queue));
+    }
+
+    @Override
+    public List<DlqGroup> dlqGroups(String queue) {
+        throw new UnsupportedOperationException("dlqGroups arrives with schema version 3");
+    }
+
+    @Override
+    public Page<Envelope> listTasks(String queue, TaskFilter filter, PageRequest page) {
+        throw new UnsupportedOperationException("listTasks arrives with schema version 3");
+    }
+
+    @Override
+    public int cancel(String queue, List<String> taskIds) {
+        throw new UnsupportedOperationException("cancel arrives with schema version 3");
+    }
+
+    @Override
+    public List<Stats> listQueues() {
+        throw new UnsupportedOperationException("listQueues arrives with schema version 3");
+    }
+
+    @Override
+    public List<Boolean> importTasks(List<Envelope> tasks) {
+        throw new UnsupportedOperationException("importTasks arrives with schema version 3");
+    }
+
+    @Override
+    public AuditEntry appendAudit(AuditEntry entry) {
+        throw new UnsupportedOperationException("appendAudit arrives with schema version 3");
+    }
+
+    @Override
+    public Page<AuditEntry> listAudit(AuditFilter filter, PageRequest page) {
+        throw new UnsupportedOperationException("listAudit arrives with schema version 3");
+    }
+
+    // --- operations -----------------------------------------------------------------------
+
+    @Override
+    public Instant now() {
+        ready();
+        return queryOne("now", Params.of(), rs -> Rows.instant(rs, "now"));
+    }
+
+    @Override
+    public Stats stats(String queue) {
+        ready();
+        Limits.checkQueue(queue);
+        return queryOne("stats", Params.of().set("queue", queue), rs -> {
+            Instant asOf = Rows.instant(rs, "as_of");
+            Instant oldest = Rows.instant(rs, "oldest_due");
+            Double age = oldest == null ? null : Duration.between(oldest, asOf).toNanos() / 1e9;
+            return new Stats(queue, rs.getLong("pending"), rs.getLong("in_flight"), rs.getLong("dead"),
+                    rs.getLong("succeeded"), age, asOf, 0, List.of());
+        });
+    }
+
+    @Override
+    public int purgeSucceeded(String queue, Instant olderThan) {
+        ready();
+        Limits.checkQueue(queue);
+        Limits.checkInstant(olderThan, "older_than");
+        return update("purge_succeeded", Params.of().set("queue", queue).set("older_than", olderThan));
+    }
+
+    @Override
+    public boolean waitDue(String queue, Duration timeout) {
+        ready();
+        Limits.checkQueue(queue);
+        if (timeout == null || timeout.isNegative()) {
+            throw new ValidationException("timeout", "must be a non-negative number of seconds");
+        }
+        if (!config.notifications()) {
+            throw new UnsupportedOperationException("notify is turned off for this store (notify=false)");
+        }
+        try {
+            listener.ensure();
+        } catch (SQLException e) {
+            throw Errors.translate(e, config.endpoint());
+        }
+        CompletableFuture<Boolean> woken = listener.register(queue);
+        try {
+            record Row(Instant now, Instant nextDue) {}
+            Row row = queryOne("next_due", Params.of().set("queue", queue),
+                    rs -> new Row(Rows.instant(rs, "now"), Rows.instant(rs, "next_due")));
+            if (row.nextDue() != null && !row.nextDue().isAfter(row.now())) {
+                return true;
+            }
+            long waitNanos = timeout.toNanos();
+            boolean timed = false;
+            if (row.nextDue() != null) {
+                long untilDue = Duration.between(row.now(), row.nextDue()).toNanos();
+                if (untilDue < waitNanos) {
+                    waitNanos = untilDue;
+                    timed = true;
+                }
+            }
+            try {
+                return woken.get(waitNanos, TimeUnit.NANOSECONDS);
+            } catch (TimeoutException e) {
+                return timed;
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new StorageUnavailableException("interrupted while waiting for a due task");
+            } catch (ExecutionException e) {
+                return true;
+            }
+        } finally {
+            listener.unregister(queue, woken);
+        }
+    }
+}

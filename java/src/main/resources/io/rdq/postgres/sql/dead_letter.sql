@@ -1,0 +1,17 @@
+-- Give up: append :attempt (error type :error_type), DEAD now; fenced on :token.
+WITH upd AS (
+    UPDATE {schema}.task
+    SET status = 'DEAD',
+        dead_lettered_at = now(),
+        lease_expires_at = NULL,
+        claimed_at = NULL,
+        token = NULL,
+        attempts = {schema}.append_attempt(attempts, :attempt::json),
+        attempt_count = attempt_count + 1,
+        error_type = :error_type
+    WHERE id = :id AND token = :token AND status = 'IN_FLIGHT'
+    RETURNING queue
+)
+SELECT EXISTS (SELECT 1 FROM upd) AS done,
+       EXISTS (SELECT 1 FROM {schema}.task WHERE id = :id) AS found,
+       (SELECT queue FROM upd) AS queue

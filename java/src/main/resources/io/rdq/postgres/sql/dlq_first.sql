@@ -1,0 +1,13 @@
+-- The first DLQ page of :queue by (dead_lettered_at, id); NULL filters match anything.
+SELECT id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
+       CASE WHEN :with_attempts THEN attempts ELSE '[]'::json END AS attempts, created_at,
+       next_attempt_at, lease_expires_at, completed_at, dead_lettered_at, retry,
+       format_version, extra
+FROM {schema}.task
+WHERE queue = :queue AND status = 'DEAD'
+  AND (:error_type::text IS NULL OR error_type = :error_type)
+  AND (:handler_ref::text IS NULL OR handler_ref = :handler_ref)
+  AND (:after::timestamptz IS NULL OR dead_lettered_at >= :after)
+  AND (:before::timestamptz IS NULL OR dead_lettered_at < :before)
+ORDER BY dead_lettered_at, id
+LIMIT :limit

@@ -1,0 +1,14 @@
+-- Admit one task: its id back if it was inserted, no row if the id exists (then
+-- existing_queue.sql tells whether in the same queue or another).
+INSERT INTO {schema}.task (
+    id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
+    attempts, error_type, created_at, next_attempt_at, retry, format_version, extra
+)
+VALUES (
+    :id, :queue, :handler_ref, :payload::json, :headers::json, 'PENDING', :attempt_count,
+    :redrive_count, :attempts::json, :error_type, now(),
+    COALESCE(:next_attempt_at::timestamptz, now() + :delay_us * interval '1 microsecond'),
+    :retry::json, :format_version, :extra::json
+)
+ON CONFLICT (id) DO NOTHING
+RETURNING id

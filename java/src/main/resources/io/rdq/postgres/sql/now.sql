@@ -1,0 +1,2 @@
+-- The storage clock.
+SELECT now() AS now

@@ -1,0 +1,290 @@
+"""The store's mutations: each one function run whole inside one write transaction.
+
+Every function here takes the connection of the store's write link (already inside ``BEGIN
+IMMEDIATE``, see :mod:`rdq_sqlite._connection`) and validated arguments, and either returns
+or raises with nothing changed (the transaction is rolled back). Time comes from
+:func:`rdq_sqlite._clock.tick`, read after the write lock is held.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from rdq.errors import IDConflict, NotFound, StaleClaim
+from rdq.spi import (
+    MAX_PRIORITY,
+    Attempt,
+    AuditEntry,
+    Claimed,
+    Completion,
+    DLQFilter,
+    Envelope,
+    Outcome,
+    Selector,
+    Status,
+)
+from rdq_sqlite._clock import tick
+from rdq_sqlite._codec import (
+    audit_id,
+    audit_params,
+    encode_attempt,
+    envelope_from_row,
+    filter_params,
+    from_us,
+    import_row,
+    new_row,
+    to_us,
+)
+from rdq_sqlite._queries import SQL
+
+__all__ = [
+    "append_audit",
+    "cancel",
+    "claim",
+    "complete_many",
+    "enqueue",
+    "extend_lease",
+    "import_tasks",
+    "purge",
+    "purge_finished",
+    "redrive",
+    "resolve",
+]
+
+_ids_json = msgspec.json.Encoder().encode
+
+
+def _ids(ids: Sequence[str]) -> str:
+    return _ids_json(list(ids)).decode()
+
+
+def _existing(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:
+    rows = conn.execute(SQL.existing_queues, {"ids": _ids(ids)}).fetchall()
+    return dict(rows)
+
+
+def enqueue(
+    conn: sqlite3.Connection, tasks: Sequence[tuple[Envelope, str]], delay_us: int
+) -> list[bool]:
+    """Admit ``(task, payload JSON)`` pairs; one "stored" flag per pair. ``IDConflict`` (and
+    nothing stored) if an id exists, or comes earlier in the batch, in another queue."""
+    now = tick(conn)
+    existing = _existing(conn, [task.id for task, _ in tasks])
+    flags: list[bool] = []
+    rows: list[dict[str, Any]] = []
+    for task, payload in tasks:
+        queue = existing.get(task.id)
+        if queue is not None:
+            if queue != task.queue:
+                raise IDConflict(task.id, queue)
+            flags.append(False)
+            continue
+        existing[task.id] = task.queue
+        due = to_us(task.next_attempt_at)
+        rows.append(new_row(task, payload, now, now + delay_us if due is None else due))
+        flags.append(True)
+    conn.executemany(SQL.enqueue, rows)
+    return flags
+
+
+def claim(
+    conn: sqlite3.Connection, queue: str, limit: int, lease_us: int, worker_id: str | None
+) -> list[Claimed]:
+    """Claim up to ``limit`` due tasks of ``queue``, highest priority first, then oldest due.
+
+    The priorities are visited with one index seek each (only those that hold claimable
+    tasks), so tasks due later never make a claim scan."""
+    now = tick(conn)
+    picked: list[tuple[Any, ...]] = []
+    below = MAX_PRIORITY + 1
+    while len(picked) < limit:
+        found = conn.execute(SQL.claim_next_priority, {"queue": queue, "below": below}).fetchone()
+        if found is None:
+            break
+        below = found[0]
+        picked += conn.execute(
+            SQL.claim_candidates,
+            {"queue": queue, "priority": below, "now": now, "limit": limit - len(picked)},
+        ).fetchall()
+    if not picked:
+        return []
+    common = {"expires": now + lease_us, "now": now, "worker_id": worker_id}
+    claimed: dict[str, tuple[Any, ...]] = {}
+    pending = [row[0] for row in picked if row[1] == Status.PENDING]
+    if pending:
+        for row in conn.execute(SQL.claim_pending, {"ids": _ids(pending), **common}):
+            claimed[row[1]] = row
+    for task_id, status, attempt_count, lease_expires_at, claimed_at, claimed_by in picked:
+        if status == Status.PENDING:
+            continue
+        lapsed = from_us(lease_expires_at)
+        record = Attempt(
+            number=attempt_count + 1,
+            outcome=Outcome.LEASE_EXPIRED,
+            error_type="LeaseExpired",
+            error_message=(
+                f"lease expired at {lapsed.isoformat() if lapsed else '?'} "
+                "before the attempt was resolved"
+            ),
+            started_at=from_us(claimed_at),
+            finished_at=from_us(now),
+            worker_id=claimed_by,
+        )
+        row = conn.execute(
+            SQL.claim_expired, {"id": task_id, "attempt": encode_attempt(record), **common}
+        ).fetchone()
+        claimed[row[1]] = row
+    return [Claimed(envelope_from_row(claimed[row[0]][1:]), claimed[row[0]][0]) for row in picked]
+
+
+def _stale_or_missing(conn: sqlite3.Connection, task_id: str) -> StaleClaim | NotFound:
+    if conn.execute(SQL.task_queue, {"id": task_id}).fetchone() is None:
+        return NotFound(task_id)
+    return StaleClaim(task_id)
+
+
+def extend_lease(conn: sqlite3.Connection, task_id: str, token: str, lease_us: int) -> int:
+    """The new lease expiry (the store's now + lease) of a claim still held."""
+    now = tick(conn)
+    row = conn.execute(
+        SQL.extend_lease, {"id": task_id, "token": token, "expires": now + lease_us}
+    ).fetchone()
+    if row is None:
+        raise _stale_or_missing(conn, task_id)
+    expires: int = row[0]
+    return expires
+
+
+def resolve(
+    conn: sqlite3.Connection,
+    statement: str,
+    task_id: str,
+    token: str,
+    attempt: Attempt,
+    next_at_us: int | None = None,
+) -> str:
+    """Apply one fenced resolution (``reschedule``, ``complete`` or ``dead_letter``); return
+    the task's queue. ``StaleClaim`` or ``NotFound`` (nothing changed) otherwise."""
+    now = tick(conn)
+    row = conn.execute(
+        statement,
+        {
+            "id": task_id,
+            "token": token,
+            "now": now,
+            "next_at": next_at_us,
+            "attempt": encode_attempt(attempt),
+            "error_type": attempt.error_type,
+        },
+    ).fetchone()
+    if row is None:
+        raise _stale_or_missing(conn, task_id)
+    queue: str = row[0]
+    return queue
+
+
+def complete_many(
+    conn: sqlite3.Connection, completions: Sequence[Completion]
+) -> list[StaleClaim | NotFound | None]:
+    """``complete`` per item, each fenced on its own token, in one transaction."""
+    now = tick(conn)
+    results: list[StaleClaim | NotFound | None] = []
+    for item in completions:
+        row = conn.execute(
+            SQL.complete,
+            {
+                "id": item.task_id,
+                "token": item.token,
+                "now": now,
+                "attempt": encode_attempt(item.attempt),
+                "error_type": item.attempt.error_type,
+            },
+        ).fetchone()
+        results.append(None if row is not None else _stale_or_missing(conn, item.task_id))
+    return results
+
+
+def _dlq_filter_params(dlq_filter: DLQFilter) -> dict[str, Any]:
+    return filter_params(
+        dlq_filter.error_type,
+        dlq_filter.handler_ref,
+        to_us(dlq_filter.dead_lettered_after),
+        to_us(dlq_filter.dead_lettered_before),
+    )
+
+
+def redrive(conn: sqlite3.Connection, queue: str, selector: Selector) -> int:
+    now = tick(conn)
+    if selector.ids is not None:
+        cursor = conn.execute(
+            SQL.redrive_ids, {"queue": queue, "ids": _ids(selector.ids), "now": now}
+        )
+    else:
+        params = _dlq_filter_params(selector.filter or DLQFilter())
+        cursor = conn.execute(SQL.redrive_filter, {"queue": queue, "now": now, **params})
+    return cursor.rowcount
+
+
+def purge(conn: sqlite3.Connection, queue: str, selector: Selector) -> int:
+    if selector.ids is not None:
+        cursor = conn.execute(SQL.purge_ids, {"queue": queue, "ids": _ids(selector.ids)})
+    else:
+        params = _dlq_filter_params(selector.filter or DLQFilter())
+        cursor = conn.execute(SQL.purge_filter, {"queue": queue, **params})
+    return cursor.rowcount
+
+
+def purge_finished(conn: sqlite3.Connection, queue: str, before_us: int, chunk: int) -> int:
+    """Delete up to ``chunk`` SUCCEEDED/CANCELLED tasks finished before ``before_us``."""
+    cursor = conn.execute(SQL.purge_finished, {"queue": queue, "before": before_us, "chunk": chunk})
+    return cursor.rowcount
+
+
+def cancel(conn: sqlite3.Connection, queue: str, task_ids: Sequence[str]) -> int:
+    now = tick(conn)
+    cursor = conn.execute(SQL.cancel, {"queue": queue, "ids": _ids(task_ids), "now": now})
+    return cursor.rowcount
+
+
+def import_tasks(conn: sqlite3.Connection, tasks: Sequence[Envelope]) -> list[bool]:
+    """Store tasks verbatim; ``IDConflict`` (nothing stored) if an id is taken by another
+    queue. A status time the task lacks is set to the store's now."""
+    now = tick(conn)
+    existing = _existing(conn, [task.id for task in tasks])
+    flags: list[bool] = []
+    rows: list[dict[str, Any]] = []
+    for task in tasks:
+        queue = existing.get(task.id)
+        if queue is not None:
+            if queue != task.queue:
+                raise IDConflict(task.id, queue)
+            flags.append(False)
+            continue
+        existing[task.id] = task.queue
+        row = import_row(task)
+        column = _STATUS_TIME[task.status]
+        if row[column] is None:
+            row[column] = now
+        rows.append(row)
+        flags.append(True)
+    conn.executemany(SQL.import_tasks, rows)
+    return flags
+
+
+_STATUS_TIME = {
+    Status.PENDING: "next_attempt_at",
+    Status.IN_FLIGHT: "lease_expires_at",
+    Status.SUCCEEDED: "completed_at",
+    Status.DEAD: "dead_lettered_at",
+    Status.CANCELLED: "cancelled_at",
+}
+
+
+def append_audit(conn: sqlite3.Connection, entry: AuditEntry) -> AuditEntry:
+    now = tick(conn)
+    seq: int = conn.execute(SQL.append_audit, {"time": now, **audit_params(entry)}).fetchone()[0]
+    return msgspec.structs.replace(entry, id=audit_id(seq), time=from_us(now))

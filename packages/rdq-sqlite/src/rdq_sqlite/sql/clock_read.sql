@@ -1,0 +1,1 @@
+SELECT now_us FROM clock WHERE one = 1

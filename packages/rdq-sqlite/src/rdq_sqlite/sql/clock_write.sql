@@ -1,0 +1,1 @@
+UPDATE clock SET now_us = ? WHERE one = 1

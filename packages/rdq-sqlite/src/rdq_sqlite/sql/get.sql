@@ -1,0 +1,1 @@
+SELECT {columns} FROM task WHERE id = :id

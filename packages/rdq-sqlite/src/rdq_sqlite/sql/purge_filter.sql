@@ -1,0 +1,1 @@
+DELETE FROM task WHERE queue = :queue AND status = 'DEAD' AND {filter}

@@ -1,0 +1,3 @@
+DELETE FROM task
+WHERE id IN (SELECT value FROM json_each(:ids))
+    AND +queue = :queue AND +status IN ('DEAD', 'CANCELLED')

@@ -1,0 +1,7 @@
+UPDATE task SET
+    status = 'PENDING',
+    attempt_count = 0,
+    redrive_count = redrive_count + 1,
+    next_attempt_at = :now,
+    dead_lettered_at = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +queue = :queue AND +status = 'DEAD'

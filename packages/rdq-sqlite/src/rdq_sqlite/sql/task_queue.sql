@@ -1,0 +1,1 @@
+SELECT queue FROM task WHERE id = :id
