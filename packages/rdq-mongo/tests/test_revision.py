@@ -253,7 +253,7 @@ async def test_audit_entries_are_listed_newest_first_in_stable_pages(store: Mong
         if cursor is None:
             break
     times = {e.id: e.time for e in stored}
-    assert sorted(seen, key=lambda i: (times[i], i), reverse=True) == seen  # type: ignore[index]
+    assert sorted(seen, key=lambda i: (times[i], i), reverse=True) == seen
     assert set(seen) == set(times)
 
     purges, _ = await store.list_audit(AuditFilter(queue="q", action="purge"), Page())

@@ -42,6 +42,7 @@ import msgspec
 
 from rdq.errors import ValidationError
 from rdq.spi import (
+    STATUS_TIME_FIELDS,
     Attempt,
     AuditEntry,
     Envelope,
@@ -51,9 +52,8 @@ from rdq.spi import (
 )
 
 __all__ = [
-    "STATUS_TIME_FIELDS",
+    "NO_ATTEMPTS",
     "TIME_FIELDS",
-    "UndecodableDocument",
     "attempt_to_document",
     "audit_from_document",
     "audit_to_document",
@@ -98,13 +98,9 @@ _ATTEMPT_TIMES = frozenset({"started_at", "finished_at"})
 _json_decoder = msgspec.json.Decoder()
 
 
-class UndecodableDocument(Exception):
-    """A stored document this release cannot turn back into an envelope."""
-
-    def __init__(self, task_id: object, reason: str) -> None:
-        self.task_id = task_id
-        self.reason = reason
-        super().__init__(f"task {task_id!r} is stored in a form rdq cannot read: {reason}")
+NO_ATTEMPTS: dict[str, Any] = {"attempts": {"$slice": 0}}
+"""The projection of a listing without attempts: none of the records, but an ``attempts``
+that is not an array comes through as it is (so it is still reported corrupt)."""
 
 
 def to_micros(at: datetime | None) -> int | None:
@@ -177,52 +173,121 @@ def envelope_to_document(task: Envelope) -> dict[str, Any]:
     return doc
 
 
-def envelope_from_document(doc: dict[str, Any], *, with_attempts: bool = True) -> Envelope:
-    """Rebuild the envelope stored in ``doc``.
+def envelope_from_document(doc: dict[str, Any]) -> Envelope:
+    """Rebuild the envelope stored in ``doc``; never raises.
 
-    Raises ``UndecodableDocument`` (naming the id) if the document is damaged or was written
-    in a form this release cannot read."""
-    task_id = doc.get("_id")
+    A document that does not decode (edited by hand, written by a buggy producer) comes back
+    with ``corrupt`` set: each field that did not decode is named with what is wrong and its
+    raw stored value, and holds its default; the others (``id``, ``queue`` and ``status``
+    always) are filled in. A listing without attempts reads them through ``NO_ATTEMPTS``:
+    an ``attempts`` that is not an array still shows, malformed records inside one do
+    not."""
+    problems: list[str] = []
+    raw: dict[str, Any] = {}
+    obj: dict[str, Any] = {}
+
+    def wrong(name: str, what: str, value: Any) -> None:
+        problems.append(f"{name}: {what}; raw stored value: {_shown(value)}")
+
+    body = doc.get("body")
     try:
-        obj = _json_decoder.decode(doc["body"])
-        if not isinstance(obj, dict):
-            raise TypeError("the body is not a JSON object")
-        obj["id"] = task_id
-        for name in ("queue", "handler_ref", "status", "attempt_count", "redrive_count"):
-            obj[name] = doc[name]
-        for name in ("priority", "claimed_by"):
-            if doc.get(name) is not None:
-                obj[name] = doc[name]
-        for name in TIME_FIELDS:
-            obj[name] = from_micros(doc.get(name))
-        attempts = doc.get("attempts") if with_attempts else []
-        if not isinstance(attempts, list):
-            raise TypeError("attempts is not an array")
-        obj["attempts"] = [_attempt_builtins(a) for a in attempts]
-        return envelope_from_builtins(obj)
-    except (KeyError, TypeError, ValueError, OverflowError, msgspec.DecodeError) as exc:
-        # ValidationError is a ValueError: a field of the wrong type or value lands here too.
-        reason = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise UndecodableDocument(task_id, reason) from exc
+        decoded = _json_decoder.decode(body) if isinstance(body, str | bytes) else None
+    except msgspec.DecodeError as exc:
+        wrong("body", f"not JSON ({exc})", body)
+    else:
+        if isinstance(decoded, dict):
+            raw.update((key, value) for key, value in decoded.items() if key not in _TOP_LEVEL)
+        else:
+            wrong("body", "not a JSON object", body)
+    for name in ("handler_ref", "attempt_count", "redrive_count", "priority", "claimed_by"):
+        if doc.get(name) is not None:
+            raw[name] = doc[name]
+    for name in TIME_FIELDS:
+        value = doc.get(name)
+        try:
+            raw[name] = from_micros(value)
+        except (TypeError, OverflowError):
+            wrong(name, "not a time in integer microseconds", value)
+    attempts = doc.get("attempts", [])
+    if not isinstance(attempts, list):
+        wrong("attempts", f"a {type(attempts).__name__}, not an array", attempts)
+    else:
+        try:
+            raw["attempts"] = [_attempt_builtins(a) for a in attempts]
+        except (TypeError, OverflowError) as exc:
+            wrong("attempts", str(exc), attempts)
+    obj.update(raw)
+    obj["id"] = _text(doc.get("_id"), "id", wrong)
+    obj["queue"] = _text(doc.get("queue"), "queue", wrong)
+    status = doc.get("status")
+    if status in _STATUSES:
+        obj["status"] = status
+    else:
+        wrong("status", "not a status (read as DEAD)", status)
+        obj["status"] = Status.DEAD.value
+    if not isinstance(obj.get("handler_ref"), str):
+        wrong("handler_ref", "not a string", doc.get("handler_ref"))
+        obj["handler_ref"] = ""
+    obj.pop("corrupt", None)
+    # Drop what does not convert, one field at a time, naming each.
+    for _ in range(len(obj) + 1):
+        try:
+            task = envelope_from_builtins(obj)
+            break
+        except ValidationError as exc:
+            field = _top_field(exc.field)
+            if field is None or field in _KEPT or field not in obj:
+                task = _bare(obj)
+                wrong(exc.field or "envelope", exc.message, raw)
+                break
+            wrong(field, exc.message, doc.get(field, raw.get(field)))
+            del obj[field]
+    else:  # pragma: no cover - every round removes a field, so the loop always breaks
+        task = _bare(obj)
+    if problems:
+        task.corrupt = "; ".join(problems)
+    return task
+
+
+_STATUSES = frozenset(status.value for status in Status)
+_KEPT = frozenset({"id", "queue", "status", "handler_ref"})
+_SHOWN_CHARS = 2000
+
+
+def _text(value: Any, name: str, wrong: Any) -> str:
+    if isinstance(value, str):
+        return value
+    wrong(name, "not a string", value)
+    return str(value)
+
+
+def _top_field(path: str | None) -> str | None:
+    """The top-level field of a dotted path such as ``attempts[0].number``."""
+    if not path or path == "envelope":
+        return None
+    return path.split(".", 1)[0].split("[", 1)[0]
+
+
+def _bare(obj: dict[str, Any]) -> Envelope:
+    return Envelope(
+        id=obj["id"], queue=obj["queue"], handler_ref=obj["handler_ref"], status=obj["status"]
+    )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    if len(text) > _SHOWN_CHARS:
+        return text[:_SHOWN_CHARS] + f"... ({len(text)} characters)"
+    return text
 
 
 def _attempt_builtins(raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
-        raise TypeError("an attempt is not an object")
+        raise TypeError(f"an attempt is a {type(raw).__name__}, not an object")
     out = dict(raw)
     for name in _ATTEMPT_TIMES:
         out[name] = from_micros(out.get(name))
     return out
-
-
-STATUS_TIME_FIELDS = {
-    Status.PENDING: "next_attempt_at",
-    Status.IN_FLIGHT: "lease_expires_at",
-    Status.SUCCEEDED: "completed_at",
-    Status.DEAD: "dead_lettered_at",
-    Status.CANCELLED: "cancelled_at",
-}
-"""The envelope field that holds each status's time (``status_at`` copies it)."""
 
 
 def audit_to_document(entry: AuditEntry, entry_id: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.errors import OperationFailure
 
-from rdq_mongo._codec import STATUS_TIME_FIELDS
+from rdq.spi import STATUS_TIME_FIELDS
 from rdq_mongo._connection import Connection
 
 __all__ = ["AUDIT_INDEXES", "OLD_INDEXES", "TASK_INDEXES", "migrate"]
@@ -29,9 +29,12 @@ TASK_INDEXES = [
 """The indexes of the tasks collection (``_id`` is unique by itself)."""
 
 AUDIT_INDEXES = [
-    IndexModel([("time", DESCENDING), ("_id", DESCENDING)], name="rdq_audit_time"),
+    # Ascending, though list_audit reads newest first: a server walks an index backwards as
+    # well as forwards, and SecantusDB 0.7.0b3 drops the boundary of a range on a descending
+    # key that follows an equality prefix.
+    IndexModel([("time", ASCENDING), ("_id", ASCENDING)], name="rdq_audit_time"),
     IndexModel(
-        [("queue", ASCENDING), ("time", DESCENDING), ("_id", DESCENDING)],
+        [("queue", ASCENDING), ("time", ASCENDING), ("_id", ASCENDING)],
         name="rdq_audit_queue_time",
     ),
 ]

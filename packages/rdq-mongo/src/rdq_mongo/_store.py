@@ -6,7 +6,6 @@ One method per contract operation; the queries live in ``_queries``, the documen
 
 from __future__ import annotations
 
-import logging
 import secrets
 import uuid
 from collections.abc import Iterator, Sequence
@@ -42,9 +41,7 @@ from rdq.spi import (
 from rdq_mongo import _queries as q
 from rdq_mongo._admission import Admission, admit_batch, admit_one
 from rdq_mongo._codec import (
-    STATUS_TIME_FIELDS,
-    TIME_FIELDS,
-    UndecodableDocument,
+    NO_ATTEMPTS,
     attempt_to_document,
     audit_from_document,
     audit_to_document,
@@ -60,10 +57,6 @@ from rdq_mongo._reads import dlq_groups, keyset_page, queue_stats, server_now
 from rdq_mongo._url import MongoConfig, parse_url
 
 __all__ = ["MongoStorage"]
-
-log = logging.getLogger("rdq_mongo")
-
-_NO_ATTEMPTS = {"attempts": 0}
 
 
 def _micros(delta: timedelta) -> int:
@@ -159,7 +152,7 @@ class MongoStorage(StorageBase):
         """Stored exactly as given, with no claim token, all-or-nothing like
         ``enqueue_batch``."""
         connection = self._connection()
-        items = [Admission.imported(task) for task in _check_imported(tasks)]
+        items = [Admission.imported(task) for task in limits.check_imported_tasks(tasks)]
         with self._errors():
             return await admit_batch(connection, items)
 
@@ -186,39 +179,8 @@ class MongoStorage(StorageBase):
                 )
                 if doc is None:
                     break
-                try:
-                    claimed.append(Claimed(envelope_from_document(doc), token))
-                except UndecodableDocument as exc:
-                    await self._quarantine(connection, exc, token)
+                claimed.append(Claimed(envelope_from_document(doc), token))
         return claimed
-
-    async def _quarantine(
-        self, connection: Connection, exc: UndecodableDocument, token: str
-    ) -> None:
-        """Move a claimed document that cannot be decoded to the DLQ (by its token), so it
-        never blocks the queue, and report it with its id."""
-        log.error(
-            "rdq_mongo: dead-lettering task %r, its stored document cannot be decoded: %s",
-            exc.task_id,
-            exc.reason,
-        )
-        await connection.tasks.update_one(
-            {"_id": exc.task_id, "token": token},
-            [
-                {
-                    "$set": {
-                        "status": Status.DEAD.value,
-                        "dead_lettered_at": q.NOW_US,
-                        "status_at": q.NOW_US,
-                        "last_error_type": "UndecodableTask",
-                        "decode_error": {"$literal": exc.reason},
-                        "due": None,
-                        "token": None,
-                        "lease_expires_at": None,
-                    }
-                }
-            ],
-        )
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         connection = self._connection()
@@ -350,10 +312,7 @@ class MongoStorage(StorageBase):
             doc = await connection.tasks.find_one({"_id": task_id})
         if doc is None:
             raise NotFound(task_id)
-        try:
-            return envelope_from_document(doc)
-        except UndecodableDocument as exc:
-            raise StorageError(str(exc)) from None
+        return envelope_from_document(doc)
 
     async def redrive(self, queue: str, selector: Selector) -> int:
         connection = self._connection()
@@ -411,14 +370,9 @@ class MongoStorage(StorageBase):
                 field,
                 limit=page.limit,
                 after=after,
-                projection=None if page.include_attempts else _NO_ATTEMPTS,
+                projection=None if page.include_attempts else NO_ATTEMPTS,
             )
-        tasks: list[Envelope] = []
-        for doc in docs:
-            try:
-                tasks.append(envelope_from_document(doc, with_attempts=page.include_attempts))
-            except UndecodableDocument as exc:
-                log.error("rdq_mongo: skipping task %r in a listing: %s", exc.task_id, exc)
+        tasks = [envelope_from_document(doc) for doc in docs]
         if not more or not docs:
             return tasks, None
         last_at = from_micros(docs[-1].get(field))
@@ -430,8 +384,6 @@ class MongoStorage(StorageBase):
         connection = self._connection()
         limits.check_queue(queue)
         ids = limits.check_ids(task_ids)
-        if len(ids) > limits.MAX_SELECTOR_IDS:
-            raise ValidationError(f"more than {limits.MAX_SELECTOR_IDS} ids", field="ids")
         if not ids:
             return 0
         live = [Status.PENDING.value, Status.IN_FLIGHT.value]
@@ -535,32 +487,6 @@ def _key_micros(at: datetime) -> int:
     if micros is None:  # a decoded cursor always carries a time
         raise StorageError("a cursor without a time")
     return micros
-
-
-def _check_imported(tasks: object) -> list[Envelope]:
-    """Tasks offered to ``import_tasks``: at most ``MAX_LIMIT``, each valid for ``enqueue``
-    with a known status, ``created_at`` and its status time set, aware timestamps, a valid
-    ``claimed_by`` and valid attempt records."""
-    if isinstance(tasks, str | bytes) or not isinstance(tasks, Sequence):
-        raise ValidationError("must be a list of rdq.spi.Envelope", field="tasks")
-    if len(tasks) > limits.MAX_LIMIT:
-        raise ValidationError(f"more than {limits.MAX_LIMIT} tasks", field="tasks")
-    checked: list[Envelope] = []
-    for value in tasks:
-        task = limits.check_task(value)
-        if not isinstance(task.status, Status):
-            raise ValidationError("must be an rdq.spi.Status", field="status")
-        for name in ("created_at", STATUS_TIME_FIELDS[task.status]):
-            if getattr(task, name) is None:
-                raise ValidationError(f"must be set on an imported {task.status} task", name)
-        for name in TIME_FIELDS:
-            if (at := getattr(task, name)) is not None:
-                limits.check_aware(at, name)
-        limits.check_worker_id(task.claimed_by, "claimed_by")
-        for i, record in enumerate(task.attempts):
-            limits.check_attempt(record, f"attempts[{i}]")
-        checked.append(task)
-    return checked
 
 
 def _check_resolution(task_id: str, token: str, attempt: Attempt) -> None:
