@@ -9,7 +9,8 @@ import pytest_asyncio
 
 from rdq import open_storage
 from rdq.spi import Storage
-from rdq_compliance import StorageSuite
+from rdq_compliance import CorruptTaskWriter, StorageSuite
+from rdq_redis import RedisStorage
 
 
 class TestRedisCompliance(StorageSuite):
@@ -22,3 +23,8 @@ class TestRedisCompliance(StorageSuite):
         async with open_storage(storage_url) as store:
             await store.migrate()
             yield store
+
+    @pytest.fixture
+    def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
+        assert isinstance(storage, RedisStorage)
+        return storage.put_corrupt_task

@@ -13,7 +13,8 @@ from redis.asyncio.cluster import RedisCluster
 from rdq import open_storage
 from rdq.errors import IDConflict, NotFound
 from rdq.spi import Attempt, Envelope, Outcome, Selector, Storage
-from rdq_compliance import StorageSuite
+from rdq_compliance import CorruptTaskWriter, StorageSuite
+from rdq_redis import RedisStorage
 
 
 class TestRedisClusterCompliance(StorageSuite):
@@ -33,6 +34,11 @@ class TestRedisClusterCompliance(StorageSuite):
         async with open_storage(storage_url) as store:
             await store.migrate()
             yield store
+
+    @pytest.fixture
+    def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
+        assert isinstance(storage, RedisStorage)
+        return storage.put_corrupt_task
 
 
 @pytest.mark.asyncio

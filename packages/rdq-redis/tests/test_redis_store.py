@@ -18,6 +18,7 @@ from redis.crc import key_slot
 from redis.exceptions import NoScriptError
 
 import rdq_redis._notify as notify_module
+import rdq_redis._pages as pages_module
 import rdq_redis._store as store_module
 from rdq import open_storage
 from rdq.errors import ConfigError, IDConflict, NotFound, StaleClaim, StorageError
@@ -123,11 +124,13 @@ async def test_every_key_of_a_queue_shares_one_cluster_slot(
     storage: Storage, redis_url: str, key_prefix: str
 ) -> None:
     queue = new_queue()
-    tasks = [new_task(queue) for _ in range(4)]
+    tasks = [new_task(queue) for _ in range(5)]
     await storage.enqueue_batch(tasks)
     claimed = await storage.claim_due(queue, 3, LEASE)
     await storage.complete(claimed[0].task.id, claimed[0].token, failed(1))
     await storage.dead_letter(claimed[1].task.id, claimed[1].token, failed(1))
+    unclaimed = {t.id for t in tasks} - {c.task.id for c in claimed}
+    assert await storage.cancel(queue, [min(unclaimed)]) == 1
 
     client = aioredis.Redis.from_url(redis_url)
     try:
@@ -136,10 +139,21 @@ async def test_every_key_of_a_queue_shares_one_cluster_slot(
         await client.aclose()
     queue_keys = [k for k in keys if k.startswith(f"{key_prefix}:{{{queue}}}:")]
     index_keys = [k for k in keys if k.startswith(f"{key_prefix}:id:")]
-    assert sorted(queue_keys + index_keys) == sorted(keys)
+    global_keys = {f"{key_prefix}:queues", f"{key_prefix}:layout"}
+    assert sorted(queue_keys + index_keys + sorted(global_keys)) == sorted(keys)
     assert {f"{key_prefix}:id:{{{t.id}}}" for t in tasks} == set(index_keys)
-    suffixes = {k.split("}:", 1)[1].split(":", 1)[0] for k in queue_keys}
-    assert suffixes == {"pending", "inflight", "dead", "succeeded", "task"}
+    suffixes = {k.split("}:", 1)[1] for k in queue_keys if ":task:" not in k}
+    assert {s.split(":", 1)[0] for s in suffixes} == {
+        "levels",
+        "pending",
+        "inflight",
+        "dead",
+        "succeeded",
+        "cancelled",
+        "groups",
+        "group",
+    }
+    assert {"pending:0", "inflight:0"} <= suffixes
     assert len({key_slot(k.encode()) for k in queue_keys}) == 1
 
 
@@ -299,7 +313,7 @@ async def test_dlq_pages_fill_up_across_bounded_scans(
 ) -> None:
     """A selective filter over a long DLQ: each script call scans a few entries, the page
     still comes back full and in order."""
-    monkeypatch.setattr(store_module, "_DLQ_SCAN_BUDGET", 3)
+    monkeypatch.setattr(pages_module, "SCAN_BUDGET", 3)
     queue = new_queue()
     order = await _dead_letter(
         storage, queue, ["Rare" if i % 5 == 0 else "Common" for i in range(25)]
@@ -433,7 +447,7 @@ async def test_a_script_lost_again_after_its_reload_runs_by_its_text(
 ) -> None:
     """A mock for a race a test cannot time: the script cache is flushed between redis-py's
     reload and its second EVALSHA, so NOSCRIPT escapes the driver."""
-    scripts = storage._ready()  # type: ignore[attr-defined]
+    scripts = storage._live().scripts  # type: ignore[attr-defined]
     calls = 0
 
     async def always_noscript(*args: object, **kwargs: object) -> object:
@@ -442,7 +456,7 @@ async def test_a_script_lost_again_after_its_reload_runs_by_its_text(
         raise NoScriptError("No matching script. Please use EVAL.")
 
     # Calls look __call__ up on the class: every registered script now fails that way.
-    monkeypatch.setattr(type(scripts.enqueue), "__call__", always_noscript)
+    monkeypatch.setattr(type(scripts.by_name["enqueue"]), "__call__", always_noscript)
     queue = new_queue()
     assert await storage.enqueue(new_task(queue)) is True
     assert calls == 1

@@ -45,7 +45,10 @@ class Node:
     async def queues(self) -> list[Stats]:
         """Every queue the store holds tasks for, and the queues this node works (even when
         empty), by name."""
-        found = {s.queue: s for s in await self.admin.list_queues()}
+        try:
+            found = {s.queue: s for s in await self.admin.list_queues()}
+        except NotImplementedError:  # a store without list_queues: the configured ones
+            found = {}
         for queue in self.settings.queues:
             if queue not in found:
                 found[queue] = await self.storage.stats(queue)
