@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 
 from rdq.errors import NotConnected
@@ -90,24 +91,24 @@ def _is_open(storage: MongoStorage) -> bool:
     return storage.is_open
 
 
-def test_capabilities_before_connect_are_exactly_these() -> None:
-    storage = MongoStorage.from_url("mongodb://127.0.0.1:1/never")
-    assert storage.capabilities() == Capabilities(
-        notify=False,
-        filter_pushdown=True,
-        batch_enqueue=True,
-        batch_complete=True,
-        group_pushdown=True,
-    )
+EXPECTED = Capabilities(
+    notify=True,
+    filter_pushdown=True,
+    batch_enqueue=True,
+    batch_complete=True,
+    group_pushdown=True,
+)
+"""What the store advertises, connected or not (``rdq_notify=off`` turns ``notify`` off)."""
 
 
 @pytest.mark.asyncio
-async def test_capabilities_on_a_replica_set_are_exactly_these(store: MongoStorage) -> None:
-    # The test server presents itself as a single-node replica set: change streams work.
-    assert store.capabilities() == Capabilities(
-        notify=True,
-        filter_pushdown=True,
-        batch_enqueue=True,
-        batch_complete=True,
-        group_pushdown=True,
-    )
+async def test_capabilities_are_exactly_these_before_connect_while_open_and_after_aclose(
+    database_url: str,
+) -> None:
+    storage = MongoStorage.from_url(database_url)
+    assert storage.capabilities() == EXPECTED
+    async with storage:
+        assert storage.capabilities() == EXPECTED
+    assert storage.capabilities() == EXPECTED
+    quiet = MongoStorage.from_url(database_url + "&rdq_notify=off")
+    assert quiet.capabilities() == msgspec.structs.replace(EXPECTED, notify=False)

@@ -91,10 +91,11 @@ class MongoStorage(StorageBase):
         )
 
     def capabilities(self) -> Capabilities:
-        """``notify`` is True while connected to a replica-set member or mongos (where change
-        streams work) unless the URL says ``rdq_notify=off``; False when not connected."""
+        """The same on every call: ``notify`` unless the URL says ``rdq_notify=off``
+        (``wait_due`` uses change streams where the server has them, and polls the next due
+        time every second where it does not)."""
         return Capabilities(
-            notify=self._conn is not None and self._conn.change_streams,
+            notify=self._config.notify,
             filter_pushdown=True,
             batch_enqueue=True,
             batch_complete=True,
