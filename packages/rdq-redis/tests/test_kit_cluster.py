@@ -12,9 +12,11 @@ from redis.asyncio.cluster import RedisCluster
 
 from rdq import open_storage
 from rdq.errors import IDConflict, NotFound
-from rdq.spi import Attempt, Envelope, Outcome, Selector, Storage
+from rdq.spi import Attempt, Capabilities, Envelope, Outcome, Selector, Storage
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_redis import RedisStorage
+
+from .test_kit import EXPECTED_CAPABILITIES
 
 
 class TestRedisClusterCompliance(StorageSuite):
@@ -34,6 +36,10 @@ class TestRedisClusterCompliance(StorageSuite):
         async with open_storage(storage_url) as store:
             await store.migrate()
             yield store
+
+    @pytest.fixture
+    def expected_capabilities(self) -> Capabilities:
+        return EXPECTED_CAPABILITIES
 
     @pytest.fixture
     def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
