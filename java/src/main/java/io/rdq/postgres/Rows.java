@@ -49,10 +49,18 @@ final class Rows {
         if (retry != null) {
             decode(problems, "retry", retry, EnvelopeJson::decodeRetry, b::retry);
         }
+        b.priority(rs.getInt("priority"));
+        b.claimedBy(rs.getString("claimed_by"));
+        b.claimedAt(instant(rs, "claimed_at"));
+        b.cancelledAt(instant(rs, "cancelled_at"));
         b.formatVersion(rs.getInt("format_version"));
         String extra = rs.getString("extra");
         if (extra != null && !"{}".equals(extra)) {
             decode(problems, "extra", extra, EnvelopeJson::decodeExtra, b::extra);
+        }
+        String quarantine = rs.getString("quarantine");
+        if (quarantine != null && !quarantine.isBlank() && !"{}".equals(quarantine.strip())) {
+            problems.add("quarantined values that no reader can use: " + shown(quarantine));
         }
         if (!problems.isEmpty()) {
             b.corrupt(String.join("; ", problems));
