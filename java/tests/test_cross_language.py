@@ -289,6 +289,8 @@ async def test_a_java_workers_late_completion_after_a_python_reclaim_is_refused(
         (2, Outcome.SUCCEEDED),
     ]
     lapsed, rescued = done.attempts
+    assert lapsed.worker_id == "java-slow", "the record names the Java worker whose lease lapsed"
+    assert held.claimed_by == "java-slow" and lapsed.started_at == held.claimed_at
     assert lapsed.finished_at is not None and lapsed.finished_at >= held.lease_expires_at
     assert lapsed.started_at == held.lease_expires_at - timedelta(seconds=1)
     assert rescued.worker_id == "python-rescuer"
