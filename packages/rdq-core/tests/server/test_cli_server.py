@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -65,7 +66,8 @@ allow_networks = ["127.0.0.1/32"]
 max_attempts = 1
 """
     )
-    receiver.script("/hook", Reply(500))
+    hook = "/hook?sig=receiver-secret-0123"
+    receiver.script(hook, Reply(500))
     env = {**os.environ, "OPS_TOKEN": TOKEN, "RDQ_SERVER_TOKENS": ""}
     process = subprocess.Popen(
         [RDQ, "server", "--config", str(config), "--log-json"],
@@ -81,7 +83,7 @@ max_attempts = 1
             f"{url}/v1/tasks",
             headers=headers,
             timeout=10,
-            json={"id": "p1", "queue": "hooks", "handler_ref": receiver.url()},
+            json={"id": "p1", "queue": "hooks", "handler_ref": receiver.url(hook)},
         )
         assert submitted.status_code == 201
         deadline = time.monotonic() + 60
@@ -100,7 +102,12 @@ max_attempts = 1
     # uvicorn finishes its graceful shutdown, then re-raises SIGTERM (exit status 143)
     assert process.returncode in (0, -signal.SIGTERM), stderr
     assert TOKEN.encode() not in stderr
-    assert b'"event": "node stopped"' in stderr
+    assert b"receiver-secret-0123" not in stderr, "a callback URL's query reached the log"
+    lines = [json.loads(line) for line in stderr.decode().splitlines()]  # --log-json: all JSON
+    assert any(line["event"] == "node stopped" for line in lines)
+    requests = [line for line in lines if "HTTP Request" in line["event"]]
+    assert requests and all("/hook?…" in line["event"] for line in requests), requests
+    assert any("sent unsigned" in line["event"] for line in lines), "no warning about signing"
     assert '"actor":"ops"' in (tmp_path / "audit.jsonl").read_text()
 
 

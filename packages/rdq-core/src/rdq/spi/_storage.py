@@ -91,9 +91,13 @@ class Storage(Protocol):
         tb: TracebackType | None,
     ) -> None: ...
 
-    async def migrate(self) -> None:
+    async def migrate(self) -> list[str] | None:
         """Create or upgrade the schema (tables, indexes, scripts). Idempotent, and safe when
-        several processes run it at once."""
+        several processes run it at once.
+
+        Returns the names of the steps it applied, in order (``[]`` when the schema was
+        already up to date), or ``None`` when the store does not say (``rdq migrate`` prints
+        what it can)."""
 
     # --- admission -------------------------------------------------------------------------
 
@@ -358,9 +362,10 @@ class StorageBase(abc.ABC):
     async def _close(self) -> None:  # noqa: B027 - optional hook
         """Release connections (no-op by default). Must not raise."""
 
-    async def migrate(self) -> None:
+    async def migrate(self) -> list[str] | None:
         """Create the schema (nothing to do by default)."""
         self._check_open()
+        return []
 
     @abc.abstractmethod
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool: ...
