@@ -116,7 +116,7 @@ async def ui_pages(storage_url: str, queue: str, task_id: str) -> tuple[str, str
     async with AsyncTestClient(app=create_app(settings)) as client:
         login = await client.post("/ui/login", data={"token": ADMIN}, follow_redirects=False)
         assert login.status_code == 303, login.text
-        dlq = await client.get(f"/ui/queues/{queue}/dlq")
+        dlq = await client.get(f"/ui/queues/{queue}", params={"state": "dead"})
         page = await client.get(f"/ui/tasks/{task_id}")
         assert dlq.status_code == 200 and page.status_code == 200
         return dlq.text, page.text
