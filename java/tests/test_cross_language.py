@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -114,7 +115,14 @@ async def ui_pages(storage_url: str, queue: str, task_id: str) -> tuple[str, str
         from_attributes=True,
     )
     async with AsyncTestClient(app=create_app(settings)) as client:
-        login = await client.post("/ui/login", data={"token": ADMIN}, follow_redirects=False)
+        form = await client.get("/ui/login")
+        nonce = re.search(r'name="login_csrf" value="([^"]+)"', form.text)
+        assert nonce is not None, form.text
+        login = await client.post(
+            "/ui/login",
+            data={"token": ADMIN, "login_csrf": nonce.group(1)},
+            follow_redirects=False,
+        )
         assert login.status_code == 303, login.text
         dlq = await client.get(f"/ui/queues/{queue}", params={"state": "dead"})
         page = await client.get(f"/ui/tasks/{task_id}")
