@@ -110,6 +110,7 @@ async def ui_pages(storage_url: str, queue: str, task_id: str) -> tuple[str, str
             "tokens": [TokenSpec(owner="ops", rights=["read", "admin"], token=ADMIN)],
             "queues": [queue],
             "work": False,
+            "secure_cookies": False,  # the test client speaks plain HTTP
         },
         ServerSettings,
         from_attributes=True,
