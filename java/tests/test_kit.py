@@ -12,13 +12,24 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from rdq.spi import Storage
+from rdq.spi import Capabilities, Storage
 from rdq_compliance import StorageSuite
 from rdq_compliance._fixtures import CorruptTaskWriter
 from rdq_java_bridge import JavaBridgeStorage
 
 
 class TestJavaKeepsTheContract(StorageSuite):
+    @pytest.fixture
+    def expected_capabilities(self) -> Capabilities:
+        """What io.rdq.postgres.PostgresStorage advertises (the Python plugin's set)."""
+        return Capabilities(
+            notify=True,
+            filter_pushdown=True,
+            batch_enqueue=True,
+            batch_complete=True,
+            group_pushdown=True,
+        )
+
     @pytest.fixture
     def corrupt_task(self, postgres_url: str, schema: str) -> CorruptTaskWriter:
         """Writes, with plain SQL, a PENDING task due a second ago whose headers hold a
