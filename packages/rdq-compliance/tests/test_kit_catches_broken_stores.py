@@ -20,7 +20,7 @@ HERE = Path(__file__).parent
 MODULE = "test_generated_broken_suites.py"
 
 
-BROKEN_MODULES = ("kit_broken_stores", "kit_broken_revision")
+BROKEN_MODULES = ("kit_broken_stores", "kit_broken_revision", "kit_broken_leases")
 """The modules beside this file that hold broken stores (``BROKEN_STORES`` in each)."""
 
 
@@ -55,6 +55,10 @@ class Test{name}(StorageSuite):
     @pytest.fixture
     def corrupt_task(self, storage):
         return storage.put_corrupt_task
+
+    @pytest.fixture
+    def expected_capabilities(self):
+        return MemoryStorage().capabilities()
 
     @pytest.fixture
     def open_peer_storage(self):

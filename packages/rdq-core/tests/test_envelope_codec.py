@@ -43,6 +43,7 @@ attempts = st.builds(
     started_at=st.none() | aware,
     finished_at=st.none() | aware,
     worker_id=st.none() | st.text(max_size=20),
+    traceback=st.none() | st.text(max_size=80),
 )
 unknown_keys = st.text(min_size=1, max_size=12).filter(lambda k: k not in _KNOWN_FIELDS)
 envelopes = st.builds(
@@ -62,6 +63,11 @@ envelopes = st.builds(
     completed_at=st.none() | aware,
     dead_lettered_at=st.none() | aware,
     retry=st.none() | st.builds(RetryOverride, max_attempts=st.none() | st.integers(1, 20)),
+    priority=st.integers(-10, 10),
+    claimed_by=st.none() | st.text(max_size=20),
+    claimed_at=st.none() | aware,
+    cancelled_at=st.none() | aware,
+    corrupt=st.none() | st.text(max_size=40),
     extra=st.dictionaries(unknown_keys, json_values, max_size=3),
 )
 

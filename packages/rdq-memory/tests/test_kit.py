@@ -9,7 +9,7 @@ import pytest
 import pytest_asyncio
 
 from rdq import open_storage
-from rdq.spi import Storage
+from rdq.spi import Capabilities, Storage
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_memory import MemoryStorage
 
@@ -30,3 +30,13 @@ class TestMemoryStoreKeepsTheContract(StorageSuite):
     def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
         assert isinstance(storage, MemoryStorage)
         return storage.put_corrupt_task
+
+    @pytest.fixture
+    def expected_capabilities(self) -> Capabilities:
+        return Capabilities(
+            notify=True,
+            filter_pushdown=True,
+            batch_enqueue=True,
+            batch_complete=True,
+            group_pushdown=True,
+        )

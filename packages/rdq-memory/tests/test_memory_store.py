@@ -161,3 +161,54 @@ async def test_complete_many_applies_fresh_claims_and_reports_stale_ones_per_ite
     assert isinstance(results[2], rdq.NotFound)
     assert (await store.get("a")).status == Status.SUCCEEDED
     assert (await store.get("b")).status == Status.IN_FLIGHT, "the stale item changed nothing"
+
+
+@pytest.mark.parametrize(
+    ("url", "key"),
+    [
+        ("memory://x?timeout=0", "timeout"),
+        ("memory://x?timeout=soon", "timeout"),
+        ("memory://x?pool=3", "pool"),
+        ("postgresql://x", "storage"),
+    ],
+)
+def test_a_bad_url_raises_config_error_naming_the_option(url: str, key: str) -> None:
+    with pytest.raises(rdq.ConfigError) as caught:
+        MemoryStorage.from_url(url)
+    assert caught.value.key == key
+
+
+def test_the_timeout_option_is_kept_in_the_config() -> None:
+    assert MemoryStorage.from_url("memory://x?timeout=2.5").config.timeout == 2.5
+    assert MemoryStorage.from_url("memory://").config.timeout == 10.0
+
+
+@pytest.mark.asyncio
+async def test_the_corrupt_task_hook_refuses_a_value_that_decodes() -> None:
+    async with MemoryStorage() as store:
+        with pytest.raises(ValueError, match="decodes"):
+            await store.put_corrupt_task(
+                "q", "t", raw='{"id": "t", "queue": "q", "handler_ref": "h"}'
+            )
+        await store.put_corrupt_task("q", "t", raw="{not json")
+        got = await store.get("t")
+        assert got.corrupt is not None and "{not json" in got.corrupt
+
+
+@pytest.mark.asyncio
+async def test_priorities_order_claims_by_the_injected_clock() -> None:
+    clock = FakeClock()
+    async with MemoryStorage(clock=clock) as store:
+        await store.enqueue(Envelope(id="low", queue="q", handler_ref="h", priority=-1))
+        clock.advance(1)
+        await store.enqueue(Envelope(id="high-later", queue="q", handler_ref="h", priority=1))
+        await store.enqueue(
+            Envelope(id="high-not-due", queue="q", handler_ref="h", priority=5),
+            delay=timedelta(seconds=30),
+        )
+        claimed = await store.claim_due("q", 3, timedelta(minutes=5))
+        assert [c.task.id for c in claimed] == ["high-later", "low"]
+        clock.advance(30)
+        assert [c.task.id for c in await store.claim_due("q", 3, timedelta(minutes=5))] == [
+            "high-not-due"
+        ]

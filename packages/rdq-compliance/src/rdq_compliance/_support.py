@@ -1,8 +1,8 @@
 """Small helpers the clauses share: task factories, storage-clock readings and patient polling.
 
-Nothing here reads the test process clock to decide due-ness: the storage's time is learned
-from what it reports (``created_at``, ``lease_expires_at``). The process clock is only used
-to bound how long a helper keeps polling before it gives up.
+Nothing here reads the test process clock to decide due-ness: the storage's time is read
+with ``Storage.now()`` or learned from what it reports (``claimed_at``, ``lease_expires_at``).
+The process clock is only used to bound how long a helper keeps polling before it gives up.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from rdq.spi import (
     Attempt,
@@ -47,8 +46,6 @@ __all__ = [
     "new_task",
     "reclaim_after_expiry",
     "snapshot",
-    "storage_now",
-    "storage_time_passes",
     "with_url_option",
 ]
 
@@ -66,10 +63,13 @@ _POLL = 0.05
 
 
 def with_url_option(url: str, name: str, value: str) -> str:
-    """``url`` with the query option ``name=value`` added."""
-    parts = urlsplit(url)
-    query = f"{parts.query}&{name}={value}" if parts.query else f"{name}={value}"
-    return urlunsplit(parts._replace(query=query))
+    """``url`` with the query option ``name=value`` added.
+
+    Appended as text: ``urlunsplit`` would turn ``sqlite:////abs/path`` (an empty host and a
+    path starting with ``//``) into ``sqlite://abs/path``."""
+    base, _, fragment = url.partition("#")
+    joined = f"{base}{'&' if '?' in base else '?'}{name}={value}"
+    return f"{joined}#{fragment}" if fragment else joined
 
 
 def new_queue(prefix: str = "kit") -> str:
@@ -117,27 +117,6 @@ def claim_time(claimed: Claimed, lease: timedelta) -> datetime:
     expires = claimed.task.lease_expires_at
     assert expires is not None, "a claimed task must carry lease_expires_at"
     return expires - lease
-
-
-async def storage_now(storage: Storage, queue: str) -> datetime:
-    """The storage clock's current time, read from the ``created_at`` of a probe task.
-
-    The probe lives in its own queue (``queue`` + ``-clock``) and is never due."""
-    probe = new_task(f"{queue}-clock"[:100], payload=None)
-    await storage.enqueue(probe, delay=FAR_FUTURE)
-    created = (await storage.get(probe.id)).created_at
-    assert created is not None, "enqueue must set created_at"
-    return created
-
-
-async def storage_time_passes(storage: Storage, queue: str, at: datetime) -> datetime:
-    """Wait until the storage clock reads ``at`` or later; return that reading."""
-
-    async def probe() -> datetime | None:
-        now = await storage_now(storage, queue)
-        return now if now >= at else None
-
-    return await eventually(probe, f"the storage clock to pass {at.isoformat()}")
 
 
 async def clock_passes(storage: Storage, at: datetime) -> datetime:

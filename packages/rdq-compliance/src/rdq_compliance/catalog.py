@@ -38,7 +38,7 @@ TITLES = {
     "LifecycleClauses": "Lifecycle and the operation timeout",
     "CorruptTaskClauses": "Corrupt stored tasks (fixture corrupt_task)",
     "ValidationClauses": "Bad input",
-    "CapabilityClauses": "Optional capabilities (notify, batch_enqueue)",
+    "CapabilityClauses": "Capabilities: pinned, and each one as documented",
     "StatefulClauses": "Random operation sequences (Hypothesis state machine)",
     "CrashClauses": "kill -9 chaos (needs storage_url)",
 }

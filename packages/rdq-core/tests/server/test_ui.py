@@ -251,7 +251,8 @@ async def test_dead_tasks_page_with_cursor_and_purge_one_from_its_page(
     assert next_url is not None
     second = await client.get(next_url.group(1).replace("&amp;", "&"))
     assert second.text.count('class="task-link') == 10
-    assert "t59" in second.text and "t00" not in second.text
+    listed = second.text.split('id="tasks"', 1)[1]
+    assert "t59" in listed and "t00" not in listed
     assert 'id="next-page"' not in second.text
 
     detail = await client.get("/ui/tasks/t07")
@@ -276,3 +277,17 @@ async def test_dead_tasks_page_with_cursor_and_purge_one_from_its_page(
     assert [(r.action, r.selector, r.count) for r in audit_sink.records] == [
         ("purge", {"ids": ["t07"]}, 1)
     ]
+
+
+@pytest.mark.asyncio
+async def test_each_group_shows_a_sample_of_its_error(
+    client: Client, memory_store: MemoryStorage
+) -> None:
+    await _dead(memory_store, "t1", error_type="KeyError")
+    await _dead(memory_store, "t2", error_type="GatewayDown")
+    await _login(client, READ_TOKEN)
+    page = await client.get("/ui/queues/default", params={"state": "dead"})
+    groups = page.text.split('id="groups"', 1)[1].split("</table>", 1)[0]
+    assert groups.count('class="sample-link"') == 2
+    assert 'href="/ui/tasks/t1" class="sample-link">traceback →' in groups
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in groups, "the sample message, escaped"

@@ -16,7 +16,6 @@ from rdq_compliance._support import (
     claim_one,
     new_task,
     snapshot,
-    storage_now,
 )
 
 __all__ = ["AdmissionClauses"]
@@ -112,7 +111,7 @@ class AdmissionClauses:
             claimed_at=long_ago,
             cancelled_at=long_ago,
         )
-        now = await storage_now(storage, queue)
+        now = await storage.now()
         await storage.enqueue(task)
         stored = await storage.get(task.id)
         assert stored.status == Status.PENDING
@@ -163,7 +162,7 @@ class AdmissionClauses:
     async def test_enqueue_keeps_a_given_next_attempt_at(
         self, storage: Storage, queue: str
     ) -> None:
-        now = await storage_now(storage, queue)
+        now = await storage.now()
         due = now + timedelta(hours=3, microseconds=123)
         task = new_task(queue, next_attempt_at=due)
         await storage.enqueue(task, delay=timedelta(minutes=1))

@@ -19,7 +19,6 @@ from rdq_compliance._support import (
     new_id,
     new_task,
     snapshot,
-    storage_now,
 )
 
 __all__ = ["ValidationClauses"]
@@ -62,7 +61,7 @@ QueueCall = Callable[[Storage, str], Awaitable[object]]
 
 
 async def _far(storage: Storage, queue: str) -> datetime:
-    return (await storage_now(storage, queue)) + timedelta(days=1)
+    return (await storage.now()) + timedelta(days=1)
 
 
 QUEUE_OPERATIONS: dict[str, QueueCall] = {

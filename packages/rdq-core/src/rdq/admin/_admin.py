@@ -76,12 +76,9 @@ class TaskAdmin:
         return await self.storage.stats(limits.check_queue(queue))
 
     async def list_queues(self) -> list[Stats]:
-        """Every queue holding a task, with its stats, by name ([] when the store cannot list
-        its queues)."""
-        try:
-            return await self.storage.list_queues()
-        except NotImplementedError:
-            return []
+        """Every queue holding a task, with its stats, by name. Raises
+        ``NotImplementedError`` from a store that cannot list its queues yet."""
+        return await self.storage.list_queues()
 
     async def list_tasks(
         self,

@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dlq": ("_dlq:dlq", "List, inspect, group, redrive and purge dead-lettered tasks."),
     "tasks": ("_tasks:tasks", "Find, inspect and cancel tasks in any status."),
     "audit": ("_audit:audit", "Read the audit trail of redrives, purges and cancels."),
+    "copy": ("_copy:copy", "Copy every task, with its history, to another store."),
 }
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import Any
 
@@ -172,15 +171,11 @@ def _stdlib_logs_as_json() -> None:
 
 
 def _load_app(ref: str) -> Any:
-    from rdq._app import App
+    """The rdq.App named by ``ref``, imported by the same rule as ``rdq worker APP`` (the
+    current directory is importable)."""
+    from rdq.cli._worker import load_app
 
-    module_name, _, attr = ref.partition(":")
-    if not module_name or not attr:
-        raise ConfigError("expected MODULE:ATTR", key="app")
     try:
-        value = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot load {ref!r}: {exc}", key="app") from None
-    if not isinstance(value, App):
-        raise ConfigError(f"{ref!r} is not an rdq.App", key="app")
-    return value
+        return load_app(ref)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, key="app") from None

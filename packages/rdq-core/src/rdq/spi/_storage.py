@@ -26,8 +26,10 @@ Corrupt stored tasks: a stored task whose stored form does not decode (edited by
 by a buggy producer in another language) never makes an operation raise and never blocks
 other tasks. Reads (``get``, ``dlq_list``, ``list_tasks``, ``claim_due``) return it with
 ``Envelope.corrupt`` set; ``claim_due`` claims it like any other due task (the engine then
-dead-letters it); ``dead_letter``, ``purge`` and ``cancel`` work on it. Where it can, a store
-keeps the raw stored value unchanged for inspection.
+dead-letters it); ``dead_letter``, ``purge`` and ``cancel`` work on it, and a lapsed lease on
+it is reclaimed like any other. Where it can, a store keeps the raw stored value unchanged for
+inspection. Each store gives its tests a way to write such a task (the compliance kit's
+``corrupt_task`` fixture).
 """
 
 from __future__ import annotations
@@ -127,15 +129,16 @@ class Storage(Protocol):
         first, and within one priority oldest due first.
 
         Due means PENDING with ``next_attempt_at <= now`` or IN_FLIGHT with
-        ``lease_expires_at <= now`` (a lost lease), by the store's clock; a lost lease's due
-        time is its ``lease_expires_at``. Each claimed task becomes IN_FLIGHT with
-        ``lease_expires_at = now + lease``, ``claimed_at = now``, ``claimed_by = worker_id``
-        and a fresh random token never handed out before for this task (not even before a
-        redrive). Reclaiming a lost lease appends a ``LEASE_EXPIRED`` attempt (see
-        :class:`~rdq.spi.Attempt` for its fields) and increments ``attempt_count`` in the same
-        atomic step. No two claimants ever hold valid leases on the same task. Returns an
-        empty list when nothing is due; never blocks on other claimants. A corrupt stored
-        task is claimed and returned with ``corrupt`` set; it never makes the call raise."""
+        ``lease_expires_at <= now`` (a lost lease), by the store's clock, compared at
+        microsecond precision; a lost lease's due time is its ``lease_expires_at``. Each
+        claimed task becomes IN_FLIGHT with ``lease_expires_at = now + lease``,
+        ``claimed_at = now``, ``claimed_by = worker_id`` and a fresh random token never
+        handed out before for this task (not even before a redrive). Reclaiming a lost
+        lease appends a ``LEASE_EXPIRED`` attempt (see :class:`~rdq.spi.Attempt` for its
+        fields) and increments ``attempt_count`` in the same atomic step. No two claimants
+        ever hold valid leases on the same task. Returns an empty list when nothing is due;
+        never blocks on other claimants. A corrupt stored task is claimed and returned with
+        ``corrupt`` set; it never makes the call raise."""
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         """Set the lease of a claimed task to the store's now + ``lease`` (not the old expiry
@@ -277,14 +280,17 @@ class Storage(Protocol):
         ones cancelled before it (the finished-task TTL); return how many were deleted."""
 
     def capabilities(self) -> Capabilities:
-        """The optional accelerations this store offers."""
+        """The optional accelerations this store offers; the same answer on every call (it
+        needs no connection)."""
 
     # --- optional (advertised by capabilities) ---------------------------------------------
 
     async def wait_due(self, queue: str, timeout: float) -> bool:
         """(``notify``) Block until a task of ``queue`` may be due or ``timeout`` seconds
-        pass. True when woken by a signal, False on timeout; it never returns False before
-        ``timeout`` has passed. Wake-ups may be spurious."""
+        pass. True when woken by a signal (at once when a task is already due), False on
+        timeout; it never returns False before ``timeout`` has passed. Wake-ups may be
+        spurious, but not every call: with nothing due and nothing happening in ``queue``, a
+        call times out (a store that always returns True at once makes workers spin)."""
 
     async def enqueue_batch(
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None

@@ -224,6 +224,8 @@ def _duration(attempt: dict[str, Any]) -> str:
     if started is None or finished is None:
         return ""
     ms = (finished - started).total_seconds() * 1000
+    if ms < 1:
+        return "<1 ms"
     return f"{ms:.0f} ms" if ms < 10_000 else _age(ms / 1000)
 
 
