@@ -309,3 +309,17 @@ async def test_attempts_left_only_for_queues_the_node_knows(memory_store: Memory
         await _login(client, READ_TOKEN)
         assert "4 attempt(s) left" in (await client.get("/ui/tasks/known")).text
         assert "attempt(s) left" not in (await client.get("/ui/tasks/unknown")).text
+
+
+@pytest.mark.asyncio
+async def test_a_corrupt_task_is_shown_with_what_is_wrong(
+    client: Client, memory_store: MemoryStorage
+) -> None:
+    await memory_store.put_corrupt_task("default", "broken", raw='{"id": "broken", "retry": 7')
+    await _login(client, READ_TOKEN)
+    listed = await client.get("/ui/queues/default", params={"state": "pending"})
+    row = listed.text.split('data-id="broken"', 1)[1].split("</tr>", 1)[0]
+    assert "corrupt" in row
+    page = await client.get("/ui/tasks/broken")
+    assert page.status_code == 200
+    assert "stored form does not decode" in page.text
