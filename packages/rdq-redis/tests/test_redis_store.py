@@ -527,3 +527,35 @@ async def test_pending_pages_merge_priorities_and_survive_the_cursor_task_leavin
             break
         assert await storage.cancel(queue, [tasks[-1].id]) == 1
     assert seen == sorted(full, key=str.encode)
+
+
+async def _commands_run(client: aioredis.Redis) -> int:
+    """How many commands the server ran since its statistics were reset (script calls and
+    the commands the scripts made, each counted)."""
+    stats = await client.info("commandstats")
+    return sum(int(entry["calls"]) for entry in stats.values())
+
+
+@pytest.mark.asyncio
+async def test_a_claim_does_no_work_per_delayed_task(storage: Storage, redis_url: str) -> None:
+    """Thousands of delayed tasks at every priority do not add one command to a claim: each
+    priority's set is read only up to now (O(log n + limit))."""
+    queue = new_queue()
+    far = timedelta(hours=1)
+    for priority in (-10, 0, 10):
+        delayed = [new_task(queue, priority=priority) for _ in range(1000)]
+        await storage.enqueue_batch(delayed, delay=far)
+    due = [new_task(queue, priority=p) for p in (-10, 0, 10)]
+    await storage.enqueue_batch(due)
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await storage.claim_due(new_queue(), 1, LEASE)  # warm: scripts loaded, connection open
+        await client.config_resetstat()
+        claimed = await storage.claim_due(queue, 10, LEASE)
+        commands = await _commands_run(client)
+    finally:
+        await client.aclose()
+    assert [c.task.id for c in claimed] == [t.id for t in reversed(due)]
+    # one EVALSHA, TIME, the levels, two range reads and a set check per priority, and a few
+    # writes per claimed task: a few dozen, whatever the number of delayed tasks
+    assert commands < 60, commands
