@@ -291,3 +291,35 @@ async def test_each_group_shows_a_sample_of_its_error(
     assert groups.count('class="sample-link"') == 2
     assert 'href="/ui/tasks/t1" class="sample-link">traceback →' in groups
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in groups, "the sample message, escaped"
+
+
+@pytest.mark.asyncio
+async def test_attempts_left_only_for_queues_the_node_knows(memory_store: MemoryStorage) -> None:
+    import rdq
+    from rdq.server import create_app
+
+    from .conftest import node_settings
+
+    app = rdq.App()
+    app.queue("pay", max_attempts=4)
+    await memory_store.enqueue(Envelope(id="known", queue="pay", handler_ref="h"))
+    await memory_store.enqueue(Envelope(id="unknown", queue="other", handler_ref="h"))
+    node = create_app(node_settings(), storage=memory_store, engine_app=app)
+    async with AsyncTestClient(node) as client:
+        await _login(client, READ_TOKEN)
+        assert "4 attempt(s) left" in (await client.get("/ui/tasks/known")).text
+        assert "attempt(s) left" not in (await client.get("/ui/tasks/unknown")).text
+
+
+@pytest.mark.asyncio
+async def test_a_corrupt_task_is_shown_with_what_is_wrong(
+    client: Client, memory_store: MemoryStorage
+) -> None:
+    await memory_store.put_corrupt_task("default", "broken", raw='{"id": "broken", "retry": 7')
+    await _login(client, READ_TOKEN)
+    listed = await client.get("/ui/queues/default", params={"state": "pending"})
+    row = listed.text.split('data-id="broken"', 1)[1].split("</tr>", 1)[0]
+    assert "corrupt" in row
+    page = await client.get("/ui/tasks/broken")
+    assert page.status_code == 200
+    assert "stored form does not decode" in page.text

@@ -225,9 +225,13 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
 
 
 def _attempts_left(node: Node, task: Envelope) -> int | None:
-    """How many attempts the task has left, when the node knows its queue's config."""
+    """How many attempts the task has left, when the node knows its queue's config: the queue
+    is declared in the node's application (``--app``, the config file) or worked by the node."""
     app = node.engine_app
     if app is None or task.status not in (Status.PENDING, Status.IN_FLIGHT):
+        return None
+    settings = node.settings
+    if task.queue not in app.queues and not (settings.work and task.queue in settings.queues):
         return None
     try:
         config = resolve(app.queue_config(task.queue), task.retry)
