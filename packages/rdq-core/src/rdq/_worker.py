@@ -430,7 +430,8 @@ class Worker:
                     error_type=type(exc).__name__,
                     retry_in=round(outage, 2),
                 )
-                await self._idle_wait(asyncio.sleep(outage * (0.5 + random.random() / 2)))
+                jitter = (self._rng or random).random()
+                await self._idle_wait(asyncio.sleep(outage * (0.5 + jitter / 2)))
                 continue
             outage = 0.0
             if claims:
