@@ -34,6 +34,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import os
+import sys
 import threading
 import typing
 from collections.abc import Awaitable, Callable
@@ -46,7 +48,7 @@ from rdq.config import Backoff, QueueConfig, load_toml, parse_config
 from rdq.errors import ConfigError, ValidationError
 from rdq.spi import Envelope, limits
 
-__all__ = ["App", "Handler", "HandlerImportError", "SchemeInvoker", "TaskContext"]
+__all__ = ["App", "Handler", "HandlerImportError", "SchemeInvoker", "TaskContext", "load_app"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -277,6 +279,14 @@ class App:
         return ":" in ref and self._importable(ref)
 
     @property
+    def handler_queues(self) -> list[str]:
+        """The queues registered handlers are bound to (``"default"`` for handlers bound to
+        none), sorted."""
+        return sorted(
+            {h.queue if h.queue is not None else DEFAULT_QUEUE for h in self._handlers.values()}
+        )
+
+    @property
     def handler_names(self) -> list[str]:
         """The registered handler names, sorted."""
         return sorted(self._handlers)
@@ -351,3 +361,36 @@ def _import_handler(ref: str) -> Handler | None:
     if not callable(found):
         return None
     return make_handler(ref, found, None)
+
+
+def load_app(spec: str, *, key: str = "APP") -> App:
+    """The :class:`App` that ``spec`` (``pkg.module:attribute``, the attribute may be dotted)
+    names, imported the way ``python -m`` would from the current directory: the current
+    directory is put first on ``sys.path`` if it is not there. ``rdq worker APP`` and
+    ``rdq server --app`` both load applications with this rule.
+
+    Raises ``ConfigError`` (its ``key`` is ``key``) naming what went wrong: a malformed spec, a
+    module that cannot be imported or fails while importing, a missing attribute, or one that
+    is not an ``rdq.App``."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"expected pkg.module:app, got {spec!r}", key=key)
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        found: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r}: {exc}", key=key) from None
+    except Exception as exc:
+        raise ConfigError(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {exc}", key=key
+        ) from exc
+    for part in attr.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise ConfigError(f"{module_name!r} has no attribute {attr!r}", key=key) from None
+    if not isinstance(found, App):
+        raise ConfigError(f"{spec} is a {type(found).__name__}, not an rdq.App", key=key)
+    return found
