@@ -2,7 +2,9 @@
 # Builds rdq-java with nothing but the JDK and Debian's jars: compiles with every lint warning
 # as an error, bundles the schema migrations of the Python plugin (one definition of the
 # schema for both languages), runs the unit tests and writes build/rdq-java.jar and
-# build/classpath (the runtime classpath, for the bridge and the tests).
+# build/classpath (the runtime classpath, for the bridge and the tests). The test sources
+# (JUnit tests, and the small programs rdq's Python tests run: io.rdq.harness) go to
+# build/test-classes.
 #
 #   java/build.sh            build and run the unit tests
 #   java/build.sh --no-test  build only
@@ -25,7 +27,8 @@ mkdir -p build/classes build/test-classes
 find src/main/java -name '*.java' > build/sources
 javac --release 17 -encoding UTF-8 "${lint[@]}" -d build/classes -cp "$(cp_of "${runtime[@]}")" @build/sources
 cp -R src/main/resources/. build/classes/
-migrations=../packages/rdq-postgres/src/rdq_postgres/sql/migrations
+# RDQ_PG_MIGRATIONS: another folder of migrations (to build against a schema in the making)
+migrations=${RDQ_PG_MIGRATIONS:-../packages/rdq-postgres/src/rdq_postgres/sql/migrations}
 out=build/classes/io/rdq/postgres/sql/migrations
 mkdir -p "$out"
 cp "$migrations"/[0-9][0-9][0-9][0-9]_*.sql "$out"/
@@ -33,10 +36,11 @@ cp "$migrations"/[0-9][0-9][0-9][0-9]_*.sql "$out"/
 jar --create --file build/rdq-java.jar -C build/classes .
 echo "$here/build/rdq-java.jar:$(cp_of "${runtime[@]}")" > build/classpath
 
+find src/test/java -name '*.java' > build/test-sources
+javac --release 17 -encoding UTF-8 "${lint[@]}" -d build/test-classes \
+  -cp "build/classes:$(cp_of "${runtime[@]}" "${testing[@]}")" @build/test-sources
+
 if [[ ${1:-} != --no-test ]]; then
-  find src/test/java -name '*.java' > build/test-sources
-  javac --release 17 -encoding UTF-8 "${lint[@]}" -d build/test-classes \
-    -cp "build/classes:$(cp_of "${runtime[@]}" "${testing[@]}")" @build/test-sources
   java -jar "$JARS/junit-platform-console-standalone.jar" --disable-banner --details=summary \
     --fail-if-no-tests -cp "build/classes:build/test-classes:$(cp_of "${runtime[@]}")" --scan-classpath build/test-classes
 fi

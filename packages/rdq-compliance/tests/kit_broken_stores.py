@@ -96,8 +96,10 @@ class IgnoresTokensInCompleteMany(_Broken):
 class HandsOutLeasedTasksAgain(_Broken):
     """Tops up every claim with tasks another claimant still holds a valid lease on."""
 
-    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
-        claimed = await super().claim_due(queue, limit, lease)
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
+        claimed = await super().claim_due(queue, limit, lease, worker_id=worker_id)
         now = self._now()
         taken = {c.task.id for c in claimed}
         for record in list(self._state.tasks.values()):
@@ -117,7 +119,9 @@ class HandsOutLeasedTasksAgain(_Broken):
 
 
 class ClaimsNewestFirst(_Broken):
-    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
         limits.check_queue(queue)
         limits.check_limit(limit)
         limits.check_lease(lease)
@@ -136,7 +140,8 @@ class ClaimsNewestFirst(_Broken):
             record.task.status = Status.IN_FLIGHT
             record.task.lease_expires_at = now + lease
             record.token = secrets.token_hex(8)
-            record.claimed_at = now
+            record.task.claimed_at = now
+            record.task.claimed_by = worker_id
             record.version += 1
             self._state.schedule(record)
             out.append(Claimed(_copy(record.task), record.token))
@@ -144,19 +149,25 @@ class ClaimsNewestFirst(_Broken):
 
 
 class IgnoresLimit(_Broken):
-    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
         limits.check_limit(limit)
-        return await super().claim_due(queue, min(limit + 1, limits.MAX_LIMIT), lease)
+        return await super().claim_due(
+            queue, min(limit + 1, limits.MAX_LIMIT), lease, worker_id=worker_id
+        )
 
 
 class ClaimsTasksBeforeTheyAreDue(_Broken):
     """Decides due-ness by a clock two days fast (as if it trusted a skewed caller)."""
 
-    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
         real = self._clock
         self._clock = lambda: real() + timedelta(days=2)
         try:
-            return await super().claim_due(queue, limit, lease)
+            return await super().claim_due(queue, limit, lease, worker_id=worker_id)
         finally:
             self._clock = real
 
@@ -181,8 +192,10 @@ def _reclaim_records(claimed: list[Claimed], lease: timedelta) -> list[Claimed]:
 
 
 class ForgetsTheLeaseExpiredRecord(_Broken):
-    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
-        claimed = await super().claim_due(queue, limit, lease)
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
+        claimed = await super().claim_due(queue, limit, lease, worker_id=worker_id)
         for c in _reclaim_records(claimed, lease):
             record = self.record(c.task.id)
             assert record is not None
@@ -196,8 +209,10 @@ class ForgetsTheLeaseExpiredRecord(_Broken):
 class WritesTheLeaseExpiredRecordAfterTheReclaim(_Broken):
     """Hands out the reclaimed task before its LEASE_EXPIRED record is part of it."""
 
-    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
-        claimed = await super().claim_due(queue, limit, lease)
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
+        claimed = await super().claim_due(queue, limit, lease, worker_id=worker_id)
         for c in _reclaim_records(claimed, lease):
             c.task.attempts.pop()
             c.task.attempt_count -= 1
@@ -269,9 +284,7 @@ class OverwritesOnReenqueue(_Broken):
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
         record = self.record(task.id)
         if record is not None and record.task.queue == task.queue:
-            if record.task.status == Status.DEAD:
-                self._state.remove_dead(record.task)
-            del self._state.tasks[task.id]
+            self._state.delete(record)
         return await super().enqueue(task, delay=delay)
 
 
@@ -356,7 +369,7 @@ class PurgeDeletesLiveTasks(_Broken):
         for task_id in dict.fromkeys(selector.ids or []):
             record = self.record(task_id)
             if record is not None and record.task.status != Status.DEAD:
-                del self._state.tasks[task_id]
+                self._state.delete(record)
                 extra += 1
         return extra + await super().purge(queue, selector)
 
@@ -480,9 +493,11 @@ class ReusesTheTokenOnReclaim(_Broken):
         super().__init__()
         self.tokens: dict[str, str] = {}
 
-    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
         claimed = []
-        for c in await super().claim_due(queue, limit, lease):
+        for c in await super().claim_due(queue, limit, lease, worker_id=worker_id):
             token = self.tokens.setdefault(c.task.id, c.token)
             record = self.record(c.task.id)
             assert record is not None
@@ -564,7 +579,9 @@ class StatsAgesPendingTasksFromCreatedAt(_Broken):
 class ClaimsWithoutHoldingTheTasks(_Broken):
     """Picks the due tasks, lets other claimants run, then marks them claimed regardless."""
 
-    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
         limits.check_queue(queue)
         limits.check_limit(limit)
         limits.check_lease(lease)
@@ -585,6 +602,8 @@ class ClaimsWithoutHoldingTheTasks(_Broken):
         for record in due:
             record.task.status = Status.IN_FLIGHT
             record.task.lease_expires_at = now + lease
+            record.task.claimed_at = now
+            record.task.claimed_by = worker_id
             record.token = secrets.token_hex(8)
             record.version += 1
             self._state.schedule(record)
@@ -593,13 +612,17 @@ class ClaimsWithoutHoldingTheTasks(_Broken):
 
 
 class ClaimsAcrossQueues(_Broken):
-    async def claim_due(self, queue: str, limit: int, lease: timedelta) -> list[Claimed]:
-        claimed = await super().claim_due(queue, limit, lease)
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
+        claimed = await super().claim_due(queue, limit, lease, worker_id=worker_id)
         for other in list(self._state.queues):
             if len(claimed) >= limit:
                 break
             if other != queue:
-                claimed += await super().claim_due(other, limit - len(claimed), lease)
+                claimed += await super().claim_due(
+                    other, limit - len(claimed), lease, worker_id=worker_id
+                )
         return claimed
 
 

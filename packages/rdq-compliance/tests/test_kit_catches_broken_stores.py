@@ -14,25 +14,33 @@ from types import ModuleType
 
 import pytest
 
+from rdq_compliance.clauses.corrupt import CorruptTaskClauses
+
 HERE = Path(__file__).parent
 MODULE = "test_generated_broken_suites.py"
 
 
-def _import_broken_stores() -> ModuleType:
-    """Import ``kit_broken_stores`` beside this file under its own name (the generated
-    module imports it too); tests are imported with --import-mode=importlib."""
-    name = "kit_broken_stores"
+BROKEN_MODULES = ("kit_broken_stores", "kit_broken_revision", "kit_broken_leases")
+"""The modules beside this file that hold broken stores (``BROKEN_STORES`` in each)."""
+
+
+def _import_beside(name: str) -> ModuleType:
+    """Import a module beside this file under its own name (the generated module imports
+    it too); tests are imported with --import-mode=importlib."""
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {name} from {HERE}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-BROKEN_STORES: dict[type, list[str]] = _import_broken_stores().BROKEN_STORES
+BROKEN_STORES: dict[type, list[str]] = {}
+for _name in BROKEN_MODULES:
+    BROKEN_STORES |= _import_beside(_name).BROKEN_STORES
 
 _SUITE = """
 class Test{name}(StorageSuite):
@@ -43,6 +51,24 @@ class Test{name}(StorageSuite):
     async def storage(self):
         async with {name}() as store:
             yield store
+
+    @pytest.fixture
+    def corrupt_task(self, storage):
+        return storage.put_corrupt_task
+
+    @pytest.fixture
+    def expected_capabilities(self):
+        return MemoryStorage().capabilities()
+
+    @pytest.fixture
+    def open_peer_storage(self):
+        url = f"memory://kit-broken-{{uuid.uuid4().hex}}"
+
+        def opener(**options):
+            query = "&".join(f"{{k}}={{v}}" for k, v in options.items())
+            return {name}.from_url(url + ("?" + query if query else ""))
+
+        return opener
 """
 
 
@@ -63,6 +89,17 @@ class Outcomes:
             self.outcome.setdefault(report.nodeid, "passed")
 
 
+WITHOUT_HOOK = "WithoutTheCorruptTaskFixture"
+_WITHOUT_HOOK = f"""
+class Test{WITHOUT_HOOK}(StorageSuite):
+    @pytest_asyncio.fixture
+    async def storage(self):
+        async with MemoryStorage() as store:
+            yield store
+"""
+CORRUPT_TESTS = [name for name in vars(CorruptTaskClauses) if name.startswith("test_")]
+
+
 def _node(store: str, test: str) -> str:
     return f"{MODULE}::Test{store}::{test}"
 
@@ -81,13 +118,16 @@ def kit_run(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
     """Run the named tests of the kit once against every broken store and the intact one."""
     workdir = tmp_path_factory.mktemp("broken-suites")
     names = ["MemoryStorage", *(store.__name__ for store in BROKEN_STORES)]
+    imports = [f"from {store.__module__} import {store.__name__}" for store in BROKEN_STORES]
     source = [
+        "import uuid",
         "import pytest",
         "import pytest_asyncio",
         "from rdq_compliance import StorageSuite",
         "from rdq_memory import MemoryStorage",
-        f"from kit_broken_stores import {', '.join(names[1:])}",
+        *imports,
         *(_SUITE.format(name=name) for name in names),
+        _WITHOUT_HOOK,
     ]
     (workdir / MODULE).write_text("\n".join(source))
     (workdir / "pytest.ini").write_text(
@@ -105,6 +145,7 @@ def kit_run(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
             "-c",
             str(workdir / "pytest.ini"),
             *(str(workdir / node) for node in _selected()),
+            *(str(workdir / _node(WITHOUT_HOOK, test)) for test in CORRUPT_TESTS),
         ],
         plugins=[outcomes],
     )
@@ -128,3 +169,12 @@ def test_the_intact_reference_store_passes_the_same_clause(kit_run: Outcomes, te
     node = _node("MemoryStorage", test)
     outcome = kit_run.outcome.get(node, "not run")
     assert outcome == "passed", f"{test}: {outcome}\n{kit_run.details.get(node, '')}"
+
+
+@pytest.mark.parametrize("test", CORRUPT_TESTS)
+def test_a_suite_without_the_corrupt_task_fixture_fails_those_clauses_naming_it(
+    kit_run: Outcomes, test: str
+) -> None:
+    node = _node(WITHOUT_HOOK, test)
+    assert kit_run.outcome.get(node) == "error", f"{test}: {kit_run.outcome.get(node)}"
+    assert "must define a `corrupt_task` fixture" in kit_run.details[node]

@@ -43,6 +43,7 @@ attempts = st.builds(
     started_at=st.none() | aware,
     finished_at=st.none() | aware,
     worker_id=st.none() | st.text(max_size=20),
+    traceback=st.none() | st.text(max_size=80),
 )
 unknown_keys = st.text(min_size=1, max_size=12).filter(lambda k: k not in _KNOWN_FIELDS)
 envelopes = st.builds(
@@ -62,6 +63,11 @@ envelopes = st.builds(
     completed_at=st.none() | aware,
     dead_lettered_at=st.none() | aware,
     retry=st.none() | st.builds(RetryOverride, max_attempts=st.none() | st.integers(1, 20)),
+    priority=st.integers(-10, 10),
+    claimed_by=st.none() | st.text(max_size=20),
+    claimed_at=st.none() | aware,
+    cancelled_at=st.none() | aware,
+    corrupt=st.none() | st.text(max_size=40),
     extra=st.dictionaries(unknown_keys, json_values, max_size=3),
 )
 
@@ -78,14 +84,14 @@ def test_builtins_round_trip_is_lossless(task: Envelope) -> None:
 
 def test_unknown_fields_from_a_newer_producer_are_written_back_flat() -> None:
     wire = (
-        b'{"id":"t1","queue":"q","handler_ref":"app:h","priority":7,'
+        b'{"id":"t1","queue":"q","handler_ref":"app:h","x_weight":7,'
         b'"trace":{"span":"abc"},"format_version":2}'
     )
     task = decode_envelope(wire)
-    assert task.extra == {"priority": 7, "trace": {"span": "abc"}}
+    assert task.extra == {"x_weight": 7, "trace": {"span": "abc"}}
     assert task.format_version == 2
     again = msgspec.json.decode(encode_envelope(task))
-    assert again["priority"] == 7
+    assert again["x_weight"] == 7
     assert again["trace"] == {"span": "abc"}
     assert "extra" not in again
 

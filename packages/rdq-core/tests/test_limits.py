@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from rdq.errors import ValidationError
-from rdq.spi import DLQFilter, Envelope, Page, Selector, limits
+from rdq.spi import (
+    Attempt,
+    AuditEntry,
+    AuditFilter,
+    DLQFilter,
+    Envelope,
+    Outcome,
+    Page,
+    Selector,
+    Status,
+    TaskFilter,
+    limits,
+)
 
 
 def task(**changes: object) -> Envelope:
@@ -77,3 +89,101 @@ def test_page_limit_is_checked() -> None:
     with pytest.raises(ValidationError) as caught:
         limits.check_page(Page(limit=0))
     assert caught.value.field == "page.limit"
+
+
+def test_delay_is_none_or_a_non_negative_timedelta() -> None:
+    assert limits.check_delay(None) is None
+    assert limits.check_delay(timedelta(0)) == timedelta(0)
+    for bad in (timedelta(seconds=-1), 5, "soon"):
+        with pytest.raises(ValidationError) as caught:
+            limits.check_delay(bad)
+        assert caught.value.field == "delay"
+
+
+@pytest.mark.parametrize(
+    ("attempt", "field"),
+    [
+        (Attempt(number=0, outcome=Outcome.FAILED), "attempt.number"),
+        (Attempt(number=1, outcome="FAILED"), "attempt.outcome"),  # type: ignore[arg-type]
+        (Attempt(number=1, outcome=Outcome.FAILED, error_type="x" * 1025), "attempt.error_type"),
+        (
+            Attempt(number=1, outcome=Outcome.FAILED, traceback="x" * 32769),
+            "attempt.traceback",
+        ),
+        (Attempt(number=1, outcome=Outcome.FAILED, worker_id=""), "attempt.worker_id"),
+        (
+            Attempt(number=1, outcome=Outcome.FAILED, finished_at=datetime(2030, 1, 1)),
+            "attempt.finished_at",
+        ),
+    ],
+)
+def test_attempt_records_are_checked_naming_the_field(attempt: Attempt, field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        limits.check_attempt(attempt)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize("value", [11, -11, True, "1"])
+def test_priority_is_an_integer_from_minus_10_to_10(value: object) -> None:
+    with pytest.raises(ValidationError) as caught:
+        limits.check_priority(value)
+    assert caught.value.field == "priority"
+
+
+@pytest.mark.parametrize("value", ["", "a\nb", "x" * 201, 7])
+def test_worker_ids_are_short_printable_strings(value: object) -> None:
+    with pytest.raises(ValidationError) as caught:
+        limits.check_worker_id(value)
+    assert caught.value.field == "worker_id"
+
+
+def test_cancel_ids_are_a_bounded_list_of_valid_ids() -> None:
+    assert limits.check_ids(["a", "b"]) == ["a", "b"]
+    for bad, field in ((["ok", ""], "ids[1]"), ("abc", "ids"), (["x"] * 10_001, "ids")):
+        with pytest.raises(ValidationError) as caught:
+            limits.check_ids(bad)  # type: ignore[arg-type]
+        assert caught.value.field == field
+
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"status": Status.DEAD}, "dead_lettered_at"),
+        ({"status": Status.SUCCEEDED}, "completed_at"),
+        ({"status": Status.IN_FLIGHT}, "lease_expires_at"),
+        ({"status": Status.CANCELLED}, "cancelled_at"),
+        ({"created_at": None}, "created_at"),
+        ({"claimed_at": datetime(2030, 1, 1)}, "claimed_at"),
+        ({"corrupt": "does not decode"}, "corrupt"),
+        ({"attempts": [Attempt(number=0, outcome=Outcome.FAILED)]}, "attempts[0].number"),
+    ],
+)
+def test_imported_tasks_need_their_status_time_and_valid_records(
+    changes: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        limits.check_imported_task(task(**({"created_at": NOW, "next_attempt_at": NOW} | changes)))
+    assert caught.value.field == field
+
+
+def test_an_import_is_at_most_1000_tasks() -> None:
+    one = task(created_at=NOW, next_attempt_at=NOW)
+    assert limits.check_imported_tasks([one]) == [one]
+    with pytest.raises(ValidationError) as caught:
+        limits.check_imported_tasks([one] * 1001)
+    assert caught.value.field == "tasks"
+
+
+def test_task_and_audit_filters_and_entries_are_checked() -> None:
+    with pytest.raises(ValidationError) as caught:
+        limits.check_task_filter(TaskFilter(status=Status.DEAD, before=datetime(2030, 1, 1)))
+    assert caught.value.field == "filter.before"
+    with pytest.raises(ValidationError) as caught:
+        limits.check_audit_filter(AuditFilter(after=datetime(2030, 1, 1)))
+    assert caught.value.field == "filter.after"
+    with pytest.raises(ValidationError) as caught:
+        limits.check_audit_entry(AuditEntry(actor="ops", action="purge", queue="q", count=-1))
+    assert caught.value.field == "entry.count"

@@ -9,8 +9,9 @@ import pytest
 import pytest_asyncio
 
 from rdq import open_storage
-from rdq.spi import Storage
-from rdq_compliance import StorageSuite
+from rdq.spi import Capabilities, Storage
+from rdq_compliance import CorruptTaskWriter, StorageSuite
+from rdq_memory import MemoryStorage
 
 
 class TestMemoryStoreKeepsTheContract(StorageSuite):
@@ -24,3 +25,18 @@ class TestMemoryStoreKeepsTheContract(StorageSuite):
     def peer_storage_url(self) -> str:
         # a named memory store is shared by every store opened with its URL in this process
         return f"memory://kit-peers-{uuid.uuid4().hex}"
+
+    @pytest.fixture
+    def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
+        assert isinstance(storage, MemoryStorage)
+        return storage.put_corrupt_task
+
+    @pytest.fixture
+    def expected_capabilities(self) -> Capabilities:
+        return Capabilities(
+            notify=True,
+            filter_pushdown=True,
+            batch_enqueue=True,
+            batch_complete=True,
+            group_pushdown=True,
+        )

@@ -34,6 +34,7 @@ def task(task_id: str, queue: str = "q") -> Envelope:
 async def test_due_ness_follows_the_injected_storage_clock_not_the_local_one() -> None:
     clock = FakeClock()  # the storage's "now" is years ahead of this machine's clock
     store = MemoryStorage(clock=clock)
+    await store.connect()
     await store.enqueue(task("later"), delay=timedelta(seconds=30))
     assert (await store.get("later")).created_at == clock.now
     assert await store.claim_due("q", 10, timedelta(seconds=5)) == []
@@ -46,6 +47,7 @@ async def test_due_ness_follows_the_injected_storage_clock_not_the_local_one() -
 async def test_a_lease_expires_by_the_storage_clock() -> None:
     clock = FakeClock()
     store = MemoryStorage(clock=clock)
+    await store.connect()
     await store.enqueue(task("t"))
     [first] = await store.claim_due("q", 1, timedelta(seconds=60))
     clock.advance(59)
@@ -61,6 +63,7 @@ async def test_a_lease_expires_by_the_storage_clock() -> None:
 async def test_stats_age_is_measured_by_the_storage_clock() -> None:
     clock = FakeClock()
     store = MemoryStorage(clock=clock)
+    await store.connect()
     await store.enqueue(task("t"))
     clock.advance(42)
     stats = await store.stats("q")
@@ -85,6 +88,7 @@ async def test_a_named_store_is_shared_by_every_opener_in_the_process() -> None:
 @pytest.mark.asyncio
 async def test_wait_due_wakes_when_a_task_is_enqueued_from_another_thread() -> None:
     store = MemoryStorage()
+    await store.connect()
     threading.Timer(0.2, lambda: asyncio.run(store.enqueue(task("t")))).start()
     assert await store.wait_due("q", timeout=30.0) is True
     assert len(await store.claim_due("q", 1, timedelta(seconds=5))) == 1
@@ -92,6 +96,7 @@ async def test_wait_due_wakes_when_a_task_is_enqueued_from_another_thread() -> N
 
 def test_threads_with_their_own_event_loops_never_claim_the_same_task_twice() -> None:
     store = MemoryStorage()
+    asyncio.run(store.connect())
     total = 400
 
     async def fill() -> None:
@@ -130,6 +135,7 @@ def test_threads_with_their_own_event_loops_never_claim_the_same_task_twice() ->
 
 def test_a_naive_clock_is_reported_clearly() -> None:
     store = MemoryStorage(clock=lambda: datetime(2030, 1, 1))
+    asyncio.run(store.connect())
     with pytest.raises(rdq.ConfigError, match="naive"):
         asyncio.run(store.enqueue(task("t")))
 
@@ -139,6 +145,7 @@ async def test_complete_many_applies_fresh_claims_and_reports_stale_ones_per_ite
     from rdq.spi import Completion
 
     store = MemoryStorage()
+    await store.connect()
     await store.enqueue_batch([task("a"), task("b")])
     a, b = await store.claim_due("q", 2, timedelta(minutes=1))
     done = Attempt(number=1, outcome=Outcome.SUCCEEDED)
@@ -154,3 +161,54 @@ async def test_complete_many_applies_fresh_claims_and_reports_stale_ones_per_ite
     assert isinstance(results[2], rdq.NotFound)
     assert (await store.get("a")).status == Status.SUCCEEDED
     assert (await store.get("b")).status == Status.IN_FLIGHT, "the stale item changed nothing"
+
+
+@pytest.mark.parametrize(
+    ("url", "key"),
+    [
+        ("memory://x?timeout=0", "timeout"),
+        ("memory://x?timeout=soon", "timeout"),
+        ("memory://x?pool=3", "pool"),
+        ("postgresql://x", "storage"),
+    ],
+)
+def test_a_bad_url_raises_config_error_naming_the_option(url: str, key: str) -> None:
+    with pytest.raises(rdq.ConfigError) as caught:
+        MemoryStorage.from_url(url)
+    assert caught.value.key == key
+
+
+def test_the_timeout_option_is_kept_in_the_config() -> None:
+    assert MemoryStorage.from_url("memory://x?timeout=2.5").config.timeout == 2.5
+    assert MemoryStorage.from_url("memory://").config.timeout == 10.0
+
+
+@pytest.mark.asyncio
+async def test_the_corrupt_task_hook_refuses_a_value_that_decodes() -> None:
+    async with MemoryStorage() as store:
+        with pytest.raises(ValueError, match="decodes"):
+            await store.put_corrupt_task(
+                "q", "t", raw='{"id": "t", "queue": "q", "handler_ref": "h"}'
+            )
+        await store.put_corrupt_task("q", "t", raw="{not json")
+        got = await store.get("t")
+        assert got.corrupt is not None and "{not json" in got.corrupt
+
+
+@pytest.mark.asyncio
+async def test_priorities_order_claims_by_the_injected_clock() -> None:
+    clock = FakeClock()
+    async with MemoryStorage(clock=clock) as store:
+        await store.enqueue(Envelope(id="low", queue="q", handler_ref="h", priority=-1))
+        clock.advance(1)
+        await store.enqueue(Envelope(id="high-later", queue="q", handler_ref="h", priority=1))
+        await store.enqueue(
+            Envelope(id="high-not-due", queue="q", handler_ref="h", priority=5),
+            delay=timedelta(seconds=30),
+        )
+        claimed = await store.claim_due("q", 3, timedelta(minutes=5))
+        assert [c.task.id for c in claimed] == ["high-later", "low"]
+        clock.advance(30)
+        assert [c.task.id for c in await store.claim_due("q", 3, timedelta(minutes=5))] == [
+            "high-not-due"
+        ]

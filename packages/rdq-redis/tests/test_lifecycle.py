@@ -25,7 +25,7 @@ def test_capabilities_are_exactly_what_the_store_offers() -> None:
         filter_pushdown=True,
         batch_enqueue=True,
         batch_complete=True,
-        group_pushdown=False,
+        group_pushdown=True,
     )
 
 

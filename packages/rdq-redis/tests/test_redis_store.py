@@ -18,6 +18,7 @@ from redis.crc import key_slot
 from redis.exceptions import NoScriptError
 
 import rdq_redis._notify as notify_module
+import rdq_redis._pages as pages_module
 import rdq_redis._store as store_module
 from rdq import open_storage
 from rdq.errors import ConfigError, IDConflict, NotFound, StaleClaim, StorageError
@@ -31,6 +32,7 @@ from rdq.spi import (
     Selector,
     Status,
     Storage,
+    TaskFilter,
 )
 from rdq_redis._codec import to_us
 from rdq_redis._queries import SCRIPT_NAMES
@@ -123,11 +125,13 @@ async def test_every_key_of_a_queue_shares_one_cluster_slot(
     storage: Storage, redis_url: str, key_prefix: str
 ) -> None:
     queue = new_queue()
-    tasks = [new_task(queue) for _ in range(4)]
+    tasks = [new_task(queue) for _ in range(5)]
     await storage.enqueue_batch(tasks)
     claimed = await storage.claim_due(queue, 3, LEASE)
     await storage.complete(claimed[0].task.id, claimed[0].token, failed(1))
     await storage.dead_letter(claimed[1].task.id, claimed[1].token, failed(1))
+    unclaimed = {t.id for t in tasks} - {c.task.id for c in claimed}
+    assert await storage.cancel(queue, [min(unclaimed)]) == 1
 
     client = aioredis.Redis.from_url(redis_url)
     try:
@@ -136,10 +140,21 @@ async def test_every_key_of_a_queue_shares_one_cluster_slot(
         await client.aclose()
     queue_keys = [k for k in keys if k.startswith(f"{key_prefix}:{{{queue}}}:")]
     index_keys = [k for k in keys if k.startswith(f"{key_prefix}:id:")]
-    assert sorted(queue_keys + index_keys) == sorted(keys)
+    global_keys = {f"{key_prefix}:queues", f"{key_prefix}:layout"}
+    assert sorted(queue_keys + index_keys + sorted(global_keys)) == sorted(keys)
     assert {f"{key_prefix}:id:{{{t.id}}}" for t in tasks} == set(index_keys)
-    suffixes = {k.split("}:", 1)[1].split(":", 1)[0] for k in queue_keys}
-    assert suffixes == {"pending", "inflight", "dead", "succeeded", "task"}
+    suffixes = {k.split("}:", 1)[1] for k in queue_keys if ":task:" not in k}
+    assert {s.split(":", 1)[0] for s in suffixes} == {
+        "levels",
+        "pending",
+        "inflight",
+        "dead",
+        "succeeded",
+        "cancelled",
+        "groups",
+        "group",
+    }
+    assert {"pending:0", "inflight:0"} <= suffixes
     assert len({key_slot(k.encode()) for k in queue_keys}) == 1
 
 
@@ -299,7 +314,7 @@ async def test_dlq_pages_fill_up_across_bounded_scans(
 ) -> None:
     """A selective filter over a long DLQ: each script call scans a few entries, the page
     still comes back full and in order."""
-    monkeypatch.setattr(store_module, "_DLQ_SCAN_BUDGET", 3)
+    monkeypatch.setattr(pages_module, "SCAN_BUDGET", 3)
     queue = new_queue()
     order = await _dead_letter(
         storage, queue, ["Rare" if i % 5 == 0 else "Common" for i in range(25)]
@@ -433,7 +448,7 @@ async def test_a_script_lost_again_after_its_reload_runs_by_its_text(
 ) -> None:
     """A mock for a race a test cannot time: the script cache is flushed between redis-py's
     reload and its second EVALSHA, so NOSCRIPT escapes the driver."""
-    scripts = storage._ready()  # type: ignore[attr-defined]
+    scripts = storage._live().scripts  # type: ignore[attr-defined]
     calls = 0
 
     async def always_noscript(*args: object, **kwargs: object) -> object:
@@ -442,7 +457,7 @@ async def test_a_script_lost_again_after_its_reload_runs_by_its_text(
         raise NoScriptError("No matching script. Please use EVAL.")
 
     # Calls look __call__ up on the class: every registered script now fails that way.
-    monkeypatch.setattr(type(scripts.enqueue), "__call__", always_noscript)
+    monkeypatch.setattr(type(scripts.by_name["enqueue"]), "__call__", always_noscript)
     queue = new_queue()
     assert await storage.enqueue(new_task(queue)) is True
     assert calls == 1
@@ -485,3 +500,62 @@ async def test_complete_many_across_queues_reports_each_item_in_order(storage: S
     assert (await storage.get(b.task.id)).attempts == [ok]
     assert (await storage.get(c.task.id)).status is Status.IN_FLIGHT
     assert [(await storage.stats(q)).succeeded for q in (q1, q2)] == [1, 1]
+
+
+@pytest.mark.asyncio
+async def test_pending_pages_merge_priorities_and_survive_the_cursor_task_leaving(
+    storage: Storage,
+) -> None:
+    """Equal status times across several priority sets page by id bytes; a cursor whose own
+    task left the set since (here: cancelled) still continues exactly after it."""
+    queue = new_queue()
+    same = (await storage.now()) - timedelta(hours=1)
+    ids = [f"t-{n:02d}" for n in range(9)]
+    for n, task_id in enumerate(ids):
+        await storage.enqueue(
+            new_task(queue, f"{queue}-{task_id}", next_attempt_at=same, priority=(5, 0, -3)[n % 3])
+        )
+    full = [f"{queue}-{task_id}" for task_id in ids]
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        tasks, cursor = await storage.list_tasks(
+            queue, TaskFilter(status=Status.PENDING), Page(limit=2, cursor=cursor)
+        )
+        seen += [t.id for t in tasks]
+        if cursor is None:
+            break
+        assert await storage.cancel(queue, [tasks[-1].id]) == 1
+    assert seen == sorted(full, key=str.encode)
+
+
+async def _commands_run(client: aioredis.Redis) -> int:
+    """How many commands the server ran since its statistics were reset (script calls and
+    the commands the scripts made, each counted)."""
+    stats = await client.info("commandstats")
+    return sum(int(entry["calls"]) for entry in stats.values())
+
+
+@pytest.mark.asyncio
+async def test_a_claim_does_no_work_per_delayed_task(storage: Storage, redis_url: str) -> None:
+    """Thousands of delayed tasks at every priority do not add one command to a claim: each
+    priority's set is read only up to now (O(log n + limit))."""
+    queue = new_queue()
+    far = timedelta(hours=1)
+    for priority in (-10, 0, 10):
+        delayed = [new_task(queue, priority=priority) for _ in range(1000)]
+        await storage.enqueue_batch(delayed, delay=far)
+    due = [new_task(queue, priority=p) for p in (-10, 0, 10)]
+    await storage.enqueue_batch(due)
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await storage.claim_due(new_queue(), 1, LEASE)  # warm: scripts loaded, connection open
+        await client.config_resetstat()
+        claimed = await storage.claim_due(queue, 10, LEASE)
+        commands = await _commands_run(client)
+    finally:
+        await client.aclose()
+    assert [c.task.id for c in claimed] == [t.id for t in reversed(due)]
+    # one EVALSHA, TIME, the levels, two range reads and a set check per priority, and a few
+    # writes per claimed task: a few dozen, whatever the number of delayed tasks
+    assert commands < 60, commands

@@ -41,7 +41,7 @@ def sentinel_setup() -> Iterator[RedisSentinelSetup]:
 def test_a_sentinel_url_names_every_sentinel_and_the_master_credentials() -> None:
     config = parse_url(
         "redis://app:s3cret@s1:26379,s2,s3:26380/2?sentinel_master=jobs"
-        "&sentinel_password=spw&socket_timeout=3&prefix=p"
+        "&sentinel_password=spw&socket_timeout=3&prefix=p&timeout=4"
     )
     assert config.sentinels == [("s1", 26379), ("s2", 26379), ("s3", 26380)]
     assert config.sentinel_master == "jobs"
@@ -52,9 +52,10 @@ def test_a_sentinel_url_names_every_sentinel_and_the_master_credentials() -> Non
     assert config.client_options["socket_timeout"] == 3.0
     assert config.sentinel_options == {
         "socket_timeout": 3.0,
-        "socket_connect_timeout": 5.0,
+        "socket_connect_timeout": 4.0,
         "password": "spw",
     }
+    assert config.timeout == 4.0
     assert config.address == "jobs via Sentinel s1:26379,s2:26379,s3:26380"
 
 

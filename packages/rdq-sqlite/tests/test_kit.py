@@ -11,7 +11,8 @@ import pytest_asyncio
 
 from rdq import open_storage
 from rdq.spi import Storage
-from rdq_compliance import StorageSuite
+from rdq_compliance import CorruptTaskWriter, StorageSuite
+from rdq_sqlite import SqliteStorage
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +32,12 @@ class TestSqliteFileKeepsTheContract(StorageSuite):
             await store.migrate()
             yield store
 
+    @pytest.fixture
+    def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
+        if not isinstance(storage, SqliteStorage):
+            raise TypeError(f"not a SqliteStorage: {storage!r}")
+        return storage.put_corrupt_task
+
 
 class TestSqliteInMemoryKeepsTheContract(StorageSuite):
     """``sqlite:///:memory:`` is private to its store: no cross-process clauses."""
@@ -40,3 +47,9 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
         async with open_storage("sqlite:///:memory:") as store:
             await store.migrate()
             yield store
+
+    @pytest.fixture
+    def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
+        if not isinstance(storage, SqliteStorage):
+            raise TypeError(f"not a SqliteStorage: {storage!r}")
+        return storage.put_corrupt_task

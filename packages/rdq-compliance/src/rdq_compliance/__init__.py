@@ -24,12 +24,21 @@ pytest.register_assert_rewrite(
 )
 
 if TYPE_CHECKING:
+    from rdq_compliance._fixtures import CorruptTaskWriter, StorageOpener
     from rdq_compliance.stateful import ContractMachine, run_contract_machine
     from rdq_compliance.suite import StorageSuite
 
-__all__ = ["ContractMachine", "StorageSuite", "run_contract_machine"]
+__all__ = [
+    "ContractMachine",
+    "CorruptTaskWriter",
+    "StorageOpener",
+    "StorageSuite",
+    "run_contract_machine",
+]
 
 _HOMES = {
+    "CorruptTaskWriter": "rdq_compliance._fixtures",
+    "StorageOpener": "rdq_compliance._fixtures",
     "ContractMachine": "rdq_compliance.stateful",
     "run_contract_machine": "rdq_compliance.stateful",
     "StorageSuite": "rdq_compliance.suite",

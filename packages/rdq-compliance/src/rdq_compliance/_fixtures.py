@@ -3,14 +3,30 @@ optionally ``storage_url`` / ``peer_storage_url``)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import pytest
 
+from rdq import open_storage
 from rdq.spi import Capabilities, Storage
-from rdq_compliance._support import new_queue
+from rdq_compliance._support import new_queue, with_url_option
 
-__all__ = ["SuiteFixtures", "require_capability"]
+__all__ = [
+    "CorruptTaskWriter",
+    "StorageOpener",
+    "SuiteFixtures",
+    "require_capability",
+    "require_url",
+]
+
+StorageOpener = Callable[..., Storage]
+"""``opener(**url_options)`` builds a new, not yet connected store on the same data, with
+the given URL options added (``opener(timeout="2.5")``)."""
+
+CorruptTaskWriter = Callable[[str, str], Awaitable[None]]
+"""``await corrupt_task(queue, task_id)`` writes a PENDING task of ``queue`` with id
+``task_id``, due now or earlier by the storage clock, whose stored form does not decode."""
 
 
 class SuiteFixtures:
@@ -31,16 +47,60 @@ class SuiteFixtures:
             )
 
         @pytest.fixture
-        def storage_url(self) -> str:
+        def storage_url(self) -> str | None:
             """A URL that another *process* can open to reach the same data (chaos test and
-            cross-connection tests). Without it those tests are skipped."""
-            pytest.skip("cross-process tests need storage_url")
+            cross-connection tests), or ``None`` (the default): those tests then skip, naming
+            this fixture. It is ``None`` unless the backend provides it, so a ``storage``
+            fixture that builds its store from it fails loudly instead of skipping."""
+            return None
 
         @pytest.fixture
-        def peer_storage_url(self, storage_url: str) -> str:
+        def peer_storage_url(self, storage_url: str | None) -> str | None:
             """A URL that another store *instance in this process* can open to reach the same
-            data (several connections, each in its own thread). Defaults to ``storage_url``."""
+            data (several connections, each in its own thread; the lifecycle clauses).
+            Defaults to ``storage_url``."""
             return storage_url
+
+        @pytest.fixture
+        def open_peer_storage(self, peer_storage_url: str | None) -> StorageOpener:
+            """Builds new, unconnected stores from ``peer_storage_url`` with URL options
+            added (the lifecycle and operation-timeout clauses use it)."""
+            url = require_url(peer_storage_url, "peer_storage_url (or storage_url)")
+
+            def opener(**url_options: str) -> Storage:
+                built = url
+                for name, value in url_options.items():
+                    built = with_url_option(built, name, value)
+                return open_storage(built)
+
+            return opener
+
+        @pytest.fixture
+        def expected_capabilities(self) -> Capabilities:
+            """The ``Capabilities`` the backend promises to advertise (pinned by the
+            backend's test module, so a capability lost is a red test, not a dozen
+            silently skipped clauses)."""
+            pytest.fail(
+                f"{type(self).__name__} must define an `expected_capabilities` fixture "
+                "returning the rdq.spi.Capabilities the store advertises (e.g. "
+                "Capabilities(notify=True, batch_enqueue=True)); the kit checks the store "
+                "advertises exactly that",
+                pytrace=False,
+            )
+
+        @pytest.fixture
+        def corrupt_task(self) -> CorruptTaskWriter:
+            """An async callable ``(queue, task_id) -> None`` that writes, through the
+            backend's own test hook, a PENDING task of ``queue`` due now (or earlier) whose
+            stored form does not decode (see the ``CorruptTaskWriter`` type). A store that
+            cannot hold such a task overrides this with ``pytest.skip("why")``."""
+            pytest.fail(
+                f"{type(self).__name__} must define a `corrupt_task` fixture: an async "
+                "callable (queue, task_id) -> None that writes a PENDING task, due now, whose "
+                "stored form does not decode (see docs/writing-a-backend.md, 'Corrupt stored "
+                "tasks'); a store that cannot hold one overrides it with pytest.skip(reason)",
+                pytrace=False,
+            )
 
     @pytest.fixture
     def queue(self) -> str:
@@ -56,6 +116,13 @@ class SuiteFixtures:
     def capabilities(self, storage: Storage) -> Capabilities:
         """What the store under test advertises."""
         return storage.capabilities()
+
+
+def require_url(url: str | None, fixture: str) -> str:
+    """``url``, or skip the calling test naming the fixture that would provide it."""
+    if url is None:
+        pytest.skip(f"needs the {fixture} fixture")
+    return url
 
 
 def require_capability(capabilities: Capabilities, name: str) -> None:

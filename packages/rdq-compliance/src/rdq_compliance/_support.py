@@ -1,8 +1,8 @@
 """Small helpers the clauses share: task factories, storage-clock readings and patient polling.
 
-Nothing here reads the test process clock to decide due-ness: the storage's time is learned
-from what it reports (``created_at``, ``lease_expires_at``). The process clock is only used
-to bound how long a helper keeps polling before it gives up.
+Nothing here reads the test process clock to decide due-ness: the storage's time is read
+with ``Storage.now()`` or learned from what it reports (``claimed_at``, ``lease_expires_at``).
+The process clock is only used to bound how long a helper keeps polling before it gives up.
 """
 
 from __future__ import annotations
@@ -15,12 +15,15 @@ from typing import Any, TypeVar
 
 from rdq.spi import (
     Attempt,
+    AuditEntry,
+    AuditFilter,
     Claimed,
     DLQFilter,
     Envelope,
     Outcome,
     Page,
     Storage,
+    TaskFilter,
     envelope_to_builtins,
 )
 
@@ -32,16 +35,18 @@ __all__ = [
     "attempt",
     "claim_one",
     "claim_time",
+    "clock_passes",
     "dead_tasks",
     "eventually",
+    "list_all_audit",
+    "list_all_tasks",
     "list_whole_dlq",
     "new_id",
     "new_queue",
     "new_task",
     "reclaim_after_expiry",
     "snapshot",
-    "storage_now",
-    "storage_time_passes",
+    "with_url_option",
 ]
 
 T = TypeVar("T")
@@ -55,6 +60,16 @@ FAR_FUTURE = timedelta(days=1)
 PATIENCE = 30.0
 """Seconds a polling helper waits for the storage before it declares failure."""
 _POLL = 0.05
+
+
+def with_url_option(url: str, name: str, value: str) -> str:
+    """``url`` with the query option ``name=value`` added.
+
+    Appended as text: ``urlunsplit`` would turn ``sqlite:////abs/path`` (an empty host and a
+    path starting with ``//``) into ``sqlite://abs/path``."""
+    base, _, fragment = url.partition("#")
+    joined = f"{base}{'&' if '?' in base else '?'}{name}={value}"
+    return f"{joined}#{fragment}" if fragment else joined
 
 
 def new_queue(prefix: str = "kit") -> str:
@@ -104,22 +119,11 @@ def claim_time(claimed: Claimed, lease: timedelta) -> datetime:
     return expires - lease
 
 
-async def storage_now(storage: Storage, queue: str) -> datetime:
-    """The storage clock's current time, read from the ``created_at`` of a probe task.
-
-    The probe lives in its own queue (``queue`` + ``-clock``) and is never due."""
-    probe = new_task(f"{queue}-clock"[:100], payload=None)
-    await storage.enqueue(probe, delay=FAR_FUTURE)
-    created = (await storage.get(probe.id)).created_at
-    assert created is not None, "enqueue must set created_at"
-    return created
-
-
-async def storage_time_passes(storage: Storage, queue: str, at: datetime) -> datetime:
-    """Wait until the storage clock reads ``at`` or later; return that reading."""
+async def clock_passes(storage: Storage, at: datetime) -> datetime:
+    """Wait until ``storage.now()`` reads ``at`` or later; return that reading."""
 
     async def probe() -> datetime | None:
-        now = await storage_now(storage, queue)
+        now = await storage.now()
         return now if now >= at else None
 
     return await eventually(probe, f"the storage clock to pass {at.isoformat()}")
@@ -148,12 +152,12 @@ async def claim_one(storage: Storage, queue: str, lease: timedelta = LONG_LEASE)
 
 
 async def reclaim_after_expiry(
-    storage: Storage, queue: str, lease: timedelta = LONG_LEASE
+    storage: Storage, queue: str, lease: timedelta = LONG_LEASE, *, worker_id: str | None = None
 ) -> Claimed:
     """Poll ``claim_due(queue, 1)`` until a task comes back (a lapsed lease), and return it."""
 
     async def probe() -> Claimed | None:
-        claimed = await storage.claim_due(queue, 1, lease)
+        claimed = await storage.claim_due(queue, 1, lease, worker_id=worker_id)
         return claimed[0] if claimed else None
 
     return await eventually(probe, f"an expired lease in {queue!r} to be reclaimed")
@@ -206,3 +210,40 @@ async def list_whole_dlq(
         if cursor is None:
             return out
     raise AssertionError(f"dlq_list of {queue!r} never returned a last page")
+
+
+async def list_all_tasks(
+    storage: Storage,
+    queue: str,
+    task_filter: TaskFilter,
+    *,
+    limit: int = 1000,
+    include_attempts: bool = False,
+) -> list[Envelope]:
+    """Every task ``list_tasks`` lists for ``task_filter``, following cursors page by page."""
+    out: list[Envelope] = []
+    cursor: str | None = None
+    for _ in range(10_000):
+        tasks, cursor = await storage.list_tasks(
+            queue,
+            task_filter,
+            Page(limit=limit, cursor=cursor, include_attempts=include_attempts),
+        )
+        out.extend(tasks)
+        if cursor is None:
+            return out
+    raise AssertionError(f"list_tasks of {queue!r} never returned a last page")
+
+
+async def list_all_audit(
+    storage: Storage, audit_filter: AuditFilter | None, *, limit: int = 1000
+) -> list[AuditEntry]:
+    """Every audit entry ``list_audit`` lists for ``audit_filter``, page by page."""
+    out: list[AuditEntry] = []
+    cursor: str | None = None
+    for _ in range(10_000):
+        entries, cursor = await storage.list_audit(audit_filter, Page(limit=limit, cursor=cursor))
+        out.extend(entries)
+        if cursor is None:
+            return out
+    raise AssertionError("list_audit never returned a last page")

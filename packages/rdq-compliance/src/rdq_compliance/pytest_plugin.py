@@ -1,7 +1,10 @@
-"""pytest fixtures for real test servers, registered through the ``pytest11`` entry point.
+"""The kit's pytest plugin, registered through the ``pytest11`` entry point.
 
-``postgres_url``, ``redis_url`` and ``mongo_url`` are session-scoped: one server per test
-session, each test using its own queue names or database. See :mod:`rdq_compliance.servers`.
+- fixtures for real test servers: ``postgres_url``, ``redis_url`` and ``mongo_url`` are
+  session-scoped (one server per test session, each test using its own queue names or
+  database; see :mod:`rdq_compliance.servers`);
+- the account of every ``StorageSuite`` run, which fails a session whose suite skipped most
+  of its tests (see :mod:`rdq_compliance._accounting`).
 """
 
 from __future__ import annotations
@@ -11,11 +14,23 @@ from collections.abc import Iterator
 
 import pytest
 
+from rdq_compliance._accounting import KitAccounting
 from rdq_compliance.servers import ServerUnavailable, in_ci
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("rdq").addoption(
+        "--rdq-allow-skipped-suites",
+        action="store_true",
+        default=False,
+        help="do not fail the session when a StorageSuite skipped most of its tests",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: long-running tests (chaos, restarts)")
+    allow = bool(config.getoption("rdq_allow_skipped_suites", default=False))
+    config.pluginmanager.register(KitAccounting(allow), "rdq-kit-accounting")
 
 
 def _serve(kind: str) -> Iterator[str]:

@@ -5,11 +5,16 @@ Hypothesis drives rules synchronously, while a store lives on an event loop. The
 in a worker thread and submits each operation to the store's own loop with
 :func:`asyncio.run_coroutine_threadsafe`, so any backend (connection pools bound to a loop
 included) can be driven. Use :func:`run_contract_machine` from an async test.
+
+Claims use a long or a short lease, so lapsed leases, their reclaims and their holders'
+still-current tokens all appear in random sequences; tasks carry priorities; operators
+cancel and import tasks in any status.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Coroutine
 from datetime import datetime, timedelta
@@ -35,9 +40,11 @@ from rdq.spi import (
     Selector,
     Status,
     Storage,
+    TaskFilter,
+    status_time,
 )
-from rdq_compliance._support import LONG_LEASE, PATIENCE, storage_now
-from rdq_compliance.model import ContractModel
+from rdq_compliance._support import LONG_LEASE, PATIENCE
+from rdq_compliance.model import ContractModel, ModelTask, exported, modelled
 
 __all__ = ["ContractMachine", "run_contract_machine"]
 
@@ -48,6 +55,8 @@ SLOTS = 6
 """Task ids per example: few enough that operations keep hitting the same tasks."""
 ERROR_TYPES = ("KitError", "OtherError")
 HANDLERS = ("kit.handlers:even", "kit.handlers:odd")
+SHORT = timedelta(milliseconds=50)
+"""The machine's short lease: it lapses within a few steps."""
 
 #: The operations one step may run, repeated to weight them (the first ones shrink best).
 OPERATIONS = (
@@ -62,9 +71,14 @@ OPERATIONS = (
     "resolve",
     "resolve",
     "extend-lease",
+    "let-leases-lapse",
+    "let-leases-lapse",
     "redrive",
     "purge",
     "purge-succeeded",
+    "cancel",
+    "import-any",
+    "list-tasks",
 )
 RESOLUTIONS = st.sampled_from(["complete", "retry-now", "retry-later", "dead-letter"])
 FILTERS = (
@@ -76,6 +90,9 @@ FILTERS = (
 
 slots = st.integers(min_value=0, max_value=SLOTS - 1)
 queue_indexes = st.integers(min_value=0, max_value=1)
+priorities = st.sampled_from([-10, -1, 0, 0, 1, 10])
+leases = st.sampled_from([LONG_LEASE, SHORT])
+workers = st.sampled_from([None, "sm-w1", "sm-w2"])
 #: which token a fenced call presents: the current one, an earlier one, or a made-up one
 token_choices = st.sampled_from(["current", "current", "old", "made-up"])
 
@@ -96,7 +113,9 @@ class ContractMachine(RuleBasedStateMachine):
         self.queues = (f"kit-sm-{run}-a", f"kit-sm-{run}-b")
         self.prefix = f"sm-{run}"
         self.model = ContractModel()
-        now = self.call(storage_now(self.storage, self.queues[0]))
+        self.seen: datetime
+        """The latest reading of the storage clock."""
+        now = self.now()
         self.past = now - timedelta(seconds=1)
         """A moment every later storage reading is past (due at once)."""
         self.future = now + timedelta(days=2)
@@ -119,20 +138,46 @@ class ContractMachine(RuleBasedStateMachine):
         """Run one store operation on the store's loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(operation, self.loop).result(PATIENCE)
 
+    def now(self) -> datetime:
+        self.seen = self.call(self.storage.now())
+        return self.seen
+
     def task_id(self, slot: int) -> str:
         return f"{self.prefix}-{slot}"
 
     def stored(self, task_id: str) -> Envelope:
         return self.call(self.storage.get(task_id))
 
-    # --- admission -------------------------------------------------------------------------
-
-    def pick_slot(self, data: st.DataObject, status: Status) -> int:
-        """Mostly a slot whose task is in ``status`` (when there is one), else any slot."""
-        aimed = sorted(int(t.id.rsplit("-", 1)[1]) for t in self.model.with_status(status))
+    def pick_slot(self, data: st.DataObject, *statuses: Status) -> int:
+        """Mostly a slot whose task is in one of ``statuses`` (if any), else any slot."""
+        aimed = sorted(
+            int(t.id.rsplit("-", 1)[1]) for s in statuses for t in self.model.with_status(s)
+        )
         if aimed and data.draw(st.integers(min_value=0, max_value=4), label="aim") > 0:
             return data.draw(st.sampled_from(aimed), label="slot")
         return data.draw(slots, label="slot")
+
+    def pick_queue(self, data: st.DataObject, *statuses: Status) -> int:
+        """Mostly a queue that holds a task in one of ``statuses``."""
+        busy = sorted(
+            {self.queues.index(t.queue) for s in statuses for t in self.model.with_status(s)}
+        )
+        if busy and data.draw(st.integers(min_value=0, max_value=4), label="aim") > 0:
+            return data.draw(st.sampled_from(busy), label="queue")
+        return data.draw(queue_indexes, label="queue")
+
+    def pick_held(self, data: st.DataObject) -> int:
+        """A slot for a fenced call: often one whose lease has lapsed (by the last reading of
+        the storage clock) without a reclaim, else mostly an IN_FLIGHT one."""
+        lapsed = sorted(
+            int(t.id.rsplit("-", 1)[1])
+            for t in self.model.with_status(Status.IN_FLIGHT)
+            if t.lease_expires_at is not None and t.lease_expires_at <= self.seen
+        )
+        aim_at_lapsed: bool = bool(lapsed) and data.draw(st.booleans(), label="lapsed")
+        if aim_at_lapsed:
+            return data.draw(st.sampled_from(lapsed), label="slot")
+        return self.pick_slot(data, Status.IN_FLIGHT)
 
     def pick_token(self, task_id: str, choice: str) -> str:
         task = self.model.tasks.get(task_id)
@@ -147,7 +192,7 @@ class ContractMachine(RuleBasedStateMachine):
     @initialize(seed=st.lists(st.tuples(slots, queue_indexes), min_size=1, max_size=SLOTS))
     def start_with_due_tasks(self, seed: list[tuple[int, int]]) -> None:
         for slot, queue in seed:
-            self.enqueue(slot, queue, delayed=False)
+            self.enqueue(slot, queue, delayed=False, priority=0)
 
     @rule(data=st.data(), operation=st.sampled_from(OPERATIONS))
     def step(self, data: st.DataObject, operation: str) -> None:
@@ -162,18 +207,20 @@ class ContractMachine(RuleBasedStateMachine):
             data.draw(slots, label="slot"),
             data.draw(queue_indexes, label="queue"),
             delayed=data.draw(st.booleans(), label="delayed"),
+            priority=data.draw(priorities, label="priority"),
         )
 
-    def enqueue(self, slot: int, queue: int, *, delayed: bool) -> None:
+    def enqueue(self, slot: int, queue: int, *, delayed: bool, priority: int) -> None:
         task_id = self.task_id(slot)
         task = Envelope(
             id=task_id,
             queue=self.queues[queue],
             handler_ref=HANDLERS[slot % 2],
             payload={"slot": slot, "queue": queue},
+            priority=priority,
             next_attempt_at=self.future if delayed else None,
         )
-        expected = self.model.enqueue(task_id, task.queue, task.handler_ref)
+        expected = self.model.admit(ModelTask(task_id, task.queue, task.handler_ref, priority))
         if isinstance(expected, str):
             conflict = self.expect(IDConflict, self.storage.enqueue(task))
             assert conflict.existing_queue == expected
@@ -184,45 +231,102 @@ class ContractMachine(RuleBasedStateMachine):
             assert stored.status == Status.PENDING
             self.model.tasks[task_id].due_at = None if delayed else stored.next_attempt_at
 
+    def import_any(self, data: st.DataObject) -> None:
+        slot = data.draw(slots, label="slot")
+        queue = self.queues[data.draw(queue_indexes, label="queue")]
+        status = data.draw(st.sampled_from(list(Status)), label="status")
+        later = data.draw(st.booleans(), label="later")
+        task = exported(
+            self.task_id(slot),
+            queue,
+            status,
+            handler_ref=HANDLERS[slot % 2],
+            error_type=ERROR_TYPES[slot % 2],
+            priority=data.draw(priorities, label="priority"),
+            due=self.future if later else self.past,
+            past=self.past,
+        )
+        expected = self.model.admit(modelled(task, self.future))
+        if isinstance(expected, str):
+            conflict = self.expect(IDConflict, self.storage.import_tasks([task]))
+            assert conflict.existing_queue == expected
+            return
+        assert self.call(self.storage.import_tasks([task])) == [expected]
+        if expected:
+            self.check_task(task.id)
+
     # --- claiming --------------------------------------------------------------------------
 
     def claim(self, data: st.DataObject) -> None:
-        busy = [i for i, name in enumerate(self.queues) if self.model.due(name)]
-        if busy and data.draw(st.integers(min_value=0, max_value=4), label="aim") > 0:
-            queue = data.draw(st.sampled_from(busy), label="queue")
-        else:
-            queue = data.draw(queue_indexes, label="queue")
+        queue = self.pick_queue(data, Status.PENDING, Status.IN_FLIGHT)
         limit = data.draw(st.integers(min_value=1, max_value=4), label="limit")
+        lease = data.draw(leases, label="lease")
+        worker = data.draw(workers, label="worker")
         name = self.queues[queue]
-        claimed = self.call(self.storage.claim_due(name, limit, LONG_LEASE))
+        before = self.now()
+        claimed = self.call(self.storage.claim_due(name, limit, lease, worker_id=worker))
+        after = self.now()
         tokens = {c.task.id: c.token for c in claimed}
         assert len(tokens) == len(claimed), "claim_due returned a task twice"
-        problems = self.model.claim_problems(name, limit, tokens)
+        problems = self.model.claim_problems(name, limit, set(tokens), before, after)
         assert not problems, "; ".join(problems)
         for c in claimed:
             expected = self.model.tasks[c.task.id]
-            assert c.task.status == Status.IN_FLIGHT
-            assert c.task.attempt_count == expected.attempt_count
-            assert c.task.redrive_count == expected.redrive_count
+            was = (expected.attempt_count, expected.claimed_by, expected.claimed_at)
             assert c.token not in expected.old_tokens, "a token was handed out twice"
-            self.model.claimed(c.task.id, c.token)
+            assert c.token != expected.token, "a reclaim must mint a new token"
+            got = c.task
+            assert got.status == Status.IN_FLIGHT
+            assert got.claimed_by == worker
+            assert got.lease_expires_at is not None and got.claimed_at is not None
+            assert got.claimed_at == got.lease_expires_at - lease
+            assert before <= got.claimed_at <= after, "claimed_at is the store's now"
+            if self.model.claimed(got.id, c.token, got.lease_expires_at, worker, got.claimed_at):
+                record = got.attempts[-1]
+                assert record.outcome == Outcome.LEASE_EXPIRED
+                assert record.number == was[0] + 1
+                assert (record.worker_id, record.started_at) == (was[1], was[2])
+                assert record.finished_at == got.claimed_at
+            assert got.attempt_count == expected.attempt_count
+            assert got.redrive_count == expected.redrive_count
+            assert got.priority == expected.priority
+
+    def let_leases_lapse(self, data: st.DataObject) -> None:
+        """Wait until every short lease has passed by the storage clock."""
+        horizon = self.now() + timedelta(seconds=1)
+        ends = [
+            t.lease_expires_at
+            for t in self.model.with_status(Status.IN_FLIGHT)
+            if t.lease_expires_at is not None and t.lease_expires_at < horizon
+        ]
+        if not ends:
+            return
+        deadline = time.monotonic() + PATIENCE
+        while self.now() < max(ends):
+            assert time.monotonic() < deadline, "the storage clock does not advance"
+            time.sleep(0.02)
 
     def extend_lease(self, data: st.DataObject) -> None:
-        task_id = self.task_id(self.pick_slot(data, Status.IN_FLIGHT))
+        task_id = self.task_id(self.pick_held(data))
         token = self.pick_token(task_id, data.draw(token_choices, label="token"))
-        operation = self.storage.extend_lease(task_id, token, LONG_LEASE)
+        lease = data.draw(leases, label="lease")
+        operation = self.storage.extend_lease(task_id, token, lease)
         if task_id not in self.model.tasks:
             self.expect(NotFound, operation)
         elif not self.model.holds(task_id, token):
             self.expect_fenced(task_id, operation)
         else:
+            before = self.now()
             expires = self.call(operation)
-            assert self.stored(task_id).lease_expires_at == expires
+            after = self.now()
+            assert before + lease <= expires <= after + lease, "extend sets now + lease"
+            self.model.tasks[task_id].lease_expires_at = expires
+            self.check_task(task_id)
 
     # --- resolution ------------------------------------------------------------------------
 
     def resolve(self, data: st.DataObject) -> None:
-        task_id = self.task_id(self.pick_slot(data, Status.IN_FLIGHT))
+        task_id = self.task_id(self.pick_held(data))
         token = self.pick_token(task_id, data.draw(token_choices, label="token"))
         how = data.draw(RESOLUTIONS, label="how")
         error = data.draw(st.sampled_from(ERROR_TYPES), label="error_type")
@@ -251,27 +355,33 @@ class ContractMachine(RuleBasedStateMachine):
             self.model.resolve(task_id, status, outcome, record.error_type, due_at)
             self.check_task(task_id)
 
+    def cancel(self, data: st.DataObject) -> None:
+        name = self.queues[self.pick_queue(data, Status.PENDING, Status.IN_FLIGHT)]
+        size = data.draw(st.integers(min_value=1, max_value=3), label="size")
+        live = (Status.PENDING, Status.IN_FLIGHT)
+        ids = [self.task_id(self.pick_slot(data, *live)) for _ in range(size)]
+        count = self.call(self.storage.cancel(name, ids))
+        cancelled = self.model.cancelled(name, ids)
+        assert count == len(cancelled), f"cancel counted {count}, the model {len(cancelled)}"
+        for task in cancelled:
+            self.check_task(task.id)
+
     # --- DLQ -------------------------------------------------------------------------------
 
-    def selection(self, data: st.DataObject) -> tuple[list[str] | None, DLQFilter | None, Selector]:
+    def selection(
+        self, data: st.DataObject, *statuses: Status
+    ) -> tuple[list[str] | None, DLQFilter | None, Selector]:
         if self.filter_pushdown and data.draw(st.booleans(), label="by filter"):
             dlq_filter = data.draw(st.sampled_from(FILTERS), label="filter")
             return None, dlq_filter, Selector.by_filter(dlq_filter)
         size = data.draw(st.integers(min_value=0, max_value=3), label="size")
-        ids = [self.task_id(self.pick_slot(data, Status.DEAD)) for _ in range(size)]
+        ids = [self.task_id(self.pick_slot(data, *statuses)) for _ in range(size)]
         return ids, None, Selector.by_ids(*ids) if ids else Selector.by_ids("sm-nobody")
 
-    def dead_queue(self, data: st.DataObject) -> int:
-        """Mostly a queue that has DEAD tasks."""
-        busy = [i for i, name in enumerate(self.queues) if self.model.dead(name)]
-        if busy and data.draw(st.integers(min_value=0, max_value=4), label="aim") > 0:
-            return data.draw(st.sampled_from(busy), label="queue")
-        return data.draw(queue_indexes, label="queue")
-
     def redrive(self, data: st.DataObject) -> None:
-        name = self.queues[self.dead_queue(data)]
-        ids, dlq_filter, selector = self.selection(data)
-        expected = self.model.select(name, ids, dlq_filter)
+        name = self.queues[self.pick_queue(data, Status.DEAD)]
+        ids, dlq_filter, selector = self.selection(data, Status.DEAD)
+        expected = self.model.select(name, ids, dlq_filter, purge=False)
         assert self.call(self.storage.redrive(name, selector)) == len(expected)
         for task in expected:
             stored = self.stored(task.id)
@@ -280,9 +390,9 @@ class ContractMachine(RuleBasedStateMachine):
             self.check_task(task.id)
 
     def purge(self, data: st.DataObject) -> None:
-        name = self.queues[self.dead_queue(data)]
-        ids, dlq_filter, selector = self.selection(data)
-        expected = self.model.select(name, ids, dlq_filter)
+        name = self.queues[self.pick_queue(data, Status.DEAD, Status.CANCELLED)]
+        ids, dlq_filter, selector = self.selection(data, Status.DEAD, Status.CANCELLED)
+        expected = self.model.select(name, ids, dlq_filter, purge=True)
         assert self.call(self.storage.purge(name, selector)) == len(expected)
         for task in expected:
             self.model.purged(task.id)
@@ -297,11 +407,30 @@ class ContractMachine(RuleBasedStateMachine):
         else:
             self.expect(NotFound, self.storage.get(task_id))
 
+    def list_tasks(self, data: st.DataObject) -> None:
+        name = self.queues[data.draw(queue_indexes, label="queue")]
+        status = data.draw(st.sampled_from(list(Status)), label="status")
+        listed: list[Envelope] = []
+        cursor: str | None = None
+        for _ in range(SLOTS + 1):
+            page = Page(limit=2, cursor=cursor)
+            tasks, cursor = self.call(
+                self.storage.list_tasks(name, TaskFilter(status=status), page)
+            )
+            listed += tasks
+            if cursor is None:
+                break
+        expected = {t.id for t in self.model.with_status(status) if t.queue == name}
+        assert [t.id for t in listed if t.status == status] == [t.id for t in listed]
+        assert sorted(t.id for t in listed) == sorted(expected), f"list_tasks({status})"
+        keys = [(status_time(t), t.id) for t in listed]
+        assert keys == sorted(keys), "list_tasks orders by status time, then id"
+
     def purge_succeeded(self, data: st.DataObject) -> None:
         name = self.queues[data.draw(queue_indexes, label="queue")]
         everything = data.draw(st.booleans(), label="everything")
         cutoff = self.future if everything else self.past - timedelta(days=1)
-        expected = self.model.succeeded(name) if everything else []
+        expected = self.model.finished(name) if everything else []
         assert self.call(self.storage.purge_succeeded(name, cutoff)) == len(expected)
         for task in expected:
             self.model.purged(task.id)
@@ -312,7 +441,13 @@ class ContractMachine(RuleBasedStateMachine):
     def counts_and_dlq_match_the_model(self) -> None:
         for name in self.queues:
             stats = self.call(self.storage.stats(name))
-            counts = (stats.pending, stats.in_flight, stats.dlq_depth, stats.succeeded)
+            counts = (
+                stats.pending,
+                stats.in_flight,
+                stats.dlq_depth,
+                stats.succeeded,
+                stats.cancelled,
+            )
             expected = self.model.counts(name)
             assert counts == expected, f"stats of {name}: {counts}, the model says {expected}"
             listed, cursor = self.call(self.storage.dlq_list(name, None, Page(limit=100)))
@@ -327,9 +462,12 @@ class ContractMachine(RuleBasedStateMachine):
         assert stored.attempt_count == expected.attempt_count
         assert stored.redrive_count == expected.redrive_count
         assert [a.outcome for a in stored.attempts] == expected.outcomes
-        assert stored.queue == expected.queue
-        if expected.status != Status.IN_FLIGHT:
-            assert stored.lease_expires_at is None
+        assert (stored.queue, stored.priority) == (expected.queue, expected.priority)
+        held = (stored.lease_expires_at, stored.claimed_by, stored.claimed_at)
+        if expected.status == Status.IN_FLIGHT:
+            assert held == (expected.lease_expires_at, expected.claimed_by, expected.claimed_at)
+        else:
+            assert held == (None, None, None), f"a {stored.status} task holds no lease or claim"
 
     def expect(self, error: type[E], operation: Coroutine[Any, Any, object]) -> E:
         """Run ``operation``, which must raise ``error``; return the error."""

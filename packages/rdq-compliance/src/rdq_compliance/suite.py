@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from rdq_compliance._fixtures import SuiteFixtures
 from rdq_compliance.clauses.admission import AdmissionClauses
+from rdq_compliance.clauses.audit import AuditClauses
+from rdq_compliance.clauses.cancel import CancelClauses
 from rdq_compliance.clauses.capabilities import CapabilityClauses
+from rdq_compliance.clauses.claim_holder import ClaimHolderClauses
 from rdq_compliance.clauses.claiming import ClaimingClauses
+from rdq_compliance.clauses.corrupt import CorruptTaskClauses
 from rdq_compliance.clauses.crash import CrashClauses
 from rdq_compliance.clauses.dlq import DLQClauses, DLQFilterClauses
 from rdq_compliance.clauses.fencing import FencingClauses
+from rdq_compliance.clauses.groups import DLQGroupClauses
+from rdq_compliance.clauses.imports import ImportClauses
+from rdq_compliance.clauses.lifecycle import ClockClauses, LifecycleClauses
+from rdq_compliance.clauses.listing import TaskListingClauses
 from rdq_compliance.clauses.operations import OperationClauses
+from rdq_compliance.clauses.priority import PriorityClauses
 from rdq_compliance.clauses.recovery import RecoveryClauses
 from rdq_compliance.clauses.redrive_purge import RedrivePurgeClauses
 from rdq_compliance.clauses.roundtrip import RoundTripClauses
@@ -21,15 +30,25 @@ __all__ = ["CLAUSES", "StorageSuite"]
 
 CLAUSES: tuple[type, ...] = (
     ClaimingClauses,
+    PriorityClauses,
+    ClaimHolderClauses,
     FencingClauses,
     RecoveryClauses,
     TransitionClauses,
     AdmissionClauses,
     RoundTripClauses,
     RedrivePurgeClauses,
+    CancelClauses,
     DLQClauses,
     DLQFilterClauses,
+    DLQGroupClauses,
+    TaskListingClauses,
+    ImportClauses,
+    AuditClauses,
     OperationClauses,
+    ClockClauses,
+    LifecycleClauses,
+    CorruptTaskClauses,
     ValidationClauses,
     CapabilityClauses,
     StatefulClauses,
@@ -40,15 +59,25 @@ CLAUSES: tuple[type, ...] = (
 
 class StorageSuite(
     ClaimingClauses,
+    PriorityClauses,
+    ClaimHolderClauses,
     FencingClauses,
     RecoveryClauses,
     TransitionClauses,
     AdmissionClauses,
     RoundTripClauses,
     RedrivePurgeClauses,
+    CancelClauses,
     DLQClauses,
     DLQFilterClauses,
+    DLQGroupClauses,
+    TaskListingClauses,
+    ImportClauses,
+    AuditClauses,
     OperationClauses,
+    ClockClauses,
+    LifecycleClauses,
+    CorruptTaskClauses,
     ValidationClauses,
     CapabilityClauses,
     StatefulClauses,

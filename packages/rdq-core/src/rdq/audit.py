@@ -1,10 +1,12 @@
-"""Audit records of DLQ redrives and purges.
+"""Audit records of operator actions: redrive, purge and cancel.
 
-Every redrive and purge done through :class:`rdq.admin.DLQAdmin` (the API, the web UI and the
-CLI all go through it) produces one :class:`AuditRecord`: who did what to which queue, with
-which selector, how many tasks it touched, why, and when. The record is logged on the
-dedicated structlog logger ``rdq.audit`` and appended to every configured :class:`AuditSink`,
-for example a :class:`JsonLinesAuditSink` file that is only ever appended to.
+Every such action done through :class:`rdq.admin.TaskAdmin` (the API, the web UI and the CLI
+all go through it) produces one :class:`AuditRecord`: who did what to which queue, with which
+selector, how many tasks it touched, why, and when. The admin stores it in the storage's own
+audit trail (``Storage.append_audit``: shared by every node and CLI on that store, readable
+with ``rdq audit``, ``GET /v1/audit`` and the UI), logs it on the dedicated structlog logger
+``rdq.audit``, and appends it to every extra :class:`AuditSink`, for example a
+:class:`JsonLinesAuditSink` file that is only ever appended to.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ __all__ = [
 
 AUDIT_LOGGER_NAME = "rdq.audit"
 
-Action = Literal["redrive", "purge"]
+Action = Literal["redrive", "purge", "cancel"]
 
 
 class AuditRecord(msgspec.Struct, kw_only=True, frozen=True):
-    """One redrive or purge. ``count`` is how many tasks it acted on; ``error`` is set when
-    the operation failed part-way (``count`` then says how many were done before it failed)."""
+    """One redrive, purge or cancel. ``count`` is how many tasks it acted on; ``error`` is set
+    when the operation failed part-way (``count`` then says how many were done before it
+    failed). ``id`` is the entry's id in the storage's audit trail (None when the store could
+    not record it); ``time`` is the storage's time when it did."""
 
     actor: str
     action: Action
@@ -47,6 +51,7 @@ class AuditRecord(msgspec.Struct, kw_only=True, frozen=True):
     reason: str | None
     time: datetime
     error: str | None = None
+    id: str | None = None
 
 
 @runtime_checkable
@@ -96,8 +101,9 @@ class MemoryAuditSink:
         self.records.append(record)
 
 
-def selector_to_builtins(selector: Selector) -> dict[str, Any]:
-    """The selector as plain JSON-ready data, for audit records and logs."""
+def selector_to_builtins(selector: Selector | Any) -> dict[str, Any]:
+    """The selector (a DLQ ``Selector`` or a cancel ``TaskSelector``) as plain JSON-ready
+    data, for audit records and logs."""
     if selector.ids is not None:
         return {"ids": list(selector.ids)}
     return {"filter": msgspec.to_builtins(selector.filter)}

@@ -31,6 +31,7 @@ import email.utils
 import hashlib
 import hmac
 import ipaddress
+import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -40,6 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import msgspec
+import structlog
 
 from rdq.errors import ConfigError
 from rdq.signals import Permanent, RetryAfter
@@ -56,6 +58,7 @@ __all__ = [
     "HttpCallbackInvoker",
     "is_callback_ref",
     "parse_retry_after",
+    "redact_url",
     "sign",
     "verify",
 ]
@@ -65,6 +68,7 @@ TIMESTAMP_HEADER = "X-Rdq-Timestamp"
 MAX_RETRY_AFTER = 86_400.0
 """``Retry-After`` values are capped at one day."""
 _RETRYABLE_STATUS = frozenset({408, 425, 429})
+_log = structlog.get_logger("rdq.callbacks")
 _ERROR_BODY_BYTES = 512
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -145,8 +149,39 @@ class CallbackSettings(msgspec.Struct, kw_only=True, frozen=True):
 
 
 def is_callback_ref(handler_ref: str) -> bool:
-    """True if ``handler_ref`` names an HTTP callback."""
-    return handler_ref.startswith(("http://", "https://"))
+    """True if ``handler_ref`` names an HTTP callback (the scheme in any letter case)."""
+    return handler_ref[:8].lower().startswith(("http://", "https://"))
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials, query or fragment (which may hold secrets), for logs."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "<malformed URL>"
+    shown = f"[{host}]" if ":" in host else host
+    query = "?…" if parts.query else ""
+    return urlunsplit((parts.scheme, f"{shown}{port}", parts.path, "", "")) + query
+
+
+class _RedactRequestLines(logging.Filter):
+    """Rewrites httpx's ``HTTP Request: POST <url> …`` lines so no query string (where a
+    receiver's secret may sit) reaches a log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and len(record.args) >= 2:
+            args = list(record.args)
+            args[1] = redact_url(str(args[1]))
+            record.args = tuple(args)
+        return True
+
+
+def _redact_httpx_logs() -> None:
+    logger = logging.getLogger("httpx")
+    if not any(isinstance(f, _RedactRequestLines) for f in logger.filters):
+        logger.addFilter(_RedactRequestLines())
 
 
 def check_callback_url(url: str, settings: CallbackSettings) -> tuple[str, str, int]:
@@ -240,6 +275,7 @@ class HttpCallbackInvoker:
         self._networks = settings.networks()
         self._client = client or httpx.AsyncClient(follow_redirects=False, trust_env=False)
         self._resolve = resolver or _system_resolver
+        _redact_httpx_logs()
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -311,8 +347,11 @@ class HttpCallbackInvoker:
         for text in addresses:
             address = ipaddress.ip_address(text.split("%")[0])
             if not self._address_allowed(address):
+                # The address goes to the node's log only: the message is stored with the
+                # task, where every reader of the DLQ would learn the internal network.
+                _log.warning("callback blocked", host=host, address=str(address))
                 raise CallbackBlocked(
-                    f"{host!r} resolves to {address}, a non-public address that is not allowed"
+                    f"{host!r} resolves to a non-public address that allow_networks does not allow"
                 )
         return addresses[0].split("%")[0]
 

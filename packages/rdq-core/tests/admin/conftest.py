@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from rdq.spi import Attempt, Capabilities, DLQFilter, Envelope, Outcome, Page, Storage
+from rdq.spi import (
+    Attempt,
+    Capabilities,
+    DLQFilter,
+    Envelope,
+    Outcome,
+    Page,
+    Storage,
+    TaskFilter,
+)
 from rdq_memory import MemoryStorage
 
 
@@ -24,6 +33,16 @@ class NoPushdownStorage(MemoryStorage):
         self, queue: str, dlq_filter: DLQFilter | None, page: Page
     ) -> tuple[list[Envelope], str | None]:
         return await super().dlq_list(queue, None, page)
+
+    async def list_tasks(
+        self, queue: str, task_filter: TaskFilter, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        return await super().list_tasks(queue, TaskFilter(status=task_filter.status), page)
+
+    async def dlq_groups(self, queue: str) -> Any:
+        from rdq.spi import StorageBase
+
+        return await StorageBase.dlq_groups(self, queue)
 
     async def redrive(self, queue: str, selector: Any) -> int:
         if selector.filter is not None:

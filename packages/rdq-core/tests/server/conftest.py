@@ -136,6 +136,7 @@ def node_settings(**overrides: object) -> ServerSettings:
         ],
         "queues": ["default"],
         "work": False,
+        "secure_cookies": False,  # the test client speaks plain HTTP to "testserver.local"
     }
     values.update(overrides)
     return msgspec.convert(values, ServerSettings, from_attributes=True)

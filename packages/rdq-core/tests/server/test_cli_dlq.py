@@ -168,7 +168,7 @@ def test_the_same_commands_through_a_node(node_url: str, store_url: str) -> None
     remote = ("--server", node_url, "--token", ADMIN_TOKEN)
     code, out = rdq("stats", *remote, "--json")
     assert code == 0, out
-    assert {q["queue"] for q in json.loads(out)["queues"]} == {"default"}
+    assert {q["queue"] for q in json.loads(out)["queues"]} == {"default", "q"}
     code, out = rdq("stats", "q", *remote)
     assert code == 0 and "q" in out
     code, out = rdq("dlq", "list", "q", *remote, "--handler-ref", "h", "--json")

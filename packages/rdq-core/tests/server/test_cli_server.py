@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -65,7 +66,8 @@ allow_networks = ["127.0.0.1/32"]
 max_attempts = 1
 """
     )
-    receiver.script("/hook", Reply(500))
+    hook = "/hook?sig=receiver-secret-0123"
+    receiver.script(hook, Reply(500))
     env = {**os.environ, "OPS_TOKEN": TOKEN, "RDQ_SERVER_TOKENS": ""}
     process = subprocess.Popen(
         [RDQ, "server", "--config", str(config), "--log-json"],
@@ -81,7 +83,7 @@ max_attempts = 1
             f"{url}/v1/tasks",
             headers=headers,
             timeout=10,
-            json={"id": "p1", "queue": "hooks", "handler_ref": receiver.url()},
+            json={"id": "p1", "queue": "hooks", "handler_ref": receiver.url(hook)},
         )
         assert submitted.status_code == 201
         deadline = time.monotonic() + 60
@@ -100,7 +102,12 @@ max_attempts = 1
     # uvicorn finishes its graceful shutdown, then re-raises SIGTERM (exit status 143)
     assert process.returncode in (0, -signal.SIGTERM), stderr
     assert TOKEN.encode() not in stderr
-    assert b'"event": "node stopped"' in stderr
+    assert b"receiver-secret-0123" not in stderr, "a callback URL's query reached the log"
+    lines = [json.loads(line) for line in stderr.decode().splitlines()]  # --log-json: all JSON
+    assert any(line["event"] == "node stopped" for line in lines)
+    requests = [line for line in lines if "HTTP Request" in line["event"]]
+    assert requests and all("/hook?…" in line["event"] for line in requests), requests
+    assert any("sent unsigned" in line["event"] for line in lines), "no warning about signing"
     assert '"actor":"ops"' in (tmp_path / "audit.jsonl").read_text()
 
 
@@ -115,3 +122,61 @@ def test_rdq_server_refuses_bad_config_with_one_line(tmp_path: Path) -> None:
     assert result.stderr.decode().strip().splitlines() == [
         "Error: server.tokens[0].token: tokens must be at least 16 characters"
     ]
+
+
+def test_rdq_server_imports_its_app_from_the_current_directory_like_rdq_worker(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "shopapp.py").write_text(
+        "import rdq\n"
+        "app = rdq.App()\n"
+        "app.queue('shop', max_attempts=2)\n"
+        "@app.handler('ship', queue='shop')\n"
+        "async def ship(payload):\n"
+        "    return None\n"
+    )
+    port = _free_port()
+    env = {**os.environ, "RDQ_SERVER_TOKENS": f"ops:read+submit+admin:{TOKEN}"}
+    env.pop("PYTHONPATH", None)
+    process = subprocess.Popen(
+        [
+            RDQ,
+            "server",
+            "--storage",
+            "memory://",
+            "--port",
+            str(port),
+            "--app",
+            "shopapp:app",
+            "--queue",
+            "shop",
+            "--log-json",
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url, process)
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        body = {"id": "s1", "queue": "shop", "handler_ref": "ship"}
+        assert httpx.post(f"{url}/v1/tasks", headers=headers, json=body).status_code == 201
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{url}/v1/tasks/s1", headers=headers).json()["status"] != "SUCCEEDED":
+            assert time.monotonic() < deadline, "the app's handler never ran on the node"
+            time.sleep(0.1)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=60)
+    missing = subprocess.run(
+        [RDQ, "server", "--storage", "memory://", "--app", "nowhere:app"],
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert missing.returncode == 1
+    (line,) = missing.stderr.decode().strip().splitlines()
+    assert line.startswith("Error: app: cannot import 'nowhere'"), line

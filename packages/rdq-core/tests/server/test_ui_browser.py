@@ -1,4 +1,6 @@
-"""The web UI in a real headless Chromium: log in → queues → DLQ → filter → detail → redrive.
+"""The console in a real headless Chromium: triage an outage from the overview to a group
+redrive and the audit page, live refresh that keeps scroll and selection, the keyboard, and
+every page readable at 390 px and on a 27" screen.
 
 Needs Debian's ``chromium`` at /usr/bin/chromium (Playwright drives it; no browser download).
 """
@@ -10,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -32,12 +35,14 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 2560, "height": 1440}  # a 27" screen
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio]
 
 
 @pytest_asyncio.fixture
-async def browser() -> AsyncIterator[object]:
+async def browser() -> AsyncIterator[Any]:
     if not HAVE_CHROMIUM:
         if os.environ.get("CI"):
             pytest.fail(f"no Chromium at {CHROMIUM} (CI installs Debian's chromium)")
@@ -52,84 +57,205 @@ async def browser() -> AsyncIterator[object]:
             await instance.close()
 
 
-async def _fill(store: MemoryStorage, queue: str) -> None:
-    for i in range(6):
-        await store.enqueue(Envelope(id=f"task-{i}", queue=queue, handler_ref=f"handler.{i % 2}"))
-    for claim in await store.claim_due(queue, 100, timedelta(seconds=30)):
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/srv/shop/payments/tasks.py", line 38, in charge_card\n'
+    "    receipt = await gateway.charge(order.card_token, order.amount_cents)\n"
+    "payments.gateway.GatewayDown: 502 Bad Gateway from psp.example\n"
+)
+
+
+async def _dead(
+    store: MemoryStorage, queue: str, plan: list[tuple[str, str, int]], first: int = 1
+) -> None:
+    """Dead-letter ``count`` tasks per ``(handler, error_type, count)``, numbered from
+    ``first``."""
+    n = first - 1
+    for handler, _, count in plan:
+        for _ in range(count):
+            n += 1
+            await store.enqueue(Envelope(id=f"{queue}-{n:04d}", queue=queue, handler_ref=handler))
+    errors = {handler: error for handler, error, _ in plan}
+    for claim in await store.claim_due(queue, 1000, timedelta(seconds=30), worker_id="box:w1"):
         now = datetime.now(UTC)
-        index = int(claim.task.id.split("-")[1])
-        await store.dead_letter(
-            claim.task.id,
-            claim.token,
-            Attempt(
-                number=1,
-                outcome=Outcome.FAILED,
-                error_type="Timeout" if index < 3 else "ConnectionError",
-                error_message=f"attempt failed for {claim.task.id}",
-                started_at=now,
-                finished_at=now,
-                worker_id="worker-1",
-            ),
+        attempt = Attempt(
+            number=1,
+            outcome=Outcome.FAILED,
+            error_type=errors[claim.task.handler_ref],
+            error_message="502 Bad Gateway from psp.example",
+            traceback=TRACEBACK,
+            started_at=now - timedelta(milliseconds=120),
+            finished_at=now,
+            worker_id="box:w1",
         )
+        await store.dead_letter(claim.task.id, claim.token, attempt)
 
 
-async def test_browse_filter_detail_and_redrive(browser: object, tmp_path: Path) -> None:
-    from playwright.async_api import Browser, expect
+async def _log_in(browser: Any, base_url: str, viewport: dict[str, int]) -> Any:
+    context = await browser.new_context(viewport=viewport)
+    page = await context.new_page()
+    page.set_default_timeout(30_000)
+    await page.goto(f"{base_url}/ui")
+    assert page.url == f"{base_url}/ui/login"
+    await page.fill("#token", ADMIN_TOKEN)
+    await page.click("button[type=submit]")
+    await page.wait_for_url(f"{base_url}/ui")
+    return page
 
-    assert isinstance(browser, Browser)
-    queue = f"mail-{uuid.uuid4().hex[:6]}"
+
+async def _fits(page: Any) -> None:
+    """Nothing on the page is wider than the window (no sideways scrolling)."""
+    width = await page.evaluate("document.documentElement.scrollWidth")
+    assert width <= page.viewport_size["width"], f"{page.url} is {width}px wide"
+
+
+async def test_triage_an_outage_from_overview_to_audit(browser: Any, tmp_path: Path) -> None:
+    from playwright.async_api import expect
+
+    queue = f"pay-{uuid.uuid4().hex[:6]}"
     sink = MemoryAuditSink()
     async with MemoryStorage() as store:
-        await _fill(store, queue)
+        await _dead(
+            store,
+            queue,
+            [("charge_card", "GatewayDown", 12), ("send_receipt", "KeyError", 4)],
+        )
         app = create_app(node_settings(queues=[queue]), storage=store, audit_sinks=[sink])
         async with running_node(app) as base_url:
-            page = await browser.new_page()
-            page.set_default_timeout(30_000)
-            await page.goto(f"{base_url}/ui")
-            await expect(page).to_have_url(f"{base_url}/ui/login")
-            await page.fill("#token", ADMIN_TOKEN)
-            await page.click("button[type=submit]")
-
+            page = await _log_in(browser, base_url, DESKTOP)
             row = page.locator("#queues tbody tr", has_text=queue)
-            await expect(row).to_contain_text("6")
+            await expect(row.locator("a.dlq-link")).to_have_text("16")
+            await page.screenshot(path=str(tmp_path / "overview.png"))
             await row.locator("a.dlq-link").click()
-            await expect(page.locator("#dlq tbody tr")).to_have_count(6)
 
-            await page.fill("input[name=error_type]", "Timeout")
-            await page.click("#filters button[type=submit]")
-            await expect(page.locator("#dlq tbody tr")).to_have_count(3)
-            await expect(page.locator("#dlq")).not_to_contain_text("ConnectionError")
+            groups = page.locator("#groups tbody tr")
+            await expect(groups).to_have_count(2)
+            await expect(groups.first).to_contain_text("GatewayDown")
+            await expect(groups.first).to_contain_text("12")
+            await groups.first.locator("a", has_text="Show").click()
+            await expect(page.locator("#tasks tbody tr")).to_have_count(12)
 
-            await page.click("a.task-link:text-is('task-1')")
-            await expect(page.locator("h1")).to_contain_text("task-1")
-            await expect(page.locator("#attempts tbody tr")).to_have_count(1)
-            await expect(page.locator("#attempts")).to_contain_text("attempt failed for task-1")
-            await expect(page.locator("#attempts")).to_contain_text("worker-1")
-            await page.screenshot(path=str(tmp_path / "detail.png"))
+            await page.locator("a.task-link").first.click()
+            await expect(page.locator("h1")).to_contain_text(f"{queue}-0001")
+            trace = page.locator("details.tb").first
+            await expect(trace).not_to_have_attribute("open", "")  # folded by default
+            await trace.locator("summary").click()
+            await expect(trace.locator("pre")).to_contain_text("GatewayDown: 502 Bad Gateway")
+            await page.screenshot(path=str(tmp_path / "task.png"), full_page=True)
+
             await page.go_back()
-
-            await page.check("input[aria-label='select task-1']")
-            await page.check("input[aria-label='select task-2']")
-            await page.click("button[name=action][value=redrive]")
-            await expect(page.locator("#summary")).to_contain_text("2")
-            await page.fill("#reason", "mail relay fixed")
+            await page.go_back()
+            await (
+                page.locator("#groups tbody tr", has_text="GatewayDown")
+                .locator("a", has_text="Redrive")
+                .click()
+            )
+            await expect(page.locator("#summary")).to_contain_text("12")
+            await page.click("#confirm button[type=submit]")  # no reason: the form refuses
+            await expect(page.locator("#confirm")).to_be_visible()
+            await page.fill("#reason", "PSP back (INC-812)")
             await page.click("#confirm button[type=submit]")
-            await expect(page.locator(".flash")).to_have_text("2 task(s) redriven.")
-            await expect(page.locator("#dlq tbody tr")).to_have_count(4)
+            await expect(page.locator(".flash")).to_have_text("12 task(s) redriven.")
+            await expect(page.locator("#groups tbody tr")).to_have_count(1)
 
-            await page.fill("input[name=error_type]", "ConnectionError")
-            await page.click("#filters button[type=submit]")
-            await page.click("a.button:has-text('Redrive all matching')")
-            await expect(page.locator("#summary")).to_contain_text("3")
+            await (
+                page.locator("#groups tbody tr", has_text="KeyError")
+                .locator("a", has_text="Purge")
+                .click()
+            )
+            await expect(page.locator("#summary")).to_contain_text("4")
+            await page.fill("#reason", "orders deleted upstream")
             await page.click("#confirm button[type=submit]")
-            await expect(page.locator(".flash")).to_have_text("3 task(s) redriven.")
-            await page.screenshot(path=str(tmp_path / "dlq.png"))
+            await expect(page.locator(".flash")).to_have_text("4 task(s) purged.")
 
-        assert (await store.get("task-1")).status == Status.PENDING
-        assert (await store.get("task-0")).status == Status.DEAD
-        assert [(r.actor, r.count, r.reason) for r in sink.records] == [
-            ("alice", 2, "mail relay fixed"),
-            ("alice", 3, None),
-        ]
-        assert sink.records[0].selector == {"ids": ["task-1", "task-2"]}
-        assert sink.records[1].selector == {"filter": {"error_type": "ConnectionError"}}
+            await page.click("nav.nav a:text-is('Audit')")
+            rows = page.locator("#audit tbody tr")
+            await expect(rows).to_have_count(2)
+            await expect(rows.first).to_contain_text("orders deleted upstream")
+            await expect(rows.nth(1)).to_contain_text("PSP back (INC-812)")
+            await page.screenshot(path=str(tmp_path / "audit.png"))
+
+        assert (await store.stats(queue)).pending == 12
+        assert [(r.action, r.count) for r in sink.records] == [("redrive", 12), ("purge", 4)]
+
+
+async def test_search_by_id_with_the_keyboard(browser: Any) -> None:
+    from playwright.async_api import expect
+
+    async with MemoryStorage() as store:
+        await store.enqueue(Envelope(id="order-42", queue="q", handler_ref="h"))
+        async with running_node(create_app(node_settings(), storage=store)) as base_url:
+            page = await _log_in(browser, base_url, PHONE)
+            await page.keyboard.press("/")
+            await expect(page.locator("#q")).to_be_focused()
+            await page.keyboard.type("order-42")
+            await page.keyboard.press("Enter")
+            await expect(page.locator("h1")).to_contain_text("order-42")
+            await expect(page.locator("#now")).to_contain_text("Waiting")
+            await page.keyboard.press("/")
+            await page.keyboard.type("order-43")
+            await page.keyboard.press("Enter")
+            await expect(page.locator(".error")).to_contain_text("No task has the id")
+            # Every control of a queue page is reachable with Tab.
+            await page.goto(f"{base_url}/ui/queues/q")
+            reached: set[str] = set()
+            for _ in range(60):
+                await page.keyboard.press("Tab")
+                reached.add(await page.evaluate("document.activeElement.textContent.trim()"))
+            assert {"Filter", "Dead 0", "Cancel selected…"} <= {
+                " ".join(r.split()) for r in reached
+            }
+
+
+async def test_live_refresh_keeps_scroll_and_selection(browser: Any) -> None:
+    from playwright.async_api import expect
+
+    queue = "live"
+    async with MemoryStorage() as store:
+        await _dead(store, queue, [("h", "Boom", 40)])
+        async with running_node(create_app(node_settings(), storage=store)) as base_url:
+            page = await _log_in(browser, base_url, {"width": 1280, "height": 600})
+            await page.goto(f"{base_url}/ui/queues/{queue}?state=dead")
+            await page.check(f"input[aria-label='select {queue}-0030']")
+            await page.locator(f"tr[data-id='{queue}-0030']").scroll_into_view_if_needed()
+            await page.mouse.move(5, 590)
+            row = page.locator(f"tr[data-id='{queue}-0030']")
+            before = await row.bounding_box()
+            assert before is not None and await page.evaluate("window.scrollY") > 0
+            await _dead(store, "live", [("h2", "Other", 5)], first=100)  # five more arrive
+            tab = page.locator("#tabs a[aria-current='page']")
+            await expect(tab).to_contain_text("45", timeout=30_000)
+            await expect(page.locator("#tabs .delta")).to_have_text("+5")
+            assert await page.is_checked(f"input[aria-label='select {queue}-0030']")
+            after = await row.bounding_box()  # what the operator looks at stays put
+            assert after is not None and abs(after["y"] - before["y"]) < 2, (before, after)
+            await expect(page.locator("#picked")).to_have_text("1 selected:")
+
+
+async def test_pages_fit_a_phone_and_a_big_screen(browser: Any, tmp_path: Path) -> None:
+    async with MemoryStorage() as store:
+        long_handler = "https://hooks.example.com/a/very/long/callback/path/" + "x" * 120
+        await _dead(store, "q" * 60, [(long_handler, "rdq.callbacks.CallbackFailed", 3)])
+        for i in range(3):
+            await store.enqueue(Envelope(id=f"p-{'y' * 150}-{i}", queue="q" * 60, handler_ref="h"))
+        await store.claim_due("q" * 60, 1, timedelta(seconds=60), worker_id="w" * 120)
+        task = (await store.claim_due("q" * 60, 1, timedelta(seconds=1)))[0].task
+        app = create_app(node_settings(), storage=store)
+        async with running_node(app) as base_url:
+            for name, viewport in (("phone", PHONE), ("desktop", DESKTOP)):
+                page = await _log_in(browser, base_url, viewport)
+                paths = [
+                    "/ui",
+                    f"/ui/queues/{'q' * 60}?state=dead",
+                    f"/ui/queues/{'q' * 60}?state=running",
+                    f"/ui/queues/{'q' * 60}?state=pending",
+                    f"/ui/tasks/{'q' * 60}-0001",
+                    f"/ui/tasks/{task.id}",
+                    f"/ui/queues/{'q' * 60}/confirm?state=dead&scope=filter&action=redrive",
+                    "/ui/audit",
+                ]
+                for path in paths:
+                    await page.goto(base_url + path)
+                    await _fits(page)
+                await page.screenshot(path=str(tmp_path / f"{name}.png"))
+        assert (await store.get(task.id)).status == Status.IN_FLIGHT

@@ -1,4 +1,5 @@
-"""The shared state behind a memory store: tasks, the due heap, the DLQ index and waiters.
+"""The shared state behind a memory store: tasks, per-queue indexes, the audit trail and
+waiters.
 
 All access happens under ``lock`` (a ``threading.RLock``), so one state is safe to use from
 many asyncio tasks and many threads (each with its own event loop) at once.
@@ -13,25 +14,38 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from rdq.spi import Envelope, Status
+from rdq.errors import StorageError
+from rdq.spi import AuditEntry, Envelope, Status
+
+__all__ = ["MemoryState", "QueueIndex", "Record", "Waiter"]
 
 
 @dataclass
 class Record:
-    """One stored task plus what the contract keeps out of the envelope."""
+    """One stored task plus what the contract keeps out of the envelope.
+
+    ``raw`` is set on a corrupt record: the stored form that does not decode, kept unchanged
+    for inspection; ``task`` then holds only the fields the store itself keeps (id, queue,
+    status, times, attempts), the others at their defaults."""
 
     task: Envelope
     token: str | None = None
-    claimed_at: datetime | None = None
     version: int = 0
+    raw: str | None = None
+    problem: str | None = None
+
+
+DueEntry = tuple[datetime, str, int]
+"""(due at, task id, record version) — stale once the record's version moved on."""
 
 
 @dataclass
 class QueueIndex:
-    """Per-queue indexes: a lazily-pruned heap of (due_at, id, version) for PENDING and
-    IN_FLIGHT tasks, and the DLQ sorted by (dead_lettered_at, id)."""
+    """Per-queue indexes: the ids of every task of the queue; per priority, a lazily-pruned
+    heap of due times of PENDING and IN_FLIGHT tasks; the DLQ sorted by (dead_lettered_at, id)."""
 
-    due: list[tuple[datetime, str, int]] = field(default_factory=list)
+    ids: set[str] = field(default_factory=set)
+    due: dict[int, list[DueEntry]] = field(default_factory=dict)
     dlq: list[tuple[datetime, str]] = field(default_factory=list)
 
 
@@ -47,12 +61,30 @@ class MemoryState:
         self.tasks: dict[str, Record] = {}
         self.queues: dict[str, QueueIndex] = {}
         self.waiters: dict[str, list[Waiter]] = {}
+        self.audit: list[AuditEntry] = []
 
     def index(self, queue: str) -> QueueIndex:
         idx = self.queues.get(queue)
         if idx is None:
             idx = self.queues[queue] = QueueIndex()
         return idx
+
+    def add(self, record: Record) -> None:
+        """Store a new record and index it by its status."""
+        task = record.task
+        self.tasks[task.id] = record
+        self.index(task.queue).ids.add(task.id)
+        self.schedule(record)
+        if task.status == Status.DEAD:
+            self.add_dead(task)
+
+    def delete(self, record: Record) -> None:
+        task = record.task
+        if task.status == Status.DEAD:
+            self.remove_dead(task)
+        del self.tasks[task.id]
+        record.version += 1  # its heap entries are stale from now on
+        self.index(task.queue).ids.discard(task.id)
 
     def schedule(self, record: Record) -> None:
         """Push the record's current due time (after a state change bumped its version)."""
@@ -63,20 +95,43 @@ class MemoryState:
             due = task.lease_expires_at
         else:
             return
-        assert due is not None
-        heapq.heappush(self.index(task.queue).due, (due, task.id, record.version))
+        if due is None:
+            raise StorageError(f"task {task.id!r} is {task.status} without a due time")
+        heap = self.index(task.queue).due.setdefault(task.priority, [])
+        heapq.heappush(heap, (due, task.id, record.version))
+
+    def live(self, entry: DueEntry) -> Record | None:
+        """The record a heap entry stands for, if the entry is still current."""
+        record = self.tasks.get(entry[1])
+        return record if record is not None and record.version == entry[2] else None
+
+    def next_due(self, queue: str) -> datetime | None:
+        """The earliest due time of ``queue`` (prunes stale heap entries)."""
+        earliest: datetime | None = None
+        for heap in self.index(queue).due.values():
+            while heap and self.live(heap[0]) is None:
+                heapq.heappop(heap)
+            if heap and (earliest is None or heap[0][0] < earliest):
+                earliest = heap[0][0]
+        return earliest
 
     def add_dead(self, task: Envelope) -> None:
-        assert task.dead_lettered_at is not None
+        if task.dead_lettered_at is None:
+            raise StorageError(f"task {task.id!r} is DEAD without dead_lettered_at")
         bisect.insort(self.index(task.queue).dlq, (task.dead_lettered_at, task.id))
 
     def remove_dead(self, task: Envelope) -> None:
-        assert task.dead_lettered_at is not None
+        if task.dead_lettered_at is None:
+            return
         dlq = self.index(task.queue).dlq
         key = (task.dead_lettered_at, task.id)
         i = bisect.bisect_left(dlq, key)
         if i < len(dlq) and dlq[i] == key:
             del dlq[i]
+
+    def of_queue(self, queue: str) -> list[Record]:
+        idx = self.queues.get(queue)
+        return [self.tasks[i] for i in idx.ids] if idx is not None else []
 
     def wake(self, queue: str) -> None:
         """Wake every ``wait_due`` caller of ``queue`` (from any thread)."""

@@ -3,37 +3,48 @@
 from __future__ import annotations
 
 import asyncio
-import bisect
 import heapq
 import secrets
 import threading
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
+
+import msgspec
 
 from rdq.errors import ConfigError, IDConflict, NotFound, StaleClaim, ValidationError
 from rdq.spi import (
     Attempt,
+    AuditEntry,
+    AuditFilter,
     Capabilities,
     Claimed,
     Completion,
     DLQCursor,
     DLQFilter,
+    DLQGroup,
     Envelope,
+    KeysetCursor,
     Outcome,
     Page,
     Selector,
     Stats,
     Status,
     StorageBase,
-    decode_envelope,
-    encode_envelope,
+    TaskFilter,
+    audit_scope,
+    group_order,
     limits,
+    status_time,
+    task_scope,
 )
+from rdq_memory._codec import copy_in, corrupt_record, read
+from rdq_memory._paging import keyset_page
 from rdq_memory._state import MemoryState, Record, Waiter
+from rdq_memory._url import Clock, MemoryConfig, parse_url
 
-Clock = Callable[[], datetime]
+__all__ = ["MemoryStorage", "forget_named_stores"]
 
 _named: dict[str, MemoryState] = {}
 _named_lock = threading.Lock()
@@ -53,7 +64,13 @@ class MemoryStorage(StorageBase):
     """The reference store. ``clock`` is the storage clock (injectable for tests); it must
     return timezone-aware datetimes."""
 
-    def __init__(self, *, name: str | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        clock: Clock | None = None,
+        timeout: float = limits.DEFAULT_OPERATION_TIMEOUT,
+    ) -> None:
         if name:
             with _named_lock:
                 self._state = _named.setdefault(name, MemoryState())
@@ -61,24 +78,23 @@ class MemoryStorage(StorageBase):
             self._state = MemoryState()
         self._name = name
         self._clock: Clock = clock or _utc_now
+        self.config = MemoryConfig(name=name, timeout=timeout, clock=clock)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MemoryStorage:
-        parts = urlsplit(url)
-        if parts.scheme != "memory":
-            raise ConfigError(f"not a memory:// URL: {url!r}", key="storage")
-        name = (parts.netloc + parts.path).strip("/") or None
-        unknown = set(options) - {"clock"}
-        if unknown:
-            raise ConfigError(f"unknown option(s) {sorted(unknown)}", key="storage")
-        return cls(name=name, clock=options.get("clock"))
+        config = parse_url(url, **options)
+        return cls(name=config.name, clock=config.clock, timeout=config.timeout)
 
     def __repr__(self) -> str:
         return f"MemoryStorage(name={self._name!r})"
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            notify=True, filter_pushdown=True, batch_enqueue=True, batch_complete=True
+            notify=True,
+            filter_pushdown=True,
+            batch_enqueue=True,
+            batch_complete=True,
+            group_pushdown=True,
         )
 
     def _now(self) -> datetime:
@@ -87,31 +103,26 @@ class MemoryStorage(StorageBase):
             raise ConfigError("the memory store's clock returned a naive datetime", key="clock")
         return now
 
+    async def now(self) -> datetime:
+        self._check_open()
+        return self._now()
+
     # --- admission -------------------------------------------------------------------------
 
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
+        self._check_open()
         return (await self.enqueue_batch([task], delay=delay))[0]
 
     async def enqueue_batch(
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
     ) -> list[bool]:
-        if delay is not None and (not isinstance(delay, timedelta) or delay < timedelta(0)):
-            raise ValidationError("must be a non-negative timedelta", field="delay")
-        copies = [_copy(limits.check_task(task)) for task in tasks]
+        self._check_open()
+        limits.check_delay(delay)
+        copies = [copy_in(limits.check_task(task)) for task in tasks]
         state = self._state
         with state.lock:
             now = self._now()
-            seen: dict[str, str] = {}
-            stored: list[bool] = []
-            for task in copies:  # check every task before changing anything
-                queue = seen.get(task.id)
-                if queue is None and task.id in state.tasks:
-                    queue = state.tasks[task.id].task.queue
-                if queue is not None and queue != task.queue:
-                    raise IDConflict(task.id, queue)
-                stored.append(queue is None)
-                seen[task.id] = task.queue
-            woken: set[str] = set()
+            stored = self._admissible(copies)
             for task, new in zip(copies, stored, strict=True):
                 if not new:
                     continue
@@ -119,62 +130,107 @@ class MemoryStorage(StorageBase):
                 task.created_at = now
                 if task.next_attempt_at is None:
                     task.next_attempt_at = now + (delay or timedelta(0))
-                task.lease_expires_at = None
-                task.completed_at = None
-                task.dead_lettered_at = None
-                record = Record(task)
-                state.tasks[task.id] = record
-                state.schedule(record)
-                woken.add(task.queue)
-            for queue in woken:
+                for owned in _OWNED_AFTER_ADMISSION:
+                    setattr(task, owned, None)
+                state.add(Record(task))
+            for queue in {t.queue for t, new in zip(copies, stored, strict=True) if new}:
                 state.wake(queue)
             return stored
+
+    def _admissible(self, tasks: Sequence[Envelope]) -> list[bool]:
+        """Per task, whether it is new; ``IDConflict`` (before anything changes) for an id
+        that lives in another queue. Call under the lock."""
+        seen: dict[str, str] = {}
+        new: list[bool] = []
+        for task in tasks:
+            queue = seen.get(task.id)
+            if queue is None and task.id in self._state.tasks:
+                queue = self._state.tasks[task.id].task.queue
+            if queue is not None and queue != task.queue:
+                raise IDConflict(task.id, queue)
+            new.append(queue is None)
+            seen[task.id] = task.queue
+        return new
+
+    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
+        self._check_open()
+        copies = [copy_in(task) for task in limits.check_imported_tasks(tasks)]
+        state = self._state
+        with state.lock:
+            stored = self._admissible(copies)
+            for task, new in zip(copies, stored, strict=True):
+                if new:
+                    state.add(Record(task))
+                    state.wake(task.queue)
+            return stored
+
+    async def put_corrupt_task(self, queue: str, task_id: str, raw: str = '{"id": ') -> None:
+        """Test hook: store a PENDING task of ``queue``, due now, whose stored form is
+        ``raw`` (which must not decode as an envelope). Reads return it with ``corrupt``
+        set; the compliance kit's corrupt-task clauses use this."""
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_task_id(task_id)
+        with self._state.lock:
+            if task_id in self._state.tasks:
+                raise ValueError(f"task {task_id!r} exists already")
+            self._state.add(corrupt_record(queue, task_id, raw, self._now()))
+            self._state.wake(queue)
 
     # --- claiming --------------------------------------------------------------------------
 
     async def claim_due(
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
     ) -> list[Claimed]:
+        self._check_open()
         limits.check_queue(queue)
-        limits.check_worker_id(worker_id)
         limits.check_limit(limit)
         limits.check_lease(lease)
+        limits.check_worker_id(worker_id)
         state = self._state
         claimed: list[Claimed] = []
         with state.lock:
             now = self._now()
-            heap = state.index(queue).due
-            while heap and len(claimed) < limit and heap[0][0] <= now:
-                _, task_id, version = heapq.heappop(heap)
-                record = state.tasks.get(task_id)
-                if record is None or record.version != version:
-                    continue  # a stale heap entry: the task changed since it was pushed
-                task = record.task
-                if task.status == Status.IN_FLIGHT:
-                    task.attempts.append(
-                        Attempt(
-                            number=task.attempt_count + 1,
-                            outcome=Outcome.LEASE_EXPIRED,
-                            error_type="LeaseExpired",
-                            error_message=(
-                                f"lease expired at {_iso(task.lease_expires_at)} "
-                                "before the attempt was resolved"
-                            ),
-                            started_at=record.claimed_at,
-                            finished_at=now,
-                        )
-                    )
-                    task.attempt_count += 1
-                task.status = Status.IN_FLIGHT
-                task.lease_expires_at = now + lease
-                record.token = secrets.token_hex(16)
-                record.claimed_at = now
-                record.version += 1
-                state.schedule(record)
-                claimed.append(Claimed(_copy(task), record.token))
+            heaps = state.index(queue).due
+            for priority in sorted(heaps, reverse=True):
+                heap = heaps[priority]
+                while heap and len(claimed) < limit and heap[0][0] <= now:
+                    record = state.live(heapq.heappop(heap))
+                    if record is not None:
+                        self._claim(record, now, lease, worker_id)
+                        claimed.append(Claimed(read(record), record.token or ""))
+                if len(claimed) == limit:
+                    break
         return claimed
 
+    def _claim(self, record: Record, now: datetime, lease: timedelta, worker: str | None) -> None:
+        task = record.task
+        if task.status == Status.IN_FLIGHT:  # a lapsed lease: record it, count it
+            task.attempts.append(
+                Attempt(
+                    number=task.attempt_count + 1,
+                    outcome=Outcome.LEASE_EXPIRED,
+                    error_type="LeaseExpired",
+                    error_message=(
+                        f"the lease expired at {_iso(task.lease_expires_at)} before the "
+                        "attempt was resolved"
+                    ),
+                    started_at=task.claimed_at,
+                    finished_at=now,
+                    worker_id=task.claimed_by,
+                )
+            )
+            task.attempt_count += 1
+        task.status = Status.IN_FLIGHT
+        task.lease_expires_at = now + lease
+        task.claimed_at = now
+        task.claimed_by = worker
+        record.token = secrets.token_hex(16)
+        record.version += 1
+        self._state.schedule(record)
+
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        self._check_open()
         limits.check_task_id(task_id)
         limits.check_token(token)
         limits.check_lease(lease)
@@ -192,6 +248,8 @@ class MemoryStorage(StorageBase):
     async def reschedule(
         self, task_id: str, token: str, attempt: Attempt, next_at: datetime
     ) -> None:
+        self._check_open()
+        _check_resolution(task_id, token, attempt)
         limits.check_aware(next_at, "next_at")
         state = self._state
         with state.lock:
@@ -202,6 +260,8 @@ class MemoryStorage(StorageBase):
             state.wake(record.task.queue)
 
     async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
+        self._check_open()
+        _check_resolution(task_id, token, attempt)
         with self._state.lock:
             record = self._resolve(task_id, token, attempt)
             record.task.status = Status.SUCCEEDED
@@ -210,6 +270,7 @@ class MemoryStorage(StorageBase):
     async def complete_many(
         self, completions: Sequence[Completion]
     ) -> list[StaleClaim | NotFound | None]:
+        self._check_open()
         for item in completions:  # validate every item before changing anything
             if not isinstance(item, Completion):
                 raise ValidationError("must be rdq.spi.Completion items", field="completions")
@@ -229,6 +290,8 @@ class MemoryStorage(StorageBase):
         return results
 
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
+        self._check_open()
+        _check_resolution(task_id, token, attempt)
         state = self._state
         with state.lock:
             record = self._resolve(task_id, token, attempt)
@@ -245,14 +308,11 @@ class MemoryStorage(StorageBase):
         return record
 
     def _resolve(self, task_id: str, token: str, attempt: Attempt) -> Record:
-        _check_resolution(task_id, token, attempt)
         record = self._fenced(task_id, token)
         task = record.task
         task.attempts.append(attempt)
         task.attempt_count += 1
-        task.lease_expires_at = None
-        record.token = None
-        record.version += 1
+        _release(record)
         return record
 
     # --- DLQ -------------------------------------------------------------------------------
@@ -260,6 +320,7 @@ class MemoryStorage(StorageBase):
     async def dlq_list(
         self, queue: str, dlq_filter: DLQFilter | None, page: Page
     ) -> tuple[list[Envelope], str | None]:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_page(page)
         if dlq_filter is not None:
@@ -269,50 +330,58 @@ class MemoryStorage(StorageBase):
             cursor = DLQCursor.decode(page.cursor, queue, dlq_filter)
             after = (cursor.dead_lettered_at, cursor.id)
         state = self._state
-        out: list[Envelope] = []
-        more = False
         with state.lock:
-            for key in self._dead_after(queue, after):
-                task = state.tasks[key[1]].task
-                if dlq_filter is not None and not dlq_filter.matches(task):
-                    continue
-                if len(out) == page.limit:
-                    more = True
-                    break
-                out.append(_copy(task))
-        if not page.include_attempts:
-            for task in out:
-                task.attempts = []
-        next_cursor = None
-        if more and out:
-            last = out[-1]
-            assert last.dead_lettered_at is not None
-            next_cursor = DLQCursor.after(queue, dlq_filter, last.dead_lettered_at, last.id)
-        return out, next_cursor.encode() if next_cursor else None
+            records = (state.tasks[key[1]] for key in state.index(queue).dlq)
+            keyed = [
+                ((r.task.dead_lettered_at, r.task.id), r)
+                for r in records
+                if r.task.dead_lettered_at is not None
+                and (dlq_filter is None or dlq_filter.matches(r.task))
+            ]
+            chunk, last = keyset_page(keyed, after, page.limit)
+            out = [read(r, include_attempts=page.include_attempts) for r in chunk]
+        if last is None:
+            return out, None
+        return out, DLQCursor.after(queue, dlq_filter, last[0], last[1]).encode()
 
-    def _dead_after(
-        self, queue: str, after: tuple[datetime, str] | None
-    ) -> list[tuple[datetime, str]]:
-
-        dlq = self._state.index(queue).dlq
-        start = 0 if after is None else bisect.bisect_right(dlq, after)
-        return dlq[start:]
+    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
+        self._check_open()
+        limits.check_queue(queue)
+        groups: dict[tuple[str, str | None], list[datetime]] = {}
+        with self._state.lock:
+            for at, task_id in self._state.index(queue).dlq:
+                task = self._state.tasks[task_id].task
+                error_type = task.attempts[-1].error_type if task.attempts else None
+                groups.setdefault((task.handler_ref, error_type), []).append(at)
+        out = [
+            DLQGroup(
+                handler_ref=handler_ref,
+                error_type=error_type,
+                count=len(times),
+                first_dead_lettered_at=min(times),
+                last_dead_lettered_at=max(times),
+            )
+            for (handler_ref, error_type), times in groups.items()
+        ]
+        return sorted(out, key=group_order)
 
     async def get(self, task_id: str) -> Envelope:
+        self._check_open()
         limits.check_task_id(task_id)
         with self._state.lock:
             record = self._state.tasks.get(task_id)
             if record is None:
                 raise NotFound(task_id)
-            return _copy(record.task)
+            return read(record)
 
     async def redrive(self, queue: str, selector: Selector) -> int:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_selector(selector)
         state = self._state
         with state.lock:
             now = self._now()
-            selected = self._select(queue, selector)
+            selected = self._select(queue, selector, (Status.DEAD,))
             for record in selected:
                 task = record.task
                 state.remove_dead(task)
@@ -328,78 +397,167 @@ class MemoryStorage(StorageBase):
             return len(selected)
 
     async def purge(self, queue: str, selector: Selector) -> int:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_selector(selector)
         state = self._state
         with state.lock:
-            selected = self._select(queue, selector)
+            selected = self._select(queue, selector, (Status.DEAD, Status.CANCELLED))
             for record in selected:
-                state.remove_dead(record.task)
-                del state.tasks[record.task.id]
+                state.delete(record)
             return len(selected)
 
-    def _select(self, queue: str, selector: Selector) -> list[Record]:
+    def _select(self, queue: str, selector: Selector, by_ids: tuple[Status, ...]) -> list[Record]:
+        """The records a selector picks: by ids, those of ``queue`` in a status of
+        ``by_ids``; by filter, the DEAD ones that match."""
         state = self._state
         if selector.ids is not None:
             records = (state.tasks.get(task_id) for task_id in dict.fromkeys(selector.ids))
             return [
                 r
                 for r in records
-                if r is not None and r.task.queue == queue and r.task.status == Status.DEAD
+                if r is not None and r.task.queue == queue and r.task.status in by_ids
             ]
-        assert selector.filter is not None
-        dlq_filter = selector.filter
-        return [
-            state.tasks[task_id]
-            for _, task_id in state.index(queue).dlq
-            if dlq_filter.matches(state.tasks[task_id].task)
-        ]
+        dlq_filter = selector.filter or DLQFilter()
+        dead = (state.tasks[task_id] for _, task_id in state.index(queue).dlq)
+        return [r for r in dead if dlq_filter.matches(r.task)]
+
+    # --- every task ------------------------------------------------------------------------
+
+    async def list_tasks(
+        self, queue: str, task_filter: TaskFilter, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_task_filter(task_filter)
+        limits.check_page(page)
+        scope = task_scope(queue, task_filter)
+        after = None
+        if page.cursor is not None:
+            cursor = KeysetCursor.decode(page.cursor, scope)
+            after = (cursor.at, cursor.id)
+        with self._state.lock:
+            keyed = []
+            for record in self._state.of_queue(queue):
+                at = status_time(record.task)
+                if at is not None and task_filter.matches(record.task):
+                    keyed.append(((at, record.task.id), record))
+            chunk, last = keyset_page(keyed, after, page.limit)
+            out = [read(r, include_attempts=page.include_attempts) for r in chunk]
+        if last is None:
+            return out, None
+        return out, KeysetCursor.after(scope, last[0], last[1]).encode()
+
+    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_ids(task_ids)
+        state = self._state
+        with state.lock:
+            now = self._now()
+            live = (Status.PENDING, Status.IN_FLIGHT)
+            cancelled = 0
+            for task_id in dict.fromkeys(task_ids):
+                record = state.tasks.get(task_id)
+                if record is None or record.task.queue != queue or record.task.status not in live:
+                    continue
+                record.task.status = Status.CANCELLED
+                record.task.cancelled_at = now
+                _release(record)
+                cancelled += 1
+            return cancelled
+
+    async def list_queues(self) -> list[Stats]:
+        self._check_open()
+        with self._state.lock:
+            now = self._now()
+            names = sorted(name for name, idx in self._state.queues.items() if idx.ids)
+            return [self._stats(name, now) for name in names]
+
+    # --- audit trail -----------------------------------------------------------------------
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        self._check_open()
+        limits.check_audit_entry(entry)
+        with self._state.lock:
+            stored = msgspec.structs.replace(
+                entry, id=uuid.uuid4().hex, time=self._now(), selector=dict(entry.selector)
+            )
+            self._state.audit.append(stored)
+        return stored
+
+    async def list_audit(
+        self, audit_filter: AuditFilter | None, page: Page
+    ) -> tuple[list[AuditEntry], str | None]:
+        self._check_open()
+        if audit_filter is not None:
+            limits.check_audit_filter(audit_filter)
+        limits.check_page(page)
+        scope = audit_scope(audit_filter)
+        after = None
+        if page.cursor is not None:
+            cursor = KeysetCursor.decode(page.cursor, scope)
+            after = (cursor.at, cursor.id)
+        with self._state.lock:
+            keyed = [
+                ((e.time, e.id), e)
+                for e in self._state.audit
+                if e.time is not None
+                and e.id is not None
+                and (audit_filter is None or audit_filter.matches(e))
+            ]
+        chunk, last = keyset_page(keyed, after, page.limit, descending=True)
+        if last is None:
+            return chunk, None
+        return chunk, KeysetCursor.after(scope, last[0], last[1]).encode()
 
     # --- operations ------------------------------------------------------------------------
 
     async def stats(self, queue: str) -> Stats:
+        self._check_open()
         limits.check_queue(queue)
-        state = self._state
+        with self._state.lock:
+            return self._stats(queue, self._now())
+
+    def _stats(self, queue: str, now: datetime) -> Stats:
         counts = dict.fromkeys(Status, 0)
         oldest_due: datetime | None = None
-        with state.lock:
-            now = self._now()
-            for record in state.tasks.values():
-                task = record.task
-                if task.queue != queue:
-                    continue
-                counts[task.status] += 1
-                due = task.next_attempt_at
-                if task.status == Status.PENDING and due is not None and due <= now:
-                    oldest_due = due if oldest_due is None else min(oldest_due, due)
+        for record in self._state.of_queue(queue):
+            task = record.task
+            counts[task.status] += 1
+            due = task.next_attempt_at
+            if task.status == Status.PENDING and due is not None and due <= now:
+                oldest_due = due if oldest_due is None else min(oldest_due, due)
         return Stats(
             queue=queue,
             pending=counts[Status.PENDING],
             in_flight=counts[Status.IN_FLIGHT],
             dlq_depth=counts[Status.DEAD],
             succeeded=counts[Status.SUCCEEDED],
+            cancelled=counts[Status.CANCELLED],
             oldest_pending_age=(now - oldest_due).total_seconds() if oldest_due else None,
             as_of=now,
         )
 
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
+        self._check_open()
         limits.check_queue(queue)
         limits.check_aware(older_than, "older_than")
         state = self._state
         with state.lock:
             doomed = [
-                task_id
-                for task_id, record in state.tasks.items()
-                if record.task.queue == queue
-                and record.task.status == Status.SUCCEEDED
-                and record.task.completed_at is not None
-                and record.task.completed_at < older_than
+                record
+                for record in state.of_queue(queue)
+                if record.task.status in (Status.SUCCEEDED, Status.CANCELLED)
+                and (at := status_time(record.task)) is not None
+                and at < older_than
             ]
-            for task_id in doomed:
-                del state.tasks[task_id]
+            for record in doomed:
+                state.delete(record)
             return len(doomed)
 
     async def wait_due(self, queue: str, timeout: float) -> bool:
+        self._check_open()
         limits.check_queue(queue)
         if timeout < 0:
             raise ValidationError("must not be negative", field="timeout")
@@ -408,7 +566,7 @@ class MemoryStorage(StorageBase):
         future: asyncio.Future[bool] = loop.create_future()
         with state.lock:
             now = self._now()
-            next_due = self._next_due(queue)
+            next_due = state.next_due(queue)
             if next_due is not None and next_due <= now:
                 return True
             wait = timeout
@@ -426,29 +584,32 @@ class MemoryStorage(StorageBase):
                 if waiters and waiter in waiters:
                     waiters.remove(waiter)
 
-    def _next_due(self, queue: str) -> datetime | None:
-        """The earliest due time of a live heap entry of ``queue`` (prunes stale entries)."""
-        state = self._state
-        heap = state.index(queue).due
-        while heap:
-            due, task_id, version = heap[0]
-            record = state.tasks.get(task_id)
-            if record is not None and record.version == version:
-                return due
-            heapq.heappop(heap)
-        return None
+
+_OWNED_AFTER_ADMISSION = (
+    "lease_expires_at",
+    "claimed_by",
+    "claimed_at",
+    "completed_at",
+    "dead_lettered_at",
+    "cancelled_at",
+)
+"""Store-owned fields an admitted task starts without."""
+
+
+def _release(record: Record) -> None:
+    """Clear the lease, the token and the claim fields (the task left IN_FLIGHT)."""
+    task = record.task
+    task.lease_expires_at = None
+    task.claimed_by = None
+    task.claimed_at = None
+    record.token = None
+    record.version += 1
 
 
 def _check_resolution(task_id: str, token: str, attempt: Attempt) -> None:
     limits.check_task_id(task_id)
     limits.check_token(token)
-    if not isinstance(attempt, Attempt):
-        raise ValidationError("must be an rdq.spi.Attempt", field="attempt")
-
-
-def _copy(task: Envelope) -> Envelope:
-    """An independent copy, made through the wire codec as a real backend would."""
-    return decode_envelope(encode_envelope(task))
+    limits.check_attempt(attempt)
 
 
 def _iso(at: datetime | None) -> str:

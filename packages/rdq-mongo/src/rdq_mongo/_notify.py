@@ -1,7 +1,8 @@
-"""``wait_due`` by change stream: wake when a task of the queue may have become due.
+"""``wait_due``: wake when a task of the queue may have become due.
 
-Change streams need a replica set (a single-node one will do) or mongos; on a standalone
-``mongod`` the store does not advertise ``notify`` and the engine polls.
+By change stream where the server has them (a replica set, a single-node one will do, or
+mongos); on a standalone ``mongod``, or where the server refuses change streams, by asking
+the server every second when the next task falls due (``POLL_SECONDS``).
 
 The stream is opened *before* the store is asked when the next task falls due, so an enqueue
 that lands between the two is never missed. Events that wake a waiter: an insert into the
@@ -28,11 +29,13 @@ if TYPE_CHECKING:
 
     from rdq_mongo._connection import Connection
 
-__all__ = ["seconds_until_due", "wait_due", "wait_for_due"]
+__all__ = ["POLL_SECONDS", "seconds_until_due", "wait_due", "wait_for_due"]
 
 log = logging.getLogger("rdq_mongo")
 
 _MAX_AWAIT_MS = 1000
+POLL_SECONDS = 1.0
+"""Without change streams: how often ``wait_due`` asks for the next due time."""
 # The server cannot or may not open change streams: not a replica set (40573), the stage is
 # unknown (40324), unauthorized (13).
 _NO_CHANGE_STREAMS = frozenset({13, 40324, 40573})
@@ -42,8 +45,9 @@ async def wait_due(connection: Connection, queue: str, timeout: float) -> bool:
     """Block until a task of ``queue`` may be due (True) or ``timeout`` seconds pass (False).
 
     With change streams, an enqueue, reschedule or redrive wakes the waiter at once; without
-    them (standalone server, ``rdq_notify=off``, or refused) it sleeps until the next due time
-    the server reports, or the timeout. Driver errors propagate (the caller translates)."""
+    them it asks every ``POLL_SECONDS`` when the next task falls due and wakes when one is
+    (a new task is seen within that interval). Driver errors propagate (the caller
+    translates)."""
     if connection.change_streams:
         try:
             return await wait_for_due(connection.tasks, queue, timeout)
@@ -52,14 +56,16 @@ async def wait_due(connection: Connection, queue: str, timeout: float) -> bool:
                 raise
             log.warning("rdq_mongo: change streams refused (%s); polling instead", exc.code)
             connection.change_streams = False
-    wait = await seconds_until_due(connection.tasks, queue)
-    if wait is not None and wait <= 0:
-        return True
-    if wait is not None and wait <= timeout:
-        await asyncio.sleep(wait)
-        return True
-    await asyncio.sleep(timeout)
-    return False
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        wait = await seconds_until_due(connection.tasks, queue)
+        if wait is not None and wait <= 0:
+            return True
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return False
+        await asyncio.sleep(min(remaining, POLL_SECONDS, math.inf if wait is None else wait))
 
 
 async def seconds_until_due(tasks: AsyncCollection[dict[str, Any]], queue: str) -> float | None:
@@ -70,6 +76,7 @@ async def seconds_until_due(tasks: AsyncCollection[dict[str, Any]], queue: str) 
             "$match": {
                 "queue": queue,
                 "status": {"$in": [Status.PENDING.value, Status.IN_FLIGHT.value]},
+                "due": {"$type": "number"},
             }
         },
         {"$sort": {"due": 1}},

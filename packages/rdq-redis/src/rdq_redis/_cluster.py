@@ -1,22 +1,56 @@
-"""The id index on Redis Cluster, kept by the client.
+"""The id index and the queue registry on Redis Cluster, kept by the client.
 
-Each id's index entry (``<prefix>:id:{<id>}``) lives in the id's own slot, so no script can
-touch it together with a queue's keys. On Cluster the store therefore reserves ids before it
-admits tasks and forgets them after purges, in steps of their own. docs/redis.md says what this
-gives up in crash and race windows.
+Each id's index entry (``<prefix>:id:{<id>}``) lives in the id's own slot, and the registry of
+queue names (``<prefix>:queues``) in another, so no script can touch them together with a
+queue's keys. On Cluster the store therefore reserves ids and registers queues before it
+admits tasks, and forgets ids (and empty queues) after purges, in steps of their own.
+docs/redis.md says what this gives up in crash and race windows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from rdq.errors import IDConflict
 from rdq.spi import Envelope
+from rdq_redis._args import admitted
 from rdq_redis._connection import Client
 from rdq_redis._errors import translate_errors
-from rdq_redis._keys import index_key
+from rdq_redis._keys import QueueKeys, index_key, registry_key
+from rdq_redis._queries import Scripts
 
-__all__ = ["forget_ids", "reserve_ids"]
+__all__ = ["admit_on_cluster", "forget_ids", "forget_queue", "register_queues", "reserve_ids"]
+
+
+async def admit_on_cluster(
+    client: Client,
+    scripts: Scripts,
+    prefix: str,
+    address: str,
+    script: str,
+    tasks: Sequence[Envelope],
+    rows: Sequence[list[Any]],
+) -> list[bool]:
+    """Run an admitting script (``enqueue`` or ``import_tasks``, one argument row per task)
+    on Cluster: reserve the ids and register the queues, then one script call per queue."""
+    await reserve_ids(client, prefix, address, tasks)
+    await register_queues(client, prefix, address, {t.queue for t in tasks})
+    by_queue: dict[str, list[int]] = {}
+    for i, task in enumerate(tasks):
+        by_queue.setdefault(task.queue, []).append(i)
+    stored = [False] * len(tasks)
+    for queue, positions in by_queue.items():
+        qk = QueueKeys(prefix, queue)
+        keys: list[str] = []
+        args: list[Any] = [len(positions), "0", ""]
+        for i in positions:
+            keys += [qk.levels, qk.task(tasks[i].id)]
+            args += rows[i]
+        flags = admitted(await scripts.run(script, keys, args))
+        for i, flag in zip(positions, flags, strict=True):
+            stored[i] = flag
+    return stored
 
 
 async def reserve_ids(client: Client, prefix: str, address: str, tasks: Sequence[Envelope]) -> None:
@@ -59,3 +93,23 @@ async def forget_ids(client: Client, prefix: str, address: str, ids: Sequence[by
             for task_id in ids:
                 pipe.delete(index_key(prefix, task_id.decode()))
             await pipe.execute()
+
+
+async def register_queues(client: Client, prefix: str, address: str, queues: set[str]) -> None:
+    """Add ``queues`` to the registry (before their tasks are written)."""
+    if queues:
+        with translate_errors(address):
+            await client.sadd(registry_key(prefix), *sorted(queues))
+
+
+async def forget_queue(
+    client: Client, prefix: str, address: str, queue: str, empty: Callable[[], Awaitable[bool]]
+) -> None:
+    """Drop a queue a purge emptied from the registry, then check again: an enqueue that
+    registered the queue before the removal and wrote its tasks after the first check puts
+    it back here."""
+    with translate_errors(address):
+        await client.srem(registry_key(prefix), queue)
+    if not await empty():
+        with translate_errors(address):
+            await client.sadd(registry_key(prefix), queue)

@@ -2,23 +2,45 @@
 
 The hash holds the envelope's fixed part as JSON written by :mod:`rdq.spi.codec` (``body``:
 payload, headers, handler_ref, retry and every unknown field, losslessly) beside the fields
-the scripts change: ``status``, ``token``, ``attempt_count``, ``redrive_count``, the times as
-integer microseconds (``created_at``, ``next_attempt_at``, ``lease_expires_at``,
-``claimed_at``, ``completed_at``, ``dead_lettered_at``), ``attempts`` (a JSON array of attempt
-records with times in microseconds, which the scripts append to without parsing), and
-``handler_ref`` / ``error_type`` (the last attempt's) for DLQ filters.
+the scripts read or change:
+
+- ``status``, ``token``, ``attempt_count``, ``redrive_count``, ``priority``, ``claimed_by``;
+- the times as integer microseconds: ``created_at``, ``next_attempt_at``,
+  ``lease_expires_at``, ``claimed_at``, ``completed_at``, ``dead_lettered_at``,
+  ``cancelled_at``;
+- ``attempts``: a JSON array of attempt records with times in microseconds, which the scripts
+  append to without parsing;
+- ``handler_ref`` and ``error_type`` (the last attempt's) for filters and DLQ groups,
+  ``dlq_group`` (the digest of the group a DEAD task is counted in);
+- ``raw.<field>``: a stored value a script had to replace because it did not decode, kept
+  for inspection.
+
+Reading never raises: a hash whose values do not decode (edited by hand, written by a buggy
+producer) becomes an envelope with ``corrupt`` saying what is wrong and showing the stored
+value; the fields that did decode are filled in.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
 
-from rdq.errors import StorageError
-from rdq.spi import Attempt, Envelope, Outcome, envelope_from_builtins, envelope_to_builtins
+from rdq.errors import ValidationError
+from rdq.spi import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    Attempt,
+    Envelope,
+    Outcome,
+    Status,
+    envelope_from_builtins,
+    envelope_to_builtins,
+)
 
 __all__ = [
     "MANAGED_FIELDS",
@@ -26,29 +48,42 @@ __all__ = [
     "attempts_json",
     "envelope_body",
     "envelope_from_hash",
+    "error_arg",
     "from_us",
     "hash_pairs",
+    "score_us",
     "to_us",
 ]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 
+TIME_FIELDS = (
+    "created_at",
+    "next_attempt_at",
+    "lease_expires_at",
+    "claimed_at",
+    "completed_at",
+    "dead_lettered_at",
+    "cancelled_at",
+)
 MANAGED_FIELDS = (
     "status",
     "attempt_count",
     "redrive_count",
     "attempts",
-    "created_at",
-    "next_attempt_at",
-    "lease_expires_at",
-    "completed_at",
-    "dead_lettered_at",
+    "priority",
+    "claimed_by",
+    "corrupt",
+    *TIME_FIELDS,
 )
-"""Envelope fields kept in their own hash fields rather than in ``body``."""
+"""Envelope fields kept in their own hash fields (or, for ``corrupt``, never stored) rather
+than in ``body``."""
 
-_TIME_FIELDS = ("created_at", "next_attempt_at", "lease_expires_at", "completed_at")
-_TIME_FIELDS_ALL = (*_TIME_FIELDS, "dead_lettered_at")
+SHOWN_BYTES = 2048
+"""How much of a stored value that does not decode ``corrupt`` shows."""
+
+_INT_RE = re.compile(rb"-?[0-9]+")
 
 
 class _StoredAttempt(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -59,6 +94,7 @@ class _StoredAttempt(msgspec.Struct, kw_only=True, omit_defaults=True):
     started_at: int | None = None
     finished_at: int | None = None
     worker_id: str | None = None
+    traceback: str | None = None
 
 
 _encoder = msgspec.json.Encoder()
@@ -75,6 +111,16 @@ def from_us(us: int) -> datetime:
     return EPOCH + timedelta(microseconds=us)
 
 
+def score_us(raw: bytes | str | int | float) -> int:
+    """A sorted-set score (µs) as Redis replies it, as an integer."""
+    if isinstance(raw, bytes):
+        raw = raw.decode()
+    try:
+        return int(raw)
+    except ValueError:
+        return int(float(raw))
+
+
 def _opt_us(at: datetime | None) -> int | None:
     return None if at is None else to_us(at)
 
@@ -88,6 +134,7 @@ def _stored(attempt: Attempt) -> _StoredAttempt:
         started_at=_opt_us(attempt.started_at),
         finished_at=_opt_us(attempt.finished_at),
         worker_id=attempt.worker_id,
+        traceback=attempt.traceback,
     )
 
 
@@ -98,6 +145,11 @@ def attempt_json(attempt: Attempt) -> bytes:
 
 def attempts_json(attempts: Sequence[Attempt]) -> bytes:
     return _encoder.encode([_stored(a) for a in attempts])
+
+
+def error_arg(error_type: str | None) -> str:
+    """An error type as the scripts take it: '' for none, else '=' + the type."""
+    return "" if error_type is None else "=" + error_type
 
 
 def envelope_body(task: Envelope) -> bytes:
@@ -113,24 +165,142 @@ def hash_pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-def envelope_from_hash(fields: dict[bytes, bytes], *, with_attempts: bool = True) -> Envelope:
-    """Rebuild the envelope from its hash. ``StorageError`` if the hash is not an rdq task."""
+def envelope_from_hash(
+    fields: dict[bytes, bytes],
+    *,
+    task_id: str,
+    queue: str,
+    status: Status | None = None,
+    with_attempts: bool = True,
+) -> Envelope:
+    """Rebuild the envelope of task ``task_id`` of ``queue`` from its hash; never raises.
+
+    ``status`` is what the store's index says (it wins over the hash's status field). A value
+    that does not decode is left at its default and named in ``corrupt``."""
+    problems: list[str] = []
+    obj: dict[str, Any] = {}
+    raw_body = fields.get(b"body")
+    if raw_body is None:
+        problems.append("body is missing")
+    else:
+        try:
+            obj.update(_body_decoder.decode(raw_body))
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            problems.append(_bad("body", exc, raw_body))
+    obj["id"], obj["queue"] = task_id, queue
+    if not isinstance(obj.get("handler_ref"), str):
+        handler = fields.get(b"handler_ref")
+        obj["handler_ref"] = handler.decode("utf-8", "replace") if handler is not None else ""
+    obj["status"] = _status(fields.get(b"status"), status, problems)
+    for name in ("attempt_count", "redrive_count"):
+        obj[name] = _count(fields, name, problems)
+    obj["priority"] = _priority(fields.get(b"priority"), problems)
+    for name in TIME_FIELDS:
+        obj[name] = _time(fields, name, problems)
+    claimed_by = fields.get(b"claimed_by")
+    obj["claimed_by"] = None if claimed_by is None else claimed_by.decode("utf-8", "replace")
+    # Without attempts, a page carries the field only when it does not look like a JSON array
+    # (see task_page.lua): decoded for the problem it shows, then left out.
+    attempts = _attempts(fields.get(b"attempts"), problems)
+    obj["attempts"] = attempts if with_attempts else []
+    for key, value in fields.items():
+        if key.startswith(b"raw."):
+            name = key[4:].decode("utf-8", "replace")
+            problems.append(f"{name} held {_show(value)}, which did not decode (kept as {key!r})")
+    return _build(obj, problems)
+
+
+def _build(obj: dict[str, Any], problems: list[str]) -> Envelope:
+    """``envelope_from_builtins``, dropping each field it refuses (named in ``problems``)."""
+    obj.pop("corrupt", None)
+    for _ in range(len(obj) + 1):
+        try:
+            task = envelope_from_builtins(obj)
+        except ValidationError as exc:
+            name = (exc.field or "").split(".", 1)[0].split("[", 1)[0]
+            if name in ("", "id", "queue") or name not in obj:
+                obj = {k: obj[k] for k in ("id", "queue", "handler_ref", "status")}
+                problems.append(f"the envelope did not decode: {exc}")
+                continue
+            problems.append(f"{name}: {exc}; stored value: {_show(obj.pop(name))}")
+            if name == "handler_ref":
+                obj["handler_ref"] = ""
+            continue
+        if problems:
+            task.corrupt = "; ".join(problems)
+        return task
+    return Envelope(  # unreachable in practice: every retry drops a field
+        id=obj["id"], queue=obj["queue"], handler_ref="", corrupt="; ".join(problems)
+    )
+
+
+def _status(raw: bytes | None, indexed: Status | None, problems: list[str]) -> Status:
+    stored: Status | None = None
+    if raw is not None:
+        try:
+            stored = Status(raw.decode())
+        except (UnicodeDecodeError, ValueError):
+            problems.append(f"status: not a status; stored value: {_show(raw)}")
+    else:
+        problems.append("status is missing")
+    if indexed is not None:
+        if stored is not None and stored != indexed:
+            problems.append(f"status field says {stored} but the task is indexed as {indexed}")
+        return indexed
+    return stored or Status.PENDING
+
+
+def _int(raw: bytes | None) -> int | None:
+    if raw is None or not _INT_RE.fullmatch(raw):
+        return None
+    return int(raw)
+
+
+def _count(fields: dict[bytes, bytes], name: str, problems: list[str]) -> int:
+    raw = fields.get(name.encode())
+    value = _int(raw)
+    if value is None or value < 0:
+        if raw is not None:
+            problems.append(f"{name}: not a count; stored value: {_show(raw)}")
+        elif name == "attempt_count":
+            problems.append(f"{name} is missing")
+        return 0
+    return value
+
+
+def _priority(raw: bytes | None, problems: list[str]) -> int:
+    if raw is None:
+        return DEFAULT_PRIORITY  # tasks stored before priorities existed
+    value = _int(raw)
+    if value is None or not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        problems.append(f"priority: not a priority; stored value: {_show(raw)}")
+        return DEFAULT_PRIORITY
+    return value
+
+
+def _time(fields: dict[bytes, bytes], name: str, problems: list[str]) -> datetime | None:
+    raw = fields.get(name.encode())
+    if raw is None:
+        return None
+    value = _int(raw)
+    if value is not None:
+        try:
+            return from_us(value)
+        except OverflowError:
+            pass
+    problems.append(f"{name}: not a time in microseconds; stored value: {_show(raw)}")
+    return None
+
+
+def _attempts(raw: bytes | None, problems: list[str]) -> list[dict[str, Any]]:
+    if raw is None:
+        return []
     try:
-        obj = _body_decoder.decode(fields[b"body"])
-        obj["status"] = fields[b"status"].decode()
-        obj["attempt_count"] = int(fields[b"attempt_count"])
-        obj["redrive_count"] = int(fields[b"redrive_count"])
-        for name in _TIME_FIELDS_ALL:
-            raw = fields.get(name.encode())
-            obj[name] = None if raw is None else from_us(int(raw))
-        if with_attempts:
-            stored = _attempts_decoder.decode(fields.get(b"attempts") or b"[]")
-            obj["attempts"] = [_attempt(a) for a in stored]
-        else:
-            obj["attempts"] = []
-    except (KeyError, ValueError, msgspec.DecodeError) as exc:
-        raise StorageError(f"a stored task is not in rdq's Redis layout: {exc!r}") from None
-    return envelope_from_builtins(obj)
+        stored = _attempts_decoder.decode(raw)
+        return [_attempt(a) for a in stored]
+    except (msgspec.DecodeError, msgspec.ValidationError, OverflowError) as exc:
+        problems.append(_bad("attempts", exc, raw))
+        return []
 
 
 def _attempt(stored: _StoredAttempt) -> dict[str, Any]:
@@ -142,4 +312,20 @@ def _attempt(stored: _StoredAttempt) -> dict[str, Any]:
         "started_at": None if stored.started_at is None else from_us(stored.started_at),
         "finished_at": None if stored.finished_at is None else from_us(stored.finished_at),
         "worker_id": stored.worker_id,
+        "traceback": stored.traceback,
     }
+
+
+def _bad(name: str, exc: Exception, raw: bytes) -> str:
+    return f"{name} did not decode ({exc}); stored value: {_show(raw)}"
+
+
+def _show(raw: object) -> str:
+    """A stored value as ``corrupt`` shows it: its text, cut at ``SHOWN_BYTES``."""
+    if isinstance(raw, bytes):
+        text = raw[:SHOWN_BYTES].decode("utf-8", "replace")
+        more = len(raw) - SHOWN_BYTES
+    else:
+        text = repr(raw)
+        more = 0
+    return repr(text) + (f" (and {more} more bytes)" if more > 0 else "")

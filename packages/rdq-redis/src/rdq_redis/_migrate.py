@@ -1,25 +1,115 @@
 """What ``migrate()`` does on Redis, which has no schema: check the server (its version, its
-eviction policy) and load every script into the server's cache."""
+eviction policy), load every script into the server's cache, and upgrade keys written in an
+older key layout (see :mod:`rdq_redis._keys`).
+
+The layout version lives in ``<prefix>:layout``. A store opened on keys of an older layout
+refuses every operation but ``migrate`` with a ``StorageError`` that says to run it; one
+opened on a newer layout refuses everything. A prefix with no keys at all gets the current
+version written at once.
+"""
 
 from __future__ import annotations
 
 import logging
 
 from rdq.errors import StorageError
+from rdq_redis._cluster import register_queues
 from rdq_redis._connection import Client
 from rdq_redis._errors import translate_errors
+from rdq_redis._keys import LAYOUT, QueueKeys, layout_key, registry_key
 from rdq_redis._queries import Scripts
 
-__all__ = ["check_server", "migrate"]
+__all__ = ["check_layout", "check_server", "layout_error", "migrate", "stored_layout"]
 
 _log = logging.getLogger("rdq_redis")
+_BATCH = 500
+"""DEAD tasks one migration script call groups."""
 
 
-async def migrate(client: Client, scripts: Scripts, address: str, *, cluster: bool) -> None:
-    """Check the server (see :func:`check_server`) and load every script."""
-    await check_server(client, address, cluster=cluster)
+async def check_layout(client: Client, prefix: str, address: str) -> int:
+    """The key layout of everything under ``prefix``: ``LAYOUT``, or the older (or newer)
+    version found. A prefix that holds no task yet is given the current version."""
+    version = await stored_layout(client, prefix, address)
+    if version is not None:
+        return version
     with translate_errors(address):
-        await scripts.load_all()
+        # Layout 1 wrote no version; it always wrote an id index entry per task.
+        async for _ in client.scan_iter(match=f"{prefix}:id:{{*", count=1000):
+            return 1
+        await client.set(layout_key(prefix), str(LAYOUT), nx=True)
+    return await stored_layout(client, prefix, address) or LAYOUT
+
+
+async def stored_layout(client: Client, prefix: str, address: str) -> int | None:
+    """The version ``<prefix>:layout`` holds (None when it holds none)."""
+    key = layout_key(prefix)
+    with translate_errors(address):
+        raw = await client.get(key)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise StorageError(
+            f"Redis at {address}: {key} holds {raw!r}, not a key layout version"
+        ) from None
+
+
+def layout_error(version: int, prefix: str, address: str) -> StorageError:
+    """The error operations raise while the keys are in another layout than ``LAYOUT``."""
+    if version > LAYOUT:
+        return StorageError(
+            f"the keys under prefix {prefix!r} at Redis {address} are in key layout {version},"
+            f" written by a newer rdq-redis; this one reads layout {LAYOUT}: upgrade rdq-redis"
+        )
+    return StorageError(
+        f"the keys under prefix {prefix!r} at Redis {address} are in key layout {version} of "
+        f"an older rdq-redis; run `rdq migrate` (RedisStorage.migrate()) once to upgrade them "
+        f"to layout {LAYOUT}, after stopping workers of the older version"
+    )
+
+
+async def migrate(
+    client: Client, scripts: Scripts, prefix: str, address: str, *, cluster: bool
+) -> None:
+    """Check the server (see :func:`check_server`), load every script and upgrade the keys
+    under ``prefix`` to the current layout. Idempotent; an interrupted upgrade resumes."""
+    await check_server(client, address, cluster=cluster)
+    await scripts.load_all()
+    version = await check_layout(client, prefix, address)
+    if version == LAYOUT:
+        return
+    if version > LAYOUT:
+        raise layout_error(version, prefix, address)
+    queues = await _stored_queues(client, prefix, address)
+    _log.info("upgrading %d queues under prefix %r to key layout %d", len(queues), prefix, LAYOUT)
+    if cluster:
+        await register_queues(client, prefix, address, queues)
+    registry = "" if cluster else registry_key(prefix)
+    for queue in sorted(queues):
+        qk = QueueKeys(prefix, queue)
+        rank = 0
+        while rank >= 0:
+            rank = int(
+                await scripts.run(
+                    "migrate_queue", [qk.levels], [qk.base, registry, queue, rank, _BATCH]
+                )
+            )
+    with translate_errors(address):
+        await client.set(layout_key(prefix), str(LAYOUT))
+
+
+async def _stored_queues(client: Client, prefix: str, address: str) -> set[str]:
+    """The names of the queues that have keys under ``prefix`` (``<prefix>:{<queue>}:...``)."""
+    start = len(prefix) + 2
+    queues: set[str] = set()
+    with translate_errors(address):
+        async for raw in client.scan_iter(match=f"{prefix}:{{*}}:*", count=1000):
+            key = raw.decode() if isinstance(raw, bytes) else str(raw)
+            end = key.find("}:", start)
+            if end > start and not key[start:end].startswith("_"):
+                queues.add(key[start:end])
+    return queues
 
 
 async def check_server(client: Client, address: str, *, cluster: bool) -> None:

@@ -1,6 +1,6 @@
 """``wait_due`` for the Redis store: wake-ups over pub/sub, and the next due time.
 
-Scripts that make a task due (enqueue, reschedule, redrive) ``PUBLISH`` to the queue's
+Scripts that make a task due (enqueue, reschedule, redrive, import) ``PUBLISH`` to the queue's
 ``wake`` channel. A waiter keeps one subscription per queue open between calls (so an idle
 worker does not open a connection every time it waits); before each wait it drops signals
 that arrived earlier, then reads the next due time: anything published before that read is in
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rdq_redis._errors import translate_errors
@@ -25,7 +26,12 @@ KEPT_LISTENERS = 32
 class Waiters:
     """The pub/sub listeners of one store, one per queue waited on."""
 
-    def __init__(self, client: Any, next_due: Any, address: str) -> None:
+    def __init__(
+        self,
+        client: Any,
+        next_due: Callable[[QueueKeys], Awaitable[tuple[int, int | None]]],
+        address: str,
+    ) -> None:
         self._client = client
         self._next_due = next_due
         self._address = address
@@ -66,10 +72,10 @@ class Waiters:
 
     async def _wait(self, pubsub: Any, keys: QueueKeys, timeout: float) -> bool:
         loop = asyncio.get_running_loop()
-        now_us, next_due = await self._next_due(keys=[keys.pending, keys.inflight])
+        now_us, next_due = await self._next_due(keys)
         wait = float(timeout)
-        if next_due:
-            until_due = (int(next_due) - int(now_us)) / 1e6
+        if next_due is not None:
+            until_due = (next_due - now_us) / 1e6
             if until_due <= 0:
                 return True
             wait = min(wait, until_due)

@@ -1,4 +1,4 @@
-"""The Lua scripts, read from the wheel and registered with a client.
+"""The Lua scripts, read from the wheel, registered with a client and run.
 
 Each script is ``lua/_lib.lua`` followed by ``lua/<name>.lua``. redis-py's
 ``register_script`` calls it by SHA (``EVALSHA``) and loads it again after ``NOSCRIPT`` (a
@@ -9,23 +9,35 @@ when needed.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
+
+from redis.exceptions import NoScriptError
+
+from rdq_redis._errors import translate_errors
 
 __all__ = ["SCRIPT_NAMES", "Scripts", "script_source"]
 
 SCRIPT_NAMES = (
     "enqueue",
+    "import_tasks",
     "claim_due",
     "extend_lease",
     "resolve",
     "complete_many",
-    "dlq_page",
+    "cancel",
+    "task_page",
+    "get_task",
     "redrive",
     "purge",
     "purge_succeeded",
     "stats",
+    "dlq_groups",
     "next_due",
+    "audit_append",
+    "audit_page",
+    "migrate_queue",
 )
 
 
@@ -37,24 +49,27 @@ def script_source(name: str) -> str:
 
 
 class Scripts:
-    """Every script, registered with one client: ``scripts.claim_due(keys=..., args=...)``."""
+    """Every script, registered with one client: ``await scripts.run("stats", keys, args)``."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, address: str) -> None:
         self._client = client
+        self._address = address
         self.by_name = {name: client.register_script(script_source(name)) for name in SCRIPT_NAMES}
-        self.enqueue = self.by_name["enqueue"]
-        self.claim_due = self.by_name["claim_due"]
-        self.extend_lease = self.by_name["extend_lease"]
-        self.resolve = self.by_name["resolve"]
-        self.complete_many = self.by_name["complete_many"]
-        self.dlq_page = self.by_name["dlq_page"]
-        self.redrive = self.by_name["redrive"]
-        self.purge = self.by_name["purge"]
-        self.purge_succeeded = self.by_name["purge_succeeded"]
-        self.stats = self.by_name["stats"]
-        self.next_due = self.by_name["next_due"]
+
+    async def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run script ``name``; driver errors become ``rdq.errors`` (see ``translate_errors``)."""
+        script = self.by_name[name]
+        with translate_errors(self._address):
+            try:
+                return await script(keys=keys, args=args)
+            except NoScriptError:
+                # redis-py reloaded the script and the server lost it again before the call (a
+                # flush or failover in between, or a Cluster node that missed the load): send
+                # the text itself once. EVAL runs it exactly like EVALSHA would.
+                return await self._client.eval(script.script, len(keys), *keys, *args)
 
     async def load_all(self) -> None:
         """Load every script into the server's cache (``SCRIPT LOAD`` is idempotent)."""
-        for script in self.by_name.values():
-            script.sha = await self._client.script_load(script.script)
+        with translate_errors(self._address):
+            for script in self.by_name.values():
+                script.sha = await self._client.script_load(script.script)

@@ -4,71 +4,64 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
-from redis.exceptions import NoScriptError
+import msgspec
 
-from rdq.errors import (
-    IDConflict,
-    NotConnected,
-    NotFound,
-    StaleClaim,
-    StorageError,
-    ValidationError,
-)
+from rdq.errors import NotConnected, NotFound, StaleClaim
 from rdq.spi import (
     Attempt,
+    AuditEntry,
+    AuditFilter,
     Capabilities,
     Claimed,
     Completion,
-    DLQCursor,
     DLQFilter,
+    DLQGroup,
     Envelope,
     Page,
     Selector,
     Stats,
+    Status,
     StorageBase,
+    TaskFilter,
     limits,
 )
-from rdq_redis._cluster import forget_ids, reserve_ids
+from rdq_redis import _args
+from rdq_redis._cluster import admit_on_cluster, forget_ids, forget_queue
 from rdq_redis._codec import (
-    attempt_json,
-    attempts_json,
-    envelope_body,
     envelope_from_hash,
+    error_arg,
     from_us,
     hash_pairs,
+    score_us,
     to_us,
 )
 from rdq_redis._connection import Client, Connection, open_connection
 from rdq_redis._errors import translate_errors
-from rdq_redis._keys import QueueKeys, index_key
-from rdq_redis._migrate import migrate
+from rdq_redis._keys import LAYOUT, AuditKeys, QueueKeys, index_key, registry_key
+from rdq_redis._migrate import check_layout, layout_error, migrate, stored_layout
 from rdq_redis._notify import Waiters
+from rdq_redis._pages import audit_page, dlq_page, task_page
 from rdq_redis._queries import Scripts
 from rdq_redis._url import RedisConfig, parse_url
 
 __all__ = ["RedisStorage"]
 
-_US = timedelta(microseconds=1)
-_DLQ_SCAN_BUDGET = 2000
-"""DLQ entries one ``dlq_page`` script call may examine (bounds how long it blocks Redis)."""
 _PURGE_BATCH = 500
 
 
-def _us(delta: timedelta) -> int:
-    return delta // _US
-
-
-@dataclass(frozen=True)
+@dataclass
 class _Session:
-    """What an open store holds: its connection, its scripts, its pub/sub listeners."""
+    """What an open store holds: its connection, scripts, pub/sub listeners, and the key
+    layout found under its prefix."""
 
     connection: Connection
     scripts: Scripts
     waiters: Waiters
+    layout: int = field(default=LAYOUT)
 
 
 class RedisStorage(StorageBase):
@@ -83,6 +76,7 @@ class RedisStorage(StorageBase):
         self._prefix = config.prefix
         self._address = config.address
         self._cluster = config.cluster
+        self._registry = "" if config.cluster else registry_key(config.prefix)
         self._session: _Session | None = None
 
     @classmethod
@@ -96,9 +90,15 @@ class RedisStorage(StorageBase):
 
     async def _open(self) -> None:
         connection = await open_connection(self._config)
-        scripts = Scripts(connection.client)
-        waiters = Waiters(connection.client, scripts.next_due, self._address)
-        self._session = _Session(connection, scripts, waiters)
+        try:
+            client = connection.client
+            scripts = Scripts(client, self._address)
+            waiters = Waiters(client, self._next_due, self._address)
+            layout = await check_layout(client, self._prefix, self._address)
+        except BaseException:
+            await connection.aclose()
+            raise
+        self._session = _Session(connection, scripts, waiters, layout)
 
     async def _close(self) -> None:
         session, self._session = self._session, None
@@ -113,23 +113,42 @@ class RedisStorage(StorageBase):
             raise NotConnected(type(self).__name__, closed=True)
         return self._session
 
-    def _ready(self) -> Scripts:
-        return self._live().scripts
+    async def _ready(self) -> Scripts:
+        """The scripts of the open session, once the keys are known to be in this release's
+        layout (another process may have migrated them since this store opened)."""
+        session = self._live()
+        if session.layout != LAYOUT:
+            client = session.connection.client
+            found = await stored_layout(client, self._prefix, self._address)
+            if found != LAYOUT:
+                raise layout_error(found or session.layout, self._prefix, self._address)
+            session.layout = found
+        return session.scripts
 
     def _redis(self) -> Client:
         return self._live().connection.client
 
     async def migrate(self) -> None:
         """Redis has no schema: check the server (version; a WARNING on logger ``rdq_redis``
-        if it may evict keys, which would lose tasks) and load every script into its cache."""
+        if it may evict keys, which would lose tasks), load every script into its cache and
+        upgrade keys of an older layout."""
         session = self._live()
         await migrate(
-            session.connection.client, session.scripts, self._address, cluster=self._cluster
+            session.connection.client,
+            session.scripts,
+            self._prefix,
+            self._address,
+            cluster=self._cluster,
         )
+        session.layout = LAYOUT
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            notify=True, filter_pushdown=True, batch_enqueue=True, batch_complete=True
+            notify=True,
+            filter_pushdown=True,
+            batch_enqueue=True,
+            batch_complete=True,
+            group_pushdown=True,
         )
 
     @property
@@ -140,15 +159,9 @@ class RedisStorage(StorageBase):
     def _keys(self, queue: str) -> QueueKeys:
         return QueueKeys(self._prefix, queue)
 
-    async def _run(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        with translate_errors(self._address):
-            try:
-                return await script(keys=keys, args=args)
-            except NoScriptError:
-                # redis-py reloaded the script and the server lost it again before the call (a
-                # flush or failover in between, or a Cluster node that missed the load): send
-                # the text itself once. EVAL runs it exactly like EVALSHA would.
-                return await self._redis().eval(script.script, len(keys), *keys, *args)
+    async def _next_due(self, qk: QueueKeys) -> tuple[int, int | None]:
+        reply = await self._live().scripts.run("next_due", [qk.levels], [qk.base])
+        return int(reply[0]), score_us(reply[1]) if reply[1] else None
 
     # --- admission -------------------------------------------------------------------------
 
@@ -160,54 +173,58 @@ class RedisStorage(StorageBase):
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
     ) -> list[bool]:
         self._check_open()
-        if delay is not None and (not isinstance(delay, timedelta) or delay < timedelta(0)):
-            raise ValidationError("must be a non-negative timedelta", field="delay")
+        limits.check_delay(delay)
         checked = [limits.check_task(task) for task in tasks]
         if not checked:
             return []
-        self._ready()
-        delay_us = _us(delay or timedelta(0))
-        if self._cluster:
-            return await self._enqueue_on_cluster(checked, delay_us)
-        keys: list[str] = []
-        args: list[Any] = [len(checked), "1"]
-        for task in checked:
-            qk = self._keys(task.queue)
-            keys += [qk.pending, qk.task(task.id), index_key(self._prefix, task.id)]
-            args += _enqueue_args(task, qk, delay_us)
-        return await self._run_enqueue(keys, args)
+        delay_us = (delay or timedelta(0)) // timedelta(microseconds=1)
+        rows = [_args.enqueue_row(task, self._keys(task.queue), delay_us) for task in checked]
+        return await self._admit("enqueue", checked, rows)
 
-    async def _run_enqueue(self, keys: list[str], args: list[Any]) -> list[bool]:
-        reply = await self._run(self._ready().enqueue, keys, args)
-        if reply[0] == b"IDCONFLICT":
-            raise IDConflict(reply[1].decode(), reply[2].decode())
-        return [flag == 1 for flag in reply[1]]
+    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
+        self._check_open()
+        checked = limits.check_imported_tasks(tasks)
+        if not checked:
+            return []
+        rows = [_args.import_row(task, self._keys(task.queue)) for task in checked]
+        return await self._admit("import_tasks", checked, rows)
 
-    async def _enqueue_on_cluster(self, tasks: list[Envelope], delay_us: int) -> list[bool]:
-        """Enqueue where the id index lives in other slots than the queues (Redis Cluster):
-        reserve the ids, then admit each queue's tasks with one script."""
-        await reserve_ids(self._redis(), self._prefix, self._address, tasks)
-        by_queue: dict[str, list[int]] = {}
-        for i, task in enumerate(tasks):
-            by_queue.setdefault(task.queue, []).append(i)
-        stored = [False] * len(tasks)
-        for queue, positions in by_queue.items():
-            qk = self._keys(queue)
+    async def _admit(self, script: str, tasks: list[Envelope], rows: list[list[Any]]) -> list[bool]:
+        """Run an admitting script (``enqueue`` or ``import_tasks``): one call on a single
+        server; on Cluster the ids are reserved and the queues registered first, then one call
+        per queue."""
+        scripts = await self._ready()
+        if not self._cluster:
             keys: list[str] = []
-            args: list[Any] = [len(positions), "0"]
-            for i in positions:
-                keys += [qk.pending, qk.task(tasks[i].id)]
-                args += _enqueue_args(tasks[i], qk, delay_us)
-            for i, flag in zip(positions, await self._run_enqueue(keys, args), strict=True):
-                stored[i] = flag
-        return stored
+            args: list[Any] = [len(tasks), "1", self._registry]
+            for task, row in zip(tasks, rows, strict=True):
+                qk = self._keys(task.queue)
+                keys += [qk.levels, qk.task(task.id), index_key(self._prefix, task.id)]
+                args += row
+            return _args.admitted(await scripts.run(script, keys, args))
+        return await admit_on_cluster(
+            self._redis(), scripts, self._prefix, self._address, script, tasks, rows
+        )
 
-    async def _forget_ids(self, deleted: list[bytes]) -> int:
-        """After a purge, on Redis Cluster, drop the purged ids from the index; return how
-        many tasks were purged."""
-        if self._cluster:
-            await forget_ids(self._redis(), self._prefix, self._address, deleted)
-        return len(deleted)
+    async def put_corrupt_task(self, queue: str, task_id: str, raw: str = "{not json") -> None:
+        """Test hook: store a PENDING task of ``queue``, due now, whose ``body`` is ``raw``
+        (which must not decode), as a hand edit would. Reads return it with ``corrupt`` set;
+        the compliance kit's corrupt-task clauses use this."""
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_task_id(task_id)
+        await self._ready()
+        if await self._queue_of(task_id) is not None:
+            raise ValueError(f"task {task_id!r} exists already")
+        qk = self._keys(queue)
+        due = to_us(await self.now())
+        client = self._redis()
+        with translate_errors(self._address):
+            await client.set(index_key(self._prefix, task_id), queue)
+            await client.sadd(registry_key(self._prefix), queue)
+            await client.hset(qk.task(task_id), mapping=_args.corrupt_hash(raw, due))
+            await client.zadd(qk.pending(0), {task_id: due})
+            await client.zadd(qk.levels, {"0": 0})
 
     # --- claiming --------------------------------------------------------------------------
 
@@ -219,16 +236,26 @@ class RedisStorage(StorageBase):
         limits.check_worker_id(worker_id)
         limits.check_limit(limit)
         limits.check_lease(lease)
-        scripts = self._ready()
+        scripts = await self._ready()
         qk = self._keys(queue)
         # The token names the queue, so resolving a claim needs no id -> queue lookup.
         tokens = [f"{queue}/{secrets.token_hex(16)}" for _ in range(limit)]
-        reply = await self._run(
-            scripts.claim_due, [qk.pending, qk.inflight], [qk.base, _us(lease), *tokens]
+        reply = await scripts.run(
+            "claim_due",
+            [qk.levels],
+            [qk.base, _args.micros(lease), error_arg(worker_id), *tokens],
         )
         return [
-            Claimed(envelope_from_hash(hash_pairs(fields)), token.decode())
-            for _, token, fields in reply
+            Claimed(
+                envelope_from_hash(
+                    hash_pairs(fields),
+                    task_id=task_id.decode(),
+                    queue=queue,
+                    status=Status.IN_FLIGHT,
+                ),
+                token.decode(),
+            )
+            for task_id, token, fields in reply
         ]
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
@@ -236,10 +263,10 @@ class RedisStorage(StorageBase):
         limits.check_task_id(task_id)
         limits.check_token(token)
         limits.check_lease(lease)
-        scripts = self._ready()
+        scripts = await self._ready()
         qk = await self._claim_keys(task_id, token)
-        reply = await self._run(
-            scripts.extend_lease, [qk.inflight], [qk.base, task_id, token, _us(lease)]
+        reply = await scripts.run(
+            "extend_lease", [qk.levels], [qk.base, task_id, token, _args.micros(lease)]
         )
         await self._check_fenced(reply, task_id)
         return from_us(int(reply[1]))
@@ -266,25 +293,11 @@ class RedisStorage(StorageBase):
     ) -> None:
         limits.check_task_id(task_id)
         limits.check_token(token)
-        if not isinstance(attempt, Attempt):
-            raise ValidationError("must be an rdq.spi.Attempt", field="attempt")
-        scripts = self._ready()
+        limits.check_attempt(attempt)
+        scripts = await self._ready()
         qk = await self._claim_keys(task_id, token)
-        reply = await self._run(
-            scripts.resolve,
-            [qk.pending, qk.inflight, qk.dead, qk.succeeded],
-            [
-                qk.base,
-                task_id,
-                token,
-                status,
-                attempt_json(attempt),
-                attempt.error_type or "",
-                next_at_us,
-                qk.wake,
-            ],
-        )
-        await self._check_fenced(reply, task_id)
+        args = _args.resolve_args(qk, task_id, token, status, attempt, next_at_us)
+        await self._check_fenced(await scripts.run("resolve", [qk.levels], args), task_id)
 
     async def complete_many(
         self, completions: Sequence[Completion]
@@ -292,38 +305,13 @@ class RedisStorage(StorageBase):
         """``complete`` for many claims in one script call (one per queue on Redis Cluster),
         each fenced on its own token; a lost claim's error is returned in its place."""
         self._check_open()
-        for item in completions:  # validate every item before changing anything
-            if not isinstance(item, Completion):
-                raise ValidationError("must be rdq.spi.Completion items", field="completions")
-            limits.check_task_id(item.task_id)
-            limits.check_token(item.token)
-            if not isinstance(item.attempt, Attempt):
-                raise ValidationError("must be an rdq.spi.Attempt", field="attempt")
-        scripts = self._ready()
+        _args.check_completions(completions)
+        scripts = await self._ready()
         results: list[StaleClaim | NotFound | None] = [None] * len(completions)
-        groups: dict[str, list[tuple[int, QueueKeys]]] = {}
-        unheld: list[int] = []
-        for i, item in enumerate(completions):
-            queue = _token_queue(item.token)
-            if queue is None:
-                unheld.append(i)
-            else:  # one call for everything on one server; per queue (slot) on Cluster
-                groups.setdefault(queue if self._cluster else "", []).append((i, self._keys(queue)))
-        for group in groups.values():
-            keys: list[str] = []
-            args: list[Any] = [len(group)]
-            for i, qk in group:
-                item = completions[i]
-                keys += [qk.inflight, qk.succeeded]
-                args += [
-                    qk.base,
-                    item.task_id,
-                    item.token,
-                    attempt_json(item.attempt),
-                    item.attempt.error_type or "",
-                ]
-            reply = await self._run(scripts.complete_many, keys, args)
-            for (i, _), outcome in zip(group, reply, strict=True):
+        batches, unheld = _args.completion_batches(completions, self._prefix, self._cluster)
+        for positions, keys, args in batches:
+            reply = await scripts.run("complete_many", keys, args)
+            for i, outcome in zip(positions, reply, strict=True):
                 if outcome == b"STALE":
                     results[i] = StaleClaim(completions[i].task_id)
                 elif outcome == b"NOTFOUND":
@@ -335,7 +323,7 @@ class RedisStorage(StorageBase):
     async def _claim_keys(self, task_id: str, token: str) -> QueueKeys:
         """The keys of the queue a claim token names (a foreign token names any queue: the
         script then finds no such task there and the index decides)."""
-        queue = _token_queue(token)
+        queue = _args.token_queue(token)
         if queue is None:
             raise await self._not_held(task_id)
         return self._keys(queue)
@@ -371,168 +359,160 @@ class RedisStorage(StorageBase):
         limits.check_page(page)
         if dlq_filter is not None:
             limits.check_filter(dlq_filter)
-        scripts = self._ready()
-        qk = self._keys(queue)
-        after_score, after_id = "", ""
-        if page.cursor is not None:
-            cursor = DLQCursor.decode(page.cursor, queue, dlq_filter)
-            after_score, after_id = str(to_us(cursor.dead_lettered_at)), cursor.id
-        low, high, handler, error = _filter_args(dlq_filter)
-        want = page.limit + 1
-        found: list[Envelope] = []
-        while len(found) < want:
-            reply = await self._run(
-                scripts.dlq_page,
-                [qk.dead],
-                [
-                    qk.base,
-                    after_score,
-                    after_id,
-                    low,
-                    high,
-                    handler,
-                    error,
-                    want - len(found),
-                    _DLQ_SCAN_BUDGET,
-                    "1" if page.include_attempts else "0",
-                ],
-            )
-            entries = reply[-1]
-            found += [
-                envelope_from_hash(hash_pairs(e), with_attempts=page.include_attempts)
-                for e in entries
-            ]
-            if reply[0] == b"END":
-                break
-            after_score, after_id = reply[1].decode(), reply[2].decode()
-        tasks = found[: page.limit]
-        if len(found) <= page.limit or not tasks:
-            return tasks, None
-        last = tasks[-1]
-        if last.dead_lettered_at is None:
-            raise StorageError(f"DEAD task {last.id!r} has no dead_lettered_at")
-        return tasks, DLQCursor.after(queue, dlq_filter, last.dead_lettered_at, last.id).encode()
+        return await dlq_page(await self._ready(), self._keys(queue), dlq_filter, page)
 
     async def get(self, task_id: str) -> Envelope:
         self._check_open()
         limits.check_task_id(task_id)
+        scripts = await self._ready()
         queue = await self._queue_of(task_id)
         if queue is None:
             raise NotFound(task_id)
-        with translate_errors(self._address):
-            fields = await self._redis().hgetall(self._keys(queue).task(task_id))
+        qk = self._keys(queue)
+        status, fields = await scripts.run("get_task", [qk.task(task_id)], [qk.base, task_id])
         if not fields:
             raise NotFound(task_id)  # purged between the two reads
-        return envelope_from_hash(cast(dict[bytes, bytes], fields))
+        return envelope_from_hash(
+            hash_pairs(fields),
+            task_id=task_id,
+            queue=queue,
+            status=Status(status.decode()) if status else None,
+        )
 
     async def redrive(self, queue: str, selector: Selector) -> int:
         self._check_open()
         limits.check_queue(queue)
         limits.check_selector(selector)
+        scripts = await self._ready()
         qk = self._keys(queue)
-        reply = await self._run(
-            self._ready().redrive,
-            [qk.pending, qk.dead],
-            [qk.base, qk.wake, *_selector_args(selector)],
-        )
-        return int(reply)
+        args = [qk.base, qk.wake, *_args.selector_args(selector)]
+        return int(await scripts.run("redrive", [qk.levels], args))
 
     async def purge(self, queue: str, selector: Selector) -> int:
         self._check_open()
         limits.check_queue(queue)
         limits.check_selector(selector)
+        scripts = await self._ready()
         qk = self._keys(queue)
-        deleted = await self._run(
-            self._ready().purge,
-            [qk.dead],
-            [qk.base, self._prefix, self._indexed, *_selector_args(selector)],
+        args = [qk.base, self._prefix, self._indexed, self._registry, queue]
+        args += _args.selector_args(selector)
+        deleted, empty = await scripts.run("purge", [qk.levels], args)
+        await self._after_purge(qk, deleted, empty)
+        return len(deleted)
+
+    async def _after_purge(self, qk: QueueKeys, deleted: list[bytes], empty: int) -> None:
+        """On Redis Cluster, drop the purged ids from the index and an emptied queue from the
+        registry (on a single server the scripts did both)."""
+        if not self._cluster:
+            return
+        client = self._redis()
+        await forget_ids(client, self._prefix, self._address, deleted)
+        if empty:
+            await forget_queue(
+                client, self._prefix, self._address, qk.queue, lambda: self._is_empty(qk.queue)
+            )
+
+    async def _is_empty(self, queue: str) -> bool:
+        return not _args.holds_tasks(await self.stats(queue))
+
+    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
+        self._check_open()
+        limits.check_queue(queue)
+        scripts = await self._ready()
+        qk = self._keys(queue)
+        return _args.dlq_groups(await scripts.run("dlq_groups", [qk.levels], [qk.base]))
+
+    # --- every task ------------------------------------------------------------------------
+
+    async def list_tasks(
+        self, queue: str, task_filter: TaskFilter, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_task_filter(task_filter)
+        limits.check_page(page)
+        return await task_page(await self._ready(), self._keys(queue), task_filter, page)
+
+    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
+        self._check_open()
+        limits.check_queue(queue)
+        ids = limits.check_ids(task_ids)
+        if not ids:
+            return 0
+        scripts = await self._ready()
+        qk = self._keys(queue)
+        return int(await scripts.run("cancel", [qk.levels], [qk.base, *ids]))
+
+    async def list_queues(self) -> list[Stats]:
+        self._check_open()
+        await self._ready()
+        with translate_errors(self._address):
+            names = await self._redis().smembers(registry_key(self._prefix))
+        found = []
+        for name in sorted(n.decode() if isinstance(n, bytes) else str(n) for n in names):
+            stats = await self.stats(name)
+            if _args.holds_tasks(stats):
+                found.append(stats)
+        return found
+
+    # --- audit trail -----------------------------------------------------------------------
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        self._check_open()
+        limits.check_audit_entry(entry)
+        scripts = await self._ready()
+        keys = AuditKeys(self._prefix)
+        body = msgspec.json.encode(msgspec.structs.replace(entry, id=None, time=None))
+        entry_id, time_us = await scripts.run(
+            "audit_append",
+            [keys.log, keys.seq],
+            [keys.base, entry.queue, entry.action, entry.actor, body],
         )
-        return await self._forget_ids(deleted)
+        return msgspec.structs.replace(entry, id=entry_id.decode(), time=from_us(int(time_us)))
+
+    async def list_audit(
+        self, audit_filter: AuditFilter | None, page: Page
+    ) -> tuple[list[AuditEntry], str | None]:
+        self._check_open()
+        if audit_filter is not None:
+            limits.check_audit_filter(audit_filter)
+        limits.check_page(page)
+        return await audit_page(await self._ready(), AuditKeys(self._prefix), audit_filter, page)
 
     # --- operations ------------------------------------------------------------------------
+
+    async def now(self) -> datetime:
+        self._check_open()
+        with translate_errors(self._address):
+            seconds, micros = await self._redis().time()
+        return from_us(int(seconds) * 1_000_000 + int(micros))
 
     async def stats(self, queue: str) -> Stats:
         self._check_open()
         limits.check_queue(queue)
+        scripts = await self._ready()
         qk = self._keys(queue)
-        reply = await self._run(
-            self._ready().stats, [qk.pending, qk.inflight, qk.dead, qk.succeeded], []
-        )
-        now_us = int(reply[0])
-        oldest = reply[5]
-        return Stats(
-            queue=queue,
-            pending=int(reply[1]),
-            in_flight=int(reply[2]),
-            dlq_depth=int(reply[3]),
-            succeeded=int(reply[4]),
-            oldest_pending_age=(now_us - int(oldest)) / 1e6 if oldest else None,
-            as_of=from_us(now_us),
-        )
+        return _args.stats(queue, await scripts.run("stats", [qk.levels], [qk.base]))
 
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
         self._check_open()
         limits.check_queue(queue)
         limits.check_aware(older_than, "older_than")
-        scripts = self._ready()
+        scripts = await self._ready()
         qk = self._keys(queue)
+        cutoff = to_us(older_than)
+        args = [qk.base, self._prefix, cutoff, _PURGE_BATCH, self._indexed, self._registry, queue]
         total = 0
         while True:
-            deleted = await self._run(
-                scripts.purge_succeeded,
-                [qk.succeeded],
-                [qk.base, self._prefix, to_us(older_than), _PURGE_BATCH, self._indexed],
-            )
-            total += await self._forget_ids(deleted)
+            deleted, empty = await scripts.run("purge_succeeded", [qk.levels], args)
+            await self._after_purge(qk, deleted, empty)
+            total += len(deleted)
             if len(deleted) < _PURGE_BATCH:
                 return total
 
     async def wait_due(self, queue: str, timeout: float) -> bool:
         self._check_open()
         limits.check_queue(queue)
-        if not isinstance(timeout, int | float) or timeout < 0:
-            raise ValidationError("must be a non-negative number of seconds", field="timeout")
+        _args.check_timeout(timeout)
+        await self._ready()
         return await self._live().waiters.wait(self._keys(queue), float(timeout))
-
-
-def _token_queue(token: str) -> str | None:
-    """The queue a claim token of this store names (``<queue>/<random>``), or None."""
-    queue, _, _ = token.rpartition("/")
-    try:
-        return limits.check_queue(queue)
-    except ValidationError:
-        return None
-
-
-def _enqueue_args(task: Envelope, qk: QueueKeys, delay_us: int) -> list[Any]:
-    """The 11 per-task values ``enqueue.lua`` reads."""
-    last_error = task.attempts[-1].error_type if task.attempts else None
-    return [
-        task.queue,
-        task.id,
-        envelope_body(task),
-        "" if task.next_attempt_at is None else str(to_us(task.next_attempt_at)),
-        delay_us,
-        task.attempt_count,
-        task.redrive_count,
-        attempts_json(task.attempts),
-        task.handler_ref,
-        last_error or "",
-        qk.wake,
-    ]
-
-
-def _filter_args(dlq_filter: DLQFilter | None) -> tuple[str, str, str, str]:
-    """(min score, max score, handler filter, error filter) for the DLQ scripts."""
-    f = dlq_filter or DLQFilter()
-    low = "-inf" if f.dead_lettered_after is None else str(to_us(f.dead_lettered_after))
-    high = "+inf" if f.dead_lettered_before is None else f"({to_us(f.dead_lettered_before)}"
-    handler = "" if f.handler_ref is None else "=" + f.handler_ref
-    error = "" if f.error_type is None else "=" + f.error_type
-    return low, high, handler, error
-
-
-def _selector_args(selector: Selector) -> list[str]:
-    if selector.ids is not None:
-        return ["ids", *selector.ids]
-    return ["filter", *_filter_args(selector.filter)]

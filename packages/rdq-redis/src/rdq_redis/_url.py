@@ -1,11 +1,13 @@
 """Reading a ``redis://`` / ``rediss://`` storage URL.
 
-``redis://[[user]:password@]host[:port][/db][?prefix=rdq&cluster=false&<redis-py options>]``:
-``prefix`` (the first part of every key name) and ``cluster`` (talk to a Redis Cluster through
-redis-py's ``RedisCluster``; the URL names any one node) are rdq's own options; every other
-query option goes to redis-py's ``from_url`` (``socket_timeout``, ``socket_connect_timeout``,
-``max_connections``, ``health_check_interval``, ``ssl_cert_reqs``, ...). Keyword options given
-to ``open_storage`` win over the URL.
+``redis://[[user]:password@]host[:port][/db][?prefix=rdq&cluster=false&timeout=10&<redis-py
+options>]``: ``prefix`` (the first part of every key name), ``cluster`` (talk to a Redis
+Cluster through redis-py's ``RedisCluster``; the URL names any one node) and ``timeout`` (the
+operation timeout in seconds: the default of redis-py's ``socket_timeout`` and
+``socket_connect_timeout``) are rdq's own options; every other query option goes to
+redis-py's ``from_url`` (``socket_timeout``, ``socket_connect_timeout``, ``max_connections``,
+``health_check_interval``, ``ssl_cert_reqs``, ...). Keyword options given to
+``open_storage`` win over the URL.
 
 With ``sentinel_master=NAME`` the hosts are Redis Sentinels, several separated by commas
 (``redis://:pw@s1:26379,s2:26379,s3:26379/0?sentinel_master=mymaster``); the store follows
@@ -20,15 +22,15 @@ from typing import Any
 from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from rdq.errors import ConfigError
+from rdq.spi import limits
 from rdq_redis._keys import DEFAULT_PREFIX, check_prefix
 
 __all__ = ["RedisConfig", "parse_url"]
 
 _DEFAULTS: dict[str, Any] = {
-    "socket_connect_timeout": 5.0,
-    "socket_timeout": 30.0,
     "max_connections": 64,
 }
+_TIMEOUTS = ("socket_timeout", "socket_connect_timeout")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class RedisConfig:
     prefix: str
     address: str
     cluster: bool = False
+    timeout: float = limits.DEFAULT_OPERATION_TIMEOUT
+    """Seconds an operation may wait on Redis before it raises ``StorageUnavailable``."""
     client_options: dict[str, Any] = field(default_factory=dict)
     sentinel_master: str | None = None
     sentinels: list[tuple[str, int]] = field(default_factory=list)
@@ -67,14 +71,17 @@ def parse_url(url: str, **options: Any) -> RedisConfig:
     host = parts.hostname or "localhost"
     prefix = check_prefix(options.pop("prefix", query.pop("prefix", DEFAULT_PREFIX)))
     cluster = _flag(options.pop("cluster", query.pop("cluster", False)))
+    timeout = _timeout(options, query)
     driver_url = urlunsplit(parts._replace(query=urlencode(query)))
-    client_options = {k: v for k, v in _DEFAULTS.items() if k not in query}
+    defaults = _DEFAULTS | dict.fromkeys(_TIMEOUTS, timeout)
+    client_options = {k: v for k, v in defaults.items() if k not in query}
     client_options.update(options)
     return RedisConfig(
         url=driver_url,
         prefix=prefix,
         address=f"{host}:{port}",
         cluster=cluster,
+        timeout=timeout,
         client_options=client_options,
     )
 
@@ -87,6 +94,7 @@ def _sentinel_config(
     prefix = check_prefix(options.pop("prefix", query.pop("prefix", DEFAULT_PREFIX)))
     if _flag(options.pop("cluster", query.pop("cluster", False))):
         raise ConfigError("sentinel_master and cluster exclude each other", key="cluster")
+    timeout = _timeout(options, query)
     userinfo, _, hostlist = parts.netloc.rpartition("@")
     user, _, password = userinfo.partition(":")
     sentinels = [_host_port(item, 26379) for item in hostlist.split(",") if item]
@@ -97,7 +105,7 @@ def _sentinel_config(
         for name in ("username", "password")
         if (value := options.pop(f"sentinel_{name}", query.pop(f"sentinel_{name}", None)))
     }
-    client_options: dict[str, Any] = dict(_DEFAULTS)
+    client_options: dict[str, Any] = _DEFAULTS | dict.fromkeys(_TIMEOUTS, timeout)
     for name, value in query.items():
         parser = URL_QUERY_ARGUMENT_PARSERS.get(name)
         try:
@@ -115,19 +123,31 @@ def _sentinel_config(
     if parts.scheme == "rediss":
         client_options["ssl"] = True
     client_options.update(options)
-    timeouts = ("socket_timeout", "socket_connect_timeout")
-    sentinel_options = {k: client_options[k] for k in timeouts if k in client_options}
+    sentinel_options = {k: client_options[k] for k in _TIMEOUTS if k in client_options}
     sentinel_options.update(sentinel_auth)
     address = ",".join(f"{h}:{p}" for h, p in sentinels)
     return RedisConfig(
         url="",
         prefix=prefix,
         address=f"{master} via Sentinel {address}",
+        timeout=timeout,
         client_options=client_options,
         sentinel_master=master,
         sentinels=sentinels,
         sentinel_options=sentinel_options,
     )
+
+
+def _timeout(options: dict[str, Any], query: dict[str, str]) -> float:
+    """The ``timeout`` option: seconds, more than 0 (``ConfigError`` naming it otherwise)."""
+    raw = options.pop("timeout", query.pop("timeout", limits.DEFAULT_OPERATION_TIMEOUT))
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"must be a number of seconds, not {raw!r}", key="timeout") from None
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"must be more than 0 seconds, not {raw!r}", key="timeout")
+    return value
 
 
 def _host_port(item: str, default_port: int) -> tuple[str, int]:

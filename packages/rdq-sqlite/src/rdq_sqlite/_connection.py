@@ -53,13 +53,15 @@ class Mode:
 
 
 class _Call:
-    """One operation in flight: its deadline, and whether the deadline interrupted it."""
+    """One operation in flight: its deadline, whether it is waiting for the write lock, and
+    whether the deadline interrupted it."""
 
-    __slots__ = ("deadline", "interrupted")
+    __slots__ = ("deadline", "interrupted", "locked_out")
 
     def __init__(self, deadline: float | None) -> None:
         self.deadline = deadline
         self.interrupted = False
+        self.locked_out = False
 
 
 class Link:
@@ -134,12 +136,20 @@ class Link:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
             self._interrupt(call)
+            if call.locked_out:
+                raise StorageUnavailable(self._locked()) from None
             raise StorageUnavailable(self._late(timeout)) from None
 
     def _late(self, timeout: float | None) -> str:
         return (
             f"SQLite database {self.where} did not finish the operation within its "
             f"{timeout:g} s timeout (URL option timeout)"
+        )
+
+    def _locked(self) -> str:
+        return (
+            f"SQLite database {self.where} stayed locked by another connection for the whole "
+            f"{self._config.timeout:g} s operation timeout (URL option timeout)"
         )
 
     def _interrupt(self, call: _Call) -> None:
@@ -211,16 +221,15 @@ class Link:
                     if not opening:
                         raise StorageUnavailable(f"SQLite database {self.where} is not open")
                     self._conn = self._connect()
+                call.locked_out = False
                 return self._once(self._conn, operation, mode)
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc):
                     raise
+                call.locked_out = True
                 pause = backoff * random.uniform(0.5, 1.5)
                 if call.deadline is not None and time.monotonic() + pause >= call.deadline:
-                    raise StorageUnavailable(
-                        f"SQLite database {self.where} stayed locked by another connection "
-                        f"for the whole {self._config.timeout:g} s operation timeout"
-                    ) from None
+                    raise StorageUnavailable(self._locked()) from None
                 time.sleep(pause)
                 backoff = min(backoff * 2, _MAX_BACKOFF)
 

@@ -37,13 +37,7 @@ from rdq.spi import (
     task_scope,
 )
 from rdq_sqlite import _reads, _writes
-from rdq_sqlite._checks import (
-    check_cancel_ids,
-    check_imported,
-    check_resolution,
-    check_sequence,
-    check_timeout,
-)
+from rdq_sqlite._checks import check_resolution, check_sequence, check_timeout
 from rdq_sqlite._codec import at_us, audit_seq, filter_params, to_us
 from rdq_sqlite._connection import Link, Mode
 from rdq_sqlite._migrate import LATEST, apply_migrations, check_version, create_if_empty
@@ -187,7 +181,7 @@ class SqliteStorage(StorageBase):
 
     async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
         self._check_open()
-        check_imported(tasks)
+        tasks = limits.check_imported_tasks(tasks)
         if not tasks:
             return []
         flags = await self._write(_writes.import_tasks, list(tasks))
@@ -197,6 +191,16 @@ class SqliteStorage(StorageBase):
             if stored and task.status in (Status.PENDING, Status.IN_FLIGHT)
         )
         return flags
+
+    async def put_corrupt_task(self, queue: str, task_id: str, raw: str = '{"id": ') -> None:
+        """Test hook: store a PENDING task of ``queue``, due now, whose payload column holds
+        ``raw`` (JSON that does not decode), as a hand edit would. The compliance kit's
+        corrupt-task clauses use it."""
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_task_id(task_id)
+        await self._write(_writes.put_corrupt, queue, task_id, raw)
+        self._bell.ring([queue])
 
     # --- claiming --------------------------------------------------------------------------
 
@@ -373,7 +377,7 @@ class SqliteStorage(StorageBase):
     async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
         self._check_open()
         limits.check_queue(queue)
-        ids = check_cancel_ids(task_ids)
+        ids = limits.check_ids(task_ids)
         if not ids:
             return 0
         return await self._write(_writes.cancel, queue, ids)

@@ -252,8 +252,7 @@ def cancel(conn: sqlite3.Connection, queue: str, task_ids: Sequence[str]) -> int
 
 def import_tasks(conn: sqlite3.Connection, tasks: Sequence[Envelope]) -> list[bool]:
     """Store tasks verbatim; ``IDConflict`` (nothing stored) if an id is taken by another
-    queue. A status time the task lacks is set to the store's now."""
-    now = tick(conn)
+    queue."""
     existing = _existing(conn, [task.id for task in tasks])
     flags: list[bool] = []
     rows: list[dict[str, Any]] = []
@@ -265,26 +264,20 @@ def import_tasks(conn: sqlite3.Connection, tasks: Sequence[Envelope]) -> list[bo
             flags.append(False)
             continue
         existing[task.id] = task.queue
-        row = import_row(task)
-        column = _STATUS_TIME[task.status]
-        if row[column] is None:
-            row[column] = now
-        rows.append(row)
+        rows.append(import_row(task))
         flags.append(True)
     conn.executemany(SQL.import_tasks, rows)
     return flags
-
-
-_STATUS_TIME = {
-    Status.PENDING: "next_attempt_at",
-    Status.IN_FLIGHT: "lease_expires_at",
-    Status.SUCCEEDED: "completed_at",
-    Status.DEAD: "dead_lettered_at",
-    Status.CANCELLED: "cancelled_at",
-}
 
 
 def append_audit(conn: sqlite3.Connection, entry: AuditEntry) -> AuditEntry:
     now = tick(conn)
     seq: int = conn.execute(SQL.append_audit, {"time": now, **audit_params(entry)}).fetchone()[0]
     return msgspec.structs.replace(entry, id=audit_id(seq), time=from_us(now))
+
+
+def put_corrupt(conn: sqlite3.Connection, queue: str, task_id: str, raw: str) -> None:
+    """A PENDING task due now whose payload is ``raw`` (for the kit's corrupt-task clauses)."""
+    now = tick(conn)
+    row = new_row(Envelope(id=task_id, queue=queue, handler_ref="corrupt:task"), raw, now, now)
+    conn.execute(SQL.enqueue, row)

@@ -16,7 +16,6 @@ from rdq_compliance._support import (
     claim_one,
     new_task,
     snapshot,
-    storage_now,
 )
 
 __all__ = ["AdmissionClauses"]
@@ -108,8 +107,11 @@ class AdmissionClauses:
             lease_expires_at=long_ago,
             completed_at=long_ago,
             dead_lettered_at=long_ago,
+            claimed_by="not-a-claimant",
+            claimed_at=long_ago,
+            cancelled_at=long_ago,
         )
-        now = await storage_now(storage, queue)
+        now = await storage.now()
         await storage.enqueue(task)
         stored = await storage.get(task.id)
         assert stored.status == Status.PENDING
@@ -118,6 +120,7 @@ class AdmissionClauses:
         assert stored.lease_expires_at is None
         assert stored.completed_at is None
         assert stored.dead_lettered_at is None
+        assert (stored.claimed_by, stored.claimed_at, stored.cancelled_at) == (None, None, None)
         assert len(await storage.claim_due(queue, 5, LONG_LEASE)) == 1
 
     @pytest.mark.asyncio
@@ -159,7 +162,7 @@ class AdmissionClauses:
     async def test_enqueue_keeps_a_given_next_attempt_at(
         self, storage: Storage, queue: str
     ) -> None:
-        now = await storage_now(storage, queue)
+        now = await storage.now()
         due = now + timedelta(hours=3, microseconds=123)
         task = new_task(queue, next_attempt_at=due)
         await storage.enqueue(task, delay=timedelta(minutes=1))

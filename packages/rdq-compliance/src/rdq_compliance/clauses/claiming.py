@@ -12,6 +12,7 @@ import pytest
 
 from rdq import open_storage
 from rdq.spi import Outcome, Status, Storage
+from rdq_compliance._fixtures import require_url
 from rdq_compliance._support import (
     FAR_FUTURE,
     LONG_LEASE,
@@ -20,10 +21,9 @@ from rdq_compliance._support import (
     attempt,
     claim_one,
     claim_time,
+    clock_passes,
     eventually,
     new_task,
-    storage_now,
-    storage_time_passes,
 )
 
 __all__ = ["ClaimingClauses"]
@@ -62,10 +62,11 @@ class ClaimingClauses:
 
     @pytest.mark.asyncio
     async def test_no_double_claim_across_separate_connections(
-        self, storage: Storage, peer_storage_url: str, queue: str
+        self, storage: Storage, peer_storage_url: str | None, queue: str
     ) -> None:
         # `storage` is requested so the schema exists; the peers reach the same data by URL.
-        async with open_storage(peer_storage_url) as feeder:
+        url = require_url(peer_storage_url, "peer_storage_url (or storage_url)")
+        async with open_storage(url) as feeder:
             ids = [new_task(queue).id for _ in range(60)]
             for task_id in ids:
                 await feeder.enqueue(new_task(queue, task_id))
@@ -73,7 +74,7 @@ class ClaimingClauses:
 
         async def claimant() -> list[str]:
             mine: list[str] = []
-            async with open_storage(peer_storage_url) as peer:
+            async with open_storage(url) as peer:
                 await asyncio.to_thread(start.wait, PATIENCE)
                 for _ in range(len(ids) + 1):  # a sound store runs dry long before that
                     claimed = await peer.claim_due(queue, 2, LONG_LEASE)
@@ -180,7 +181,7 @@ class ClaimingClauses:
     async def test_claim_skips_tasks_not_yet_due_by_the_storage_clock(
         self, storage: Storage, queue: str
     ) -> None:
-        now = await storage_now(storage, queue)
+        now = await storage.now()
         await storage.enqueue(new_task(queue), delay=FAR_FUTURE)
         await storage.enqueue(new_task(queue, next_attempt_at=now + timedelta(hours=1)))
         assert await storage.claim_due(queue, 10, LONG_LEASE) == []
@@ -190,7 +191,7 @@ class ClaimingClauses:
     async def test_claim_takes_tasks_whose_next_attempt_at_has_passed_by_the_storage_clock(
         self, storage: Storage, queue: str
     ) -> None:
-        now = await storage_now(storage, queue)
+        now = await storage.now()
         task = new_task(queue, next_attempt_at=now - timedelta(seconds=1))
         await storage.enqueue(task)
         claimed = await claim_one(storage, queue)
@@ -214,8 +215,34 @@ class ClaimingClauses:
         assert claimed_at >= due, f"claimed at {claimed_at}, before it was due at {due}"
 
     @pytest.mark.asyncio
+    async def test_due_ness_is_decided_at_microsecond_precision(
+        self, storage: Storage, queue: str
+    ) -> None:
+        """Checked at a sub-second phase chosen here, not left to chance: a task due at
+        ``S.9`` is looked at from ``S.05`` (a store comparing whole seconds claims it early)
+        and one due at ``S+1.1`` right after that passes (one rounding up claims it late)."""
+        now = await storage.now()
+        second = now.replace(microsecond=0) + timedelta(seconds=1)
+        early = new_task(queue, next_attempt_at=second + timedelta(microseconds=900_000))
+        late = new_task(queue, next_attempt_at=second + timedelta(seconds=1, microseconds=100_000))
+        for task in (early, late):
+            await storage.enqueue(task)
+        await clock_passes(storage, second + timedelta(microseconds=50_000))
+        claimed = await storage.claim_due(queue, 5, LONG_LEASE)
+        looked = await storage.now()
+        assert early.next_attempt_at is not None and late.next_attempt_at is not None
+        for c in claimed:
+            due = early.next_attempt_at if c.task.id == early.id else late.next_attempt_at
+            assert due <= looked, f"claimed a task due at {due} before {looked}"
+        now = await clock_passes(storage, late.next_attempt_at)
+        claimed += await storage.claim_due(queue, 5, LONG_LEASE)
+        assert {c.task.id for c in claimed} == {early.id, late.id}, (
+            f"both tasks are due by {now}: a store that rounds due times up claims them late"
+        )
+
+    @pytest.mark.asyncio
     async def test_claim_order_is_oldest_due_first(self, storage: Storage, queue: str) -> None:
-        now = await storage_now(storage, queue)
+        now = await storage.now()
         by_age = {minutes: new_task(queue) for minutes in (3, 9, 1, 7, 5)}
         for minutes, task in by_age.items():
             task.next_attempt_at = now - timedelta(minutes=minutes)
@@ -259,7 +286,5 @@ class ClaimingClauses:
         # even once the storage clock is past the short leases, nothing is due
         assert first.task.lease_expires_at is not None
         assert second.task.lease_expires_at is not None
-        await storage_time_passes(
-            storage, queue, max(first.task.lease_expires_at, second.task.lease_expires_at)
-        )
+        await clock_passes(storage, max(first.task.lease_expires_at, second.task.lease_expires_at))
         assert await storage.claim_due(queue, 5, LONG_LEASE) == []

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from rdq_compliance._fixtures import require_url
+from rdq_compliance.chaos import run_chaos
+
 __all__ = ["CrashClauses"]
 
 
@@ -13,13 +16,7 @@ class CrashClauses:
 
     @pytest.mark.asyncio
     async def test_chaos_kill9_worker_mid_handler_is_recovered_without_double_claims(
-        self, storage_url: str
+        self, storage_url: str | None
     ) -> None:
-        try:
-            from rdq_compliance.chaos import (  # type: ignore[import-not-found,unused-ignore]
-                run_chaos,
-            )
-        except ImportError as exc:
-            pytest.skip(f"the chaos harness (rdq_compliance.chaos) is not available: {exc}")
-        report = await run_chaos(storage_url)
+        report = await run_chaos(require_url(storage_url, "storage_url"))
         report.assert_ok()

@@ -12,11 +12,12 @@ from rdq.spi import Outcome, Stats, Storage
 from rdq_compliance._support import (
     FAR_FUTURE,
     LONG_LEASE,
+    SHORT_LEASE,
     attempt,
     claim_one,
+    clock_passes,
     new_id,
     new_task,
-    storage_now,
 )
 
 __all__ = ["OperationClauses"]
@@ -41,7 +42,7 @@ class OperationClauses:
         self, storage: Storage, queue: str
     ) -> None:
         missing = new_id("absent")
-        far = (await storage_now(storage, queue)) + FAR_FUTURE
+        far = (await storage.now()) + FAR_FUTURE
         calls: dict[str, Callable[[], Awaitable[object]]] = {
             "extend_lease": lambda: storage.extend_lease(missing, "token", LONG_LEASE),
             "reschedule": lambda: storage.reschedule(missing, "token", attempt(1), far),
@@ -79,17 +80,31 @@ class OperationClauses:
         a, b, c, _ = await storage.claim_due(queue, 4, LONG_LEASE)
         await storage.complete(a.task.id, a.token, attempt(1, Outcome.SUCCEEDED))
         await storage.dead_letter(b.task.id, b.token, attempt(1, Outcome.PERMANENT))
-        later = (await storage_now(storage, queue)) + FAR_FUTURE
+        later = (await storage.now()) + FAR_FUTURE
         await storage.reschedule(c.task.id, c.token, attempt(1), later)
         stats = await storage.stats(queue)
         # pending: 2 never claimed + 1 delayed + 1 rescheduled; in flight: the fourth
         assert (stats.pending, stats.in_flight, stats.dlq_depth, stats.succeeded) == (4, 1, 1, 1)
 
     @pytest.mark.asyncio
+    async def test_stats_counts_a_lapsed_lease_not_yet_reclaimed_as_in_flight(
+        self, storage: Storage, queue: str
+    ) -> None:
+        await storage.enqueue(new_task(queue))
+        held = await claim_one(storage, queue, SHORT_LEASE)
+        assert held.task.lease_expires_at is not None
+        await clock_passes(storage, held.task.lease_expires_at)
+        stats = await storage.stats(queue)
+        assert (stats.pending, stats.in_flight) == (0, 1), (
+            "a lapsed lease nobody reclaimed is still IN_FLIGHT"
+        )
+        assert stats.oldest_pending_age is None
+
+    @pytest.mark.asyncio
     async def test_stats_oldest_pending_age_is_measured_by_the_storage_clock(
         self, storage: Storage, queue: str
     ) -> None:
-        now = await storage_now(storage, queue)
+        now = await storage.now()
         oldest = now - timedelta(hours=1)
         await storage.enqueue(new_task(queue, next_attempt_at=oldest))
         await storage.enqueue(new_task(queue, next_attempt_at=now - timedelta(minutes=5)))
@@ -142,7 +157,7 @@ class OperationClauses:
         await storage.dead_letter(dead.task.id, dead.token, attempt(1, Outcome.PERMANENT))
         foreign = await claim_one(storage, other_queue)
         await storage.complete(foreign.task.id, foreign.token, attempt(1, Outcome.SUCCEEDED))
-        cutoff = (await storage_now(storage, queue)) + FAR_FUTURE
+        cutoff = (await storage.now()) + FAR_FUTURE
         assert await storage.purge_succeeded(queue, cutoff) == 0
         stats = await storage.stats(queue)
         assert (stats.pending, stats.in_flight, stats.dlq_depth) == (1, 1, 1)

@@ -3,28 +3,84 @@ atomic step, and counted as an attempt."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 
 import pytest
 
-from rdq.spi import Outcome, Status, Storage
+from rdq.spi import Claimed, Outcome, Status, Storage
 from rdq_compliance._support import (
     LONG_LEASE,
     SHORT_LEASE,
     attempt,
     claim_one,
     claim_time,
+    clock_passes,
     eventually,
     new_task,
     reclaim_after_expiry,
 )
+
+HolderCall = Callable[[Storage, Claimed, datetime], Awaitable[Status]]
+"""An operation of the holder of a lapsed lease; returns the status it must leave."""
+
+
+async def _extend(storage: Storage, held: Claimed, now: datetime) -> Status:
+    expires = await storage.extend_lease(held.task.id, held.token, LONG_LEASE)
+    assert expires >= now + LONG_LEASE, "the new expiry is the store's now + the lease"
+    assert await storage.claim_due(held.task.queue, 5, LONG_LEASE) == [], (
+        "an extended lease is held again: nothing to reclaim"
+    )
+    return Status.IN_FLIGHT
+
+
+async def _complete(storage: Storage, held: Claimed, now: datetime) -> Status:
+    await storage.complete(held.task.id, held.token, attempt(1, Outcome.SUCCEEDED))
+    return Status.SUCCEEDED
+
+
+async def _reschedule(storage: Storage, held: Claimed, now: datetime) -> Status:
+    await storage.reschedule(held.task.id, held.token, attempt(1), now + timedelta(hours=1))
+    return Status.PENDING
+
+
+async def _dead_letter(storage: Storage, held: Claimed, now: datetime) -> Status:
+    await storage.dead_letter(held.task.id, held.token, attempt(1, Outcome.PERMANENT))
+    return Status.DEAD
+
+
+LAPSED_HOLDER_CALLS: dict[str, HolderCall] = {
+    "extend_lease": _extend,
+    "complete": _complete,
+    "reschedule": _reschedule,
+    "dead_letter": _dead_letter,
+}
 
 __all__ = ["RecoveryClauses"]
 
 
 class RecoveryClauses:
     """Reclaiming an expired lease appends ``LEASE_EXPIRED`` and increments
-    ``attempt_count`` atomically with the reclaim; a lease extended in time is kept."""
+    ``attempt_count`` atomically with the reclaim; a lease extended in time is kept; a lease
+    that lapsed but was not reclaimed is still held: its holder may extend it or resolve the
+    task."""
+
+    @pytest.mark.asyncio
+    @pytest.mark.parametrize("operation", list(LAPSED_HOLDER_CALLS))
+    async def test_a_lapsed_lease_not_yet_reclaimed_is_still_held_by_its_holder(
+        self, storage: Storage, queue: str, operation: str
+    ) -> None:
+        await storage.enqueue(new_task(queue))
+        held = await claim_one(storage, queue, SHORT_LEASE)
+        assert held.task.lease_expires_at is not None
+        now = await clock_passes(storage, held.task.lease_expires_at)
+        # nobody has reclaimed the task, so the holder's token is still the current one
+        status = await LAPSED_HOLDER_CALLS[operation](storage, held, now)
+        stored = await storage.get(held.task.id)
+        assert stored.status == status
+        assert [a.outcome for a in stored.attempts if a.outcome == Outcome.LEASE_EXPIRED] == [], (
+            "the lease was never reclaimed, so no LEASE_EXPIRED record"
+        )
 
     @pytest.mark.asyncio
     async def test_lease_recovery_appends_lease_expired_atomically_with_the_reclaim(

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 import msgspec
 import pytest
 
-from rdq.errors import NotFound, ValidationError
+from rdq.errors import NotFound, StaleClaim, ValidationError
 from rdq.spi import Capabilities, DLQFilter, Outcome, Selector, Status, Storage
 from rdq_compliance._fixtures import require_capability
 from rdq_compliance._support import (
@@ -100,6 +100,21 @@ class RedrivePurgeClauses:
         assert claimed.task.id == task_id
         assert claimed.task.attempt_count == 0
         assert claimed.task.redrive_count == 1
+
+    @pytest.mark.asyncio
+    async def test_a_claim_after_a_redrive_gets_a_token_never_handed_out_before(
+        self, storage: Storage, queue: str
+    ) -> None:
+        await storage.enqueue(new_task(queue))
+        first = await claim_one(storage, queue)
+        await storage.dead_letter(first.task.id, first.token, attempt(1, Outcome.PERMANENT))
+        assert await storage.redrive(queue, Selector.by_ids(first.task.id)) == 1
+        second = await claim_one(storage, queue)
+        assert second.task.id == first.task.id
+        assert second.token != first.token, "a redriven task's next claim gets a fresh token"
+        with pytest.raises(StaleClaim):
+            await storage.complete(first.task.id, first.token, attempt(1, Outcome.SUCCEEDED))
+        await storage.complete(second.task.id, second.token, attempt(1, Outcome.SUCCEEDED))
 
     @pytest.mark.asyncio
     async def test_redrive_counts_every_redrive_and_history_accumulates(

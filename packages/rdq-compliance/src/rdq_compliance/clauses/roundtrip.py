@@ -55,6 +55,7 @@ def _rich_task(queue: str) -> Envelope:
         headers={"traceparent": "00-abc-def-01", "x-tënant": "αβγ", "empty": ""},
         retry=RetryOverride(max_attempts=3, backoff="fixed", base=1.5, cap=60.0, timeout=9.0),
         redrive_count=0,
+        priority=3,
         extra=dict(UNKNOWN_FIELDS),
     )
 
@@ -68,6 +69,9 @@ def _given(task: Envelope) -> dict[str, Any]:
         "lease_expires_at",
         "completed_at",
         "dead_lettered_at",
+        "claimed_by",
+        "claimed_at",
+        "cancelled_at",
         "attempts",
         "attempt_count",
     }

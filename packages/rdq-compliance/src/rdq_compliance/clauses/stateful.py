@@ -11,9 +11,11 @@ __all__ = ["StatefulClauses"]
 
 
 class StatefulClauses:
-    """Any sequence of operations (enqueue, claim, extend, reschedule, complete, dead_letter
-    with current and stale tokens, redrive, purge, get, stats, purge_succeeded) leaves the
-    store where the contract's model says it must be."""
+    """Any sequence of operations (enqueue with priorities; claims with long and short leases,
+    so leases lapse and are reclaimed; extend, reschedule, complete, dead_letter with current,
+    lapsed, old and made-up tokens; cancel; import in any status; redrive, purge, get,
+    list_tasks, stats, purge_succeeded) leaves the store where the contract's model says it
+    must be."""
 
     #: Hypothesis budget; raise them in a subclass for a longer soak.
     stateful_examples = 25

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -145,6 +145,70 @@ class TransitionClauses:
             assert stored.attempt_count == 1
             assert len(stored.attempts) == 1
             assert stored.status in (Status.SUCCEEDED, Status.PENDING, Status.DEAD)
+
+    @pytest.mark.asyncio
+    async def test_extend_lease_sets_the_expiry_to_the_storage_now_plus_the_lease(
+        self, storage: Storage, queue: str
+    ) -> None:
+        await storage.enqueue(new_task(queue))
+        claimed = await claim_one(storage, queue)
+        lease = timedelta(minutes=3)
+        before = await storage.now()
+        expires = await storage.extend_lease(claimed.task.id, claimed.token, lease)
+        after = await storage.now()
+        assert before + lease <= expires <= after + lease, (
+            f"extend_lease must set now + lease (between {before + lease} and {after + lease}), "
+            f"not the old expiry + lease: got {expires}"
+        )
+        assert (await storage.get(claimed.task.id)).lease_expires_at == expires
+
+    @pytest.mark.asyncio
+    async def test_resolution_times_come_from_the_storage_clock_not_from_the_attempt(
+        self, storage: Storage, queue: str
+    ) -> None:
+        for _ in range(4):
+            await storage.enqueue(new_task(queue))
+        claims = await storage.claim_due(queue, 4, LONG_LEASE)
+        absurd = [datetime(2001, 2, 3, tzinfo=UTC), datetime(2999, 4, 5, tzinfo=UTC)]
+        before = await storage.now()
+        for n, claimed in enumerate(claims):
+            when = absurd[n % 2]
+            record = Attempt(
+                number=1,
+                outcome=Outcome.SUCCEEDED if n < 2 else Outcome.PERMANENT,
+                started_at=when,
+                finished_at=when,
+                worker_id="kit-worker-with-a-wrong-clock",
+            )
+            if n < 2:
+                await storage.complete(claimed.task.id, claimed.token, record)
+            else:
+                await storage.dead_letter(claimed.task.id, claimed.token, record)
+        after = await storage.now()
+        for n, claimed in enumerate(claims):
+            stored = await storage.get(claimed.task.id)
+            at = stored.completed_at if n < 2 else stored.dead_lettered_at
+            assert at is not None and before <= at <= after, (
+                f"{stored.status} at {at}: resolution times are the store's now "
+                f"(between {before} and {after}), never the attempt's finished_at"
+            )
+            assert stored.attempts[-1].finished_at == absurd[n % 2], "the attempt is unchanged"
+
+    @pytest.mark.asyncio
+    async def test_a_second_reschedule_keeps_both_attempts_in_order(
+        self, storage: Storage, queue: str
+    ) -> None:
+        await storage.enqueue(new_task(queue))
+        records = []
+        for number in (1, 2):
+            claimed = await claim_one(storage, queue)
+            record = attempt(number, error_message=f"failure {number}")
+            due_again = claim_time(claimed, LONG_LEASE) - timedelta(seconds=1)
+            await storage.reschedule(claimed.task.id, claimed.token, record, due_again)
+            records.append(record)
+        stored = await storage.get(claimed.task.id)
+        assert stored.attempts == records, "every reschedule appends; none overwrites"
+        assert stored.attempt_count == 2
 
     @pytest.mark.asyncio
     async def test_atomic_extend_lease_changes_only_the_lease(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rdq.errors import NotFound, ValidationError
-from rdq.spi import DLQFilter, Outcome, Page, Selector, Storage, limits
+from rdq.spi import DLQFilter, Outcome, Page, Selector, Status, Storage, TaskFilter, limits
 from rdq_compliance._support import (
     LONG_LEASE,
     attempt,
@@ -19,7 +19,6 @@ from rdq_compliance._support import (
     new_id,
     new_task,
     snapshot,
-    storage_now,
 )
 
 __all__ = ["ValidationClauses"]
@@ -62,7 +61,7 @@ QueueCall = Callable[[Storage, str], Awaitable[object]]
 
 
 async def _far(storage: Storage, queue: str) -> datetime:
-    return (await storage_now(storage, queue)) + timedelta(days=1)
+    return (await storage.now()) + timedelta(days=1)
 
 
 QUEUE_OPERATIONS: dict[str, QueueCall] = {
@@ -72,6 +71,9 @@ QUEUE_OPERATIONS: dict[str, QueueCall] = {
     "purge": lambda s, q: s.purge(q, Selector.by_filter(DLQFilter())),
     "purge_succeeded": lambda s, q: s.purge_succeeded(q, datetime(2000, 1, 1, tzinfo=UTC)),
     "stats": lambda s, q: s.stats(q),
+    "cancel": lambda s, q: s.cancel(q, ["some-id"]),
+    "list_tasks": lambda s, q: s.list_tasks(q, TaskFilter(status=Status.PENDING), Page()),
+    "dlq_groups": lambda s, q: s.dlq_groups(q),
 }
 
 BAD_QUEUE_NAMES = ["", " ", "has space", "-dash-first", "q" * (limits.MAX_QUEUE_LENGTH + 1)]

@@ -14,8 +14,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("_worker:worker", "Run a worker for an application's queues."),
     "demo": ("_demo:demo", "Watch rdq retry, dead-letter and redrive tasks (in memory)."),
     "server": ("_server:server", "Run an rdq server node (HTTP API, DLQ UI, worker)."),
-    "stats": ("_dlq:stats", "Show queue statistics."),
-    "dlq": ("_dlq:dlq", "List, inspect, redrive and purge dead-lettered tasks."),
+    "stats": ("_dlq:stats", "Show queue statistics (every queue by default)."),
+    "dlq": ("_dlq:dlq", "List, inspect, group, redrive and purge dead-lettered tasks."),
+    "tasks": ("_tasks:tasks", "Find, inspect and cancel tasks in any status."),
+    "audit": ("_audit:audit", "Read the audit trail of redrives, purges and cancels."),
+    "copy": ("_copy:copy", "Copy every task, with its history, to another store."),
 }
 
 

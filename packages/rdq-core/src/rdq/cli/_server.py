@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
+import sys
 from typing import Any
 
 import click
 import msgspec
+import structlog
 
 from rdq.cli._default import DEFAULT_STORAGE, STORAGE_ENV, chosen_storage
 from rdq.errors import ConfigError, RdqError
@@ -125,30 +126,56 @@ def server(
         if engine_config:
             engine_app.configure(engine_config)
         rdq_logging.configure(json=log_json)
+        json_logs = log_json if log_json is not None else not sys.stderr.isatty()
+        if json_logs:
+            _stdlib_logs_as_json()
         app = create_app(settings, engine_app=engine_app)
     except RdqError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"rdq server on http://{settings.host}:{settings.port} (UI at /ui)", err=True)
+    url = f"http://{settings.host}:{settings.port}"
+    if json_logs:
+        structlog.get_logger("rdq.server").info("listening", url=url, ui=f"{url}/ui")
+    else:
+        click.echo(f"rdq server on {url} (UI at /ui)", err=True)
     uvicorn.run(
         app,
         host=settings.host,
         port=settings.port,
         access_log=False,
         log_level="warning",
+        log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG,
         timeout_graceful_shutdown=35,
     )
 
 
-def _load_app(ref: str) -> Any:
-    from rdq._app import App
+def _stdlib_logs_as_json() -> None:
+    """Render records of stdlib loggers (uvicorn, httpx, asyncio) as JSON lines too, so that
+    ``--log-json`` output stays one JSON object per line."""
+    import logging
 
-    module_name, _, attr = ref.partition(":")
-    if not module_name or not attr:
-        raise ConfigError("expected MODULE:ATTR", key="app")
+    formatter = structlog.stdlib.ProcessorFormatter(
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.JSONRenderer(),
+        ],
+        foreign_pre_chain=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+        ],
+    )
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(formatter)
+    logging.getLogger("uvicorn").setLevel(logging.WARNING)
+
+
+def _load_app(ref: str) -> Any:
+    """The rdq.App named by ``ref``, imported by the same rule as ``rdq worker APP`` (the
+    current directory is importable)."""
+    from rdq.cli._worker import load_app
+
     try:
-        value = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot load {ref!r}: {exc}", key="app") from None
-    if not isinstance(value, App):
-        raise ConfigError(f"{ref!r} is not an rdq.App", key="app")
-    return value
+        return load_app(ref)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, key="app") from None

@@ -1,23 +1,39 @@
 """Where the operator commands act: a store directly, or a server node over HTTP.
 
-Both give the same plain-data answers (envelopes as JSON-ready dicts), so the commands print
-the same tables and JSON either way.
+Both take the same typed requests (:class:`Listing`, :class:`Action`, :class:`AuditQuery`) and
+give the same plain-data answers (envelopes and stats as JSON-ready dicts), so the commands
+print the same tables and JSON either way.
 """
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
-from datetime import datetime
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
+from urllib.parse import quote
 
 import msgspec
 
-from rdq.errors import RdqError
+from rdq.admin import TaskSelector
+from rdq.errors import RdqError, ValidationError
+from rdq.spi import AuditFilter, DLQFilter, Selector, Status, TaskFilter
 
-__all__ = ["DirectTarget", "HttpTarget", "Target", "TargetError"]
+__all__ = [
+    "Action",
+    "AuditQuery",
+    "DirectTarget",
+    "HttpTarget",
+    "Listing",
+    "Target",
+    "TargetError",
+    "status_of",
+]
 
 Progress = Callable[[int, int | None], None] | None
+Verb = Literal["redrive", "purge", "cancel"]
+_VERBS: tuple[Verb, ...] = ("redrive", "purge", "cancel")
 _HTTP_ID_CHUNK = 1000
 
 
@@ -25,7 +41,45 @@ class TargetError(RdqError):
     """The server answered with an error, or could not be reached."""
 
 
-class Target:
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One page of a queue's tasks: the DLQ (``filter`` a :class:`DLQFilter` or None) or the
+    tasks in one status (``filter`` a :class:`TaskFilter`)."""
+
+    queue: str
+    filter: DLQFilter | TaskFilter | None
+    limit: int
+    cursor: str | None
+    include_attempts: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """A redrive or purge (``selector`` a :class:`Selector`) or a cancel (``selector`` a
+    :class:`TaskSelector`)."""
+
+    verb: Verb
+    queue: str
+    selector: Selector | TaskSelector
+    dry_run: bool
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.verb not in _VERBS:
+            raise ValidationError(f"must be one of {', '.join(_VERBS)}", field="action")
+        wanted = TaskSelector if self.verb == "cancel" else Selector
+        if not isinstance(self.selector, wanted):
+            raise ValidationError(f"{self.verb} needs a {wanted.__name__}", field="selector")
+
+
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    filter: AuditFilter | None
+    limit: int
+    cursor: str | None
+
+
+class Target(abc.ABC):
     """The operations the commands need."""
 
     async def __aenter__(self) -> Self:
@@ -39,47 +93,37 @@ class Target:
     ) -> None:
         return None
 
+    @abc.abstractmethod
     async def stats(self, queues: list[str]) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        """Stats of ``queues``, or of every queue when empty."""
 
-    async def get(self, task_id: str) -> dict[str, Any]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def get(self, task_id: str) -> dict[str, Any]: ...
 
-    async def list_dlq(
-        self,
-        queue: str,
-        dlq_filter: dict[str, Any] | None,
-        limit: int,
-        cursor: str | None,
-        *,
-        include_attempts: bool,
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def page(self, listing: Listing) -> tuple[list[dict[str, Any]], str | None]: ...
 
-    async def act(
-        self,
-        action: str,
-        queue: str,
-        selector: dict[str, Any],
-        *,
-        dry_run: bool,
-        reason: str | None,
-        progress: Progress = None,
-    ) -> int:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def groups(self, queue: str) -> list[dict[str, Any]]: ...
+
+    @abc.abstractmethod
+    async def act(self, action: Action, progress: Progress = None) -> int: ...
+
+    @abc.abstractmethod
+    async def audit(self, query: AuditQuery) -> tuple[list[dict[str, Any]], str | None]: ...
 
 
 class DirectTarget(Target):
-    """Acts on a store through :class:`rdq.admin.DLQAdmin` (audited as ``actor``)."""
+    """Acts on a store through :class:`rdq.admin.TaskAdmin` (audited as ``actor``)."""
 
     def __init__(self, storage_url: str, *, actor: str, audit_log: str | None = None) -> None:
         from rdq._plugins.manager import open_storage
-        from rdq.admin import DLQAdmin
+        from rdq.admin import TaskAdmin
         from rdq.audit import AuditSink, JsonLinesAuditSink
 
         self._storage = open_storage(storage_url)
         sinks: list[AuditSink] = [JsonLinesAuditSink(audit_log)] if audit_log else []
-        self._admin = DLQAdmin(self._storage, sinks=sinks)
+        self._admin = TaskAdmin(self._storage, sinks=sinks)
         self._actor = actor
 
     async def __aenter__(self) -> Self:
@@ -95,68 +139,54 @@ class DirectTarget(Target):
         await self._storage.aclose()
 
     async def stats(self, queues: list[str]) -> list[dict[str, Any]]:
-        if not queues:
-            raise TargetError("name the queues (a store has no list of queues)")
-        return [msgspec.to_builtins(await self._storage.stats(q)) for q in queues]
+        if queues:
+            return [msgspec.to_builtins(await self._admin.stats(q)) for q in queues]
+        try:
+            found = await self._admin.list_queues()
+        except NotImplementedError:
+            raise TargetError("this store cannot list its queues yet: name them") from None
+        return [msgspec.to_builtins(s) for s in found]
 
     async def get(self, task_id: str) -> dict[str, Any]:
         from rdq.spi import envelope_to_builtins
 
         return envelope_to_builtins(await self._admin.get(task_id))
 
-    async def list_dlq(
-        self,
-        queue: str,
-        dlq_filter: dict[str, Any] | None,
-        limit: int,
-        cursor: str | None,
-        *,
-        include_attempts: bool,
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    async def page(self, listing: Listing) -> tuple[list[dict[str, Any]], str | None]:
         from rdq.spi import Page, envelope_to_builtins
 
-        page = Page(limit=limit, cursor=cursor, include_attempts=include_attempts)
-        tasks, next_cursor = await self._admin.list_dlq(queue, _dlq_filter(dlq_filter), page)
-        return [envelope_to_builtins(t) for t in tasks], next_cursor
-
-    async def act(
-        self,
-        action: str,
-        queue: str,
-        selector: dict[str, Any],
-        *,
-        dry_run: bool,
-        reason: str | None,
-        progress: Progress = None,
-    ) -> int:
-        from rdq.spi import Selector
-
-        if "ids" in selector:
-            chosen = Selector(ids=list(selector["ids"]))
-        else:
-            chosen = Selector(filter=_dlq_filter(selector["filter"]) or _empty_filter())
-        run = self._admin.redrive if action == "redrive" else self._admin.purge
-        return await run(
-            queue, chosen, actor=self._actor, reason=reason, dry_run=dry_run, progress=progress
+        page = Page(
+            limit=listing.limit, cursor=listing.cursor, include_attempts=listing.include_attempts
         )
+        if isinstance(listing.filter, TaskFilter):
+            tasks, cursor = await self._admin.list_tasks(listing.queue, listing.filter, page)
+        else:
+            tasks, cursor = await self._admin.list_dlq(listing.queue, listing.filter, page)
+        return [envelope_to_builtins(t) for t in tasks], cursor
 
+    async def groups(self, queue: str) -> list[dict[str, Any]]:
+        return [msgspec.to_builtins(g) for g in await self._admin.dlq_groups(queue)]
 
-def _dlq_filter(body: dict[str, Any] | None) -> Any:
-    from rdq.spi import DLQFilter
+    async def act(self, action: Action, progress: Progress = None) -> int:
+        common: dict[str, Any] = {
+            "actor": self._actor,
+            "reason": action.reason,
+            "dry_run": action.dry_run,
+            "progress": progress,
+        }
+        if isinstance(action.selector, TaskSelector):
+            return await self._admin.cancel(action.queue, action.selector, **common)
+        if action.verb == "redrive":
+            return await self._admin.redrive(action.queue, action.selector, **common)
+        return await self._admin.purge(action.queue, action.selector, **common)
 
-    if not body:
-        return None
-    values = dict(body)
-    for key in ("dead_lettered_after", "dead_lettered_before"):
-        if values.get(key):
-            values[key] = datetime.fromisoformat(values[key])
-    return DLQFilter(**values)
+    async def audit(self, query: AuditQuery) -> tuple[list[dict[str, Any]], str | None]:
+        from rdq.spi import Page
 
-
-def _empty_filter() -> Any:
-    from rdq.spi import DLQFilter
-
-    return DLQFilter()
+        entries, cursor = await self._admin.list_audit(
+            query.filter, Page(limit=query.limit, cursor=query.cursor)
+        )
+        return [msgspec.to_builtins(e) for e in entries], cursor
 
 
 class HttpTarget(Target):
@@ -180,82 +210,117 @@ class HttpTarget(Target):
     ) -> None:
         await self._http.aclose()
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def _call(self, method: str, path: str, *, key: str | None = None, **kwargs: Any) -> Any:
+        """The JSON answer (its ``key`` when given); one clear ``TargetError`` otherwise."""
         import httpx
 
         try:
             response = await self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise TargetError(f"cannot reach {self._url}: {exc or type(exc).__name__}") from None
-        if response.status_code >= 400:
+        if response.status_code >= 400 and _is_rdq_error(response):
             raise TargetError(_describe(response))
-        return response.json()
+        try:
+            if response.status_code >= 400:
+                raise ValueError(response.status_code)
+            body = response.json()
+            return body if key is None else body[key]
+        except (ValueError, KeyError, TypeError):
+            kind = response.headers.get("content-type", "no content type").split(";")[0]
+            raise TargetError(
+                f"{self._url} does not answer like an rdq server node "
+                f"(HTTP {response.status_code}, {kind}, for {method} {path})"
+            ) from None
 
     async def stats(self, queues: list[str]) -> list[dict[str, Any]]:
         if not queues:
-            body = await self._call("GET", "/v1/queues")
-            rows: list[dict[str, Any]] = body["queues"]
+            rows: list[dict[str, Any]] = await self._call("GET", "/v1/queues", key="queues")
             return rows
-        return [await self._call("GET", f"/v1/queues/{q}/stats") for q in queues]
+        return [await self._call("GET", f"/v1/queues/{_seg(q)}/stats") for q in queues]
 
     async def get(self, task_id: str) -> dict[str, Any]:
-        task: dict[str, Any] = await self._call("GET", f"/v1/tasks/{task_id}")
+        task = await self._call("GET", f"/v1/tasks/{_seg(task_id)}")
+        if not isinstance(task, dict) or "id" not in task:
+            raise TargetError(f"{self._url} does not answer like an rdq server node")
         return task
 
-    async def list_dlq(
-        self,
-        queue: str,
-        dlq_filter: dict[str, Any] | None,
-        limit: int,
-        cursor: str | None,
-        *,
-        include_attempts: bool,
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        params: dict[str, Any] = dict(dlq_filter or {})
-        params["limit"] = limit
-        params["include_attempts"] = "true" if include_attempts else "false"
-        if cursor:
-            params["cursor"] = cursor
-        body = await self._call("GET", f"/v1/queues/{queue}/dlq", params=params)
+    async def page(self, listing: Listing) -> tuple[list[dict[str, Any]], str | None]:
+        params: dict[str, Any] = dict(msgspec.to_builtins(listing.filter or {}))
+        params["limit"] = listing.limit
+        params["include_attempts"] = "true" if listing.include_attempts else "false"
+        if listing.cursor:
+            params["cursor"] = listing.cursor
+        if isinstance(listing.filter, TaskFilter):
+            path = f"/v1/queues/{_seg(listing.queue)}/tasks"
+        else:
+            path = f"/v1/queues/{_seg(listing.queue)}/dlq"
+        body = await self._call("GET", path, params=params)
         return body["tasks"], body["next_cursor"]
 
-    async def act(
-        self,
-        action: str,
-        queue: str,
-        selector: dict[str, Any],
-        *,
-        dry_run: bool,
-        reason: str | None,
-        progress: Progress = None,
-    ) -> int:
-        path = f"/v1/queues/{queue}/dlq/{action}"
-        extra: dict[str, Any] = {"dry_run": dry_run}
-        if reason:
-            extra["reason"] = reason
-        if "ids" not in selector:
-            body = await self._call("POST", path, json={**selector, **extra})
-            count: int = body["count"]
+    async def groups(self, queue: str) -> list[dict[str, Any]]:
+        groups: list[dict[str, Any]] = await self._call(
+            "GET", f"/v1/queues/{_seg(queue)}/dlq/groups", key="groups"
+        )
+        return groups
+
+    async def act(self, action: Action, progress: Progress = None) -> int:
+        if action.verb == "cancel":
+            path = f"/v1/queues/{_seg(action.queue)}/tasks/cancel"
+        else:
+            path = f"/v1/queues/{_seg(action.queue)}/dlq/{action.verb}"
+        extra: dict[str, Any] = {"dry_run": action.dry_run}
+        if action.reason:
+            extra["reason"] = action.reason
+        selector = action.selector
+        if selector.filter is not None:
+            body = {"filter": msgspec.to_builtins(selector.filter), **extra}
+            count: int = await self._call("POST", path, key="count", json=body)
             if progress is not None:
                 progress(count, count)
             return count
-        ids = list(selector["ids"])
+        ids = list(selector.ids or [])
         total = 0
         for start in range(0, len(ids), _HTTP_ID_CHUNK):
             chunk = ids[start : start + _HTTP_ID_CHUNK]
-            body = await self._call("POST", path, json={"ids": chunk, **extra})
-            total += body["count"]
+            total += await self._call("POST", path, key="count", json={"ids": chunk, **extra})
             if progress is not None:
                 progress(min(start + _HTTP_ID_CHUNK, len(ids)), len(ids))
         return total
 
+    async def audit(self, query: AuditQuery) -> tuple[list[dict[str, Any]], str | None]:
+        params: dict[str, Any] = dict(msgspec.to_builtins(query.filter or {}))
+        params["limit"] = query.limit
+        if query.cursor:
+            params["cursor"] = query.cursor
+        body = await self._call("GET", "/v1/audit", params=params)
+        return body["entries"], body["next_cursor"]
 
-def _describe(response: Any) -> str:
+
+def _seg(text: str) -> str:
+    """``text`` as one URL path segment."""
+    return quote(text, safe="")
+
+
+def _is_rdq_error(response: Any) -> bool:
     try:
         error = response.json()["error"]
-        text = f"{error['code']}: {error['message']}"
-        if error.get("field"):
-            text += f" (field {error['field']})"
+        return isinstance(error, dict) and "code" in error
     except (ValueError, KeyError, TypeError):
-        text = response.text[:200] or response.reason_phrase
+        return False
+
+
+def _describe(response: Any) -> str:
+    error = response.json()["error"]
+    text = f"{error['code']}: {error['message']}"
+    if error.get("field"):
+        text += f" (field {error['field']})"
     return f"server answered HTTP {response.status_code}: {text}"
+
+
+def status_of(text: str) -> Status:
+    """A :class:`Status` from its name, any letter case."""
+    try:
+        return Status(text.upper())
+    except ValueError:
+        names = ", ".join(s.value for s in Status)
+        raise ValidationError(f"must be one of {names}", field="status") from None

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import structlog
 from litestar import Litestar
-from litestar.openapi.config import OpenAPIConfig
-from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
-from litestar.openapi.spec import Components, SecurityScheme
+from litestar.datastructures import ResponseHeader
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
@@ -26,6 +24,7 @@ from rdq.errors import ConfigError
 from rdq.server._api import api_handlers, principal_guard
 from rdq.server._errors import exception_handlers
 from rdq.server._node import Node
+from rdq.server._openapi import openapi_config, refine
 from rdq.server._settings import ServerSettings
 from rdq.server._ui import jinja_filters, ui_router
 from rdq.spi import Storage
@@ -64,32 +63,24 @@ def create_app(
         async with contextlib.AsyncExitStack() as stack:
             store = storage
             if store is None:
-                assert settings.storage is not None
-                store = await stack.enter_async_context(open_storage(settings.storage))
+                url = settings.storage or ""
+                store = await stack.enter_async_context(open_storage(url))
             if settings.migrate:
                 await store.migrate()
-            app.state.node = Node(settings, store, audit_sinks=audit_sinks)
+            node = Node(settings, store, audit_sinks=audit_sinks, engine_app=engine_app)
+            app.state.node = node
+            _warn_about(settings, node)
             if settings.work and settings.queues:
                 await stack.enter_async_context(_working(settings, store, engine_app))
             _log.info("node started", queues=settings.queues, work=settings.work)
             yield
         _log.info("node stopped")
 
-    openapi = OpenAPIConfig(
-        title="rdq",
-        version="1",
-        description="The HTTP API of an rdq server node.",
-        path="/schema",
-        render_plugins=[JsonRenderPlugin(), SwaggerRenderPlugin()],
-        components=Components(
-            security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}
-        ),
-        security=[{"bearer": []}],
-    )
+    openapi = openapi_config(settings.openapi_ui)
     static = create_static_files_router(
         path="/ui/static", directories=[_HERE / "static"], include_in_schema=False
     )
-    return Litestar(
+    app = Litestar(
         route_handlers=[*api_handlers, ui_router, static],
         guards=[principal_guard],
         exception_handlers=exception_handlers,
@@ -100,9 +91,12 @@ def create_app(
             engine_callback=_add_filters,
         ),
         request_max_body_size=settings.max_body_bytes,
+        response_headers=[ResponseHeader(name="X-Content-Type-Options", value="nosniff")],
         lifespan=[lifespan],
         logging_config=None,
     )
+    refine(app)
+    return app
 
 
 @contextlib.asynccontextmanager
@@ -123,6 +117,21 @@ async def _working(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await invoker.aclose()
+
+
+def _warn_about(settings: ServerSettings, node: Node) -> None:
+    """Say at start-up what the configuration leaves weaker than it could be."""
+    if settings.work and settings.callbacks.allow_hosts and not settings.callbacks.secrets:
+        _log.warning(
+            "callbacks are sent unsigned: no callback secret is configured "
+            "(set RDQ_CALLBACK_SECRET or [server.callbacks] secrets)"
+        )
+    if node.auth.ephemeral_owners:
+        _log.warning(
+            "UI sessions of tokens configured only by sha256 hold on this node until it "
+            "restarts: set session_secret (RDQ_SESSION_SECRET), the same on every node",
+            owners=node.auth.ephemeral_owners,
+        )
 
 
 def _add_filters(engine: JinjaTemplateEngine) -> None:

@@ -3,16 +3,20 @@
 =========================  ======  ====================================================
 code                       status  when
 =========================  ======  ====================================================
-``malformed_json``         400     the body is not JSON
-``stale_cursor``           400     a DLQ cursor is malformed or from another queue/filter
+``malformed_json``         400     the body is not JSON (truncated, not UTF-8, nested too
+                                   deeply for the decoder)
+``stale_cursor``           400     a cursor is malformed or from another queue/filter
 ``unauthorized``           401     no valid bearer token (``WWW-Authenticate: Bearer``)
 ``forbidden``              403     the token lacks the right the endpoint needs
 ``not_found``              404     no such task, or no such route
 ``method_not_allowed``     405
 ``id_conflict``            409     the task id exists in another queue
 ``payload_too_large``      413     the body exceeds the node's ``max_body_bytes``
+``unsupported_media_type`` 415     a POST body not sent as ``application/json``
 ``validation_error``       422     a field is missing, of the wrong type or out of range
-``storage_unavailable``    503     the storage cannot be reached (retry later)
+``storage_unavailable``    503     the storage cannot be reached or did not answer in
+                                   time (retry later)
+``not_implemented``        501     the store does not offer the operation
 ``internal_error``         500     anything else (details are logged, not returned)
 =========================  ======  ====================================================
 """
@@ -25,7 +29,7 @@ from typing import Any
 import msgspec
 import structlog
 from litestar import Request, Response
-from litestar.exceptions import HTTPException, ValidationException
+from litestar.exceptions import HTTPException, SerializationException, ValidationException
 
 from rdq.errors import (
     IDConflict,
@@ -40,6 +44,7 @@ __all__ = ["ApiError", "ErrorBody", "ErrorDetail", "error_response", "exception_
 
 _log = structlog.get_logger("rdq.server")
 _MISSING = re.compile(r"missing required field `([^`]+)`")
+_AT_PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 
 
 class ErrorDetail(msgspec.Struct, kw_only=True):
@@ -80,7 +85,9 @@ _HTTP_CODES = {
 def error_response(status: int, code: str, message: str, field: str | None = None) -> Response[Any]:
     headers = {"WWW-Authenticate": 'Bearer realm="rdq"'} if status == 401 else None
     body = ErrorBody(error=ErrorDetail(code=code, message=message, field=field))
-    return Response(content=body, status_code=status, headers=headers)
+    return Response(
+        content=body, status_code=status, headers=headers, media_type="application/json"
+    )
 
 
 def to_api_error(exc: Exception) -> ApiError:
@@ -96,7 +103,12 @@ def to_api_error(exc: Exception) -> ApiError:
     if isinstance(exc, StaleCursor):
         return ApiError(400, "stale_cursor", str(exc), "cursor")
     if isinstance(exc, StorageUnavailable):
+        _log.warning("storage unavailable", error=str(exc))
         return ApiError(503, "storage_unavailable", "the storage is unavailable; retry later")
+    if isinstance(exc, NotImplementedError):
+        return ApiError(501, "not_implemented", f"the storage does not offer this: {exc}")
+    if isinstance(exc, RecursionError):
+        return ApiError(400, "malformed_json", "the body nests too deeply", "body")
     if isinstance(exc, ValidationException):
         field, message = _litestar_field(exc)
         return ApiError(422, "validation_error", message, field)
@@ -107,8 +119,8 @@ def to_api_error(exc: Exception) -> ApiError:
         if status == 400 and "body exceeded" in str(exc.detail).lower():
             status = 413
         code = _HTTP_CODES.get(status, "bad_request")
-        if status == 400 and "json is malformed" in str(exc.detail).lower():
-            code = "malformed_json"
+        if status == 400 and isinstance(exc.__cause__, SerializationException):
+            return ApiError(400, "malformed_json", f"the body is not JSON: {exc.detail}", "body")
         return ApiError(status, code, str(exc.detail))
     if isinstance(exc, RdqError):
         _log.error("storage error", error=str(exc), error_type=type(exc).__name__)
@@ -125,8 +137,13 @@ def _litestar_field(exc: ValidationException) -> tuple[str | None, str]:
         message = str(first.get("message") or exc.detail)
         field = "body" if key == "data" else (str(key) if key else None)
         missing = _MISSING.search(message)
+        at_path = _AT_PATH.search(message)
         if field == "body" and missing is not None:
             field = missing.group(1)
+            if at_path is not None and at_path.group(1):
+                field = f"{at_path.group(1)}.{field}"
+        elif field == "body" and at_path is not None and at_path.group(1):
+            field = at_path.group(1)
         if field is not None:
             field = field.replace("[...]", "")
         return field, message

@@ -1,24 +1,28 @@
-"""What every request handler of a node shares: storage, admin, auth, the queues it knows."""
+"""What every request handler of a node shares: storage, admin, auth, its settings."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
-from rdq.admin import DLQAdmin
+from rdq._app import App
+from rdq.admin import TaskAdmin
 from rdq.audit import AuditSink, JsonLinesAuditSink
+from rdq.errors import StorageUnavailable
 from rdq.server._auth import Authenticator
 from rdq.server._settings import ServerSettings
-from rdq.spi import Storage
+from rdq.spi import Stats, Storage
 
-__all__ = ["Node"]
-
-MAX_KNOWN_QUEUES = 1000
-"""Queues seen in requests are remembered up to this many (configured ones always are)."""
+__all__ = ["Node", "TimeLimitedStorage"]
 
 
 class Node:
     """The state of one server node. Nodes keep nothing that others need: several nodes on
-    one storage cooperate through it alone."""
+    one storage cooperate through it alone (a UI logout is remembered by the node that
+    served it, see :mod:`rdq.server._auth`)."""
 
     def __init__(
         self,
@@ -26,24 +30,69 @@ class Node:
         storage: Storage,
         *,
         audit_sinks: Sequence[AuditSink] = (),
+        engine_app: App | None = None,
     ) -> None:
         self.settings = settings
-        self.storage = storage
+        self.engine_app = engine_app
+        """The application whose queue configs the node knows (``--app``), if any."""
+        self.storage = cast(Storage, TimeLimitedStorage(storage, settings.request_timeout))
         self.auth = Authenticator(settings)
         sinks = list(audit_sinks)
         if settings.audit_log:
             sinks.append(JsonLinesAuditSink(settings.audit_log))
-        self.admin = DLQAdmin(storage, sinks=sinks)
-        self._seen: dict[str, None] = dict.fromkeys(settings.queues)
+        self.admin = TaskAdmin(self.storage, sinks=sinks)
+
+    async def queues(self) -> list[Stats]:
+        """Every queue the store holds tasks for, and the queues this node works (even when
+        empty), by name."""
+        try:
+            found = {s.queue: s for s in await self.admin.list_queues()}
+        except NotImplementedError:  # a store without list_queues: the configured ones
+            found = {}
+        for queue in self.settings.queues:
+            if queue not in found:
+                found[queue] = await self.storage.stats(queue)
+        return [found[name] for name in sorted(found)]
+
+
+READS = frozenset(
+    {"get", "stats", "list_tasks", "dlq_list", "list_queues", "dlq_groups", "list_audit", "now"}
+)
+"""The operations a node bounds by ``request_timeout``. Mutations (submit, redrive, purge,
+cancel, the audit entry) are bounded by the store's own ``timeout`` only: cutting one short on
+the client side would not stop the backend from finishing it, and a large redrive may
+legitimately take longer than a page view."""
+
+
+class TimeLimitedStorage:
+    """A view of a store whose read operations give up after ``seconds`` with
+    ``StorageUnavailable`` (a frozen database is an outage, and a request must say so while
+    its client still waits). The store's own ``timeout`` applies underneath."""
+
+    def __init__(self, storage: Storage, seconds: float) -> None:
+        self._storage = storage
+        self._seconds = seconds
 
     @property
-    def known_queues(self) -> list[str]:
-        """Configured queues, then queues seen in requests to this node, sorted.
+    def wrapped(self) -> Storage:
+        return self._storage
 
-        The storage contract has no "list queues" operation, so a node lists what it was
-        configured with and what it has seen since it started."""
-        return sorted(self._seen)
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._storage, name)
+        if name not in READS or not inspect.iscoroutinefunction(value):
+            return value
+        return _bounded(value, self._seconds, name)
 
-    def saw_queue(self, queue: str) -> None:
-        if queue not in self._seen and len(self._seen) < MAX_KNOWN_QUEUES:
-            self._seen[queue] = None
+
+def _bounded(operation: Callable[..., Any], seconds: float, name: str) -> Callable[..., Any]:
+    @functools.wraps(operation)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            async with asyncio.timeout(seconds):
+                return await operation(*args, **kwargs)
+        except TimeoutError:
+            raise StorageUnavailable(
+                f"the storage did not answer {name} within {seconds:g}s"
+            ) from None
+
+    return call

@@ -64,10 +64,8 @@ class TokenSpec(msgspec.Struct, kw_only=True, frozen=True):
 
     def digest(self, where: str) -> bytes:
         """The SHA-256 digest of the token. Raises ``ConfigError`` naming ``where``."""
-        given = [x for x in (self.token, self.token_env, self.sha256) if x is not None]
-        if len(given) != 1:
-            raise ConfigError("give exactly one of token, token_env, sha256", key=where)
         if self.sha256 is not None:
+            self._check_one(where)
             try:
                 raw = bytes.fromhex(self.sha256)
             except ValueError:
@@ -75,6 +73,17 @@ class TokenSpec(msgspec.Struct, kw_only=True, frozen=True):
             if len(raw) != 32:
                 raise ConfigError("must be 64 hex digits", key=f"{where}.sha256")
             return raw
+        token = self.plaintext(where)
+        if token is None:  # unreachable: _check_one saw exactly one source
+            raise ConfigError("give exactly one of token, token_env, sha256", key=where)
+        return hashlib.sha256(token.encode()).digest()
+
+    def plaintext(self, where: str) -> str | None:
+        """The token itself, or None when only its digest is configured. Raises
+        ``ConfigError`` naming ``where``."""
+        self._check_one(where)
+        if self.sha256 is not None:
+            return None
         token = self.token
         if self.token_env is not None:
             token = os.environ.get(self.token_env)
@@ -82,10 +91,14 @@ class TokenSpec(msgspec.Struct, kw_only=True, frozen=True):
                 raise ConfigError(
                     f"environment variable {self.token_env} is not set", key=f"{where}.token_env"
                 )
-        assert token is not None
-        if len(token) < 16:
+        if token is None or len(token) < 16:
             raise ConfigError("tokens must be at least 16 characters", key=f"{where}.token")
-        return hashlib.sha256(token.encode()).digest()
+        return token
+
+    def _check_one(self, where: str) -> None:
+        given = [x for x in (self.token, self.token_env, self.sha256) if x is not None]
+        if len(given) != 1:
+            raise ConfigError("give exactly one of token, token_env, sha256", key=where)
 
 
 class ServerSettings(msgspec.Struct, kw_only=True, frozen=True):
@@ -108,13 +121,25 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True):
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     audit_log: str | None = None
     """A JSON-lines file every redrive and purge is appended to."""
-    secure_cookies: bool = False
-    """Mark the UI session cookie ``Secure`` (set it when the node is served over HTTPS)."""
+    secure_cookies: bool | None = None
+    """Mark the UI cookies ``Secure``. ``None`` (the default) marks them on every request
+    except plain ``http://`` to a loopback address (a developer's own machine); set ``false``
+    to serve the UI over plain HTTP on a network, ``true`` to mark them always."""
     session_hours: float = 8.0
     session_secret: str | None = None
-    """Mixed into the UI session keys; give every node the same one. Set it when tokens are
-    configured by ``sha256`` digest, so that reading the config file is not enough to forge a
-    session cookie."""
+    """Keys the UI session cookies; give every node the same one (at least 16 characters).
+    Without it, a token given in plain text keys its own sessions, and a token known only by
+    its ``sha256`` digest gets a random key made at start (its sessions hold on this node
+    until it restarts)."""
+    request_timeout: float = 5.0
+    """Seconds a request waits on the storage for one operation before the node answers 503
+    ``storage_unavailable`` (the store's own ``timeout`` applies as well)."""
+    max_page_bytes: int = 4 * 1024 * 1024
+    """A page of tasks (DLQ or task list) stops early, with a cursor, once its tasks encode to
+    more than this many bytes (a page always holds at least one task)."""
+    openapi_ui: bool = False
+    """Serve the Swagger UI at ``/schema/swagger`` (it loads its scripts from a CDN); the
+    OpenAPI document itself is always at ``/schema/openapi.json``."""
     callbacks: CallbackSettings = CallbackSettings()
 
     def __post_init__(self) -> None:
@@ -124,6 +149,12 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError("must be between 1 KiB and 64 MiB", key="server.max_body_bytes")
         if self.session_hours <= 0:
             raise ConfigError("must be greater than zero", key="server.session_hours")
+        if self.session_secret is not None and len(self.session_secret) < 16:
+            raise ConfigError("must be at least 16 characters", key="server.session_secret")
+        if not 0 < self.request_timeout <= 600:
+            raise ConfigError("must be more than 0 and at most 600", key="server.request_timeout")
+        if not 64 * 1024 <= self.max_page_bytes <= 256 * 1024 * 1024:
+            raise ConfigError("must be between 64 KiB and 256 MiB", key="server.max_page_bytes")
 
 
 def parse_token_flag(value: str) -> TokenSpec:
@@ -146,7 +177,8 @@ _KEYED = re.compile(r"^(?P<key>[\w.\[\]-]+): (?P<text>.*)$", re.S)
 def _config_error(exc: msgspec.ValidationError) -> ConfigError:
     """A ConfigError naming the key from msgspec's message (``… - at `$.tokens[0].rights```)."""
     match = _AT.match(str(exc))
-    assert match is not None
+    if match is None:  # the pattern matches every string
+        return ConfigError(str(exc), key="server")
     text, path = match.group("text"), (match.group("path") or "").lstrip(".")
     base = f"server.{path}" if path else "server"
     keyed = _KEYED.match(text)

@@ -15,6 +15,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
+    "STATUS_TIME_FIELDS",
     "Attempt",
     "AuditEntry",
     "AuditFilter",
@@ -75,8 +76,9 @@ class Attempt(msgspec.Struct, kw_only=True, frozen=True):
     - ``outcome`` = ``LEASE_EXPIRED``, ``error_type`` = ``"LeaseExpired"``, ``error_message``
       a sentence naming when the lease expired;
     - ``started_at`` = when the lapsed claim was made (``claimed_at``), ``finished_at`` = the
-      reclaim's storage time, ``worker_id`` = the worker that held the lapsed lease
-      (``claimed_by``, ``None`` if it gave none).
+      reclaim's storage time (the same instant as the new claim's ``claimed_at``: one
+      reading of the clock per claim), ``worker_id`` = the worker that held the lapsed lease
+      (``claimed_by``, ``None`` if it gave none); ``traceback`` is ``None``.
 
     ``traceback`` is the formatted traceback of a failure (bounded by
     :data:`rdq.spi.limits.MAX_TRACEBACK_LENGTH`; the engine keeps the innermost frames when it
@@ -246,18 +248,20 @@ class TaskFilter(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
         return not (self.before is not None and (at is None or at >= self.before))
 
 
+STATUS_TIME_FIELDS: dict[Status, str] = {
+    Status.PENDING: "next_attempt_at",
+    Status.IN_FLIGHT: "lease_expires_at",
+    Status.SUCCEEDED: "completed_at",
+    Status.DEAD: "dead_lettered_at",
+    Status.CANCELLED: "cancelled_at",
+}
+"""The envelope field that holds each status's *status time* (see :class:`TaskFilter`)."""
+
+
 def status_time(task: Envelope) -> datetime | None:
     """The time a task is listed by in its status (see :class:`TaskFilter`)."""
-    status = task.status
-    if status == Status.PENDING:
-        return task.next_attempt_at
-    if status == Status.IN_FLIGHT:
-        return task.lease_expires_at
-    if status == Status.SUCCEEDED:
-        return task.completed_at
-    if status == Status.DEAD:
-        return task.dead_lettered_at
-    return task.cancelled_at
+    value: datetime | None = getattr(task, STATUS_TIME_FIELDS[task.status])
+    return value
 
 
 class DLQGroup(msgspec.Struct, kw_only=True, frozen=True):

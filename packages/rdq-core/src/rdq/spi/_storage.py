@@ -18,14 +18,18 @@ Lifecycle (:class:`StorageBase` implements it): a store is opened by ``connect()
 Time limits: no operation waits on the backend forever. Each store has an operation timeout
 (URL option ``timeout``, in seconds, default :data:`rdq.spi.limits.DEFAULT_OPERATION_TIMEOUT`;
 ``migrate`` and ``wait_due``'s own wait are exempt) after which the call raises
-``StorageUnavailable`` — a frozen or partitioned database is an outage, not a hang.
+``StorageUnavailable`` — a frozen or partitioned database is an outage, not a hang. A
+``timeout`` that is not a positive number makes ``open_storage`` raise ``ConfigError`` with
+``key="timeout"`` (every bad URL option is reported under its own name).
 
 Corrupt stored tasks: a stored task whose stored form does not decode (edited by hand, written
 by a buggy producer in another language) never makes an operation raise and never blocks
 other tasks. Reads (``get``, ``dlq_list``, ``list_tasks``, ``claim_due``) return it with
 ``Envelope.corrupt`` set; ``claim_due`` claims it like any other due task (the engine then
-dead-letters it); ``dead_letter``, ``purge`` and ``cancel`` work on it. Where it can, a store
-keeps the raw stored value unchanged for inspection.
+dead-letters it); ``dead_letter``, ``purge`` and ``cancel`` work on it, and a lapsed lease on
+it is reclaimed like any other. Where it can, a store keeps the raw stored value unchanged for
+inspection. Each store gives its tests a way to write such a task (the compliance kit's
+``corrupt_task`` fixture).
 """
 
 from __future__ import annotations
@@ -89,9 +93,13 @@ class Storage(Protocol):
         tb: TracebackType | None,
     ) -> None: ...
 
-    async def migrate(self) -> None:
+    async def migrate(self) -> list[str] | None:
         """Create or upgrade the schema (tables, indexes, scripts). Idempotent, and safe when
-        several processes run it at once."""
+        several processes run it at once.
+
+        Returns the names of the steps it applied, in order (``[]`` when the schema was
+        already up to date), or ``None`` when the store does not say (``rdq migrate`` prints
+        what it can)."""
 
     # --- admission -------------------------------------------------------------------------
 
@@ -99,11 +107,14 @@ class Storage(Protocol):
         """Admit ``task``; return True if it was stored, False if it already existed.
 
         The store sets ``status=PENDING``, ``created_at`` to its own now, clears every other
-        store-owned field (lease, claim, completion, dead-letter, cancel times, ``corrupt``),
-        and makes the task due at ``task.next_attempt_at`` if given, else at its own now plus
-        ``delay`` (default: now). All other fields (``priority``, ``attempts``, counters,
-        unknown ones in ``extra``) are stored as given and returned unchanged by ``get``. The
-        caller's envelope is never modified.
+        store-owned field (``lease_expires_at``, ``claimed_by``, ``claimed_at``,
+        ``completed_at``, ``dead_lettered_at``, ``cancelled_at``), and makes the task due at
+        ``task.next_attempt_at`` if given, else at its own now plus ``delay`` (default: now).
+        All other fields (``priority``, ``attempts``, counters, unknown ones in ``extra``) are
+        stored as given and returned unchanged by ``get``. The caller's envelope is never
+        modified. A task with ``corrupt`` set (read back from a store) is refused with
+        ``ValidationError`` (field ``corrupt``), as is a negative ``delay`` (field
+        ``delay``).
 
         Idempotent by id within a queue: enqueueing an id that exists in the same queue (in any
         status) changes nothing and returns False. Raises ``IDConflict`` if the id exists in
@@ -118,15 +129,16 @@ class Storage(Protocol):
         first, and within one priority oldest due first.
 
         Due means PENDING with ``next_attempt_at <= now`` or IN_FLIGHT with
-        ``lease_expires_at <= now`` (a lost lease), by the store's clock; a lost lease's due
-        time is its ``lease_expires_at``. Each claimed task becomes IN_FLIGHT with
-        ``lease_expires_at = now + lease``, ``claimed_at = now``, ``claimed_by = worker_id``
-        and a fresh random token never handed out before for this task (not even before a
-        redrive). Reclaiming a lost lease appends a ``LEASE_EXPIRED`` attempt (see
-        :class:`~rdq.spi.Attempt` for its fields) and increments ``attempt_count`` in the same
-        atomic step. No two claimants ever hold valid leases on the same task. Returns an
-        empty list when nothing is due; never blocks on other claimants. A corrupt stored
-        task is claimed and returned with ``corrupt`` set; it never makes the call raise."""
+        ``lease_expires_at <= now`` (a lost lease), by the store's clock, compared at
+        microsecond precision; a lost lease's due time is its ``lease_expires_at``. Each
+        claimed task becomes IN_FLIGHT with ``lease_expires_at = now + lease``,
+        ``claimed_at = now``, ``claimed_by = worker_id`` and a fresh random token never
+        handed out before for this task (not even before a redrive). Reclaiming a lost
+        lease appends a ``LEASE_EXPIRED`` attempt (see :class:`~rdq.spi.Attempt` for its
+        fields) and increments ``attempt_count`` in the same atomic step. No two claimants
+        ever hold valid leases on the same task. Returns an empty list when nothing is due;
+        never blocks on other claimants. A corrupt stored task is claimed and returned with
+        ``corrupt`` set; it never makes the call raise."""
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         """Set the lease of a claimed task to the store's now + ``lease`` (not the old expiry
@@ -214,8 +226,11 @@ class Storage(Protocol):
         """Cancel the listed tasks of ``queue`` that are PENDING or IN_FLIGHT: each becomes
         CANCELLED with ``cancelled_at`` = now, its lease, token and claim fields cleared,
         atomically per task. A cancelled IN_FLIGHT task's token is stale from then on, so its
-        holder's next ``extend_lease`` or resolution raises ``StaleClaim``. Other ids are
-        ignored. Returns how many were cancelled. At most ``limits.MAX_SELECTOR_IDS`` ids."""
+        holder's next ``extend_lease`` or resolution raises ``StaleClaim``, and it is never
+        claimed again (not even once its old lease has passed). Other ids (unknown, in
+        another queue, finished or already cancelled) are ignored; an id given twice counts
+        once. Returns how many were cancelled. At most ``limits.MAX_SELECTOR_IDS`` ids
+        (``limits.check_ids``: ``ValidationError`` naming ``ids`` or ``ids[i]``)."""
 
     async def list_queues(self) -> list[Stats]:
         """The stats of every queue that holds at least one task (in any status), ordered by
@@ -227,9 +242,15 @@ class Storage(Protocol):
         for moving tasks between stores. Idempotent by id: an id that exists in the same queue
         is left unchanged (False); ``IDConflict`` if it exists in another queue, and then
         nothing is stored. An IN_FLIGHT task is stored IN_FLIGHT with its ``lease_expires_at``
-        and no valid token, so it is reclaimed (with a ``LEASE_EXPIRED`` record) once that
-        passes. Returns one "stored" flag per task, in order. At most ``limits.MAX_LIMIT``
-        tasks per call; a corrupt task (``corrupt`` set) raises ``ValidationError``."""
+        and no valid token, so it is reclaimed (with a ``LEASE_EXPIRED`` record naming its
+        ``claimed_by`` and ``claimed_at``) once that passes. Returns one "stored" flag per
+        task, in order; an id given twice is stored once (the second flag is False).
+
+        Every task is checked with ``limits.check_imported_task`` before anything is stored:
+        at most ``limits.MAX_LIMIT`` tasks per call; a corrupt task (``corrupt`` set), a task
+        without ``created_at`` or without the time of its status (``STATUS_TIME_FIELDS``:
+        a DEAD task needs ``dead_lettered_at``, …) or with a naive timestamp raises
+        ``ValidationError`` naming the field, and nothing is stored."""
 
     # --- audit trail -----------------------------------------------------------------------
 
@@ -259,14 +280,17 @@ class Storage(Protocol):
         ones cancelled before it (the finished-task TTL); return how many were deleted."""
 
     def capabilities(self) -> Capabilities:
-        """The optional accelerations this store offers."""
+        """The optional accelerations this store offers; the same answer on every call (it
+        needs no connection)."""
 
     # --- optional (advertised by capabilities) ---------------------------------------------
 
     async def wait_due(self, queue: str, timeout: float) -> bool:
         """(``notify``) Block until a task of ``queue`` may be due or ``timeout`` seconds
-        pass. True when woken by a signal, False on timeout; it never returns False before
-        ``timeout`` has passed. Wake-ups may be spurious."""
+        pass. True when woken by a signal (at once when a task is already due), False on
+        timeout; it never returns False before ``timeout`` has passed. Wake-ups may be
+        spurious, but not every call: with nothing due and nothing happening in ``queue``, a
+        call times out (a store that always returns True at once makes workers spin)."""
 
     async def enqueue_batch(
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
@@ -344,9 +368,10 @@ class StorageBase(abc.ABC):
     async def _close(self) -> None:  # noqa: B027 - optional hook
         """Release connections (no-op by default). Must not raise."""
 
-    async def migrate(self) -> None:
+    async def migrate(self) -> list[str] | None:
         """Create the schema (nothing to do by default)."""
         self._check_open()
+        return []
 
     @abc.abstractmethod
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool: ...

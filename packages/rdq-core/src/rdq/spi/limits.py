@@ -36,6 +36,7 @@ from rdq.errors import ValidationError
 from rdq.spi._models import (
     MAX_PRIORITY,
     MIN_PRIORITY,
+    STATUS_TIME_FIELDS,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -74,7 +75,10 @@ __all__ = [
     "check_audit_filter",
     "check_aware",
     "check_delay",
+    "check_filter",
     "check_ids",
+    "check_imported_task",
+    "check_imported_tasks",
     "check_lease",
     "check_limit",
     "check_page",
@@ -265,6 +269,12 @@ def check_page(value: object) -> Page:
 
 
 def check_ids(ids: Sequence[str], field: str = "ids") -> list[str]:
+    """A list of at most ``MAX_SELECTOR_IDS`` valid task ids (a lone string is refused, not
+    read as a list of one-character ids)."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+        raise ValidationError("must be a list of task ids", field=field)
+    if len(ids) > MAX_SELECTOR_IDS:
+        raise ValidationError(f"more than {MAX_SELECTOR_IDS} ids", field=field)
     return [check_task_id(task_id, field=f"{field}[{i}]") for i, task_id in enumerate(ids)]
 
 
@@ -327,6 +337,49 @@ def check_attempt(value: object, field: str = "attempt") -> Attempt:
         if at is not None:
             check_aware(at, f"{field}.{name}")
     return value
+
+
+_TIMESTAMPS = (
+    "created_at",
+    "next_attempt_at",
+    "lease_expires_at",
+    "claimed_at",
+    "completed_at",
+    "dead_lettered_at",
+    "cancelled_at",
+)
+
+
+def check_imported_task(value: object) -> Envelope:
+    """Validate a task offered to ``import_tasks``: everything ``check_task`` checks (a task
+    read back as corrupt is refused), a known status, ``created_at`` and the time of its
+    status (see :data:`rdq.spi.STATUS_TIME_FIELDS`) set, every timestamp timezone-aware,
+    ``claimed_by`` a valid worker id and each attempt record valid."""
+    task = check_task(value)
+    if not isinstance(task.status, Status):
+        raise ValidationError("must be an rdq.spi.Status", field="status")
+    for name in ("created_at", STATUS_TIME_FIELDS[task.status]):
+        if getattr(task, name) is None:
+            raise ValidationError(f"must be set on an imported {task.status} task", field=name)
+    for name in _TIMESTAMPS:
+        at = getattr(task, name)
+        if at is not None:
+            check_aware(at, name)
+    check_worker_id(task.claimed_by, "claimed_by")
+    if not isinstance(task.attempt_count, int) or isinstance(task.attempt_count, bool):
+        raise ValidationError("must be an integer", field="attempt_count")
+    for i, record in enumerate(task.attempts):
+        check_attempt(record, f"attempts[{i}]")
+    return task
+
+
+def check_imported_tasks(tasks: object) -> list[Envelope]:
+    """A list of at most ``MAX_LIMIT`` tasks, each valid for ``import_tasks``."""
+    if isinstance(tasks, str | bytes) or not isinstance(tasks, Sequence):
+        raise ValidationError("must be a list of rdq.spi.Envelope", field="tasks")
+    if len(tasks) > MAX_LIMIT:
+        raise ValidationError(f"more than {MAX_LIMIT} tasks", field="tasks")
+    return [check_imported_task(task) for task in tasks]
 
 
 def check_task_filter(value: object, field: str = "filter") -> TaskFilter:

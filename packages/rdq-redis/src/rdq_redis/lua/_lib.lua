@@ -3,6 +3,14 @@
 -- Times are integer microseconds since the Unix epoch, read from the server's TIME (the
 -- storage clock). They stay exact in Lua's doubles (< 2^53) as long as they are turned into
 -- strings with fmt(): tostring() would round them to 14 significant digits.
+--
+-- A script never stops half-way on a corrupt task (a hash edited by hand or written by a
+-- buggy producer): Redis does not roll back the writes a failed script made before the error,
+-- so nothing here calls a command that fails on a bad stored value (HINCRBY on text, say) or
+-- does arithmetic on a value it did not check. A stored value a script must replace and
+-- cannot read is kept in the task's 'raw.<field>' (the first one only) for inspection.
+
+local MIN_PRIORITY, MAX_PRIORITY = -10, 10
 
 local function now_us()
   local t = redis.call('TIME')
@@ -21,43 +29,188 @@ local function index_key(prefix, id)
   return prefix .. ':id:{' .. id .. '}'
 end
 
--- Append one JSON attempt record to the task's JSON array of attempts and remember the
--- attempt's error type (DLQ filters match the error type of the last attempt).
-local function append_attempt(key, attempt_json, error_type)
-  local list = redis.call('HGET', key, 'attempts')
-  if not list or list == '' or list == '[]' then
-    list = '[' .. attempt_json .. ']'
-  else
-    list = string.sub(list, 1, -2) .. ',' .. attempt_json .. ']'
+local function pending_key(base, p)
+  return base .. 'pending:' .. p
+end
+
+local function inflight_key(base, p)
+  return base .. 'inflight:' .. p
+end
+
+-- A stored integer, or nil when the stored value is not one.
+local function as_int(raw)
+  if type(raw) ~= 'string' or not string.match(raw, '^%-?%d+$') then
+    return nil
   end
-  redis.call('HSET', key, 'attempts', list)
+  return tonumber(raw)
+end
+
+local function keep_raw(key, field, value)
+  redis.call('HSETNX', key, 'raw.' .. field, value)
+end
+
+-- The priority a task is indexed under: its stored priority, or 0 when that is missing or
+-- out of range (a corrupt task is still claimed, at the default priority).
+local function level_of(key)
+  local p = as_int(redis.call('HGET', key, 'priority'))
+  if p == nil or p < MIN_PRIORITY or p > MAX_PRIORITY then
+    return 0
+  end
+  return p
+end
+
+-- The priorities that may hold PENDING or IN_FLIGHT tasks, highest first.
+local function levels(base)
+  return redis.call('ZREVRANGE', base .. 'levels', 0, -1)
+end
+
+-- Index `id` as PENDING ('pending') or IN_FLIGHT ('inflight') at priority p, by `score`.
+local function add_live(base, kind, p, score, id)
+  redis.call('ZADD', base .. kind .. ':' .. p, score, id)
+  redis.call('ZADD', base .. 'levels', p, p)
+end
+
+-- The pending or in-flight set that holds `id` (its own priority's first, then every
+-- priority: the priority field may have been edited by hand), or nil.
+local function find_live(base, key, id)
+  local p = level_of(key)
+  if redis.call('ZSCORE', pending_key(base, p), id) then
+    return pending_key(base, p), p
+  end
+  if redis.call('ZSCORE', inflight_key(base, p), id) then
+    return inflight_key(base, p), p
+  end
+  for _, q in ipairs(levels(base)) do
+    if redis.call('ZSCORE', pending_key(base, q), id) then
+      return pending_key(base, q), tonumber(q)
+    end
+    if redis.call('ZSCORE', inflight_key(base, q), id) then
+      return inflight_key(base, q), tonumber(q)
+    end
+  end
+  return nil
+end
+
+-- Drop `id` from the pending or in-flight set that holds it; true if one did.
+local function remove_live(base, key, id)
+  local set = find_live(base, key, id)
+  if set then
+    redis.call('ZREM', set, id)
+    return true
+  end
+  return false
+end
+
+-- Forget priorities whose sets are both empty (called by claims, which visit them anyway).
+local function drop_level_if_empty(base, p)
+  if redis.call('EXISTS', pending_key(base, p), inflight_key(base, p)) == 0 then
+    redis.call('ZREM', base .. 'levels', p)
+  end
+end
+
+-- A count field as a non-negative integer; a value that is not one counts as 0 (and is kept).
+local function read_count(key, field)
+  local raw = redis.call('HGET', key, field)
+  local n = as_int(raw)
+  if n == nil or n < 0 then
+    if raw then
+      keep_raw(key, field, raw)
+    end
+    return 0
+  end
+  return n
+end
+
+-- HINCRBY, without failing on a stored value that is not an integer.
+local function bump_count(key, field)
+  local n = read_count(key, field) + 1
+  redis.call('HSET', key, field, fmt(n))
+  return n
+end
+
+-- The last attempt's error type: '' for none, else '=' .. value.
+local function set_error_type(key, error_type)
   if error_type ~= '' then
-    redis.call('HSET', key, 'error_type', error_type)
+    redis.call('HSET', key, 'error_type', string.sub(error_type, 2))
   else
     redis.call('HDEL', key, 'error_type')
   end
+end
+
+-- Append one JSON attempt record to the task's JSON array of attempts, without parsing it
+-- (so payload numbers never pass through cjson). A stored value that is not an array is kept
+-- in 'raw.attempts' and a new array begun.
+local function append_attempt(key, attempt_json, error_type)
+  local list = redis.call('HGET', key, 'attempts')
+  if list and string.sub(list, 1, 1) == '[' and string.sub(list, -1) == ']' then
+    if string.match(list, '^%[%s*%]$') then
+      list = '[' .. attempt_json .. ']'
+    else
+      list = string.sub(list, 1, -2) .. ',' .. attempt_json .. ']'
+    end
+  else
+    if list then
+      keep_raw(key, 'attempts', list)
+    end
+    list = '[' .. attempt_json .. ']'
+  end
+  redis.call('HSET', key, 'attempts', list)
+  set_error_type(key, error_type)
 end
 
 -- Fencing: 'OK' if `token` holds the task's lease, 'STALE' if it does not, 'NOTFOUND' if the
 -- task is not in this queue.
 local function check_claim(key, token)
   local f = redis.call('HMGET', key, 'status', 'token')
-  if not f[1] then
+  if f[1] == 'IN_FLIGHT' and f[2] == token then
+    return 'OK'
+  end
+  if not f[1] and redis.call('EXISTS', key) == 0 then
     return 'NOTFOUND'
   end
-  if f[1] ~= 'IN_FLIGHT' or f[2] ~= token then
-    return 'STALE'
-  end
-  return 'OK'
+  return 'STALE'
 end
 
--- What every resolution of a held claim does: append the attempt, count it, drop the lease.
--- The caller then sets the new status and puts the task in its new set.
-local function finish_claim(key, inflight_key, id, attempt_json, error_type)
+-- The DLQ group of a task (handler_ref and last error type) as one label and its digest.
+-- The label is '<length of handler_ref>:<handler_ref>' followed by '=' .. error type when the
+-- last attempt had one.
+local function group_of(key)
+  local f = redis.call('HMGET', key, 'handler_ref', 'error_type')
+  local handler = f[1] or ''
+  local label = #handler .. ':' .. handler
+  if f[2] then
+    label = label .. '=' .. f[2]
+  end
+  return redis.sha1hex(label), label
+end
+
+local function group_add(base, key, id, score)
+  local gid, label = group_of(key)
+  redis.call('HSET', base .. 'groups', gid, label)
+  redis.call('ZADD', base .. 'group:' .. gid, score, id)
+  redis.call('HSET', key, 'dlq_group', gid)
+end
+
+local function group_remove(base, key, id)
+  local gid = redis.call('HGET', key, 'dlq_group')
+  if not gid then
+    return
+  end
+  local group = base .. 'group:' .. gid
+  redis.call('ZREM', group, id)
+  if redis.call('EXISTS', group) == 0 then
+    redis.call('HDEL', base .. 'groups', gid)
+  end
+  redis.call('HDEL', key, 'dlq_group')
+end
+
+-- What every resolution of a held claim does: append the attempt, count it, drop the lease
+-- and the claim. The caller then sets the new status and indexes the task again.
+local function finish_claim(base, key, id, attempt_json, error_type)
   append_attempt(key, attempt_json, error_type)
-  redis.call('HINCRBY', key, 'attempt_count', 1)
-  redis.call('HDEL', key, 'token', 'lease_expires_at', 'claimed_at')
-  redis.call('ZREM', inflight_key, id)
+  bump_count(key, 'attempt_count')
+  redis.call('HDEL', key, 'token', 'lease_expires_at', 'claimed_at', 'claimed_by')
+  remove_live(base, key, id)
 end
 
 -- Byte-wise a < b, the order Redis gives members of equal score. (Lua's own string '<' goes
@@ -73,8 +226,8 @@ local function bytes_less(a, b)
   return #a < #b
 end
 
--- A DLQ filter value is '' when the filter does not constrain that field, else '=' .. value.
-local function dead_matches(key, handler_filter, error_filter)
+-- A filter value is '' when the filter does not constrain that field, else '=' .. value.
+local function task_matches(key, handler_filter, error_filter)
   if handler_filter == '' and error_filter == '' then
     return true
   end
@@ -90,23 +243,55 @@ end
 
 -- The ids a redrive or purge selects from the DLQ set: an explicit id list (ARGV from
 -- `first` on: 'ids', id...) or a filter ('filter', min_score, max_score, handler, error).
--- Ids are only candidates: callers still check that each task is DEAD.
-local function select_dead(dead_key, base, first)
+-- Ids are only candidates: callers still check each one's status.
+local function select_ids(dead_key, base, first)
   local mode = ARGV[first]
+  local ids = {}
   if mode == 'ids' then
-    local ids = {}
     for i = first + 1, #ARGV do
       ids[#ids + 1] = ARGV[i]
     end
     return ids
   end
   local handler_filter, error_filter = ARGV[first + 3], ARGV[first + 4]
-  local ids = {}
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', dead_key, ARGV[first + 1], ARGV[first + 2])) do
-    if dead_matches(task_key(base, id), handler_filter, error_filter) then
+    if task_matches(task_key(base, id), handler_filter, error_filter) then
       ids[#ids + 1] = id
     end
   end
   return ids
+end
+
+-- True when the queue holds no task in any status.
+local function queue_empty(base)
+  for _, p in ipairs(levels(base)) do
+    if redis.call('EXISTS', pending_key(base, p), inflight_key(base, p)) > 0 then
+      return false
+    end
+  end
+  return redis.call('EXISTS', base .. 'dead', base .. 'succeeded', base .. 'cancelled') == 0
+end
+
+-- RFC 3339 text of a time in µs (days to civil date: H. Hinnant's algorithm).
+local function rfc3339(us)
+  local secs = math.floor(us / 1000000)
+  local micros = us - secs * 1000000
+  local days = math.floor(secs / 86400)
+  local rem = secs - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then
+    y = y + 1
+  end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', y, m, d,
+    math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60, micros)
 end
 

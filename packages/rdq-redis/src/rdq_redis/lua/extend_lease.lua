@@ -1,12 +1,19 @@
 -- Move a held lease's end to now + lease.
--- KEYS[1] in-flight set. ARGV: key base, id, token, lease_us.
+-- KEYS[1] the queue's levels set. ARGV: key base, id, token, lease_us.
 -- Returns {'OK', new_expiry_us}, {'STALE'} or {'NOTFOUND'} (not in this queue).
-local key = task_key(ARGV[1], ARGV[2])
+local base, id = ARGV[1], ARGV[2]
+local key = task_key(base, id)
 local held = check_claim(key, ARGV[3])
 if held ~= 'OK' then
   return {held}
 end
 local expires = fmt(now_us() + tonumber(ARGV[4]))
 redis.call('HSET', key, 'lease_expires_at', expires)
-redis.call('ZADD', KEYS[1], expires, ARGV[2])
+local set, p = find_live(base, key, id)
+if set then
+  redis.call('ZREM', set, id)
+else
+  p = level_of(key)
+end
+add_live(base, 'inflight', p, expires, id)
 return {'OK', expires}

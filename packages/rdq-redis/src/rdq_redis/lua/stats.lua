@@ -1,11 +1,19 @@
 -- A consistent snapshot of one queue's counts by the server clock.
--- KEYS: [1] pending, [2] in-flight, [3] dead, [4] succeeded sets.
--- Returns {now_us, pending, in_flight, dead, succeeded, oldest due pending score or ''}.
+-- KEYS[1] the queue's levels set. ARGV[1] the queue's key base.
+-- Returns {now_us, pending, in_flight, dead, succeeded, cancelled,
+--   oldest due pending score or ''}.
 local now = now_us()
-local oldest = ''
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #first > 0 and tonumber(first[2]) <= now then
-  oldest = first[2]
+local base = ARGV[1]
+local pending, in_flight = 0, 0
+local oldest = nil
+for _, p in ipairs(levels(base)) do
+  pending = pending + redis.call('ZCARD', pending_key(base, p))
+  in_flight = in_flight + redis.call('ZCARD', inflight_key(base, p))
+  local first = redis.call('ZRANGE', pending_key(base, p), 0, 0, 'WITHSCORES')
+  if #first > 0 and tonumber(first[2]) <= now and (oldest == nil or tonumber(first[2]) < tonumber(oldest)) then
+    oldest = first[2]
+  end
 end
-return {fmt(now), redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]),
-  redis.call('ZCARD', KEYS[3]), redis.call('ZCARD', KEYS[4]), oldest}
+return {fmt(now), pending, in_flight, redis.call('ZCARD', base .. 'dead'),
+  redis.call('ZCARD', base .. 'succeeded'), redis.call('ZCARD', base .. 'cancelled'),
+  oldest or ''}

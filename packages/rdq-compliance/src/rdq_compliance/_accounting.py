@@ -1,0 +1,113 @@
+"""What the kit ran, per ``StorageSuite`` subclass — and a red session when it ran nothing.
+
+A suite whose ``storage`` fixture skips (a test server missing, a fixture that depends on an
+optional one) would otherwise skip every test and leave pytest green. This plugin counts,
+for each subclass of :class:`~rdq_compliance.StorageSuite` in the session, the tests that
+passed, failed and skipped (with their reasons); at the end it prints that account and fails
+the session when more than half of a suite's tests (of at least ``MIN_TESTS`` selected)
+skipped. ``--rdq-allow-skipped-suites`` turns the failure into a warning line.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+
+__all__ = ["MIN_TESTS", "KitAccounting"]
+
+MIN_TESTS = 10
+"""Selections smaller than this (``-k fencing``) are reported but never failed for skips."""
+
+_SUITE = ("rdq_compliance.suite", "StorageSuite")
+
+
+@dataclass
+class _Account:
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        return self.passed + self.failed + self.skipped
+
+    def too_many_skipped(self) -> bool:
+        return self.total >= MIN_TESTS and self.skipped * 2 > self.total
+
+
+def _is_suite(cls: type | None) -> bool:
+    return cls is not None and any(
+        (base.__module__, base.__qualname__) == _SUITE for base in cls.__mro__[1:]
+    )
+
+
+def _reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+class KitAccounting:
+    """The pytest plugin (registered by ``rdq_compliance.pytest_plugin``)."""
+
+    def __init__(self, allow_skips: bool) -> None:
+        self.allow_skips = allow_skips
+        self.suite_of: dict[str, str] = {}
+        self.accounts: dict[str, _Account] = {}
+        self.done: set[str] = set()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            cls = getattr(item, "cls", None)
+            if _is_suite(cls):
+                name = f"{item.module.__name__}::{cls.__qualname__}"  # type: ignore[attr-defined, union-attr]
+                self.suite_of[item.nodeid] = name
+                self.accounts.setdefault(name, _Account())
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        suite = self.suite_of.get(report.nodeid)
+        if suite is None or report.nodeid in self.done:
+            return
+        account = self.accounts[suite]
+        if report.skipped:
+            account.skipped += 1
+            account.reasons[_reason(report)] += 1
+        elif report.failed:
+            account.failed += 1
+        elif report.when == "call":
+            account.passed += 1
+        else:
+            return
+        self.done.add(report.nodeid)
+
+    def hollow_suites(self) -> list[str]:
+        return [name for name, a in self.accounts.items() if a.too_many_skipped()]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.hollow_suites() and not self.allow_skips and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if not self.accounts:
+            return
+        write = terminalreporter.write_line
+        terminalreporter.section("rdq compliance kit")
+        for name, a in self.accounts.items():
+            write(f"{name}: {a.passed} passed, {a.failed} failed, {a.skipped} skipped")
+            for reason, count in a.reasons.most_common():
+                write(f"    skipped {count}: {reason}")
+        for name in self.hollow_suites():
+            a = self.accounts[name]
+            verdict = "allowed by --rdq-allow-skipped-suites" if self.allow_skips else "FAILED"
+            write(
+                f"{name} skipped {a.skipped} of its {a.total} tests: the kit tested almost "
+                f"nothing ({verdict})",
+                red=not self.allow_skips,
+                bold=True,
+            )

@@ -1,0 +1,366 @@
+"""TaskAdmin: find, inspect, redrive, purge and cancel tasks, with an audit trail.
+
+It wraps a :class:`~rdq.spi.Storage` and is what the HTTP API, the web UI and the ``rdq``
+operator commands use, so every action, whoever asks for it, is validated the same way,
+counted in the metrics and audited.
+
+Stores without the ``filter_pushdown`` capability may ignore filters. For them the admin
+filters pages itself (listing), and turns a redrive, purge or cancel by filter into explicit
+id sets by paging through the selection first (SPEC §3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import structlog
+
+from rdq.admin._fallback import SCAN_PAGE, list_filtered
+from rdq.admin._paging import bounded_page
+from rdq.admin._record import record_action
+from rdq.admin._scan import ids_in, scan_dlq, scan_tasks
+from rdq.admin._selectors import TaskSelector, check_action, check_task_selector
+from rdq.audit import Action, AuditSink
+from rdq.spi import (
+    AuditEntry,
+    AuditFilter,
+    DLQFilter,
+    DLQGroup,
+    Envelope,
+    Page,
+    Selector,
+    Stats,
+    Status,
+    Storage,
+    TaskFilter,
+    limits,
+    status_time,
+    task_scope,
+)
+
+__all__ = ["DLQAdmin", "ProgressCallback", "TaskAdmin"]
+
+ProgressCallback = Callable[[int, int | None], None]
+"""Called as ``progress(done, total)`` while an action runs (``total`` may be None)."""
+
+CHUNK = 500
+"""Ids per storage call when an action runs by explicit ids."""
+
+_log = structlog.get_logger("rdq.admin")
+
+
+class TaskAdmin:
+    """Operator operations over ``storage``; every redrive, purge and cancel is audited.
+
+    The audit record of an action goes to the store's audit trail (``append_audit``), to the
+    ``rdq.audit`` logger, and to every sink in ``sinks`` (dry runs change nothing and are not
+    recorded)."""
+
+    def __init__(self, storage: Storage, *, sinks: Sequence[AuditSink] = ()) -> None:
+        self.storage = storage
+        self.sinks: list[AuditSink] = list(sinks)
+
+    @property
+    def filters_in_storage(self) -> bool:
+        """True when the store evaluates filters itself (``filter_pushdown``)."""
+        return self.storage.capabilities().filter_pushdown
+
+    # --- reading ---------------------------------------------------------------------------
+
+    async def get(self, task_id: str) -> Envelope:
+        """The task with every attempt. Raises ``NotFound``, ``ValidationError``."""
+        return await self.storage.get(limits.check_task_id(task_id))
+
+    async def stats(self, queue: str) -> Stats:
+        return await self.storage.stats(limits.check_queue(queue))
+
+    async def list_queues(self) -> list[Stats]:
+        """Every queue holding a task, with its stats, by name. Raises
+        ``NotImplementedError`` from a store that cannot list its queues yet."""
+        return await self.storage.list_queues()
+
+    async def list_tasks(
+        self,
+        queue: str,
+        task_filter: TaskFilter,
+        page: Page | None = None,
+        *,
+        max_bytes: int | None = None,
+    ) -> tuple[list[Envelope], str | None]:
+        """One page of the tasks of ``queue`` in ``task_filter.status`` (by status time, then
+        id) and the cursor of the next page, None on the last.
+
+        A page may hold fewer than ``page.limit`` tasks while a cursor is returned (a store
+        without ``filter_pushdown``, or a page stopped at ``max_bytes``): keep paging until
+        the cursor is None. Raises ``StaleCursor`` for a cursor from another queue or filter,
+        ``ValidationError`` for bad input."""
+        page = page or Page()
+        limits.check_queue(queue)
+        limits.check_page(page)
+        limits.check_task_filter(task_filter)
+
+        async def fetch(limit: int, cursor: str | None) -> tuple[list[Envelope], str | None]:
+            chunk = Page(limit=limit, cursor=cursor, include_attempts=page.include_attempts)
+            if self.filters_in_storage or task_filter == TaskFilter(status=task_filter.status):
+                return await self.storage.list_tasks(queue, task_filter, chunk)
+            return await self._list_tasks_filtered(queue, task_filter, chunk)
+
+        return await _page_of(fetch, page, max_bytes)
+
+    async def list_dlq(
+        self,
+        queue: str,
+        dlq_filter: DLQFilter | None = None,
+        page: Page | None = None,
+        *,
+        max_bytes: int | None = None,
+    ) -> tuple[list[Envelope], str | None]:
+        """One page of the DLQ of ``queue`` (by dead-lettering time, then id) and the cursor
+        of the next page, or None on the last page. Short pages as in :meth:`list_tasks`."""
+        page = page or Page()
+        limits.check_queue(queue)
+        limits.check_page(page)
+        if dlq_filter is not None:
+            limits.check_filter(dlq_filter)
+
+        async def fetch(limit: int, cursor: str | None) -> tuple[list[Envelope], str | None]:
+            chunk = Page(limit=limit, cursor=cursor, include_attempts=page.include_attempts)
+            if dlq_filter is None or self.filters_in_storage:
+                return await self.storage.dlq_list(queue, dlq_filter, chunk)
+            return await self._list_dlq_filtered(queue, dlq_filter, chunk)
+
+        return await _page_of(fetch, page, max_bytes)
+
+    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
+        """The DLQ of ``queue`` grouped by handler and last error type, largest first."""
+        return await self.storage.dlq_groups(limits.check_queue(queue))
+
+    async def count(self, queue: str, selector: Selector, *, action: Action = "redrive") -> int:
+        """How many tasks of ``queue`` a redrive (DEAD ones) or purge (DEAD ones, and by ids
+        CANCELLED ones too) of ``selector`` would act on now: what a dry run reports."""
+        limits.check_queue(queue)
+        limits.check_selector(selector)
+        if selector.ids is not None:
+            wanted = (Status.DEAD, Status.CANCELLED) if action == "purge" else (Status.DEAD,)
+            return len(await ids_in(self.storage, queue, selector.ids, wanted))
+        return sum(
+            [
+                len(batch)
+                async for batch in scan_dlq(
+                    self.storage, self.filters_in_storage, queue, selector.filter
+                )
+            ]
+        )
+
+    async def count_cancel(self, queue: str, selector: TaskSelector) -> int:
+        """How many tasks of ``queue`` a cancel of ``selector`` would cancel now."""
+        limits.check_queue(queue)
+        check_task_selector(selector)
+        if selector.ids is not None:
+            return len(
+                await ids_in(self.storage, queue, selector.ids, (Status.PENDING, Status.IN_FLIGHT))
+            )
+        task_filter = selector.filter
+        if task_filter is None:  # unreachable: a TaskSelector holds ids or a filter
+            return 0
+        return sum(
+            [
+                len(batch)
+                async for batch in scan_tasks(
+                    self.storage, self.filters_in_storage, queue, task_filter
+                )
+            ]
+        )
+
+    async def list_audit(
+        self, audit_filter: AuditFilter | None = None, page: Page | None = None
+    ) -> tuple[list[AuditEntry], str | None]:
+        """One page of the store's audit trail, newest first, and the next page's cursor."""
+        page = page or Page()
+        limits.check_page(page)
+        if audit_filter is not None:
+            limits.check_audit_filter(audit_filter)
+        return await self.storage.list_audit(audit_filter, page)
+
+    # --- acting ----------------------------------------------------------------------------
+
+    async def redrive(
+        self,
+        queue: str,
+        selector: Selector,
+        *,
+        actor: str,
+        reason: str | None = None,
+        dry_run: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> int:
+        """Return the selected DEAD tasks of ``queue`` to PENDING; return how many.
+
+        ``dry_run`` only counts them. Otherwise an audit record naming ``actor`` is written,
+        also when the operation fails part-way (with the count done so far and the error)."""
+        check_action(queue, actor, reason)
+        limits.check_selector(selector)
+        if dry_run:
+            return await self.count(queue, selector, action="redrive")
+        return await self._run("redrive", queue, selector, actor, reason, progress)
+
+    async def purge(
+        self,
+        queue: str,
+        selector: Selector,
+        *,
+        actor: str,
+        reason: str | None = None,
+        dry_run: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> int:
+        """Delete the selected DEAD tasks of ``queue`` (by ids, CANCELLED ones too); return
+        how many. Audited like :meth:`redrive`."""
+        check_action(queue, actor, reason)
+        limits.check_selector(selector)
+        if dry_run:
+            return await self.count(queue, selector, action="purge")
+        return await self._run("purge", queue, selector, actor, reason, progress)
+
+    async def cancel(
+        self,
+        queue: str,
+        selector: TaskSelector,
+        *,
+        actor: str,
+        reason: str | None = None,
+        dry_run: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> int:
+        """Cancel the selected PENDING or IN_FLIGHT tasks of ``queue``; return how many.
+
+        A cancelled task never runs again; an IN_FLIGHT one's claim is revoked, so its worker
+        abandons it at its next heartbeat or resolution. Audited like :meth:`redrive`."""
+        check_action(queue, actor, reason)
+        check_task_selector(selector)
+        if dry_run:
+            return await self.count_cancel(queue, selector)
+        return await self._run("cancel", queue, selector, actor, reason, progress)
+
+    async def _run(
+        self,
+        action: Action,
+        queue: str,
+        selector: Selector | TaskSelector,
+        actor: str,
+        reason: str | None,
+        progress: ProgressCallback | None,
+    ) -> int:
+        done = 0
+        error: str | None = None
+        try:
+            if isinstance(selector, Selector) and selector.filter is not None:
+                if self.filters_in_storage:
+                    operation = self.storage.redrive if action == "redrive" else self.storage.purge
+                    done = await operation(queue, selector)
+                    _report(progress, done, done)
+                    return done
+                ids = [
+                    t.id
+                    async for page in scan_dlq(
+                        self.storage, self.filters_in_storage, queue, selector.filter
+                    )
+                    for t in page
+                ]
+            elif isinstance(selector, TaskSelector) and selector.filter is not None:
+                scan = self._selected(queue, selector.filter)
+                ids = [t.id async for page in scan for t in page]
+            else:
+                ids = list(dict.fromkeys(selector.ids or []))
+            _report(progress, 0, len(ids))
+            for start in range(0, len(ids), CHUNK):
+                chunk = ids[start : start + CHUNK]
+                done += await self._apply(action, queue, chunk)
+                _report(progress, min(start + CHUNK, len(ids)), len(ids))
+            return done
+        except BaseException as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            _count_metric(action, queue, done)
+            await record_action(
+                self.storage, self.sinks, action, queue, selector, actor, reason, done, error
+            )
+
+    async def _apply(self, action: Action, queue: str, ids: list[str]) -> int:
+        if action == "cancel":
+            return await self.storage.cancel(queue, ids)
+        operation = self.storage.redrive if action == "redrive" else self.storage.purge
+        return await operation(queue, Selector(ids=ids))
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _dead(self, queue: str, dlq_filter: DLQFilter | None) -> AsyncIterator[list[Envelope]]:
+        return scan_dlq(self.storage, self.filters_in_storage, queue, dlq_filter)
+
+    def _selected(self, queue: str, task_filter: TaskFilter) -> AsyncIterator[list[Envelope]]:
+        return scan_tasks(self.storage, self.filters_in_storage, queue, task_filter)
+
+    async def _list_dlq_filtered(
+        self, queue: str, dlq_filter: DLQFilter, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        async def fetch(cursor: str | None) -> tuple[list[Envelope], str | None]:
+            request = Page(limit=SCAN_PAGE, cursor=cursor, include_attempts=True)
+            return await self.storage.dlq_list(queue, None, request)
+
+        scope = "dlq:" + task_scope(queue, _as_task_filter(dlq_filter))
+        return await list_filtered(
+            fetch, scope, dlq_filter.matches, lambda t: t.dead_lettered_at, page
+        )
+
+    async def _list_tasks_filtered(
+        self, queue: str, task_filter: TaskFilter, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        store_filter = TaskFilter(status=task_filter.status)
+
+        async def fetch(cursor: str | None) -> tuple[list[Envelope], str | None]:
+            request = Page(limit=SCAN_PAGE, cursor=cursor, include_attempts=True)
+            return await self.storage.list_tasks(queue, store_filter, request)
+
+        scope = task_scope(queue, task_filter)
+        return await list_filtered(fetch, scope, task_filter.matches, status_time, page)
+
+
+DLQAdmin = TaskAdmin
+"""The name this class had when it only handled the DLQ."""
+
+
+async def _page_of(
+    fetch: Callable[[int, str | None], Any], page: Page, max_bytes: int | None
+) -> tuple[list[Envelope], str | None]:
+    if max_bytes is None:
+        result: tuple[list[Envelope], str | None] = await fetch(page.limit, page.cursor)
+        return result
+    return await bounded_page(fetch, page.limit, page.cursor, max_bytes)
+
+
+def _as_task_filter(dlq_filter: DLQFilter) -> TaskFilter:
+    return TaskFilter(
+        status=Status.DEAD,
+        error_type=dlq_filter.error_type,
+        handler_ref=dlq_filter.handler_ref,
+        after=dlq_filter.dead_lettered_after,
+        before=dlq_filter.dead_lettered_before,
+    )
+
+
+def _report(progress: ProgressCallback | None, done: int, total: int | None) -> None:
+    if progress is not None:
+        progress(done, total)
+
+
+def _count_metric(action: Action, queue: str, count: int) -> None:
+    if count <= 0:
+        return
+    from rdq import metrics
+
+    name = {"redrive": "REDRIVEN", "purge": "PURGED", "cancel": "CANCELLED"}[action]
+    counter = getattr(metrics, name, None)
+    if counter is not None:
+        counter.labels(queue=queue).inc(count)

@@ -1,0 +1,178 @@
+"""Options the operator commands share: where to act, filters, times, who acts."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from rdq.cli._default import DEFAULT_STORAGE, STORAGE_ENV, chosen_storage
+from rdq.cli._targets import DirectTarget, HttpTarget, Target
+
+__all__ = [
+    "AWARE",
+    "actor_options",
+    "filter_options",
+    "open_target",
+    "target_options",
+]
+
+
+def _apply(fn: Callable[..., Any], options: list[Callable[..., Any]]) -> Callable[..., Any]:
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def target_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--storage URL`` or ``--server URL --token T``."""
+    return _apply(
+        fn,
+        [
+            click.option(
+                "--storage",
+                "storage_url",
+                envvar=list(STORAGE_ENV),
+                metavar="URL",
+                help=f"Work on this store directly (env RDQ_STORAGE; default {DEFAULT_STORAGE}).",
+            ),
+            click.option(
+                "--server",
+                "server_url",
+                envvar="RDQ_SERVER_URL",
+                metavar="URL",
+                help="Work through this rdq server node (env RDQ_SERVER_URL).",
+            ),
+            click.option(
+                "--token",
+                envvar="RDQ_TOKEN",
+                metavar="TOKEN",
+                help="Bearer token for --server (env RDQ_TOKEN).",
+            ),
+        ],
+    )
+
+
+def actor_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--actor`` and ``--audit-log`` for actions done directly on a store."""
+    return _apply(
+        fn,
+        [
+            click.option(
+                "--actor",
+                envvar="RDQ_ACTOR",
+                help="Who you are, for the audit record with --storage (default user@host).",
+            ),
+            click.option(
+                "--audit-log",
+                envvar="RDQ_AUDIT_LOG",
+                metavar="FILE",
+                help="With --storage: also append the audit record to this JSON-lines file.",
+            ),
+        ],
+    )
+
+
+class _AwareDateTime(click.ParamType[datetime]):
+    name = "time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, datetime):
+            return value
+        try:
+            parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            self.fail(f"{value!r} is not an RFC 3339 time", param, ctx)
+        if parsed.tzinfo is None:
+            self.fail(f"{value!r} has no UTC offset (add Z or +HH:MM)", param, ctx)
+        try:
+            in_utc = parsed.astimezone(UTC)
+        except OverflowError:
+            in_utc = None
+        if in_utc is None or not 1 <= in_utc.year <= 9999:
+            self.fail(f"{value!r} is out of range (years 1-9999 in UTC)", param, ctx)
+        return in_utc
+
+
+AWARE = _AwareDateTime()
+
+
+def filter_options(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--error-type``, ``--handler-ref``, ``--after``, ``--before`` (``what`` names the time
+    they bound, e.g. "Dead-lettered")."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return _apply(
+            fn,
+            [
+                click.option("--error-type", help="Only tasks whose last error has this type."),
+                click.option("--handler-ref", help="Only tasks with this handler_ref."),
+                click.option(
+                    "--after",
+                    type=AWARE,
+                    metavar="TIME",
+                    help=f"{what} at or after TIME (RFC 3339 with offset).",
+                ),
+                click.option(
+                    "--before",
+                    type=AWARE,
+                    metavar="TIME",
+                    help=f"{what} before TIME (RFC 3339 with offset).",
+                ),
+            ],
+        )
+
+    return decorate
+
+
+def open_target(
+    storage_url: str | None,
+    server_url: str | None,
+    token: str | None,
+    *,
+    actor: str | None = None,
+    audit_log: str | None = None,
+) -> Target:
+    if storage_url and server_url:
+        raise click.UsageError("give --storage or --server, not both")
+    if server_url:
+        if not token:
+            raise click.UsageError("--server needs --token (or RDQ_TOKEN)")
+        return HttpTarget(server_url, token)
+    _log_to_stderr()
+    return DirectTarget(
+        chosen_storage(storage_url), actor=actor or _default_actor(), audit_log=audit_log
+    )
+
+
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at the time (it may be swapped, as in tests)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
+def _log_to_stderr() -> None:
+    """Audit and storage log lines go to stderr, so ``--json`` output stays parseable."""
+    from rdq import logging as rdq_logging
+
+    rdq_logging.configure(stream=_CurrentStderr())
+
+
+def _default_actor() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"

@@ -1,0 +1,84 @@
+"""What the API modules share: response specs, path and query parameters, and conversions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from litestar import Request
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import PathParameter, QueryParameter
+
+from rdq.audit import Action
+from rdq.server._errors import ErrorBody
+from rdq.server._models import ActionResult
+from rdq.server._node import Node
+from rdq.spi import Envelope, envelope_to_builtins, limits
+
+__all__ = [
+    "Cursor",
+    "Limit",
+    "QueuePath",
+    "Time",
+    "action_result",
+    "errors",
+    "node_of",
+    "principal_owner",
+    "task_body",
+]
+
+_DESCRIPTIONS = {
+    400: "Malformed JSON or an unusable cursor",
+    401: "No valid bearer token",
+    403: "The token lacks the right",
+    404: "Not found",
+    409: "The id exists in another queue",
+    413: "The body is larger than the node accepts",
+    415: "The body is not sent as application/json",
+    422: "Invalid input (the error names the field)",
+    501: "The storage does not offer this operation",
+    503: "The storage is unavailable or did not answer in time",
+}
+
+
+def errors(*statuses: int, secured: bool = True) -> dict[int, ResponseSpec]:
+    """Response specs for ``statuses``, plus 401/403 when ``secured`` and 503 always."""
+    extra = (401, 403, 503) if secured else (503,)
+    return {
+        s: ResponseSpec(
+            data_container=ErrorBody, description=_DESCRIPTIONS[s], generate_examples=False
+        )
+        for s in (*statuses, *extra)
+    }
+
+
+QueuePath = Annotated[
+    str,
+    PathParameter(
+        min_length=1,
+        max_length=limits.MAX_QUEUE_LENGTH,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-:]*$",
+    ),
+]
+Limit = Annotated[int, QueryParameter(ge=1, le=limits.MAX_LIMIT)]
+Cursor = Annotated[str | None, QueryParameter(max_length=4096)]
+Time = Annotated[datetime | None, QueryParameter(description="RFC 3339 with offset")]
+
+
+def node_of(request: Request[Any, Any, Any]) -> Node:
+    node: Node = request.app.state.node
+    return node
+
+
+def principal_owner(request: Request[Any, Any, Any]) -> str:
+    owner: str = request.state.principal.owner
+    return owner
+
+
+def task_body(task: Envelope) -> Any:
+    """The JSON form of a task (unknown fields flat beside the known ones)."""
+    return envelope_to_builtins(task)
+
+
+def action_result(action: Action, queue: str, count: int, dry_run: bool) -> ActionResult:
+    return ActionResult(action=action, queue=queue, count=count, dry_run=dry_run)

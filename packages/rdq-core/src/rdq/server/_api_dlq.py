@@ -1,0 +1,177 @@
+"""The API's DLQ endpoints: list with filters, groups by error, redrive and purge."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from litestar import Request, get, post
+from litestar.params import JSONBody, QueryParameter
+
+from rdq.audit import Action
+from rdq.errors import ValidationError
+from rdq.server._api_common import (
+    Cursor,
+    Limit,
+    QueuePath,
+    action_result,
+    errors,
+    node_of,
+    principal_owner,
+    task_body,
+)
+from rdq.server._body import check_time, require_json
+from rdq.server._models import ActionRequest, ActionResult, DLQPage, GroupDoc, GroupList
+from rdq.spi import DLQFilter, Page, Selector, limits
+
+__all__ = ["dlq_groups", "list_dlq", "purge", "redrive"]
+
+
+@get(
+    "/v1/queues/{queue:str}/dlq",
+    opt={"right": "read"},
+    summary="One page of the dead-letter queue",
+    description="Ordered by dead-lettering time, then id. Pass `next_cursor` back as `cursor` "
+    "for the next page; a page may be shorter than `limit` while a cursor is returned (it also "
+    "stops once its tasks encode to more than the node's `max_page_bytes`).",
+    responses=errors(400, 422),
+    tags=["dlq"],
+)
+async def list_dlq(
+    request: Request[Any, Any, Any],
+    queue: QueuePath,
+    error_type: Annotated[
+        str | None, QueryParameter(max_length=limits.MAX_ERROR_TYPE_LENGTH)
+    ] = None,
+    handler_ref: Annotated[
+        str | None, QueryParameter(max_length=limits.MAX_HANDLER_REF_LENGTH)
+    ] = None,
+    dead_lettered_after: Annotated[
+        datetime | None, QueryParameter(description="RFC 3339 with offset; inclusive")
+    ] = None,
+    dead_lettered_before: Annotated[
+        datetime | None, QueryParameter(description="RFC 3339 with offset; exclusive")
+    ] = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+    include_attempts: Annotated[
+        bool, QueryParameter(description="Include every attempt record")
+    ] = False,
+) -> DLQPage:
+    node = node_of(request)
+    dlq_filter = _filter(error_type, handler_ref, dead_lettered_after, dead_lettered_before)
+    page = Page(limit=limit, cursor=cursor or None, include_attempts=include_attempts)
+    tasks, next_cursor = await node.admin.list_dlq(
+        queue, dlq_filter, page, max_bytes=node.settings.max_page_bytes
+    )
+    return DLQPage(tasks=[task_body(t) for t in tasks], next_cursor=next_cursor)
+
+
+@get(
+    "/v1/queues/{queue:str}/dlq/groups",
+    opt={"right": "read"},
+    summary="The DLQ grouped by handler and error type",
+    description="One group per (handler_ref, error type of the last attempt), largest first, "
+    "with the first and last dead-lettering time. Redrive or purge a group with a filter of "
+    "its `handler_ref` and `error_type`.",
+    responses=errors(422),
+    tags=["dlq"],
+)
+async def dlq_groups(request: Request[Any, Any, Any], queue: QueuePath) -> GroupList:
+    groups = await node_of(request).admin.dlq_groups(queue)
+    return GroupList(
+        queue=queue,
+        groups=[
+            GroupDoc(
+                handler_ref=g.handler_ref,
+                error_type=g.error_type,
+                count=g.count,
+                first_dead_lettered_at=g.first_dead_lettered_at,
+                last_dead_lettered_at=g.last_dead_lettered_at,
+            )
+            for g in groups
+        ],
+    )
+
+
+def _filter(
+    error_type: str | None,
+    handler_ref: str | None,
+    after: datetime | None,
+    before: datetime | None,
+    prefix: str = "",
+) -> DLQFilter | None:
+    after = check_time(after, prefix + "dead_lettered_after")
+    before = check_time(before, prefix + "dead_lettered_before")
+    if not any(v is not None for v in (error_type, handler_ref, after, before)):
+        return None
+    return DLQFilter(
+        error_type=error_type or None,
+        handler_ref=handler_ref or None,
+        dead_lettered_after=after,
+        dead_lettered_before=before,
+    )
+
+
+def _selector(data: ActionRequest) -> Selector:
+    if (data.ids is None) == (data.filter is None):
+        raise ValidationError("give either ids or filter (exactly one)", field="ids")
+    if data.ids is not None:
+        if not data.ids:
+            raise ValidationError("must not be empty", field="ids")
+        return Selector(ids=list(data.ids))
+    f = data.filter
+    if f is None:  # unreachable: checked above
+        raise ValidationError("give either ids or filter (exactly one)", field="filter")
+    dlq_filter = _filter(
+        f.error_type, f.handler_ref, f.dead_lettered_after, f.dead_lettered_before, "filter."
+    )
+    return Selector(filter=dlq_filter or DLQFilter())
+
+
+async def _act(
+    request: Request[Any, Any, Any], action: Action, queue: str, data: ActionRequest
+) -> ActionResult:
+    node = node_of(request)
+    limits.check_queue(queue)
+    selector = _selector(data)
+    run = node.admin.redrive if action == "redrive" else node.admin.purge
+    count = await run(
+        queue, selector, actor=principal_owner(request), reason=data.reason, dry_run=data.dry_run
+    )
+    return action_result(action, queue, count, data.dry_run)
+
+
+@post(
+    "/v1/queues/{queue:str}/dlq/redrive",
+    opt={"right": "admin"},
+    before_request=require_json,
+    status_code=200,
+    summary="Return dead-lettered tasks to their queue",
+    description="Select by `ids` or `filter` (exactly one of them; both or neither is a 422; "
+    "an empty filter selects the whole DLQ). `dry_run` only counts. Every redrive is audited "
+    "with the token's owner.",
+    responses=errors(400, 413, 415, 422),
+    tags=["dlq"],
+)
+async def redrive(
+    request: Request[Any, Any, Any], queue: QueuePath, data: JSONBody[ActionRequest]
+) -> ActionResult:
+    return await _act(request, "redrive", queue, data)
+
+
+@post(
+    "/v1/queues/{queue:str}/dlq/purge",
+    opt={"right": "admin"},
+    before_request=require_json,
+    status_code=200,
+    summary="Delete dead-lettered (or, by ids, cancelled) tasks",
+    description="Select like redrive; by ids, CANCELLED tasks of the queue are deleted too. "
+    "Every purge is audited with the token's owner.",
+    responses=errors(400, 413, 415, 422),
+    tags=["dlq"],
+)
+async def purge(
+    request: Request[Any, Any, Any], queue: QueuePath, data: JSONBody[ActionRequest]
+) -> ActionResult:
+    return await _act(request, "purge", queue, data)

@@ -1,0 +1,221 @@
+"""The API's task endpoints: submit, read one, list a queue's tasks by status, cancel."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import JSONBody, PathParameter, QueryParameter
+
+from rdq.admin import TaskSelector
+from rdq.callbacks import CallbackBlocked, check_callback_url, is_callback_ref
+from rdq.errors import ValidationError
+from rdq.server._api_common import (
+    Cursor,
+    Limit,
+    QueuePath,
+    Time,
+    action_result,
+    errors,
+    node_of,
+    principal_owner,
+    task_body,
+)
+from rdq.server._body import check_depth, check_time, require_json
+from rdq.server._errors import ApiError
+from rdq.server._models import (
+    ActionResult,
+    CancelRequest,
+    SubmitRequest,
+    TaskDoc,
+    TaskPage,
+)
+from rdq.spi import Page, Status, TaskFilter, envelope_from_builtins, limits
+
+__all__ = ["cancel_tasks", "get_task", "list_tasks", "submit_task"]
+
+_READ_ONLY_FIELDS = (
+    "status",
+    "attempt_count",
+    "redrive_count",
+    "attempts",
+    "created_at",
+    "next_attempt_at",
+    "lease_expires_at",
+    "completed_at",
+    "dead_lettered_at",
+    "claimed_by",
+    "claimed_at",
+    "cancelled_at",
+    "corrupt",
+)
+_KNOWN_FIELDS = frozenset(SubmitRequest.__struct_fields__) | {"format_version"}
+
+
+@post(
+    "/v1/tasks",
+    opt={"right": "submit"},
+    before_request=require_json,
+    status_code=201,
+    summary="Submit a task",
+    description="201 when stored, 200 when the same id already exists in the same queue "
+    "(nothing changes), 409 when it exists in another queue. Unknown fields are kept and count "
+    "towards the payload's 1 MiB limit; payloads nest at most 64 levels.",
+    responses={
+        200: ResponseSpec(
+            data_container=TaskDoc, description="Already submitted", generate_examples=False
+        ),
+        **errors(400, 409, 413, 415, 422),
+    },
+    tags=["tasks"],
+)
+async def submit_task(
+    request: Request[Any, Any, Any], data: JSONBody[SubmitRequest]
+) -> Response[TaskDoc]:
+    node = node_of(request)
+    raw: Any = await request.json()
+    if not isinstance(raw, dict):
+        raise ApiError(422, "validation_error", "the body must be a JSON object", "body")
+    for name in _READ_ONLY_FIELDS:
+        if name in raw:
+            raise ApiError(422, "validation_error", "is set by rdq and cannot be submitted", name)
+    retry = data.retry
+    if (
+        retry is not None
+        and retry.base is not None
+        and retry.cap is not None
+        and retry.cap < retry.base
+    ):
+        raise ValidationError("must not be smaller than base", field="retry.cap")
+    check_depth(raw.get("payload"), "payload")
+    unknown = {k: v for k, v in raw.items() if k not in _KNOWN_FIELDS}
+    for name, value in unknown.items():
+        check_depth(value, name)
+    raw.pop("delay", None)
+    raw.pop("format_version", None)
+    raw["id"] = data.id or uuid.uuid4().hex
+    raw["queue"] = data.queue
+    task = envelope_from_builtins(raw)
+    limits.check_task(task)
+    size = len(msgspec.json.encode(task.payload)) + len(msgspec.json.encode(task.extra))
+    if size > limits.MAX_PAYLOAD_BYTES:
+        raise ValidationError(
+            f"with the unknown fields, is {size} bytes encoded; the limit is "
+            f"{limits.MAX_PAYLOAD_BYTES}",
+            field="payload",
+        )
+    if is_callback_ref(task.handler_ref):
+        try:
+            check_callback_url(task.handler_ref, node.settings.callbacks)
+        except CallbackBlocked as exc:
+            raise ApiError(422, "validation_error", str(exc), "handler_ref") from None
+    delay = timedelta(seconds=data.delay) if data.delay else None
+    stored = await node.storage.enqueue(task, delay=delay)
+    current = await node.storage.get(task.id)
+    return Response(task_body(current), status_code=201 if stored else 200)
+
+
+@get(
+    "/v1/tasks/{task_id:str}",
+    opt={"right": "read"},
+    summary="A task with its full attempt history",
+    description="Any status. Each attempt carries its error and, for failures, the traceback.",
+    responses=errors(404, 422),
+    tags=["tasks"],
+)
+async def get_task(
+    request: Request[Any, Any, Any],
+    task_id: Annotated[str, PathParameter(min_length=1, max_length=limits.MAX_ID_LENGTH)],
+) -> TaskDoc:
+    task = await node_of(request).admin.get(task_id)
+    return task_body(task)  # type: ignore[no-any-return]
+
+
+@get(
+    "/v1/queues/{queue:str}/tasks",
+    opt={"right": "read"},
+    summary="One page of a queue's tasks in one status",
+    description="Ordered by the status time (PENDING: due at; IN_FLIGHT: lease expiry; "
+    "SUCCEEDED: completed at; DEAD: dead-lettered at; CANCELLED: cancelled at), then id. Pass "
+    "`next_cursor` back as `cursor`; a page may be shorter than `limit` while a cursor is "
+    "returned (it also stops once its tasks encode to more than the node's `max_page_bytes`).",
+    responses=errors(400, 422),
+    tags=["tasks"],
+)
+async def list_tasks(
+    request: Request[Any, Any, Any],
+    queue: QueuePath,
+    status: Annotated[Status, QueryParameter(description="The status to list")] = Status.PENDING,
+    error_type: Annotated[
+        str | None, QueryParameter(max_length=limits.MAX_ERROR_TYPE_LENGTH)
+    ] = None,
+    handler_ref: Annotated[
+        str | None, QueryParameter(max_length=limits.MAX_HANDLER_REF_LENGTH)
+    ] = None,
+    after: Time = None,
+    before: Time = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+    include_attempts: Annotated[
+        bool, QueryParameter(description="Include every attempt record")
+    ] = False,
+) -> TaskPage:
+    node = node_of(request)
+    task_filter = TaskFilter(
+        status=status,
+        error_type=error_type or None,
+        handler_ref=handler_ref or None,
+        after=check_time(after, "after"),
+        before=check_time(before, "before"),
+    )
+    page = Page(limit=limit, cursor=cursor or None, include_attempts=include_attempts)
+    tasks, next_cursor = await node.admin.list_tasks(
+        queue, task_filter, page, max_bytes=node.settings.max_page_bytes
+    )
+    return TaskPage(tasks=[task_body(t) for t in tasks], next_cursor=next_cursor)
+
+
+@post(
+    "/v1/queues/{queue:str}/tasks/cancel",
+    opt={"right": "admin"},
+    before_request=require_json,
+    status_code=200,
+    summary="Cancel pending tasks, or revoke running ones",
+    description="Select by `ids` or `filter` (exactly one of them; both or neither is a 422). "
+    "A cancelled PENDING task never runs; an IN_FLIGHT one's claim is revoked, so its worker "
+    "abandons it at its next heartbeat or resolution. `dry_run` only counts. Every cancel is "
+    "audited with the token's owner.",
+    responses=errors(400, 413, 415, 422),
+    tags=["tasks"],
+)
+async def cancel_tasks(
+    request: Request[Any, Any, Any], queue: QueuePath, data: JSONBody[CancelRequest]
+) -> ActionResult:
+    node = node_of(request)
+    if (data.ids is None) == (data.filter is None):
+        raise ValidationError("give either ids or filter (exactly one)", field="ids")
+    if data.ids is not None:
+        if not data.ids:
+            raise ValidationError("must not be empty", field="ids")
+        selector = TaskSelector(ids=list(data.ids))
+    else:
+        f = data.filter
+        if f is None:  # unreachable: checked above
+            raise ValidationError("give either ids or filter (exactly one)", field="filter")
+        selector = TaskSelector(
+            filter=TaskFilter(
+                status=Status(f.status),
+                error_type=f.error_type,
+                handler_ref=f.handler_ref,
+                after=check_time(f.after, "filter.after"),
+                before=check_time(f.before, "filter.before"),
+            )
+        )
+    count = await node.admin.cancel(
+        queue, selector, actor=principal_owner(request), reason=data.reason, dry_run=data.dry_run
+    )
+    return action_result("cancel", queue, count, data.dry_run)

@@ -1,0 +1,36 @@
+"""The operator console at ``/ui``: server-rendered pages that work without JavaScript, and a
+small script (``static/console.js``) that refreshes them in place.
+
+Log in once with a token (``read`` to browse, ``admin`` to act); the node answers with an
+HttpOnly, SameSite=Strict session cookie (see :mod:`rdq.server._auth`). Every POST form carries
+the session's CSRF token. Redrive, purge and cancel go through a confirmation page that shows
+how many tasks would be touched (a dry run) and asks for a reason; they are audited under the
+token's owner.
+"""
+
+from litestar import Router
+
+from rdq.server._ui._actions import act, confirm
+from rdq.server._ui._common import jinja_filters, ui_error
+from rdq.server._ui._login import login, login_form, logout
+from rdq.server._ui._pages import audit_page, overview, queue_page, search, task_page
+
+__all__ = ["jinja_filters", "ui_router"]
+
+ui_router = Router(
+    path="/ui",
+    route_handlers=[
+        login_form,
+        login,
+        logout,
+        overview,
+        queue_page,
+        task_page,
+        search,
+        audit_page,
+        confirm,
+        act,
+    ],
+    exception_handlers={Exception: ui_error},
+    include_in_schema=False,
+)
