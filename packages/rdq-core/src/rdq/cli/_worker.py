@@ -16,6 +16,8 @@ from rdq.cli._default import chosen_storage
 from rdq.errors import RdqError, StorageUnavailable
 from rdq.logging import configure, get_logger
 
+__all__ = ["load_app", "worker"]
+
 
 @click.command()
 @click.argument("app_spec", metavar="APP")
