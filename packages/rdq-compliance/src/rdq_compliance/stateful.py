@@ -148,23 +148,30 @@ class ContractMachine(RuleBasedStateMachine):
     def stored(self, task_id: str) -> Envelope:
         return self.call(self.storage.get(task_id))
 
+    # The pickers draw the same values whatever the model holds: the model follows the
+    # store's clock (a lease may lapse or not between two steps), so what a draw *means* may
+    # change from one run of an example to the next, but never what is drawn.
+
+    @staticmethod
+    def aimed(data: st.DataObject, candidates: list[int], choices: int, label: str) -> int:
+        """Mostly one of ``candidates`` (when there are some), else any of ``choices``."""
+        aim = data.draw(st.integers(min_value=0, max_value=4), label="aim")
+        pick = data.draw(st.integers(min_value=0, max_value=choices - 1), label=label)
+        return candidates[pick % len(candidates)] if candidates and aim > 0 else pick
+
     def pick_slot(self, data: st.DataObject, *statuses: Status) -> int:
         """Mostly a slot whose task is in one of ``statuses`` (if any), else any slot."""
         aimed = sorted(
             int(t.id.rsplit("-", 1)[1]) for s in statuses for t in self.model.with_status(s)
         )
-        if aimed and data.draw(st.integers(min_value=0, max_value=4), label="aim") > 0:
-            return data.draw(st.sampled_from(aimed), label="slot")
-        return data.draw(slots, label="slot")
+        return self.aimed(data, aimed, SLOTS, "slot")
 
     def pick_queue(self, data: st.DataObject, *statuses: Status) -> int:
         """Mostly a queue that holds a task in one of ``statuses``."""
         busy = sorted(
             {self.queues.index(t.queue) for s in statuses for t in self.model.with_status(s)}
         )
-        if busy and data.draw(st.integers(min_value=0, max_value=4), label="aim") > 0:
-            return data.draw(st.sampled_from(busy), label="queue")
-        return data.draw(queue_indexes, label="queue")
+        return self.aimed(data, busy, len(self.queues), "queue")
 
     def pick_held(self, data: st.DataObject) -> int:
         """A slot for a fenced call: often one whose lease has lapsed (by the last reading of
@@ -174,9 +181,8 @@ class ContractMachine(RuleBasedStateMachine):
             for t in self.model.with_status(Status.IN_FLIGHT)
             if t.lease_expires_at is not None and t.lease_expires_at <= self.seen
         )
-        aim_at_lapsed: bool = bool(lapsed) and data.draw(st.booleans(), label="lapsed")
-        if aim_at_lapsed:
-            return data.draw(st.sampled_from(lapsed), label="slot")
+        if data.draw(st.booleans(), label="lapsed") and lapsed:
+            return self.aimed(data, lapsed, SLOTS, "slot")
         return self.pick_slot(data, Status.IN_FLIGHT)
 
     def pick_token(self, task_id: str, choice: str) -> str:
