@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import pytest_asyncio
 
+from rdq.spi import Envelope
 from rdq_mongo import MongoStorage
+from rdq_mongo._codec import envelope_to_document
 
 
 def with_database(url: str, database: str) -> str:
@@ -34,3 +38,30 @@ async def store(database_url: str) -> AsyncIterator[MongoStorage]:
             yield storage
         finally:
             await storage._connection().client.drop_database(storage.config.database)
+
+
+CorruptWriter = Callable[..., Awaitable[None]]
+
+
+@pytest.fixture
+def write_corrupt(store: MongoStorage) -> CorruptWriter:
+    """``await write_corrupt(queue, task_id, **fields)``: store, the way a hand edit or a
+    buggy producer in another language would, a PENDING task of ``queue`` due a second ago
+    by the server clock, whose stored ``fields`` (default: a body that is not JSON) replace
+    those of an intact task."""
+
+    async def write(queue: str, task_id: str, **fields: Any) -> None:
+        now = await store.now()
+        intact = Envelope(
+            id=task_id,
+            queue=queue,
+            handler_ref="app:handler",
+            payload={"n": 1},
+            created_at=now,
+            next_attempt_at=now - timedelta(seconds=1),
+        )
+        document = envelope_to_document(intact)
+        document.update(fields or {"body": '{"payload": {"n": 1'})
+        await store._connection().tasks.insert_one(document)
+
+    return write

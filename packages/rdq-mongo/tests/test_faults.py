@@ -1,11 +1,9 @@
-"""Faults: an unreachable server, refused credentials, a restart while workers run, and
-stored documents that cannot be decoded."""
+"""Faults: an unreachable server, refused credentials, a restart while workers run."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
-import logging
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -14,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from rdq import open_storage
-from rdq.errors import StaleClaim, StorageError, StorageUnavailable
-from rdq.spi import Attempt, Envelope, Outcome, Page, Status
+from rdq.errors import StaleClaim, StorageUnavailable
+from rdq.spi import Attempt, Envelope, Outcome, Status
 from rdq_compliance.servers.mongo import SecantusProcess, free_port
-from rdq_mongo import MongoStorage
 
 needs_secantus = pytest.mark.skipif(
     importlib.util.find_spec("secantus") is None,
@@ -83,7 +80,7 @@ async def test_refused_credentials_are_one_clear_storage_unavailable(
 async def test_server_restart_gives_retryable_errors_then_recovery_and_loses_nothing(
     secantus: SecantusProcess,
 ) -> None:
-    url = secantus.url.replace("/?", "/restart?") + "&serverSelectionTimeoutMS=2000"
+    url = secantus.url.replace("/?", "/restart?") + "&serverSelectionTimeoutMS=2000&timeout=2"
     lease = timedelta(seconds=2)
     acknowledged: set[str] = set()
     completed: set[str] = set()
@@ -134,8 +131,8 @@ async def test_server_restart_gives_retryable_errors_then_recovery_and_loses_not
     producing = asyncio.create_task(producer())
     try:
         await _until(lambda: len(completed) >= 10, "workers to complete some tasks")
-        # Down for longer than the 2 s server-selection timeout, so PyMongo's own retry
-        # cannot hide the outage: callers must see StorageUnavailable, then recover.
+        # Down for longer than the 2 s operation timeout, within which PyMongo retries by
+        # itself: callers must see StorageUnavailable, then recover.
         await asyncio.to_thread(secantus.stop)
         await asyncio.sleep(5)
         await asyncio.to_thread(secantus.start)
@@ -159,44 +156,3 @@ async def _until(condition: object, what: str, timeout: float = 180.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.1)
-
-
-@pytest.mark.asyncio
-async def test_undecodable_documents_are_dead_lettered_by_id_and_never_stop_claims(
-    store: MongoStorage, caplog: pytest.LogCaptureFixture
-) -> None:
-    await store.enqueue(_task("good-1"))
-    await store.enqueue(_task("bad-1"))
-    await store.enqueue(_task("good-2"))
-    # Damage one stored document the way a bug or a hand edit might.
-    await store._connection().tasks.update_one({"_id": "bad-1"}, {"$set": {"body": "{not json"}})
-
-    with caplog.at_level(logging.ERROR, logger="rdq_mongo"):
-        claimed = await store.claim_due("q", 10, timedelta(seconds=30))
-
-    assert sorted(c.task.id for c in claimed) == ["good-1", "good-2"]
-    assert any("bad-1" in record.getMessage() for record in caplog.records)
-    raw = await store._connection().tasks.find_one({"_id": "bad-1"})
-    assert raw is not None
-    assert raw["status"] == "DEAD" and raw["token"] is None and "decode_error" in raw
-    assert await store.claim_due("q", 10, timedelta(seconds=30)) == []
-    stats = await store.stats("q")
-    assert (stats.in_flight, stats.dlq_depth) == (2, 1)
-
-    with pytest.raises(StorageError, match="bad-1"):
-        await store.get("bad-1")
-    with caplog.at_level(logging.ERROR, logger="rdq_mongo"):
-        listed, cursor = await store.dlq_list("q", None, Page())
-    assert listed == [] and cursor is None
-    assert any("bad-1" in record.getMessage() for record in caplog.records)
-
-
-@pytest.mark.asyncio
-async def test_wrong_typed_fields_are_undecodable_too(store: MongoStorage) -> None:
-    await store.enqueue(_task("typed"))
-    await store._connection().tasks.update_one(
-        {"_id": "typed"}, {"$set": {"attempt_count": "three"}}
-    )
-    assert await store.claim_due("q", 5, timedelta(seconds=30)) == []
-    raw = await store._connection().tasks.find_one({"_id": "typed"})
-    assert raw is not None and raw["status"] == "DEAD"

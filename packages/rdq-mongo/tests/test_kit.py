@@ -3,13 +3,22 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import pytest_asyncio
 
-from rdq_compliance import StorageSuite
+from rdq.spi import Capabilities
+from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_mongo import MongoStorage
+
+EXPECTED = Capabilities(
+    notify=True,
+    filter_pushdown=True,
+    batch_enqueue=True,
+    batch_complete=True,
+    group_pushdown=True,
+)
 
 
 class TestMongoStorage(StorageSuite):
@@ -20,3 +29,14 @@ class TestMongoStorage(StorageSuite):
     @pytest_asyncio.fixture
     async def storage(self, store: MongoStorage) -> AsyncIterator[MongoStorage]:
         yield store
+
+    @pytest.fixture
+    def expected_capabilities(self) -> Capabilities:
+        return EXPECTED
+
+    @pytest.fixture
+    def corrupt_task(self, write_corrupt: Callable[..., Awaitable[None]]) -> CorruptTaskWriter:
+        async def write(queue: str, task_id: str) -> None:
+            await write_corrupt(queue, task_id)
+
+        return write

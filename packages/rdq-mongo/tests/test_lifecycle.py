@@ -5,17 +5,21 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 
 from rdq.errors import NotConnected
 from rdq.spi import (
     Attempt,
+    AuditEntry,
     Capabilities,
     Completion,
     Envelope,
     Outcome,
     Page,
     Selector,
+    Status,
+    TaskFilter,
 )
 from rdq_mongo import MongoStorage
 
@@ -39,6 +43,14 @@ OPERATIONS: dict[str, Callable[[MongoStorage], Awaitable[object]]] = {
     "stats": lambda s: s.stats("q"),
     "purge_succeeded": lambda s: s.purge_succeeded("q", _WHEN),
     "wait_due": lambda s: s.wait_due("q", 0.1),
+    "now": lambda s: s.now(),
+    "list_tasks": lambda s: s.list_tasks("q", TaskFilter(status=Status.PENDING), Page()),
+    "cancel": lambda s: s.cancel("q", ["t"]),
+    "list_queues": lambda s: s.list_queues(),
+    "dlq_groups": lambda s: s.dlq_groups("q"),
+    "import_tasks": lambda s: s.import_tasks([]),
+    "append_audit": lambda s: s.append_audit(AuditEntry(actor="a", action="b", queue="q")),
+    "list_audit": lambda s: s.list_audit(None, Page()),
 }
 
 
@@ -62,35 +74,41 @@ async def test_after_aclose_operations_raise_not_connected_and_connect_reopens(
     assert await storage.enqueue(Envelope(id="kept", queue="q", handler_ref="a:b"))
     await storage.aclose()
     await storage.aclose()  # idempotent
-    assert not storage.is_open
+    assert not _is_open(storage)
     for name, operation in OPERATIONS.items():
         with pytest.raises(NotConnected) as caught:
             await operation(storage)
         assert caught.value.closed is True, name
 
     async with storage:
-        assert storage.is_open
+        assert _is_open(storage)
         assert (await storage.get("kept")).id == "kept"
         await storage._connection().client.drop_database(storage.config.database)
-    assert not storage.is_open
+    assert not _is_open(storage)
 
 
-def test_capabilities_before_connect_are_exactly_these() -> None:
-    storage = MongoStorage.from_url("mongodb://127.0.0.1:1/never")
-    assert storage.capabilities() == Capabilities(
-        notify=False,
-        filter_pushdown=True,
-        batch_enqueue=True,
-        batch_complete=True,
-    )
+def _is_open(storage: MongoStorage) -> bool:
+    return storage.is_open
+
+
+EXPECTED = Capabilities(
+    notify=True,
+    filter_pushdown=True,
+    batch_enqueue=True,
+    batch_complete=True,
+    group_pushdown=True,
+)
+"""What the store advertises, connected or not (``rdq_notify=off`` turns ``notify`` off)."""
 
 
 @pytest.mark.asyncio
-async def test_capabilities_on_a_replica_set_are_exactly_these(store: MongoStorage) -> None:
-    # The test server presents itself as a single-node replica set: change streams work.
-    assert store.capabilities() == Capabilities(
-        notify=True,
-        filter_pushdown=True,
-        batch_enqueue=True,
-        batch_complete=True,
-    )
+async def test_capabilities_are_exactly_these_before_connect_while_open_and_after_aclose(
+    database_url: str,
+) -> None:
+    storage = MongoStorage.from_url(database_url)
+    assert storage.capabilities() == EXPECTED
+    async with storage:
+        assert storage.capabilities() == EXPECTED
+    assert storage.capabilities() == EXPECTED
+    quiet = MongoStorage.from_url(database_url + "&rdq_notify=off")
+    assert quiet.capabilities() == msgspec.structs.replace(EXPECTED, notify=False)

@@ -20,15 +20,8 @@ def _task(task_id: str, queue: str = "q") -> Envelope:
 
 
 @pytest.mark.asyncio
-async def test_capabilities_before_connect_do_not_promise_notify() -> None:
-    storage = MongoStorage.from_url("mongodb://127.0.0.1:1/x")
-    assert storage.capabilities().notify is False
-    assert storage.capabilities().batch_enqueue and storage.capabilities().filter_pushdown
-
-
-@pytest.mark.asyncio
 async def test_wait_due_wakes_on_a_reschedule_into_the_past(store: MongoStorage) -> None:
-    if not store.capabilities().notify:
+    if not store._connection().change_streams:
         pytest.skip("the test server has no change streams")
     await store.enqueue(_task("w1"))
     [claim] = await store.claim_due("q", 1, timedelta(minutes=10))
@@ -58,15 +51,26 @@ async def test_rdq_notify_off_polls_and_still_wakes_when_a_task_falls_due(
 
 @pytest.mark.skipif(importlib.util.find_spec("secantus") is None, reason="needs SecantusDB")
 @pytest.mark.asyncio
-async def test_a_standalone_server_gets_no_notify(tmp_path: Path) -> None:
+async def test_a_standalone_server_has_no_change_streams_and_wait_due_polls(
+    tmp_path: Path,
+) -> None:
     server = SecantusProcess(tmp_path / "data", standalone=True)
     server.data_dir.mkdir()
     server.start()
     try:
         async with open_storage(server.url.replace("/?", "/solo?")) as storage:
-            assert storage.capabilities().notify is False
+            assert isinstance(storage, MongoStorage)
+            assert storage.capabilities().notify is True
+            assert storage._connection().change_streams is False
             await storage.migrate()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            assert await storage.wait_due("q", 0.3) is False
+            assert loop.time() - started >= 0.3
+            waiter = asyncio.create_task(storage.wait_due("q", 60))
             await storage.enqueue(_task("s1"))
-            assert await storage.wait_due("q", 5) is True
+            # Polled every POLL_SECONDS: seen within a poll or two, far before the timeout.
+            assert await asyncio.wait_for(waiter, 30) is True
+            assert await storage.claim_due("q", 1, timedelta(minutes=1))
     finally:
         server.stop()

@@ -74,7 +74,7 @@ async def test_migrate_is_idempotent(database_url: str) -> None:
         await storage.migrate()
         await storage.migrate()
         names = {index["name"] async for index in await storage._connection().tasks.list_indexes()}
-        assert {"rdq_claim", "rdq_dlq", "rdq_succeeded"} <= names
+        assert names == {"_id_", "rdq_claim_by_priority", "rdq_by_status_time"}
         await storage._connection().client.drop_database(storage.config.database)
 
 

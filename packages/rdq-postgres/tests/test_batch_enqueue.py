@@ -247,15 +247,13 @@ async def test_not_an_envelope(storage: PostgresStorage) -> None:
 @pytest.mark.asyncio
 async def test_conflict_error_is_mapped(storage: PostgresStorage) -> None:
     """The statement's RQ409 error becomes IDConflict; a malformed one a StorageError."""
-    pool = storage._ready()
-    async with pool.connection() as conn:
+    async with storage._db.pool.connection() as conn:
         with pytest.raises(asyncpg.PostgresError) as raised:
             await conn.fetchval(f'SELECT "{storage.config.schema}".id_conflict($1, $2)', "i", "q")
     assert raised.value.sqlstate == "RQ409"
-    import rdq_postgres._store as module
+    from rdq_postgres._errors import id_conflict
 
-    err = module._id_conflict(raised.value, "h:1")
+    err = id_conflict(raised.value.detail, "h:1", str(raised.value))  # type: ignore[attr-defined]
     assert isinstance(err, IDConflict) and (err.task_id, err.existing_queue) == ("i", "q")
-    raised.value.detail = "not json"  # type: ignore[attr-defined]
-    malformed = module._id_conflict(raised.value, "h:1")
+    malformed = id_conflict("not json", "h:1", str(raised.value))
     assert isinstance(malformed, StorageError) and not isinstance(malformed, IDConflict)

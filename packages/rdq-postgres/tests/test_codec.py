@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from rdq.errors import ValidationError
 from rdq.spi import Envelope, Status
 from rdq_postgres._codec import (
     _envelope_from_builtins_row,
@@ -41,8 +40,13 @@ def row(**overrides: Any) -> dict[str, Any]:
         "completed_at": None,
         "dead_lettered_at": None,
         "retry": '{"max_attempts":3}',
+        "priority": 3,
+        "claimed_by": "w:1",
+        "claimed_at": AT,
+        "cancelled_at": None,
         "format_version": 1,
         "extra": "{}",
+        "quarantine": None,
     }
     return base | overrides
 
@@ -52,6 +56,7 @@ COMMON_ROWS = [
     row(attempts="[]", attempt_count=0, retry=None, headers="{}", status="PENDING"),
     row(payload="null", extra=None),
     row(status="SUCCEEDED", completed_at=AT, lease_expires_at=None),
+    row(status="CANCELLED", cancelled_at=AT, claimed_by=None, claimed_at=None, priority=-10),
 ]
 
 
@@ -77,7 +82,10 @@ def test_a_lenient_value_falls_back_and_converts_as_before() -> None:
     assert task.attempts[0].number == 1
 
 
-def test_an_undecodable_value_names_its_field() -> None:
-    with pytest.raises(ValidationError) as raised:
-        envelope_from_row(row(attempts='[{"number":"one"}]'))  # type: ignore[arg-type]
-    assert raised.value.field.startswith("attempts[0]")
+def test_an_undecodable_value_comes_back_corrupt_naming_its_column_and_raw_value() -> None:
+    raw = '[{"number":"one"}]'
+    task = envelope_from_row(row(attempts=raw))  # type: ignore[arg-type]
+    assert task.corrupt is not None
+    assert "column attempts" in task.corrupt and raw in task.corrupt
+    assert (task.id, task.queue, task.status, task.priority) == ("t-1", "q", "IN_FLIGHT", 3)
+    assert task.attempts == [] and task.headers == {"trace": "abc"}  # what decoded is kept

@@ -10,9 +10,17 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from rdq.spi import Storage
-from rdq_compliance import StorageSuite
+from rdq.spi import Capabilities, Storage
+from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_postgres import PostgresStorage
+
+# A row no reader can decode but that the schema's constraints accept (they refuse the worse
+# ones; see tests/test_poison_rows.py for every kind of bad value).
+_CORRUPT = """
+INSERT INTO {schema}.task (id, queue, handler_ref, payload, status, next_attempt_at, retry)
+VALUES ($1, $2, 'app.tasks:send', '{{"n": 1}}', 'PENDING', now() - interval '2 hours',
+        '{{"max_attempts": "lots"}}')
+"""
 
 
 @pytest.fixture(scope="module")
@@ -41,3 +49,27 @@ class TestPostgresKeepsTheContract(StorageSuite):
         async with PostgresStorage.from_url(kit_url) as store:
             await store.migrate()
             yield store
+
+    @pytest.fixture
+    def corrupt_task(self, storage: Storage, postgres_url: str) -> CorruptTaskWriter:
+        assert isinstance(storage, PostgresStorage)
+        statement = _CORRUPT.format(schema=f'"{storage.config.schema}"')
+
+        async def write(queue: str, task_id: str) -> None:
+            conn = await asyncpg.connect(postgres_url)
+            try:
+                await conn.execute(statement, task_id, queue)
+            finally:
+                await conn.close()
+
+        return write
+
+    @pytest.fixture
+    def expected_capabilities(self) -> Capabilities:
+        return Capabilities(
+            notify=True,
+            filter_pushdown=True,
+            batch_enqueue=True,
+            batch_complete=True,
+            group_pushdown=True,
+        )

@@ -75,9 +75,17 @@ async def test_connect_after_aclose_reopens_and_keeps_the_tasks(
 def test_capabilities_are_pinned() -> None:
     store = PostgresStorage.from_url("postgresql://db/app")
     assert store.capabilities() == Capabilities(
-        notify=True, filter_pushdown=True, batch_enqueue=True, batch_complete=True
+        notify=True,
+        filter_pushdown=True,
+        batch_enqueue=True,
+        batch_complete=True,
+        group_pushdown=True,
     )
     quiet = PostgresStorage.from_url("postgresql://db/app?notify=false")
     assert quiet.capabilities() == Capabilities(
-        notify=False, filter_pushdown=True, batch_enqueue=True, batch_complete=True
+        notify=False,
+        filter_pushdown=True,
+        batch_enqueue=True,
+        batch_complete=True,
+        group_pushdown=True,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import sys
@@ -51,13 +52,28 @@ async def test_concurrent_migrate_from_processes_and_connections(postgres_url: s
         await asyncio.gather(*(store.aclose() for store in stores))
 
 
+async def _schema_at(conn: asyncpg.Connection, schema: str, version: int) -> None:
+    """Create ``schema`` as an earlier release left it: migrations up to ``version`` only."""
+    from rdq_postgres._queries import _read, _render
+
+    await conn.execute(_render(_read("migrate_prepare.sql"), schema, f"{schema}_due"))
+    for number, name, sql in migrations(schema, f"{schema}_due"):
+        if number <= version:
+            await conn.execute(sql)
+            await conn.execute(
+                f'INSERT INTO "{schema}".schema_migrations (version, name) VALUES ($1, $2)',
+                number,
+                name,
+            )
+
+
 @pytest.mark.asyncio
 async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_it(
     postgres_url: str,
 ) -> None:
-    """A schema at version 1 (as an earlier release left it) with tasks in it: a batch
-    enqueue, which needs migration 0002, fails with an error that says to migrate; after
-    ``migrate()`` it works and the stored task is untouched."""
+    """A schema at version 1 (as an earlier release left it) with a task in it: operations
+    that need later migrations fail with an error that says to migrate; after ``migrate()``
+    they work and the stored task is untouched."""
     from rdq.errors import StorageError
     from rdq.spi import Envelope
 
@@ -65,22 +81,96 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
     store = PostgresStorage.from_url(f"{postgres_url}?schema={schema}")
     conn = await asyncpg.connect(postgres_url)
     try:
+        await _schema_at(conn, schema, 1)
+        await conn.execute(
+            f'INSERT INTO "{schema}".task (id, queue, handler_ref, payload, status, '
+            "next_attempt_at) VALUES ('old-1', 'q', 'job', '{\"n\": 1}', 'PENDING', now())"
+        )
         await store.connect()
-        await store.migrate()
-        await conn.execute(f'DROP FUNCTION "{schema}".id_conflict(text, text)')
-        await conn.execute(f'DELETE FROM "{schema}".schema_migrations WHERE version >= 2')
-        assert await store.enqueue(Envelope(id="old-1", queue="q", handler_ref="job"))
-
         batch = [Envelope(id=f"new-{i}", queue="q", handler_ref="job") for i in range(3)]
         with pytest.raises(StorageError, match="rdq migrate"):
             await store.enqueue_batch(batch)
+        with pytest.raises(StorageError, match="rdq migrate"):
+            await store.get("old-1")
 
         await store.migrate()
         assert await store.enqueue_batch(batch) == [True, True, True]
-        assert (await store.get("old-1")).handler_ref == "job"
+        old = await store.get("old-1")
+        assert (old.handler_ref, old.payload, old.priority, old.corrupt) == (
+            "job",
+            {"n": 1},
+            0,
+            None,
+        )
         versions = await conn.fetch(f'SELECT version FROM "{schema}".schema_migrations')
         assert sorted(r["version"] for r in versions) == [v for v, _, _ in migrations(schema, "c")]
     finally:
         await store.aclose()
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()
+
+
+@pytest.mark.asyncio
+async def test_upgrading_to_version_3_keeps_values_the_new_constraints_refuse_in_quarantine(
+    postgres_url: str,
+) -> None:
+    """Values an earlier schema let foreign writers store, which version 3's CHECK
+    constraints refuse, are moved to the ``quarantine`` column (raw) with the column's default
+    in their place; missing status times are filled in; nothing else changes."""
+    schema = f"m_{secrets.token_hex(5)}"
+    conn = await asyncpg.connect(postgres_url)
+    store = PostgresStorage.from_url(f"{postgres_url}?schema={schema}")
+    s = f'"{schema}"'
+    try:
+        await _schema_at(conn, schema, 2)
+        insert = (
+            f"INSERT INTO {s}.task (id, queue, handler_ref, status, next_attempt_at, "
+            "dead_lettered_at, headers, attempts, extra, retry) "
+            "VALUES ($1, 'q', 'job', $2, now(), $3, $4::json, $5::json, $6::json, $7::json)"
+        )
+        await conn.execute(insert, "fine", "PENDING", None, '{"h":"v"}', "[]", "{}", None)
+        await conn.execute(insert, "bad-attempts", "PENDING", None, "{}", '{"x":1}', "{}", None)
+        await conn.execute(insert, "bad-headers", "PENDING", None, "[1]", "[]", "{}", None)
+        await conn.execute(insert, "bad-extra", "PENDING", None, "{}", "[]", "[1,2]", None)
+        await conn.execute(insert, "bad-retry", "PENDING", None, "{}", "[]", "{}", '"lots"')
+        await conn.execute(insert, "dead-no-time", "DEAD", None, "{}", "[]", "{}", None)
+
+        async with store:
+            await store.migrate()
+            rows = {
+                r["id"]: r
+                for r in await conn.fetch(
+                    f"SELECT id, quarantine::text AS q, attempts::text AS a, headers::text AS h,"
+                    f" extra::text AS e, retry::text AS r, dead_lettered_at, created_at"
+                    f" FROM {s}.task"
+                )
+            }
+            assert rows["fine"]["q"] is None and rows["fine"]["h"] == '{"h":"v"}'
+            assert rows["bad-attempts"]["q"] == '{"attempts":{"x":1}}'
+            assert rows["bad-attempts"]["a"] == "[]"
+            assert rows["bad-headers"]["q"] == '{"headers":[1]}'
+            assert rows["bad-headers"]["h"] == "{}"
+            assert rows["bad-extra"]["q"] == '{"extra":[1,2]}'
+            assert rows["bad-extra"]["e"] == "{}"
+            assert rows["bad-retry"]["q"] == '{"retry":"lots"}'
+            assert rows["bad-retry"]["r"] is None
+            dead = rows["dead-no-time"]
+            assert dead["q"] is None and dead["dead_lettered_at"] == dead["created_at"]
+
+            for task_id, row in rows.items():
+                corrupt = (await store.get(task_id)).corrupt
+                if row["q"] is None:
+                    assert corrupt is None, task_id
+                else:  # marked, so that the worker dead-letters it as rdq.CorruptTask
+                    [(name, raw)] = json.loads(row["q"]).items()
+                    assert corrupt is not None, task_id
+                    assert (
+                        f"column {name}" in corrupt
+                        and json.dumps(raw, separators=(",", ":")) in corrupt
+                    )
+            assert (await store.stats("q")).dlq_depth == 1
+            with pytest.raises(asyncpg.CheckViolationError):
+                await conn.execute(f"UPDATE {s}.task SET attempts = '{{}}' WHERE id = 'fine'")
+    finally:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await conn.close()

@@ -9,7 +9,7 @@ import pytest
 
 from rdq import open_storage
 from rdq.errors import ConfigError
-from rdq.spi import Attempt, Envelope, Outcome, Status
+from rdq.spi import Attempt, Envelope, Outcome, Status, limits
 from rdq_postgres import PostgresStorage, parse_url
 
 
@@ -22,6 +22,23 @@ def test_rdq_options_are_taken_out_of_the_url_and_the_rest_kept() -> None:
     assert (config.schema, config.pool_min, config.pool_max) == ("jobs", 0, 3)
     assert config.statement_cache_size == 0 and config.notify is False
     assert "u:p" not in repr(config)
+
+
+def test_the_operation_timeout_defaults_and_is_set_by_url_or_keyword() -> None:
+    assert parse_url("postgresql://db/app").timeout == limits.DEFAULT_OPERATION_TIMEOUT
+    assert parse_url("postgresql://db/app?timeout=2.5").timeout == 2.5
+    assert parse_url("postgresql://db/app?command_timeout=4").timeout == 4  # the older name
+    assert parse_url("postgresql://db/app", timeout=None).timeout == 10
+    config = parse_url("postgresql://db/app?timeout=3&server_timeout=off&connect_timeout=1")
+    assert (config.timeout, config.server_timeout, config.connect_timeout) == (3, False, 1)
+    assert "timeout" not in config.dsn
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "soon", "inf", "nan", ""])
+def test_a_bad_timeout_names_it(bad: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_url(f"postgresql://db/app?timeout={bad}")
+    assert info.value.key == "timeout"
 
 
 def test_keywords_override_the_url() -> None:

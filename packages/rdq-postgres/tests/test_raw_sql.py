@@ -1,4 +1,4 @@
-"""The cross-language contract: a worker with nothing but SQL claims and resolves tasks.
+"""The cross-language contract: a worker with nothing but SQL admits, claims and resolves tasks.
 
 The statements below are the ones ``docs/postgres-schema.md`` documents; they are written out
 here on purpose (not loaded from the plugin), so a change to the schema that breaks foreign
@@ -11,49 +11,88 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
-from rdq.spi import Envelope, Outcome, Status
+from rdq.spi import Envelope, Outcome, Page, Status
 from rdq_postgres import PostgresStorage
 
 CLAIM = """
 WITH due AS (
-    SELECT id FROM {s}.task
-    WHERE queue = $1 AND status IN ('PENDING', 'IN_FLIGHT') AND due_at <= now()
-    ORDER BY due_at
-    LIMIT 1
+    SELECT id, due_at
+    FROM {s}.task
+    WHERE priority = ANY ('{{10,9,8,7,6,5,4,3,2,1,0,-1,-2,-3,-4,-5,-6,-7,-8,-9,-10}}'::smallint[])
+      AND queue = $1
+      AND status IN ('PENDING', 'IN_FLIGHT')
+      AND due_at <= now()
+    ORDER BY priority DESC, due_at
+    LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {s}.task AS t
 SET status = 'IN_FLIGHT',
     token = gen_random_uuid()::text,
     claimed_at = now(),
-    lease_expires_at = now() + interval '30 seconds',
+    claimed_by = $4,
+    lease_expires_at = now() + $3::interval,
     attempt_count = t.attempt_count + CASE WHEN t.status = 'IN_FLIGHT' THEN 1 ELSE 0 END,
-    attempts = CASE WHEN t.status = 'IN_FLIGHT'
-        THEN {s}.append_attempt(t.attempts, json_build_object(
-            'number', t.attempt_count + 1, 'outcome', 'LEASE_EXPIRED',
-            'error_type', 'LeaseExpired', 'finished_at', {s}.rfc3339(now())))
-        ELSE t.attempts END
+    error_type = CASE WHEN t.status = 'IN_FLIGHT' THEN 'LeaseExpired' ELSE t.error_type END,
+    attempts = CASE
+        WHEN t.status = 'IN_FLIGHT' THEN {s}.append_attempt(CASE
+            WHEN json_typeof(t.attempts) = 'array' THEN t.attempts ELSE '[]' END,
+            json_build_object(
+                'number', t.attempt_count + 1,
+                'outcome', 'LEASE_EXPIRED',
+                'error_type', 'LeaseExpired',
+                'error_message', 'lease expired at ' || {s}.rfc3339(t.lease_expires_at)
+                    || ' before the attempt was resolved',
+                'started_at', {s}.rfc3339(t.claimed_at),
+                'finished_at', {s}.rfc3339(now()),
+                'worker_id', t.claimed_by))
+        ELSE t.attempts
+    END,
+    quarantine = CASE WHEN t.status = 'IN_FLIGHT' AND json_typeof(t.attempts) <> 'array'
+        THEN {s}.quarantine_add(t.quarantine, 'attempts', t.attempts) ELSE t.quarantine END
 FROM due
 WHERE t.id = due.id
-RETURNING t.id, t.token, t.payload::text AS payload, t.attempt_count
+RETURNING t.id, t.token, t.handler_ref, t.payload::text AS payload, t.headers, t.priority,
+          t.attempt_count, t.attempts, t.lease_expires_at, t.retry, t.quarantine, due.due_at
 """
 
 COMPLETE = """
 UPDATE {s}.task
-SET status = 'SUCCEEDED', completed_at = now(), lease_expires_at = NULL, claimed_at = NULL,
-    token = NULL, attempt_count = attempt_count + 1, error_type = NULL,
-    attempts = {s}.append_attempt(attempts, json_build_object(
-        'number', attempt_count + 1, 'outcome', 'SUCCEEDED',
-        'started_at', {s}.rfc3339(claimed_at), 'finished_at', {s}.rfc3339(now()),
-        'worker_id', 'sql-worker'))
+SET status = 'SUCCEEDED', completed_at = now(),
+    lease_expires_at = NULL, claimed_at = NULL, claimed_by = NULL, token = NULL,
+    attempts = CASE WHEN json_typeof(attempts) = 'array'
+        THEN {s}.append_attempt(attempts, $3::json) ELSE json_build_array($3::json) END,
+    quarantine = CASE WHEN json_typeof(attempts) = 'array'
+        THEN quarantine ELSE {s}.quarantine_add(quarantine, 'attempts', attempts) END,
+    attempt_count = attempt_count + 1, error_type = $4
 WHERE id = $1 AND token = $2 AND status = 'IN_FLIGHT'
 """
 
 ENQUEUE = """
-INSERT INTO {s}.task (id, queue, handler_ref, payload, status, next_attempt_at)
-VALUES ($1, $2, $3, $4::json, 'PENDING', now())
+INSERT INTO {s}.task (id, queue, handler_ref, payload, headers, status, priority,
+                      next_attempt_at)
+VALUES ($1, $2, $3, $4::json, '{{}}', 'PENDING', $5,
+        now())
 ON CONFLICT (id) DO NOTHING
 """
+
+CANCEL = """
+UPDATE {s}.task
+SET status = 'CANCELLED', cancelled_at = now(),
+    lease_expires_at = NULL, claimed_at = NULL, claimed_by = NULL, token = NULL
+WHERE queue = $1 AND id = ANY($2::text[]) AND status IN ('PENDING', 'IN_FLIGHT')
+"""
+
+AUDIT = """
+INSERT INTO {s}.audit (actor, action, queue, selector, count, reason, error)
+VALUES ($1, $2, $3, $4::json, $5, $6, $7)
+RETURNING id, time
+"""
+
+SUCCESS_RECORD = (
+    '{"number": 1, "outcome": "SUCCEEDED", "started_at": "2026-11-30T01:02:03.000004Z",'
+    ' "finished_at": "2026-11-30T01:02:04Z", "worker_id": "sql-worker"}'
+)
 
 
 @pytest.mark.asyncio
@@ -66,25 +105,77 @@ async def test_a_plain_sql_worker_claims_and_completes(
     )
     conn = await asyncpg.connect(postgres_url)
     try:
-        row = await conn.fetchrow(CLAIM.format(s=s), "mixed")
+        claim = CLAIM.format(s=s)
+        row = await conn.fetchrow(claim, "mixed", 1, timedelta(seconds=30), "sql-worker")
         assert row is not None
         assert row["id"] == "from-python"
         assert row["payload"] == '{"n":1}'
-        assert await conn.fetchrow(CLAIM.format(s=s), "mixed") is None  # nothing else due
-        assert await conn.execute(COMPLETE.format(s=s), row["id"], "not-the-token") == "UPDATE 0"
-        assert await conn.execute(COMPLETE.format(s=s), row["id"], row["token"]) == "UPDATE 1"
-        # ...and a task admitted with SQL is claimed by the Python store.
-        await conn.execute(ENQUEUE.format(s=s), "from-sql", "mixed", "app:job", '{"n": 2}')
+        assert await conn.fetchrow(claim, "mixed", 1, timedelta(seconds=30), None) is None
+        complete = COMPLETE.format(s=s)
+        assert await conn.execute(complete, row["id"], "stale", SUCCESS_RECORD, None) == (
+            "UPDATE 0"
+        )
+        claimed = await storage.get("from-python")
+        assert (claimed.claimed_by, claimed.status) == ("sql-worker", Status.IN_FLIGHT)
+        assert await conn.execute(complete, row["id"], row["token"], SUCCESS_RECORD, None) == (
+            "UPDATE 1"
+        )
+        # ...and tasks admitted with SQL are claimed by the Python store, by priority.
+        enqueue = ENQUEUE.format(s=s)
+        await conn.execute(enqueue, "from-sql-low", "mixed", "app:job", '{"n": 2}', -3)
+        await conn.execute(enqueue, "from-sql-high", "mixed", "app:job", '{"n": 3}', 7)
+        await conn.execute(enqueue, "to-cancel", "other", "app:job", "null", 0)
+        assert await conn.execute(CANCEL.format(s=s), "other", ["to-cancel"]) == "UPDATE 1"
+        audit = await conn.fetchrow(
+            AUDIT.format(s=s), "sql-tool", "cancel", "other", '{"ids": ["to-cancel"]}', 1, "x", None
+        )
     finally:
         await conn.close()
 
     done = await storage.get("from-python")
     assert done.status == Status.SUCCEEDED
-    assert done.completed_at is not None
+    assert done.completed_at is not None and done.claimed_by is None
     assert [(a.number, a.outcome, a.worker_id) for a in done.attempts] == [
         (1, Outcome.SUCCEEDED, "sql-worker")
     ]
     assert done.attempt_count == 1
 
     claimed = await storage.claim_due("mixed", 10, timedelta(seconds=5))
-    assert [(c.task.id, c.task.payload) for c in claimed] == [("from-sql", {"n": 2})]
+    assert [(c.task.id, c.task.payload, c.task.priority) for c in claimed] == [
+        ("from-sql-high", {"n": 3}, 7),
+        ("from-sql-low", {"n": 2}, -3),
+    ]
+    assert (await storage.get("to-cancel")).status == Status.CANCELLED
+    [entry], _ = await storage.list_audit(None, Page())
+    assert (entry.id, entry.actor, entry.selector) == (
+        audit["id"],
+        "sql-tool",
+        {"ids": ["to-cancel"]},
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_lapsed_lease_claimed_with_sql_names_its_holder(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    await storage.enqueue(Envelope(id="t", queue="q", handler_ref="app:job"))
+    [first] = await storage.claim_due("q", 1, timedelta(milliseconds=1), worker_id="py-worker")
+    assert first.task.lease_expires_at is not None
+    while await storage.now() <= first.task.lease_expires_at:
+        pass
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        row = await conn.fetchrow(
+            CLAIM.format(s=f'"{schema}"'), "q", 1, timedelta(seconds=30), "sql-worker"
+        )
+    finally:
+        await conn.close()
+    assert row is not None and row["attempt_count"] == 1
+    task = await storage.get("t")
+    [record] = task.attempts
+    assert (record.outcome, record.worker_id, record.started_at) == (
+        Outcome.LEASE_EXPIRED,
+        "py-worker",
+        first.task.claimed_at,
+    )
+    assert task.claimed_by == "sql-worker"

@@ -8,9 +8,18 @@ import pytest
 import pytest_asyncio
 
 from rdq import open_storage
-from rdq.spi import Storage
+from rdq.spi import Capabilities, Storage
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_redis import RedisStorage
+
+EXPECTED_CAPABILITIES = Capabilities(
+    notify=True,
+    filter_pushdown=True,
+    batch_enqueue=True,
+    batch_complete=True,
+    group_pushdown=True,
+)
+"""What the Redis store advertises, on one server and on Cluster alike."""
 
 
 class TestRedisCompliance(StorageSuite):
@@ -23,6 +32,10 @@ class TestRedisCompliance(StorageSuite):
         async with open_storage(storage_url) as store:
             await store.migrate()
             yield store
+
+    @pytest.fixture
+    def expected_capabilities(self) -> Capabilities:
+        return EXPECTED_CAPABILITIES
 
     @pytest.fixture
     def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:

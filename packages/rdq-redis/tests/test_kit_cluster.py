@@ -11,10 +11,13 @@ import pytest_asyncio
 from redis.asyncio.cluster import RedisCluster
 
 from rdq import open_storage
-from rdq.errors import IDConflict, NotFound
-from rdq.spi import Attempt, Envelope, Outcome, Selector, Storage
+from rdq.errors import IDConflict, NotFound, StorageError
+from rdq.spi import Attempt, Capabilities, Envelope, Outcome, Selector, Storage
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_redis import RedisStorage
+
+from .test_kit import EXPECTED_CAPABILITIES
+from .test_layout import write_layout_1
 
 
 class TestRedisClusterCompliance(StorageSuite):
@@ -34,6 +37,10 @@ class TestRedisClusterCompliance(StorageSuite):
         async with open_storage(storage_url) as store:
             await store.migrate()
             yield store
+
+    @pytest.fixture
+    def expected_capabilities(self) -> Capabilities:
+        return EXPECTED_CAPABILITIES
 
     @pytest.fixture
     def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
@@ -102,3 +109,55 @@ async def test_cluster_batch_over_several_queues_refuses_a_conflict_before_writi
         assert await store.enqueue_batch(
             [Envelope(id=t.id, queue="q4", handler_ref="h") for t in batch]
         ) == [True] * len(batch)
+
+
+@pytest.mark.asyncio
+async def test_cluster_migrate_upgrades_layout_1_queues_on_every_node(
+    redis_cluster_url: str,
+) -> None:
+    prefix = f"rdqtest-{uuid.uuid4().hex[:12]}"
+    client = RedisCluster.from_url(redis_cluster_url.split("?")[0])
+    queues = [f"old-{n}" for n in range(6)]  # spread over the nodes by their hash tags
+    try:
+        assert len({await client.cluster_keyslot(f"{prefix}:{{{q}}}:dead") for q in queues}) > 1
+        for queue in queues:
+            await write_layout_1(client, prefix, queue)
+        async with open_storage(redis_cluster_url, prefix=prefix) as store:
+            with pytest.raises(StorageError, match="rdq migrate"):
+                await store.list_queues()
+            await store.migrate()
+            assert [s.queue for s in await store.list_queues()] == queues
+            for queue in queues:
+                stats = await store.stats(queue)
+                assert (stats.pending, stats.in_flight, stats.dlq_depth) == (2, 1, 2)
+                assert len(await store.claim_due(queue, 10, timedelta(minutes=5))) == 3
+                (group,) = await store.dlq_groups(queue)
+                assert group.count == 2
+    finally:
+        async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            await client.unlink(key)
+        await client.aclose()
+
+
+@pytest.mark.asyncio
+async def test_cluster_registry_drops_a_queue_its_purges_emptied(redis_cluster_url: str) -> None:
+    prefix = f"rdqtest-{uuid.uuid4().hex[:12]}"
+    lease = timedelta(minutes=5)
+    async with open_storage(redis_cluster_url, prefix=prefix) as store:
+        await store.enqueue_batch(
+            [Envelope(id=f"{q}-1", queue=q, handler_ref="h") for q in ("kept", "gone")]
+        )
+        assert [s.queue for s in await store.list_queues()] == ["gone", "kept"]
+        (claim,) = await store.claim_due("gone", 1, lease)
+        await store.dead_letter(
+            claim.task.id, claim.token, Attempt(number=1, outcome=Outcome.FAILED)
+        )
+        assert await store.purge("gone", Selector.by_ids(claim.task.id)) == 1
+        assert [s.queue for s in await store.list_queues()] == ["kept"]
+        client = RedisCluster.from_url(redis_cluster_url.split("?")[0])
+        try:
+            assert await client.smembers(f"{prefix}:queues") == {b"kept"}
+        finally:
+            async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+                await client.unlink(key)
+            await client.aclose()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -19,7 +20,7 @@ from rdq_redis._keys import LAYOUT
 LEASE = timedelta(minutes=5)
 
 
-async def _write_layout_1(client: aioredis.Redis, prefix: str, queue: str) -> dict[str, str]:
+async def write_layout_1(client: Any, prefix: str, queue: str) -> dict[str, str]:
     """Tasks of ``queue`` as rdq-redis wrote them before layout 2: two PENDING (due an hour
     ago), one IN_FLIGHT whose lease lapsed, two DEAD (one group), one SUCCEEDED."""
     (seconds, micros) = await client.time()
@@ -70,7 +71,7 @@ async def test_layout_1_data_is_refused_until_migrate_upgrades_it(
     queue = f"old-{uuid.uuid4().hex[:8]}"
     client = aioredis.Redis.from_url(redis_url)
     try:
-        ids = await _write_layout_1(client, key_prefix, queue)
+        ids = await write_layout_1(client, key_prefix, queue)
         async with (
             open_storage(redis_storage_url) as store,
             open_storage(redis_storage_url) as bystander,

@@ -32,6 +32,7 @@ from rdq.spi import (
     Selector,
     Status,
     Storage,
+    TaskFilter,
 )
 from rdq_redis._codec import to_us
 from rdq_redis._queries import SCRIPT_NAMES
@@ -499,3 +500,62 @@ async def test_complete_many_across_queues_reports_each_item_in_order(storage: S
     assert (await storage.get(b.task.id)).attempts == [ok]
     assert (await storage.get(c.task.id)).status is Status.IN_FLIGHT
     assert [(await storage.stats(q)).succeeded for q in (q1, q2)] == [1, 1]
+
+
+@pytest.mark.asyncio
+async def test_pending_pages_merge_priorities_and_survive_the_cursor_task_leaving(
+    storage: Storage,
+) -> None:
+    """Equal status times across several priority sets page by id bytes; a cursor whose own
+    task left the set since (here: cancelled) still continues exactly after it."""
+    queue = new_queue()
+    same = (await storage.now()) - timedelta(hours=1)
+    ids = [f"t-{n:02d}" for n in range(9)]
+    for n, task_id in enumerate(ids):
+        await storage.enqueue(
+            new_task(queue, f"{queue}-{task_id}", next_attempt_at=same, priority=(5, 0, -3)[n % 3])
+        )
+    full = [f"{queue}-{task_id}" for task_id in ids]
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        tasks, cursor = await storage.list_tasks(
+            queue, TaskFilter(status=Status.PENDING), Page(limit=2, cursor=cursor)
+        )
+        seen += [t.id for t in tasks]
+        if cursor is None:
+            break
+        assert await storage.cancel(queue, [tasks[-1].id]) == 1
+    assert seen == sorted(full, key=str.encode)
+
+
+async def _commands_run(client: aioredis.Redis) -> int:
+    """How many commands the server ran since its statistics were reset (script calls and
+    the commands the scripts made, each counted)."""
+    stats = await client.info("commandstats")
+    return sum(int(entry["calls"]) for entry in stats.values())
+
+
+@pytest.mark.asyncio
+async def test_a_claim_does_no_work_per_delayed_task(storage: Storage, redis_url: str) -> None:
+    """Thousands of delayed tasks at every priority do not add one command to a claim: each
+    priority's set is read only up to now (O(log n + limit))."""
+    queue = new_queue()
+    far = timedelta(hours=1)
+    for priority in (-10, 0, 10):
+        delayed = [new_task(queue, priority=priority) for _ in range(1000)]
+        await storage.enqueue_batch(delayed, delay=far)
+    due = [new_task(queue, priority=p) for p in (-10, 0, 10)]
+    await storage.enqueue_batch(due)
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await storage.claim_due(new_queue(), 1, LEASE)  # warm: scripts loaded, connection open
+        await client.config_resetstat()
+        claimed = await storage.claim_due(queue, 10, LEASE)
+        commands = await _commands_run(client)
+    finally:
+        await client.aclose()
+    assert [c.task.id for c in claimed] == [t.id for t in reversed(due)]
+    # one EVALSHA, TIME, the levels, two range reads and a set check per priority, and a few
+    # writes per claimed task: a few dozen, whatever the number of delayed tasks
+    assert commands < 60, commands

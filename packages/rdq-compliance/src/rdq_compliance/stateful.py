@@ -148,30 +148,27 @@ class ContractMachine(RuleBasedStateMachine):
     def stored(self, task_id: str) -> Envelope:
         return self.call(self.storage.get(task_id))
 
-    # The pickers draw the same values whatever the model holds: the model follows the
-    # store's clock (a lease may lapse or not between two steps), so what a draw *means* may
-    # change from one run of an example to the next, but never what is drawn.
-
-    @staticmethod
-    def aimed(data: st.DataObject, candidates: list[int], choices: int, label: str) -> int:
-        """Mostly one of ``candidates`` (when there are some), else any of ``choices``."""
-        aim = data.draw(st.integers(min_value=0, max_value=4), label="aim")
-        pick = data.draw(st.integers(min_value=0, max_value=choices - 1), label=label)
-        return candidates[pick % len(candidates)] if candidates and aim > 0 else pick
+    # The pickers draw the same values whatever the store's state: which tasks are IN_FLIGHT
+    # or lapsed depends on the storage clock, and Hypothesis replays a drawn sequence only if
+    # its shape never depends on such outside state (FlakyStrategyDefinition otherwise).
 
     def pick_slot(self, data: st.DataObject, *statuses: Status) -> int:
         """Mostly a slot whose task is in one of ``statuses`` (if any), else any slot."""
         aimed = sorted(
             int(t.id.rsplit("-", 1)[1]) for s in statuses for t in self.model.with_status(s)
         )
-        return self.aimed(data, aimed, SLOTS, "slot")
+        aim = data.draw(st.integers(min_value=0, max_value=4), label="aim")
+        slot = data.draw(slots, label="slot")
+        return aimed[slot % len(aimed)] if aimed and aim > 0 else slot
 
     def pick_queue(self, data: st.DataObject, *statuses: Status) -> int:
         """Mostly a queue that holds a task in one of ``statuses``."""
         busy = sorted(
             {self.queues.index(t.queue) for s in statuses for t in self.model.with_status(s)}
         )
-        return self.aimed(data, busy, len(self.queues), "queue")
+        aim = data.draw(st.integers(min_value=0, max_value=4), label="aim")
+        queue = data.draw(queue_indexes, label="queue")
+        return busy[queue % len(busy)] if busy and aim > 0 else queue
 
     def pick_held(self, data: st.DataObject) -> int:
         """A slot for a fenced call: often one whose lease has lapsed (by the last reading of
@@ -181,9 +178,9 @@ class ContractMachine(RuleBasedStateMachine):
             for t in self.model.with_status(Status.IN_FLIGHT)
             if t.lease_expires_at is not None and t.lease_expires_at <= self.seen
         )
-        if data.draw(st.booleans(), label="lapsed") and lapsed:
-            return self.aimed(data, lapsed, SLOTS, "slot")
-        return self.pick_slot(data, Status.IN_FLIGHT)
+        aim_at_lapsed = data.draw(st.booleans(), label="lapsed")
+        slot = self.pick_slot(data, Status.IN_FLIGHT)
+        return lapsed[slot % len(lapsed)] if lapsed and aim_at_lapsed else slot
 
     def pick_token(self, task_id: str, choice: str) -> str:
         task = self.model.tasks.get(task_id)

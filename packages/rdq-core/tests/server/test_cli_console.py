@@ -106,6 +106,12 @@ def test_errors_under_json_are_json(store_url: str) -> None:
     assert code == 2 and json.loads(out)["error"]["type"] == "UsageError"
 
 
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_times_out_of_range_are_usage_errors(store_url: str, when: str) -> None:
+    code, out = rdq("dlq", "list", "shop", "--after", when, "--storage", store_url)
+    assert code == 2 and "out of range" in out
+
+
 def test_a_server_that_is_not_rdq_is_one_line() -> None:
     class Html(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -562,3 +562,21 @@ async def test_a_postgres_frozen_by_sigstop_gives_503_in_seconds_and_recovers(
                 await asyncio.sleep(0.1)
             assert (await client.get("/readyz")).status_code == 200
             assert (await client.get("/v1/tasks/x", headers=ADMIN)).status_code == 404
+
+
+@pytest.mark.asyncio
+async def test_filter_times_out_of_range_are_422_on_postgres(postgres_url: str) -> None:
+    from rdq import open_storage
+
+    async with open_storage(postgres_url) as store:
+        await store.migrate()
+        app = create_app(node_settings(), storage=store)
+        async with running_node(app) as url, httpx.AsyncClient(base_url=url) as client:
+            for when in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
+                params = {"dead_lettered_after": when}
+                response = await client.get("/v1/queues/q/dlq", params=params, headers=ADMIN)
+                assert response.status_code == 422, response.text
+                assert _error(response)["field"] == "dead_lettered_after"
+            edge = {"dead_lettered_after": "0001-01-01T00:00:00Z"}
+            response = await client.get("/v1/queues/q/dlq", params=edge, headers=ADMIN)
+            assert response.status_code == 200, response.text

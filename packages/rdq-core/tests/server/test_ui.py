@@ -251,7 +251,8 @@ async def test_dead_tasks_page_with_cursor_and_purge_one_from_its_page(
     assert next_url is not None
     second = await client.get(next_url.group(1).replace("&amp;", "&"))
     assert second.text.count('class="task-link') == 10
-    assert "t59" in second.text and "t00" not in second.text
+    listed = second.text.split('id="tasks"', 1)[1]
+    assert "t59" in listed and "t00" not in listed
     assert 'id="next-page"' not in second.text
 
     detail = await client.get("/ui/tasks/t07")
@@ -276,3 +277,49 @@ async def test_dead_tasks_page_with_cursor_and_purge_one_from_its_page(
     assert [(r.action, r.selector, r.count) for r in audit_sink.records] == [
         ("purge", {"ids": ["t07"]}, 1)
     ]
+
+
+@pytest.mark.asyncio
+async def test_each_group_shows_a_sample_of_its_error(
+    client: Client, memory_store: MemoryStorage
+) -> None:
+    await _dead(memory_store, "t1", error_type="KeyError")
+    await _dead(memory_store, "t2", error_type="GatewayDown")
+    await _login(client, READ_TOKEN)
+    page = await client.get("/ui/queues/default", params={"state": "dead"})
+    groups = page.text.split('id="groups"', 1)[1].split("</table>", 1)[0]
+    assert groups.count('class="sample-link"') == 2
+    assert 'href="/ui/tasks/t1" class="sample-link">traceback →' in groups
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in groups, "the sample message, escaped"
+
+
+@pytest.mark.asyncio
+async def test_attempts_left_only_for_queues_the_node_knows(memory_store: MemoryStorage) -> None:
+    import rdq
+    from rdq.server import create_app
+
+    from .conftest import node_settings
+
+    app = rdq.App()
+    app.queue("pay", max_attempts=4)
+    await memory_store.enqueue(Envelope(id="known", queue="pay", handler_ref="h"))
+    await memory_store.enqueue(Envelope(id="unknown", queue="other", handler_ref="h"))
+    node = create_app(node_settings(), storage=memory_store, engine_app=app)
+    async with AsyncTestClient(node) as client:
+        await _login(client, READ_TOKEN)
+        assert "4 attempt(s) left" in (await client.get("/ui/tasks/known")).text
+        assert "attempt(s) left" not in (await client.get("/ui/tasks/unknown")).text
+
+
+@pytest.mark.asyncio
+async def test_a_corrupt_task_is_shown_with_what_is_wrong(
+    client: Client, memory_store: MemoryStorage
+) -> None:
+    await memory_store.put_corrupt_task("default", "broken", raw='{"id": "broken", "retry": 7')
+    await _login(client, READ_TOKEN)
+    listed = await client.get("/ui/queues/default", params={"state": "pending"})
+    row = listed.text.split('data-id="broken"', 1)[1].split("</tr>", 1)[0]
+    assert "corrupt" in row
+    page = await client.get("/ui/tasks/broken")
+    assert page.status_code == 200
+    assert "stored form does not decode" in page.text

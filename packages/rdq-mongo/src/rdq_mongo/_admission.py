@@ -1,9 +1,10 @@
-"""Admitting tasks: ``enqueue`` and ``enqueue_batch``.
+"""Admitting tasks: ``enqueue``, ``enqueue_batch`` and ``import_tasks``.
 
-A batch is all-or-nothing: when one of its ids lives in another queue it raises
-``IDConflict`` and stores nothing. Ids that exist are checked before anything is written;
-what remains is a producer that puts one of the batch's ids into another queue between that
-check and the batch's write. How that race ends depends on the server:
+A batch (of ``enqueue_batch`` or ``import_tasks``) is all-or-nothing: when one of its ids
+lives in another queue it raises ``IDConflict`` and stores nothing. Ids that exist are
+checked before anything is written; what remains is a producer that puts one of the batch's
+ids into another queue between that check and the batch's write. How that race ends
+depends on the server:
 
 * **with transactions** (a replica-set member or mongos): the check and the writes are one
   transaction. A concurrent write of one of its ids makes it conflict and run again, so the
@@ -29,14 +30,15 @@ from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 from rdq.errors import IDConflict, StorageError
 from rdq.spi import Envelope, Status, limits
 from rdq_mongo._codec import envelope_to_document, to_micros
-from rdq_mongo._queries import enqueue_upsert
+from rdq_mongo._queries import enqueue_fresh, import_fresh, upsert_unless_exists
 
 if TYPE_CHECKING:
     from pymongo.asynchronous.client_session import AsyncClientSession
 
     from rdq_mongo._connection import Connection, Document
+    from rdq_mongo._queries import Pipeline
 
-__all__ = ["admit_batch", "admit_one"]
+__all__ = ["Admission", "admit_batch", "admit_one"]
 
 _DUPLICATE_KEY = 11000
 # A transaction that lost a race on one of its ids is run again; a handful of rounds settles
@@ -44,30 +46,39 @@ _DUPLICATE_KEY = 11000
 _TRANSACTION_ROUNDS = 8
 
 
-class _Admission:
-    """One task offered for admission: its stored form and when it falls due."""
+class Admission:
+    """One task offered for admission: its id, its queue and what to store if it is new."""
 
-    def __init__(self, task: Envelope, delay: timedelta | None) -> None:
+    def __init__(self, task: Envelope, fresh: Document) -> None:
+        self.task = task
+        self.fresh = fresh
+
+    @classmethod
+    def enqueued(cls, task: Envelope, delay: timedelta | None) -> Admission:
+        """``task`` as ``enqueue`` stores it: PENDING, created and due by the server clock."""
         limits.check_task(task)
         limits.check_delay(delay)
-        self.task = task
-        self.document = envelope_to_document(task)
-        self.due_us = to_micros(task.next_attempt_at)
-        self.delay_us = (delay or timedelta(0)) // timedelta(microseconds=1)
+        delay_us = (delay or timedelta(0)) // timedelta(microseconds=1)
+        document = envelope_to_document(task)
+        return cls(task, enqueue_fresh(document, to_micros(task.next_attempt_at), delay_us))
+
+    @classmethod
+    def imported(cls, task: Envelope) -> Admission:
+        """``task`` as ``import_tasks`` stores it: exactly as given, with no claim token."""
+        return cls(task, import_fresh(envelope_to_document(task)))
+
+    def pipeline(self, admission: str | None = None) -> Pipeline:
+        return upsert_unless_exists(self.fresh, self.task.queue, admission)
 
     def upsert(self, admission: str | None = None) -> UpdateOne:
-        return UpdateOne(
-            {"_id": self.task.id},
-            enqueue_upsert(self.document, self.due_us, self.delay_us, admission),
-            upsert=True,
-        )
+        return UpdateOne({"_id": self.task.id}, self.pipeline(admission), upsert=True)
 
 
-async def admit_one(connection: Connection, task: Envelope, delay: timedelta | None) -> bool:
+async def admit_one(connection: Connection, item: Admission) -> bool:
     """``enqueue``: one upsert that inserts the task unless its id exists; the previous
     document says which."""
-    item = _Admission(task, delay)
-    pipeline = enqueue_upsert(item.document, item.due_us, item.delay_us)
+    task = item.task
+    pipeline = item.pipeline()
     before: Document | None = None
     for _ in range(2):
         try:
@@ -91,14 +102,11 @@ async def admit_one(connection: Connection, task: Envelope, delay: timedelta | N
     return False
 
 
-async def admit_batch(
-    connection: Connection, tasks: Sequence[Envelope], delay: timedelta | None
-) -> list[bool]:
-    """``enqueue_batch``: one "stored" flag per task, in order (see the module docstring)."""
-    items = [_Admission(task, delay) for task in tasks]
+async def admit_batch(connection: Connection, items: Sequence[Admission]) -> list[bool]:
+    """One "stored" flag per item, in order (see the module docstring)."""
     if not items:
         return []
-    first: dict[str, _Admission] = {}
+    first: dict[str, Admission] = {}
     for item in items:
         seen = first.setdefault(item.task.id, item)
         if seen.task.queue != item.task.queue:
@@ -116,7 +124,7 @@ async def admit_batch(
 
 
 async def _existing(
-    connection: Connection, items: Sequence[_Admission], session: AsyncClientSession | None
+    connection: Connection, items: Sequence[Admission], session: AsyncClientSession | None
 ) -> dict[str, Any]:
     """The queue of each of ``items``' ids that exists; ``IDConflict`` if one is in another
     queue than its item's."""
@@ -135,7 +143,7 @@ async def _existing(
     return found
 
 
-async def _in_transaction(connection: Connection, items: Sequence[_Admission]) -> set[str]:
+async def _in_transaction(connection: Connection, items: Sequence[Admission]) -> set[str]:
     """Check and insert in one transaction; return the ids inserted."""
 
     async def body(session: AsyncClientSession) -> set[str]:
@@ -161,7 +169,7 @@ async def _in_transaction(connection: Connection, items: Sequence[_Admission]) -
     raise StorageError("enqueue_batch kept racing other producers on the same ids")
 
 
-async def _with_undo(connection: Connection, items: Sequence[_Admission]) -> set[str]:
+async def _with_undo(connection: Connection, items: Sequence[Admission]) -> set[str]:
     """Check, then insert with this batch's mark; on a cross-queue race, undo what is still
     this batch's and raise ``IDConflict``. Return the ids inserted."""
     existing = await _existing(connection, items, None)

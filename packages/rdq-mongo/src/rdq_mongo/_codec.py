@@ -3,15 +3,20 @@
 Layout of one task document (collection ``<prefix>tasks``)::
 
     _id              the task id (ids are unique across queues: IDConflict)
-    queue, status, handler_ref, attempt_count, redrive_count
-    attempts         [{number, outcome, error_type, error_message,
+    queue, status, handler_ref, priority, attempt_count, redrive_count
+    attempts         [{number, outcome, error_type, error_message, traceback,
                        started_at, finished_at, worker_id}]
-    created_at, next_attempt_at, lease_expires_at, completed_at, dead_lettered_at
+    created_at, next_attempt_at, lease_expires_at, claimed_at, completed_at,
+    dead_lettered_at, cancelled_at
+    claimed_by       the worker id of the current claim (IN_FLIGHT only)
     due              when the task may be claimed: next_attempt_at while PENDING,
                      lease_expires_at while IN_FLIGHT, null otherwise
+    status_at        the status time: next_attempt_at (PENDING), lease_expires_at
+                     (IN_FLIGHT), completed_at, dead_lettered_at, cancelled_at
     token            the current claim token (IN_FLIGHT only)
-    claimed_at       when the current claim was made
-    dl_error_type    error_type of the attempt that dead-lettered the task (DLQ filter)
+    resolved_token   the token of the claim that last resolved the task
+    last_error_type  error_type of the last attempt (task and DLQ filters, DLQ groups)
+    admission        the mark of the batch that inserted it (see ``_admission``)
     body             JSON text of everything storage never changes: payload, headers,
                      retry, format_version and any field this release does not know
 
@@ -21,6 +26,11 @@ servers; integers are exact, compare the same everywhere, and the server compute
 its own clock as ``{$multiply: [{$toLong: "$$NOW"}, 1000]}``. The body is JSON text so that a
 payload or unknown field survives whatever its keys or numbers (BSON cannot hold ``$``-keys
 everywhere, NUL in keys, or integers beyond 64 bits).
+
+Documents written by the previous release (no ``priority``, ``claimed_by``,
+``cancelled_at``, ``status_at`` or ``last_error_type``) read back with the defaults;
+``migrate`` fills in ``priority``, ``status_at`` and ``last_error_type`` so that they sort,
+list and filter like new ones.
 """
 
 from __future__ import annotations
@@ -31,12 +41,23 @@ from typing import Any
 import msgspec
 
 from rdq.errors import ValidationError
-from rdq.spi import Attempt, Envelope, envelope_from_builtins, envelope_to_builtins
+from rdq.spi import (
+    STATUS_TIME_FIELDS,
+    Attempt,
+    AuditEntry,
+    Envelope,
+    Status,
+    envelope_from_builtins,
+    envelope_to_builtins,
+)
 
 __all__ = [
+    "NO_ATTEMPTS",
     "TIME_FIELDS",
-    "UndecodableDocument",
     "attempt_to_document",
+    "audit_from_document",
+    "audit_to_document",
+    "due_of",
     "envelope_from_document",
     "envelope_to_document",
     "from_micros",
@@ -50,13 +71,26 @@ TIME_FIELDS = (
     "created_at",
     "next_attempt_at",
     "lease_expires_at",
+    "claimed_at",
     "completed_at",
     "dead_lettered_at",
+    "cancelled_at",
 )
 """Envelope times, stored top-level as microseconds."""
 
 _TOP_LEVEL = frozenset(
-    {"id", "queue", "handler_ref", "status", "attempt_count", "redrive_count", "attempts"}
+    {
+        "id",
+        "queue",
+        "handler_ref",
+        "status",
+        "priority",
+        "attempt_count",
+        "redrive_count",
+        "attempts",
+        "claimed_by",
+        "corrupt",
+    }
     | set(TIME_FIELDS)
 )
 _ATTEMPT_FIELDS = tuple(Attempt.__struct_fields__)
@@ -64,13 +98,9 @@ _ATTEMPT_TIMES = frozenset({"started_at", "finished_at"})
 _json_decoder = msgspec.json.Decoder()
 
 
-class UndecodableDocument(Exception):
-    """A stored document this release cannot turn back into an envelope."""
-
-    def __init__(self, task_id: object, reason: str) -> None:
-        self.task_id = task_id
-        self.reason = reason
-        super().__init__(f"task {task_id!r} is stored in a form rdq cannot read: {reason}")
+NO_ATTEMPTS: dict[str, Any] = {"attempts": {"$slice": 0}}
+"""The projection of a listing without attempts: none of the records, but an ``attempts``
+that is not an array comes through as it is (so it is still reported corrupt)."""
 
 
 def to_micros(at: datetime | None) -> int | None:
@@ -102,9 +132,20 @@ def attempt_to_document(attempt: Attempt) -> dict[str, Any]:
     return out
 
 
+def due_of(task: Envelope) -> datetime | None:
+    """When a stored task may be claimed: its next attempt while PENDING, the end of its
+    lease while IN_FLIGHT, never otherwise."""
+    if task.status == Status.PENDING:
+        return task.next_attempt_at
+    if task.status == Status.IN_FLIGHT:
+        return task.lease_expires_at
+    return None
+
+
 def envelope_to_document(task: Envelope) -> dict[str, Any]:
-    """The stored form of ``task`` (see the module docstring). Status and times are stored as
-    given; the caller sets what the store owns."""
+    """The stored form of ``task`` (see the module docstring), status and times as given,
+    no claim token. ``enqueue`` overrides what the store owns; ``import_tasks`` stores it
+    as it is."""
     builtins = envelope_to_builtins(task)
     body = {key: value for key, value in builtins.items() if key not in _TOP_LEVEL}
     try:
@@ -116,46 +157,168 @@ def envelope_to_document(task: Envelope) -> dict[str, Any]:
         "queue": task.queue,
         "status": str(task.status),
         "handler_ref": task.handler_ref,
+        "priority": task.priority,
         "attempt_count": task.attempt_count,
         "redrive_count": task.redrive_count,
         "attempts": [attempt_to_document(a) for a in task.attempts],
+        "claimed_by": task.claimed_by,
     }
     for name in TIME_FIELDS:
         doc[name] = to_micros(getattr(task, name))
+    doc["due"] = to_micros(due_of(task))
+    doc["status_at"] = to_micros(getattr(task, STATUS_TIME_FIELDS[task.status]))
+    doc["token"] = None
+    doc["last_error_type"] = task.attempts[-1].error_type if task.attempts else None
     doc["body"] = body_text
     return doc
 
 
-def envelope_from_document(doc: dict[str, Any], *, with_attempts: bool = True) -> Envelope:
-    """Rebuild the envelope stored in ``doc``.
+def envelope_from_document(doc: dict[str, Any]) -> Envelope:
+    """Rebuild the envelope stored in ``doc``; never raises.
 
-    Raises ``UndecodableDocument`` (naming the id) if the document is damaged or was written
-    in a form this release cannot read."""
-    task_id = doc.get("_id")
+    A document that does not decode (edited by hand, written by a buggy producer) comes back
+    with ``corrupt`` set: each field that did not decode is named with what is wrong and its
+    raw stored value, and holds its default; the others (``id``, ``queue`` and ``status``
+    always) are filled in. A listing without attempts reads them through ``NO_ATTEMPTS``:
+    an ``attempts`` that is not an array still shows, malformed records inside one do
+    not."""
+    problems: list[str] = []
+    raw: dict[str, Any] = {}
+    obj: dict[str, Any] = {}
+
+    def wrong(name: str, what: str, value: Any) -> None:
+        problems.append(f"{name}: {what}; raw stored value: {_shown(value)}")
+
+    body = doc.get("body")
     try:
-        obj = _json_decoder.decode(doc["body"])
-        if not isinstance(obj, dict):
-            raise TypeError("the body is not a JSON object")
-        obj["id"] = task_id
-        for name in ("queue", "handler_ref", "status", "attempt_count", "redrive_count"):
-            obj[name] = doc[name]
-        for name in TIME_FIELDS:
-            obj[name] = from_micros(doc.get(name))
-        attempts = doc.get("attempts") if with_attempts else []
-        if not isinstance(attempts, list):
-            raise TypeError("attempts is not an array")
-        obj["attempts"] = [_attempt_builtins(a) for a in attempts]
-        return envelope_from_builtins(obj)
-    except (KeyError, TypeError, ValueError, OverflowError, msgspec.DecodeError) as exc:
-        # ValidationError is a ValueError: a field of the wrong type or value lands here too.
-        reason = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise UndecodableDocument(task_id, reason) from exc
+        decoded = _json_decoder.decode(body) if isinstance(body, str | bytes) else None
+    except msgspec.DecodeError as exc:
+        wrong("body", f"not JSON ({exc})", body)
+    else:
+        if isinstance(decoded, dict):
+            raw.update((key, value) for key, value in decoded.items() if key not in _TOP_LEVEL)
+        else:
+            wrong("body", "not a JSON object", body)
+    for name in ("handler_ref", "attempt_count", "redrive_count", "priority", "claimed_by"):
+        if doc.get(name) is not None:
+            raw[name] = doc[name]
+    for name in TIME_FIELDS:
+        value = doc.get(name)
+        try:
+            raw[name] = from_micros(value)
+        except (TypeError, OverflowError):
+            wrong(name, "not a time in integer microseconds", value)
+    attempts = doc.get("attempts", [])
+    if not isinstance(attempts, list):
+        wrong("attempts", f"a {type(attempts).__name__}, not an array", attempts)
+    else:
+        try:
+            raw["attempts"] = [_attempt_builtins(a) for a in attempts]
+        except (TypeError, OverflowError) as exc:
+            wrong("attempts", str(exc), attempts)
+    obj.update(raw)
+    obj["id"] = _text(doc.get("_id"), "id", wrong)
+    obj["queue"] = _text(doc.get("queue"), "queue", wrong)
+    status = doc.get("status")
+    if status in _STATUSES:
+        obj["status"] = status
+    else:
+        wrong("status", "not a status (read as DEAD)", status)
+        obj["status"] = Status.DEAD.value
+    if not isinstance(obj.get("handler_ref"), str):
+        wrong("handler_ref", "not a string", doc.get("handler_ref"))
+        obj["handler_ref"] = ""
+    obj.pop("corrupt", None)
+    # Drop what does not convert, one field at a time, naming each.
+    for _ in range(len(obj) + 1):
+        try:
+            task = envelope_from_builtins(obj)
+            break
+        except ValidationError as exc:
+            field = _top_field(exc.field)
+            if field is None or field in _KEPT or field not in obj:
+                task = _bare(obj)
+                wrong(exc.field or "envelope", exc.message, raw)
+                break
+            wrong(field, exc.message, doc.get(field, raw.get(field)))
+            del obj[field]
+    else:  # pragma: no cover - every round removes a field, so the loop always breaks
+        task = _bare(obj)
+    if problems:
+        task.corrupt = "; ".join(problems)
+    return task
+
+
+_STATUSES = frozenset(status.value for status in Status)
+_KEPT = frozenset({"id", "queue", "status", "handler_ref"})
+_SHOWN_CHARS = 2000
+
+
+def _text(value: Any, name: str, wrong: Any) -> str:
+    if isinstance(value, str):
+        return value
+    wrong(name, "not a string", value)
+    return str(value)
+
+
+def _top_field(path: str | None) -> str | None:
+    """The top-level field of a dotted path such as ``attempts[0].number``."""
+    if not path or path == "envelope":
+        return None
+    return path.split(".", 1)[0].split("[", 1)[0]
+
+
+def _bare(obj: dict[str, Any]) -> Envelope:
+    return Envelope(
+        id=obj["id"], queue=obj["queue"], handler_ref=obj["handler_ref"], status=obj["status"]
+    )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    if len(text) > _SHOWN_CHARS:
+        return text[:_SHOWN_CHARS] + f"... ({len(text)} characters)"
+    return text
 
 
 def _attempt_builtins(raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
-        raise TypeError("an attempt is not an object")
+        raise TypeError(f"an attempt is a {type(raw).__name__}, not an object")
     out = dict(raw)
     for name in _ATTEMPT_TIMES:
         out[name] = from_micros(out.get(name))
     return out
+
+
+def audit_to_document(entry: AuditEntry, entry_id: str) -> dict[str, Any]:
+    """The stored form of an audit entry (``time`` is stamped by the server); the selector
+    is JSON text, like a task's body."""
+    return {
+        "_id": entry_id,
+        "actor": entry.actor,
+        "action": entry.action,
+        "queue": entry.queue,
+        "selector": msgspec.json.encode(entry.selector).decode("utf-8"),
+        "count": entry.count,
+        "reason": entry.reason,
+        "error": entry.error,
+    }
+
+
+def audit_from_document(doc: dict[str, Any]) -> AuditEntry:
+    """The audit entry stored in ``doc`` (written by ``audit_to_document``)."""
+    try:
+        selector = _json_decoder.decode(doc.get("selector") or "{}")
+    except msgspec.DecodeError:
+        selector = {"unreadable": doc.get("selector")}
+    return AuditEntry(
+        id=str(doc["_id"]),
+        time=from_micros(doc.get("time")),
+        actor=str(doc.get("actor")),
+        action=str(doc.get("action")),
+        queue=str(doc.get("queue")),
+        selector=selector if isinstance(selector, dict) else {"unreadable": selector},
+        count=int(doc.get("count") or 0),
+        reason=doc.get("reason"),
+        error=doc.get("error"),
+    )

@@ -1,7 +1,8 @@
-"""``wait_due`` by change stream: wake when a task of the queue may have become due.
+"""``wait_due``: wake when a task of the queue may have become due.
 
-Change streams need a replica set (a single-node one will do) or mongos; on a standalone
-``mongod`` the store does not advertise ``notify`` and the engine polls.
+By change stream where the server has them (a replica set, a single-node one will do, or
+mongos); on a standalone ``mongod``, or where the server refuses change streams, by asking
+the server every second when the next task falls due (``POLL_SECONDS``).
 
 The stream is opened *before* the store is asked when the next task falls due, so an enqueue
 that lands between the two is never missed. Events that wake a waiter: an insert into the
@@ -14,11 +15,13 @@ covered by never waiting past the next due time the server reports.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from pymongo.errors import OperationFailure
+import pymongo
+from pymongo.errors import OperationFailure, PyMongoError
 
 from rdq.spi import Status
 from rdq_mongo._queries import NOW_US
@@ -28,38 +31,46 @@ if TYPE_CHECKING:
 
     from rdq_mongo._connection import Connection
 
-__all__ = ["seconds_until_due", "wait_due", "wait_for_due"]
+__all__ = ["POLL_SECONDS", "seconds_until_due", "wait_due", "wait_for_due"]
 
 log = logging.getLogger("rdq_mongo")
 
 _MAX_AWAIT_MS = 1000
+POLL_SECONDS = 1.0
+"""Without change streams: how often ``wait_due`` asks for the next due time."""
 # The server cannot or may not open change streams: not a replica set (40573), the stage is
 # unknown (40324), unauthorized (13).
 _NO_CHANGE_STREAMS = frozenset({13, 40324, 40573})
 
 
-async def wait_due(connection: Connection, queue: str, timeout: float) -> bool:
+async def wait_due(
+    connection: Connection, queue: str, timeout: float, operation_timeout: float
+) -> bool:
     """Block until a task of ``queue`` may be due (True) or ``timeout`` seconds pass (False).
 
     With change streams, an enqueue, reschedule or redrive wakes the waiter at once; without
-    them (standalone server, ``rdq_notify=off``, or refused) it sleeps until the next due time
-    the server reports, or the timeout. Driver errors propagate (the caller translates)."""
+    them it asks every ``POLL_SECONDS`` when the next task falls due and wakes when one is
+    (a new task is seen within that interval). Each call to the server is bounded by
+    ``operation_timeout``; driver errors propagate (the caller translates)."""
     if connection.change_streams:
         try:
-            return await wait_for_due(connection.tasks, queue, timeout)
+            return await wait_for_due(connection.tasks, queue, timeout, operation_timeout)
         except OperationFailure as exc:
             if exc.code not in _NO_CHANGE_STREAMS:
                 raise
             log.warning("rdq_mongo: change streams refused (%s); polling instead", exc.code)
             connection.change_streams = False
-    wait = await seconds_until_due(connection.tasks, queue)
-    if wait is not None and wait <= 0:
-        return True
-    if wait is not None and wait <= timeout:
-        await asyncio.sleep(wait)
-        return True
-    await asyncio.sleep(timeout)
-    return False
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        with pymongo.timeout(operation_timeout):
+            wait = await seconds_until_due(connection.tasks, queue)
+        if wait is not None and wait <= 0:
+            return True
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return False
+        await asyncio.sleep(min(remaining, POLL_SECONDS, math.inf if wait is None else wait))
 
 
 async def seconds_until_due(tasks: AsyncCollection[dict[str, Any]], queue: str) -> float | None:
@@ -70,6 +81,7 @@ async def seconds_until_due(tasks: AsyncCollection[dict[str, Any]], queue: str) 
             "$match": {
                 "queue": queue,
                 "status": {"$in": [Status.PENDING.value, Status.IN_FLIGHT.value]},
+                "due": {"$type": "number"},
             }
         },
         {"$sort": {"due": 1}},
@@ -83,8 +95,11 @@ async def seconds_until_due(tasks: AsyncCollection[dict[str, Any]], queue: str) 
     return None
 
 
-async def wait_for_due(tasks: AsyncCollection[dict[str, Any]], queue: str, timeout: float) -> bool:
-    """Block until a task of ``queue`` may be due (True) or ``timeout`` seconds pass (False)."""
+async def wait_for_due(
+    tasks: AsyncCollection[dict[str, Any]], queue: str, timeout: float, operation_timeout: float
+) -> bool:
+    """Block until a task of ``queue`` may be due (True) or ``timeout`` seconds pass (False),
+    woken by the change stream; each call to the server is bounded by ``operation_timeout``."""
     loop = asyncio.get_running_loop()
     pipeline = [
         {
@@ -99,14 +114,22 @@ async def wait_for_due(tasks: AsyncCollection[dict[str, Any]], queue: str, timeo
             }
         }
     ]
-    await_ms = max(1, min(_MAX_AWAIT_MS, math.ceil(timeout * 1000)))
-    async with await tasks.watch(pipeline, max_await_time_ms=await_ms) as stream:
-        wait = await seconds_until_due(tasks, queue)
+    # Each getMore waits at most this long on the server, well inside the operation timeout.
+    await_ms = min(_MAX_AWAIT_MS, math.ceil(timeout * 1000), int(operation_timeout * 500))
+    with pymongo.timeout(operation_timeout):
+        stream = await tasks.watch(pipeline, max_await_time_ms=max(1, await_ms))
+    try:
+        with pymongo.timeout(operation_timeout):
+            wait = await seconds_until_due(tasks, queue)
         if wait is not None and wait <= 0:
             return True
         limit = timeout if wait is None else min(timeout, wait)
         end = loop.time() + limit
         while loop.time() < end:
-            if await stream.try_next() is not None:
-                return True
+            with pymongo.timeout(operation_timeout):
+                if await stream.try_next() is not None:
+                    return True
+    finally:
+        with pymongo.timeout(operation_timeout), contextlib.suppress(PyMongoError):
+            await stream.close()
     return wait is not None and wait <= timeout

@@ -6,36 +6,46 @@ One method per contract operation; the queries live in ``_queries``, the documen
 
 from __future__ import annotations
 
-import logging
 import secrets
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+import pymongo
 from pymongo import ReturnDocument, UpdateOne
 
 from rdq.errors import NotConnected, NotFound, StaleClaim, StorageError, ValidationError
 from rdq.spi import (
     Attempt,
+    AuditEntry,
+    AuditFilter,
     Capabilities,
     Claimed,
     Completion,
     DLQCursor,
     DLQFilter,
+    DLQGroup,
     Envelope,
+    KeysetCursor,
     Page,
     Selector,
     Stats,
     Status,
     StorageBase,
+    TaskFilter,
+    audit_scope,
     limits,
+    task_scope,
 )
 from rdq_mongo import _queries as q
-from rdq_mongo._admission import admit_batch, admit_one
+from rdq_mongo._admission import Admission, admit_batch, admit_one
 from rdq_mongo._codec import (
-    UndecodableDocument,
+    NO_ATTEMPTS,
     attempt_to_document,
+    audit_from_document,
+    audit_to_document,
     envelope_from_document,
     from_micros,
     to_micros,
@@ -44,13 +54,10 @@ from rdq_mongo._connection import Connection, Document, close_connection, open_c
 from rdq_mongo._errors import translate_errors
 from rdq_mongo._migrate import migrate
 from rdq_mongo._notify import wait_due
+from rdq_mongo._reads import dlq_groups, keyset_page, queue_stats, server_now
 from rdq_mongo._url import MongoConfig, parse_url
 
 __all__ = ["MongoStorage"]
-
-log = logging.getLogger("rdq_mongo")
-
-_NO_ATTEMPTS = {"attempts": 0}
 
 
 def _micros(delta: timedelta) -> int:
@@ -58,7 +65,8 @@ def _micros(delta: timedelta) -> int:
 
 
 class MongoStorage(StorageBase):
-    """Tasks in one collection (``<prefix>tasks``) of one database.
+    """Tasks in one collection (``<prefix>tasks``) of one database, the audit trail in
+    another (``<prefix>audit``).
 
     Build it with :meth:`from_url`; ``options`` are passed to ``pymongo.AsyncMongoClient``
     (the URL's own options win over rdq's defaults of 5 s server-selection and connect
@@ -84,13 +92,15 @@ class MongoStorage(StorageBase):
         )
 
     def capabilities(self) -> Capabilities:
-        """``notify`` is True while connected to a replica-set member or mongos (where change
-        streams work) unless the URL says ``rdq_notify=off``; False when not connected."""
+        """The same on every call: ``notify`` unless the URL says ``rdq_notify=off``
+        (``wait_due`` uses change streams where the server has them, and polls the next due
+        time every second where it does not)."""
         return Capabilities(
-            notify=self._conn is not None and self._conn.change_streams,
+            notify=self._config.notify,
             filter_pushdown=True,
             batch_enqueue=True,
             batch_complete=True,
+            group_pushdown=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -101,7 +111,7 @@ class MongoStorage(StorageBase):
     async def _close(self) -> None:
         connection, self._conn = self._conn, None
         if connection is not None:
-            await close_connection(connection)
+            await close_connection(connection, self._config.timeout)
 
     def _connection(self) -> Connection:
         """The open connection; ``NotConnected`` before ``connect`` and after ``aclose``."""
@@ -112,21 +122,27 @@ class MongoStorage(StorageBase):
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
-        with translate_errors(self._config.where):
+        """Driver errors translated, and the operation timeout: PyMongo's own (``timeoutMS``
+        for the block), which bounds server selection, each socket read and, as
+        ``maxTimeMS``, the server's work; ``StorageUnavailable`` when it runs out."""
+        with translate_errors(self._config.where), pymongo.timeout(self._config.timeout):
             yield
 
     async def migrate(self) -> None:
-        """Create the indexes (idempotent; concurrent runs are harmless)."""
+        """Create the indexes and upgrade documents of the previous release (idempotent;
+        concurrent runs are harmless). Exempt from the operation timeout: an index build or
+        an upgrade of many documents may take longer."""
         connection = self._connection()
-        with self._errors():
+        with translate_errors(self._config.where):
             await migrate(connection)
 
     # --- admission -------------------------------------------------------------------------
 
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
         connection = self._connection()
+        item = Admission.enqueued(task, delay)
         with self._errors():
-            return await admit_one(connection, task, delay)
+            return await admit_one(connection, item)
 
     async def enqueue_batch(
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
@@ -134,8 +150,17 @@ class MongoStorage(StorageBase):
         """All-or-nothing on a server with transactions; see ``_admission`` for the weaker
         guarantee on a standalone server."""
         connection = self._connection()
+        items = [Admission.enqueued(task, delay) for task in tasks]
         with self._errors():
-            return await admit_batch(connection, tasks, delay)
+            return await admit_batch(connection, items)
+
+    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
+        """Stored exactly as given, with no claim token, all-or-nothing like
+        ``enqueue_batch``."""
+        connection = self._connection()
+        items = [Admission.imported(task) for task in limits.check_imported_tasks(tasks)]
+        with self._errors():
+            return await admit_batch(connection, items)
 
     # --- claiming --------------------------------------------------------------------------
 
@@ -144,9 +169,9 @@ class MongoStorage(StorageBase):
     ) -> list[Claimed]:
         connection = self._connection()
         limits.check_queue(queue)
-        limits.check_worker_id(worker_id)
         limits.check_limit(limit)
         limits.check_lease(lease)
+        limits.check_worker_id(worker_id)
         lease_us = _micros(lease)
         claimed: list[Claimed] = []
         with self._errors():
@@ -154,44 +179,14 @@ class MongoStorage(StorageBase):
                 token = secrets.token_hex(16)
                 doc = await connection.tasks.find_one_and_update(
                     q.claim_filter(queue),
-                    q.claim_update(token, lease_us),
+                    q.claim_update(token, lease_us, worker_id),
                     sort=q.CLAIM_SORT,
                     return_document=ReturnDocument.AFTER,
                 )
                 if doc is None:
                     break
-                try:
-                    claimed.append(Claimed(envelope_from_document(doc), token))
-                except UndecodableDocument as exc:
-                    await self._quarantine(connection, exc, token)
+                claimed.append(Claimed(envelope_from_document(doc), token))
         return claimed
-
-    async def _quarantine(
-        self, connection: Connection, exc: UndecodableDocument, token: str
-    ) -> None:
-        """Move a claimed document that cannot be decoded to the DLQ (by its token), so it
-        never blocks the queue, and report it with its id."""
-        log.error(
-            "rdq_mongo: dead-lettering task %r, its stored document cannot be decoded: %s",
-            exc.task_id,
-            exc.reason,
-        )
-        await connection.tasks.update_one(
-            {"_id": exc.task_id, "token": token},
-            [
-                {
-                    "$set": {
-                        "status": Status.DEAD.value,
-                        "dead_lettered_at": q.NOW_US,
-                        "dl_error_type": "UndecodableTask",
-                        "decode_error": {"$literal": exc.reason},
-                        "due": None,
-                        "token": None,
-                        "lease_expires_at": None,
-                    }
-                }
-            ],
-        )
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         connection = self._connection()
@@ -225,8 +220,7 @@ class MongoStorage(StorageBase):
         await self._resolve(task_id, token, attempt, q.COMPLETED)
 
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
-        changes = q.dead_letter_changes(getattr(attempt, "error_type", None))
-        await self._resolve(task_id, token, attempt, changes)
+        await self._resolve(task_id, token, attempt, q.dead_letter_changes())
 
     async def complete_many(
         self, completions: Sequence[Completion]
@@ -300,48 +294,22 @@ class MongoStorage(StorageBase):
         limits.check_page(page)
         if dlq_filter is not None:
             limits.check_filter(dlq_filter)
-        query = q.dead_filter(queue, dlq_filter)
+        after = None
         if page.cursor is not None:
             cursor = DLQCursor.decode(page.cursor, queue, dlq_filter)
-            at = to_micros(cursor.dead_lettered_at)
-            query = {
-                "$and": [
-                    query,
-                    {
-                        "$or": [
-                            {"dead_lettered_at": {"$gt": at}},
-                            {"dead_lettered_at": at, "_id": {"$gt": cursor.id}},
-                        ]
-                    },
-                ]
-            }
-        out: list[Envelope] = []
-        last: Document | None = None
-        scanned = 0
-        more = False
+            after = (_key_micros(cursor.dead_lettered_at), cursor.id)
+        tasks, last = await self._task_page(
+            connection, q.dead_filter(queue, dlq_filter), page, after
+        )
+        if last is None:
+            return tasks, None
+        return tasks, DLQCursor.after(queue, dlq_filter, last[0], last[1]).encode()
+
+    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
+        connection = self._connection()
+        limits.check_queue(queue)
         with self._errors():
-            found = connection.tasks.find(
-                query,
-                projection=None if page.include_attempts else _NO_ATTEMPTS,
-                sort=q.DLQ_SORT,
-                limit=page.limit + 1,
-            )
-            async for doc in found:
-                if scanned == page.limit:
-                    more = True
-                    break
-                scanned += 1
-                last = doc
-                try:
-                    out.append(envelope_from_document(doc, with_attempts=page.include_attempts))
-                except UndecodableDocument as exc:
-                    log.error("rdq_mongo: skipping DLQ task %r in a listing: %s", exc.task_id, exc)
-        if not more or last is None:
-            return out, None
-        last_at = from_micros(last.get("dead_lettered_at"))
-        if last_at is None:
-            raise StorageError(f"DLQ task {last.get('_id')!r} has no dead_lettered_at")
-        return out, DLQCursor.after(queue, dlq_filter, last_at, str(last["_id"])).encode()
+            return await dlq_groups(connection, queue)
 
     async def get(self, task_id: str) -> Envelope:
         connection = self._connection()
@@ -350,10 +318,7 @@ class MongoStorage(StorageBase):
             doc = await connection.tasks.find_one({"_id": task_id})
         if doc is None:
             raise NotFound(task_id)
-        try:
-            return envelope_from_document(doc)
-        except UndecodableDocument as exc:
-            raise StorageError(str(exc)) from None
+        return envelope_from_document(doc)
 
     async def redrive(self, queue: str, selector: Selector) -> int:
         connection = self._connection()
@@ -361,7 +326,7 @@ class MongoStorage(StorageBase):
         limits.check_selector(selector)
         with self._errors():
             result = await connection.tasks.update_many(
-                q.selected_filter(queue, selector), q.redrive_update()
+                q.selected_filter(queue, selector, by_ids=(Status.DEAD,)), q.redrive_update()
             )
         return result.modified_count
 
@@ -369,33 +334,134 @@ class MongoStorage(StorageBase):
         connection = self._connection()
         limits.check_queue(queue)
         limits.check_selector(selector)
+        selected = q.selected_filter(queue, selector, by_ids=(Status.DEAD, Status.CANCELLED))
         with self._errors():
-            result = await connection.tasks.delete_many(q.selected_filter(queue, selector))
+            result = await connection.tasks.delete_many(selected)
         return result.deleted_count
 
+    # --- every task ------------------------------------------------------------------------
+
+    async def list_tasks(
+        self, queue: str, task_filter: TaskFilter, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        connection = self._connection()
+        limits.check_queue(queue)
+        limits.check_task_filter(task_filter)
+        limits.check_page(page)
+        scope = task_scope(queue, task_filter)
+        after = None
+        if page.cursor is not None:
+            cursor = KeysetCursor.decode(page.cursor, scope)
+            after = (_key_micros(cursor.at), cursor.id)
+        query = q.task_filter(queue, task_filter)
+        tasks, last = await self._task_page(connection, query, page, after)
+        if last is None:
+            return tasks, None
+        return tasks, KeysetCursor.after(scope, last[0], last[1]).encode()
+
+    async def _task_page(
+        self,
+        connection: Connection,
+        query: Document,
+        page: Page,
+        after: tuple[int, str] | None,
+    ) -> tuple[list[Envelope], tuple[datetime, str] | None]:
+        """One page of tasks in ``(status time, id)`` order, and the key of its last task
+        when more follow."""
+        field = q.STATUS_AT
+        with self._errors():
+            docs, more = await keyset_page(
+                connection.tasks,
+                query,
+                field,
+                limit=page.limit,
+                after=after,
+                projection=None if page.include_attempts else NO_ATTEMPTS,
+            )
+        tasks = [envelope_from_document(doc) for doc in docs]
+        if not more or not docs:
+            return tasks, None
+        last_at = from_micros(docs[-1].get(field))
+        if last_at is None:
+            raise StorageError(f"task {docs[-1].get('_id')!r} has no {field}")
+        return tasks, (last_at, str(docs[-1]["_id"]))
+
+    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
+        connection = self._connection()
+        limits.check_queue(queue)
+        ids = limits.check_ids(task_ids)
+        if not ids:
+            return 0
+        live = [Status.PENDING.value, Status.IN_FLIGHT.value]
+        with self._errors():
+            result = await connection.tasks.update_many(
+                {"_id": {"$in": list(dict.fromkeys(ids))}, "queue": queue, "status": {"$in": live}},
+                q.cancel_update(),
+            )
+        return result.modified_count
+
+    async def list_queues(self) -> list[Stats]:
+        connection = self._connection()
+        with self._errors():
+            return await queue_stats(connection, None)
+
+    # --- audit trail -----------------------------------------------------------------------
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        connection = self._connection()
+        limits.check_audit_entry(entry)
+        entry_id = uuid.uuid4().hex
+        with self._errors():
+            doc = await connection.audit.find_one_and_update(
+                {"_id": entry_id},
+                q.audit_insert(audit_to_document(entry, entry_id)),
+                upsert=True,
+                return_document=ReturnDocument.AFTER,
+            )
+        if doc is None:
+            raise StorageError(f"audit entry {entry_id} was not stored")
+        return audit_from_document(doc)
+
+    async def list_audit(
+        self, audit_filter: AuditFilter | None, page: Page
+    ) -> tuple[list[AuditEntry], str | None]:
+        connection = self._connection()
+        if audit_filter is not None:
+            limits.check_audit_filter(audit_filter)
+        limits.check_page(page)
+        scope = audit_scope(audit_filter)
+        after = None
+        if page.cursor is not None:
+            cursor = KeysetCursor.decode(page.cursor, scope)
+            after = (_key_micros(cursor.at), cursor.id)
+        with self._errors():
+            docs, more = await keyset_page(
+                connection.audit,
+                q.audit_filter(audit_filter),
+                "time",
+                limit=page.limit,
+                after=after,
+                descending=True,
+            )
+        entries = [audit_from_document(doc) for doc in docs]
+        last = entries[-1] if entries else None
+        if not more or last is None or last.time is None or last.id is None:
+            return entries, None
+        return entries, KeysetCursor.after(scope, last.time, last.id).encode()
+
     # --- operations ------------------------------------------------------------------------
+
+    async def now(self) -> datetime:
+        connection = self._connection()
+        with self._errors():
+            return await server_now(connection)
 
     async def stats(self, queue: str) -> Stats:
         connection = self._connection()
         limits.check_queue(queue)
-        counts = dict.fromkeys(Status, 0)
-        oldest_age_us: int | None = None
         with self._errors():
-            as_of = await _server_now(connection)
-            async for row in await connection.tasks.aggregate(q.stats_pipeline(queue)):
-                if row["_id"] in counts:
-                    counts[Status(row["_id"])] = row["count"]
-                if row.get("oldest_age") is not None:
-                    oldest_age_us = max(0, row["oldest_age"])
-        return Stats(
-            queue=queue,
-            pending=counts[Status.PENDING],
-            in_flight=counts[Status.IN_FLIGHT],
-            dlq_depth=counts[Status.DEAD],
-            succeeded=counts[Status.SUCCEEDED],
-            oldest_pending_age=None if oldest_age_us is None else oldest_age_us / 1_000_000,
-            as_of=as_of,
-        )
+            (stats,) = await queue_stats(connection, queue)
+        return stats
 
     async def wait_due(self, queue: str, timeout: float) -> bool:
         """Block until a task of ``queue`` may be due (True) or ``timeout`` seconds pass
@@ -404,29 +470,31 @@ class MongoStorage(StorageBase):
         limits.check_queue(queue)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
             raise ValidationError("must be a non-negative number of seconds", field="timeout")
-        with self._errors():
-            return await wait_due(connection, queue, float(timeout))
+        # The wait itself is exempt from the operation timeout; each call to the server in it
+        # is bounded by it.
+        with translate_errors(self._config.where):
+            return await wait_due(connection, queue, float(timeout), self._config.timeout)
 
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
         connection = self._connection()
         limits.check_queue(queue)
         limits.check_aware(older_than, "older_than")
+        finished = [Status.SUCCEEDED.value, Status.CANCELLED.value]
+        query = {
+            "queue": queue,
+            "status": {"$in": finished},
+            q.STATUS_AT: {"$lt": to_micros(older_than)},
+        }
         with self._errors():
-            result = await connection.tasks.delete_many(
-                {
-                    "queue": queue,
-                    "status": Status.SUCCEEDED.value,
-                    "completed_at": {"$lt": to_micros(older_than)},
-                }
-            )
+            result = await connection.tasks.delete_many(query)
         return result.deleted_count
 
 
-async def _server_now(connection: Connection) -> datetime:
-    """The server's clock, from its ``hello`` reply (millisecond precision)."""
-    reply = await connection.database.command("hello")
-    local: datetime = reply["localTime"]
-    return local if local.tzinfo is not None else local.replace(tzinfo=UTC)
+def _key_micros(at: datetime) -> int:
+    micros = to_micros(at)
+    if micros is None:  # a decoded cursor always carries a time
+        raise StorageError("a cursor without a time")
+    return micros
 
 
 def _check_resolution(task_id: str, token: str, attempt: Attempt) -> None:

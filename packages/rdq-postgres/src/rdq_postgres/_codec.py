@@ -1,18 +1,48 @@
 """Envelopes to statement arguments and result rows back to envelopes, losslessly.
 
 Free-form fields (payload, headers, attempts, retry, unknown fields) are stored as ``json`` text
-written by msgspec and decoded by msgspec, so a round trip returns exactly what was given."""
+written by msgspec and decoded by msgspec, so a round trip returns exactly what was given.
+
+A row whose JSON columns do not decode into their types (written by hand or by a buggy
+producer in another language) never makes a read raise: it becomes an envelope with
+``corrupt`` set, naming each bad column with its raw stored value, and the columns that did
+decode filled in."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import asyncpg
 import msgspec
 
-from rdq.spi import Attempt, Envelope, RetryOverride, Status, envelope_from_builtins
+from rdq.errors import NotFound, StaleClaim, ValidationError
+from rdq.spi import (
+    Attempt,
+    AuditEntry,
+    Completion,
+    DLQFilter,
+    Envelope,
+    RetryOverride,
+    Stats,
+    Status,
+    envelope_from_builtins,
+)
 
-__all__ = ["attempt_args", "encode_json", "enqueue_args", "envelope_from_row"]
+__all__ = [
+    "attempt_args",
+    "audit_args",
+    "audit_from_row",
+    "completion_results",
+    "encode_json",
+    "enqueue_args",
+    "envelope_from_row",
+    "filter_args",
+    "import_args",
+    "stats_from_row",
+    "text_column",
+]
 
 _encoder = msgspec.json.Encoder()
 _decode = msgspec.json.decode
@@ -32,8 +62,14 @@ _COLUMNS = (
     "lease_expires_at",
     "completed_at",
     "dead_lettered_at",
+    "priority",
+    "claimed_by",
+    "claimed_at",
+    "cancelled_at",
     "format_version",
 )
+_RAW_SHOWN = 2000
+"""At most this many characters of a bad stored value are quoted in ``Envelope.corrupt``."""
 
 
 def _json(value: Any) -> str:
@@ -43,16 +79,19 @@ def _json(value: Any) -> str:
 encode_json = _json
 
 
-def _text(value: str | None) -> str | None:
+def text_column(value: str | None) -> str | None:
     """Text columns cannot hold NUL; the json columns keep the exact value."""
     return value.replace("\x00", "\ufffd") if value is not None else None
 
 
+def _unknown(task: Envelope) -> dict[str, Any]:
+    return {k: v for k, v in task.extra.items() if k not in _KNOWN}
+
+
 def enqueue_args(task: Envelope, payload: str | None = None) -> tuple[Any, ...]:
     """``(id, queue, handler_ref, payload, headers, attempt_count, redrive_count, attempts,
-    error_type, next_attempt_at, retry, format_version, extra)`` for the enqueue statements
-    (``payload``: the payload already encoded as JSON, if it was)."""
-    extra = {k: v for k, v in task.extra.items() if k not in _KNOWN}
+    error_type, next_attempt_at, retry, format_version, extra, priority)`` for the enqueue
+    statements (``payload``: the payload already encoded as JSON, if it was)."""
     last_error = task.attempts[-1].error_type if task.attempts else None
     return (
         task.id,
@@ -63,31 +102,67 @@ def enqueue_args(task: Envelope, payload: str | None = None) -> tuple[Any, ...]:
         task.attempt_count,
         task.redrive_count,
         _json(task.attempts),
-        _text(last_error),
+        text_column(last_error),
         task.next_attempt_at,
         None if task.retry is None else _json(task.retry),
         task.format_version,
-        _json(extra),
+        _json(_unknown(task)),
+        task.priority,
+    )
+
+
+def import_args(task: Envelope) -> tuple[Any, ...]:
+    """Every stored field of ``task``, in the order of import_tasks.sql's arrays."""
+    last_error = task.attempts[-1].error_type if task.attempts else None
+    return (
+        task.id,
+        task.queue,
+        task.handler_ref,
+        _json(task.payload),
+        _json(task.headers),
+        task.status.value,
+        task.attempt_count,
+        task.redrive_count,
+        _json(task.attempts),
+        text_column(last_error),
+        task.created_at,
+        task.next_attempt_at,
+        task.lease_expires_at,
+        task.completed_at,
+        task.dead_lettered_at,
+        task.cancelled_at,
+        None if task.retry is None else _json(task.retry),
+        task.priority,
+        task.claimed_by,
+        task.claimed_at,
+        task.format_version,
+        _json(_unknown(task)),
     )
 
 
 def attempt_args(attempt: Attempt) -> tuple[str, str | None]:
     """The attempt record as JSON and its error type (for the DLQ filter column)."""
-    return _json(attempt), _text(attempt.error_type)
+    return _json(attempt), text_column(attempt.error_type)
 
 
 def envelope_from_row(row: asyncpg.Record) -> Envelope:
-    """Rebuild the envelope from a row of the task table.
+    """Rebuild the envelope from a row of the task table; never raises.
 
     The common row (no unknown fields) is built directly, its JSON columns decoded straight
-    into their types; anything else, or a value that does not decode, takes the general path,
-    which keeps unknown fields and names the offending field in its ``ValidationError``."""
+    into their types; anything else takes the general path, which keeps unknown fields and
+    converts leniently (an attempt number written as text, say). A row that does not decode
+    even so comes back with ``corrupt`` set (see :func:`_corrupt_envelope`)."""
+    if row["quarantine"] is not None:
+        return _corrupt_envelope(row)
     if row["extra"] in (None, "{}"):
         try:
             return _envelope_from_typed_row(row)
-        except (msgspec.ValidationError, ValueError):
+        except (msgspec.MsgspecError, ValueError):
             pass
-    return _envelope_from_builtins_row(row)
+    try:
+        return _envelope_from_builtins_row(row)
+    except (ValidationError, msgspec.MsgspecError, ValueError, TypeError):
+        return _corrupt_envelope(row)
 
 
 def _envelope_from_typed_row(row: asyncpg.Record) -> Envelope:
@@ -108,12 +183,19 @@ def _envelope_from_typed_row(row: asyncpg.Record) -> Envelope:
         completed_at=row["completed_at"],
         dead_lettered_at=row["dead_lettered_at"],
         retry=None if retry is None else _decode_retry(retry),
+        priority=row["priority"],
+        claimed_by=row["claimed_by"],
+        claimed_at=row["claimed_at"],
+        cancelled_at=row["cancelled_at"],
         format_version=row["format_version"],
     )
 
 
 def _envelope_from_builtins_row(row: asyncpg.Record) -> Envelope:
-    fields: dict[str, Any] = _decode(row["extra"]) if row["extra"] not in (None, "{}") else {}
+    extra = _decode(row["extra"]) if row["extra"] not in (None, "{}") else {}
+    if not isinstance(extra, dict):
+        raise ValidationError("must be a JSON object", field="extra")
+    fields: dict[str, Any] = {k: v for k, v in extra.items() if k not in _KNOWN}
     for column in _COLUMNS:
         fields[column] = row[column]
     fields["payload"] = _decode(row["payload"])
@@ -122,3 +204,152 @@ def _envelope_from_builtins_row(row: asyncpg.Record) -> Envelope:
     retry = row["retry"]
     fields["retry"] = None if retry is None else _decode(retry)
     return envelope_from_builtins(fields)
+
+
+_JSON_COLUMNS: dict[str, Any] = {
+    "payload": Any,
+    "headers": dict[str, str],
+    "attempts": list[Attempt],
+    "retry": RetryOverride | None,
+    "extra": dict[str, Any],
+}
+
+
+def _shown(raw: str) -> str:
+    """``raw``, or its start when it is long."""
+    return raw if len(raw) <= _RAW_SHOWN else f"{raw[:_RAW_SHOWN]}… ({len(raw)} characters)"
+
+
+def _corrupt_envelope(row: asyncpg.Record) -> Envelope:
+    """The envelope of a row that does not decode: ``id``, ``queue``, ``status`` and every
+    typed column as stored, each JSON column that decodes into its type, defaults for the
+    others, and ``corrupt`` naming each bad column with (the start of) its raw value, and each
+    raw value kept in ``quarantine``."""
+    problems: list[str] = []
+    quarantine = row["quarantine"]
+    if quarantine is not None:
+        try:
+            kept = msgspec.json.decode(quarantine, type=dict[str, msgspec.Raw])
+        except msgspec.MsgspecError:
+            kept = {"?": msgspec.Raw(quarantine.encode())}
+        for column, raw_value in kept.items():
+            problems.append(
+                f"column {column} held a value it cannot hold, kept in column quarantine: "
+                + _shown(bytes(raw_value).decode())
+            )
+    decoded: dict[str, Any] = {}
+    for column, kind in _JSON_COLUMNS.items():
+        raw = row[column]
+        if raw is None:
+            continue
+        try:
+            decoded[column] = msgspec.convert(_decode(raw), kind, strict=False)
+        except (msgspec.MsgspecError, ValueError, TypeError) as exc:
+            problems.append(f"column {column} does not decode ({exc}); stored: {_shown(raw)}")
+    try:
+        status: Any = Status(row["status"])
+    except ValueError:
+        status = row["status"]
+        problems.append(f"column status holds an unknown status: {status!r}")
+    task = Envelope(
+        id=row["id"],
+        queue=row["queue"],
+        handler_ref=row["handler_ref"],
+        status=status,
+        corrupt="; ".join(problems) or "the stored task does not decode",
+        **{c: row[c] for c in _COLUMNS if c not in ("id", "queue", "handler_ref", "status")},
+    )
+    for column, value in decoded.items():
+        if column == "extra":
+            task.extra = {k: v for k, v in value.items() if k not in _KNOWN}
+        else:
+            setattr(task, column, value)
+    return task
+
+
+def filter_args(dlq_filter: DLQFilter | None) -> tuple[Any, ...]:
+    """``(error_type, handler_ref, after, before)`` of a DLQ filter (``None``: any)."""
+    f = dlq_filter or DLQFilter()
+    return (text_column(f.error_type), f.handler_ref, f.dead_lettered_after, f.dead_lettered_before)
+
+
+_STATS_COLUMNS = (
+    ("pending", "pending"),
+    ("in_flight", "in_flight"),
+    ("dead", "dlq_depth"),
+    ("succeeded", "succeeded"),
+    ("cancelled", "cancelled"),
+)
+
+
+def stats_from_row(row: asyncpg.Record, cap: int) -> Stats:
+    """The ``Stats`` of a row of queue_stats.part: a count that reached ``cap`` (the
+    exact-count threshold + 1) is replaced by the planner's estimate (at least ``cap``) and
+    named in ``estimated``."""
+    now: datetime = row["as_of"]
+    oldest: datetime | None = row["oldest_due"]
+    counts: dict[str, int] = {}
+    estimated: list[str] = []
+    for column, field in _STATS_COLUMNS:
+        count: int = row[column]
+        if count >= cap:
+            count = max(cap, row[f"{column}_estimate"] or 0)
+            estimated.append(field)
+        counts[field] = count
+    return Stats(
+        queue=row["queue"],
+        oldest_pending_age=None if oldest is None else max(0.0, (now - oldest).total_seconds()),
+        as_of=now,
+        estimated=tuple(estimated),
+        **counts,
+    )
+
+
+def audit_args(entry: AuditEntry) -> tuple[Any, ...]:
+    """``(actor, action, queue, selector, count, reason, error)`` for append_audit.sql."""
+    return (
+        text_column(entry.actor),
+        text_column(entry.action),
+        entry.queue,
+        _json(entry.selector),
+        entry.count,
+        text_column(entry.reason),
+        text_column(entry.error),
+    )
+
+
+def audit_from_row(row: asyncpg.Record) -> AuditEntry:
+    """An audit entry as stored (its selector decoded; ``{}`` if it does not decode)."""
+    try:
+        selector = _decode(row["selector"])
+    except msgspec.MsgspecError:
+        selector = {}
+    return AuditEntry(
+        id=row["id"],
+        time=row["time"],
+        actor=row["actor"],
+        action=row["action"],
+        queue=row["queue"],
+        selector=selector if isinstance(selector, dict) else {"value": selector},
+        count=row["count"],
+        reason=row["reason"],
+        error=row["error"],
+    )
+
+
+def completion_results(
+    completions: Sequence[Completion], first: Mapping[str, Completion], row: asyncpg.Record
+) -> list[StaleClaim | NotFound | None]:
+    """Per completion, from complete_many.sql's ``done`` and ``found``: ``None`` if applied
+    (only the item ``first`` holds for its id), else ``StaleClaim`` or ``NotFound``."""
+    done = set(row["done"] or ())
+    found = done.union(row["found"] or ())  # found is only looked up when some failed
+    results: list[StaleClaim | NotFound | None] = []
+    for item in completions:
+        if item.task_id in done and first.get(item.task_id) is item:
+            results.append(None)
+        elif item.task_id in found:
+            results.append(StaleClaim(item.task_id))
+        else:
+            results.append(NotFound(item.task_id))
+    return results

@@ -13,27 +13,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import asyncpg
 
-from rdq_postgres._url import PostgresConfig
+from rdq.errors import NotConnected, StorageError
+from rdq_postgres._errors import translate_errors
+from rdq_postgres._url import PostgresConfig, endpoint
 
-__all__ = ["ConnectionPool", "open_connection"]
+__all__ = ["ConnectionPool", "Database", "open_connection"]
 
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
 
 
-async def open_connection(config: PostgresConfig) -> asyncpg.Connection:
-    """One new connection with the store's settings (driver errors propagate)."""
+async def open_connection(config: PostgresConfig, *, bounded: bool = True) -> asyncpg.Connection:
+    """One new connection with the store's settings (driver errors propagate). A ``bounded``
+    one gives up on a statement after ``config.timeout`` seconds (and, with
+    ``server_timeout``, so does the server); ``migrate`` uses an unbounded one."""
     settings = {} if "application_name=" in config.dsn else {"application_name": "rdq"}
+    if bounded and config.server_timeout:
+        settings["statement_timeout"] = str(math.ceil(config.timeout * 1000))
     return await asyncpg.connect(
         config.dsn,
         statement_cache_size=config.statement_cache_size,
-        command_timeout=config.command_timeout,
-        timeout=config.connect_timeout,
+        command_timeout=config.timeout if bounded else None,
+        timeout=config.connect_timeout or config.timeout,
         # the URL's own application_name, if any, wins (asyncpg reads it from the DSN)
         server_settings=settings,
     )
@@ -190,3 +197,101 @@ class ConnectionPool:
         idle, self._idle = self._idle, []
         for conn, _ in idle:
             self._drop(conn)
+
+
+class Database:
+    """The store's side of the connection: a pool opened by :meth:`open`, and statements run
+    on it with driver errors translated (``translate_errors``) at this boundary. ``owner``
+    names the store in ``NotConnected``."""
+
+    def __init__(self, config: PostgresConfig, owner: str) -> None:
+        self.config = config
+        self.endpoint = endpoint(config.dsn)
+        self._owner = owner
+        self._pool: ConnectionPool | None = None
+
+    async def connect_one(self) -> asyncpg.Connection:
+        """A connection of its own (for LISTEN), outside the pool."""
+        return await open_connection(self.config)
+
+    async def open(self) -> None:
+        """Open the pool: ``StorageUnavailable`` naming host:port when the server cannot be
+        reached or refuses the credentials."""
+        pool = ConnectionPool(self.connect_one, self.config.pool_min, self.config.pool_max)
+        with translate_errors(self.endpoint):
+            try:
+                await pool.start()
+            except BaseException:
+                pool.terminate()
+                raise
+        self._pool = pool
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    def lost(self) -> None:
+        """The server went away: every idle connection of the pool is dead too. Replace them
+        all on next use, so one failed operation, not one per pooled connection, reports it."""
+        if self._pool is not None:
+            self._pool.expire()
+
+    @property
+    def pool(self) -> ConnectionPool:
+        """The open pool (``NotConnected`` when the store is not open)."""
+        if self._pool is None:
+            raise NotConnected(self._owner, closed=True)
+        return self._pool
+
+    @contextlib.contextmanager
+    def _operation(self) -> Iterator[None]:
+        """Errors translated, and the whole operation (a free connection, a new one, the
+        statement) bounded by ``config.timeout``: past it, ``StorageUnavailable``."""
+        with translate_errors(self.endpoint, self.lost):
+            try:
+                yield
+            except TimeoutError:
+                raise TimeoutError(
+                    f"no answer within the operation timeout ({self.config.timeout:g} s)"
+                ) from None
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        pool = self.pool
+        with self._operation():
+            async with asyncio.timeout(self.config.timeout):
+                rows: list[asyncpg.Record] = await pool.fetch(query, *args)
+        return rows
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record:
+        """The row of a statement that always returns exactly one."""
+        pool = self.pool
+        with self._operation():
+            async with asyncio.timeout(self.config.timeout):
+                row: asyncpg.Record | None = await pool.fetchrow(query, *args)
+        if row is None:
+            raise StorageError(f"PostgreSQL at {self.endpoint}: a statement returned no row")
+        return row
+
+    async def execute(self, query: str, *args: Any) -> int:
+        """Run a DELETE/UPDATE; the number of rows it touched."""
+        pool = self.pool
+        with self._operation():
+            async with asyncio.timeout(self.config.timeout):
+                status: str = await pool.execute(query, *args)
+        return int(status.rsplit(" ", 1)[-1])
+
+    @contextlib.asynccontextmanager
+    async def unbounded(self) -> AsyncIterator[asyncpg.Connection]:
+        """A new connection of its own with no time limit (``migrate``), closed afterwards."""
+        self.pool  # noqa: B018 - NotConnected unless the store is open
+        with translate_errors(self.endpoint):
+            conn = await open_connection(self.config, bounded=False)
+        try:
+            with translate_errors(self.endpoint):
+                yield conn
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), self.config.timeout)
+            if not conn.is_closed():
+                conn.terminate()

@@ -7,13 +7,28 @@ from collections.abc import Callable, Iterator
 
 import asyncpg
 import asyncpg.exceptions
+import msgspec
 
-from rdq.errors import RdqError, StorageError, StorageUnavailable
+from rdq.errors import IDConflict, RdqError, StorageError, StorageUnavailable
 
-__all__ = ["is_unavailable", "translate_errors"]
+__all__ = ["ID_CONFLICT", "id_conflict", "is_unavailable", "translate_errors"]
 
-# SQLSTATE classes and codes that mean "the server is not there (now)": retry later.
-_UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300", "25006", "28", "3D000")
+ID_CONFLICT = "RQ409"
+"""The SQLSTATE of ``id_conflict()`` (migration 0002): a batch's id is in another queue."""
+
+# SQLSTATE classes and codes that mean "the server is not there (now)": retry later. 57014
+# is a statement cancelled by the server's statement_timeout (the operation timeout).
+_UNAVAILABLE_STATES = (
+    "08",
+    "57P01",
+    "57P02",
+    "57P03",
+    "57014",
+    "53300",
+    "25006",
+    "28",
+    "3D000",
+)
 
 # Undefined table, function or column: the schema is missing or older than this code.
 _SCHEMA_BEHIND_STATES = ("42P01", "42883", "42703")
@@ -37,6 +52,12 @@ def is_unavailable(exc: BaseException) -> bool:
     return False
 
 
+def _timed_out(exc: BaseException) -> bool:
+    return isinstance(exc, TimeoutError) or (
+        isinstance(exc, asyncpg.PostgresError) and exc.sqlstate == "57014"
+    )
+
+
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -45,22 +66,43 @@ def _reason(exc: BaseException) -> str:
     return reason
 
 
+def id_conflict(detail: str | None, endpoint: str, message: str) -> RdqError:
+    """The ``IDConflict`` that an RQ409 error names in its ``detail`` (a ``StorageError`` if
+    the detail is malformed)."""
+    try:
+        found = msgspec.json.decode(detail or "", type=dict[str, str])
+        return IDConflict(found["id"], found["queue"])
+    except (msgspec.DecodeError, KeyError):
+        return StorageError(f"PostgreSQL at {endpoint}: {message}")
+
+
 @contextlib.contextmanager
 def translate_errors(endpoint: str, on_lost: Callable[[], None] | None = None) -> Iterator[None]:
     """Run a block, turning driver exceptions into ``StorageUnavailable`` (retryable: the
-    server at ``endpoint`` is unreachable, restarting, or refused us) or ``StorageError``.
-    ``on_lost`` runs when connections were lost (to drop the pool's dead ones)."""
+    server at ``endpoint`` is unreachable, restarting, or refused us), ``IDConflict`` (the
+    RQ409 error of a batch admission: nothing was stored) or ``StorageError``. ``on_lost``
+    runs when connections were lost (to drop the pool's dead ones)."""
     try:
         yield
     except RdqError:
         raise
     except Exception as exc:
-        if is_unavailable(exc):
-            if on_lost is not None:
-                on_lost()
-            raise StorageUnavailable(
-                f"PostgreSQL at {endpoint} is unavailable: {_reason(exc)}"
-            ) from None
-        if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
-            raise StorageError(f"PostgreSQL at {endpoint}: {_reason(exc)}") from None
-        raise
+        translated = _translated(exc, endpoint, on_lost)
+        if translated is exc:
+            raise
+        raise translated from None
+
+
+def _translated(exc: Exception, endpoint: str, on_lost: Callable[[], None] | None) -> Exception:
+    """The rdq error for a driver exception (``exc`` itself if it is not the driver's)."""
+    if is_unavailable(exc):
+        # a timeout loses only the connection it ran on (the pool drops that one)
+        if on_lost is not None and not _timed_out(exc):
+            on_lost()
+        return StorageUnavailable(f"PostgreSQL at {endpoint} is unavailable: {_reason(exc)}")
+    if isinstance(exc, asyncpg.PostgresError) and exc.sqlstate == ID_CONFLICT:
+        detail = getattr(exc, "detail", None)
+        return id_conflict(detail, endpoint, f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
+        return StorageError(f"PostgreSQL at {endpoint}: {_reason(exc)}")
+    return exc

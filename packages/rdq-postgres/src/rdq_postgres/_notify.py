@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -71,6 +72,31 @@ class DueListener:
             waiters.discard(future)
             if not waiters:
                 del self._waiters[queue]
+
+    async def wait(
+        self,
+        queue: str,
+        timeout: float,
+        next_due: Callable[[], Awaitable[tuple[datetime, datetime | None]]],
+    ) -> bool:
+        """``wait_due``: True when a NOTIFY names ``queue``, when the queue's next due time
+        (``next_due()`` gives the database's now and it, read after the waiter is registered,
+        so no NOTIFY is missed in between) passes, or when the connection is lost; False when
+        ``timeout`` seconds pass first."""
+        future = self.register(queue)
+        try:
+            now, due = await next_due()
+            if due is not None and due <= now:
+                return True
+            wait, timed = timeout, False
+            if due is not None and (due - now).total_seconds() < wait:
+                wait, timed = (due - now).total_seconds(), True
+            try:
+                return await asyncio.wait_for(future, wait)
+            except TimeoutError:
+                return timed
+        finally:
+            self.unregister(queue, future)
 
     def _wake(self, futures: set[asyncio.Future[bool]]) -> None:
         for future in futures:

@@ -17,41 +17,58 @@ import msgspec
 
 from rdq.errors import (
     IDConflict,
-    NotConnected,
     NotFound,
-    RdqError,
     StaleClaim,
-    StorageError,
     ValidationError,
 )
 from rdq.spi import (
-    FORMAT_VERSION,
     Attempt,
+    AuditEntry,
+    AuditFilter,
     Capabilities,
     Claimed,
     Completion,
     DLQCursor,
     DLQFilter,
+    DLQGroup,
     Envelope,
+    KeysetCursor,
     Page,
     Selector,
     Stats,
     StorageBase,
+    TaskFilter,
+    audit_scope,
+    group_order,
     limits,
+    task_scope,
 )
-from rdq_postgres._codec import attempt_args, encode_json, enqueue_args, envelope_from_row
-from rdq_postgres._connection import ConnectionPool, open_connection
+from rdq_postgres._admission import Admission, admission, admission_in, importing, stored_flags
+from rdq_postgres._codec import (
+    attempt_args,
+    audit_args,
+    audit_from_row,
+    completion_results,
+    enqueue_args,
+    envelope_from_row,
+    filter_args,
+    stats_from_row,
+    text_column,
+)
+from rdq_postgres._connection import Database
 from rdq_postgres._errors import translate_errors
 from rdq_postgres._migrate import apply_migrations
 from rdq_postgres._notify import Announcer, DueListener
+from rdq_postgres._outbox import driver_errors, runner_for
 from rdq_postgres._queries import Queries
-from rdq_postgres._url import PostgresConfig, endpoint, parse_url
+from rdq_postgres._url import PostgresConfig, parse_url
 
 __all__ = ["PostgresStorage"]
 
 _ZERO = timedelta(0)
-_ID_CONFLICT = "RQ409"  # raised by the id_conflict() function of migration 0002
-_encode = msgspec.json.Encoder().encode
+_COUNT_CAP = limits.EXACT_COUNT_THRESHOLD + 1
+_OVERVIEW_CONNECTIONS = 4
+"""At most this many statements of ``list_queues`` run at once."""
 
 
 class PostgresStorage(StorageBase):
@@ -60,10 +77,10 @@ class PostgresStorage(StorageBase):
 
     def __init__(self, config: PostgresConfig | None = None) -> None:
         self.config = config or PostgresConfig()
-        self.endpoint = endpoint(self.config.dsn)
+        self._db = Database(self.config, type(self).__name__)
+        self.endpoint = self._db.endpoint
         self._sql = Queries(self.config.schema, self.config.channel)
-        self._pool: ConnectionPool | None = None
-        self._listener = DueListener(self._connect_one, self.config.channel)
+        self._listener = DueListener(self._db.connect_one, self.config.channel)
         self._announcer = Announcer(self._notify)
 
     @classmethod
@@ -77,74 +94,24 @@ class PostgresStorage(StorageBase):
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    async def _connect_one(self) -> asyncpg.Connection:
-        return await open_connection(self.config)
-
     async def _open(self) -> None:
         """Open the pool. Raises ``StorageUnavailable`` naming host:port when the server
         cannot be reached or refuses the credentials."""
-        pool = ConnectionPool(self._connect_one, self.config.pool_min, self.config.pool_max)
-        with translate_errors(self.endpoint):
-            try:
-                await pool.start()
-            except BaseException:
-                pool.terminate()
-                raise
-        self._pool = pool
+        await self._db.open()
 
     async def _close(self) -> None:
         await self._announcer.aclose()
         await self._listener.close()
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
-
-    def _lost(self) -> None:
-        # The server went away: every idle connection of the pool is dead too. Replace them
-        # all on next use, so one failed operation, not one per pooled connection, reports it.
-        if self._pool is not None:
-            self._pool.expire()
-
-    def _ready(self) -> ConnectionPool:
-        """The pool of an open store (``NotConnected`` otherwise)."""
-        pool = self._pool
-        if pool is None:
-            self._check_open()
-            raise NotConnected(type(self).__name__)  # closing: _close has taken the pool
-        return pool
-
-    async def _fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
-        pool = self._ready()
-        with translate_errors(self.endpoint, self._lost):
-            rows: list[asyncpg.Record] = await pool.fetch(query, *args)
-            return rows
-
-    async def _fetchrow(self, query: str, *args: Any) -> asyncpg.Record:
-        """The one row a statement that always returns one row returned."""
-        pool = self._ready()
-        with translate_errors(self.endpoint, self._lost):
-            row: asyncpg.Record | None = await pool.fetchrow(query, *args)
-        if row is None:
-            raise StorageError(f"PostgreSQL at {self.endpoint}: a statement returned no row")
-        return row
-
-    async def _execute(self, query: str, *args: Any) -> int:
-        """Run a DELETE/UPDATE; return the number of rows it touched."""
-        pool = self._ready()
-        with translate_errors(self.endpoint, self._lost):
-            status: str = await pool.execute(query, *args)
-        return int(status.rsplit(" ", 1)[-1])
+        await self._db.close()
 
     async def migrate(self) -> None:
         """Create or upgrade the schema under an advisory lock (idempotent, concurrent-safe)."""
         self._check_open()
-        pool = self._ready()
-        with translate_errors(self.endpoint, self._lost):
-            async with pool.connection() as conn:
-                await apply_migrations(conn, self.config.schema, self.config.channel)
+        async with self._db.unbounded() as conn:
+            await apply_migrations(conn, self.config.schema, self.config.channel)
 
     async def _notify(self, queues: list[str]) -> None:
-        await self._execute(self._sql.notify, queues)
+        await self._db.execute(self._sql.notify, queues)
 
     def _announce(self, *queues: str) -> None:
         if self.config.notify:
@@ -156,6 +123,7 @@ class PostgresStorage(StorageBase):
             filter_pushdown=True,
             batch_enqueue=True,
             batch_complete=True,
+            group_pushdown=True,
         )
 
     # --- admission -------------------------------------------------------------------------
@@ -164,12 +132,11 @@ class PostgresStorage(StorageBase):
         self._check_open()
         limits.check_task(task)
         limits.check_delay(delay)
-        args = enqueue_args(task)
-        if await self._fetch(self._sql.enqueue, *args[:10], delay or _ZERO, *args[10:]):
+        if await self._db.fetch(self._sql.enqueue, *enqueue_args(task), delay or _ZERO):
             self._announce(task.queue)
             return True
         # The id is taken (the rare path: a second round trip to say by which queue).
-        rows = await self._fetch(self._sql.existing_queue, task.id)
+        rows = await self._db.fetch(self._sql.existing_queue, task.id)
         if rows and rows[0]["queue"] != task.queue:
             raise IDConflict(task.id, rows[0]["queue"])
         return False
@@ -178,59 +145,54 @@ class PostgresStorage(StorageBase):
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
     ) -> list[bool]:
         self._check_open()
-        limits.check_delay(delay)
-        payloads = _checked_payloads(tasks)
-        first_queue: dict[str, str] = {}
-        unique: list[tuple[Envelope, str]] = []
-        for task, payload in zip(tasks, payloads, strict=True):
-            # duplicates within the batch: the first occurrence counts
-            queue = first_queue.setdefault(task.id, task.queue)
-            if len(first_queue) > len(unique):
-                unique.append((task, payload))
-            elif queue != task.queue:
-                raise IDConflict(task.id, queue)
-        if not unique:
+        batch = admission(self._sql, tasks, delay)
+        if batch is None:
             return []
-        if all(_fresh(task) for task, _ in unique):
-            row = await self._admit(
-                self._sql.enqueue_batch_fresh,
-                [task.id for task, _ in unique],
-                _compact([task.queue for task, _ in unique]),
-                _compact([task.handler_ref for task, _ in unique]),
-                [payload for _, payload in unique],
-                [encode_json(task.headers) if task.headers else "{}" for task, _ in unique]
-                if any(task.headers for task, _ in unique)
-                else [],
-                FORMAT_VERSION,
-                delay or _ZERO,
-            )
-        else:
-            columns = zip(*(enqueue_args(task, payload) for task, payload in unique), strict=True)
-            row = await self._admit(self._sql.enqueue_batch, *map(list, columns), delay or _ZERO)
-        present = set(row["present"] or ())
-        stored = {task.id for task, _ in unique if task.id not in present}
-        self._announce(*{task.queue for task, _ in unique if task.id in stored})
-        if len(stored) == len(tasks):
-            return [True] * len(tasks)
-        result = []
-        for task in tasks:
-            result.append(task.id in stored)
-            stored.discard(task.id)
-        return result
+        stored = await self._admit(batch)
+        self._announce(*batch.queues(stored))
+        return stored_flags(tasks, stored)
 
-    async def _admit(self, query: str, *args: Any) -> asyncpg.Record:
-        """Run a batch enqueue statement; its RQ409 error becomes ``IDConflict``."""
-        pool = self._ready()
-        with translate_errors(self.endpoint, self._lost):
-            try:
-                row: asyncpg.Record | None = await pool.fetchrow(query, *args)
-            except asyncpg.PostgresError as exc:
-                if exc.sqlstate == _ID_CONFLICT:
-                    raise _id_conflict(exc, self.endpoint) from None
-                raise
-        if row is None:
-            raise StorageError(f"PostgreSQL at {self.endpoint}: a statement returned no row")
-        return row
+    async def enqueue_in(
+        self, connection: object, tasks: Sequence[Envelope], *, delay: timedelta | None = None
+    ) -> list[bool]:
+        """Admit ``tasks`` on ``connection`` — an asyncpg connection, a psycopg 3
+        ``AsyncConnection`` or a SQLAlchemy ``AsyncConnection``/``AsyncSession`` the
+        application owns — inside its transaction: they are stored when that transaction
+        commits (and wake idle workers then) and never exist if it rolls back.
+
+        The same admission as ``enqueue_batch``: every task checked first
+        (``ValidationError``), idempotent by id (``False`` for an id already in the same
+        queue, this transaction's own earlier tasks included), ``IDConflict`` for an id held
+        by another queue, which leaves nothing of this call stored and the transaction
+        usable. One statement; the store's own pool is not used. Driver errors are raised as
+        ``StorageError`` (``StorageUnavailable`` when the connection is lost)."""
+        self._check_open()
+        batch = admission_in(self._sql, tasks, delay, notify=self.config.notify)
+        if batch is None:
+            return []
+        runner = await runner_for(connection)
+        with driver_errors(self.endpoint):
+            row = await runner.fetchrow(batch.query, batch.args)
+            stored = set(row["stored"] or ())
+            if row["conflict_id"] is not None:
+                if stored:  # our own rows, not yet visible to anyone else
+                    await runner.execute(self._sql.unadmit, [sorted(stored)])
+                raise IDConflict(row["conflict_id"], row["conflict_queue"])
+        return stored_flags(tasks, stored)
+
+    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
+        self._check_open()
+        batch = importing(self._sql, tasks)
+        if batch is None:
+            return []
+        stored = await self._admit(batch)
+        self._announce(*batch.queues(stored))
+        return stored_flags(tasks, stored)
+
+    async def _admit(self, batch: Admission) -> set[str]:
+        """Run a batch admission statement; the ids it stored. An id in another queue fails
+        the whole statement (RQ409: nothing stored), raised as ``IDConflict``."""
+        return batch.stored(await self._db.fetchrow(batch.query, *batch.args))
 
     # --- claiming --------------------------------------------------------------------------
 
@@ -242,9 +204,9 @@ class PostgresStorage(StorageBase):
         limits.check_worker_id(worker_id)
         limits.check_limit(limit)
         limits.check_lease(lease)
-        rows = await self._fetch(self._sql.claim, queue, limit, lease)
+        rows = await self._db.fetch(self._sql.claim, queue, limit, lease, worker_id)
         if len(rows) > 1:
-            rows.sort(key=lambda r: (r["claimed_due_at"], r["id"]))
+            rows.sort(key=lambda r: (-r["priority"], r["claimed_due_at"], r["id"]))
         return [Claimed(envelope_from_row(row), row["token"]) for row in rows]
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
@@ -252,7 +214,7 @@ class PostgresStorage(StorageBase):
         limits.check_task_id(task_id)
         limits.check_token(token)
         limits.check_lease(lease)
-        row = await self._fetchrow(self._sql.extend_lease, task_id, token, lease)
+        row = await self._db.fetchrow(self._sql.extend_lease, task_id, token, lease)
         expires: datetime | None = row["lease_expires_at"]
         if expires is None:
             raise StaleClaim(task_id) if row["found"] else NotFound(task_id)
@@ -276,7 +238,7 @@ class PostgresStorage(StorageBase):
         self._check_open()
         self._check_resolution(task_id, token, attempt)
         limits.check_aware(next_at, "next_at")
-        row = await self._fetchrow(
+        row = await self._db.fetchrow(
             self._sql.reschedule, task_id, token, *attempt_args(attempt), next_at
         )
         self._fenced(task_id, row)
@@ -285,7 +247,7 @@ class PostgresStorage(StorageBase):
     async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
         self._check_open()
         self._check_resolution(task_id, token, attempt)
-        row = await self._fetchrow(self._sql.complete, task_id, token, *attempt_args(attempt))
+        row = await self._db.fetchrow(self._sql.complete, task_id, token, *attempt_args(attempt))
         self._fenced(task_id, row)
 
     async def complete_many(
@@ -304,29 +266,19 @@ class PostgresStorage(StorageBase):
             return []
         items = list(first.values())
         encoded = [attempt_args(item.attempt) for item in items]
-        row = await self._fetchrow(
+        row = await self._db.fetchrow(
             self._sql.complete_many,
             [item.task_id for item in items],
             [item.token for item in items],
             [json for json, _ in encoded],
             [error_type for _, error_type in encoded],
         )
-        done = set(row["done"] or ())
-        found = done.union(row["found"] or ())  # found is only looked up when some failed
-        results: list[StaleClaim | NotFound | None] = []
-        for item in completions:
-            if item.task_id in done and first.get(item.task_id) is item:
-                results.append(None)
-            elif item.task_id in found:
-                results.append(StaleClaim(item.task_id))
-            else:
-                results.append(NotFound(item.task_id))
-        return results
+        return completion_results(completions, first, row)
 
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         self._check_open()
         self._check_resolution(task_id, token, attempt)
-        row = await self._fetchrow(self._sql.dead_letter, task_id, token, *attempt_args(attempt))
+        row = await self._db.fetchrow(self._sql.dead_letter, task_id, token, *attempt_args(attempt))
         self._fenced(task_id, row)
 
     # --- DLQ -------------------------------------------------------------------------------
@@ -339,12 +291,14 @@ class PostgresStorage(StorageBase):
         limits.check_page(page)
         if dlq_filter is not None:
             limits.check_filter(dlq_filter)
-        args = (queue, *_filter_args(dlq_filter), page.include_attempts, page.limit + 1)
+        args = (queue, *filter_args(dlq_filter), page.include_attempts, page.limit + 1)
         if page.cursor is None:
-            rows = await self._fetch(self._sql.dlq_first, *args)
+            rows = await self._db.fetch(self._sql.dlq_first, *args)
         else:
             cursor = DLQCursor.decode(page.cursor, queue, dlq_filter)
-            rows = await self._fetch(self._sql.dlq_next, *args, cursor.dead_lettered_at, cursor.id)
+            rows = await self._db.fetch(
+                self._sql.dlq_next, *args, cursor.dead_lettered_at, cursor.id
+            )
         tasks = [envelope_from_row(row) for row in rows[: page.limit]]
         if len(rows) <= page.limit or not tasks:
             return tasks, None
@@ -355,7 +309,7 @@ class PostgresStorage(StorageBase):
     async def get(self, task_id: str) -> Envelope:
         self._check_open()
         limits.check_task_id(task_id)
-        rows = await self._fetch(self._sql.get, task_id)
+        rows = await self._db.fetch(self._sql.get, task_id)
         if not rows:
             raise NotFound(task_id)
         return envelope_from_row(rows[0])
@@ -365,10 +319,10 @@ class PostgresStorage(StorageBase):
         limits.check_queue(queue)
         limits.check_selector(selector)
         if selector.ids is not None:
-            row = await self._fetchrow(self._sql.redrive_ids, queue, list(selector.ids))
+            row = await self._db.fetchrow(self._sql.redrive_ids, queue, list(selector.ids))
         else:
-            row = await self._fetchrow(
-                self._sql.redrive_filter, queue, *_filter_args(selector.filter)
+            row = await self._db.fetchrow(
+                self._sql.redrive_filter, queue, *filter_args(selector.filter)
             )
         count: int = row["n"]
         if count:
@@ -380,32 +334,152 @@ class PostgresStorage(StorageBase):
         limits.check_queue(queue)
         limits.check_selector(selector)
         if selector.ids is not None:
-            return await self._execute(self._sql.purge_ids, queue, list(selector.ids))
-        return await self._execute(self._sql.purge_filter, queue, *_filter_args(selector.filter))
+            return await self._db.execute(self._sql.purge_ids, queue, list(selector.ids))
+        return await self._db.execute(self._sql.purge_filter, queue, *filter_args(selector.filter))
+
+    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
+        """Counted in SQL over the queue's DEAD tasks (task_dlq_idx)."""
+        self._check_open()
+        limits.check_queue(queue)
+        rows = await self._db.fetch(self._sql.dlq_groups, queue)
+        groups = [
+            DLQGroup(
+                handler_ref=row["handler_ref"],
+                error_type=row["error_type"],
+                count=row["n"],
+                first_dead_lettered_at=row["first_at"],
+                last_dead_lettered_at=row["last_at"],
+            )
+            for row in rows
+        ]
+        groups.sort(key=group_order)
+        return groups
+
+    # --- every task ------------------------------------------------------------------------
+
+    async def list_tasks(
+        self, queue: str, task_filter: TaskFilter, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_task_filter(task_filter)
+        limits.check_page(page)
+        scope = task_scope(queue, task_filter)
+        args: tuple[Any, ...] = (
+            queue,
+            text_column(task_filter.error_type),
+            task_filter.handler_ref,
+            task_filter.after,
+            task_filter.before,
+            page.include_attempts,
+            page.limit + 1,
+        )
+        status = task_filter.status
+        if page.cursor is None:
+            rows = await self._db.fetch(self._sql.list_tasks(status, after=False), *args)
+        else:
+            cursor = KeysetCursor.decode(page.cursor, scope)
+            query = self._sql.list_tasks(status, after=True)
+            rows = await self._db.fetch(query, *args, cursor.at, cursor.id)
+        tasks = [envelope_from_row(row) for row in rows[: page.limit]]
+        if len(rows) <= page.limit:
+            return tasks, None
+        last = rows[page.limit - 1]
+        return tasks, KeysetCursor.after(scope, last["listed_at"], last["id"]).encode()
+
+    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
+        self._check_open()
+        limits.check_queue(queue)
+        if isinstance(task_ids, str) or not isinstance(task_ids, Sequence):
+            raise ValidationError("must be a sequence of task ids", field="ids")
+        if len(task_ids) > limits.MAX_SELECTOR_IDS:
+            raise ValidationError(f"more than {limits.MAX_SELECTOR_IDS} ids", field="ids")
+        ids = limits.check_ids(task_ids, "ids")
+        if not ids:
+            return 0
+        return await self._db.execute(self._sql.cancel, queue, ids)
+
+    async def list_queues(self) -> list[Stats]:
+        """The queue names from a loose index scan, then every queue's stats (see ``stats``
+        for the counts), the queues split over a few statements that run at once."""
+        self._check_open()
+        names: list[str] = (await self._db.fetchrow(self._sql.queue_names))["queues"] or []
+        # a few statements at once, each on its own connection (counting is CPU-bound)
+        parallel = max(1, min(_OVERVIEW_CONNECTIONS, self.config.pool_max, len(names)))
+        chunks = [names[i::parallel] for i in range(parallel)] if names else []
+        pages = await asyncio.gather(
+            *(self._db.fetch(self._sql.stats, _COUNT_CAP, chunk) for chunk in chunks)
+        )
+        queues = [stats_from_row(row, _COUNT_CAP) for rows in pages for row in rows]
+        queues.sort(key=lambda stats: stats.queue)
+        # a queue emptied between the two statements no longer holds a task
+        return [
+            s
+            for s in queues
+            if s.pending or s.in_flight or s.dlq_depth or s.succeeded or s.cancelled
+        ]
+
+    # --- audit trail -----------------------------------------------------------------------
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        self._check_open()
+        limits.check_audit_entry(entry)
+        row = await self._db.fetchrow(self._sql.append_audit, *audit_args(entry))
+        return msgspec.structs.replace(entry, id=row["id"], time=row["time"])
+
+    async def list_audit(
+        self, audit_filter: AuditFilter | None, page: Page
+    ) -> tuple[list[AuditEntry], str | None]:
+        self._check_open()
+        if audit_filter is not None:
+            limits.check_audit_filter(audit_filter)
+        limits.check_page(page)
+        f = audit_filter or AuditFilter()
+        scope = audit_scope(audit_filter)
+        args = (
+            text_column(f.queue),
+            text_column(f.action),
+            text_column(f.actor),
+            f.after,
+            f.before,
+            page.limit + 1,
+        )
+        if page.cursor is None:
+            rows = await self._db.fetch(self._sql.list_audit(after=False), *args)
+        else:
+            cursor = KeysetCursor.decode(page.cursor, scope)
+            query = self._sql.list_audit(after=True)
+            rows = await self._db.fetch(query, *args, cursor.at, cursor.id)
+        entries = [audit_from_row(row) for row in rows[: page.limit]]
+        if len(rows) <= page.limit:
+            return entries, None
+        last = rows[page.limit - 1]
+        return entries, KeysetCursor.after(scope, last["time"], last["id"]).encode()
 
     # --- operations ------------------------------------------------------------------------
 
+    async def now(self) -> datetime:
+        self._check_open()
+        row = await self._db.fetchrow(self._sql.now)
+        now: datetime = row["now"]
+        return now
+
     async def stats(self, queue: str) -> Stats:
+        """Counts up to ``limits.EXACT_COUNT_THRESHOLD`` are exact (each reads at most that
+        many index entries); above it they are the planner's estimate from the table's
+        statistics (named in ``Stats.estimated``)."""
         self._check_open()
         limits.check_queue(queue)
-        row = await self._fetchrow(self._sql.stats, queue)
-        now: datetime = row["as_of"]
-        oldest: datetime | None = row["oldest_due"]
-        return Stats(
-            queue=queue,
-            pending=row["pending"],
-            in_flight=row["in_flight"],
-            dlq_depth=row["dead"],
-            succeeded=row["succeeded"],
-            oldest_pending_age=None if oldest is None else (now - oldest).total_seconds(),
-            as_of=now,
-        )
+        row = await self._db.fetchrow(self._sql.stats, _COUNT_CAP, [queue])
+        return stats_from_row(row, _COUNT_CAP)
 
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
         self._check_open()
         limits.check_queue(queue)
         limits.check_aware(older_than, "older_than")
-        return await self._execute(self._sql.purge_succeeded, queue, older_than)
+        row = await self._db.fetchrow(self._sql.purge_succeeded, queue, older_than)
+        deleted: int = row["n"]
+        return deleted
 
     async def wait_due(self, queue: str, timeout: float) -> bool:
         """Block until a task of ``queue`` may be due (a NOTIFY from an enqueue, reschedule or
@@ -416,67 +490,11 @@ class PostgresStorage(StorageBase):
             raise ValidationError("must be a non-negative number of seconds", field="timeout")
         if not self.config.notify:
             raise NotImplementedError("notify is turned off for this store (notify=false)")
-        self._ready()
-        with translate_errors(self.endpoint, self._lost):
+        with translate_errors(self.endpoint, self._db.lost):
             await self._listener.ensure()
-        future = self._listener.register(queue)
-        try:
-            row = await self._fetchrow(self._sql.next_due, queue)
-            now: datetime = row["now"]
-            next_due: datetime | None = row["next_due"]
-            if next_due is not None and next_due <= now:
-                return True
-            wait, timed = float(timeout), False
-            if next_due is not None and (next_due - now).total_seconds() < wait:
-                wait, timed = (next_due - now).total_seconds(), True
-            try:
-                return await asyncio.wait_for(future, wait)
-            except TimeoutError:
-                return timed
-        finally:
-            self._listener.unregister(queue, future)
 
+        async def next_due() -> tuple[datetime, datetime | None]:
+            row = await self._db.fetchrow(self._sql.next_due, queue)
+            return row["now"], row["next_due"]
 
-def _checked_payloads(tasks: Sequence[Envelope]) -> list[str]:
-    """``limits.check_task`` for every task, in order (so a batch is refused exactly as one
-    ``enqueue`` per task would be); returns each payload encoded as JSON."""
-    payloads = []
-    for task in tasks:
-        limits.check_task(task)
-        payloads.append(_encode(task.payload).decode())
-    return payloads
-
-
-def _compact(values: list[str]) -> list[str]:
-    """``values``, or only its first when all are the same (enqueue_batch_fresh.sql)."""
-    first = values[0]
-    return [first] if values.count(first) == len(values) else values
-
-
-def _fresh(task: Envelope) -> bool:
-    """True if ``task`` is new (what ``Client.submit`` builds): stored by
-    ``enqueue_batch_fresh`` with constants for everything but names, payload and headers."""
-    return (
-        task.attempt_count == 0
-        and task.redrive_count == 0
-        and not task.attempts
-        and task.retry is None
-        and task.next_attempt_at is None
-        and task.format_version == FORMAT_VERSION
-        and not task.extra
-    )
-
-
-def _id_conflict(exc: asyncpg.PostgresError, endpoint: str) -> RdqError:
-    """The ``IDConflict`` that the RQ409 error of a batch enqueue names in its detail."""
-    try:
-        found = msgspec.json.decode(getattr(exc, "detail", None) or "", type=dict[str, str])
-        return IDConflict(found["id"], found["queue"])
-    except (msgspec.DecodeError, KeyError):
-        return StorageError(f"PostgreSQL at {endpoint}: {type(exc).__name__}: {exc}")
-
-
-def _filter_args(dlq_filter: DLQFilter | None) -> tuple[Any, ...]:
-    f = dlq_filter or DLQFilter()
-    error_type = None if f.error_type is None else f.error_type.replace("\x00", "\ufffd")
-    return (error_type, f.handler_ref, f.dead_lettered_after, f.dead_lettered_before)
+        return await self._listener.wait(queue, float(timeout), next_due)

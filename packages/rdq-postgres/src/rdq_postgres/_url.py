@@ -5,12 +5,14 @@ otherwise send unknown parameters to the server as settings)."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rdq.errors import ConfigError
+from rdq.spi import limits
 
 __all__ = ["PostgresConfig", "endpoint", "parse_url"]
 
@@ -36,10 +38,15 @@ class PostgresConfig:
     """Most connections the store opens (plus one for LISTEN when ``notify`` is used)."""
     statement_cache_size: int = 256
     """asyncpg's prepared-statement cache per connection; 0 for PgBouncer transaction mode."""
-    connect_timeout: float = 10.0
-    """Seconds to wait for a connection."""
-    command_timeout: float | None = None
-    """Seconds a single statement may take (None: no limit)."""
+    timeout: float = limits.DEFAULT_OPERATION_TIMEOUT
+    """Seconds one operation may take, waiting for a connection included, before it raises
+    ``StorageUnavailable`` (``migrate`` and ``wait_due``'s wait are exempt)."""
+    connect_timeout: float | None = None
+    """Seconds to wait for a new connection (default: ``timeout``)."""
+    server_timeout: bool = True
+    """Also have the server stop a statement after ``timeout`` (PostgreSQL's
+    ``statement_timeout``, sent when connecting; PgBouncer refuses that unless told to
+    ignore it: turn this off there)."""
     notify: bool = True
     """Offer ``wait_due`` through LISTEN/NOTIFY (needs a session connection: not through
     PgBouncer in transaction mode, turn it off there)."""
@@ -55,8 +62,9 @@ _FIELDS = {
     "pool_min": int,
     "pool_max": int,
     "statement_cache_size": int,
+    "timeout": float,
     "connect_timeout": float,
-    "command_timeout": float,
+    "server_timeout": bool,
     "notify": bool,
 }
 
@@ -93,14 +101,21 @@ def parse_url(url: str, **overrides: Any) -> PostgresConfig:
     kept: list[tuple[str, str]] = []
     values: dict[str, Any] = {}
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key == "command_timeout":  # the name of earlier releases
+            key = "timeout"
         if key in _FIELDS:
             values[key] = _convert(key, value)
         else:
             kept.append((key, value))
     for key, value in overrides.items():
+        if key == "command_timeout":
+            key = "timeout"
         if key not in _FIELDS:
             raise ConfigError(f"unknown option {key!r}", key=key)
-        values[key] = None if value is None else _convert(key, value)
+        if value is None:
+            values.pop(key, None)  # the default
+        else:
+            values[key] = _convert(key, value)
     dsn = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(kept)))
     config = PostgresConfig(dsn=dsn, **values)
     if not _IDENT.fullmatch(config.schema):
@@ -112,6 +127,10 @@ def parse_url(url: str, **overrides: Any) -> PostgresConfig:
         raise ConfigError("need 0 <= pool_min <= pool_max and pool_max >= 1", key="pool_max")
     if config.statement_cache_size < 0:
         raise ConfigError("must not be negative", key="statement_cache_size")
+    for key in ("timeout", "connect_timeout"):
+        seconds = getattr(config, key)
+        if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
+            raise ConfigError(f"must be a number of seconds above 0, not {seconds!r}", key=key)
     return config
 
 

@@ -199,7 +199,10 @@ def envelope_from_hash(
         obj[name] = _time(fields, name, problems)
     claimed_by = fields.get(b"claimed_by")
     obj["claimed_by"] = None if claimed_by is None else claimed_by.decode("utf-8", "replace")
-    obj["attempts"] = _attempts(fields.get(b"attempts"), problems) if with_attempts else []
+    # Without attempts, a page carries the field only when it does not look like a JSON array
+    # (see task_page.lua): decoded for the problem it shows, then left out.
+    attempts = _attempts(fields.get(b"attempts"), problems)
+    obj["attempts"] = attempts if with_attempts else []
     for key, value in fields.items():
         if key.startswith(b"raw."):
             name = key[4:].decode("utf-8", "replace")
@@ -238,7 +241,7 @@ def _status(raw: bytes | None, indexed: Status | None, problems: list[str]) -> S
             stored = Status(raw.decode())
         except (UnicodeDecodeError, ValueError):
             problems.append(f"status: not a status; stored value: {_show(raw)}")
-    elif indexed is None:
+    else:
         problems.append("status is missing")
     if indexed is not None:
         if stored is not None and stored != indexed:

@@ -19,7 +19,7 @@ from rdq_redis._errors import translate_errors
 from rdq_redis._keys import LAYOUT, QueueKeys, layout_key, registry_key
 from rdq_redis._queries import Scripts
 
-__all__ = ["check_layout", "check_server", "layout_error", "migrate"]
+__all__ = ["check_layout", "check_server", "layout_error", "migrate", "stored_layout"]
 
 _log = logging.getLogger("rdq_redis")
 _BATCH = 500
@@ -29,17 +29,26 @@ _BATCH = 500
 async def check_layout(client: Client, prefix: str, address: str) -> int:
     """The key layout of everything under ``prefix``: ``LAYOUT``, or the older (or newer)
     version found. A prefix that holds no task yet is given the current version."""
+    version = await stored_layout(client, prefix, address)
+    if version is not None:
+        return version
+    with translate_errors(address):
+        # Layout 1 wrote no version; it always wrote an id index entry per task.
+        async for _ in client.scan_iter(match=f"{prefix}:id:{{*", count=1000):
+            return 1
+        await client.set(layout_key(prefix), str(LAYOUT), nx=True)
+    return await stored_layout(client, prefix, address) or LAYOUT
+
+
+async def stored_layout(client: Client, prefix: str, address: str) -> int | None:
+    """The version ``<prefix>:layout`` holds (None when it holds none)."""
     key = layout_key(prefix)
     with translate_errors(address):
         raw = await client.get(key)
-        if raw is None:
-            # Layout 1 wrote no version; it always wrote an id index entry per task.
-            async for _ in client.scan_iter(match=f"{prefix}:id:{{*", count=1000):
-                return 1
-            await client.set(key, str(LAYOUT), nx=True)
-            raw = await client.get(key)
+    if raw is None:
+        return None
     try:
-        return int(raw)  # type: ignore[arg-type]
+        return int(raw)
     except (TypeError, ValueError):
         raise StorageError(
             f"Redis at {address}: {key} holds {raw!r}, not a key layout version"

@@ -42,7 +42,7 @@ from rdq_redis._codec import (
 from rdq_redis._connection import Client, Connection, open_connection
 from rdq_redis._errors import translate_errors
 from rdq_redis._keys import LAYOUT, AuditKeys, QueueKeys, index_key, registry_key
-from rdq_redis._migrate import check_layout, layout_error, migrate
+from rdq_redis._migrate import check_layout, layout_error, migrate, stored_layout
 from rdq_redis._notify import Waiters
 from rdq_redis._pages import audit_page, dlq_page, task_page
 from rdq_redis._queries import Scripts
@@ -119,9 +119,10 @@ class RedisStorage(StorageBase):
         session = self._live()
         if session.layout != LAYOUT:
             client = session.connection.client
-            session.layout = await check_layout(client, self._prefix, self._address)
-            if session.layout != LAYOUT:
-                raise layout_error(session.layout, self._prefix, self._address)
+            found = await stored_layout(client, self._prefix, self._address)
+            if found != LAYOUT:
+                raise layout_error(found or session.layout, self._prefix, self._address)
+            session.layout = found
         return session.scripts
 
     def _redis(self) -> Client:

@@ -16,12 +16,12 @@ from typing import Any
 
 import structlog
 
-from rdq import audit
 from rdq.admin._fallback import SCAN_PAGE, list_filtered
 from rdq.admin._paging import bounded_page
-from rdq.admin._selectors import TaskSelector
-from rdq.audit import Action, AuditRecord, AuditSink
-from rdq.errors import NotFound, ValidationError
+from rdq.admin._record import record_action
+from rdq.admin._scan import ids_in, scan_dlq, scan_tasks
+from rdq.admin._selectors import TaskSelector, check_action, check_task_selector
+from rdq.audit import Action, AuditSink
 from rdq.spi import (
     AuditEntry,
     AuditFilter,
@@ -76,12 +76,9 @@ class TaskAdmin:
         return await self.storage.stats(limits.check_queue(queue))
 
     async def list_queues(self) -> list[Stats]:
-        """Every queue holding a task, with its stats, by name ([] when the store cannot list
-        its queues)."""
-        try:
-            return await self.storage.list_queues()
-        except NotImplementedError:
-            return []
+        """Every queue holding a task, with its stats, by name. Raises
+        ``NotImplementedError`` from a store that cannot list its queues yet."""
+        return await self.storage.list_queues()
 
     async def list_tasks(
         self,
@@ -146,19 +143,35 @@ class TaskAdmin:
         limits.check_selector(selector)
         if selector.ids is not None:
             wanted = (Status.DEAD, Status.CANCELLED) if action == "purge" else (Status.DEAD,)
-            return len(await self._ids_in(queue, selector.ids, wanted))
-        return sum([len(batch) async for batch in self._scan_dlq(queue, selector.filter)])
+            return len(await ids_in(self.storage, queue, selector.ids, wanted))
+        return sum(
+            [
+                len(batch)
+                async for batch in scan_dlq(
+                    self.storage, self.filters_in_storage, queue, selector.filter
+                )
+            ]
+        )
 
     async def count_cancel(self, queue: str, selector: TaskSelector) -> int:
         """How many tasks of ``queue`` a cancel of ``selector`` would cancel now."""
         limits.check_queue(queue)
-        _check_task_selector(selector)
+        check_task_selector(selector)
         if selector.ids is not None:
-            return len(await self._ids_in(queue, selector.ids, (Status.PENDING, Status.IN_FLIGHT)))
+            return len(
+                await ids_in(self.storage, queue, selector.ids, (Status.PENDING, Status.IN_FLIGHT))
+            )
         task_filter = selector.filter
         if task_filter is None:  # unreachable: a TaskSelector holds ids or a filter
             return 0
-        return sum([len(batch) async for batch in self._scan_tasks(queue, task_filter)])
+        return sum(
+            [
+                len(batch)
+                async for batch in scan_tasks(
+                    self.storage, self.filters_in_storage, queue, task_filter
+                )
+            ]
+        )
 
     async def list_audit(
         self, audit_filter: AuditFilter | None = None, page: Page | None = None
@@ -186,7 +199,7 @@ class TaskAdmin:
 
         ``dry_run`` only counts them. Otherwise an audit record naming ``actor`` is written,
         also when the operation fails part-way (with the count done so far and the error)."""
-        _check_action(queue, actor, reason)
+        check_action(queue, actor, reason)
         limits.check_selector(selector)
         if dry_run:
             return await self.count(queue, selector, action="redrive")
@@ -204,7 +217,7 @@ class TaskAdmin:
     ) -> int:
         """Delete the selected DEAD tasks of ``queue`` (by ids, CANCELLED ones too); return
         how many. Audited like :meth:`redrive`."""
-        _check_action(queue, actor, reason)
+        check_action(queue, actor, reason)
         limits.check_selector(selector)
         if dry_run:
             return await self.count(queue, selector, action="purge")
@@ -224,8 +237,8 @@ class TaskAdmin:
 
         A cancelled task never runs again; an IN_FLIGHT one's claim is revoked, so its worker
         abandons it at its next heartbeat or resolution. Audited like :meth:`redrive`."""
-        _check_action(queue, actor, reason)
-        _check_task_selector(selector)
+        check_action(queue, actor, reason)
+        check_task_selector(selector)
         if dry_run:
             return await self.count_cancel(queue, selector)
         return await self._run("cancel", queue, selector, actor, reason, progress)
@@ -248,9 +261,15 @@ class TaskAdmin:
                     done = await operation(queue, selector)
                     _report(progress, done, done)
                     return done
-                ids = [t.id async for page in self._scan_dlq(queue, selector.filter) for t in page]
+                ids = [
+                    t.id
+                    async for page in scan_dlq(
+                        self.storage, self.filters_in_storage, queue, selector.filter
+                    )
+                    for t in page
+                ]
             elif isinstance(selector, TaskSelector) and selector.filter is not None:
-                scan = self._scan_tasks(queue, selector.filter)
+                scan = self._selected(queue, selector.filter)
                 ids = [t.id async for page in scan for t in page]
             else:
                 ids = list(dict.fromkeys(selector.ids or []))
@@ -265,7 +284,9 @@ class TaskAdmin:
             raise
         finally:
             _count_metric(action, queue, done)
-            await self._audit(action, queue, selector, actor, reason, done, error)
+            await record_action(
+                self.storage, self.sinks, action, queue, selector, actor, reason, done, error
+            )
 
     async def _apply(self, action: Action, queue: str, ids: list[str]) -> int:
         if action == "cancel":
@@ -273,106 +294,13 @@ class TaskAdmin:
         operation = self.storage.redrive if action == "redrive" else self.storage.purge
         return await operation(queue, Selector(ids=ids))
 
-    async def _audit(
-        self,
-        action: Action,
-        queue: str,
-        selector: Selector | TaskSelector,
-        actor: str,
-        reason: str | None,
-        count: int,
-        error: str | None,
-    ) -> None:
-        """Store the record in the audit trail, then log it and hand it to every sink.
+    # --- helpers -------------------------------------------------------------------------
 
-        Raises what the store or a sink raised, after every other destination got it."""
-        entry = AuditEntry(
-            actor=actor,
-            action=action,
-            queue=queue,
-            selector=audit.selector_to_builtins(selector),
-            count=count,
-            reason=reason,
-            error=error[: limits.MAX_ERROR_MESSAGE_LENGTH] if error else None,
-        )
-        failure: BaseException | None = None
-        stored: AuditEntry | None = None
-        try:
-            stored = await self.storage.append_audit(entry)
-        except NotImplementedError:
-            pass
-        except Exception as exc:
-            _log.error("the storage did not record the audit entry", error=str(exc))
-            failure = exc
-        record = AuditRecord(
-            actor=actor,
-            action=action,
-            queue=queue,
-            selector=entry.selector,
-            count=count,
-            reason=reason,
-            time=stored.time if stored is not None and stored.time else audit.now_utc(),
-            error=error,
-            id=stored.id if stored is not None else None,
-        )
-        try:
-            await audit.emit(record, self.sinks)
-        except Exception as exc:
-            failure = failure or exc
-        if failure is not None:
-            raise failure
+    def _dead(self, queue: str, dlq_filter: DLQFilter | None) -> AsyncIterator[list[Envelope]]:
+        return scan_dlq(self.storage, self.filters_in_storage, queue, dlq_filter)
 
-    # --- helpers ---------------------------------------------------------------------------
-
-    async def _ids_in(
-        self, queue: str, ids: Sequence[str], statuses: tuple[Status, ...]
-    ) -> list[str]:
-        found: list[str] = []
-        for task_id in dict.fromkeys(ids):
-            try:
-                task = await self.storage.get(task_id)
-            except NotFound:
-                continue
-            if task.queue == queue and task.status in statuses:
-                found.append(task_id)
-        return found
-
-    async def _scan_dlq(
-        self, queue: str, dlq_filter: DLQFilter | None
-    ) -> AsyncIterator[list[Envelope]]:
-        """Yield the DLQ of ``queue`` page by page, filtered (by the store or here)."""
-        pushdown = self.filters_in_storage
-        store_filter = dlq_filter if pushdown else None
-        need_attempts = (
-            not pushdown and dlq_filter is not None and dlq_filter.error_type is not None
-        )
-        cursor: str | None = None
-        while True:
-            page = Page(limit=SCAN_PAGE, cursor=cursor, include_attempts=need_attempts)
-            tasks, cursor = await self.storage.dlq_list(queue, store_filter, page)
-            if dlq_filter is not None and not pushdown:
-                tasks = [t for t in tasks if dlq_filter.matches(t)]
-            if tasks:
-                yield tasks
-            if cursor is None:
-                return
-
-    async def _scan_tasks(
-        self, queue: str, task_filter: TaskFilter
-    ) -> AsyncIterator[list[Envelope]]:
-        """Yield the tasks ``task_filter`` selects in ``queue``, page by page."""
-        pushdown = self.filters_in_storage
-        store_filter = task_filter if pushdown else TaskFilter(status=task_filter.status)
-        need_attempts = not pushdown and task_filter.error_type is not None
-        cursor: str | None = None
-        while True:
-            page = Page(limit=SCAN_PAGE, cursor=cursor, include_attempts=need_attempts)
-            tasks, cursor = await self.storage.list_tasks(queue, store_filter, page)
-            tasks = [t for t in tasks if task_filter.matches(t)]
-            if tasks:
-                yield tasks
-            if cursor is None:
-                return
+    def _selected(self, queue: str, task_filter: TaskFilter) -> AsyncIterator[list[Envelope]]:
+        return scan_tasks(self.storage, self.filters_in_storage, queue, task_filter)
 
     async def _list_dlq_filtered(
         self, queue: str, dlq_filter: DLQFilter, page: Page
@@ -420,32 +348,6 @@ def _as_task_filter(dlq_filter: DLQFilter) -> TaskFilter:
         after=dlq_filter.dead_lettered_after,
         before=dlq_filter.dead_lettered_before,
     )
-
-
-def _check_action(queue: str, actor: str, reason: str | None) -> None:
-    limits.check_queue(queue)
-    if not isinstance(actor, str) or not actor:
-        raise ValidationError("must be a non-empty string", field="actor")
-    if len(actor) > limits.MAX_AUDIT_WORD_LENGTH:
-        raise ValidationError(
-            f"longer than {limits.MAX_AUDIT_WORD_LENGTH} characters", field="actor"
-        )
-    if reason is not None and len(reason) > limits.MAX_AUDIT_REASON_LENGTH:
-        raise ValidationError(
-            f"longer than {limits.MAX_AUDIT_REASON_LENGTH} characters", field="reason"
-        )
-
-
-def _check_task_selector(selector: object) -> TaskSelector:
-    if not isinstance(selector, TaskSelector):
-        raise ValidationError("must be an rdq.admin.TaskSelector", field="selector")
-    if selector.ids is not None:
-        if len(selector.ids) > limits.MAX_SELECTOR_IDS:
-            raise ValidationError(f"more than {limits.MAX_SELECTOR_IDS} ids", field="selector.ids")
-        limits.check_ids(selector.ids, "selector.ids")
-    if selector.filter is not None:
-        limits.check_task_filter(selector.filter, "selector.filter")
-    return selector
 
 
 def _report(progress: ProgressCallback | None, done: int, total: int | None) -> None:

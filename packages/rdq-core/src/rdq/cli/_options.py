@@ -6,7 +6,7 @@ import getpass
 import socket
 import sys
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -90,7 +90,13 @@ class _AwareDateTime(click.ParamType[datetime]):
             self.fail(f"{value!r} is not an RFC 3339 time", param, ctx)
         if parsed.tzinfo is None:
             self.fail(f"{value!r} has no UTC offset (add Z or +HH:MM)", param, ctx)
-        return parsed
+        try:
+            in_utc = parsed.astimezone(UTC)
+        except OverflowError:
+            in_utc = None
+        if in_utc is None or not 1 <= in_utc.year <= 9999:
+            self.fail(f"{value!r} is out of range (years 1-9999 in UTC)", param, ctx)
+        return in_utc
 
 
 AWARE = _AwareDateTime()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -193,6 +194,10 @@ async def confirm_and_act(target: Target, action: Action, yes: bool, as_json: bo
                 f"{action.verb} of {count} tasks needs --yes when not interactive"
             )
         click.confirm(f"{action.verb} {count} task(s) of queue {action.queue}?", abort=True)
+        if action.reason is None:
+            asked = "Reason (kept in the audit trail)"
+            reason = click.prompt(asked, default="", show_default=False)
+            action = dataclasses.replace(action, reason=reason.strip() or None)
     with _ProgressBar(count, as_json) as advance:
         done = await target.act(action, advance)
     _report(action, done, False, as_json)

@@ -141,7 +141,11 @@ class DirectTarget(Target):
     async def stats(self, queues: list[str]) -> list[dict[str, Any]]:
         if queues:
             return [msgspec.to_builtins(await self._admin.stats(q)) for q in queues]
-        return [msgspec.to_builtins(s) for s in await self._admin.list_queues()]
+        try:
+            found = await self._admin.list_queues()
+        except NotImplementedError:
+            raise TargetError("this store cannot list its queues yet: name them") from None
+        return [msgspec.to_builtins(s) for s in found]
 
     async def get(self, task_id: str) -> dict[str, Any]:
         from rdq.spi import envelope_to_builtins

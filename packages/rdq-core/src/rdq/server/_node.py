@@ -45,15 +45,27 @@ class Node:
     async def queues(self) -> list[Stats]:
         """Every queue the store holds tasks for, and the queues this node works (even when
         empty), by name."""
-        found = {s.queue: s for s in await self.admin.list_queues()}
+        try:
+            found = {s.queue: s for s in await self.admin.list_queues()}
+        except NotImplementedError:  # a store without list_queues: the configured ones
+            found = {}
         for queue in self.settings.queues:
             if queue not in found:
                 found[queue] = await self.storage.stats(queue)
         return [found[name] for name in sorted(found)]
 
 
+READS = frozenset(
+    {"get", "stats", "list_tasks", "dlq_list", "list_queues", "dlq_groups", "list_audit", "now"}
+)
+"""The operations a node bounds by ``request_timeout``. Mutations (submit, redrive, purge,
+cancel, the audit entry) are bounded by the store's own ``timeout`` only: cutting one short on
+the client side would not stop the backend from finishing it, and a large redrive may
+legitimately take longer than a page view."""
+
+
 class TimeLimitedStorage:
-    """A view of a store whose every operation gives up after ``seconds`` with
+    """A view of a store whose read operations give up after ``seconds`` with
     ``StorageUnavailable`` (a frozen database is an outage, and a request must say so while
     its client still waits). The store's own ``timeout`` applies underneath."""
 
@@ -67,7 +79,7 @@ class TimeLimitedStorage:
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._storage, name)
-        if not inspect.iscoroutinefunction(value):
+        if name not in READS or not inspect.iscoroutinefunction(value):
             return value
         return _bounded(value, self._seconds, name)
 

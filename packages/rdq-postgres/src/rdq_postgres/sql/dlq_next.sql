@@ -2,7 +2,7 @@
 SELECT id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
        CASE WHEN $6 THEN attempts ELSE '[]'::json END AS attempts, created_at,
        next_attempt_at, lease_expires_at, completed_at, dead_lettered_at, retry,
-       format_version, extra
+       priority, claimed_by, claimed_at, cancelled_at, format_version, quarantine, extra
 FROM {schema}.task
 WHERE queue = $1 AND status = 'DEAD'
   AND (dead_lettered_at, id) > ($8::timestamptz, $9::text)

@@ -7,21 +7,22 @@ WITH input AS (
     FROM unnest(
         $1::text[], $2::text[], $3::text[], $4::json[], $5::json[], $6::integer[],
         $7::integer[], $8::json[], $9::text[], $10::timestamptz[], $11::json[],
-        $12::integer[], $13::json[]
+        $12::integer[], $13::json[], $14::smallint[]
     ) WITH ORDINALITY AS i(
         id, queue, handler_ref, payload, headers, attempt_count, redrive_count, attempts,
-        error_type, next_attempt_at, retry, format_version, extra, n
+        error_type, next_attempt_at, retry, format_version, extra, priority, n
     )
 ),
 ins AS (
     INSERT INTO {schema}.task (
         id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
-        attempts, error_type, created_at, next_attempt_at, retry, format_version, extra
+        attempts, error_type, created_at, next_attempt_at, retry, format_version, extra,
+        priority
     )
     SELECT i.id, i.queue, i.handler_ref, i.payload, i.headers, 'PENDING', i.attempt_count,
            i.redrive_count, i.attempts, i.error_type, now(),
-           COALESCE(i.next_attempt_at, now() + $14::interval), i.retry, i.format_version,
-           i.extra
+           COALESCE(i.next_attempt_at, now() + $15::interval), i.retry, i.format_version,
+           i.extra, i.priority
     FROM input AS i
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING

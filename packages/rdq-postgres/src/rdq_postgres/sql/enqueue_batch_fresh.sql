@@ -1,22 +1,22 @@
 -- Admit many new tasks in one statement: no attempts, counters at 0, no retry override, no
 -- unknown fields, the current format version ($6) and due at now() + $7. Same result and
 -- conflict handling as enqueue_batch.sql, which takes every field. When every task has the
--- same queue ($2) or handler_ref ($3), that array holds just it; when no task has headers,
--- $5 is empty.
+-- same queue ($2), handler_ref ($3) or priority ($8), that array holds just it; when no task
+-- has headers, $5 is empty.
 WITH input AS (
     SELECT i.id, COALESCE(i.queue, $2[1]) AS queue,
            COALESCE(i.handler_ref, $3[1]) AS handler_ref, i.payload,
-           COALESCE(i.headers, '{}') AS headers, i.n
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::json[], $5::json[])
-        WITH ORDINALITY AS i(id, queue, handler_ref, payload, headers, n)
+           COALESCE(i.headers, '{}') AS headers, COALESCE(i.priority, $8[1]) AS priority, i.n
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::json[], $5::json[], $8::smallint[])
+        WITH ORDINALITY AS i(id, queue, handler_ref, payload, headers, priority, n)
 ),
 ins AS (
     INSERT INTO {schema}.task (
         id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
-        attempts, created_at, next_attempt_at, format_version, extra
+        attempts, created_at, next_attempt_at, format_version, extra, priority
     )
     SELECT i.id, i.queue, i.handler_ref, i.payload, i.headers, 'PENDING', 0, 0, '[]', now(),
-           now() + $7::interval, $6::integer, '{}'
+           now() + $7::interval, $6::integer, '{}', i.priority
     FROM input AS i
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING

@@ -5,8 +5,12 @@ WITH upd AS (
         next_attempt_at = $5,
         lease_expires_at = NULL,
         claimed_at = NULL,
+        claimed_by = NULL,
         token = NULL,
-        attempts = {schema}.append_attempt(attempts, $3::json),
+        attempts = CASE WHEN json_typeof(attempts) = 'array'
+            THEN {schema}.append_attempt(attempts, $3::json) ELSE json_build_array($3::json) END,
+        quarantine = CASE WHEN json_typeof(attempts) = 'array'
+            THEN quarantine ELSE {schema}.quarantine_add(quarantine, 'attempts', attempts) END,
         attempt_count = attempt_count + 1,
         error_type = $4
     WHERE id = $1 AND token = $2 AND status = 'IN_FLIGHT'

@@ -1,10 +1,4 @@
--- Counts of queue $1 by status (each from its partial index) and the oldest due PENDING time.
-SELECT now() AS as_of,
-       (SELECT count(*) FROM {schema}.task WHERE queue = $1 AND status = 'PENDING') AS pending,
-       (SELECT count(*) FROM {schema}.task WHERE queue = $1 AND status = 'IN_FLIGHT')
-           AS in_flight,
-       (SELECT count(*) FROM {schema}.task WHERE queue = $1 AND status = 'DEAD') AS dead,
-       (SELECT count(*) FROM {schema}.task WHERE queue = $1 AND status = 'SUCCEEDED')
-           AS succeeded,
-       (SELECT min(due_at) FROM {schema}.task
-        WHERE queue = $1 AND status = 'PENDING' AND due_at <= now()) AS oldest_due
+-- The stats of the queues $2 (one for stats, every queue for list_queues; see
+-- queue_stats.part). The queues come as an array so that the planner expects a few of them.
+WITH queues AS (SELECT DISTINCT unnest($2::text[]) AS queue)
+{queue_stats}

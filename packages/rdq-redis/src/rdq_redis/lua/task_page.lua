@@ -103,14 +103,18 @@ while true do
   scanned = scanned + 1
   local id = best[1]
   local key = task_key(base, id)
-  if task_matches(key, handler_filter, error_filter) then
+  -- (An index entry whose hash is gone is not a task: never expected, skipped.)
+  if redis.call('EXISTS', key) == 1 and task_matches(key, handler_filter, error_filter) then
     local h = redis.call('HGETALL', key)
     if not with_attempts then
+      -- Attempts are left out, unless they do not look like a JSON array: then the client
+      -- decodes them to say what is wrong.
       local kept = {}
       for k = 1, #h, 2 do
-        if h[k] ~= 'attempts' then
+        local v = h[k + 1]
+        if h[k] ~= 'attempts' or string.sub(v, 1, 1) ~= '[' or string.sub(v, -1) ~= ']' then
           kept[#kept + 1] = h[k]
-          kept[#kept + 1] = h[k + 1]
+          kept[#kept + 1] = v
         end
       end
       h = kept

@@ -128,6 +128,7 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         error = f"This store cannot list {state.label.lower()} tasks yet."
     if state.status == Status.DEAD:
         groups = [msgspec.to_builtins(g) for g in await node.admin.dlq_groups(queue)]
+        await _add_samples(node, queue, groups)
     kept = {k: v for k, v in filters.items() if v}
     tabs = [
         {"state": s, "count": stats.get(s.stat, 0), "url": queue_url(queue, state=s.key, **kept)}
@@ -155,6 +156,29 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         all_query=urlencode({"state": state.key, "scope": "filter", **kept}),
         live=True,
     )
+
+
+SAMPLED_GROUPS = 10
+"""Groups shown with a sample task (the first of the group), when the store filters itself."""
+
+
+async def _add_samples(node: Node, queue: str, groups: list[dict[str, Any]]) -> None:
+    """Give the largest groups a ``sample``: the id and last error message of their first task
+    (one indexed read per group, so only when the store filters in the backend)."""
+    if not node.admin.filters_in_storage:
+        return
+    for group in groups[:SAMPLED_GROUPS]:
+        if group["error_type"] is None:
+            continue
+        chosen = DLQFilter(handler_ref=group["handler_ref"], error_type=group["error_type"])
+        found, _ = await node.admin.list_dlq(queue, chosen, Page(limit=1, include_attempts=True))
+        if found:
+            last = found[0].attempts[-1] if found[0].attempts else None
+            group["sample"] = {
+                "id": found[0].id,
+                "message": (last.error_message or "") if last else "",
+                "traceback": bool(last and last.traceback),
+            }
 
 
 async def _list(
@@ -201,9 +225,13 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
 
 
 def _attempts_left(node: Node, task: Envelope) -> int | None:
-    """How many attempts the task has left, when the node knows its queue's config."""
+    """How many attempts the task has left, when the node knows its queue's config: the queue
+    is declared in the node's application (``--app``, the config file) or worked by the node."""
     app = node.engine_app
     if app is None or task.status not in (Status.PENDING, Status.IN_FLIGHT):
+        return None
+    settings = node.settings
+    if task.queue not in app.queues and not (settings.work and task.queue in settings.queues):
         return None
     try:
         config = resolve(app.queue_config(task.queue), task.retry)

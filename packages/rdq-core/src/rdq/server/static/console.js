@@ -116,13 +116,19 @@
         return;
       }
       const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+      let held = 0;
       document.querySelectorAll("[data-live][id]").forEach((region) => {
         const next = fresh.getElementById(region.id);
-        if (!next || inUse(region) || next.innerHTML === region.innerHTML) return;
+        if (!next || next.innerHTML === region.innerHTML) return;
+        if (inUse(region)) {
+          held += 1;
+          return;
+        }
         swap(region, next);
       });
       countPicked();
-      showState(`updated ${new Date().toLocaleTimeString()}`);
+      const time = new Date().toLocaleTimeString();
+      showState(held ? `updated ${time}; the part under the pointer waits` : `updated ${time}`);
     } catch (error) {
       showState("refresh failed; retrying");
     } finally {

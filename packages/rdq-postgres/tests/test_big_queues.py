@@ -1,0 +1,143 @@
+"""What keeps the store fast on a big table: the claim reads only due index entries in
+priority order, and queue counts above the exact-count threshold are estimates."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from rdq.spi import limits
+from rdq_postgres import PostgresStorage
+
+THRESHOLD = limits.EXACT_COUNT_THRESHOLD
+
+
+async def _insert(
+    conn: asyncpg.Connection,
+    schema: str,
+    queue: str,
+    status: str,
+    count: int,
+    prefix: str = "",
+    **sql: str,
+) -> None:
+    """``count`` tasks of ``queue`` in ``status`` written in one statement; ``sql`` gives SQL
+    expressions (over ``g``, the row number) for columns."""
+    columns = {
+        "next_attempt_at": "now() - interval '1 hour'",
+        "completed_at": "now()" if status == "SUCCEEDED" else "NULL",
+        "dead_lettered_at": "now()" if status == "DEAD" else "NULL",
+        "priority": "0",
+        **sql,
+    }
+    names = ", ".join(columns)
+    values = ", ".join(columns.values())
+    await conn.execute(
+        f'INSERT INTO "{schema}".task (id, queue, handler_ref, status, {names}) '
+        f"SELECT $1 || g, $2, 'm:f', $3, {values} FROM generate_series(1, $4) AS g",
+        f"{prefix}{queue}-{status}-",
+        queue,
+        status,
+        count,
+    )
+
+
+@pytest.mark.asyncio
+async def test_counts_up_to_the_threshold_are_exact_and_above_it_estimated(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await _insert(conn, schema, "at", "PENDING", THRESHOLD)
+        await _insert(conn, schema, "above", "PENDING", THRESHOLD + 1)
+        await _insert(conn, schema, "above", "DEAD", 12)
+        await _insert(conn, schema, "big", "SUCCEEDED", 3 * THRESHOLD)
+        await _insert(conn, schema, "big", "PENDING", 7)
+    finally:
+        await conn.close()
+
+    at = await storage.stats("at")
+    assert (at.pending, at.estimated) == (THRESHOLD, ())
+    above = await storage.stats("above")
+    assert above.estimated == ("pending",)
+    assert above.pending >= THRESHOLD + 1, "an estimate is never below what was counted"
+    assert above.dlq_depth == 12
+
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await conn.execute(f'ANALYZE "{schema}".task')
+    finally:
+        await conn.close()
+    big = await storage.stats("big")
+    assert big.estimated == ("succeeded",)
+    assert abs(big.succeeded - 3 * THRESHOLD) <= 0.1 * 3 * THRESHOLD, big
+    assert (big.pending, big.in_flight, big.dlq_depth, big.cancelled) == (7, 0, 0, 0)
+    assert big.oldest_pending_age is not None and big.oldest_pending_age >= 3500
+
+    listed = {s.queue: s for s in await storage.list_queues()}
+    assert sorted(listed) == ["above", "at", "big"]
+    assert listed["at"].estimated == () and listed["big"].estimated == ("succeeded",)
+
+
+async def _plan(storage: PostgresStorage, postgres_url: str, query: str, *args: Any) -> Any:
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        async with conn.transaction():  # the claim's locks go with the rollback
+            text = await conn.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}", *args)
+            raise_rollback = _Rollback(json.loads(text)[0])
+            raise raise_rollback
+    except _Rollback as done:
+        return done.plan
+    finally:
+        await conn.close()
+
+
+class _Rollback(Exception):
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [node]
+    for child in node.get("Plans", []):
+        found += _nodes(child)
+    return found
+
+
+@pytest.mark.asyncio
+async def test_the_claim_is_one_index_scan_in_priority_order_that_skips_delayed_tasks(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    """50,000 tasks of the highest priority delayed by a month and 3,000 due ones of lower
+    priorities: the claim of 10 reads a few index pages, sorts nothing and returns the due
+    tasks of the highest due priority first."""
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        later = {"next_attempt_at": "now() + interval '30 days'", "priority": "10"}
+        await _insert(conn, schema, "q", "PENDING", 50_000, **later)
+        due = {"next_attempt_at": "now() - g * interval '1 second'", "priority": "(g % 3) - 1"}
+        await _insert(conn, schema, "q", "PENDING", 3_000, prefix="due-", **due)
+        await _insert(conn, schema, "other", "PENDING", 20_000, priority="(g % 21) - 10")
+        await conn.execute(f'VACUUM ANALYZE "{schema}".task')
+    finally:
+        await conn.close()
+
+    plan = await _plan(storage, postgres_url, storage._sql.claim, "q", 10, timedelta(30), None)
+    nodes = _nodes(plan["Plan"])
+    scans = [n for n in nodes if "Scan" in n["Node Type"] and n.get("Index Name")]
+    claim_scan = [n for n in scans if n["Index Name"] == "task_claim_priority_idx"]
+    assert len(claim_scan) == 1, [n.get("Index Name") for n in scans]
+    assert claim_scan[0]["Node Type"] == "Index Scan"
+    assert claim_scan[0]["Actual Rows"] == 10
+    assert not [n for n in nodes if n["Node Type"] in ("Sort", "Incremental Sort", "Seq Scan")]
+    read = claim_scan[0]["Shared Hit Blocks"] + claim_scan[0]["Shared Read Blocks"]
+    assert read < 150, f"the claim read {read} pages: it scanned delayed entries"
+
+    claimed = await storage.claim_due("q", 10, timedelta(seconds=30))
+    assert [c.task.priority for c in claimed] == [1] * 10
+    due_at = [c.task.next_attempt_at for c in claimed]
+    assert due_at == sorted(due_at), "oldest due first within a priority"
