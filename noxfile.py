@@ -107,6 +107,8 @@ def bench_e2e(session: nox.Session) -> None:
         "packages/rdq-compliance",
         "-e",
         "packages/rdq-postgres",
+        "-e",
+        "packages/rdq-sqlite",
         "-r",
         "bench/requirements-peers.txt",
     )

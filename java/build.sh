@@ -27,7 +27,8 @@ mkdir -p build/classes build/test-classes
 find src/main/java -name '*.java' > build/sources
 javac --release 17 -encoding UTF-8 "${lint[@]}" -d build/classes -cp "$(cp_of "${runtime[@]}")" @build/sources
 cp -R src/main/resources/. build/classes/
-migrations=../packages/rdq-postgres/src/rdq_postgres/sql/migrations
+# RDQ_PG_MIGRATIONS: another folder of migrations (to build against a schema in the making)
+migrations=${RDQ_PG_MIGRATIONS:-../packages/rdq-postgres/src/rdq_postgres/sql/migrations}
 out=build/classes/io/rdq/postgres/sql/migrations
 mkdir -p "$out"
 cp "$migrations"/[0-9][0-9][0-9][0-9]_*.sql "$out"/

@@ -33,7 +33,15 @@ from bench.e2e.harness import PROFILING, measure_drain, measure_enqueue, measure
 from bench.e2e.report import Results, emit, percentile
 from bench.e2e.systems import DEFAULT_SYSTEMS, SYSTEMS, BenchSystem, load
 
-_DISTRIBUTIONS = ["rdq-core", "rdq-postgres", "pgqueuer", "procrastinate", "asyncpg", "psycopg"]
+_DISTRIBUTIONS = [
+    "rdq-core",
+    "rdq-postgres",
+    "rdq-sqlite",
+    "pgqueuer",
+    "procrastinate",
+    "asyncpg",
+    "psycopg",
+]
 
 
 def _csv(kind: type, choices: Any = None) -> Any:
@@ -190,8 +198,13 @@ async def _one_system(
     tag = f"[{rep}/{args.repeat}] {name}"
     tasks = args.tasks_for.get(name, args.tasks)
 
+    on_postgres = url.startswith(("postgresql:", "postgres:"))
+    if not on_postgres:
+        server_cpu = _no_server_cpu  # the store runs inside the workers: their CPU is its
+
     async def settle() -> None:
-        await cluster.quiesce(admin_url, url)
+        await cluster.quiesce(admin_url, url if on_postgres else None)
+        await system.settle()
 
     def record(key: str, value: float) -> None:
         emit(results.add(name, key, value), *out)
@@ -274,6 +287,10 @@ async def _one_system(
             )
 
 
+def _no_server_cpu() -> float | None:
+    return None
+
+
 async def _top_statements(url: str, out: list[TextIO | None]) -> None:
     import asyncpg
 
@@ -317,7 +334,7 @@ async def run(args: argparse.Namespace) -> int:
             for name in args.systems:
                 system_class, _ = load(name)
                 system = system_class()
-                url = urls[f"bench_{name}"]
+                url = system.store_url(urls[f"bench_{name}"])
                 await system.open(url)
                 unlogged = await system.unlogged_tables()
                 if unlogged:

@@ -32,10 +32,11 @@ _TABLE = "rdq.task"
 
 
 def _with_query(url: str, **params: str) -> str:
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k not in params]
-    query += list(params.items())
-    return urlunsplit(parts._replace(query=urlencode(query)))
+    # The query is rebuilt as text: urlunsplit would turn sqlite:////abs/path (no host, a
+    # path starting with //) into sqlite://abs/path.
+    base, _, query = url.partition("?")
+    kept = [(k, v) for k, v in parse_qsl(query) if k not in params]
+    return f"{base}?{urlencode(kept + list(params.items()))}"
 
 
 def _is_postgres(url: str) -> bool:

@@ -38,6 +38,7 @@ SYSTEMS = {
     "pgqueuer": "bench.e2e.pgqueuer_runner",
     "procrastinate": "bench.e2e.procrastinate_runner",
     "rdq_proto": "bench.e2e.rdq_proto_runner",
+    "rdq_sqlite": "bench.e2e.rdq_sqlite_runner",
 }
 """``rdq_proto`` is an experiment (rdq with a prototype ``complete_many``), never a default."""
 DEFAULT_SYSTEMS = ["rdq", "pgqueuer", "procrastinate"]
@@ -59,6 +60,11 @@ class BenchSystem(abc.ABC):
     """The producer/admin side of one system, connected to one database."""
 
     name: str
+
+    def store_url(self, database_url: str) -> str:
+        """The URL the system runs on, given the fresh PostgreSQL database made for it (a
+        system on another store returns its own)."""
+        return database_url
 
     @abc.abstractmethod
     async def open(self, url: str) -> None:
@@ -92,6 +98,10 @@ class BenchSystem(abc.ABC):
     async def verify(self, expected: int) -> None:
         """Check that exactly ``expected`` tasks exist and each completed successfully exactly
         once (one execution, no retry, nothing left queued). Raises ``VerificationError``."""
+
+    async def settle(self) -> None:  # noqa: B027 - optional hook
+        """Let the system's own store settle before a measured phase (the PostgreSQL server
+        is settled by the harness)."""
 
     async def unlogged_tables(self) -> list[str]:
         """The system's tables that are UNLOGGED (not durable); [] when all are logged."""

@@ -42,11 +42,11 @@ HEALTHY, CHARGES, REFUNDS, RECEIPTS = 150, 310, 140, 50
 async def serving(
     storage: Storage, token: str, host: str = "127.0.0.1", port: int = 0
 ) -> AsyncIterator[str]:
-    """An rdq node on ``storage`` working the ``payments`` queue with the shop's handlers;
-    yields its base URL."""
+    """An rdq node on ``storage`` working the shop's queues with its handlers; yields its base
+    URL."""
     settings = ServerSettings(
         tokens=[TokenSpec(owner="alice", rights=["read", "submit", "admin"], token=token)],
-        queues=[QUEUE],
+        queues=[QUEUE, "emails"],
         host=host,
         port=port or 8080,  # the setting; uvicorn below binds the port asked for
         secure_cookies=False,

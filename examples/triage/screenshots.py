@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from outage import QUEUE, build, serving
+from shop import app
 
 import rdq
 
@@ -81,6 +82,11 @@ async def walk(base: str, token: str, out: Path) -> None:
 
         await page.goto(f"{base}/ui/audit")
         await page.screenshot(path=out / "console-audit.png")
+
+        await page.goto(f"{base}/ui/queues/emails?state=running")
+        await page.wait_for_selector("#tasks tbody tr[data-id]")
+        await page.mouse.move(0, 0)
+        await page.screenshot(path=out / "console-running.png")
         await context.close()
 
         phone = await browser.new_context(viewport={"width": 390, "height": 844})
@@ -104,6 +110,17 @@ async def main() -> None:
         await storage.migrate()
         async with serving(storage, token) as base:
             await build(storage)
+            client = rdq.Client(storage, app)
+            await client.submit_many(
+                [
+                    rdq.Submission(
+                        "emails.newsletter",
+                        {"issue": 12, "seconds": 120},
+                        id=f"newsletter-12-{n:03d}",
+                    )
+                    for n in range(1, 41)
+                ]
+            )
             await walk(base, token, args.out)
     print(f"screenshots in {args.out}")
 

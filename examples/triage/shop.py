@@ -1,7 +1,7 @@
 """The shop whose payment provider goes down: the application of the triage walkthrough
 (docs/operations.md, "A real triage").
 
-Three handlers on the queue ``payments``:
+Three handlers on the queue ``payments`` (and a slow newsletter on ``emails``):
 
 * ``payments.charge_card`` charges an order through the payment gateway;
 * ``payments.refund`` refunds one through the same gateway;
@@ -28,6 +28,9 @@ app.queue(
     timeout=2.0,
     concurrency=50,
 )
+
+
+app.queue("emails", max_attempts=3, timeout=120.0, concurrency=5)
 
 
 class GatewayDown(Exception):
@@ -68,6 +71,12 @@ async def charge_card(order: dict[str, Any]) -> None:
 @app.handler("payments.refund", queue="payments")
 async def refund(order: dict[str, Any]) -> None:
     await GATEWAY.refund(order["order_id"])
+
+
+@app.handler("emails.newsletter", queue="emails")
+async def newsletter(issue: dict[str, Any]) -> None:
+    """A slow send: each one holds its worker slot for a while."""
+    await asyncio.sleep(issue.get("seconds", 60))
 
 
 @app.handler("payments.send_receipt", queue="payments")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -109,14 +110,22 @@ async def ui_pages(storage_url: str, queue: str, task_id: str) -> tuple[str, str
             "tokens": [TokenSpec(owner="ops", rights=["read", "admin"], token=ADMIN)],
             "queues": [queue],
             "work": False,
+            "secure_cookies": False,  # the test client speaks plain HTTP
         },
         ServerSettings,
         from_attributes=True,
     )
     async with AsyncTestClient(app=create_app(settings)) as client:
-        login = await client.post("/ui/login", data={"token": ADMIN}, follow_redirects=False)
+        form = await client.get("/ui/login")
+        nonce = re.search(r'name="login_csrf" value="([^"]+)"', form.text)
+        assert nonce is not None, form.text
+        login = await client.post(
+            "/ui/login",
+            data={"token": ADMIN, "login_csrf": nonce.group(1)},
+            follow_redirects=False,
+        )
         assert login.status_code == 303, login.text
-        dlq = await client.get(f"/ui/queues/{queue}/dlq")
+        dlq = await client.get(f"/ui/queues/{queue}", params={"state": "dead"})
         page = await client.get(f"/ui/tasks/{task_id}")
         assert dlq.status_code == 200 and page.status_code == 200
         return dlq.text, page.text
@@ -289,6 +298,8 @@ async def test_a_java_workers_late_completion_after_a_python_reclaim_is_refused(
         (2, Outcome.SUCCEEDED),
     ]
     lapsed, rescued = done.attempts
+    assert lapsed.worker_id == "java-slow", "the record names the Java worker whose lease lapsed"
+    assert held.claimed_by == "java-slow" and lapsed.started_at == held.claimed_at
     assert lapsed.finished_at is not None and lapsed.finished_at >= held.lease_expires_at
     assert lapsed.started_at == held.lease_expires_at - timedelta(seconds=1)
     assert rescued.worker_id == "python-rescuer"

@@ -8,15 +8,50 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import asyncpg
 import pytest
 import pytest_asyncio
 
-from rdq.spi import Storage
+from rdq.spi import Capabilities, Storage
 from rdq_compliance import StorageSuite
+from rdq_compliance._fixtures import CorruptTaskWriter
 from rdq_java_bridge import JavaBridgeStorage
 
 
 class TestJavaKeepsTheContract(StorageSuite):
+    @pytest.fixture
+    def expected_capabilities(self) -> Capabilities:
+        """What io.rdq.postgres.PostgresStorage advertises (the Python plugin's set)."""
+        return Capabilities(
+            notify=True,
+            filter_pushdown=True,
+            batch_enqueue=True,
+            batch_complete=True,
+            group_pushdown=True,
+        )
+
+    @pytest.fixture
+    def corrupt_task(self, postgres_url: str, schema: str) -> CorruptTaskWriter:
+        """Writes, with plain SQL, a PENDING task due a second ago whose headers hold a
+        number and whose attempt record has no number and an unknown outcome: a row that the
+        schema's constraints accept and no reader can decode."""
+
+        async def write(queue: str, task_id: str) -> None:
+            conn = await asyncpg.connect(postgres_url)
+            try:
+                await conn.execute(
+                    f'INSERT INTO "{schema}".task (id, queue, handler_ref, payload, headers, '
+                    "status, attempts, next_attempt_at) VALUES ($1, $2, 'kit.handlers:noop', "
+                    """'{"n": 1}', '{"n": 5}', 'PENDING', '[{"outcome": "EXPLODED"}]', """
+                    "now() - interval '1 second')",
+                    task_id,
+                    queue,
+                )
+            finally:
+                await conn.close()
+
+        return write
+
     @pytest.fixture
     def storage_url(self, java_url: str) -> str:
         return java_url

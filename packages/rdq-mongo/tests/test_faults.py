@@ -80,7 +80,7 @@ async def test_refused_credentials_are_one_clear_storage_unavailable(
 async def test_server_restart_gives_retryable_errors_then_recovery_and_loses_nothing(
     secantus: SecantusProcess,
 ) -> None:
-    url = secantus.url.replace("/?", "/restart?") + "&serverSelectionTimeoutMS=2000"
+    url = secantus.url.replace("/?", "/restart?") + "&serverSelectionTimeoutMS=2000&timeout=2"
     lease = timedelta(seconds=2)
     acknowledged: set[str] = set()
     completed: set[str] = set()
@@ -131,8 +131,8 @@ async def test_server_restart_gives_retryable_errors_then_recovery_and_loses_not
     producing = asyncio.create_task(producer())
     try:
         await _until(lambda: len(completed) >= 10, "workers to complete some tasks")
-        # Down for longer than the 2 s server-selection timeout, so PyMongo's own retry
-        # cannot hide the outage: callers must see StorageUnavailable, then recover.
+        # Down for longer than the 2 s operation timeout, within which PyMongo retries by
+        # itself: callers must see StorageUnavailable, then recover.
         await asyncio.to_thread(secantus.stop)
         await asyncio.sleep(5)
         await asyncio.to_thread(secantus.start)

@@ -10,7 +10,7 @@ import pytest
 import pytest_asyncio
 
 from rdq import open_storage
-from rdq.spi import Storage
+from rdq.spi import Capabilities, Storage
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_sqlite import SqliteStorage
 
@@ -19,6 +19,15 @@ from rdq_sqlite import SqliteStorage
 def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One database file for the module's tests (each test uses its own queues and ids)."""
     return tmp_path_factory.mktemp("kit") / "rdq.db"
+
+
+EVERY_CAPABILITY = Capabilities(
+    notify=True,
+    filter_pushdown=True,
+    batch_enqueue=True,
+    batch_complete=True,
+    group_pushdown=True,
+)
 
 
 class TestSqliteFileKeepsTheContract(StorageSuite):
@@ -31,6 +40,10 @@ class TestSqliteFileKeepsTheContract(StorageSuite):
         async with open_storage(storage_url) as store:
             await store.migrate()
             yield store
+
+    @pytest.fixture
+    def expected_capabilities(self) -> Capabilities:
+        return EVERY_CAPABILITY
 
     @pytest.fixture
     def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
@@ -47,6 +60,10 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
         async with open_storage("sqlite:///:memory:") as store:
             await store.migrate()
             yield store
+
+    @pytest.fixture
+    def expected_capabilities(self) -> Capabilities:
+        return EVERY_CAPABILITY
 
     @pytest.fixture
     def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:

@@ -17,6 +17,9 @@ A task's ``handler_ref`` is resolved when it is claimed: a registered name first
 import path ``pkg.module:function`` — only for modules under a prefix the app allows with
 ``App(import_prefixes=["myapp"])``, since handler_refs may come from untrusted producers.
 Anything else dead-letters the task as PERMANENT with error type ``rdq.UnknownHandler``.
+An allowed import path that fails to import (the module raises, or is not there yet) is a
+retryable failure, ``rdq.HandlerImportError``: it is tried again at the next attempt, never
+remembered as unknown.
 
 Scheme invokers let a node run tasks whose handler is, for example, an HTTP callback::
 
@@ -31,6 +34,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import os
+import sys
 import threading
 import typing
 from collections.abc import Awaitable, Callable
@@ -43,7 +48,7 @@ from rdq.config import Backoff, QueueConfig, load_toml, parse_config
 from rdq.errors import ConfigError, ValidationError
 from rdq.spi import Envelope, limits
 
-__all__ = ["App", "Handler", "SchemeInvoker", "TaskContext"]
+__all__ = ["App", "Handler", "HandlerImportError", "SchemeInvoker", "TaskContext", "load_app"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,6 +56,15 @@ SchemeInvoker = Callable[[Envelope, "TaskContext"], Awaitable[Any]]
 """``invoker(task, ctx)``: runs a task whose handler_ref has the invoker's URL scheme."""
 
 DEFAULT_QUEUE = "default"
+
+
+class HandlerImportError(Exception):
+    """An allowed ``pkg.module:function`` handler_ref could not be imported; the reason is
+    chained as ``__cause__``. Not remembered: the next attempt imports it again."""
+
+    def __init__(self, ref: str, cause: BaseException) -> None:
+        self.ref = ref
+        super().__init__(f"cannot import handler {ref!r}: {type(cause).__name__}: {cause}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,7 +112,7 @@ class App:
         self._handlers: dict[str, Handler] = {}
         self._by_function: dict[Callable[..., Any], str] = {}
         self._schemes: dict[str, SchemeInvoker] = {}
-        self._imported: dict[str, Handler | None] = {}
+        self._imported: dict[str, Handler] = {}
         self._lock = threading.Lock()
 
     # --- queues ------------------------------------------------------------------------------
@@ -233,7 +247,10 @@ class App:
 
     def resolve(self, ref: str) -> Handler | SchemeInvoker | None:
         """What runs a task with handler_ref ``ref``: a :class:`Handler`, a scheme invoker,
-        or None if nothing does (the task is then dead-lettered as ``rdq.UnknownHandler``)."""
+        or None if nothing does (the task is then dead-lettered as ``rdq.UnknownHandler``).
+
+        Raises :class:`HandlerImportError` when ``ref`` is an allowed import path whose
+        import fails; only successful imports are remembered."""
         handler = self._handlers.get(ref)
         if handler is not None:
             return handler
@@ -243,9 +260,42 @@ class App:
         if ":" not in ref or not self._importable(ref):
             return None
         with self._lock:
-            if ref not in self._imported:
-                self._imported[ref] = _import_handler(ref)
-            return self._imported[ref]
+            imported = self._imported.get(ref)
+            if imported is None:
+                imported = _import_handler(ref)
+                if imported is not None:
+                    self._imported[ref] = imported
+            return imported
+
+    def knows(self, ref: str) -> bool:
+        """True if a worker of this app could run tasks with handler_ref ``ref`` (a
+        registered name, a URL of a registered scheme, or an import path under an allowed
+        prefix), judged without importing anything."""
+        if ref in self._handlers:
+            return True
+        scheme, sep, _ = ref.partition("://")
+        if sep:
+            return scheme.lower() in self._schemes
+        return ":" in ref and self._importable(ref)
+
+    @property
+    def handler_queues(self) -> list[str]:
+        """The queues registered handlers are bound to (``"default"`` for handlers bound to
+        none), sorted."""
+        return sorted(
+            {h.queue if h.queue is not None else DEFAULT_QUEUE for h in self._handlers.values()}
+        )
+
+    @property
+    def handler_names(self) -> list[str]:
+        """The registered handler names, sorted."""
+        return sorted(self._handlers)
+
+    @property
+    def serves_any_ref(self) -> bool:
+        """True if tasks may name handlers beyond the registered ones (scheme invokers or
+        allowed import prefixes)."""
+        return bool(self._schemes or self._import_prefixes)
 
     def _importable(self, ref: str) -> bool:
         module = ref.partition(":")[0]
@@ -297,6 +347,8 @@ def import_path(fn: Callable[..., Any]) -> str:
 
 
 def _import_handler(ref: str) -> Handler | None:
+    """The handler ``pkg.module:attr`` names; None if the ref is malformed or names something
+    that is not callable; :class:`HandlerImportError` if the import fails."""
     module_name, _, attr = ref.partition(":")
     if not module_name or not attr:
         return None
@@ -304,8 +356,41 @@ def _import_handler(ref: str) -> Handler | None:
         found: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             found = getattr(found, part)
-    except Exception:  # an import path that does not import is an unknown handler
-        return None
+    except Exception as exc:  # a bug at import time, a module not deployed yet, a typo
+        raise HandlerImportError(ref, exc) from exc
     if not callable(found):
         return None
     return make_handler(ref, found, None)
+
+
+def load_app(spec: str, *, key: str = "APP") -> App:
+    """The :class:`App` that ``spec`` (``pkg.module:attribute``, the attribute may be dotted)
+    names, imported the way ``python -m`` would from the current directory: the current
+    directory is put first on ``sys.path`` if it is not there. ``rdq worker APP`` and
+    ``rdq server --app`` both load applications with this rule.
+
+    Raises ``ConfigError`` (its ``key`` is ``key``) naming what went wrong: a malformed spec, a
+    module that cannot be imported or fails while importing, a missing attribute, or one that
+    is not an ``rdq.App``."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"expected pkg.module:app, got {spec!r}", key=key)
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        found: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r}: {exc}", key=key) from None
+    except Exception as exc:
+        raise ConfigError(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {exc}", key=key
+        ) from exc
+    for part in attr.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise ConfigError(f"{module_name!r} has no attribute {attr!r}", key=key) from None
+    if not isinstance(found, App):
+        raise ConfigError(f"{spec} is a {type(found).__name__}, not an rdq.App", key=key)
+    return found

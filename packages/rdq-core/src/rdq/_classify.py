@@ -6,6 +6,10 @@ raises rdq.RetryAfter(delay)         → FAILED, retry after ``delay``
 exceeds its timeout                  → TIMEOUT, retry after backoff
 raises anything else                 → FAILED, retry after backoff
 a retry when attempts are exhausted  → dead-letter (the attempt keeps its outcome)
+
+Every text a decision carries is bounded by the contract's limits
+(:data:`~rdq.spi.limits.MAX_ERROR_TYPE_LENGTH`, ``MAX_ERROR_MESSAGE_LENGTH``,
+``MAX_TRACEBACK_LENGTH``), so no attempt the engine writes is refused for its size.
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ import enum
 import random
 from typing import NamedTuple
 
+from rdq import _tracebacks
 from rdq.config import QueueConfig
 from rdq.policy import backoff_delay
 from rdq.signals import MAX_RETRY_DELAY, Permanent, RetryAfter
-from rdq.spi import Outcome
+from rdq.spi import Outcome, limits
 
 __all__ = [
     "ATTEMPTS_EXHAUSTED",
+    "CORRUPT_TASK",
+    "HANDLER_IMPORT_ERROR",
     "MAX_ERROR_MESSAGE",
     "TIMEOUT_ERROR",
     "UNDECODABLE_PAYLOAD",
@@ -28,11 +35,13 @@ __all__ = [
     "Action",
     "Decision",
     "classify_error",
+    "classify_import_error",
+    "classify_timeout",
     "error_type_name",
     "truncate_message",
 ]
 
-MAX_ERROR_MESSAGE = 2000
+MAX_ERROR_MESSAGE = limits.MAX_ERROR_MESSAGE_LENGTH
 """Error messages are cut to this many characters before they are stored."""
 
 MAX_DELAY = MAX_RETRY_DELAY
@@ -43,6 +52,8 @@ UNDECODABLE_PAYLOAD = "rdq.UndecodablePayload"
 TIMEOUT_ERROR = "rdq.Timeout"
 ATTEMPTS_EXHAUSTED = "rdq.AttemptsExhausted"
 INTERRUPTED_ERROR = "rdq.Interrupted"
+CORRUPT_TASK = "rdq.CorruptTask"
+HANDLER_IMPORT_ERROR = "rdq.HandlerImportError"
 
 
 class Action(enum.Enum):
@@ -59,6 +70,7 @@ class Decision(NamedTuple):
     delay: float = 0.0
     error_type: str | None = None
     error_message: str | None = None
+    traceback: str | None = None
 
 
 SUCCESS = Decision(Action.COMPLETE, Outcome.SUCCEEDED)
@@ -68,17 +80,15 @@ def error_type_name(exc_type: type[BaseException]) -> str:
     """The qualified name of an exception type (``ValueError``, ``myapp.errors.Bad``)."""
     module = exc_type.__module__
     if module == "builtins":
-        return exc_type.__qualname__
+        return truncate_message(exc_type.__qualname__, limits.MAX_ERROR_TYPE_LENGTH)
     if module == "rdq.signals":  # the public name: rdq.Permanent, rdq.RetryAfter
         module = "rdq"
-    return f"{module}.{exc_type.__qualname__}"
+    return truncate_message(f"{module}.{exc_type.__qualname__}", limits.MAX_ERROR_TYPE_LENGTH)
 
 
 def truncate_message(message: str, limit: int = MAX_ERROR_MESSAGE) -> str:
     """``message`` cut to at most ``limit`` characters, marked with an ellipsis when cut."""
-    if len(message) <= limit:
-        return message
-    return message[: limit - 1] + "…"
+    return _tracebacks.bound_head(message, limit)
 
 
 def describe(exc: BaseException) -> str:
@@ -90,6 +100,19 @@ def describe(exc: BaseException) -> str:
     return truncate_message(text or type(exc).__name__)
 
 
+def timeout_message(config: QueueConfig) -> str:
+    return f"handler exceeded its timeout of {config.timeout:g}s"
+
+
+def classify_timeout(
+    where: str | None, attempt: int, config: QueueConfig, *, rng: random.Random | None = None
+) -> Decision:
+    """A handler that ran out of time; ``where`` is where it was when its time ran out."""
+    return _retry(
+        Outcome.TIMEOUT, TIMEOUT_ERROR, timeout_message(config), attempt, config, None, rng, where
+    )
+
+
 def classify_error(
     exc: BaseException,
     attempt: int,
@@ -98,28 +121,52 @@ def classify_error(
     timed_out: bool = False,
     rng: random.Random | None = None,
 ) -> Decision:
-    """Classify a failed attempt number ``attempt`` (1-based) under ``config``."""
+    """Classify a failed attempt number ``attempt`` (1-based) under ``config``; the decision
+    carries the formatted traceback of ``exc``."""
     if timed_out:
-        return _retry(
-            Outcome.TIMEOUT,
-            TIMEOUT_ERROR,
-            f"handler exceeded its timeout of {config.timeout:g}s",
-            attempt,
-            config,
-            None,
-            rng,
-        )
+        return classify_timeout(None, attempt, config, rng=rng)
+    trace = _tracebacks.format_failure(exc)
     if isinstance(exc, Permanent):
         cause = exc.__cause__
         type_name = error_type_name(type(cause) if cause is not None else type(exc))
-        return Decision(Action.DEAD_LETTER, Outcome.PERMANENT, 0.0, type_name, describe(exc))
+        return Decision(Action.DEAD_LETTER, Outcome.PERMANENT, 0.0, type_name, describe(exc), trace)
     if config.non_retryable and isinstance(exc, config.non_retryable):
         return Decision(
-            Action.DEAD_LETTER, Outcome.PERMANENT, 0.0, error_type_name(type(exc)), describe(exc)
+            Action.DEAD_LETTER,
+            Outcome.PERMANENT,
+            0.0,
+            error_type_name(type(exc)),
+            describe(exc),
+            trace,
         )
     delay = exc.delay.total_seconds() if isinstance(exc, RetryAfter) else None
     return _retry(
-        Outcome.FAILED, error_type_name(type(exc)), describe(exc), attempt, config, delay, rng
+        Outcome.FAILED,
+        error_type_name(type(exc)),
+        describe(exc),
+        attempt,
+        config,
+        delay,
+        rng,
+        trace,
+    )
+
+
+def classify_import_error(
+    exc: BaseException, attempt: int, config: QueueConfig, *, rng: random.Random | None = None
+) -> Decision:
+    """A handler module that would not import: a retryable failure (the next attempt imports
+    it again; it may be a deploy in progress or a transient error at import time)."""
+    cause = exc.__cause__ or exc
+    return _retry(
+        Outcome.FAILED,
+        HANDLER_IMPORT_ERROR,
+        describe(exc),
+        attempt,
+        config,
+        None,
+        rng,
+        _tracebacks.format_failure(cause),
     )
 
 
@@ -131,9 +178,10 @@ def _retry(
     config: QueueConfig,
     delay: float | None,
     rng: random.Random | None,
+    trace: str | None = None,
 ) -> Decision:
     if attempt >= config.max_attempts:
-        return Decision(Action.DEAD_LETTER, outcome, 0.0, error_type, message)
+        return Decision(Action.DEAD_LETTER, outcome, 0.0, error_type, message, trace)
     if delay is None:
         delay = backoff_delay(config.backoff, attempt, rng)
-    return Decision(Action.RESCHEDULE, outcome, min(delay, MAX_DELAY), error_type, message)
+    return Decision(Action.RESCHEDULE, outcome, min(delay, MAX_DELAY), error_type, message, trace)

@@ -5,6 +5,11 @@ A submission names its handler (a registered name, a ``pkg.module:function`` imp
 value), and optionally a client-chosen id (submitting the same id to the same queue again is
 a no-op: idempotent), a delay, headers and a per-task retry override.
 
+With an app attached, a handler the app does not know (not registered, no invoker for its
+URL scheme, not under an allowed import prefix) is refused with a ``ValidationError`` that
+lists the known handlers: a typo would otherwise wait forever in a queue no worker serves.
+Producers that submit for another application's handlers pass ``check_handler=False``.
+
 The envelope's fields (id, queue, handler_ref, headers, payload size) are validated by the
 store, which every backend does before storing anything (the storage contract), so the client
 checks only what the store never sees (delay, retry override) and validates a task itself only
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import difflib
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
@@ -49,6 +55,8 @@ class Submission:
     delay: float | timedelta | None = None
     headers: dict[str, str] | None = None
     retry: RetryOverride | None = None
+    check_handler: bool = True
+    """With an app attached, refuse a handler it does not know (see :meth:`Client.submit`)."""
 
 
 class Submitted(msgspec.Struct, frozen=True):
@@ -85,12 +93,22 @@ class Client:
         delay: float | timedelta | None = None,
         headers: dict[str, str] | None = None,
         retry: RetryOverride | None = None,
+        check_handler: bool = True,
     ) -> Submitted:
-        """Submit one task. Raises ``ValidationError`` (naming the field) for bad input,
-        ``IDConflict`` if ``id`` exists in another queue, ``StorageUnavailable`` on outage."""
+        """Submit one task. Raises ``ValidationError`` (naming the field) for bad input —
+        with an app attached, a handler it does not know, unless ``check_handler=False`` (for
+        tasks that another application's workers run) —, ``IDConflict`` if ``id`` exists in
+        another queue, ``StorageUnavailable`` on outage."""
         task, wait = self._envelope(
             Submission(
-                handler, payload, queue=queue, id=id, delay=delay, headers=headers, retry=retry
+                handler,
+                payload,
+                queue=queue,
+                id=id,
+                delay=delay,
+                headers=headers,
+                retry=retry,
+                check_handler=check_handler,
             ),
             id if id is not None else _new_ids(1)[0],
         )
@@ -140,6 +158,8 @@ class Client:
         """The envelope and delay of one submission. Checks what the store does not see
         (delay, retry override); the envelope itself is validated by the store."""
         ref = self._handler_ref(s.handler)
+        if s.check_handler and self.app is not None and not self.app.knows(ref):
+            raise ValidationError(_unknown_handler(self.app, ref), field="handler_ref")
         queue = s.queue or (self.app.handler_queue(ref) if self.app else None) or DEFAULT_QUEUE
         wait: timedelta | None
         if s.delay is None:
@@ -172,6 +192,16 @@ class Client:
         if callable(handler):
             return import_path(handler)
         raise ValidationError("must be a handler name or function", field="handler_ref")
+
+
+def _unknown_handler(app: App, ref: str) -> str:
+    known = app.handler_names
+    message = f"the app has no handler {ref!r}"
+    close = difflib.get_close_matches(ref, known, n=1)
+    if close:
+        message += f" (did you mean {close[0]!r}?)"
+    message += "; known handlers: " + (", ".join(known) if known else "none registered")
+    return message + " (submit with check_handler=False for another application's handler)"
 
 
 def _new_ids(count: int) -> list[str]:
@@ -223,11 +253,19 @@ class SyncClient:
         delay: float | timedelta | None = None,
         headers: dict[str, str] | None = None,
         retry: RetryOverride | None = None,
+        check_handler: bool = True,
     ) -> Submitted:
         """See :meth:`Client.submit`."""
         return self._run(
             self._client.submit(
-                handler, payload, queue=queue, id=id, delay=delay, headers=headers, retry=retry
+                handler,
+                payload,
+                queue=queue,
+                id=id,
+                delay=delay,
+                headers=headers,
+                retry=retry,
+                check_handler=check_handler,
             )
         )
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import inspect
 import math
 import random
 import time
@@ -18,17 +16,16 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
-from rdq import _classify, metrics
-from rdq._app import App, Handler, TaskContext
+from rdq import _classify, _tracebacks, metrics
+from rdq._app import App, HandlerImportError, TaskContext
 from rdq._classify import Action, Decision
 from rdq._clock import StorageClock
 from rdq._completer import Completer
-from rdq._threads import HandlerThreads, ThreadExit
+from rdq._invoke import invoke
+from rdq._threads import HandlerThreads
 from rdq.config import QueueConfig, resolve
-from rdq.errors import NotFound, StaleClaim, StorageError, StorageUnavailable
-from rdq.spi import Attempt, Claimed, Outcome, Status, Storage
+from rdq.errors import NotFound, StaleClaim, StorageUnavailable
+from rdq.spi import Attempt, Claimed, Envelope, Outcome, Status, Storage, limits
 
 if TYPE_CHECKING:
     from rdq._threads import Call
@@ -151,42 +148,36 @@ class Runner:
         """Run ``run``'s task to one recorded outcome (or to a lost lease). Never raises
         except ``CancelledError`` when the whole worker is cancelled."""
         task = run.claimed.task
-        number = task.attempt_count + 1
-        used = number - _interrupted_since_redrive(task)
-        started = self.clock.now()
-        config = resolve(self.app.queue_config(task.queue), task.retry)
-        run.config, run.number, run.used, run.started = config, number, used, started
-        if used > config.max_attempts:
-            await self._finish(
-                run,
-                number,
-                started,
-                Decision(
-                    Action.DEAD_LETTER,
-                    Outcome.PERMANENT,
-                    0.0,
-                    _classify.ATTEMPTS_EXHAUSTED,
-                    f"{used - 1} attempts used (last: {_last_outcome(task)}) before this claim; "
-                    f"max_attempts is {config.max_attempts}",
-                ),
-            )
+        run.number = task.attempt_count + 1
+        run.used = run.number - _interrupted_since_redrive(task)
+        run.started = self.clock.now()
+        if task.corrupt is not None:  # never run: what it holds is not what was written
+            await self._finish(run, _corrupt(task))
             return
-        target = self.app.resolve(task.handler_ref)
-        if target is None:
-            unknown = Decision(
-                Action.DEAD_LETTER,
-                Outcome.PERMANENT,
-                0.0,
-                _classify.UNKNOWN_HANDLER,
-                f"no handler for {task.handler_ref!r} (not registered, no invoker for its "
-                "scheme, not an allowed import path)",
+        config = run.config = resolve(self.app.queue_config(task.queue), task.retry)
+        if run.used > config.max_attempts:
+            await self._finish(run, _exhausted(task, run.used, config))
+            return
+        try:
+            target = self.app.resolve(task.handler_ref)
+        except HandlerImportError as exc:
+            failed = _classify.classify_import_error(exc, run.used, config, rng=self.rng)
+            self.log.error(
+                "could not import the handler; the attempt counts as failed",
+                **self._fields(task.id, task.queue, run.number),
+                handler=task.handler_ref,
+                error=failed.error_message,
+                exception=failed.traceback,
             )
-            await self._finish(run, number, started, unknown)
+            await self._finish(run, failed)
+            return
+        if target is None:
+            await self._finish(run, _unknown(task))
             return
         ctx = TaskContext(
             task.id,
             task.queue,
-            number,
+            run.number,
             task.headers,
             task.handler_ref,
             task.redrive_count,
@@ -194,84 +185,11 @@ class Runner:
             task,
         )
         t0 = time.monotonic()
-        decision = await self._call(run, target, ctx, config, used)
+        decision = await invoke(run, target, ctx, config, run.used, self.threads, self.rng)
         if decision is None or run.fenced:  # lost lease, or the outcome is already written
             return
         self._duration(task.queue).observe(time.monotonic() - t0)
-        await self._finish(run, number, started, decision)
-
-    async def _call(
-        self, run: Run, target: Any, ctx: TaskContext, config: QueueConfig, used: int
-    ) -> Decision | None:
-        task = run.claimed.task
-        timeout = run.timeout = asyncio.timeout(config.timeout)
-        try:
-            if isinstance(target, Handler):
-                payload = task.payload
-                if target.payload_type is not None:
-                    try:
-                        payload = msgspec.convert(payload, target.payload_type, strict=False)
-                    except (msgspec.ValidationError, TypeError) as exc:
-                        return Decision(
-                            Action.DEAD_LETTER,
-                            Outcome.PERMANENT,
-                            0.0,
-                            _classify.UNDECODABLE_PAYLOAD,
-                            _classify.truncate_message(
-                                f"payload does not convert to {target.payload_type.__name__}: {exc}"
-                            ),
-                        )
-                if target.takes_context:
-                    args: tuple[Any, ...] = (payload, ctx)
-                elif target.takes_payload:
-                    args = (payload,)
-                else:
-                    args = ()
-                if target.is_async:
-                    run.deadline = time.monotonic() + config.timeout
-                    async with timeout:
-                        await target.fn(*args)
-                else:
-                    call = self.threads.submit(functools.partial(target.fn, *args))
-                    run.call = call
-                    try:
-                        async with timeout:
-                            result = await call.future
-                            if inspect.isawaitable(result):  # a plain def that returned one
-                                await result
-                    finally:
-                        run.call = None
-                        if not call.future.done() or call.future.cancelled():
-                            self.threads.abandon(call)
-            else:
-                run.deadline = time.monotonic() + config.timeout
-                async with timeout:
-                    await target(task, ctx)
-        except asyncio.CancelledError:
-            if run.lost:
-                return None
-            if run.interrupted:
-                return Decision(
-                    Action.RESCHEDULE,
-                    Outcome.INTERRUPTED,
-                    0.0,
-                    _classify.INTERRUPTED_ERROR,
-                    "the worker shut down before the handler finished",
-                )
-            raise
-        except ThreadExit as exc:
-            return _classify.classify_error(exc.original, used, config, rng=self.rng)
-        except BaseException as exc:  # a handler may raise anything, SystemExit included
-            if run.lost:
-                return None
-            return _classify.classify_error(
-                exc,
-                used,
-                config,
-                timed_out=isinstance(exc, TimeoutError) and timeout.expired(),
-                rng=self.rng,
-            )
-        return None if run.lost else _classify.SUCCESS
+        await self._finish(run, decision)
 
     async def fence_off(self, run: Run) -> None:
         """Record TIMEOUT for a handler that would not stop when its timeout cancelled it;
@@ -280,89 +198,108 @@ class Runner:
             return
         self.log.error(
             "handler ignored its cancellation; recording TIMEOUT without it",
-            task_id=run.claimed.task.id,
-            queue=run.queue,
-            attempt=run.number,
-            worker_id=self.worker_id,
+            **self._fields(run.claimed.task.id, run.queue, run.number),
         )
-        decision = _classify.classify_error(
-            TimeoutError(), run.used, run.config, timed_out=True, rng=self.rng
-        )
-        await self._finish(run, run.number, run.started, decision)
+        where = None
+        if run.task is not None:
+            line = f"{_classify.TIMEOUT_ERROR}: {_classify.timeout_message(run.config)}\n"
+            where = _tracebacks.coroutine_stack(run.task.get_coro(), line)
+        decision = _classify.classify_timeout(where, run.used, run.config, rng=self.rng)
+        await self._finish(run, decision)
 
-    async def _finish(self, run: Run, number: int, started: Any, decision: Decision) -> None:
-        """Write the attempt and the decision, retrying through storage outages until the
-        lease is surely gone (then another worker will reclaim the task)."""
-        task = run.claimed.task
-        queue = task.queue
-        run.resolving = True
-        attempt = Attempt(
-            number=number,
+    def _attempt(self, run: Run, decision: Decision) -> Attempt:
+        """The attempt record of ``decision``; every text within the contract's limits."""
+        return Attempt(
+            number=run.number,
             outcome=decision.outcome,
-            error_type=decision.error_type,
-            error_message=decision.error_message,
-            started_at=started,
+            error_type=_bounded(decision.error_type, limits.MAX_ERROR_TYPE_LENGTH),
+            error_message=_bounded(decision.error_message, limits.MAX_ERROR_MESSAGE_LENGTH),
+            started_at=run.started,
             finished_at=self.clock.now(),
             worker_id=self.worker_id,
+            traceback=(
+                None
+                if decision.traceback is None
+                else _tracebacks.bound_tail(decision.traceback, limits.MAX_TRACEBACK_LENGTH)
+            ),
         )
+
+    async def _finish(self, run: Run, decision: Decision) -> None:
+        """Write the attempt and the decision. An outage (``StorageUnavailable``) is retried
+        until the lease is surely gone; any other refusal is not retried. Either way an
+        outcome that could not be written is logged with what it was, and the task runs
+        again once its lease expires."""
+        task = run.claimed.task
+        run.resolving = True
+        attempt = self._attempt(run, decision)
         deadline = time.monotonic() + 2 * run.lease
         pause = 0.05
+        rng = self.rng or random
         while True:
             try:
                 await self._write(run, attempt, decision)
                 break
             except StaleClaim:
-                metrics.STALE_CLAIMS.labels(queue).inc()
-                self.log.warning(
-                    "stale claim: the lease was lost, outcome not recorded",
-                    **self._fields(task.id, queue, number),
-                    outcome=decision.outcome.value,
-                )
+                metrics.STALE_CLAIMS.labels(run.queue).inc()
+                await self._report_stale(run, decision)
                 return
             except NotFound:
                 self.log.warning(
                     "task vanished while running (purged?)",
-                    **self._fields(task.id, queue, number),
+                    **self._fields(task.id, run.queue, run.number),
                 )
                 return
-            except (StorageUnavailable, StorageError, OSError) as exc:
+            except StorageUnavailable as exc:
                 metrics.STORAGE_ERRORS.labels(decision.action.value).inc()
                 if time.monotonic() + pause > deadline or run.lost:
-                    self.log.error(
-                        "could not record the outcome; the task will be reclaimed",
-                        **self._fields(task.id, queue, number),
-                        error=str(exc),
-                    )
+                    self._report_unwritten(run, attempt, exc)
                     return
-                await asyncio.sleep(pause * (0.5 + random.random()))
+                await asyncio.sleep(pause * (0.5 + rng.random()))
                 pause = min(pause * 2, 5.0)
-            except Exception as exc:  # e.g. a ValidationError: a bug, not an outage
-                self.log.error(
-                    "storage rejected the outcome",
-                    **self._fields(task.id, queue, number),
-                    error=repr(exc),
-                )
+            except Exception as exc:  # refused for good (a bug, a schema problem): no retry
+                metrics.STORAGE_ERRORS.labels(decision.action.value).inc()
+                self._report_unwritten(run, attempt, exc)
                 return
-        self._attempts(queue, decision.outcome).inc()
+        self._attempts(run.queue, decision.outcome).inc()
         if decision.action is Action.COMPLETE:
             return
+        fields = self._fields(task.id, run.queue, run.number)
+        fields.update(
+            outcome=decision.outcome.value,
+            error_type=attempt.error_type,
+            error=attempt.error_message,
+        )
+        if attempt.traceback is not None:
+            fields["exception"] = attempt.traceback
         if decision.action is Action.DEAD_LETTER:
-            metrics.DEAD_LETTERED.labels(queue).inc()
+            metrics.DEAD_LETTERED.labels(run.queue).inc()
+            self.log.warning("dead-lettered", **fields)
+        else:
+            self.log.info("retry scheduled", **fields, delay=round(decision.delay, 3))
+
+    def _report_unwritten(self, run: Run, attempt: Attempt, exc: Exception) -> None:
+        self.log.error(
+            "could not record the outcome; the task runs again after its lease expires",
+            **self._fields(run.claimed.task.id, run.queue, run.number),
+            outcome=attempt.outcome.value,
+            error_type=attempt.error_type,
+            error=attempt.error_message,
+            storage_error=repr(exc),
+        )
+
+    async def _report_stale(self, run: Run, decision: Decision) -> None:
+        fields = self._fields(run.claimed.task.id, run.queue, run.number)
+        if await self._was_cancelled(run.claimed.task.id):
             self.log.warning(
-                "dead-lettered",
-                **self._fields(task.id, queue, number),
+                "task cancelled by an operator while it ran; its outcome is not recorded",
+                **fields,
                 outcome=decision.outcome.value,
-                error_type=decision.error_type,
-                error=decision.error_message,
             )
         else:
-            self.log.info(
-                "retry scheduled",
-                **self._fields(task.id, queue, number),
+            self.log.warning(
+                "stale claim: the lease was lost, outcome not recorded",
+                **fields,
                 outcome=decision.outcome.value,
-                error_type=decision.error_type,
-                error=decision.error_message,
-                delay=round(decision.delay, 3),
             )
 
     async def report_abandoned(self, run: Run, reason: Exception) -> None:
@@ -409,7 +346,43 @@ class Runner:
                 self.on_retry(run.queue, decision.delay)
 
 
-def _interrupted_since_redrive(task: Any) -> int:
+def _bounded(text: str | None, limit: int) -> str | None:
+    return None if text is None else _tracebacks.bound_head(text, limit)
+
+
+def _corrupt(task: Envelope) -> Decision:
+    return Decision(
+        Action.DEAD_LETTER,
+        Outcome.PERMANENT,
+        0.0,
+        _classify.CORRUPT_TASK,
+        f"the stored task does not decode: {task.corrupt}",
+    )
+
+
+def _exhausted(task: Envelope, used: int, config: QueueConfig) -> Decision:
+    return Decision(
+        Action.DEAD_LETTER,
+        Outcome.PERMANENT,
+        0.0,
+        _classify.ATTEMPTS_EXHAUSTED,
+        f"{used - 1} attempts used (last: {_last_outcome(task)}) before this claim; "
+        f"max_attempts is {config.max_attempts}",
+    )
+
+
+def _unknown(task: Envelope) -> Decision:
+    return Decision(
+        Action.DEAD_LETTER,
+        Outcome.PERMANENT,
+        0.0,
+        _classify.UNKNOWN_HANDLER,
+        f"no handler for {task.handler_ref!r} (not registered, no invoker for its "
+        "scheme, not an allowed import path)",
+    )
+
+
+def _interrupted_since_redrive(task: Envelope) -> int:
     """INTERRUPTED attempts since the last redrive: a graceful shutdown does not use up one
     of the task's attempts."""
     count = task.attempt_count
@@ -419,5 +392,5 @@ def _interrupted_since_redrive(task: Any) -> int:
     return sum(1 for a in recent if a.outcome == Outcome.INTERRUPTED)
 
 
-def _last_outcome(task: Any) -> str:
+def _last_outcome(task: Envelope) -> str:
     return task.attempts[-1].outcome.value if task.attempts else "unknown"

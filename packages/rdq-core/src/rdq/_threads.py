@@ -30,7 +30,7 @@ class ThreadExit(Exception):
 class Call:
     """One submitted call: its future, and whether the pool gave up waiting for it."""
 
-    __slots__ = ("abandoned", "fn", "future", "loop")
+    __slots__ = ("abandoned", "fn", "future", "loop", "thread")
     # ``abandoned`` is set either by HandlerThreads.abandon or by the thread once the call has
     # finished, whichever comes first; only the first one acts on it.
 
@@ -41,6 +41,8 @@ class Call:
         self.future = future
         self.loop = loop
         self.abandoned = False
+        self.thread: int | None = None
+        """The id of the thread running the call, once one picked it up."""
 
 
 class HandlerThreads:
@@ -105,6 +107,7 @@ class HandlerThreads:
                     self._counted -= 1
                     return
                 self._pending -= 1
+            call.thread = threading.get_ident()
             try:
                 outcome: tuple[Any, BaseException | None] = (call.fn(), None)
             except Exception as exc:

@@ -45,7 +45,7 @@ from rdq._plugins.manager import reopen
 from rdq._runner import Run, Runner
 from rdq._threads import HandlerThreads
 from rdq._watchdog import Watchdog
-from rdq.errors import ConfigError
+from rdq.errors import ConfigError, NotConnected, StorageError, StorageUnavailable
 from rdq.logging import get_logger
 from rdq.maintenance import maintenance_loop
 from rdq.spi import Storage, limits
@@ -204,6 +204,8 @@ class Worker:
         self._hurry = asyncio.Event()
         if self._stop_requests:
             self._stopping.set()
+        await self._check_storage()
+        self._warn_unserved_queues()
         size = sum(self.app.queue_config(q).concurrency for q in self.queues)
         threads = HandlerThreads(size)
         self._states = {q: _QueueState(q) for q in self.queues}
@@ -286,6 +288,39 @@ class Worker:
             await watchdog.stop()
             threads.close()
             self.log.info("worker stopped", worker_id=self.worker_id)
+
+    async def _check_storage(self) -> None:
+        """One ``stats`` call before work starts: a store that is unreachable may be starting
+        up (claims retry), but one that refuses for another reason — a schema that was never
+        created, a store that is not connected — stops the worker here, with the reason."""
+        try:
+            await self.storage.stats(self.queues[0])
+        except StorageUnavailable:
+            return
+        except StorageError as exc:
+            message = str(exc)
+            if "rdq migrate" not in message and not isinstance(exc, NotConnected):
+                message += (
+                    "; if the store's schema has not been created, run "
+                    "`rdq migrate --storage URL` (or storage.migrate())"
+                )
+            raise StorageError(f"the worker cannot use its store: {message}") from exc
+
+    def _warn_unserved_queues(self) -> None:
+        """Warn about queues no registered handler is bound to (a typo in ``--queue`` or in
+        ``[queues.NAME]``), unless the app resolves handlers beyond its registered ones."""
+        if self.app.serves_any_ref:
+            return
+        served = self.app.handler_queues
+        unserved = [q for q in self.queues if q not in served]
+        if unserved:
+            self.log.warning(
+                "no handler is registered for these queues (a misspelt queue name?); "
+                "tasks are only put there when submitted with that queue explicitly",
+                worker_id=self.worker_id,
+                queues=unserved,
+                queues_with_handlers=served,
+            )
 
     async def _drain(self) -> None:
         pending = [run.task for run in self._runs.values() if run.task is not None]
@@ -430,7 +465,8 @@ class Worker:
                     error_type=type(exc).__name__,
                     retry_in=round(outage, 2),
                 )
-                await self._idle_wait(asyncio.sleep(outage * (0.5 + random.random() / 2)))
+                jitter = (self._rng or random).random()
+                await self._idle_wait(asyncio.sleep(outage * (0.5 + jitter / 2)))
                 continue
             outage = 0.0
             if claims:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -90,3 +91,34 @@ def fast_worker(app: rdq.App, storage: Storage, **kwargs: Any) -> rdq.Worker:
     kwargs.setdefault("poll_max", 0.2)
     kwargs.setdefault("maintenance", False)
     return rdq.Worker(app, storage, **kwargs)
+
+
+class Recorder:
+    """A logger that keeps every line (event and fields), from any thread."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+
+    def _log(self, level: str, event: str, **fields: Any) -> None:
+        with self._lock:
+            self.lines.append((level, event, fields))
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._log("debug", event, **fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._log("info", event, **fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._log("warning", event, **fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._log("error", event, **fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        self._log("error", event, **fields)
+
+    def events(self, prefix: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [fields for _, event, fields in self.lines if event.startswith(prefix)]

@@ -162,3 +162,46 @@ async def test_a_batch_is_validated_once_per_task(storage, queue, monkeypatch):
     # never twice; a store may check the names a batch shares only once (PostgreSQL does)
     assert len(checked) == len(set(checked))
     assert set(checked) <= {s.id for s in subs}
+
+
+@pytest.mark.asyncio
+async def test_a_handler_the_app_does_not_know_is_refused_naming_the_known_ones(storage, queue):
+    app = rdq.App(import_prefixes=["myapp"])
+    app.queue("payments")
+
+    @app.handler("charge_card", queue="payments")
+    async def charge_card(payload: object) -> None: ...
+
+    @app.handler("send_receipt", queue="emails")
+    async def send_receipt(payload: object) -> None: ...
+
+    app.register_scheme("https", lambda task, ctx: charge_card(task.payload))
+    client = rdq.Client(storage, app)
+    with pytest.raises(rdq.ValidationError) as info:
+        await client.submit("charge_crad", {"order": 1})
+    assert info.value.field == "handler_ref"
+    message = str(info.value)
+    assert "'charge_crad'" in message and "did you mean 'charge_card'?" in message
+    assert "known handlers: charge_card, send_receipt" in message
+    assert "check_handler=False" in message
+    with pytest.raises(rdq.ValidationError):  # a batch: nothing of it is stored
+        await client.submit_many(
+            [
+                rdq.Submission("charge_card", 1, queue=queue, id=f"ok-{queue}"),
+                rdq.Submission("charge_crad", 2, queue=queue),
+            ]
+        )
+    with pytest.raises(rdq.NotFound):
+        await client.get(f"ok-{queue}")
+    # what a worker of this app can run is accepted
+    for ref in ("charge_card", "https://hooks.example.com/x", "myapp.jobs:nightly"):
+        assert (await client.submit(ref, None, queue=queue)).created
+    # a producer submitting for another application's workers opts out
+    other = await client.submit("billing.invoice", {"n": 1}, queue=queue, check_handler=False)
+    assert (await client.get(other.id)).handler_ref == "billing.invoice"
+    [sub] = await client.submit_many(
+        [rdq.Submission("billing.invoice", 2, queue=queue, check_handler=False)]
+    )
+    assert sub.created
+    # without an app, nothing is known and nothing is checked
+    assert (await rdq.Client(storage).submit("anything", queue=queue)).created

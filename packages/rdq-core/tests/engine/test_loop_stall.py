@@ -16,40 +16,9 @@ from prometheus_client import REGISTRY
 import rdq
 from rdq.spi import Outcome, Status, Storage
 
-from .conftest import fast_worker, running, wait_status
+from .conftest import Recorder, fast_worker, running, wait_status
 
 pytestmark = pytest.mark.asyncio
-
-
-class Recorder:
-    """A logger that keeps every line (event and fields), from any thread."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, dict[str, Any]]] = []
-        self._lock = threading.Lock()
-
-    def _log(self, level: str, event: str, **fields: Any) -> None:
-        with self._lock:
-            self.lines.append((level, event, fields))
-
-    def debug(self, event: str, **fields: Any) -> None:
-        self._log("debug", event, **fields)
-
-    def info(self, event: str, **fields: Any) -> None:
-        self._log("info", event, **fields)
-
-    def warning(self, event: str, **fields: Any) -> None:
-        self._log("warning", event, **fields)
-
-    def error(self, event: str, **fields: Any) -> None:
-        self._log("error", event, **fields)
-
-    def exception(self, event: str, **fields: Any) -> None:
-        self._log("error", event, **fields)
-
-    def events(self, prefix: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return [fields for _, event, fields in self.lines if event.startswith(prefix)]
 
 
 @contextmanager

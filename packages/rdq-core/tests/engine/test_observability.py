@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import socket
+import subprocess
+import sys
 import urllib.request
 
 import pytest
@@ -128,3 +130,42 @@ def test_json_logging_binds_the_given_fields():
     }
     with pytest.raises(ValueError, match="unknown log level"):
         rdq_logging.configure(level="LOUD")
+
+
+EMBEDDING_APP = """
+import asyncio, json, rdq
+
+app = rdq.App()
+app.queue("q", max_attempts=2, backoff=rdq.Backoff.fixed(0.01))
+
+@app.handler("bad", queue="q")
+async def bad(payload):
+    raise KeyError("missing")
+
+async def main():
+    async with rdq.open_storage("memory://embedded") as storage:
+        sub = await rdq.Client(storage, app).submit("bad")
+        worker = rdq.Worker(app, storage, maintenance=False)
+        running = asyncio.create_task(worker.run())
+        while (await storage.get(sub.id)).status != "DEAD":
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await running
+
+asyncio.run(main())
+print(json.dumps({"ok": True}))
+"""
+
+
+def test_an_application_that_embeds_rdq_keeps_its_stdout(tmp_path):
+    """A program that embeds a client and a worker and configures no logging: its standard
+    output holds only what it printed; rdq's warnings go through stdlib logging (stderr)."""
+    script = tmp_path / "embedding.py"
+    script.write_text(EMBEDDING_APP)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == '{"ok": true}\n'
+    assert "dead-lettered" in result.stderr
+    assert "KeyError: 'missing'" in result.stderr  # the attempt's traceback

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import random
 import signal
 import threading
 import time
@@ -20,7 +21,7 @@ from rdq import metrics
 from rdq.spi import Capabilities, Outcome, Status, Storage
 from rdq_memory import MemoryStorage
 
-from .conftest import eventually, fast_worker, running, wait_status
+from .conftest import Recorder, eventually, fast_worker, running, wait_status
 
 pytestmark = pytest.mark.asyncio
 
@@ -277,3 +278,65 @@ async def test_a_task_that_keeps_losing_its_lease_ends_in_the_dlq(storage, queue
         (Outcome.LEASE_EXPIRED, task.attempts[0].error_type),
         (Outcome.PERMANENT, "rdq.AttemptsExhausted"),
     ]
+
+
+async def test_only_outages_are_retried_and_an_unwritten_outcome_is_logged(storage, queue):
+    """A resolution refused with a StorageError that is not an outage is not retried (it
+    would fail the same way); the outcome it carried is logged, not dropped in silence, and
+    the task runs again once its lease expires."""
+    app = rdq.App()
+    app.queue(queue, lease=0.5, max_attempts=3, backoff=rdq.Backoff.fixed(0.05))
+    runs: list[int] = []
+
+    @app.handler("job", queue=queue)
+    async def job(payload: object, ctx: rdq.TaskContext) -> None:
+        runs.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise ConnectionError("upstream said no")
+
+    sub = await rdq.Client(storage, app).submit("job")
+    refused = rdq.StorageError("check constraint violated")
+    flaky = FlakyStorage(storage, {"reschedule": (1, refused)})
+    log = Recorder()
+    async with running(fast_worker(app, flaky, logger=log)):  # type: ignore[arg-type]
+        task = await wait_status(storage, sub.id, Status.SUCCEEDED)
+    assert flaky.calls["reschedule"] == 1  # not retried
+    [line] = log.events("could not record the outcome")
+    assert (line["outcome"], line["error_type"], line["error"]) == (
+        "FAILED",
+        "ConnectionError",
+        "upstream said no",
+    )
+    assert "check constraint violated" in line["storage_error"]
+    assert [a.outcome for a in task.attempts] == [Outcome.LEASE_EXPIRED, Outcome.SUCCEEDED]
+    assert runs == [1, 2]
+
+
+class CountingRandom(random.Random):
+    def __init__(self) -> None:
+        super().__init__(7)
+        self.draws = 0
+
+    def random(self) -> float:
+        self.draws += 1
+        return super().random()
+
+
+async def test_write_retries_draw_their_jitter_from_the_workers_rng(storage, queue):
+    """An outcome write retried through an outage waits a jittered pause drawn from the
+    random generator the worker was given (so a seeded worker is reproducible)."""
+    app = rdq.App()
+    app.queue(queue, backoff=rdq.Backoff.fixed(0.05))
+
+    @app.handler("job", queue=queue)
+    async def job(payload: object) -> None:
+        return None
+
+    sub = await rdq.Client(storage, app).submit("job")
+    outage = rdq.StorageUnavailable("connection refused (127.0.0.1:5432)")
+    flaky = FlakyStorage(storage, {"complete": (3, outage)}, batch_complete=False)
+    rng = CountingRandom()
+    async with running(fast_worker(app, flaky, rng=rng)):  # type: ignore[arg-type]
+        await wait_status(storage, sub.id, Status.SUCCEEDED)
+    assert flaky.calls["complete"] == 4
+    assert rng.draws >= 3

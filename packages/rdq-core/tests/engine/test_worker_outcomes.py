@@ -13,7 +13,7 @@ import rdq
 from rdq.policy import backoff_bounds
 from rdq.spi import DLQFilter, Outcome, Page, RetryOverride, Selector, Status
 
-from .conftest import eventually, fast_worker, running, wait_status
+from .conftest import Recorder, eventually, fast_worker, running, wait_status
 
 pytestmark = pytest.mark.asyncio
 
@@ -197,8 +197,9 @@ async def test_unknown_handler_and_undecodable_payload_go_to_dlq_as_permanent(st
         seen.append(order)
 
     client = rdq.Client(storage, app)
-    unknown = await client.submit("no_such_handler", {"x": 1}, queue=queue)
-    not_allowed = await client.submit("os:system", "echo pwned", queue=queue)
+    # as another producer would submit them: this app's client refuses both
+    unknown = await client.submit("no_such_handler", {"x": 1}, queue=queue, check_handler=False)
+    not_allowed = await client.submit("os:system", "echo pwned", queue=queue, check_handler=False)
     bad = await client.submit("typed", {"order_id": "not a number"})
     good = await client.submit("typed", {"order_id": 7, "amount": 9.5})
     async with running(fast_worker(app, storage)):
@@ -273,7 +274,42 @@ async def test_import_path_handlers_run_when_the_app_allows_their_module(storage
     async with running(fast_worker(app, storage)):
         await wait_status(storage, ok.id, Status.SUCCEEDED)
         t = await wait_status(storage, missing.id, Status.DEAD)
-    assert t.attempts[0].error_type == "rdq.UnknownHandler"
+    assert t.attempts[0].error_type == "rdq.HandlerImportError"
+    assert "no_such_function" in (t.attempts[0].error_message or "")
+
+
+async def test_a_handler_module_that_fails_to_import_is_retried_not_remembered(
+    storage, queue, tmp_path, monkeypatch
+):
+    """An import-time error in an allowed handler module is a retryable failure with its
+    traceback, logged; the next attempt imports the module again and runs the task."""
+    module = f"flaky_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        "import pathlib\n"
+        "marker = pathlib.Path(__file__).with_name('imported-once')\n"
+        "if not marker.exists():\n"
+        "    marker.write_text('x')\n"
+        "    raise ConnectionError('config service unreachable at import time')\n"
+        "def job(payload):\n"
+        "    return None\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app = rdq.App(import_prefixes=[module])
+    app.queue(queue, max_attempts=3, backoff=rdq.Backoff.fixed(0.05))
+    log = Recorder()
+    sub = await rdq.Client(storage, app).submit(f"{module}:job", queue=queue)
+    async with running(fast_worker(app, storage, logger=log)):
+        task = await wait_status(storage, sub.id, Status.SUCCEEDED)
+    failed, succeeded = task.attempts
+    assert (failed.outcome, failed.error_type) == (Outcome.FAILED, "rdq.HandlerImportError")
+    assert "config service unreachable at import time" in (failed.error_message or "")
+    assert failed.traceback is not None
+    assert "raise ConnectionError('config service unreachable at import time')" in (
+        failed.traceback
+    )
+    assert succeeded.outcome == Outcome.SUCCEEDED
+    [line] = log.events("could not import the handler")
+    assert line["exception"] == failed.traceback
 
 
 async def test_scheme_invoker_runs_url_handler_refs(storage, queue):

@@ -6,6 +6,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pymongo
 from pymongo import AsyncMongoClient
 from pymongo.errors import ConfigurationError, PyMongoError
 
@@ -51,11 +52,12 @@ async def open_connection(config: MongoConfig) -> Connection:
         database = client[config.database]
         tasks = database[config.tasks_collection]
         try:
-            hello = await client.admin.command("hello")
-            # hello needs no login: a read proves the credentials and the permissions.
-            await tasks.find_one({"_id": ""}, projection={"_id": 1})
+            with pymongo.timeout(config.timeout):
+                hello = await client.admin.command("hello")
+                # hello needs no login: a read proves the credentials and the permissions.
+                await tasks.find_one({"_id": ""}, projection={"_id": 1})
         except BaseException:
-            await client.close()
+            await _close(client, config.timeout)
             raise
     replicated = bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
     return Connection(
@@ -68,7 +70,12 @@ async def open_connection(config: MongoConfig) -> Connection:
     )
 
 
-async def close_connection(connection: Connection) -> None:
-    """Close the client; never raises (a server that is gone has nothing left to release)."""
-    with contextlib.suppress(PyMongoError, OSError):
-        await connection.client.close()
+async def close_connection(connection: Connection, timeout: float) -> None:
+    """Close the client within ``timeout`` seconds; never raises (a server that is gone or
+    frozen has nothing left to release)."""
+    await _close(connection.client, timeout)
+
+
+async def _close(client: AsyncMongoClient[Document], timeout: float) -> None:
+    with contextlib.suppress(PyMongoError, OSError), pymongo.timeout(timeout):
+        await client.close()

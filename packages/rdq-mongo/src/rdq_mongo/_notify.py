@@ -15,11 +15,13 @@ covered by never waiting past the next due time the server reports.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from pymongo.errors import OperationFailure
+import pymongo
+from pymongo.errors import OperationFailure, PyMongoError
 
 from rdq.spi import Status
 from rdq_mongo._queries import NOW_US
@@ -41,16 +43,18 @@ POLL_SECONDS = 1.0
 _NO_CHANGE_STREAMS = frozenset({13, 40324, 40573})
 
 
-async def wait_due(connection: Connection, queue: str, timeout: float) -> bool:
+async def wait_due(
+    connection: Connection, queue: str, timeout: float, operation_timeout: float
+) -> bool:
     """Block until a task of ``queue`` may be due (True) or ``timeout`` seconds pass (False).
 
     With change streams, an enqueue, reschedule or redrive wakes the waiter at once; without
     them it asks every ``POLL_SECONDS`` when the next task falls due and wakes when one is
-    (a new task is seen within that interval). Driver errors propagate (the caller
-    translates)."""
+    (a new task is seen within that interval). Each call to the server is bounded by
+    ``operation_timeout``; driver errors propagate (the caller translates)."""
     if connection.change_streams:
         try:
-            return await wait_for_due(connection.tasks, queue, timeout)
+            return await wait_for_due(connection.tasks, queue, timeout, operation_timeout)
         except OperationFailure as exc:
             if exc.code not in _NO_CHANGE_STREAMS:
                 raise
@@ -59,7 +63,8 @@ async def wait_due(connection: Connection, queue: str, timeout: float) -> bool:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
-        wait = await seconds_until_due(connection.tasks, queue)
+        with pymongo.timeout(operation_timeout):
+            wait = await seconds_until_due(connection.tasks, queue)
         if wait is not None and wait <= 0:
             return True
         remaining = deadline - loop.time()
@@ -90,8 +95,11 @@ async def seconds_until_due(tasks: AsyncCollection[dict[str, Any]], queue: str) 
     return None
 
 
-async def wait_for_due(tasks: AsyncCollection[dict[str, Any]], queue: str, timeout: float) -> bool:
-    """Block until a task of ``queue`` may be due (True) or ``timeout`` seconds pass (False)."""
+async def wait_for_due(
+    tasks: AsyncCollection[dict[str, Any]], queue: str, timeout: float, operation_timeout: float
+) -> bool:
+    """Block until a task of ``queue`` may be due (True) or ``timeout`` seconds pass (False),
+    woken by the change stream; each call to the server is bounded by ``operation_timeout``."""
     loop = asyncio.get_running_loop()
     pipeline = [
         {
@@ -106,14 +114,22 @@ async def wait_for_due(tasks: AsyncCollection[dict[str, Any]], queue: str, timeo
             }
         }
     ]
-    await_ms = max(1, min(_MAX_AWAIT_MS, math.ceil(timeout * 1000)))
-    async with await tasks.watch(pipeline, max_await_time_ms=await_ms) as stream:
-        wait = await seconds_until_due(tasks, queue)
+    # Each getMore waits at most this long on the server, well inside the operation timeout.
+    await_ms = min(_MAX_AWAIT_MS, math.ceil(timeout * 1000), int(operation_timeout * 500))
+    with pymongo.timeout(operation_timeout):
+        stream = await tasks.watch(pipeline, max_await_time_ms=max(1, await_ms))
+    try:
+        with pymongo.timeout(operation_timeout):
+            wait = await seconds_until_due(tasks, queue)
         if wait is not None and wait <= 0:
             return True
         limit = timeout if wait is None else min(timeout, wait)
         end = loop.time() + limit
         while loop.time() < end:
-            if await stream.try_next() is not None:
-                return True
+            with pymongo.timeout(operation_timeout):
+                if await stream.try_next() is not None:
+                    return True
+    finally:
+        with pymongo.timeout(operation_timeout), contextlib.suppress(PyMongoError):
+            await stream.close()
     return wait is not None and wait <= timeout

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+import pymongo
 from pymongo import ReturnDocument, UpdateOne
 
 from rdq.errors import NotConnected, NotFound, StaleClaim, StorageError, ValidationError
@@ -110,7 +111,7 @@ class MongoStorage(StorageBase):
     async def _close(self) -> None:
         connection, self._conn = self._conn, None
         if connection is not None:
-            await close_connection(connection)
+            await close_connection(connection, self._config.timeout)
 
     def _connection(self) -> Connection:
         """The open connection; ``NotConnected`` before ``connect`` and after ``aclose``."""
@@ -121,14 +122,18 @@ class MongoStorage(StorageBase):
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
-        with translate_errors(self._config.where):
+        """Driver errors translated, and the operation timeout: PyMongo's own (``timeoutMS``
+        for the block), which bounds server selection, each socket read and, as
+        ``maxTimeMS``, the server's work; ``StorageUnavailable`` when it runs out."""
+        with translate_errors(self._config.where), pymongo.timeout(self._config.timeout):
             yield
 
     async def migrate(self) -> None:
         """Create the indexes and upgrade documents of the previous release (idempotent;
-        concurrent runs are harmless)."""
+        concurrent runs are harmless). Exempt from the operation timeout: an index build or
+        an upgrade of many documents may take longer."""
         connection = self._connection()
-        with self._errors():
+        with translate_errors(self._config.where):
             await migrate(connection)
 
     # --- admission -------------------------------------------------------------------------
@@ -465,8 +470,10 @@ class MongoStorage(StorageBase):
         limits.check_queue(queue)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
             raise ValidationError("must be a non-negative number of seconds", field="timeout")
-        with self._errors():
-            return await wait_due(connection, queue, float(timeout))
+        # The wait itself is exempt from the operation timeout; each call to the server in it
+        # is bounded by it.
+        with translate_errors(self._config.where):
+            return await wait_due(connection, queue, float(timeout), self._config.timeout)
 
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
         connection = self._connection()

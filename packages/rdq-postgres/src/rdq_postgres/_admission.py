@@ -19,6 +19,7 @@ from rdq_postgres._queries import Queries
 __all__ = [
     "Admission",
     "admission",
+    "admission_in",
     "importing",
     "stored_flags",
 ]
@@ -86,6 +87,26 @@ def admission(sql: Queries, tasks: Sequence[Envelope], delay: timedelta | None) 
         return Admission(unique, sql.enqueue_batch_fresh, args)
     columns = zip(*(enqueue_args(task, payloads[id(task)]) for task in unique), strict=True)
     return Admission(unique, sql.enqueue_batch, (*map(list, columns), delay or _ZERO))
+
+
+def admission_in(
+    sql: Queries, tasks: Sequence[Envelope], delay: timedelta | None, *, notify: bool
+) -> Admission | None:
+    """The statement that admits ``tasks`` inside the caller's transaction (enqueue_in.sql):
+    checked as ``admission`` checks them; an id held by another queue is reported, not
+    raised."""
+    limits.check_delay(delay)
+    payloads = [_encode(limits.check_task(task).payload).decode() for task in tasks]
+    encoded = {id(task): payload for task, payload in zip(tasks, payloads, strict=True)}
+    unique = _unique(tasks)
+    if not unique:
+        return None
+    columns = [
+        list(column)
+        for column in zip(*(enqueue_args(task, encoded[id(task)]) for task in unique), strict=True)
+    ]
+    args = (*columns[:13], delay or _ZERO, notify, columns[13])
+    return Admission(unique, sql.enqueue_in, args)
 
 
 def importing(sql: Queries, tasks: Sequence[Envelope]) -> Admission | None:

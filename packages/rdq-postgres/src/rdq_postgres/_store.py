@@ -43,7 +43,7 @@ from rdq.spi import (
     limits,
     task_scope,
 )
-from rdq_postgres._admission import Admission, admission, importing, stored_flags
+from rdq_postgres._admission import Admission, admission, admission_in, importing, stored_flags
 from rdq_postgres._codec import (
     attempt_args,
     audit_args,
@@ -59,6 +59,7 @@ from rdq_postgres._connection import Database
 from rdq_postgres._errors import translate_errors
 from rdq_postgres._migrate import apply_migrations
 from rdq_postgres._notify import Announcer, DueListener
+from rdq_postgres._outbox import driver_errors, runner_for
 from rdq_postgres._queries import Queries
 from rdq_postgres._url import PostgresConfig, parse_url
 
@@ -149,6 +150,34 @@ class PostgresStorage(StorageBase):
             return []
         stored = await self._admit(batch)
         self._announce(*batch.queues(stored))
+        return stored_flags(tasks, stored)
+
+    async def enqueue_in(
+        self, connection: object, tasks: Sequence[Envelope], *, delay: timedelta | None = None
+    ) -> list[bool]:
+        """Admit ``tasks`` on ``connection`` — an asyncpg connection, a psycopg 3
+        ``AsyncConnection`` or a SQLAlchemy ``AsyncConnection``/``AsyncSession`` the
+        application owns — inside its transaction: they are stored when that transaction
+        commits (and wake idle workers then) and never exist if it rolls back.
+
+        The same admission as ``enqueue_batch``: every task checked first
+        (``ValidationError``), idempotent by id (``False`` for an id already in the same
+        queue, this transaction's own earlier tasks included), ``IDConflict`` for an id held
+        by another queue, which leaves nothing of this call stored and the transaction
+        usable. One statement; the store's own pool is not used. Driver errors are raised as
+        ``StorageError`` (``StorageUnavailable`` when the connection is lost)."""
+        self._check_open()
+        batch = admission_in(self._sql, tasks, delay, notify=self.config.notify)
+        if batch is None:
+            return []
+        runner = await runner_for(connection)
+        with driver_errors(self.endpoint):
+            row = await runner.fetchrow(batch.query, batch.args)
+            stored = set(row["stored"] or ())
+            if row["conflict_id"] is not None:
+                if stored:  # our own rows, not yet visible to anyone else
+                    await runner.execute(self._sql.unadmit, [sorted(stored)])
+                raise IDConflict(row["conflict_id"], row["conflict_queue"])
         return stored_flags(tasks, stored)
 
     async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:

@@ -63,6 +63,11 @@ class SecantusProcess:
         self._log = data_dir.parent / f"secantus-{self.port}.log"
 
     @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs (fault tests freeze it with SIGSTOP)."""
+        return None if self._process is None else self._process.pid
+
+    @property
     def url(self) -> str:
         """The server's URL (direct connection: a single node, never a discovered set)."""
         return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"

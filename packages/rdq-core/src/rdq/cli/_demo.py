@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import secrets
+import shlex
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -311,16 +312,63 @@ async def run_demo(console: Console, storage_url: str = "memory://") -> None:
         f"\n[bold green]done:[/] {succeeded} tasks succeeded at first, {len(dead)} were "
         f"dead-lettered, redriven and then succeeded, with their full history kept.\n"
     )
-    console.print(
-        Panel.fit(
-            "Run it for real, on a database you already have:\n"
-            "  rdq migrate --storage postgresql://user@localhost/app\n"
-            "  rdq worker myapp.tasks:app --storage postgresql://user@localhost/app\n"
-            "  rdq server --storage postgresql://user@localhost/app   # HTTP API + DLQ UI\n"
-            "  rdq dlq list orders --storage postgresql://user@localhost/app\n"
-            "See docs/engine.md for the application API and examples/ for a runnable app.",
-            title="what to try next",
+    _print_next_steps(console, storage_url, in_memory)
+
+
+def next_commands(storage_url: str, in_memory: bool) -> list[str]:
+    """Commands that work exactly as printed after this demo: on a store that keeps its
+    tasks, looking at what the demo left there; after a run in memory, the same demo on a
+    SQLite file (when rdq-sqlite is installed), then looking at it."""
+    if in_memory:
+        from rdq._plugins.manager import plugins
+
+        if plugins().registry.factory("sqlite") is None:
+            return ["rdq backends"]
+        storage_url = "sqlite:///rdq-demo.db"
+        first = [f"rdq demo --storage {storage_url}"]
+    else:
+        first = []
+    url = shlex.quote(storage_url)
+    token = shlex.quote(f"you:read+submit+admin:{secrets.token_hex(12)}")
+    return [
+        *first,
+        f"rdq stats {QUEUE} --storage {url}",
+        f"rdq dlq list {QUEUE} --storage {url}",
+        f"rdq server --storage {url} --token {token}",
+    ]
+
+
+def _print_next_steps(console: Console, storage_url: str, in_memory: bool) -> None:
+    commands = next_commands(storage_url, in_memory)
+    if not in_memory:
+        intro = "The tasks stay in that store. Look at them with the CLI and the web UI:"
+    elif len(commands) > 1:
+        intro = (
+            "That ran in memory and is gone. Run it on a file that keeps the tasks, then look "
+            "at them with the CLI and the web UI (rdq server serves it):"
         )
+    else:
+        intro = (
+            "That ran in memory and is gone. To keep the tasks, run the demo on a store you "
+            "have (rdq demo --storage URL); the installed ones are listed by:"
+        )
+    console.print("[bold]What to try next[/]")
+    console.print(intro, markup=False, highlight=False)
+    for command in commands:  # never wrapped: each line is a command to paste
+        console.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
+    if len(commands) > 1:
+        token = commands[-1].rpartition(":")[2].strip("'")
+        console.print(
+            f"rdq server serves the DLQ UI on http://127.0.0.1:8080/ui (sign in with the token "
+            f"{token}) and the HTTP API under /v1.",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    console.print(
+        "docs/engine.md shows the application API; examples/orders is a runnable app.",
+        markup=False,
+        highlight=False,
     )
 
 

@@ -3,41 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
-import os
 import sys
 from pathlib import Path
 
 import click
 
-from rdq._app import App
+from rdq._app import App, load_app
 from rdq._plugins.manager import open_storage
 from rdq._worker import Worker
 from rdq.cli._common import storage_option
 from rdq.cli._default import chosen_storage
-from rdq.errors import ConfigError, RdqError, StorageUnavailable
+from rdq.errors import RdqError, StorageUnavailable
 from rdq.logging import configure, get_logger
 
-
-def load_app(spec: str) -> App:
-    """Import ``pkg.module:attribute`` (the current directory is importable) and return the
-    :class:`rdq.App` it names. Raises ``ConfigError`` with the reason otherwise."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"expected pkg.module:app, got {spec!r}", key="APP")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        found: object = importlib.import_module(module_name)
-        for part in attr.split("."):
-            found = getattr(found, part)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import {module_name!r}: {exc}", key="APP") from None
-    except AttributeError:
-        raise ConfigError(f"{module_name!r} has no attribute {attr!r}", key="APP") from None
-    if not isinstance(found, App):
-        raise ConfigError(f"{spec} is a {type(found).__name__}, not an rdq.App", key="APP")
-    return found
+__all__ = ["load_app", "worker"]
 
 
 @click.command()

@@ -81,7 +81,7 @@ class Attempt(msgspec.Struct, kw_only=True, frozen=True):
       (``claimed_by``, ``None`` if it gave none); ``traceback`` is ``None``.
 
     ``traceback`` is the formatted traceback of a failure (bounded by
-    :data:`rdq.spi.limits.MAX_TRACEBACK_CHARS`; the engine keeps the innermost frames when it
+    :data:`rdq.spi.limits.MAX_TRACEBACK_LENGTH`; the engine keeps the innermost frames when it
     cuts one)."""
 
     number: int

@@ -77,7 +77,11 @@ public final class Cursors {
             if (!node.get(1).asText().equals(scope)) {
                 throw new StaleCursorException("cursor belongs to another queue or filter");
             }
-            return new Position(Times.parse(node.get(2).asText(), "cursor"), node.get(3).asText());
+            Position position = new Position(Times.parse(node.get(2).asText(), "cursor"), node.get(3).asText());
+            if (!encode(scope, position.at(), position.id()).equals(cursor)) {
+                throw new StaleCursorException("malformed cursor"); // trailing or altered bytes
+            }
+            return position;
         } catch (com.fasterxml.jackson.core.JsonProcessingException | ValidationException e) {
             throw new StaleCursorException("malformed cursor");
         }

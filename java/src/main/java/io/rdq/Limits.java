@@ -227,6 +227,63 @@ public final class Limits {
         return task;
     }
 
+    /** The field holding the time a task of {@code status} is listed by. */
+    public static String statusTimeField(Status status) {
+        return switch (status) {
+            case PENDING -> "next_attempt_at";
+            case IN_FLIGHT -> "lease_expires_at";
+            case SUCCEEDED -> "completed_at";
+            case DEAD -> "dead_lettered_at";
+            case CANCELLED -> "cancelled_at";
+        };
+    }
+
+    /** A task offered to {@code importTasks}: everything {@link #checkTask} checks, then
+     * {@code created_at} and its status time set, {@code claimed_by} and every attempt valid. */
+    public static Envelope checkImportedTask(Envelope task) {
+        checkTask(task);
+        if (task.createdAt() == null) {
+            throw new ValidationException("created_at", "must be set on an imported " + task.status() + " task");
+        }
+        if (task.statusTime() == null) {
+            throw new ValidationException(statusTimeField(task.status()), "must be set on an imported " + task.status() + " task");
+        }
+        checkWorkerId(task.claimedBy(), "claimed_by");
+        for (int i = 0; i < task.attempts().size(); i++) {
+            checkAttempt(task.attempts().get(i), "attempts[" + i + "]");
+        }
+        return task;
+    }
+
+    public static List<Envelope> checkImportedTasks(List<Envelope> tasks) {
+        if (tasks == null) {
+            throw new ValidationException("tasks", "must be a list of envelopes");
+        }
+        if (tasks.size() > MAX_LIMIT) {
+            throw new ValidationException("tasks", "more than " + MAX_LIMIT + " tasks");
+        }
+        tasks.forEach(Limits::checkImportedTask);
+        return tasks;
+    }
+
+    /** The ids given to {@code cancel}. */
+    public static List<String> checkCancelIds(List<String> ids) {
+        if (ids == null) {
+            throw new ValidationException("ids", "must be a list of task ids");
+        }
+        if (ids.size() > MAX_SELECTOR_IDS) {
+            throw new ValidationException("ids", "more than " + MAX_SELECTOR_IDS + " ids");
+        }
+        return checkIds(ids, "ids");
+    }
+
+    public static TaskFilter checkTaskFilter(TaskFilter filter) {
+        if (filter == null || filter.status() == null) {
+            throw new ValidationException("filter", "must be a task filter with a status");
+        }
+        return filter;
+    }
+
     public static PageRequest checkPage(PageRequest page) {
         if (page == null) {
             throw new ValidationException("page", "must be a page request");

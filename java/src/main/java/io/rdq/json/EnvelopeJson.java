@@ -391,7 +391,7 @@ public final class EnvelopeJson {
                 case "base" -> base = r.optionalNumber(at);
                 case "cap" -> cap = r.optionalNumber(at);
                 case "timeout" -> timeout = r.optionalNumber(at);
-                default -> throw new ValidationException(at, "unknown retry setting");
+                default -> r.skip(); // settings of a newer writer, as rdq's Python decoder skips them
             }
         }
         return new RetryOverride(maxAttempts, backoff, base, cap, timeout);

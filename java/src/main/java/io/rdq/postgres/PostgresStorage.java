@@ -215,7 +215,7 @@ public final class PostgresStorage implements Storage {
 
     @Override
     public Capabilities capabilities() {
-        return new Capabilities(config.notifications(), true, true, true, false);
+        return new Capabilities(config.notifications(), true, true, true, true);
     }
 
     private void announce(String queue) {
@@ -266,7 +266,8 @@ public final class PostgresStorage implements Storage {
                 .set("delay_us", delay == null ? 0L : Times.micros(delay))
                 .set("retry", task.retry() == null ? null : EnvelopeJson.encodeRetry(task.retry()))
                 .set("format_version", task.formatVersion())
-                .set("extra", EnvelopeJson.encodeExtra(unknownFields(task)));
+                .set("extra", EnvelopeJson.encodeExtra(unknownFields(task)))
+                .set("priority", task.priority());
         if (!query("enqueue", params, rs -> rs.getString(1)).isEmpty()) {
             announce(task.queue());
             return true;
@@ -311,6 +312,7 @@ public final class PostgresStorage implements Storage {
         String[] retries = new String[n];
         Integer[] formats = new Integer[n];
         String[] extras = new String[n];
+        Integer[] priorities = new Integer[n];
         for (int i = 0; i < n; i++) {
             Envelope t = items.get(i);
             ids[i] = t.id();
@@ -326,12 +328,14 @@ public final class PostgresStorage implements Storage {
             retries[i] = t.retry() == null ? null : EnvelopeJson.encodeRetry(t.retry());
             formats[i] = t.formatVersion();
             extras[i] = EnvelopeJson.encodeExtra(unknownFields(t));
+            priorities[i] = t.priority();
         }
         Params params = Params.of().set("ids", ids).set("queues", queues).set("handler_refs", refs)
                 .set("payloads", payloads).set("headers", headers).set("attempt_counts", attemptCounts)
                 .set("redrive_counts", redriveCounts).set("attempts", attempts).set("error_types", errorTypes)
                 .set("next_attempt_ats", nextAts).set("retries", retries).set("format_versions", formats)
-                .set("extras", extras).set("delay_us", delay == null ? 0L : Times.micros(delay));
+                .set("extras", extras).set("priorities", priorities)
+                .set("delay_us", delay == null ? 0L : Times.micros(delay));
         Set<String> present = new HashSet<>(queryOne("enqueue_batch", params, rs -> strings(rs, "present")));
         Set<String> stored = new HashSet<>();
         for (Envelope t : items) {
@@ -366,10 +370,12 @@ public final class PostgresStorage implements Storage {
         Limits.checkLease(lease, "lease");
         record Row(Claimed claimed, Instant dueAt) {}
         List<Row> rows = query("claim", Params.of().set("queue", queue).set("limit", limit)
-                .set("lease_us", Times.micros(lease)), rs -> new Row(
+                .set("lease_us", Times.micros(lease)).set("worker_id", workerId), rs -> new Row(
                         new Claimed(Rows.envelope(rs), rs.getString("token")), Rows.instant(rs, "claimed_due_at")));
+        // UPDATE ... RETURNING has no order: hand the claims out in the claim order
         List<Row> sorted = new ArrayList<>(rows);
-        sorted.sort(Comparator.comparing(Row::dueAt).thenComparing(r -> r.claimed().task().id()));
+        sorted.sort(Comparator.comparing((Row r) -> -r.claimed().task().priority()).thenComparing(Row::dueAt)
+                .thenComparing(r -> r.claimed().task().id()));
         return sorted.stream().map(Row::claimed).toList();
     }
 
@@ -547,37 +553,201 @@ public final class PostgresStorage implements Storage {
 
     @Override
     public List<DlqGroup> dlqGroups(String queue) {
-        throw new UnsupportedOperationException("dlqGroups arrives with schema version 3");
+        ready();
+        Limits.checkQueue(queue);
+        List<DlqGroup> groups = new ArrayList<>(query("dlq_groups", Params.of().set("queue", queue), rs -> new DlqGroup(
+                rs.getString("handler_ref"), rs.getString("error_type"), rs.getLong("n"),
+                Rows.instant(rs, "first_at"), Rows.instant(rs, "last_at"))));
+        groups.sort(Comparator.comparingLong((DlqGroup g) -> -g.count()).thenComparing(DlqGroup::handlerRef)
+                .thenComparing(g -> g.errorType() == null).thenComparing(g -> g.errorType() == null ? "" : g.errorType()));
+        return groups;
     }
 
     @Override
     public Page<Envelope> listTasks(String queue, TaskFilter filter, PageRequest page) {
-        throw new UnsupportedOperationException("listTasks arrives with schema version 3");
+        ready();
+        Limits.checkQueue(queue);
+        Limits.checkTaskFilter(filter);
+        Limits.checkPage(page);
+        String at = Limits.statusTimeField(filter.status());
+        String scope = Cursors.scope("tasks", queue, filter.status(), filter.errorType(), filter.handlerRef(),
+                filter.after(), filter.before());
+        Params params = Params.of().set("queue", queue).set("error_type", text(filter.errorType()))
+                .set("handler_ref", filter.handlerRef()).set("after", filter.after()).set("before", filter.before())
+                .set("with_attempts", page.includeAttempts()).set("limit", page.limit() + 1);
+        String keyset = "";
+        if (page.cursor() != null) {
+            Cursors.Position after = Cursors.decode(page.cursor(), scope);
+            params.set("cursor_at", after.at()).set("cursor_id", after.id());
+            keyset = "AND (" + at + ", id) > (:cursor_at::timestamptz, :cursor_id::text)";
+        }
+        Sql.Statement statement = sql.get("list_tasks", Map.of("status", filter.status().name(), "at", at, "keyset", keyset));
+        record Row(Envelope task, Instant at) {}
+        List<Row> rows = with(conn -> {
+            try (PreparedStatement ps = params.prepare(conn, statement); ResultSet rs = ps.executeQuery()) {
+                List<Row> out = new ArrayList<>();
+                while (rs.next()) {
+                    out.add(new Row(Rows.envelope(rs), Rows.instant(rs, "listed_at")));
+                }
+                return out;
+            }
+        });
+        List<Envelope> tasks = rows.stream().limit(page.limit()).map(Row::task).toList();
+        if (rows.size() <= page.limit()) {
+            return new Page<>(tasks, null);
+        }
+        Row last = rows.get(page.limit() - 1);
+        return new Page<>(tasks, Cursors.encode(scope, last.at(), last.task().id()));
     }
 
     @Override
     public int cancel(String queue, List<String> taskIds) {
-        throw new UnsupportedOperationException("cancel arrives with schema version 3");
+        ready();
+        Limits.checkQueue(queue);
+        Limits.checkCancelIds(taskIds);
+        return update("cancel", Params.of().set("queue", queue).set("ids", taskIds.toArray(String[]::new)));
     }
 
     @Override
     public List<Stats> listQueues() {
-        throw new UnsupportedOperationException("listQueues arrives with schema version 3");
+        ready();
+        List<String> names = queryOne("queue_names", Params.of(), rs -> strings(rs, "queues"));
+        if (names.isEmpty()) {
+            return List.of();
+        }
+        return stats(names);
+    }
+
+    private List<Stats> stats(List<String> queues) {
+        long stop = Limits.EXACT_COUNT_THRESHOLD + 1;
+        return query("stats", Params.of().set("queues", queues.toArray(String[]::new)).set("stop", stop), rs -> {
+            Instant asOf = Rows.instant(rs, "as_of");
+            Instant oldest = Rows.instant(rs, "oldest_due");
+            Double age = oldest == null ? null : Duration.between(oldest, asOf).toNanos() / 1e9;
+            List<String> estimated = new ArrayList<>();
+            long[] counts = new long[5];
+            String[][] names = {{"pending", "pending"}, {"in_flight", "in_flight"}, {"dead", "dlq_depth"},
+                {"succeeded", "succeeded"}, {"cancelled", "cancelled"}};
+            for (int i = 0; i < names.length; i++) {
+                counts[i] = rs.getLong(names[i][0]);
+                long estimate = rs.getLong(names[i][0] + "_estimate");
+                if (!rs.wasNull()) {
+                    // the count stopped at the threshold: the planner's estimate, never below it
+                    counts[i] = Math.max(estimate, stop);
+                    estimated.add(names[i][1]);
+                }
+            }
+            return new Stats(rs.getString("queue"), counts[0], counts[1], counts[2], counts[3], age, asOf, counts[4], estimated);
+        });
     }
 
     @Override
     public List<Boolean> importTasks(List<Envelope> tasks) {
-        throw new UnsupportedOperationException("importTasks arrives with schema version 3");
+        ready();
+        Limits.checkImportedTasks(tasks);
+        Map<String, Envelope> unique = new LinkedHashMap<>();
+        for (Envelope task : tasks) {
+            Envelope first = unique.putIfAbsent(task.id(), task);
+            if (first != null && !first.queue().equals(task.queue())) {
+                throw new io.rdq.IdConflictException(task.id(), first.queue());
+            }
+        }
+        if (unique.isEmpty()) {
+            return List.of();
+        }
+        List<Envelope> items = new ArrayList<>(unique.values());
+        Params params = Params.of()
+                .set("ids", column(items, Envelope::id))
+                .set("queues", column(items, Envelope::queue))
+                .set("handler_refs", column(items, Envelope::handlerRef))
+                .set("payloads", column(items, t -> t.payload().text()))
+                .set("headers", column(items, t -> EnvelopeJson.encodeHeaders(t.headers())))
+                .set("statuses", column(items, t -> t.status().name()))
+                .set("attempt_counts", items.stream().map(Envelope::attemptCount).toArray(Integer[]::new))
+                .set("redrive_counts", items.stream().map(Envelope::redriveCount).toArray(Integer[]::new))
+                .set("attempts", column(items, t -> EnvelopeJson.encodeAttempts(t.attempts())))
+                .set("error_types", column(items, t -> text(t.lastErrorType())))
+                .set("created_ats", column(items, t -> time(t.createdAt())))
+                .set("next_attempt_ats", column(items, t -> time(t.nextAttemptAt())))
+                .set("lease_expires_ats", column(items, t -> time(t.leaseExpiresAt())))
+                .set("completed_ats", column(items, t -> time(t.completedAt())))
+                .set("dead_lettered_ats", column(items, t -> time(t.deadLetteredAt())))
+                .set("cancelled_ats", column(items, t -> time(t.cancelledAt())))
+                .set("retries", column(items, t -> t.retry() == null ? null : EnvelopeJson.encodeRetry(t.retry())))
+                .set("priorities", items.stream().map(Envelope::priority).toArray(Integer[]::new))
+                .set("claimed_bys", column(items, Envelope::claimedBy))
+                .set("claimed_ats", column(items, t -> time(t.claimedAt())))
+                .set("format_versions", items.stream().map(Envelope::formatVersion).toArray(Integer[]::new))
+                .set("extras", column(items, t -> EnvelopeJson.encodeExtra(unknownFields(t))));
+        Set<String> present = new HashSet<>(queryOne("import_tasks", params, rs -> strings(rs, "present")));
+        Set<String> stored = new HashSet<>();
+        for (Envelope t : items) {
+            if (!present.contains(t.id())) {
+                stored.add(t.id());
+                announce(t.queue());
+            }
+        }
+        List<Boolean> result = new ArrayList<>(tasks.size());
+        for (Envelope t : tasks) {
+            result.add(stored.remove(t.id()));
+        }
+        return result;
+    }
+
+    private static String[] column(List<Envelope> items, java.util.function.Function<Envelope, String> field) {
+        return items.stream().map(field).toArray(String[]::new);
+    }
+
+    private static String time(Instant at) {
+        return at == null ? null : Times.format(at);
     }
 
     @Override
     public AuditEntry appendAudit(AuditEntry entry) {
-        throw new UnsupportedOperationException("appendAudit arrives with schema version 3");
+        ready();
+        Limits.checkAuditEntry(entry, "entry");
+        String selector = entry.selector() == null ? "{}" : entry.selector().text();
+        record Row(String id, Instant time) {}
+        Row row = queryOne("append_audit", Params.of().set("actor", entry.actor()).set("action", entry.action())
+                .set("queue", entry.queue()).set("selector", selector).set("count", entry.count())
+                .set("reason", text(entry.reason())).set("error", text(entry.error())),
+                rs -> new Row(rs.getString("id"), Rows.instant(rs, "time")));
+        return new AuditEntry(entry.actor(), entry.action(), entry.queue(), io.rdq.RawJson.trusted(selector),
+                entry.count(), entry.reason(), entry.error(), row.id(), row.time());
     }
 
     @Override
     public Page<AuditEntry> listAudit(AuditFilter filter, PageRequest page) {
-        throw new UnsupportedOperationException("listAudit arrives with schema version 3");
+        ready();
+        Limits.checkPage(page);
+        AuditFilter f = filter == null ? AuditFilter.ALL : filter;
+        String scope = Cursors.scope("audit", f.queue(), f.action(), f.actor(), f.after(), f.before());
+        Params params = Params.of().set("queue", f.queue()).set("action", f.action()).set("actor", f.actor())
+                .set("after", f.after()).set("before", f.before()).set("limit", page.limit() + 1);
+        String keyset = "";
+        if (page.cursor() != null) {
+            Cursors.Position after = Cursors.decode(page.cursor(), scope);
+            params.set("cursor_at", after.at()).set("cursor_id", after.id());
+            keyset = "AND (time, id) < (:cursor_at::timestamptz, :cursor_id::text)";
+        }
+        Sql.Statement statement = sql.get("list_audit", Map.of("keyset", keyset));
+        List<AuditEntry> rows = with(conn -> {
+            try (PreparedStatement ps = params.prepare(conn, statement); ResultSet rs = ps.executeQuery()) {
+                List<AuditEntry> out = new ArrayList<>();
+                while (rs.next()) {
+                    out.add(new AuditEntry(rs.getString("actor"), rs.getString("action"), rs.getString("queue"),
+                            io.rdq.RawJson.trusted(rs.getString("selector")), rs.getLong("count"), rs.getString("reason"),
+                            rs.getString("error"), rs.getString("id"), Rows.instant(rs, "time")));
+                }
+                return out;
+            }
+        });
+        List<AuditEntry> entries = rows.subList(0, Math.min(rows.size(), page.limit()));
+        if (rows.size() <= page.limit()) {
+            return new Page<>(entries, null);
+        }
+        AuditEntry last = entries.get(entries.size() - 1);
+        return new Page<>(entries, Cursors.encode(scope, last.time(), last.id()));
     }
 
     // --- operations -----------------------------------------------------------------------
@@ -592,13 +762,7 @@ public final class PostgresStorage implements Storage {
     public Stats stats(String queue) {
         ready();
         Limits.checkQueue(queue);
-        return queryOne("stats", Params.of().set("queue", queue), rs -> {
-            Instant asOf = Rows.instant(rs, "as_of");
-            Instant oldest = Rows.instant(rs, "oldest_due");
-            Double age = oldest == null ? null : Duration.between(oldest, asOf).toNanos() / 1e9;
-            return new Stats(queue, rs.getLong("pending"), rs.getLong("in_flight"), rs.getLong("dead"),
-                    rs.getLong("succeeded"), age, asOf, 0, List.of());
-        });
+        return stats(List.of(queue)).get(0);
     }
 
     @Override
@@ -606,7 +770,8 @@ public final class PostgresStorage implements Storage {
         ready();
         Limits.checkQueue(queue);
         Limits.checkInstant(olderThan, "older_than");
-        return update("purge_succeeded", Params.of().set("queue", queue).set("older_than", olderThan));
+        return (int) (long) queryOne("purge_succeeded", Params.of().set("queue", queue).set("older_than", olderThan),
+                rs -> rs.getLong("n"));
     }
 
     @Override

@@ -21,7 +21,8 @@ import java.util.function.Function;
  * wrong and what it holds, that field at its default and every other field filled in.
  */
 final class Rows {
-    private static final int MAX_SHOWN = 200;
+    /** How much of a raw stored value {@code corrupt} quotes, as the Python plugin does. */
+    private static final int MAX_SHOWN = 2000;
 
     private Rows() {}
 
@@ -49,10 +50,22 @@ final class Rows {
         if (retry != null) {
             decode(problems, "retry", retry, EnvelopeJson::decodeRetry, b::retry);
         }
+        b.priority(rs.getInt("priority"));
+        b.claimedBy(rs.getString("claimed_by"));
+        b.claimedAt(instant(rs, "claimed_at"));
+        b.cancelledAt(instant(rs, "cancelled_at"));
         b.formatVersion(rs.getInt("format_version"));
         String extra = rs.getString("extra");
         if (extra != null && !"{}".equals(extra)) {
-            decode(problems, "extra", extra, EnvelopeJson::decodeExtra, b::extra);
+            decode(problems, "extra", extra, text -> {
+                var fields = new java.util.LinkedHashMap<>(EnvelopeJson.decodeExtra(text));
+                fields.keySet().removeAll(EnvelopeJson.KNOWN); // known names in extra are ignored
+                return fields;
+            }, b::extra);
+        }
+        String quarantine = rs.getString("quarantine");
+        if (quarantine != null && !quarantine.isBlank() && !"{}".equals(quarantine.strip())) {
+            problems.add("quarantined values that no reader can use: " + shown(quarantine));
         }
         if (!problems.isEmpty()) {
             b.corrupt(String.join("; ", problems));

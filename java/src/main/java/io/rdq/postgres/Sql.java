@@ -31,6 +31,19 @@ final class Sql {
         return cache.computeIfAbsent(name, n -> parse(n, render(read("sql/" + n + ".sql"))));
     }
 
+    /** A statement whose text has {@code {part}} placeholders, filled in with {@code parts}
+     * (fixed text chosen by the code, such as a column name: never a value). */
+    Statement get(String name, Map<String, String> parts) {
+        String key = name + parts;
+        return cache.computeIfAbsent(key, k -> {
+            String text = render(read("sql/" + name + ".sql"));
+            for (var part : parts.entrySet()) {
+                text = text.replace("{" + part.getKey() + "}", part.getValue());
+            }
+            return parse(name, text);
+        });
+    }
+
     /** A resource's text with {@code {schema}} and {@code {channel}} filled in. */
     String render(String text) {
         return text.replace("{schema}", "\"" + schema + "\"").replace("{channel}", channel);

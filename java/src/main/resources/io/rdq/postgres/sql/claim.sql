@@ -1,14 +1,17 @@
--- Claim up to :limit due tasks of :queue for a lease of :lease_us microseconds, oldest due
--- first. Due: PENDING with next_attempt_at <= now(), or IN_FLIGHT with lease_expires_at <=
--- now() (a lost lease, reclaimed with a LEASE_EXPIRED attempt record). now() is the database
--- clock (run in autocommit). Locked rows are skipped, never waited on.
+-- Claim up to :limit due tasks of :queue for :worker_id, leased for :lease_us microseconds:
+-- highest priority first, oldest due first within a priority. Due: PENDING with
+-- next_attempt_at <= now(), or IN_FLIGHT with lease_expires_at <= now() (a lost lease,
+-- reclaimed with a LEASE_EXPIRED attempt record naming its holder). now() is the database
+-- clock (run in autocommit). Locked rows are skipped, never waited on. `priority = ANY (every
+-- priority)` lets task_claim_priority_idx serve the ORDER BY in one index scan.
 WITH due AS (
     SELECT id, due_at
     FROM {schema}.task
-    WHERE queue = :queue
+    WHERE priority = ANY ('{10,9,8,7,6,5,4,3,2,1,0,-1,-2,-3,-4,-5,-6,-7,-8,-9,-10}'::smallint[])
+      AND queue = :queue
       AND status IN ('PENDING', 'IN_FLIGHT')
       AND due_at <= now()
-    ORDER BY due_at
+    ORDER BY priority DESC, due_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 )
@@ -16,6 +19,7 @@ UPDATE {schema}.task AS t
 SET status = 'IN_FLIGHT',
     token = gen_random_uuid()::text,
     claimed_at = now(),
+    claimed_by = :worker_id,
     lease_expires_at = now() + :lease_us * interval '1 microsecond',
     attempt_count = t.attempt_count + CASE WHEN t.status = 'IN_FLIGHT' THEN 1 ELSE 0 END,
     error_type = CASE WHEN t.status = 'IN_FLIGHT' THEN 'LeaseExpired' ELSE t.error_type END,
@@ -28,7 +32,7 @@ SET status = 'IN_FLIGHT',
                 || ' before the attempt was resolved',
             'started_at', {schema}.rfc3339(t.claimed_at),
             'finished_at', {schema}.rfc3339(now()),
-            'worker_id', NULL
+            'worker_id', t.claimed_by
         ))
         ELSE t.attempts
     END
@@ -36,5 +40,6 @@ FROM due
 WHERE t.id = due.id
 RETURNING t.id, t.queue, t.handler_ref, t.payload, t.headers, t.status, t.attempt_count,
           t.redrive_count, t.attempts, t.created_at, t.next_attempt_at, t.lease_expires_at,
-          t.completed_at, t.dead_lettered_at, t.retry, t.format_version, t.extra, t.token,
+          t.completed_at, t.dead_lettered_at, t.retry, t.priority, t.claimed_by, t.claimed_at,
+          t.cancelled_at, t.format_version, t.extra, t.quarantine, t.token,
           due.due_at AS claimed_due_at

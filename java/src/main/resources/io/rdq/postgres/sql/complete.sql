@@ -5,6 +5,7 @@ WITH upd AS (
         completed_at = now(),
         lease_expires_at = NULL,
         claimed_at = NULL,
+        claimed_by = NULL,
         token = NULL,
         attempts = {schema}.append_attempt(attempts, :attempt::json),
         attempt_count = attempt_count + 1,

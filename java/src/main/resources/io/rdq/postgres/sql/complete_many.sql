@@ -12,6 +12,7 @@ upd AS (
         completed_at = now(),
         lease_expires_at = NULL,
         claimed_at = NULL,
+        claimed_by = NULL,
         token = NULL,
         attempts = {schema}.append_attempt(t.attempts, i.attempt),
         attempt_count = t.attempt_count + 1,

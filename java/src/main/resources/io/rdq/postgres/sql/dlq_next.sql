@@ -3,7 +3,7 @@
 SELECT id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
        CASE WHEN :with_attempts THEN attempts ELSE '[]'::json END AS attempts, created_at,
        next_attempt_at, lease_expires_at, completed_at, dead_lettered_at, retry,
-       format_version, extra
+       priority, claimed_by, claimed_at, cancelled_at, format_version, extra, quarantine
 FROM {schema}.task
 WHERE queue = :queue AND status = 'DEAD'
   AND (dead_lettered_at, id) > (:cursor_at::timestamptz, :cursor_id::text)

@@ -2,13 +2,14 @@
 -- existing_queue.sql tells whether in the same queue or another).
 INSERT INTO {schema}.task (
     id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
-    attempts, error_type, created_at, next_attempt_at, retry, format_version, extra
+    attempts, error_type, created_at, next_attempt_at, retry, format_version, extra, priority
 )
 VALUES (
     :id, :queue, :handler_ref, :payload::json, :headers::json, 'PENDING', :attempt_count,
     :redrive_count, :attempts::json, :error_type, now(),
     COALESCE(:next_attempt_at::timestamptz, now() + :delay_us * interval '1 microsecond'),
-    :retry::json, :format_version, :extra::json
+    :retry::json, :format_version, :extra::json,
+    :priority
 )
 ON CONFLICT (id) DO NOTHING
 RETURNING id

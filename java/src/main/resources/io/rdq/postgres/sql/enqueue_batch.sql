@@ -7,21 +7,23 @@ WITH input AS (
         :ids::text[], :queues::text[], :handler_refs::text[], :payloads::text[]::json[],
         :headers::text[]::json[], :attempt_counts::integer[], :redrive_counts::integer[],
         :attempts::text[]::json[], :error_types::text[], :next_attempt_ats::text[]::timestamptz[],
-        :retries::text[]::json[], :format_versions::integer[], :extras::text[]::json[]
+        :retries::text[]::json[], :format_versions::integer[], :extras::text[]::json[],
+        :priorities::integer[]
     ) WITH ORDINALITY AS i(
         id, queue, handler_ref, payload, headers, attempt_count, redrive_count, attempts,
-        error_type, next_attempt_at, retry, format_version, extra, n
+        error_type, next_attempt_at, retry, format_version, extra, priority, n
     )
 ),
 ins AS (
     INSERT INTO {schema}.task (
         id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
-        attempts, error_type, created_at, next_attempt_at, retry, format_version, extra
+        attempts, error_type, created_at, next_attempt_at, retry, format_version, extra,
+        priority
     )
     SELECT i.id, i.queue, i.handler_ref, i.payload, i.headers, 'PENDING', i.attempt_count,
            i.redrive_count, i.attempts, i.error_type, now(),
            COALESCE(i.next_attempt_at, now() + :delay_us * interval '1 microsecond'), i.retry,
-           i.format_version, i.extra
+           i.format_version, i.extra, i.priority
     FROM input AS i
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING

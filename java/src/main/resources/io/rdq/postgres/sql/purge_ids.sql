@@ -1,3 +1,3 @@
--- Delete the DEAD tasks of :queue among :ids.
+-- Delete the DEAD and CANCELLED tasks of :queue among :ids.
 DELETE FROM {schema}.task
-WHERE queue = :queue AND status = 'DEAD' AND id = ANY(:ids::text[])
+WHERE queue = :queue AND status IN ('DEAD', 'CANCELLED') AND id = ANY(:ids::text[])

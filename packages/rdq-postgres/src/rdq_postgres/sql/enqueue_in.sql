@@ -1,0 +1,47 @@
+-- Admit tasks inside the caller's own transaction (enqueue_in): the arrays and $14 (delay) of
+-- enqueue_batch.sql, and $15 (whether to NOTIFY). Never raises for an id held by another
+-- queue, so the caller's transaction stays usable: `conflict_id`/`conflict_queue` name the
+-- first such id in batch order (the store then deletes what this statement inserted and
+-- raises IDConflict). The NOTIFY is delivered when the caller commits, and never on rollback.
+WITH input AS (
+    SELECT *
+    FROM unnest(
+        $1::text[], $2::text[], $3::text[], $4::json[], $5::json[], $6::integer[],
+        $7::integer[], $8::json[], $9::text[], $10::timestamptz[], $11::json[],
+        $12::integer[], $13::json[], $16::smallint[]
+    ) WITH ORDINALITY AS i(
+        id, queue, handler_ref, payload, headers, attempt_count, redrive_count, attempts,
+        error_type, next_attempt_at, retry, format_version, extra, priority, n
+    )
+),
+ins AS (
+    INSERT INTO {schema}.task (
+        id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
+        attempts, error_type, created_at, next_attempt_at, retry, format_version, extra,
+        priority
+    )
+    SELECT i.id, i.queue, i.handler_ref, i.payload, i.headers, 'PENDING', i.attempt_count,
+           i.redrive_count, i.attempts, i.error_type, now(),
+           COALESCE(i.next_attempt_at, now() + $14::interval), i.retry, i.format_version,
+           i.extra, i.priority
+    FROM input AS i
+    ORDER BY i.n
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, queue
+),
+conflict AS (
+    SELECT i.id, t.queue
+    FROM input AS i
+    CROSS JOIN LATERAL (
+        SELECT t.queue FROM {schema}.task AS t WHERE t.id = i.id LIMIT 1
+    ) AS t
+    WHERE t.queue <> i.queue AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.id = i.id)
+    ORDER BY i.n
+    LIMIT 1
+)
+SELECT ARRAY(SELECT id FROM ins) AS stored,
+       (SELECT id FROM conflict) AS conflict_id,
+       (SELECT queue FROM conflict) AS conflict_queue,
+       (SELECT count(pg_notify('{channel}', queue))
+        FROM (SELECT DISTINCT queue FROM ins) AS q
+        WHERE $15 AND NOT EXISTS (SELECT 1 FROM conflict)) AS notified
