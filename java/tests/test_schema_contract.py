@@ -75,3 +75,32 @@ async def test_java_refuses_a_schema_newer_than_it_knows(
         await java.connect()
     assert "version 999" in str(refused.value) and "newer" in str(refused.value)
     assert not java.is_open
+
+
+@pytest.mark.asyncio
+async def test_a_row_with_quarantined_values_reads_back_corrupt_and_still_resolves(
+    postgres_url: str, bridge: BridgeServer, fresh_schema: str
+) -> None:
+    java_url = f"java+{postgres_url}?schema={fresh_schema}&bridge={bridge.socket}"
+    async with JavaBridgeStorage.from_url(java_url) as java:
+        await java.migrate()
+        await java.enqueue(Envelope(id="quarantined", queue="q", handler_ref="h", payload=[1]))
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            await conn.execute(
+                f'UPDATE "{fresh_schema}".task SET quarantine = $1::json WHERE id = $2',
+                '{"headers": 5}',
+                "quarantined",
+            )
+        finally:
+            await conn.close()
+        got = await java.get("quarantined")
+        assert got.corrupt is not None and '{"headers": 5}' in got.corrupt
+        assert got.payload == [1], "what did decode is filled in"
+        (claimed,) = await java.claim_due("q", 1, timedelta(seconds=30))
+        assert claimed.task.corrupt == got.corrupt
+        failure = Attempt(number=1, outcome=Outcome.PERMANENT, error_type="rdq.CorruptTask")
+        await java.dead_letter("quarantined", claimed.token, failure)
+        dead = await java.get("quarantined")
+        assert dead.status == Status.DEAD and dead.attempts == [failure]
+        assert dead.corrupt == got.corrupt, "the quarantined values are kept"

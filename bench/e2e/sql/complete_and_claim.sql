@@ -1,6 +1,7 @@
 -- Prototype (bench/e2e/combined_experiment.py): record the previous batch's completions
 -- ($1 ids, $2 tokens, $3 attempt records, $4 error types; fenced per task like
--- complete_many) and claim the next batch of queue $5 ($6 tasks, lease $7) in one statement.
+-- complete_many) and claim the next batch of queue $5 ($6 tasks, lease $7) in one statement
+-- (schema version 3: the claim by priority, as rdq_postgres/sql/claim.sql).
 -- The claimed rows come back as rows; one extra row with a NULL id carries the ids completed.
 -- The claim skips the ids being completed (one statement must not update a row twice).
 WITH input AS (
@@ -10,7 +11,7 @@ WITH input AS (
 upd AS (
     UPDATE rdq.task AS t
     SET status = 'SUCCEEDED', completed_at = now(), lease_expires_at = NULL, claimed_at = NULL,
-        token = NULL, attempts = rdq.append_attempt(t.attempts, i.attempt),
+        claimed_by = NULL, token = NULL, attempts = rdq.append_attempt(t.attempts, i.attempt),
         attempt_count = t.attempt_count + 1, error_type = i.error_type
     FROM input AS i
     WHERE t.id = i.id AND t.token = i.token AND t.status = 'IN_FLIGHT'
@@ -18,9 +19,10 @@ upd AS (
 ),
 due AS (
     SELECT id, due_at FROM rdq.task
-    WHERE queue = $5 AND status IN ('PENDING', 'IN_FLIGHT') AND due_at <= now()
+    WHERE priority = ANY ('{10,9,8,7,6,5,4,3,2,1,0,-1,-2,-3,-4,-5,-6,-7,-8,-9,-10}'::smallint[])
+      AND queue = $5 AND status IN ('PENDING', 'IN_FLIGHT') AND due_at <= now()
       AND id <> ALL($1::text[])
-    ORDER BY due_at LIMIT $6
+    ORDER BY priority DESC, due_at LIMIT $6
     FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
@@ -31,10 +33,11 @@ claimed AS (
     FROM due WHERE t.id = due.id
     RETURNING t.id, t.queue, t.handler_ref, t.payload, t.headers, t.status, t.attempt_count,
           t.redrive_count, t.attempts, t.created_at, t.next_attempt_at, t.lease_expires_at,
-          t.completed_at, t.dead_lettered_at, t.retry, t.format_version, t.extra, t.token,
+          t.completed_at, t.dead_lettered_at, t.retry, t.priority, t.claimed_by, t.claimed_at,
+          t.cancelled_at, t.format_version, t.extra, t.quarantine, t.token,
           due.due_at AS claimed_due_at
 )
 SELECT c.*, NULL::text[] AS done FROM claimed AS c
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, (SELECT array_agg(id) FROM upd)
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT array_agg(id) FROM upd)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import asyncpg
 import pytest
 
 from rdq import open_storage
@@ -118,3 +119,14 @@ async def test_wait_due_times_out_false_and_wakes_when_a_delayed_task_is_due(
     assert [c.task.id for c in await storage.claim_due("idle", 5, timedelta(seconds=5))] == [
         "later"
     ]
+
+
+def test_a_pooler_refusing_the_statement_timeout_is_told_how_to_connect() -> None:
+    from rdq.errors import StorageUnavailable
+    from rdq_postgres._errors import translate_errors
+
+    refused = asyncpg.exceptions.ProtocolViolationError(
+        "unsupported startup parameter: statement_timeout"
+    )
+    with pytest.raises(StorageUnavailable, match="server_timeout=false"), translate_errors("h:1"):
+        raise refused

@@ -1,19 +1,22 @@
-"""``rdq copy``: every task with its history moves between stores (SQLite to SQLite, memory to
-SQLite), resumably and idempotently, and the copy is verified by
-the counts per queue and status."""
+"""``rdq copy``: every task with its history moves between stores (SQLite to SQLite, memory
+to SQLite, SQLite to a real PostgreSQL, through Redis and MongoDB and back), resumably and
+idempotently, and the copy is verified by the counts per queue and status."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import signal
 import sqlite3
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import asyncpg
 import pytest
 from click.testing import CliRunner, Result
 
@@ -308,3 +311,109 @@ def test_a_copy_from_the_memory_store_to_sqlite(
                 await same_tasks(source, destination, queue, count)
 
     asyncio.run(compare())
+
+
+@pytest.fixture
+def postgres_schema_url(postgres_url: str) -> Iterator[str]:
+    """The server's URL with a schema of this test's own (dropped afterwards)."""
+    schema = f"copy_{secrets.token_hex(4)}"
+    yield f"{postgres_url}?schema={schema}"
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())
+
+
+@pytest.mark.slow
+def test_a_copy_from_sqlite_to_postgresql_verifies_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_schema_url: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    source_url = f"sqlite:///{tmp_path / 'rdq.db'}"
+    counts = {"orders": 2400, "emails": 600}
+
+    async def prepare() -> None:
+        async with SqliteStorage.from_url(source_url, synchronous="NORMAL") as source:
+            for queue, count in counts.items():
+                await populate(source, queue, count)
+
+    asyncio.run(prepare())
+    result = CliRunner().invoke(
+        main, ["copy", "--from", source_url, "--to", postgres_schema_url, "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["verified"], report["copied"], report["corrupt"]) == (True, 3000, [])
+
+    async def compare() -> None:
+        async with (
+            SqliteStorage.from_url(source_url) as source,
+            open_storage(postgres_schema_url) as destination,
+        ):
+            for queue, count in counts.items():
+                await same_tasks(source, destination, queue, count)
+
+    asyncio.run(compare())
+
+
+def _redis_url(redis_url: str) -> tuple[str, Callable[[], Awaitable[None]]]:
+    prefix = f"copy{secrets.token_hex(4)}"
+
+    async def drop() -> None:
+        import redis.asyncio as redis
+
+        client = redis.Redis.from_url(redis_url)
+        try:
+            keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
+            if keys:
+                await client.delete(*keys)
+        finally:
+            await client.aclose()
+
+    separator = "&" if "?" in redis_url else "?"
+    return f"{redis_url}{separator}prefix={prefix}", drop
+
+
+def _mongo_url(mongo_url: str) -> tuple[str, Callable[[], Awaitable[None]]]:
+    database = f"rdq_copy_{secrets.token_hex(4)}"
+    base, _, query = mongo_url.partition("?")
+    scheme, _, rest = base.partition("://")
+    url = f"{scheme}://{rest.split('/', 1)[0]}/{database}" + (f"?{query}" if query else "")
+
+    async def drop() -> None:
+        from pymongo import AsyncMongoClient
+
+        client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(mongo_url)
+        try:
+            await client.drop_database(database)
+        finally:
+            await client.close()
+
+    return url, drop
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["redis", "mongo"])
+def test_a_copy_through_another_backend_and_back_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, backend: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    server_url = request.getfixturevalue(f"{backend}_url")
+    middle_url, drop = (_redis_url if backend == "redis" else _mongo_url)(server_url)
+    source_url = f"sqlite:///{tmp_path / 'source.db'}"
+    back_url = f"sqlite:///{tmp_path / 'back.db'}"
+    counts = {"orders": 240, "emails": 60}
+    try:
+        asyncio.run(fill(source_url, counts))
+        for origin, target in ((source_url, middle_url), (middle_url, back_url)):
+            result = rdq_copy("--from", origin, "--to", target, "--json")
+            assert result.exit_code == 0, result.output
+            assert json.loads(result.stdout)["copied"] == 300
+        asyncio.run(verify(source_url, back_url, counts))
+    finally:
+        asyncio.run(drop())

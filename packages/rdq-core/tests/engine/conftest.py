@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -73,6 +74,15 @@ async def wait_status(
 
     await eventually(check, timeout)
     return found[0]
+
+
+async def until_storage_time(storage: Storage, at: datetime) -> None:
+    """Wait until the store's own clock has passed ``at``."""
+
+    async def passed() -> bool:
+        return await storage.now() > at
+
+    await eventually(passed)
 
 
 @asynccontextmanager

@@ -221,11 +221,13 @@ async def test_shutdown_waits_for_completions_being_written(storage, queue, batc
     app.queue(queue, concurrency=20)
     slow_write = asyncio.Event()
     release = asyncio.Event()
+    behind: list[int] = []
 
     @app.handler("job", queue=queue)
     async def job(payload: int) -> None:
         if payload >= 10:  # finishes while the first flush is in flight
             await slow_write.wait()
+            behind.append(payload)
 
     async def held(flush: Callable[[], Awaitable[Any]]) -> Any:
         slow_write.set()
@@ -237,10 +239,10 @@ async def test_shutdown_waits_for_completions_being_written(storage, queue, batc
     worker = fast_worker(app, view, grace_period=0.0)  # type: ignore[arg-type]
     run = asyncio.create_task(worker.run())
     await asyncio.wait_for(slow_write.wait(), 30)
-    await asyncio.sleep(0.1)  # the other ten finish and wait behind the held write
+    await eventually(lambda: _started(behind, 10))  # the other ten are done, writes pending
     worker.stop()
-    await asyncio.sleep(0.2)
-    assert not run.done()  # still waiting for the writes
+    # Had the worker not waited for the writes, run() would return and cancel the held
+    # flush: the tasks would stay IN_FLIGHT. It may only return once the writes are let go.
     release.set()
     await asyncio.wait_for(run, 60)
     for task_id in ids:
@@ -257,13 +259,14 @@ async def test_a_success_waiting_for_its_batch_gives_its_slot_to_the_next_task(s
     app = rdq.App()
     app.queue(queue, concurrency=1)
     started: list[int] = []
+    first_flush = asyncio.Event()
+    release = asyncio.Event()
+    released_when_started: list[bool] = []
 
     @app.handler("job", queue=queue)
     async def job(payload: int) -> None:
         started.append(payload)
-
-    first_flush = asyncio.Event()
-    release = asyncio.Event()
+        released_when_started.append(release.is_set())
 
     async def held(flush: Callable[[], Awaitable[Any]]) -> Any:
         if not first_flush.is_set():
@@ -276,13 +279,13 @@ async def test_a_success_waiting_for_its_batch_gives_its_slot_to_the_next_task(s
     async with running(fast_worker(app, view)):  # type: ignore[arg-type]
         await asyncio.wait_for(first_flush.wait(), 30)
         await eventually(lambda: _started(started, 2))
-        await asyncio.sleep(0.3)  # time enough for a third claim, were a slot free
-        assert len(started) == 2
         first = ids[started[0]]
         assert (await storage.get(first)).status == Status.IN_FLIGHT  # not yet recorded
         release.set()
         await all_settled(storage, ids)
     assert sorted(started) == [0, 1, 2]
+    # the second started while the first one's write was held; the third only after it
+    assert released_when_started == [False, False, True]
     for task_id in ids:
         assert await successes(storage, task_id) == 1
 

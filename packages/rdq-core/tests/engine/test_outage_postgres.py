@@ -11,7 +11,7 @@ import rdq
 from rdq import metrics
 from rdq.spi import Outcome, Status
 
-from .conftest import fast_worker, running, wait_status
+from .conftest import eventually, fast_worker, running, wait_status
 
 
 @pytest.fixture
@@ -40,10 +40,14 @@ async def test_worker_survives_a_postgres_restart_and_keeps_working(cluster, que
         client = rdq.Client(storage, app)
         first = await client.submit("job", 1)
         errors_before = metrics.STORAGE_ERRORS.labels("claim_due")._value.get()
+
+        async def claims_failed() -> bool:
+            return bool(metrics.STORAGE_ERRORS.labels("claim_due")._value.get() > errors_before)
+
         async with running(fast_worker(app, storage)) as worker:
             await wait_status(storage, first.id, Status.SUCCEEDED)
             await asyncio.to_thread(cluster.stop)  # type: ignore[attr-defined]
-            await asyncio.sleep(1.5)  # the worker claims into a dead server meanwhile
+            await eventually(claims_failed)  # the worker claims into a dead server
             await asyncio.to_thread(cluster.start)  # type: ignore[attr-defined]
             second = None
             for _ in range(100):  # the pool reconnects; submitting may fail until it has

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import rdq
+import rdq.spi
 from rdq.spi import Outcome, Status
 
 from .conftest import fast_worker, running, wait_status
@@ -87,8 +88,7 @@ async def test_worker_killed_mid_task_is_recovered_by_another(postgres_url, app_
         proc = start_worker(app_dir, postgres_url, queue)
         procs.append(proc)
         await wait_for_file(marker, proc)
-        await asyncio.sleep(1.5)  # beyond one lease: the heartbeat must have kept it alive
-        assert (await storage.get(sub.id)).attempts == []
+        await outlived_its_first_lease(storage, sub.id)  # kept by the worker's heartbeat
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
 
@@ -102,6 +102,23 @@ async def test_worker_killed_mid_task_is_recovered_by_another(postgres_url, app_
         async with running(fast_worker(rescuer, storage)):
             task = await wait_status(storage, sub.id, Status.SUCCEEDED, timeout=60)
     assert [a.outcome for a in task.attempts] == [Outcome.LEASE_EXPIRED, Outcome.SUCCEEDED]
+    lapsed = task.attempts[0].worker_id  # names the killed worker: host:pid:random
+    assert lapsed is not None and lapsed.split(":")[1] == str(proc.pid)
+
+
+async def outlived_its_first_lease(storage: rdq.spi.Storage, task_id: str) -> None:
+    """Wait, by the storage clock, until the task's first lease would have expired; it must
+    still be IN_FLIGHT with no attempt recorded, its lease renewed past that point."""
+    first = (await storage.get(task_id)).lease_expires_at
+    assert first is not None
+    deadline = time.monotonic() + 60
+    while await storage.now() <= first:
+        if time.monotonic() > deadline:
+            pytest.fail("the storage clock never passed the first lease's end")
+        await asyncio.sleep(0.05)
+    task = await storage.get(task_id)
+    assert task.status == Status.IN_FLIGHT and task.attempts == []
+    assert task.lease_expires_at is not None and task.lease_expires_at > first
 
 
 @pytest.mark.slow

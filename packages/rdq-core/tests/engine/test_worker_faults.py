@@ -21,7 +21,7 @@ from rdq import metrics
 from rdq.spi import Capabilities, Outcome, Status, Storage
 from rdq_memory import MemoryStorage
 
-from .conftest import Recorder, eventually, fast_worker, running, wait_status
+from .conftest import Recorder, eventually, fast_worker, running, until_storage_time, wait_status
 
 pytestmark = pytest.mark.asyncio
 
@@ -134,7 +134,7 @@ async def test_stale_claim_is_counted_and_does_not_crash_the_worker(storage, que
     before = metrics.STALE_CLAIMS.labels(queue)._value.get()
     flaky = FlakyStorage(storage, {"complete": (1, rdq.StaleClaim(first.id))}, batch_complete=False)
     async with running(fast_worker(app, flaky)):  # type: ignore[arg-type]
-        await asyncio.sleep(0.3)
+        await eventually(lambda: _called(flaky, "complete"))  # the refused outcome
         second = await client.submit("job")
         await wait_status(storage, second.id, Status.SUCCEEDED)
     assert metrics.STALE_CLAIMS.labels(queue)._value.get() == before + 1
@@ -251,9 +251,14 @@ async def test_lost_lease_cancels_the_handler_and_writes_nothing(storage, queue)
     sub = await rdq.Client(storage, app).submit("long")
     flaky = FlakyStorage(storage, {"extend_lease": (1, rdq.StaleClaim(sub.id))})
     before = metrics.STALE_CLAIMS.labels(queue)._value.get()
-    async with running(fast_worker(app, flaky)):  # type: ignore[arg-type]
+    log = Recorder()
+    async with running(fast_worker(app, flaky, logger=log)):  # type: ignore[arg-type]
         await asyncio.wait_for(cancelled.wait(), 30)
     assert metrics.STALE_CLAIMS.labels(queue)._value.get() == before + 1
+    # told apart from a cancel: the task is not CANCELLED, so the lease was lost
+    [line] = log.events("lease lost; abandoning the handler")
+    assert line["task_id"] == sub.id
+    assert not log.events("task cancelled by an operator")
     task = await storage.get(sub.id)
     assert task.attempts == []  # the outcome of a lost claim is never written
     assert task.status == Status.IN_FLIGHT
@@ -270,8 +275,9 @@ async def test_a_task_that_keeps_losing_its_lease_ends_in_the_dlq(storage, queue
 
     sub = await rdq.Client(storage, app).submit("poison")
     # a worker claims it and dies (never resolves); the lease runs out
-    assert len(await storage.claim_due(queue, 1, timedelta(seconds=0.2))) == 1
-    await asyncio.sleep(0.3)
+    [claimed] = await storage.claim_due(queue, 1, timedelta(seconds=0.2))
+    assert claimed.task.lease_expires_at is not None
+    await until_storage_time(storage, claimed.task.lease_expires_at)
     async with running(fast_worker(app, storage)):
         task = await wait_status(storage, sub.id, Status.DEAD)
     assert [(a.outcome, a.error_type) for a in task.attempts] == [
@@ -340,3 +346,58 @@ async def test_write_retries_draw_their_jitter_from_the_workers_rng(storage, que
         await wait_status(storage, sub.id, Status.SUCCEEDED)
     assert flaky.calls["complete"] == 4
     assert rng.draws >= 3
+
+
+async def _called(flaky: FlakyStorage, name: str) -> bool:
+    return flaky.calls.get(name, 0) > 0
+
+
+class LostClaimReply(FlakyStorage):
+    """The first ``claim_due`` is applied by the store, but its reply never arrives (the
+    connection dropped after the commit)."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner, {})
+        self.lost: list[str] = []
+
+    async def claim_due(self, *args: Any, **kwargs: Any) -> Any:
+        claimed = await self._inner.claim_due(*args, **kwargs)
+        if claimed and not self.lost:
+            self.lost.extend(c.task.id for c in claimed)
+            raise rdq.StorageUnavailable("connection reset by peer")
+        return claimed
+
+
+@pytest.mark.parametrize("max_attempts", [2, 1])
+async def test_a_lost_claim_reply_costs_one_lease_and_one_attempt(storage, queue, max_attempts):
+    """What a claim whose reply was lost costs: the task waits out one lease, then is
+    reclaimed with a ``LEASE_EXPIRED`` record naming the worker that claimed it, and that
+    record counts as an attempt (with ``max_attempts=1`` the task is dead-lettered unrun)."""
+    app = rdq.App()
+    app.queue(queue, lease=0.5, max_attempts=max_attempts)
+    runs: list[int] = []
+
+    @app.handler("job", queue=queue)
+    async def job(payload: object, ctx: rdq.TaskContext) -> None:
+        runs.append(ctx.attempt)
+
+    sub = await rdq.Client(storage, app).submit("job")
+    lossy = LostClaimReply(storage)
+    worker = fast_worker(app, lossy)  # type: ignore[arg-type]
+    final = Status.SUCCEEDED if max_attempts > 1 else Status.DEAD
+    async with running(worker):
+        task = await wait_status(storage, sub.id, final)
+    assert lossy.lost == [sub.id]
+    expired = task.attempts[0]
+    assert expired.outcome == Outcome.LEASE_EXPIRED
+    assert expired.worker_id == worker.worker_id
+    assert expired.started_at is not None and expired.finished_at is not None
+    assert (expired.finished_at - expired.started_at).total_seconds() >= 0.5  # one lease
+    if max_attempts > 1:
+        assert [a.outcome for a in task.attempts[1:]] == [Outcome.SUCCEEDED]
+        assert runs == [2]
+    else:
+        assert [(a.outcome, a.error_type) for a in task.attempts[1:]] == [
+            (Outcome.PERMANENT, "rdq.AttemptsExhausted")
+        ]
+        assert runs == []

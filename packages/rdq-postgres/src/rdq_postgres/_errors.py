@@ -33,6 +33,8 @@ _UNAVAILABLE_STATES = (
 # Undefined table, function or column: the schema is missing or older than this code.
 _SCHEMA_BEHIND_STATES = ("42P01", "42883", "42703")
 _SCHEMA_HINT = "; is the schema migrated? run `rdq migrate --storage URL` (or storage.migrate())"
+# PgBouncer refuses startup parameters it does not track, statement_timeout among them.
+_POOLER_HINT = "; behind PgBouncer, add server_timeout=false to the storage URL"
 
 
 def is_unavailable(exc: BaseException) -> bool:
@@ -63,6 +65,8 @@ def _reason(exc: BaseException) -> str:
     reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     if isinstance(exc, asyncpg.PostgresError) and exc.sqlstate in _SCHEMA_BEHIND_STATES:
         reason += _SCHEMA_HINT
+    if "unsupported startup parameter" in text and "statement_timeout" in text:
+        reason += _POOLER_HINT
     return reason
 
 

@@ -43,7 +43,7 @@ class SqliteConfig:
     notify: bool = True
     """Offer ``wait_due``: woken at once by writes of this process, and within
     ``watch_interval`` by writes of other processes."""
-    watch_interval: float = 0.1
+    watch_interval: float = 0.05
     """Seconds between two looks for commits by other processes while ``wait_due`` waits."""
 
     @property

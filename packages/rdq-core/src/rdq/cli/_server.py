@@ -10,7 +10,7 @@ import msgspec
 import structlog
 
 from rdq.cli._default import DEFAULT_STORAGE, STORAGE_ENV, chosen_storage
-from rdq.errors import ConfigError, RdqError
+from rdq.errors import RdqError
 
 
 @click.command()
@@ -171,11 +171,8 @@ def _stdlib_logs_as_json() -> None:
 
 
 def _load_app(ref: str) -> Any:
-    """The rdq.App named by ``ref``, imported by the same rule as ``rdq worker APP`` (the
-    current directory is importable)."""
-    from rdq.cli._worker import load_app
+    """The rdq.App named by ``ref``, imported by the rule ``rdq worker APP`` uses (the current
+    directory is importable)."""
+    from rdq._app import load_app
 
-    try:
-        return load_app(ref)
-    except ConfigError as exc:
-        raise ConfigError(exc.message, key="app") from None
+    return load_app(ref, key="app")

@@ -569,7 +569,12 @@ public final class PostgresStorage implements Storage {
         Limits.checkQueue(queue);
         Limits.checkTaskFilter(filter);
         Limits.checkPage(page);
-        String at = Limits.statusTimeField(filter.status());
+        // PENDING and IN_FLIGHT are listed by due_at (their next_attempt_at / lease_expires_at),
+        // the column task_live_idx orders them by
+        String at = switch (filter.status()) {
+            case PENDING, IN_FLIGHT -> "due_at";
+            default -> Limits.statusTimeField(filter.status());
+        };
         String scope = Cursors.scope("tasks", queue, filter.status(), filter.errorType(), filter.handlerRef(),
                 filter.after(), filter.before());
         Params params = Params.of().set("queue", queue).set("error_type", text(filter.errorType()))

@@ -24,7 +24,9 @@ SET status = 'IN_FLIGHT',
     attempt_count = t.attempt_count + CASE WHEN t.status = 'IN_FLIGHT' THEN 1 ELSE 0 END,
     error_type = CASE WHEN t.status = 'IN_FLIGHT' THEN 'LeaseExpired' ELSE t.error_type END,
     attempts = CASE
-        WHEN t.status = 'IN_FLIGHT' THEN {schema}.append_attempt(t.attempts, json_build_object(
+        WHEN t.status = 'IN_FLIGHT' THEN {schema}.append_attempt(CASE
+            WHEN json_typeof(t.attempts) = 'array' THEN t.attempts ELSE '[]' END,
+            json_build_object(
             'number', t.attempt_count + 1,
             'outcome', 'LEASE_EXPIRED',
             'error_type', 'LeaseExpired',
@@ -35,7 +37,9 @@ SET status = 'IN_FLIGHT',
             'worker_id', t.claimed_by
         ))
         ELSE t.attempts
-    END
+    END,
+    quarantine = CASE WHEN t.status = 'IN_FLIGHT' AND json_typeof(t.attempts) <> 'array'
+        THEN {schema}.quarantine_add(t.quarantine, 'attempts', t.attempts) ELSE t.quarantine END
 FROM due
 WHERE t.id = due.id
 RETURNING t.id, t.queue, t.handler_ref, t.payload, t.headers, t.status, t.attempt_count,

@@ -14,7 +14,12 @@ upd AS (
         claimed_at = NULL,
         claimed_by = NULL,
         token = NULL,
-        attempts = {schema}.append_attempt(t.attempts, i.attempt),
+        attempts = CASE WHEN json_typeof(t.attempts) = 'array'
+            THEN {schema}.append_attempt(t.attempts, i.attempt) ELSE json_build_array(i.attempt)
+        END,
+        quarantine = CASE WHEN json_typeof(t.attempts) = 'array'
+            THEN t.quarantine ELSE {schema}.quarantine_add(t.quarantine, 'attempts', t.attempts)
+        END,
         attempt_count = t.attempt_count + 1,
         error_type = i.error_type
     FROM input AS i
