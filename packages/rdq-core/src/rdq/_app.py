@@ -37,6 +37,7 @@ import inspect
 import os
 import sys
 import threading
+import types
 import typing
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -262,7 +263,7 @@ class App:
         with self._lock:
             imported = self._imported.get(ref)
             if imported is None:
-                imported = _import_handler(ref)
+                imported = _import_handler(ref, self._import_prefixes)
                 if imported is not None:
                     self._imported[ref] = imported
             return imported
@@ -298,10 +299,7 @@ class App:
         return bool(self._schemes or self._import_prefixes)
 
     def _importable(self, ref: str) -> bool:
-        module = ref.partition(":")[0]
-        return any(
-            module == prefix or module.startswith(prefix + ".") for prefix in self._import_prefixes
-        )
+        return _under(ref.partition(":")[0], self._import_prefixes)
 
 
 def make_handler(name: str, fn: Callable[..., Any], queue: str | None) -> Handler:
@@ -346,21 +344,39 @@ def import_path(fn: Callable[..., Any]) -> str:
     return f"{module}:{qualname}"
 
 
-def _import_handler(ref: str) -> Handler | None:
+def _import_handler(ref: str, prefixes: tuple[str, ...]) -> Handler | None:
     """The handler ``pkg.module:attr`` names; None if the ref is malformed or names something
-    that is not callable; :class:`HandlerImportError` if the import fails."""
+    that is not a callable defined under one of ``prefixes``; :class:`HandlerImportError` if
+    the import fails.
+
+    Handler refs can come from untrusted producers, so the attribute path may not step
+    through a module (``myapp.jobs:os.system``) or a private name (``myapp.jobs:_x``), and
+    what it finds must be defined in an allowed module: a function a handler module merely
+    imports (``from subprocess import run``) is not a handler."""
     module_name, _, attr = ref.partition(":")
     if not module_name or not attr:
         return None
+    parts = attr.split(".")
+    if any(not part.isidentifier() or part.startswith("_") for part in parts):
+        return None
     try:
         found: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
+        for part in parts:
             found = getattr(found, part)
+            if isinstance(found, types.ModuleType):
+                return None
     except Exception as exc:  # a bug at import time, a module not deployed yet, a typo
         raise HandlerImportError(ref, exc) from exc
     if not callable(found):
         return None
+    defined_in = getattr(found, "__module__", None) or type(found).__module__
+    if not isinstance(defined_in, str) or not _under(defined_in, prefixes):
+        return None
     return make_handler(ref, found, None)
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes)
 
 
 def load_app(spec: str, *, key: str = "APP") -> App:
