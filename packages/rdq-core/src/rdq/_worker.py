@@ -38,11 +38,13 @@ from typing import Any
 
 from rdq import metrics
 from rdq._app import App
+from rdq._client import Client
 from rdq._clock import StorageClock
 from rdq._completer import Completer
 from rdq._heartbeat import heartbeat_loop
 from rdq._plugins.manager import reopen
 from rdq._runner import Run, Runner
+from rdq._schedules import schedule_loop
 from rdq._threads import HandlerThreads
 from rdq._watchdog import Watchdog
 from rdq.errors import ConfigError, NotConnected, StorageError, StorageUnavailable
@@ -257,6 +259,19 @@ class Worker:
                 name="rdq-heartbeat",
             )
         ]
+        if any(self.app.schedule_queue(s) in self.queues for s in self.app.schedules.values()):
+            background.append(
+                asyncio.create_task(
+                    schedule_loop(
+                        self.app,
+                        Client(self.storage, self.app),
+                        self.storage.now,
+                        self.queues,
+                        self.log,
+                    ),
+                    name="rdq-schedules",
+                )
+            )
         if self.maintenance:
             background.append(
                 asyncio.create_task(
@@ -309,6 +324,17 @@ class Worker:
     def _warn_unserved_queues(self) -> None:
         """Warn about queues no registered handler is bound to (a typo in ``--queue`` or in
         ``[queues.NAME]``), unless the app resolves handlers beyond its registered ones."""
+        for schedule in self.app.schedules.values():
+            if self.app.schedule_queue(schedule) in self.queues and not self.app.knows(
+                schedule.handler
+            ):
+                self.log.warning(
+                    "a schedule names a handler this app does not know",
+                    worker_id=self.worker_id,
+                    schedule=schedule.name,
+                    handler=schedule.handler,
+                    known_handlers=self.app.handler_names,
+                )
         if self.app.serves_any_ref:
             return
         served = self.app.handler_queues
