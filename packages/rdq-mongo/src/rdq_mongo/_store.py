@@ -1,7 +1,8 @@
 """``MongoStorage``: the storage contract on MongoDB, claims by findAndModify.
 
 One method per contract operation; the queries live in ``_queries``, the document layout in
-``_codec``, admission in ``_admission``, the client in ``_connection``.
+``_codec``, admission in ``_admission``, reads over many documents in ``_reads``, the client
+in ``_connection``.
 """
 
 from __future__ import annotations
