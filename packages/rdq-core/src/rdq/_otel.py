@@ -11,7 +11,7 @@
   children.
 
 Nothing is imported until first use, and without the package every entry point returns at
-once. With the API but no SDK configured, spans are OpenTelemetry's no-op spans.
+once. With the API but no SDK configured (no tracer provider set), attempts make no span.
 """
 
 from __future__ import annotations
@@ -77,13 +77,22 @@ def carry_context(fn: Callable[[], Any]) -> Callable[[], Any]:
     return functools.partial(contextvars.copy_context().run, fn)
 
 
+def _tracing(api: _Api | None) -> bool:
+    """True once an application installed a real tracer provider (an SDK): before that every
+    span would be a no-op, so attempts skip making one."""
+    if api is None:
+        return False
+    provider = api.trace.get_tracer_provider()
+    return not isinstance(provider, api.trace.ProxyTracerProvider | api.trace.NoOpTracerProvider)
+
+
 def attempt_span(
     queue: str, task_id: str, handler: str, attempt: int, headers: Mapping[str, str]
 ) -> contextlib.AbstractContextManager[Any] | None:
     """The span of one attempt (a context manager making it current), or None without
-    OpenTelemetry."""
+    OpenTelemetry or without a configured SDK."""
     api = _load()
-    if api is None:
+    if api is None or not _tracing(api):
         return None
     links = []
     if headers:
