@@ -39,13 +39,15 @@ import sys
 import threading
 import types
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
-from rdq.config import Backoff, QueueConfig, load_toml, parse_config
+from rdq._schedules import CatchUp, Schedule, parse_schedules
+from rdq.config import Backoff, QueueConfig, parse_config, read_toml
 from rdq.errors import ConfigError, ValidationError
 from rdq.spi import Envelope, limits
 
@@ -114,6 +116,7 @@ class App:
         self._by_function: dict[Callable[..., Any], str] = {}
         self._schemes: dict[str, SchemeInvoker] = {}
         self._imported: dict[str, Handler] = {}
+        self._schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
 
     # --- queues ------------------------------------------------------------------------------
@@ -135,6 +138,7 @@ class App:
         concurrency: int | None = None,
         task_ttl: float | None = None,
         non_retryable: tuple[type[BaseException], ...] | list[type[BaseException]] | None = None,
+        priority: int | None = None,
     ) -> QueueConfig:
         """Declare (or re-configure) queue ``name``; settings not given keep the queue's current
         value (or the defaults). Applies to tasks already waiting. Raises ``ConfigError`` naming
@@ -154,6 +158,7 @@ class App:
                 ("concurrency", concurrency),
                 ("task_ttl", task_ttl),
                 ("non_retryable", tuple(non_retryable) if non_retryable is not None else None),
+                ("priority", priority),
             )
             if value is not None
         }
@@ -163,14 +168,62 @@ class App:
 
     def load_config(self, path: str | Path) -> None:
         """Read queue configs from a TOML file (see :mod:`rdq.config`): its ``[defaults]``
-        replace this app's defaults and each ``[queues.NAME]`` table declares a queue."""
-        self._defaults, queues = load_toml(path, self._defaults)
-        self._queues.update(queues)
+        replace this app's defaults, each ``[queues.NAME]`` table declares a queue and each
+        ``[schedules.NAME]`` table a schedule (see :meth:`schedule`)."""
+        self.configure(read_toml(path))
 
-    def configure(self, data: dict[str, Any]) -> None:
-        """Like :meth:`load_config`, from an already-parsed mapping."""
-        self._defaults, queues = parse_config(data, self._defaults)
+    def configure(self, data: Mapping[str, Any]) -> None:
+        """Like :meth:`load_config`, from an already-parsed mapping. Nothing changes unless
+        all of it is valid."""
+        defaults, queues = parse_config(data, self._defaults)
+        schedules = parse_schedules(data.get("schedules", {}))
+        self._defaults = defaults
         self._queues.update(queues)
+        for schedule in schedules:
+            self._schedules[schedule.name] = schedule
+
+    # --- schedules ---------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        name: str,
+        handler: str | Callable[..., Any] | None = None,
+        *,
+        cron: str | None = None,
+        every: timedelta | None = None,
+        tz: str = "UTC",
+        payload: Any = None,
+        queue: str | None = None,
+        catch_up: CatchUp = "last",
+        grace: float = 60.0,
+    ) -> Schedule:
+        """Enqueue a task for ``handler`` (default: a handler named ``name``) at every tick of
+        ``cron`` (five fields, in time zone ``tz``) or every ``every``, exactly once per tick
+        however many workers run; ``catch_up`` says what happens to ticks missed while no
+        worker ran (see :mod:`rdq._schedules`). Raises ``ConfigError`` naming the key."""
+        ref = name if handler is None else self.handler_name(handler)
+        schedule = Schedule(
+            name=name,
+            handler=ref,
+            cron=cron,
+            every=every,
+            tz=tz,
+            payload=payload,
+            queue=queue,
+            catch_up=catch_up,
+            grace=grace,
+        ).validate()
+        self._schedules[name] = schedule
+        return schedule
+
+    @property
+    def schedules(self) -> dict[str, Schedule]:
+        """The schedules by name."""
+        return dict(self._schedules)
+
+    def schedule_queue(self, schedule: Schedule) -> str:
+        """The queue a schedule's tasks go to: its own, its handler's, else ``"default"``."""
+        return schedule.queue or self.handler_queue(schedule.handler) or DEFAULT_QUEUE
 
     def queue_config(self, name: str) -> QueueConfig:
         """The current config of queue ``name`` (the defaults if it was not declared)."""
