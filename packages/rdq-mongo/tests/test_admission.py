@@ -120,3 +120,33 @@ async def test_a_batch_that_wins_the_race_reports_each_id_once(server_url: str) 
         assert stored == [True, True, False, True]
         assert (await a.stats("q")).pending == 4
         await a._connection().client.drop_database(a.config.database)
+
+
+@pytest.mark.asyncio
+async def test_two_producers_batching_the_same_ids_store_each_once_and_one_says_so(
+    server_url: str,
+) -> None:
+    async with open_storage(server_url) as a, open_storage(server_url) as b:
+        assert isinstance(a, MongoStorage)
+        await a.migrate()
+        ids = [f"s{n:02d}" for n in range(30)]
+        # Overlapping batches, in opposite orders, several rounds at once.
+        results = await asyncio.gather(
+            *(
+                producer.enqueue_batch([_task(i) for i in chunk])
+                for producer, chunk in (
+                    (a, ids[:20]),
+                    (b, list(reversed(ids[10:]))),
+                    (a, ids[5:25]),
+                    (b, ids),
+                )
+            )
+        )
+        chunks = (ids[:20], list(reversed(ids[10:])), ids[5:25], ids)
+        said_stored: dict[str, int] = dict.fromkeys(ids, 0)
+        for chunk, flags in zip(chunks, results, strict=True):
+            for task_id, stored in zip(chunk, flags, strict=True):
+                said_stored[task_id] += stored
+        assert said_stored == dict.fromkeys(ids, 1), "exactly one producer stored each id"
+        assert (await a.stats("q")).pending == len(ids)
+        await a._connection().client.drop_database(a.config.database)

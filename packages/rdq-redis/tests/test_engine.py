@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
 import rdq
 from rdq import open_storage
@@ -90,3 +91,56 @@ async def test_a_worker_runs_retries_and_dead_letters_tasks_on_redis(storage_url
 async def _assert_clean(storage: Storage, queue: str) -> None:
     stats = await storage.stats(queue)
     assert (stats.pending, stats.in_flight) == (0, 0)
+
+
+@pytest.mark.asyncio
+async def test_a_poison_task_is_dead_lettered_and_its_20_neighbours_all_run(
+    storage_url: str, redis_url: str, key_prefix: str
+) -> None:
+    """A task whose stored body does not decode (``HSET <prefix>:{q}:task:a body '{not
+    json'``) beside 20 intact ones, a worker claiming 10 at a time with a 2 s lease: the
+    poison task goes to the DLQ as ``rdq.CorruptTask`` at its first claim, every neighbour
+    succeeds at its first attempt, and no lease lapses."""
+    queue = f"poison-{uuid.uuid4().hex[:8]}"
+    app = rdq.App()
+    app.queue(queue, max_attempts=3, lease=2.0, timeout=1.0, concurrency=10)
+
+    @app.handler("ok", queue=queue)
+    async def ok(payload: Any) -> None:
+        return None
+
+    async with open_storage(storage_url) as storage:
+        await storage.migrate()
+        client = rdq.Client(storage, app=app)
+        poison = (await client.submit("ok", {"n": "a"}, id=f"{queue}-a")).id
+        intact = [(await client.submit("ok", {"n": n})).id for n in range(20)]
+        raw = aioredis.Redis.from_url(redis_url)
+        try:
+            await raw.hset(f"{key_prefix}:{{{queue}}}:task:{poison}", "body", "{not json")
+        finally:
+            await raw.aclose()
+
+        async with open_storage(storage_url) as worker_storage:
+            worker = rdq.Worker(app, worker_storage, queues=[queue], maintenance=False)
+            running = asyncio.create_task(worker.run())
+            try:
+
+                async def settled() -> bool:
+                    stats = await storage.stats(queue)
+                    return stats.succeeded == 20 and stats.dlq_depth == 1
+
+                await _until(settled, "the neighbours to succeed and the poison task to die")
+            finally:
+                worker.stop()
+                await asyncio.wait_for(running, PATIENCE)
+
+        dead = await storage.get(poison)
+        assert dead.status is Status.DEAD and dead.corrupt is not None
+        assert [a.error_type for a in dead.attempts] == ["rdq.CorruptTask"]
+        for task_id in intact:
+            task = await storage.get(task_id)
+            assert (task.status, [a.outcome for a in task.attempts]) == (
+                Status.SUCCEEDED,
+                ["SUCCEEDED"],
+            )
+        await _assert_clean(storage, queue)
