@@ -7,7 +7,6 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-import structlog
 from litestar import Litestar
 from litestar.datastructures import ResponseHeader
 from litestar.plugins.jinja import JinjaTemplateEngine
@@ -21,6 +20,7 @@ from rdq._worker import Worker
 from rdq.audit import AuditSink
 from rdq.callbacks import HttpCallbackInvoker
 from rdq.errors import ConfigError
+from rdq.logging import get_logger
 from rdq.server._api import api_handlers, principal_guard
 from rdq.server._errors import exception_handlers
 from rdq.server._node import Node
@@ -32,7 +32,7 @@ from rdq.spi import Storage
 __all__ = ["create_app"]
 
 _HERE = Path(__file__).parent
-_log = structlog.get_logger("rdq.server")
+_log = get_logger("rdq.server")
 
 
 def create_app(
