@@ -450,6 +450,27 @@ async def test_security_headers_on_api_and_ui(client: Client) -> None:
 
 
 @pytest.mark.asyncio
+async def test_error_answers_carry_nosniff_too(client: Client) -> None:
+    json_body = {**ADMIN, "Content-Type": "application/json"}
+    answers = {
+        "no token (401)": await client.get("/v1/queues"),
+        "no such route (404)": await client.get("/v1/nothing", headers=ADMIN),
+        "no such task (404)": await client.get("/v1/tasks/nope", headers=ADMIN),
+        "wrong method (405)": await client.delete("/v1/tasks/nope", headers=ADMIN),
+        "not JSON (415)": await client.post("/v1/tasks", content=b"{}", headers=ADMIN),
+        "truncated (400)": await client.post("/v1/tasks", content=b"{", headers=json_body),
+        "invalid (422)": await client.post("/v1/tasks", content=b"{}", headers=json_body),
+        "too large (413)": await client.post(
+            "/v1/tasks", content=b'"' + b"x" * (3 << 20) + b'"', headers=json_body
+        ),
+        "no such asset (404)": await client.get("/ui/static/nothing.js"),
+    }
+    for what, response in answers.items():
+        assert response.status_code >= 400, what
+        assert response.headers.get("x-content-type-options") == "nosniff", what
+
+
+@pytest.mark.asyncio
 async def test_schema_paths_answer_json_and_swagger_is_off_by_default(
     client: Client, memory_store: MemoryStorage
 ) -> None:

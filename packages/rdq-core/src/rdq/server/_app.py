@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from litestar import Litestar
-from litestar.datastructures import ResponseHeader
+from litestar.datastructures import MutableScopeHeaders
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
+from litestar.types import Message, Scope
 
 import rdq.metrics  # noqa: F401 - registers the metrics /metrics serves
 from rdq._app import App
@@ -91,7 +92,7 @@ def create_app(
             engine_callback=_add_filters,
         ),
         request_max_body_size=settings.max_body_bytes,
-        response_headers=[ResponseHeader(name="X-Content-Type-Options", value="nosniff")],
+        before_send=[_nosniff],
         lifespan=[lifespan],
         logging_config=None,
     )
@@ -117,6 +118,13 @@ async def _working(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await invoker.aclose()
+
+
+async def _nosniff(message: Message, scope: Scope) -> None:
+    """Every response says ``X-Content-Type-Options: nosniff``: the error answers too, which
+    exception handlers and the router make outside a route's own response headers."""
+    if message["type"] == "http.response.start":
+        MutableScopeHeaders.from_message(message)["X-Content-Type-Options"] = "nosniff"
 
 
 def _warn_about(settings: ServerSettings, node: Node) -> None:
