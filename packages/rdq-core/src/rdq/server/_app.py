@@ -49,8 +49,9 @@ def create_app(
     node opens ``settings.storage`` at startup and closes it at shutdown. When
     ``settings.work`` is set the node also runs an :class:`rdq.Worker` on
     ``settings.queues``, with HTTP callbacks registered for ``http``/``https`` handler refs
-    on ``engine_app`` (a fresh :class:`rdq.App` if not given). Raises ``ConfigError`` when no
-    token is configured."""
+    on ``engine_app`` (a fresh :class:`rdq.App` if not given); that worker also runs the
+    app's schedules whose queue is among ``settings.queues`` (one task per tick, however many
+    nodes and workers share the store). Raises ``ConfigError`` when no token is configured."""
     if not settings.tokens:
         raise ConfigError(
             "configure at least one token (--token, RDQ_SERVER_TOKENS or [[server.tokens]])",
@@ -70,7 +71,7 @@ def create_app(
                 await store.migrate()
             node = Node(settings, store, audit_sinks=audit_sinks, engine_app=engine_app)
             app.state.node = node
-            _warn_about(settings, node)
+            _warn_about(settings, node, engine_app)
             if settings.work and settings.queues:
                 await stack.enter_async_context(_working(settings, store, engine_app))
             _log.info("node started", queues=settings.queues, work=settings.work)
@@ -127,8 +128,19 @@ async def _nosniff(message: Message, scope: Scope) -> None:
         MutableScopeHeaders.from_message(message)["X-Content-Type-Options"] = "nosniff"
 
 
-def _warn_about(settings: ServerSettings, node: Node) -> None:
+def _warn_about(settings: ServerSettings, node: Node, engine_app: App | None) -> None:
     """Say at start-up what the configuration leaves weaker than it could be."""
+    if engine_app is not None:
+        worked = set(settings.queues) if settings.work else set()
+        for schedule in engine_app.schedules.values():
+            queue = engine_app.schedule_queue(schedule)
+            if queue not in worked:
+                _log.warning(
+                    "this node does not run a schedule: it does not work the schedule's queue "
+                    "(a worker or node that works it does)",
+                    schedule=schedule.name,
+                    queue=queue,
+                )
     if settings.work and settings.callbacks.allow_hosts and not settings.callbacks.secrets:
         _log.warning(
             "callbacks are sent unsigned: no callback secret is configured "
