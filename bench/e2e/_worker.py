@@ -94,7 +94,13 @@ def main() -> None:
     parser.add_argument("--report-starts", action="store_true")
     args = parser.parse_args()
     out = _protocol_stream()
-    asyncio.run(_main(args, out))
+    _, worker_class = load(args.system)
+    if worker_class.event_loop == "uvloop":
+        import uvloop
+
+        uvloop.run(_main(args, out))
+    else:
+        asyncio.run(_main(args, out))
     out.flush()
 
 

@@ -39,8 +39,10 @@ SYSTEMS = {
     "procrastinate": "bench.e2e.procrastinate_runner",
     "rdq_proto": "bench.e2e.rdq_proto_runner",
     "rdq_sqlite": "bench.e2e.rdq_sqlite_runner",
+    "rdq_uvloop": "bench.e2e.rdq_uvloop_runner",
 }
-"""``rdq_proto`` is an experiment (rdq with a prototype ``complete_many``), never a default."""
+"""``rdq_proto`` is an experiment (rdq with a prototype ``complete_many``), never a default;
+``rdq_uvloop`` is rdq with its worker processes on uvloop (needs ``uvloop`` installed)."""
 DEFAULT_SYSTEMS = ["rdq", "pgqueuer", "procrastinate"]
 
 OnStart = Callable[[dict[str, Any]], None]
@@ -114,6 +116,9 @@ class BenchSystem(abc.ABC):
 
 class BenchWorker(abc.ABC):
     """The worker side of one system: its real worker running a no-op async handler."""
+
+    event_loop = "asyncio"
+    """The event loop its process runs on: ``asyncio`` (the stock loop) or ``uvloop``."""
 
     def __init__(self, url: str, *, notify: bool, concurrency: int, on_start: OnStart) -> None:
         self.url = url
