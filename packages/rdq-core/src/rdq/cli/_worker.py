@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from rdq import _loop
 from rdq._app import App, load_app
 from rdq._plugins.manager import open_storage
 from rdq._worker import Worker
@@ -80,7 +81,7 @@ def worker(
             from rdq.metrics import start_http_server
 
             start_http_server(metrics_port, metrics_host)
-        asyncio.run(_serve(app, storage_url, list(queues) or None, grace_period, worker_id))
+        _loop.run(_serve(app, storage_url, list(queues) or None, grace_period, worker_id))
     except (RdqError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
