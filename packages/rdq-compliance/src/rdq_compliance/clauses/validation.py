@@ -10,18 +10,31 @@ from typing import Any
 import pytest
 
 from rdq.errors import NotFound, ValidationError
-from rdq.spi import DLQFilter, Outcome, Page, Selector, Status, Storage, TaskFilter, limits
+from rdq.spi import (
+    Attempt,
+    DLQFilter,
+    Outcome,
+    Page,
+    RetryOverride,
+    Selector,
+    Status,
+    Storage,
+    TaskFilter,
+    limits,
+)
 from rdq_compliance._support import (
     LONG_LEASE,
     attempt,
     claim_one,
     claim_time,
+    nested,
     new_id,
     new_task,
     snapshot,
 )
 
 __all__ = ["ValidationClauses"]
+
 
 BAD_TASKS: dict[str, tuple[dict[str, Any], str]] = {
     # case: (fields that break the envelope, the field the error must name)
@@ -45,6 +58,27 @@ BAD_TASKS: dict[str, tuple[dict[str, Any], str]] = {
         "headers.big",
     ),
     "negative-attempt-count": ({"attempt_count": -1}, "attempt_count"),
+    "attempt-count-not-an-integer": ({"attempt_count": "2"}, "attempt_count"),
+    "payload-nested-too-deeply": ({"payload": nested(limits.MAX_DEPTH + 1)}, "payload"),
+    # deeper than any JSON encoder or decoder recurses: refused, never a RecursionError
+    "payload-nested-beyond-the-recursion-limit": ({"payload": nested(5000)}, "payload"),
+    "unknown-field-nested-too-deeply": (
+        {"extra": {"newer_field": nested(limits.MAX_DEPTH + 1)}},
+        "newer_field",
+    ),
+    "retry-max-attempts-not-an-integer": (
+        {"retry": RetryOverride(max_attempts="lots")},  # type: ignore[arg-type]
+        "retry.max_attempts",
+    ),
+    "retry-base-not-a-number": (
+        {"retry": RetryOverride(base="soon")},  # type: ignore[arg-type]
+        "retry.base",
+    ),
+    "attempt-record-not-an-attempt": ({"attempts": ["failed once"]}, "attempts[0]"),
+    "attempt-number-not-an-integer": (
+        {"attempts": [Attempt(number="one", outcome=Outcome.FAILED)]},  # type: ignore[arg-type]
+        "attempts[0].number",
+    ),
 }
 
 BAD_CLAIMS: dict[str, tuple[int, Any, str]] = {

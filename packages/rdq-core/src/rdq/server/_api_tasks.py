@@ -25,7 +25,7 @@ from rdq.server._api_common import (
     principal_owner,
     task_body,
 )
-from rdq.server._body import check_depth, check_time, require_json
+from rdq.server._body import check_time, require_json
 from rdq.server._errors import ApiError
 from rdq.server._models import (
     ActionResult,
@@ -92,10 +92,10 @@ async def submit_task(
         and retry.cap < retry.base
     ):
         raise ValidationError("must not be smaller than base", field="retry.cap")
-    check_depth(raw.get("payload"), "payload")
+    limits.check_depth(raw.get("payload"), "payload")
     unknown = {k: v for k, v in raw.items() if k not in _KNOWN_FIELDS}
     for name, value in unknown.items():
-        check_depth(value, name)
+        limits.check_depth(value, name)
     raw.pop("delay", None)
     raw.pop("format_version", None)
     raw["id"] = data.id or uuid.uuid4().hex

@@ -3,7 +3,8 @@
 Every API POST runs :func:`require_json` before its handler: a body that is not declared as
 JSON is a 415, one that does not decode (truncated, not UTF-8, nested deeper than the decoder
 goes) a 400 ``malformed_json``. The decoded body is cached on the request, so the handler's
-own parsing reads it from there.
+own parsing reads it from there. How deeply a payload may nest is ``limits.check_depth``'s rule,
+the same for every entry point.
 """
 
 from __future__ import annotations
@@ -18,10 +19,7 @@ from rdq.errors import ValidationError
 from rdq.server._errors import ApiError
 from rdq.spi import limits
 
-__all__ = ["MAX_DEPTH", "check_depth", "check_time", "require_json"]
-
-MAX_DEPTH = 64
-"""How deeply a submitted payload (or unknown field) may nest arrays and objects."""
+__all__ = ["check_time", "require_json"]
 
 
 async def require_json(request: Request[Any, Any, Any]) -> None:
@@ -42,22 +40,6 @@ async def require_json(request: Request[Any, Any, Any]) -> None:
         raise ApiError(400, "malformed_json", f"the body is not JSON: {exc}", "body") from None
     except RecursionError:
         raise ApiError(400, "malformed_json", "the body nests too deeply", "body") from None
-
-
-def check_depth(value: Any, field: str, limit: int = MAX_DEPTH) -> None:
-    """Raise ``ValidationError`` naming ``field`` if ``value`` nests deeper than ``limit``."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            raise ValidationError(f"nests deeper than {limit} levels", field=field)
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
 
 
 def check_time(value: datetime | None, field: str) -> datetime | None:

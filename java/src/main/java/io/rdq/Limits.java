@@ -19,6 +19,8 @@ public final class Limits {
     public static final int MAX_HEADER_NAME_LENGTH = 128;
     public static final int MAX_HEADER_VALUE_LENGTH = 4096;
     public static final int MAX_PAYLOAD_BYTES = 1024 * 1024;
+    /** How deeply a payload (or an unknown field's value) may nest arrays and objects. */
+    public static final int MAX_DEPTH = 64;
     public static final int MAX_LIMIT = 1000;
     public static final Duration MAX_LEASE = Duration.ofHours(24);
     public static final int MAX_SELECTOR_IDS = 10_000;
@@ -174,7 +176,8 @@ public final class Limits {
         return value;
     }
 
-    /** An envelope offered to {@code enqueue}: ids, names, headers, counters and payload size. */
+    /** An envelope offered to {@code enqueue}: ids, names, headers, counters, the attempt
+     * records it carries, the payload's size and nesting (and unknown fields' nesting). */
     public static Envelope checkTask(Envelope task) {
         if (task == null) {
             throw new ValidationException("task", "must be an envelope");
@@ -219,12 +222,22 @@ public final class Limits {
         if (size > MAX_PAYLOAD_BYTES) {
             throw new ValidationException("payload", "is " + size + " bytes encoded; the limit is " + MAX_PAYLOAD_BYTES);
         }
+        checkDepth(task.payload(), "payload");
+        for (var field : task.extra().entrySet()) {
+            checkDepth(field.getValue(), field.getKey());
+        }
         for (int i = 0; i < task.attempts().size(); i++) {
-            if (task.attempts().get(i) == null) {
-                throw new ValidationException("attempts[" + i + "]", "must be an attempt record");
-            }
+            checkAttempt(task.attempts().get(i), "attempts[" + i + "]");
         }
         return task;
+    }
+
+    /** A JSON value that nests arrays and objects at most {@link #MAX_DEPTH} levels deep. */
+    public static RawJson checkDepth(RawJson value, String field) {
+        if (value != null && value.depth() > MAX_DEPTH) {
+            throw new ValidationException(field, "nests deeper than " + MAX_DEPTH + " levels");
+        }
+        return value;
     }
 
     /** The field holding the time a task of {@code status} is listed by. */
@@ -238,8 +251,9 @@ public final class Limits {
         };
     }
 
-    /** A task offered to {@code importTasks}: everything {@link #checkTask} checks, then
-     * {@code created_at} and its status time set, {@code claimed_by} and every attempt valid. */
+    /** A task offered to {@code importTasks}: everything {@link #checkTask} checks (every
+     * attempt valid), then {@code created_at} and its status time set and {@code claimed_by}
+     * valid. */
     public static Envelope checkImportedTask(Envelope task) {
         checkTask(task);
         if (task.createdAt() == null) {
@@ -249,9 +263,6 @@ public final class Limits {
             throw new ValidationException(statusTimeField(task.status()), "must be set on an imported " + task.status() + " task");
         }
         checkWorkerId(task.claimedBy(), "claimed_by");
-        for (int i = 0; i < task.attempts().size(); i++) {
-            checkAttempt(task.attempts().get(i), "attempts[" + i + "]");
-        }
         return task;
     }
 
