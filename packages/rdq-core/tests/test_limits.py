@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -90,6 +90,19 @@ def test_a_payload_may_nest_up_to_the_depth_limit() -> None:
     assert caught.value.field == "extra_field"
 
 
+def test_times_must_lie_within_years_1_to_9999_in_utc() -> None:
+    west, east = timezone(timedelta(hours=-5)), timezone(timedelta(hours=5))
+    limits.check_aware(datetime(9999, 12, 31, 18, tzinfo=west), "at")
+    limits.check_aware(datetime(1, 1, 1, 5, tzinfo=east), "at")
+    for bad in (datetime(9999, 12, 31, 23, tzinfo=west), datetime(1, 1, 1, 4, tzinfo=east)):
+        with pytest.raises(ValidationError) as caught:
+            limits.check_aware(bad, "at")
+        assert caught.value.field == "at"
+    with pytest.raises(ValidationError) as caught:
+        limits.check_task(task(next_attempt_at=datetime(9999, 12, 31, 23, tzinfo=west)))
+    assert caught.value.field == "next_attempt_at"
+
+
 def test_a_valid_retry_override_passes() -> None:
     retry = RetryOverride(max_attempts=3, backoff="fixed", base=1, cap=2.5, timeout=None)
     assert limits.check_task(task(retry=retry)).retry == retry
@@ -128,10 +141,11 @@ def test_page_limit_is_checked() -> None:
     assert caught.value.field == "page.limit"
 
 
-def test_delay_is_none_or_a_non_negative_timedelta() -> None:
+def test_delay_is_none_or_a_timedelta_from_zero_to_the_limit() -> None:
     assert limits.check_delay(None) is None
     assert limits.check_delay(timedelta(0)) == timedelta(0)
-    for bad in (timedelta(seconds=-1), 5, "soon"):
+    assert limits.check_delay(limits.MAX_DELAY) == limits.MAX_DELAY
+    for bad in (timedelta(seconds=-1), limits.MAX_DELAY + timedelta(microseconds=1), 5, "soon"):
         with pytest.raises(ValidationError) as caught:
             limits.check_delay(bad)
         assert caught.value.field == "delay"

@@ -4,7 +4,7 @@ anything stored."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -49,6 +49,10 @@ BAD_TASKS: dict[str, tuple[dict[str, Any], str]] = {
     "payload-too-large": ({"payload": "x" * limits.MAX_PAYLOAD_BYTES}, "payload"),
     "payload-not-json": ({"payload": {"when": object()}}, "payload"),
     "naive-next-attempt-at": ({"next_attempt_at": datetime(2030, 1, 1)}, "next_attempt_at"),
+    "next-attempt-at-past-year-9999-in-utc": (
+        {"next_attempt_at": datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5)))},
+        "next_attempt_at",
+    ),
     "too-many-headers": (
         {"headers": {f"h{i}": "v" for i in range(limits.MAX_HEADERS + 1)}},
         "headers",
@@ -140,13 +144,14 @@ class ValidationClauses:
             assert await storage.claim_due(task.queue, 5, LONG_LEASE) == []
 
     @pytest.mark.asyncio
-    async def test_enqueue_with_a_negative_delay_raises_validation_error(
+    async def test_enqueue_with_a_negative_or_too_long_delay_raises_validation_error(
         self, storage: Storage, queue: str
     ) -> None:
         task = new_task(queue)
-        with pytest.raises(ValidationError) as caught:
-            await storage.enqueue(task, delay=timedelta(seconds=-1))
-        _assert_names(caught.value, "delay")
+        for delay in (timedelta(seconds=-1), limits.MAX_DELAY + timedelta(days=1)):
+            with pytest.raises(ValidationError) as caught:
+                await storage.enqueue(task, delay=delay)
+            _assert_names(caught.value, "delay")
         with pytest.raises(NotFound):
             await storage.get(task.id)
 

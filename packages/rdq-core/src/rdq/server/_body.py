@@ -15,7 +15,6 @@ from typing import Any
 from litestar import Request
 from litestar.exceptions import SerializationException
 
-from rdq.errors import ValidationError
 from rdq.server._errors import ApiError
 from rdq.spi import limits
 
@@ -46,11 +45,4 @@ def check_time(value: datetime | None, field: str) -> datetime | None:
     """A filter time: timezone-aware and representable in UTC (years 1–9999)."""
     if value is None:
         return None
-    limits.check_aware(value, field)
-    try:
-        in_utc = value.astimezone(UTC)
-    except OverflowError:
-        raise ValidationError("is out of range (years 1-9999 in UTC)", field=field) from None
-    if not 1 <= in_utc.year <= 9999:
-        raise ValidationError("is out of range (years 1-9999 in UTC)", field=field)
-    return in_utc
+    return limits.check_aware(value, field).astimezone(UTC)

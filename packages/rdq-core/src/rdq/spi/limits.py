@@ -14,7 +14,8 @@ retry override         ``max_attempts`` an integer, ``backoff`` a string, ``base
                        ``timeout`` finite numbers (each may be ``None``)
 limit                  1–1000 (``claim_due``, pages, ``import_tasks``)
 lease                  more than 0 s, at most 24 h
-delay                  a ``timedelta`` of 0 s or more, or ``None``
+delay                  a ``timedelta`` from 0 s to 36 500 days (``MAX_DELAY``), or ``None``
+times                  timezone-aware, within the years 1–9999 once converted to UTC
 priority               an integer from -10 to 10 (default 0)
 selector ids           at most 10 000 per call (redrive, purge, cancel)
 worker id              1–200 characters, no control characters
@@ -33,7 +34,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import accumulate
 
 import msgspec
@@ -61,6 +62,7 @@ __all__ = [
     "EXACT_COUNT_THRESHOLD",
     "MAX_AUDIT_REASON_LENGTH",
     "MAX_AUDIT_WORD_LENGTH",
+    "MAX_DELAY",
     "MAX_DEPTH",
     "MAX_ERROR_MESSAGE_LENGTH",
     "MAX_ERROR_TYPE_LENGTH",
@@ -113,6 +115,8 @@ MAX_DEPTH = 64
 """How deeply a payload (or an unknown field's value) may nest arrays and objects."""
 MAX_LIMIT = 1000
 MAX_LEASE = timedelta(hours=24)
+MAX_DELAY = timedelta(days=36_500)
+"""About 100 years: a task's first due time stays far inside the years every store holds."""
 MAX_SELECTOR_IDS = 10_000
 MAX_WORKER_ID_LENGTH = 200
 MAX_ERROR_TYPE_LENGTH = 1024
@@ -192,10 +196,16 @@ def check_token(value: object, field: str = "token") -> str:
 
 
 def check_aware(value: object, field: str) -> datetime:
+    """A timezone-aware datetime that lies within the years 1–9999 in UTC (the range every
+    store and client library can hold; an offset can push a ``datetime`` past it)."""
     if not isinstance(value, datetime):
         raise ValidationError("must be a datetime", field=field)
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError("must be timezone-aware", field=field)
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError("is out of range (years 1-9999 in UTC)", field=field) from None
     return value
 
 
@@ -365,13 +375,15 @@ def check_ids(ids: Sequence[str], field: str = "ids") -> list[str]:
 
 
 def check_delay(value: object, field: str = "delay") -> timedelta | None:
-    """``None`` or a non-negative ``timedelta``."""
+    """``None`` or a ``timedelta`` from 0 to ``MAX_DELAY``."""
     if value is None:
         return None
     if not isinstance(value, timedelta):
         raise ValidationError("must be a timedelta or None", field=field)
     if value < timedelta(0):
         raise ValidationError("must not be negative", field=field)
+    if value > MAX_DELAY:
+        raise ValidationError(f"must be at most {MAX_DELAY.days} days", field=field)
     return value
 
 
