@@ -65,6 +65,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0001_task_table",
             "0002_id_conflict",
             "0003_second_revision",
+            "0004_time_range",
         ]
         assert await store.migrate() == []
 
@@ -110,7 +111,11 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
         with pytest.raises(StorageError, match="rdq migrate"):
             await store.get("old-1")
 
-        assert await store.migrate() == ["0002_id_conflict", "0003_second_revision"]
+        assert await store.migrate() == [
+            "0002_id_conflict",
+            "0003_second_revision",
+            "0004_time_range",
+        ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
         old = await store.get("old-1")
