@@ -196,6 +196,23 @@ async def test_the_corrupt_task_hook_refuses_a_value_that_decodes() -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(("kind", "shown"), [("deep", "[[[["), ("far_time", "12000-01-01")])
+async def test_stored_forms_too_deep_or_too_far_in_time_read_back_corrupt(
+    kind: str, shown: str
+) -> None:
+    """A stored form whose payload nests deeper than the decoder goes, or whose created_at
+    lies past the year 9999, is kept as stored and read back corrupt (never a RecursionError
+    or an OverflowError), beside intact tasks of its batch."""
+    async with MemoryStorage() as store:
+        await store.enqueue(Envelope(id="ok", queue="q", handler_ref="h"))
+        await store.put_corrupt_task("q", "bad", kind=kind)
+        got = await store.get("bad")
+        assert got.corrupt is not None and shown in got.corrupt
+        claimed = {c.task.id: c.task for c in await store.claim_due("q", 10, timedelta(minutes=1))}
+        assert set(claimed) == {"ok", "bad"} and claimed["ok"].corrupt is None
+
+
+@pytest.mark.asyncio
 async def test_priorities_order_claims_by_the_injected_clock() -> None:
     clock = FakeClock()
     async with MemoryStorage(clock=clock) as store:

@@ -12,7 +12,7 @@ from litestar.testing import AsyncTestClient
 from rdq.audit import MemoryAuditSink
 from rdq.errors import StorageUnavailable
 from rdq.server import create_app
-from rdq.spi import Attempt, Outcome, Status
+from rdq.spi import Attempt, AuditEntry, Outcome, Status
 from rdq_memory import MemoryStorage
 
 from .conftest import ADMIN_TOKEN, READ_TOKEN, SUBMIT_TOKEN, auth, node_settings
@@ -262,6 +262,31 @@ async def test_redrive_and_purge_with_dry_run_and_audit(
         ("alice", "purge", 1, None),
     ]
     assert (await memory_store.stats("default")).dlq_depth == 1
+
+
+class _AuditTrailDown(MemoryStorage):
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        raise StorageUnavailable("audit table locked")
+
+
+@pytest.mark.asyncio
+async def test_an_action_that_was_done_answers_200_even_when_its_audit_entry_is_not_stored() -> (
+    None
+):
+    """The redrive happened; answering 503 ("retry later") would invite a second, wider
+    redrive. The unrecorded entry is logged and counted instead (rdq_audit_failures)."""
+    sink = MemoryAuditSink()
+    async with _AuditTrailDown() as store:
+        app = create_app(node_settings(), storage=store, audit_sinks=[sink])
+        async with AsyncTestClient(app=app) as client:
+            await _submit(client, id="t0")
+            await _kill(store, "t0")
+            url = "/v1/queues/default/dlq/redrive"
+            done = await client.post(url, headers=ADMIN, json={"ids": ["t0"]})
+            assert done.status_code == 200, done.text
+            assert done.json()["count"] == 1
+            assert (await store.get("t0")).status == Status.PENDING
+    assert [(r.action, r.count, r.id) for r in sink.records] == [("redrive", 1, None)]
 
 
 @pytest.mark.asyncio

@@ -39,7 +39,7 @@ from rdq.spi import (
     status_time,
     task_scope,
 )
-from rdq_memory._codec import copy_in, corrupt_record, read
+from rdq_memory._codec import copy_in, corrupt_raw, corrupt_record, read
 from rdq_memory._paging import keyset_page
 from rdq_memory._state import MemoryState, Record, Waiter
 from rdq_memory._url import Clock, MemoryConfig, parse_url
@@ -164,13 +164,17 @@ class MemoryStorage(StorageBase):
                     state.wake(task.queue)
             return stored
 
-    async def put_corrupt_task(self, queue: str, task_id: str, raw: str = '{"id": ') -> None:
+    async def put_corrupt_task(
+        self, queue: str, task_id: str, raw: str | None = None, *, kind: str = "undecodable"
+    ) -> None:
         """Test hook: store a PENDING task of ``queue``, due now, whose stored form is
-        ``raw`` (which must not decode as an envelope). Reads return it with ``corrupt``
-        set; the compliance kit's corrupt-task clauses use this."""
+        ``raw`` (which must not decode as an envelope), by default one of the ``kind`` the
+        compliance kit asks for (see ``rdq_compliance.CorruptTaskWriter``). Reads return it
+        with ``corrupt`` set; the kit's corrupt-task clauses use this."""
         self._check_open()
         limits.check_queue(queue)
         limits.check_task_id(task_id)
+        raw = corrupt_raw(queue, task_id, kind) if raw is None else raw
         with self._state.lock:
             if task_id in self._state.tasks:
                 raise ValueError(f"task {task_id!r} exists already")
