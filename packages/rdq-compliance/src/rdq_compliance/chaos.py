@@ -9,14 +9,16 @@ has succeeded it stops the workers and checks, from the store and the workers' f
 
 - every task is SUCCEEDED, completed once (by the worker its SUCCEEDED record names);
 - every reclaimed task carries its LEASE_EXPIRED records (one per lost lease: every attempt
-  but the last is LEASE_EXPIRED, and no claim is missing from the count);
+  but the last is LEASE_EXPIRED, and no claim is missing from the count), the claim each
+  killed worker held among them (unless it completed the task just before it died);
 - no two workers ever held a valid lease on the same task at the same moment: sorted by claim
   time (storage clock), each claim starts no earlier than the previous lease's end.
 
 The run takes as long as it needs, as long as it moves: it fails when nothing happens for
 ``stall`` seconds (no worker came up, claimed or finished a task, no task succeeded), or
-when it outlasts ``cap``. On a quiet machine it takes well under a minute; most of that is
-starting worker processes.
+when it outlasts ``cap``. Workers are forked from one spawner process that imported rdq and
+the store's driver once (see :mod:`rdq_compliance._chaos_worker`), so a replacement is up in
+well under a second; on a quiet machine a run takes a few seconds.
 
 Usage (the kit's ``StorageSuite`` does this against ``storage_url``)::
 
@@ -54,7 +56,7 @@ STALL = 60.0
 """Seconds a run may go without progress before it is declared stuck (a worker process
 starts in a few seconds even on a loaded machine; a task takes well under one)."""
 CAP = 600.0
-"""Seconds a run may take at most, progress or not (a quiet machine needs about 15)."""
+"""Seconds a run may take at most, progress or not (a quiet machine needs about 5)."""
 
 
 @dataclass

@@ -119,8 +119,6 @@ class ContractMachine(RuleBasedStateMachine):
         self.queues = (f"kit-sm-{run}-a", f"kit-sm-{run}-b")
         self.prefix = f"sm-{run}"
         self.model = ContractModel()
-        self.seen: datetime
-        """The latest reading of the storage clock."""
         now = self.now()
         self.past = now - timedelta(seconds=1)
         """A moment every later storage reading is past (due at once)."""
@@ -149,8 +147,8 @@ class ContractMachine(RuleBasedStateMachine):
         return asyncio.run_coroutine_threadsafe(operation, self.loop).result(PATIENCE)
 
     def now(self) -> datetime:
-        self.seen = self.call(self.storage.now())
-        return self.seen
+        """A reading of the storage clock."""
+        return self.call(self.storage.now())
 
     def task_id(self, slot: int) -> str:
         return f"{self.prefix}-{slot}"
