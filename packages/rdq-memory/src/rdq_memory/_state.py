@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import heapq
+import itertools
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,6 +19,10 @@ from rdq.errors import StorageError
 from rdq.spi import AuditEntry, Envelope, Status
 
 __all__ = ["MemoryState", "QueueIndex", "Record", "Waiter"]
+
+_versions = itertools.count()
+"""Record versions, unique across every record of the process: an id purged and admitted
+again must not match the heap entries its earlier record left behind."""
 
 
 @dataclass
@@ -30,13 +35,18 @@ class Record:
 
     task: Envelope
     token: str | None = None
-    version: int = 0
+    version: int = field(default_factory=lambda: next(_versions))
     raw: str | None = None
     problem: str | None = None
 
+    def bump(self) -> None:
+        """Give the record a new version: every heap entry pushed before is stale."""
+        self.version = next(_versions)
+
 
 DueEntry = tuple[datetime, str, int]
-"""(due at, task id, record version) — stale once the record's version moved on."""
+"""(due at, task id, record version) — stale once the record's version moved on (or the
+id's record was deleted: a record admitted later under the same id has a new version)."""
 
 
 @dataclass
@@ -83,7 +93,7 @@ class MemoryState:
         if task.status == Status.DEAD:
             self.remove_dead(task)
         del self.tasks[task.id]
-        record.version += 1  # its heap entries are stale from now on
+        record.bump()  # its heap entries are stale from now on
         self.index(task.queue).ids.discard(task.id)
 
     def schedule(self, record: Record) -> None:

@@ -230,7 +230,7 @@ class MemoryStorage(StorageBase):
         task.claimed_at = now
         task.claimed_by = worker
         record.token = secrets.token_hex(16)
-        record.version += 1
+        record.bump()
         self._state.schedule(record)
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
@@ -243,7 +243,7 @@ class MemoryStorage(StorageBase):
             record = self._fenced(task_id, token)
             expires = self._now() + lease
             record.task.lease_expires_at = expires
-            record.version += 1
+            record.bump()
             state.schedule(record)
             return expires
 
@@ -394,7 +394,7 @@ class MemoryStorage(StorageBase):
                 task.redrive_count += 1
                 task.next_attempt_at = now
                 task.dead_lettered_at = None
-                record.version += 1
+                record.bump()
                 state.schedule(record)
             if selected:
                 state.wake(queue)
@@ -607,7 +607,7 @@ def _release(record: Record) -> None:
     task.claimed_by = None
     task.claimed_at = None
     record.token = None
-    record.version += 1
+    record.bump()
 
 
 def _check_resolution(task_id: str, token: str, attempt: Attempt) -> None:
