@@ -193,3 +193,25 @@ async def test_a_claim_batch_cut_short_hands_over_what_it_claimed(
     monkeypatch.setattr(tasks, "find_one_and_update", failing_third)
     with pytest.raises(StorageUnavailable):
         await store.claim_due("q", 5, timedelta(minutes=10))
+
+
+@pytest.mark.asyncio
+async def test_a_lease_that_lapses_during_its_batch_is_not_claimed_again_by_it(
+    store: MongoStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow server, or a lease shorter than one round trip: the batch's first claim has
+    lapsed by its next findAndModify. The batch must not reclaim it (one task, two tokens,
+    the first already stale)."""
+    await store.enqueue(_task("only"))
+    tasks = store._connection().tasks
+    claim_one = tasks.find_one_and_update
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.1)  # longer than the lease below
+        return await claim_one(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "find_one_and_update", slow)
+    claimed = await store.claim_due("q", 3, timedelta(milliseconds=20))
+    monkeypatch.undo()
+    assert [c.task.id for c in claimed] == ["only"]
+    assert (await store.get("only")).attempt_count == 0, "no lapsed reclaim was recorded"

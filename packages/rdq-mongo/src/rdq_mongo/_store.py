@@ -184,7 +184,7 @@ class MongoStorage(StorageBase):
                 token = secrets.token_hex(16)
                 try:
                     doc = await connection.tasks.find_one_and_update(
-                        q.claim_filter(queue),
+                        q.claim_filter(queue, [c.task.id for c in claimed]),
                         q.claim_update(token, lease_us, worker_id),
                         sort=q.CLAIM_SORT,
                         return_document=ReturnDocument.AFTER,
