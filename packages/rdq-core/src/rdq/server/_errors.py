@@ -27,7 +27,6 @@ import re
 from typing import Any
 
 import msgspec
-import structlog
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
 
@@ -39,10 +38,11 @@ from rdq.errors import (
     StorageUnavailable,
     ValidationError,
 )
+from rdq.logging import get_logger
 
 __all__ = ["ApiError", "ErrorBody", "ErrorDetail", "error_response", "exception_handlers"]
 
-_log = structlog.get_logger("rdq.server")
+_log = get_logger("rdq.server")
 _MISSING = re.compile(r"missing required field `([^`]+)`")
 _AT_PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 
