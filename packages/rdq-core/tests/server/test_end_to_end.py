@@ -1,5 +1,6 @@
-"""End to end over real HTTP, on memory and on a real PostgreSQL: submit → callback retries →
-DLQ → filtered redrive → success, with auth and audit."""
+"""End to end over real HTTP, on every first-party store (memory, and real PostgreSQL, Redis,
+MongoDB and SQLite): submit → callback retries → DLQ → filtered redrive → success, with auth
+and audit; and two nodes sharing the work of one store."""
 
 from __future__ import annotations
 
@@ -33,11 +34,13 @@ from .conftest import (
 SECRET = "end-to-end-signing-secret"
 
 
-@pytest.fixture(params=["memory", "postgres"])
-def storage_url(request: pytest.FixtureRequest) -> str:
+@pytest.fixture(params=["memory", "postgres", "redis", "mongo", "sqlite"])
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "memory":
         return f"memory://e2e-{uuid.uuid4().hex}"
-    url: str = request.getfixturevalue("postgres_url")
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'rdq.db'}"
+    url: str = request.getfixturevalue(f"{request.param}_url")
     return url
 
 
@@ -162,9 +165,14 @@ async def test_callbacks_retry_dead_letter_and_redrive_over_http(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("shared", ["postgres", "redis", "mongo", "sqlite"])
 async def test_two_nodes_on_one_database_share_the_work(
-    postgres_url: str, receiver: Receiver
+    shared: str, request: pytest.FixtureRequest, tmp_path: Path, receiver: Receiver
 ) -> None:
+    if shared == "sqlite":
+        storage = f"sqlite:///{tmp_path / 'rdq.db'}"
+    else:
+        storage = request.getfixturevalue(f"{shared}_url")
     queue = f"shared-{uuid.uuid4().hex[:8]}"
     callbacks = CallbackSettings(
         allow_hosts=["127.0.0.1"], allow_networks=["127.0.0.0/8"], secrets=[SECRET]
@@ -174,7 +182,7 @@ async def test_two_nodes_on_one_database_share_the_work(
         engine = App()
         engine.queue(queue, max_attempts=3, backoff=Backoff.fixed(0.2), concurrency=2)
         settings = node_settings(
-            storage=postgres_url, queues=[queue], work=True, migrate=True, callbacks=callbacks
+            storage=storage, queues=[queue], work=True, migrate=True, callbacks=callbacks
         )
         return create_app(settings, engine_app=engine)
 

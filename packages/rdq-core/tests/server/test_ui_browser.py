@@ -261,3 +261,24 @@ async def test_pages_fit_a_phone_and_a_big_screen(browser: Any, tmp_path: Path) 
                     await _fits(page)
                 await page.screenshot(path=str(tmp_path / f"{name}.png"))
         assert (await store.get(task.id)).status == Status.IN_FLIGHT
+
+
+async def test_pages_load_without_browser_errors(browser: Any) -> None:
+    """No page of the console leaves an error in the browser's console (a missing
+    resource, a script error, a CSP refusal)."""
+    async with MemoryStorage() as store:
+        await _dead(store, "q", [("h", "Boom", 2)])
+        async with running_node(create_app(node_settings(), storage=store)) as base_url:
+            context = await browser.new_context(viewport=PHONE)
+            page = await context.new_page()
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            await page.goto(f"{base_url}/ui/login")
+            await page.fill("#token", ADMIN_TOKEN)
+            await page.click("button[type=submit]")
+            await page.wait_for_url(f"{base_url}/ui")
+            for path in ("/ui/queues/q?state=dead", "/ui/tasks/q-0001", "/ui/audit"):
+                await page.goto(base_url + path)
+                await page.wait_for_load_state("networkidle")
+            assert errors == []

@@ -111,14 +111,14 @@ def fence(task_id: str, token: str) -> Document:
     return {"_id": task_id, "token": token, "status": Status.IN_FLIGHT.value}
 
 
-def claim_filter(queue: str, taken: Sequence[str] = ()) -> Document:
+def claim_filter(queue: str, claimed: Sequence[str] = ()) -> Document:
     """Tasks of ``queue`` that are due by the server clock: PENDING with ``next_attempt_at``
     passed or IN_FLIGHT with the lease passed (``due`` holds whichever applies), except the
-    ids in ``taken`` (a batch is claimed one task at a time, each at its own server time: a
-    lease shorter than the batch takes would make its task due again within the batch)."""
+    ``claimed`` ids (those a batch already holds: a lease shorter than the batch may lapse
+    before its end, and one call must not hand out a task twice)."""
     found: Document = {"queue": queue, "status": {"$in": _LIVE}}
-    if taken:
-        found["_id"] = {"$nin": list(taken)}
+    if claimed:
+        found["_id"] = {"$nin": list(claimed)}
     found["$expr"] = {"$lte": ["$due", NOW_US]}
     return found
 
