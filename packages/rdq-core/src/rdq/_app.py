@@ -37,14 +37,17 @@ import inspect
 import os
 import sys
 import threading
+import types
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
-from rdq.config import Backoff, QueueConfig, load_toml, parse_config
+from rdq._schedules import CatchUp, Schedule, parse_schedules
+from rdq.config import Backoff, QueueConfig, parse_config, read_toml
 from rdq.errors import ConfigError, ValidationError
 from rdq.spi import Envelope, limits
 
@@ -113,6 +116,7 @@ class App:
         self._by_function: dict[Callable[..., Any], str] = {}
         self._schemes: dict[str, SchemeInvoker] = {}
         self._imported: dict[str, Handler] = {}
+        self._schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
 
     # --- queues ------------------------------------------------------------------------------
@@ -134,6 +138,7 @@ class App:
         concurrency: int | None = None,
         task_ttl: float | None = None,
         non_retryable: tuple[type[BaseException], ...] | list[type[BaseException]] | None = None,
+        priority: int | None = None,
     ) -> QueueConfig:
         """Declare (or re-configure) queue ``name``; settings not given keep the queue's current
         value (or the defaults). Applies to tasks already waiting. Raises ``ConfigError`` naming
@@ -153,6 +158,7 @@ class App:
                 ("concurrency", concurrency),
                 ("task_ttl", task_ttl),
                 ("non_retryable", tuple(non_retryable) if non_retryable is not None else None),
+                ("priority", priority),
             )
             if value is not None
         }
@@ -162,14 +168,62 @@ class App:
 
     def load_config(self, path: str | Path) -> None:
         """Read queue configs from a TOML file (see :mod:`rdq.config`): its ``[defaults]``
-        replace this app's defaults and each ``[queues.NAME]`` table declares a queue."""
-        self._defaults, queues = load_toml(path, self._defaults)
-        self._queues.update(queues)
+        replace this app's defaults, each ``[queues.NAME]`` table declares a queue and each
+        ``[schedules.NAME]`` table a schedule (see :meth:`schedule`)."""
+        self.configure(read_toml(path))
 
-    def configure(self, data: dict[str, Any]) -> None:
-        """Like :meth:`load_config`, from an already-parsed mapping."""
-        self._defaults, queues = parse_config(data, self._defaults)
+    def configure(self, data: Mapping[str, Any]) -> None:
+        """Like :meth:`load_config`, from an already-parsed mapping. Nothing changes unless
+        all of it is valid."""
+        defaults, queues = parse_config(data, self._defaults)
+        schedules = parse_schedules(data.get("schedules", {}))
+        self._defaults = defaults
         self._queues.update(queues)
+        for schedule in schedules:
+            self._schedules[schedule.name] = schedule
+
+    # --- schedules ---------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        name: str,
+        handler: str | Callable[..., Any] | None = None,
+        *,
+        cron: str | None = None,
+        every: timedelta | None = None,
+        tz: str = "UTC",
+        payload: Any = None,
+        queue: str | None = None,
+        catch_up: CatchUp = "last",
+        grace: float = 60.0,
+    ) -> Schedule:
+        """Enqueue a task for ``handler`` (default: a handler named ``name``) at every tick of
+        ``cron`` (five fields, in time zone ``tz``) or every ``every``, exactly once per tick
+        however many workers run; ``catch_up`` says what happens to ticks missed while no
+        worker ran (see :mod:`rdq._schedules`). Raises ``ConfigError`` naming the key."""
+        ref = name if handler is None else self.handler_name(handler)
+        schedule = Schedule(
+            name=name,
+            handler=ref,
+            cron=cron,
+            every=every,
+            tz=tz,
+            payload=payload,
+            queue=queue,
+            catch_up=catch_up,
+            grace=grace,
+        ).validate()
+        self._schedules[name] = schedule
+        return schedule
+
+    @property
+    def schedules(self) -> dict[str, Schedule]:
+        """The schedules by name."""
+        return dict(self._schedules)
+
+    def schedule_queue(self, schedule: Schedule) -> str:
+        """The queue a schedule's tasks go to: its own, its handler's, else ``"default"``."""
+        return schedule.queue or self.handler_queue(schedule.handler) or DEFAULT_QUEUE
 
     def queue_config(self, name: str) -> QueueConfig:
         """The current config of queue ``name`` (the defaults if it was not declared)."""
@@ -262,7 +316,7 @@ class App:
         with self._lock:
             imported = self._imported.get(ref)
             if imported is None:
-                imported = _import_handler(ref)
+                imported = _import_handler(ref, self._import_prefixes)
                 if imported is not None:
                     self._imported[ref] = imported
             return imported
@@ -298,10 +352,7 @@ class App:
         return bool(self._schemes or self._import_prefixes)
 
     def _importable(self, ref: str) -> bool:
-        module = ref.partition(":")[0]
-        return any(
-            module == prefix or module.startswith(prefix + ".") for prefix in self._import_prefixes
-        )
+        return _under(ref.partition(":")[0], self._import_prefixes)
 
 
 def make_handler(name: str, fn: Callable[..., Any], queue: str | None) -> Handler:
@@ -346,21 +397,39 @@ def import_path(fn: Callable[..., Any]) -> str:
     return f"{module}:{qualname}"
 
 
-def _import_handler(ref: str) -> Handler | None:
+def _import_handler(ref: str, prefixes: tuple[str, ...]) -> Handler | None:
     """The handler ``pkg.module:attr`` names; None if the ref is malformed or names something
-    that is not callable; :class:`HandlerImportError` if the import fails."""
+    that is not a callable defined under one of ``prefixes``; :class:`HandlerImportError` if
+    the import fails.
+
+    Handler refs can come from untrusted producers, so the attribute path may not step
+    through a module (``myapp.jobs:os.system``) or a private name (``myapp.jobs:_x``), and
+    what it finds must be defined in an allowed module: a function a handler module merely
+    imports (``from subprocess import run``) is not a handler."""
     module_name, _, attr = ref.partition(":")
     if not module_name or not attr:
         return None
+    parts = attr.split(".")
+    if any(not part.isidentifier() or part.startswith("_") for part in parts):
+        return None
     try:
         found: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
+        for part in parts:
             found = getattr(found, part)
+            if isinstance(found, types.ModuleType):
+                return None
     except Exception as exc:  # a bug at import time, a module not deployed yet, a typo
         raise HandlerImportError(ref, exc) from exc
     if not callable(found):
         return None
+    defined_in = getattr(found, "__module__", None) or type(found).__module__
+    if not isinstance(defined_in, str) or not _under(defined_in, prefixes):
+        return None
     return make_handler(ref, found, None)
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes)
 
 
 def load_app(spec: str, *, key: str = "APP") -> App:

@@ -31,10 +31,11 @@ from typing import Any, Self, TypeVar
 
 import msgspec
 
+from rdq import _otel
 from rdq._app import DEFAULT_QUEUE, App, import_path
 from rdq._plugins.manager import open_storage
-from rdq.errors import ValidationError
-from rdq.spi import Envelope, RetryOverride, Storage, limits
+from rdq.errors import ConfigError, ValidationError
+from rdq.spi import DEFAULT_PRIORITY, Envelope, RetryOverride, Storage, limits
 
 __all__ = ["Client", "Submission", "Submitted", "SyncClient"]
 
@@ -55,6 +56,8 @@ class Submission:
     delay: float | timedelta | None = None
     headers: dict[str, str] | None = None
     retry: RetryOverride | None = None
+    priority: int | None = None
+    """-10..10, higher claimed first; None: the queue's configured default (0 without an app)."""
     check_handler: bool = True
     """With an app attached, refuse a handler it does not know (see :meth:`Client.submit`)."""
 
@@ -93,12 +96,20 @@ class Client:
         delay: float | timedelta | None = None,
         headers: dict[str, str] | None = None,
         retry: RetryOverride | None = None,
+        priority: int | None = None,
         check_handler: bool = True,
+        connection: object | None = None,
     ) -> Submitted:
-        """Submit one task. Raises ``ValidationError`` (naming the field) for bad input —
-        with an app attached, a handler it does not know, unless ``check_handler=False`` (for
-        tasks that another application's workers run) —, ``IDConflict`` if ``id`` exists in
-        another queue, ``StorageUnavailable`` on outage."""
+        """Submit one task. ``priority`` (-10..10, higher claimed first) defaults to the
+        queue's configured priority. With ``connection`` (a database connection or session
+        of the application, in a transaction) the task is stored by that transaction: it
+        exists once it commits and never if it rolls back (stores with ``enqueue_in``, i.e.
+        PostgreSQL; ``ConfigError`` for others).
+
+        Raises ``ValidationError`` (naming the field) for bad input — with an app attached, a
+        handler it does not know, unless ``check_handler=False`` (for tasks that another
+        application's workers run) —, ``IDConflict`` if ``id`` exists in another queue,
+        ``StorageUnavailable`` on outage."""
         task, wait = self._envelope(
             Submission(
                 handler,
@@ -108,23 +119,33 @@ class Client:
                 delay=delay,
                 headers=headers,
                 retry=retry,
+                priority=priority,
                 check_handler=check_handler,
             ),
             id if id is not None else _new_ids(1)[0],
+            _otel.trace_headers(),
         )
-        created = await self.storage.enqueue(task, delay=wait)
+        if connection is not None:
+            [created] = await self._enqueue_in(connection, [task], wait)
+        else:
+            created = await self.storage.enqueue(task, delay=wait)
         return Submitted(task.id, task.queue, created)
 
-    async def submit_many(self, submissions: Iterable[Submission]) -> list[Submitted]:
+    async def submit_many(
+        self, submissions: Iterable[Submission], *, connection: object | None = None
+    ) -> list[Submitted]:
         """Submit many tasks, in order; one round trip per batch (per delay) where the store
-        has ``batch_enqueue``. Every submission is validated before any is stored."""
+        has ``batch_enqueue``. Every submission is validated before any is stored. With
+        ``connection``, they are stored by the application's transaction (see
+        :meth:`submit`)."""
         items = list(submissions)
         ids = _new_ids(sum(1 for s in items if s.id is None))
-        built = [self._envelope(s, s.id if s.id is not None else ids.pop()) for s in items]
+        trace = _otel.trace_headers()
+        built = [self._envelope(s, s.id if s.id is not None else ids.pop(), trace) for s in items]
         if not built:
             return []
         created: list[bool] = [False] * len(built)
-        if self.storage.capabilities().batch_enqueue:
+        if connection is not None or self.storage.capabilities().batch_enqueue:
             groups: dict[timedelta | None, list[int]] = {}
             for index, (_, wait) in enumerate(built):
                 groups.setdefault(wait, []).append(index)
@@ -134,9 +155,11 @@ class Client:
             for wait, indexes in groups.items():
                 for start in range(0, len(indexes), MAX_BATCH):
                     chunk = indexes[start : start + MAX_BATCH]
-                    flags = await self.storage.enqueue_batch(
-                        [built[i][0] for i in chunk], delay=wait
-                    )
+                    tasks = [built[i][0] for i in chunk]
+                    if connection is not None:
+                        flags = await self._enqueue_in(connection, tasks, wait)
+                    else:
+                        flags = await self.storage.enqueue_batch(tasks, delay=wait)
                     for i, flag in zip(chunk, flags, strict=True):
                         created[i] = flag
         else:
@@ -154,7 +177,22 @@ class Client:
         """The task with its full history. ``NotFound`` if there is none."""
         return await self.storage.get(task_id)
 
-    def _envelope(self, s: Submission, task_id: str) -> tuple[Envelope, timedelta | None]:
+    async def _enqueue_in(
+        self, connection: object, tasks: list[Envelope], delay: timedelta | None
+    ) -> list[bool]:
+        enqueue_in = getattr(self.storage, "enqueue_in", None)
+        if enqueue_in is None:
+            raise ConfigError(
+                f"{type(self.storage).__name__} cannot store tasks in the application's "
+                "transaction (it has no enqueue_in; PostgreSQL has)",
+                key="connection",
+            )
+        flags: list[bool] = await enqueue_in(connection, tasks, delay=delay)
+        return flags
+
+    def _envelope(
+        self, s: Submission, task_id: str, trace: dict[str, str] | None = None
+    ) -> tuple[Envelope, timedelta | None]:
         """The envelope and delay of one submission. Checks what the store does not see
         (delay, retry override); the envelope itself is validated by the store."""
         ref = self._handler_ref(s.handler)
@@ -174,13 +212,24 @@ class Client:
             raise ValidationError("must not be negative", field="delay")
         if s.retry is not None and not isinstance(s.retry, RetryOverride):
             raise ValidationError("must be an rdq.spi.RetryOverride", field="retry")
+        headers = dict(s.headers) if s.headers else {}
+        if trace:
+            for key, value in trace.items():
+                headers.setdefault(key, value)
+        if s.priority is not None:
+            priority = s.priority
+        elif self.app is not None:
+            priority = self.app.queue_config(queue).priority
+        else:
+            priority = DEFAULT_PRIORITY
         task = Envelope(
             id=task_id,
             queue=queue,
             handler_ref=ref,
             payload=s.payload,
-            headers=dict(s.headers) if s.headers else {},
+            headers=headers,
             retry=s.retry,
+            priority=priority,
         )
         return task, wait
 
@@ -253,6 +302,7 @@ class SyncClient:
         delay: float | timedelta | None = None,
         headers: dict[str, str] | None = None,
         retry: RetryOverride | None = None,
+        priority: int | None = None,
         check_handler: bool = True,
     ) -> Submitted:
         """See :meth:`Client.submit`."""
@@ -265,6 +315,7 @@ class SyncClient:
                 delay=delay,
                 headers=headers,
                 retry=retry,
+                priority=priority,
                 check_handler=check_handler,
             )
         )

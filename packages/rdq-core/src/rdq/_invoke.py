@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from rdq import _classify, _tracebacks
+from rdq import _classify, _otel, _tracebacks
 from rdq._app import Handler, SchemeInvoker, TaskContext
 from rdq._classify import Action, Decision
 from rdq._threads import HandlerThreads, ThreadExit
@@ -146,7 +146,7 @@ async def _in_thread(
     args: tuple[Any, ...],
 ) -> None:
     """Run ``fn(*args)`` in the pool under ``timeout``; an overrun call is abandoned."""
-    call = threads.submit(functools.partial(fn, *args))
+    call = threads.submit(_otel.carry_context(functools.partial(fn, *args)))
     run.call = call
     try:
         async with timeout:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from rdq import _classify, _tracebacks, metrics
+from rdq import _classify, _otel, _tracebacks, metrics
 from rdq._app import App, HandlerImportError, TaskContext
 from rdq._classify import Action, Decision
 from rdq._clock import StorageClock
@@ -146,18 +146,39 @@ class Runner:
 
     async def execute(self, run: Run) -> None:
         """Run ``run``'s task to one recorded outcome (or to a lost lease). Never raises
-        except ``CancelledError`` when the whole worker is cancelled."""
+        except ``CancelledError`` when the whole worker is cancelled. With OpenTelemetry the
+        attempt is a span (see :mod:`rdq._otel`)."""
+        task = run.claimed.task
+        span = _otel.attempt_span(
+            task.queue, task.id, task.handler_ref, task.attempt_count + 1, task.headers
+        )
+        if span is None:
+            decision = await self._decide(run)
+            if decision is not None:
+                await self._finish(run, decision)
+            return
+        with span as current:
+            decision = await self._decide(run)
+            _otel.finish_attempt(
+                current,
+                decision.outcome.value if decision is not None else None,
+                decision.error_type if decision is not None else None,
+            )
+            if decision is not None:
+                await self._finish(run, decision)
+
+    async def _decide(self, run: Run) -> Decision | None:
+        """What this attempt comes to — running the handler if it is to run — or None when
+        the lease was lost or the outcome is already written (fenced off)."""
         task = run.claimed.task
         run.number = task.attempt_count + 1
         run.used = run.number - _interrupted_since_redrive(task)
         run.started = self.clock.now()
         if task.corrupt is not None:  # never run: what it holds is not what was written
-            await self._finish(run, _corrupt(task))
-            return
+            return _corrupt(task)
         config = run.config = resolve(self.app.queue_config(task.queue), task.retry)
         if run.used > config.max_attempts:
-            await self._finish(run, _exhausted(task, run.used, config))
-            return
+            return _exhausted(task, run.used, config)
         try:
             target = self.app.resolve(task.handler_ref)
         except HandlerImportError as exc:
@@ -169,11 +190,9 @@ class Runner:
                 error=failed.error_message,
                 exception=failed.traceback,
             )
-            await self._finish(run, failed)
-            return
+            return failed
         if target is None:
-            await self._finish(run, _unknown(task))
-            return
+            return _unknown(task)
         ctx = TaskContext(
             task.id,
             task.queue,
@@ -187,9 +206,9 @@ class Runner:
         t0 = time.monotonic()
         decision = await invoke(run, target, ctx, config, run.used, self.threads, self.rng)
         if decision is None or run.fenced:  # lost lease, or the outcome is already written
-            return
+            return None
         self._duration(task.queue).observe(time.monotonic() - t0)
-        await self._finish(run, decision)
+        return decision
 
     async def fence_off(self, run: Run) -> None:
         """Record TIMEOUT for a handler that would not stop when its timeout cancelled it;

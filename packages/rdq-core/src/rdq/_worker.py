@@ -38,14 +38,18 @@ from typing import Any
 
 from rdq import metrics
 from rdq._app import App
+from rdq._client import Client
 from rdq._clock import StorageClock
 from rdq._completer import Completer
 from rdq._heartbeat import heartbeat_loop
 from rdq._plugins.manager import reopen
+from rdq._preflight import check_storage, warn_unserved
 from rdq._runner import Run, Runner
+from rdq._schedules import schedule_loop
+from rdq._shutdown import INTERRUPT_WAIT, drain
 from rdq._threads import HandlerThreads
 from rdq._watchdog import Watchdog
-from rdq.errors import ConfigError, NotConnected, StorageError, StorageUnavailable
+from rdq.errors import ConfigError
 from rdq.logging import get_logger
 from rdq.maintenance import maintenance_loop
 from rdq.spi import Storage, limits
@@ -56,10 +60,6 @@ __all__ = ["Worker", "default_worker_id"]
 _in_flight: collections.Counter[str] = collections.Counter()
 """Handlers running in this process, by queue. ``rdq_worker_in_flight`` reads it when
 scraped, so running a task costs no metric update."""
-
-
-INTERRUPT_WAIT = 10.0
-"""Seconds a stopping worker waits for interrupted handlers to record INTERRUPTED."""
 
 
 def _watch_in_flight(queue: str) -> None:
@@ -200,12 +200,12 @@ class Worker:
     async def run(self) -> None:
         """Work until :meth:`stop`; then drain in-flight tasks (see the module docstring)."""
         self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
+        stopping = self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         if self._stop_requests:
-            self._stopping.set()
-        await self._check_storage()
-        self._warn_unserved_queues()
+            stopping.set()
+        await check_storage(self.storage, self.queues[0])
+        warn_unserved(self.app, self.queues, self.log, self.worker_id)
         size = sum(self.app.queue_config(q).concurrency for q in self.queues)
         threads = HandlerThreads(size)
         self._states = {q: _QueueState(q) for q in self.queues}
@@ -237,7 +237,8 @@ class Worker:
         watchdog.start()
         claimers = [
             asyncio.create_task(
-                self._claim_loop(self._states[q], runner, notify), name=f"rdq-claim-{q}"
+                self._claim_loop(self._states[q], runner, notify, stopping),
+                name=f"rdq-claim-{q}",
             )
             for q in self.queues
         ]
@@ -257,6 +258,19 @@ class Worker:
                 name="rdq-heartbeat",
             )
         ]
+        if any(self.app.schedule_queue(s) in self.queues for s in self.app.schedules.values()):
+            background.append(
+                asyncio.create_task(
+                    schedule_loop(
+                        self.app,
+                        Client(self.storage, self.app),
+                        self.storage.now,
+                        self.queues,
+                        self.log,
+                    ),
+                    name="rdq-schedules",
+                )
+            )
         if self.maintenance:
             background.append(
                 asyncio.create_task(
@@ -274,9 +288,18 @@ class Worker:
             )
         self.log.info("worker started", worker_id=self.worker_id, queues=self.queues)
         try:
-            await self._stopping.wait()
+            await stopping.wait()
             await asyncio.gather(*claimers, return_exceptions=True)
-            await self._drain()
+            await drain(
+                list(self._runs.values()),
+                hurry=self._hurry,
+                hurried=self._stop_requests >= 2,
+                grace_period=self.grace_period,
+                log=self.log,
+                worker_id=self.worker_id,
+            )
+            if self._side_tasks:
+                await asyncio.wait(list(self._side_tasks), timeout=INTERRUPT_WAIT)
             if completer is not None:
                 await completer.aclose()
         finally:
@@ -288,86 +311,6 @@ class Worker:
             await watchdog.stop()
             threads.close()
             self.log.info("worker stopped", worker_id=self.worker_id)
-
-    async def _check_storage(self) -> None:
-        """One ``stats`` call before work starts: a store that is unreachable may be starting
-        up (claims retry), but one that refuses for another reason — a schema that was never
-        created, a store that is not connected — stops the worker here, with the reason."""
-        try:
-            await self.storage.stats(self.queues[0])
-        except StorageUnavailable:
-            return
-        except StorageError as exc:
-            message = str(exc)
-            if "rdq migrate" not in message and not isinstance(exc, NotConnected):
-                message += (
-                    "; if the store's schema has not been created, run "
-                    "`rdq migrate --storage URL` (or storage.migrate())"
-                )
-            raise StorageError(f"the worker cannot use its store: {message}") from exc
-
-    def _warn_unserved_queues(self) -> None:
-        """Warn about queues no registered handler is bound to (a typo in ``--queue`` or in
-        ``[queues.NAME]``), unless the app resolves handlers beyond its registered ones."""
-        if self.app.serves_any_ref:
-            return
-        served = self.app.handler_queues
-        unserved = [q for q in self.queues if q not in served]
-        if unserved:
-            self.log.warning(
-                "no handler is registered for these queues (a misspelt queue name?); "
-                "tasks are only put there when submitted with that queue explicitly",
-                worker_id=self.worker_id,
-                queues=unserved,
-                queues_with_handlers=served,
-            )
-
-    async def _drain(self) -> None:
-        pending = [run.task for run in self._runs.values() if run.task is not None]
-        if pending and self._stop_requests < 2:
-            self.log.info(
-                "waiting for in-flight tasks",
-                worker_id=self.worker_id,
-                count=len(pending),
-                grace_period=self.grace_period,
-            )
-            assert self._hurry is not None
-            stop_again = asyncio.ensure_future(self._hurry.wait())
-            all_done = asyncio.ensure_future(asyncio.wait(pending))
-            try:
-                await asyncio.wait(
-                    [all_done, stop_again],
-                    timeout=self.grace_period,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-            finally:
-                stop_again.cancel()
-                all_done.cancel()
-        left = [run for run in self._runs.values() if run.task is not None and not run.task.done()]
-        running = [run for run in left if not run.resolving]
-        for run in running:  # outcomes being written are left to finish
-            run.interrupted = True
-            assert run.task is not None
-            run.task.cancel()
-        if running:
-            self.log.warning(
-                "interrupting tasks still running after the grace period",
-                worker_id=self.worker_id,
-                count=len(running),
-            )
-        if left:
-            tasks = [run.task for run in left if run.task is not None]
-            _, stuck = await asyncio.wait(tasks, timeout=INTERRUPT_WAIT)
-            if stuck:  # handlers that swallow cancellation, or writes stuck in an outage
-                for task in stuck:
-                    task.cancel()
-                self.log.error(
-                    "abandoning tasks that did not finish; their leases will expire",
-                    worker_id=self.worker_id,
-                    count=len(stuck),
-                )
-        if self._side_tasks:
-            await asyncio.wait(list(self._side_tasks), timeout=INTERRUPT_WAIT)
 
     def _held_runs(self) -> list[Run]:
         """The runs this worker holds, copied for the watchdog thread. The copy is one C-level
@@ -412,12 +355,13 @@ class Worker:
 
     # --- claiming ----------------------------------------------------------------------------
 
-    async def _claim_loop(self, state: _QueueState, runner: Runner, notify: bool) -> None:
+    async def _claim_loop(
+        self, state: _QueueState, runner: Runner, notify: bool, stopping: asyncio.Event
+    ) -> None:
         """Claim for one queue until stop; a bug in one round is logged, never fatal."""
-        assert self._stopping is not None
-        while not self._stopping.is_set():
+        while not stopping.is_set():
             try:
-                await self._claim_rounds(state, runner, notify)
+                await self._claim_rounds(state, runner, notify, stopping)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -426,9 +370,9 @@ class Worker:
                 )
                 await self._idle_wait(asyncio.sleep(1.0))
 
-    async def _claim_rounds(self, state: _QueueState, runner: Runner, notify: bool) -> None:
-        assert self._stopping is not None
-        stopping = self._stopping
+    async def _claim_rounds(
+        self, state: _QueueState, runner: Runner, notify: bool, stopping: asyncio.Event
+    ) -> None:
         queue = state.name
         claims_counter = metrics.CLAIMS.labels(queue)
         idle = self.poll_min

@@ -20,6 +20,12 @@ The TOML layout (durations in seconds)::
     concurrency = 20
     task_ttl = 86400.0
     non_retryable = ["myapp.errors:InvalidAddress", "ValueError"]
+    priority = 0                 # -10..10, higher claimed first; applied at submit
+
+    [schedules.nightly-report]   # see rdq._schedules
+    handler = "build_report"
+    cron = "0 3 * * *"
+    tz = "Europe/Berlin"
 
 Invalid values raise :class:`~rdq.errors.ConfigError` naming the queue and key
 (``queues.emails.max_attempts``).
@@ -38,7 +44,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from rdq.errors import ConfigError
-from rdq.spi import RetryOverride, limits
+from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, RetryOverride, limits
 
 __all__ = [
     "Backoff",
@@ -46,6 +52,7 @@ __all__ = [
     "QueueConfig",
     "load_toml",
     "parse_config",
+    "read_toml",
     "resolve",
 ]
 
@@ -93,7 +100,7 @@ class QueueConfig:
     handler call; ``lease`` is the claim lease the worker heartbeats while a handler runs;
     ``concurrency`` bounds the handlers one worker runs at once for this queue; ``task_ttl``
     is how long succeeded tasks are kept; ``non_retryable`` lists exception types that
-    dead-letter a task at once."""
+    dead-letter a task at once; ``priority`` is the default priority of its tasks."""
 
     max_attempts: int = 5
     backoff: Backoff = Backoff()
@@ -102,6 +109,9 @@ class QueueConfig:
     concurrency: int = 10
     task_ttl: float = 7 * 86400.0
     non_retryable: tuple[type[BaseException], ...] = ()
+    priority: int = 0
+    """The priority of tasks submitted to this queue without one (``rdq.spi.MIN_PRIORITY``
+    to ``MAX_PRIORITY``; higher is claimed first). Applied when a task is submitted."""
 
     def validate(self, queue: str) -> QueueConfig:
         """Return self if every setting is valid, else raise ``ConfigError`` naming the key."""
@@ -132,6 +142,8 @@ class QueueConfig:
             raise bad("concurrency", f"must be an integer from 1 to {limits.MAX_LIMIT}")
         if not _is_number(self.task_ttl) or not self.task_ttl > 0:
             raise bad("task_ttl", "must be a positive number of seconds")
+        if not _is_int(self.priority) or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
+            raise bad("priority", f"must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}")
         for exc_type in self.non_retryable:
             if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
                 raise bad("non_retryable", f"{exc_type!r} is not an exception type")
@@ -181,8 +193,11 @@ def parse_config(
     Returns the defaults and each queue's config (queue keys not given take the defaults).
     Raises ``ConfigError`` naming the key for unknown keys and invalid values."""
     for key in data:
-        if key not in ("defaults", "queues"):
-            raise ConfigError("unknown section (expected [defaults] or [queues.NAME])", key=key)
+        if key not in ("defaults", "queues", "schedules"):
+            raise ConfigError(
+                "unknown section (expected [defaults], [queues.NAME] or [schedules.NAME])",
+                key=key,
+            )
     base = defaults or QueueConfig()
     raw_defaults = data.get("defaults", {})
     if not isinstance(raw_defaults, Mapping):
@@ -203,21 +218,25 @@ def parse_config(
     return base, queues
 
 
-def load_toml(
-    path: str | Path, defaults: QueueConfig | None = None
-) -> tuple[QueueConfig, dict[str, QueueConfig]]:
-    """Read a TOML config file; see :func:`parse_config`. ``ConfigError`` if unreadable."""
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """The parsed TOML file at ``path``; ``ConfigError`` if it is unreadable or invalid."""
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            return tomllib.load(f)
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", key="config") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}", key="config") from None
-    return parse_config(data, defaults)
 
 
-_SCALAR_KEYS = ("max_attempts", "timeout", "lease", "concurrency", "task_ttl")
+def load_toml(
+    path: str | Path, defaults: QueueConfig | None = None
+) -> tuple[QueueConfig, dict[str, QueueConfig]]:
+    """Read a TOML config file; see :func:`parse_config`. ``ConfigError`` if unreadable."""
+    return parse_config(read_toml(path), defaults)
+
+
+_SCALAR_KEYS = ("max_attempts", "timeout", "lease", "concurrency", "task_ttl", "priority")
 _BACKOFF_KEYS = ("backoff", "base", "cap")
 
 

@@ -10,6 +10,8 @@ import pytest
 import rdq
 from rdq.spi import RetryOverride, Status, limits
 
+from .conftest import fast_worker, running, wait_status
+
 
 @pytest.mark.asyncio
 async def test_submit_stores_the_envelope_fields(storage, queue):
@@ -204,3 +206,38 @@ async def test_a_handler_the_app_does_not_know_is_refused_naming_the_known_ones(
     assert sub.created
     # without an app, nothing is known and nothing is checked
     assert (await rdq.Client(storage).submit("anything", queue=queue)).created
+
+
+@pytest.mark.asyncio
+async def test_priorities_order_claims_and_default_per_queue(storage, queue):
+    """Submitted tasks carry their priority (or their queue's default); among due tasks the
+    highest is claimed first."""
+    app = rdq.App()
+    app.queue(queue, concurrency=1, priority=-2)
+    order: list[str] = []
+
+    @app.handler("job", queue=queue)
+    async def job(payload: str) -> None:
+        order.append(payload)
+
+    client = rdq.Client(storage, app)
+    low = await client.submit_many([rdq.Submission("job", f"low-{i}") for i in range(3)])
+    urgent = await client.submit("job", "urgent", priority=9)
+    normal = await client.submit_many([rdq.Submission("job", "normal", priority=0)])
+    assert (await client.get(low[0].id)).priority == -2  # the queue's default
+    assert (await client.get(urgent.id)).priority == 9
+    assert (await client.get(normal[0].id)).priority == 0
+    with pytest.raises(rdq.ValidationError) as info:
+        await client.submit("job", "x", priority=11)
+    assert info.value.field == "priority"
+    async with running(fast_worker(app, storage)):
+        for sub in [*low, urgent, *normal]:
+            await wait_status(storage, sub.id, Status.SUCCEEDED)
+    assert order[:2] == ["urgent", "normal"]
+    assert sorted(order[2:]) == ["low-0", "low-1", "low-2"]
+
+
+def test_a_queue_priority_out_of_range_is_a_config_error():
+    with pytest.raises(rdq.ConfigError) as info:
+        rdq.App().queue("q", priority=20)
+    assert info.value.key == "queues.q.priority"

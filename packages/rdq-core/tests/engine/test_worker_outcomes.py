@@ -490,3 +490,44 @@ async def test_long_handlers_do_not_keep_free_slots_idle(storage, queue):
 
 async def _true(value: bool) -> bool:
     return value
+
+
+@pytest.mark.parametrize(
+    "attr",
+    [
+        "os.system",  # through a module the handler module imported
+        "run",  # a function it merely imported (from subprocess import run)
+        "_private",  # a private name
+        "Jobs.__init__.__globals__",  # dunder walk out of a class
+    ],
+)
+async def test_import_path_refs_cannot_escape_the_allowed_modules(
+    storage, queue, tmp_path, monkeypatch, attr
+):
+    """A producer who may submit any handler_ref must not reach code outside the modules the
+    app allows: the ref is refused at run time (UnknownHandler) and nothing is called."""
+    module = f"jobs_{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "called"
+    (tmp_path / f"{module}.py").write_text(
+        "import os\n"
+        "from subprocess import run\n"
+        f"MARKER = {str(marker)!r}\n"
+        "def _private(payload):\n"
+        "    open(MARKER, 'w').close()\n"
+        "class Jobs:\n"
+        "    def __init__(self):\n"
+        "        pass\n"
+        "def ok(payload):\n"
+        "    return None\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app = rdq.App(import_prefixes=[module])
+    app.queue(queue, max_attempts=1)
+    client = rdq.Client(storage, app)
+    control = await client.submit(f"{module}:ok", None, queue=queue)
+    evil = await client.submit(f"{module}:{attr}", f"touch {marker}", queue=queue)
+    async with running(fast_worker(app, storage)):
+        await wait_status(storage, control.id, Status.SUCCEEDED)
+        task = await wait_status(storage, evil.id, Status.DEAD)
+    assert task.attempts[-1].error_type == "rdq.UnknownHandler"
+    assert not marker.exists()

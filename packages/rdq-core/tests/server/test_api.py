@@ -346,3 +346,31 @@ async def test_health_can_be_protected(memory_store: MemoryStorage) -> None:
         assert (await client.get("/readyz")).status_code == 401
         assert (await client.get("/healthz", headers=auth(READ_TOKEN))).status_code == 200
         assert (await client.get("/metrics")).status_code == 200
+
+
+@pytest.mark.asyncio
+async def test_a_submit_only_token_cannot_read_a_stored_task_by_submitting_its_id(
+    client: Client, memory_store: MemoryStorage
+) -> None:
+    """Re-submitting an existing id answers 200, but the stored payload, history and
+    tracebacks go only to tokens that may read; a foreign id's queue is not named."""
+    producer = auth(SUBMIT_TOKEN)
+    body = {"id": "secret-1", "queue": "q", "handler_ref": "h", "payload": {"card": "4111"}}
+    assert (await client.post("/v1/tasks", json=body, headers=ADMIN)).status_code == 201
+    await _kill(memory_store, "secret-1", "CardDeclined")
+
+    again = {"id": "secret-1", "queue": "q", "handler_ref": "h", "payload": {"probe": True}}
+    response = await client.post("/v1/tasks", json=again, headers=producer)
+    assert response.status_code == 200
+    assert response.json()["payload"] == {"probe": True}
+    assert "CardDeclined" not in response.text
+    assert "4111" not in response.text
+    # a reader still gets the stored task
+    reader = await client.post("/v1/tasks", json=again, headers=ADMIN)
+    assert reader.json()["payload"] == {"card": "4111"}
+
+    elsewhere = {"id": "secret-1", "queue": "other", "handler_ref": "h"}
+    conflict = await client.post("/v1/tasks", json=elsewhere, headers=producer)
+    assert conflict.status_code == 409
+    assert conflict.json()["error"]["code"] == "id_conflict"
+    assert "'q'" not in conflict.text

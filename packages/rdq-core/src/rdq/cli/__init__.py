@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tasks": ("_tasks:tasks", "Find, inspect and cancel tasks in any status."),
     "audit": ("_audit:audit", "Read the audit trail of redrives, purges and cancels."),
     "copy": ("_copy:copy", "Copy every task, with its history, to another store."),
+    "schedules": ("_schedules:schedules", "List an application's schedules and their next tick."),
 }
 
 

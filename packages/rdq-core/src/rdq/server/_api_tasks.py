@@ -13,7 +13,7 @@ from litestar.params import JSONBody, PathParameter, QueryParameter
 
 from rdq.admin import TaskSelector
 from rdq.callbacks import CallbackBlocked, check_callback_url, is_callback_ref
-from rdq.errors import ValidationError
+from rdq.errors import IDConflict, ValidationError
 from rdq.server._api_common import (
     Cursor,
     Limit,
@@ -63,8 +63,9 @@ _KNOWN_FIELDS = frozenset(SubmitRequest.__struct_fields__) | {"format_version"}
     status_code=201,
     summary="Submit a task",
     description="201 when stored, 200 when the same id already exists in the same queue "
-    "(nothing changes), 409 when it exists in another queue. Unknown fields are kept and count "
-    "towards the payload's 1 MiB limit; payloads nest at most 64 levels.",
+    "(nothing changes; the stored task is returned to tokens with the read right, the "
+    "submitted one to others), 409 when it exists in another queue. Unknown fields are kept "
+    "and count towards the payload's 1 MiB limit; payloads nest at most 64 levels.",
     responses={
         200: ResponseSpec(
             data_container=TaskDoc, description="Already submitted", generate_examples=False
@@ -114,7 +115,18 @@ async def submit_task(
         except CallbackBlocked as exc:
             raise ApiError(422, "validation_error", str(exc), "handler_ref") from None
     delay = timedelta(seconds=data.delay) if data.delay else None
-    stored = await node.storage.enqueue(task, delay=delay)
+    may_read = request.state.principal.can("read")
+    try:
+        stored = await node.storage.enqueue(task, delay=delay)
+    except IDConflict:
+        if may_read:
+            raise
+        # without the read right, a submit must not tell which queue holds a foreign id
+        raise ApiError(409, "id_conflict", "the task id exists in another queue", "id") from None
+    if not stored and not may_read:
+        # the stored task (its payload, attempts, tracebacks) is for readers only: echo
+        # what this caller submitted
+        return Response(task_body(task), status_code=200)
     current = await node.storage.get(task.id)
     return Response(task_body(current), status_code=201 if stored else 200)
 

@@ -412,34 +412,30 @@ class StorageBase(abc.ABC):
     @abc.abstractmethod
     async def stats(self, queue: str) -> Stats: ...
 
-    # The operations below joined the contract in its second revision. Until every
-    # first-party store implements them they raise NotImplementedError here; the kit checks
-    # each one.
+    @abc.abstractmethod
+    async def now(self) -> datetime: ...
 
-    async def now(self) -> datetime:
-        raise NotImplementedError(f"{type(self).__name__} does not implement now")
-
+    @abc.abstractmethod
     async def list_tasks(
         self, queue: str, task_filter: TaskFilter, page: Page
-    ) -> tuple[list[Envelope], str | None]:
-        raise NotImplementedError(f"{type(self).__name__} does not implement list_tasks")
+    ) -> tuple[list[Envelope], str | None]: ...
 
-    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
-        raise NotImplementedError(f"{type(self).__name__} does not implement cancel")
+    @abc.abstractmethod
+    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int: ...
 
-    async def list_queues(self) -> list[Stats]:
-        raise NotImplementedError(f"{type(self).__name__} does not implement list_queues")
+    @abc.abstractmethod
+    async def list_queues(self) -> list[Stats]: ...
 
-    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
-        raise NotImplementedError(f"{type(self).__name__} does not implement import_tasks")
+    @abc.abstractmethod
+    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]: ...
 
-    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
-        raise NotImplementedError(f"{type(self).__name__} does not implement append_audit")
+    @abc.abstractmethod
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry: ...
 
+    @abc.abstractmethod
     async def list_audit(
         self, audit_filter: AuditFilter | None, page: Page
-    ) -> tuple[list[AuditEntry], str | None]:
-        raise NotImplementedError(f"{type(self).__name__} does not implement list_audit")
+    ) -> tuple[list[AuditEntry], str | None]: ...
 
     async def dlq_groups(self, queue: str) -> list[DLQGroup]:
         """Pages through the whole DLQ with attempts (correct, not fast); override it to count

@@ -1,0 +1,342 @@
+"""Periodic schedules: ticks (cron across DST changes, fixed intervals), exactly one task per
+tick however many workers race on it, what happens to ticks missed while nobody ran, the TOML
+form and ``rdq schedules``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import rdq
+from rdq._schedules import Schedule, decide
+from rdq.spi import Status, Storage
+
+from .conftest import eventually, fast_worker, running
+
+RDQ = str(Path(sys.executable).parent / "rdq")
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+
+
+def ticks(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
+    found = []
+    at = start
+    while True:
+        tick = schedule.next_tick(at)
+        if tick is None or tick > end:
+            return found
+        found.append(tick)
+        at = tick
+
+
+# --- ticks ---------------------------------------------------------------------------------
+
+
+def test_cron_ticks_follow_the_zone_across_the_spring_change():
+    """02:30 in Berlin does not exist on 2026-03-29: that day's tick is right after the
+    change (03:00 CEST = 01:00Z); the days around it tick at 02:30 local."""
+    s = Schedule("nightly", "job", cron="30 2 * * *", tz="Europe/Berlin").validate()
+    assert ticks(s, utc(2026, 3, 27, 12), utc(2026, 3, 30, 12)) == [
+        utc(2026, 3, 28, 1, 30),  # 02:30 CET
+        utc(2026, 3, 29, 1, 0),  # 03:00 CEST, just after the change
+        utc(2026, 3, 30, 0, 30),  # 02:30 CEST
+    ]
+
+
+def test_cron_ticks_once_in_the_hour_the_autumn_change_repeats():
+    s = Schedule("nightly", "job", cron="30 2 * * *", tz="Europe/Berlin").validate()
+    assert ticks(s, utc(2026, 10, 24, 12), utc(2026, 10, 26, 12)) == [
+        utc(2026, 10, 25, 0, 30),  # 02:30 CEST; 02:30 CET an hour later does not tick
+        utc(2026, 10, 26, 1, 30),  # 02:30 CET
+    ]
+
+
+def test_the_last_tick_includes_the_instant_of_the_tick():
+    s = Schedule("m", "job", cron="* * * * *").validate()
+    assert s.last_tick(utc(2026, 1, 1, 3, 0)) == utc(2026, 1, 1, 3, 0)
+    assert s.last_tick(utc(2026, 1, 1, 3, 0, 59, 999999)) == utc(2026, 1, 1, 3, 0)
+    assert s.next_tick(utc(2026, 1, 1, 3, 0)) == utc(2026, 1, 1, 3, 1)
+
+
+def test_interval_ticks_are_whole_multiples_since_the_epoch():
+    s = Schedule("q", "job", every=timedelta(minutes=15)).validate()
+    assert s.last_tick(utc(2026, 5, 1, 10, 29, 59)) == utc(2026, 5, 1, 10, 15)
+    assert s.next_tick(utc(2026, 5, 1, 10, 30)) == utc(2026, 5, 1, 10, 45)
+    assert s.task_id(utc(2026, 5, 1, 10, 15)) == "schedule:q:20260501T101500Z"
+
+
+def test_a_tick_is_enqueued_on_time_or_caught_up_by_policy():
+    day = 86400.0
+    last = Schedule("r", "job", every=timedelta(hours=1), grace=60).validate()
+    skip = Schedule("r", "job", every=timedelta(hours=1), grace=60, catch_up="skip").validate()
+    on_time, late, ancient = utc(2026, 5, 1, 10, 0, 30), utc(2026, 5, 1, 10, 30), utc(2026, 5, 9)
+
+    tick = utc(2026, 5, 1, 10)
+    assert decide(last, on_time, None, day) == (tick, False)
+    assert decide(skip, on_time, None, day) == (tick, False)
+    assert decide(last, late, None, day) == (tick, False)  # the last missed tick, once
+    assert decide(skip, late, None, day) == (None, True)
+    monthly = Schedule("m", "job", cron="0 0 1 * *").validate()
+    assert decide(monthly, ancient, None, 7 * day) == (None, True)  # older than task_ttl
+    assert decide(monthly, ancient, None, 30 * day) == (utc(2026, 5, 1), False)
+    assert decide(last, late, tick, day) == (None, False)  # handled already
+
+
+def test_schedules_are_validated_naming_the_key():
+    app = rdq.App()
+    cases = [
+        ({"cron": "0 3 * * *", "every": timedelta(hours=1)}, "schedules.s"),
+        ({}, "schedules.s"),
+        ({"cron": "61 * * * *"}, "schedules.s.cron"),
+        ({"cron": "0 3 * * *", "tz": "Mars/Olympus"}, "schedules.s.tz"),
+        ({"every": timedelta(0)}, "schedules.s.every"),
+        ({"every": timedelta(hours=1), "catch_up": "all"}, "schedules.s.catch_up"),
+        ({"every": timedelta(hours=1), "payload": object()}, "schedules.s.payload"),
+    ]
+    for kwargs, key in cases:
+        with pytest.raises(rdq.ConfigError) as info:
+            app.schedule("s", "job", **kwargs)  # type: ignore[arg-type]
+        assert info.value.key == key, kwargs
+    with pytest.raises(rdq.ConfigError):
+        app.schedule("not a name", "job", every=timedelta(hours=1))
+    assert app.schedules == {}
+
+
+def test_schedules_come_from_the_toml_file_too(tmp_path: Path):
+    path = tmp_path / "rdq.toml"
+    path.write_text(
+        textwrap.dedent(
+            """
+            [queues.reports]
+            priority = 3
+
+            [schedules.nightly-report]
+            handler = "build_report"
+            cron = "0 3 * * *"
+            tz = "Europe/Berlin"
+            queue = "reports"
+            payload = {kind = "daily"}
+
+            [schedules.heartbeat]
+            every = 900
+            catch_up = "skip"
+            """
+        )
+    )
+    app = rdq.App()
+    app.load_config(path)
+    nightly, beat = app.schedules["nightly-report"], app.schedules["heartbeat"]
+    assert (nightly.handler, nightly.cron, nightly.tz, nightly.payload) == (
+        "build_report",
+        "0 3 * * *",
+        "Europe/Berlin",
+        {"kind": "daily"},
+    )
+    assert (beat.handler, beat.every, beat.catch_up) == (
+        "heartbeat",
+        timedelta(seconds=900),
+        "skip",
+    )
+    assert app.queue_config("reports").priority == 3
+    path.write_text("[schedules.bad]\nevery = 60\nwhen = 'now'\n")
+    with pytest.raises(rdq.ConfigError) as info:
+        app.load_config(path)
+    assert info.value.key == "schedules.bad.when"
+
+
+# --- workers -------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_many_workers_racing_on_each_tick_run_it_once(storage, queue):
+    app = rdq.App()
+    app.queue(queue, concurrency=4)
+    runs: Counter[str] = Counter()
+
+    @app.handler("tick", queue=queue)
+    async def tick(payload: object, ctx: rdq.TaskContext) -> None:
+        runs[ctx.headers["rdq-schedule-tick"]] += 1
+
+    schedule = app.schedule(f"every-second-{queue}", tick, every=timedelta(seconds=1))
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(5):
+            await stack.enter_async_context(running(fast_worker(app, storage)))
+        start = await storage.now()
+        # four ticks, each raced by five workers; wait for them by the storage clock
+        expected = [schedule.next_tick(start + timedelta(seconds=i)) for i in range(4)]
+        for at in expected:
+            assert at is not None
+            await wait_task(storage, schedule.task_id(at), Status.SUCCEEDED)
+    for at in expected:
+        assert at is not None and runs[at.isoformat()] == 1, runs
+    assert set(runs.values()) == {1}
+
+
+async def wait_task(storage: Storage, task_id: str, status: Status) -> rdq.spi.Envelope:
+    """Wait until task ``task_id`` exists and has ``status``."""
+    found: list[rdq.spi.Envelope] = []
+
+    async def check() -> bool:
+        try:
+            found[:] = [await storage.get(task_id)]
+        except rdq.NotFound:
+            return False
+        return found[0].status == status
+
+    await eventually(check, timeout=60)
+    return found[0]
+
+
+def fake_clock(offset: list[float]) -> Callable[[], datetime]:
+    """The storage clock: real time moved by ``offset[0]`` seconds (changeable)."""
+    return lambda: datetime.now(UTC) + timedelta(seconds=offset[0])
+
+
+def phase(offset: list[float], period: float, at: float) -> None:
+    """Move the fake clock so that it reads ``at`` seconds past a tick of ``period``."""
+    now = datetime.now(UTC).timestamp() + offset[0]
+    offset[0] += (at - now % period) % period
+
+
+async def tasks_of(storage: Storage, queue: str) -> set[str]:
+    found: set[str] = set()
+    for status in Status:
+        page, _ = await storage.list_tasks(
+            queue, rdq.spi.TaskFilter(status=status), rdq.spi.Page(limit=1000)
+        )
+        found |= {t.id for t in page}
+    return found
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("catch_up", ["last", "skip"])
+async def test_ticks_missed_while_no_worker_ran_follow_the_catch_up_policy(catch_up: str):
+    """A worker runs a 2-second schedule, stops; 60 s pass on the storage clock (30 ticks)
+    with no worker; a worker starts 1 s past a tick (grace 0.5 s, so that tick is missed).
+    "last" enqueues the latest missed tick once and drops the others; "skip" drops them all.
+    Both go on with the next tick."""
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    app = rdq.App()
+    app.queue(queue)
+    ran: list[str] = []
+
+    @app.handler("job", queue=queue)
+    async def job(payload: object, ctx: rdq.TaskContext) -> None:
+        ran.append(ctx.task_id)
+
+    schedule = app.schedule(
+        "two-seconds", job, every=timedelta(seconds=2), grace=0.5, catch_up=catch_up
+    )
+    offset = [0.0]
+    async with rdq.open_storage(f"memory://sched-{queue}", clock=fake_clock(offset)) as storage:
+        phase(offset, 2.0, 0.2)
+        first_tick = schedule.last_tick(await storage.now())
+        assert first_tick is not None
+        async with running(fast_worker(app, storage)):
+            await wait_task(storage, schedule.task_id(first_tick), Status.SUCCEEDED)
+        before = await tasks_of(storage, queue)
+        offset[0] += 60.0  # downtime
+        phase(offset, 2.0, 1.0)
+        missed = schedule.last_tick(await storage.now())
+        assert missed is not None
+        following = missed + timedelta(seconds=2)
+        async with running(fast_worker(app, storage)):
+            await wait_task(storage, schedule.task_id(following), Status.SUCCEEDED)
+        after = await tasks_of(storage, queue)
+    new = after - before
+    if catch_up == "last":
+        assert new == {schedule.task_id(missed), schedule.task_id(following)}
+    else:
+        assert new == {schedule.task_id(following)}
+    assert sorted(ran) == sorted(after)  # each enqueued tick ran once
+
+
+@pytest.mark.asyncio
+async def test_a_worker_ticks_by_the_storage_clock_across_a_dst_change():
+    """The storage clock reads 01:59:59.5 CET on 2026-03-29, just before Berlin skips
+    02:00-03:00: a 02:30 daily schedule ticks right after the change, at 01:00Z."""
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    app = rdq.App()
+    app.queue(queue)
+
+    @app.handler("job", queue=queue)
+    async def job(payload: object) -> None:
+        return None
+
+    schedule = app.schedule("nightly", job, cron="30 2 * * *", tz="Europe/Berlin")
+    target = utc(2026, 3, 29, 0, 59, 59, 500000)
+    offset = [(target - datetime.now(UTC)).total_seconds()]
+    async with rdq.open_storage(f"memory://dst-{queue}", clock=fake_clock(offset)) as storage:
+        started = time.monotonic()
+        async with running(fast_worker(app, storage)):
+            task = await wait_task(storage, "schedule:nightly:20260329T010000Z", Status.SUCCEEDED)
+        assert time.monotonic() - started < 20
+    assert task.headers["rdq-schedule-tick"] == "2026-03-29T01:00:00+00:00"
+    assert schedule.next_tick(utc(2026, 3, 29, 1)) == utc(2026, 3, 30, 0, 30)
+
+
+# --- rdq schedules -------------------------------------------------------------------------
+
+SCHEDULED_APP = """
+from datetime import timedelta
+import rdq
+
+app = rdq.App()
+
+@app.handler("build_report", queue="reports")
+async def build_report(payload):
+    return None
+
+app.schedule("nightly-report", build_report, cron="0 3 * * *", tz="Europe/Berlin")
+app.schedule("heartbeat", "build_report", every=timedelta(minutes=15), catch_up="skip")
+"""
+
+
+def test_rdq_schedules_lists_each_schedule_with_its_next_tick(tmp_path: Path):
+    (tmp_path / "sapp.py").write_text(SCHEDULED_APP)
+    result = subprocess.run(
+        [RDQ, "schedules", "sapp:app", "--storage", "memory://", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    now = datetime.fromisoformat(doc["now"])
+    assert doc["clock"] == "storage"
+    rows = {row["name"]: row for row in doc["schedules"]}
+    nightly, beat = rows["nightly-report"], rows["heartbeat"]
+    assert nightly["queue"] == "reports" and nightly["rule"] == "cron 0 3 * * * (Europe/Berlin)"
+    local = datetime.fromisoformat(nightly["next_tick_local"])
+    assert (local.hour, local.minute) == (3, 0) and local > now
+    assert datetime.fromisoformat(nightly["next_tick"]) - now <= timedelta(days=1)
+    assert datetime.fromisoformat(beat["next_tick"]) - now <= timedelta(minutes=15)
+    assert beat["last_task"] == {
+        "id": Schedule("heartbeat", "x").task_id(datetime.fromisoformat(beat["last_tick"])),
+        "status": None,
+    }
+    table = subprocess.run(
+        [RDQ, "schedules", "sapp:app"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert table.returncode == 0, table.stderr
+    assert "nightly-report" in table.stdout and "local clock" in table.stdout
