@@ -269,8 +269,9 @@ async def test_a_java_workers_late_completion_after_a_python_reclaim_is_refused(
             id=task_id, queue=queue, handler_ref="billing.slow", payload={"release": str(release)}
         )
     )
-    # a one-second lease that the Java worker does not extend (its heartbeat is a minute)
-    with java_worker(python_url, queue, "fixed", "java-slow", "1", "60") as worker:
+    # a one-second lease that the Java worker does not extend (its heartbeat is a minute), and
+    # one handler slot, held by that task: the lapsed lease is Python's to reclaim, not Java's
+    with java_worker(python_url, queue, "fixed", "java-slow", "1", "60", "1") as worker:
         worker.wait_for(f"claimed {task_id}")
         held = await store.get(task_id)
         assert held.status == Status.IN_FLIGHT and held.lease_expires_at is not None

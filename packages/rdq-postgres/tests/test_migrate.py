@@ -34,11 +34,16 @@ async def test_concurrent_migrate_from_processes_and_connections(postgres_url: s
     stores = [PostgresStorage.from_url(url) for _ in range(4)]
     try:
         await asyncio.gather(*(store.connect() for store in stores))
-        await asyncio.gather(*(store.migrate() for store in stores))
+        applied = await asyncio.gather(*(store.migrate() for store in stores))
         for process in processes:
             _, err = await process.communicate()
             assert process.returncode == 0, err.decode()
-        await stores[0].migrate()  # and again, when up to date
+        assert await stores[0].migrate() == [], "up to date: nothing applied"
+        every = [f"{v:04d}_{name}" for v, name, _ in migrations(schema, "c")]
+        for steps in applied:
+            assert steps == sorted(steps) and set(steps) <= set(every), steps
+        mine = [step for steps in applied for step in steps]
+        assert len(mine) == len(set(mine)), f"a migration applied twice: {applied}"
         conn = await asyncpg.connect(postgres_url)
         try:
             versions = await conn.fetch(
@@ -50,6 +55,17 @@ async def test_concurrent_migrate_from_processes_and_connections(postgres_url: s
         assert [r["version"] for r in versions] == [v for v, _, _ in migrations(schema, "c")]
     finally:
         await asyncio.gather(*(store.aclose() for store in stores))
+
+
+@pytest.mark.asyncio
+async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, schema: str) -> None:
+    async with PostgresStorage.from_url(f"{postgres_url}?schema={schema}") as store:
+        assert await store.migrate() == [
+            "0001_task_table",
+            "0002_id_conflict",
+            "0003_second_revision",
+        ]
+        assert await store.migrate() == []
 
 
 async def _schema_at(conn: asyncpg.Connection, schema: str, version: int) -> None:
@@ -93,7 +109,8 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
         with pytest.raises(StorageError, match="rdq migrate"):
             await store.get("old-1")
 
-        await store.migrate()
+        assert await store.migrate() == ["0002_id_conflict", "0003_second_revision"]
+        assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
         old = await store.get("old-1")
         assert (old.handler_ref, old.payload, old.priority, old.corrupt) == (

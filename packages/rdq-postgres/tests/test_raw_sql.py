@@ -14,6 +14,9 @@ import pytest
 from rdq.spi import Envelope, Outcome, Page, Status
 from rdq_postgres import PostgresStorage
 
+LEASE_US = 30_000_000
+"""A 30-second lease, as the claim takes it: whole microseconds."""
+
 CLAIM = """
 WITH due AS (
     SELECT id, due_at
@@ -31,7 +34,7 @@ SET status = 'IN_FLIGHT',
     token = gen_random_uuid()::text,
     claimed_at = now(),
     claimed_by = $4,
-    lease_expires_at = now() + $3::interval,
+    lease_expires_at = now() + $3::bigint * interval '1 microsecond',
     attempt_count = t.attempt_count + CASE WHEN t.status = 'IN_FLIGHT' THEN 1 ELSE 0 END,
     error_type = CASE WHEN t.status = 'IN_FLIGHT' THEN 'LeaseExpired' ELSE t.error_type END,
     attempts = CASE
@@ -106,11 +109,11 @@ async def test_a_plain_sql_worker_claims_and_completes(
     conn = await asyncpg.connect(postgres_url)
     try:
         claim = CLAIM.format(s=s)
-        row = await conn.fetchrow(claim, "mixed", 1, timedelta(seconds=30), "sql-worker")
+        row = await conn.fetchrow(claim, "mixed", 1, LEASE_US, "sql-worker")
         assert row is not None
         assert row["id"] == "from-python"
         assert row["payload"] == '{"n":1}'
-        assert await conn.fetchrow(claim, "mixed", 1, timedelta(seconds=30), None) is None
+        assert await conn.fetchrow(claim, "mixed", 1, LEASE_US, None) is None
         complete = COMPLETE.format(s=s)
         assert await conn.execute(complete, row["id"], "stale", SUCCESS_RECORD, None) == (
             "UPDATE 0"
@@ -165,9 +168,7 @@ async def test_a_lapsed_lease_claimed_with_sql_names_its_holder(
         pass
     conn = await asyncpg.connect(postgres_url)
     try:
-        row = await conn.fetchrow(
-            CLAIM.format(s=f'"{schema}"'), "q", 1, timedelta(seconds=30), "sql-worker"
-        )
+        row = await conn.fetchrow(CLAIM.format(s=f'"{schema}"'), "q", 1, LEASE_US, "sql-worker")
     finally:
         await conn.close()
     assert row is not None and row["attempt_count"] == 1

@@ -148,6 +148,7 @@ async def test_each_kind_of_bad_field_is_claimed_listed_and_dead_lettered(
     if case not in REPAIRED_BY_A_CLAIM:
         # the bad value is still shown, whether it is still stored or kept as raw.<field>
         assert dead.corrupt is not None and shown in dead.corrupt, dead.corrupt
+        assert "b'raw." not in dead.corrupt  # names the kept field as text, not a bytes repr
 
     assert await storage.redrive(queue, Selector.by_ids(poison)) == 1
     assert await storage.cancel(queue, [poison]) == 1

@@ -167,8 +167,10 @@ class JavaBridgeStorage(StorageBase):
     def capabilities(self) -> Capabilities:
         return self._capabilities
 
-    async def migrate(self) -> None:
-        await self._call("migrate")
+    async def migrate(self) -> list[str]:
+        """The migrations the Java binding applied (``["0003_second_revision"]``; ``[]`` when
+        the schema was up to date)."""
+        return [str(step) for step in await self._call("migrate")]
 
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
         return bool(await self._call("enqueue", task=task, delay=delay))

@@ -4,8 +4,8 @@ Every such action done through :class:`rdq.admin.TaskAdmin` (the API, the web UI
 all go through it) produces one :class:`AuditRecord`: who did what to which queue, with which
 selector, how many tasks it touched, why, and when. The admin stores it in the storage's own
 audit trail (``Storage.append_audit``: shared by every node and CLI on that store, readable
-with ``rdq audit``, ``GET /v1/audit`` and the UI), logs it on the dedicated structlog logger
-``rdq.audit``, and appends it to every extra :class:`AuditSink`, for example a
+with ``rdq audit``, ``GET /v1/audit`` and the UI), logs it on the dedicated logger ``rdq.audit``
+(see :mod:`rdq.logging`), and appends it to every extra :class:`AuditSink`, for example a
 :class:`JsonLinesAuditSink` file that is only ever appended to.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
-import structlog
 
+from rdq.logging import get_logger
 from rdq.spi import Selector
 
 __all__ = [
@@ -117,7 +117,7 @@ async def emit(record: AuditRecord, sinks: list[AuditSink]) -> None:
     """Log ``record`` on the ``rdq.audit`` logger and append it to every sink.
 
     Raises whatever a sink raises, after trying every sink, so a broken sink is noticed."""
-    logger = structlog.get_logger(AUDIT_LOGGER_NAME)
+    logger = get_logger(AUDIT_LOGGER_NAME)
     fields = msgspec.to_builtins(record)
     event = fields.pop("action")
     logger.info(event, audit=True, action=event, **fields)

@@ -41,9 +41,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import msgspec
-import structlog
 
 from rdq.errors import ConfigError
+from rdq.logging import get_logger
 from rdq.signals import Permanent, RetryAfter
 from rdq.spi import Envelope, encode_envelope
 
@@ -68,7 +68,7 @@ TIMESTAMP_HEADER = "X-Rdq-Timestamp"
 MAX_RETRY_AFTER = 86_400.0
 """``Retry-After`` values are capped at one day."""
 _RETRYABLE_STATUS = frozenset({408, 425, 429})
-_log = structlog.get_logger("rdq.callbacks")
+_log = get_logger("rdq.callbacks")
 _ERROR_BODY_BYTES = 512
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

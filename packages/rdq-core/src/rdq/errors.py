@@ -59,11 +59,12 @@ class NotFound(StorageError):
 
 
 class StaleCursor(StorageError):
-    """A DLQ cursor is malformed, or belongs to another queue or filter."""
+    """A page cursor (DLQ, task list or audit trail) is malformed, or belongs to another
+    queue or filter."""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
-        super().__init__(f"unusable DLQ cursor: {reason}")
+        super().__init__(f"unusable cursor: {reason}")
 
 
 class IDConflict(StorageError):

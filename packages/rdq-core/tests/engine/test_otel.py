@@ -23,17 +23,22 @@ from rdq.tracing import span
 from .conftest import fast_worker, running, wait_status
 
 EXPORTER = InMemorySpanExporter()
-_PROVIDER = TracerProvider()
-_PROVIDER.add_span_processor(SimpleSpanProcessor(EXPORTER))
+_EXPORTING: list[TracerProvider] = []
 
 
 @pytest.fixture(autouse=True)
 def provider() -> TracerProvider:
-    """The SDK's provider, installed once for the process (OpenTelemetry allows one)."""
+    """The SDK's provider, installed once for the process (OpenTelemetry allows one, so
+    another test module may have installed it first), exporting to ``EXPORTER``."""
     if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        trace.set_tracer_provider(_PROVIDER)
+        trace.set_tracer_provider(TracerProvider())
+    installed = trace.get_tracer_provider()
+    assert isinstance(installed, TracerProvider)
+    if installed not in _EXPORTING:
+        installed.add_span_processor(SimpleSpanProcessor(EXPORTER))
+        _EXPORTING.append(installed)
     EXPORTER.clear()
-    return _PROVIDER
+    return installed
 
 
 def spans_named(name: str) -> list:  # type: ignore[type-arg]

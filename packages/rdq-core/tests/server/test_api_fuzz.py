@@ -1,5 +1,6 @@
-"""Fuzz the API from its own OpenAPI document (schemathesis): no 5xx, and every response
-matches the schema and content type the document declares for it."""
+"""Fuzz the API from its own OpenAPI document (schemathesis): no 5xx, every response matches
+the schema and content type the document declares for it, and a request the document calls
+invalid is refused (the API neither converts nor ignores what the document forbids)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 import schemathesis
 import uvicorn
 from hypothesis import HealthCheck, settings
-from schemathesis.checks import not_a_server_error
+from schemathesis.checks import negative_data_rejection, not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
@@ -89,6 +90,7 @@ def test_api_keeps_its_own_contract(case: Any, node_url: str) -> None:
         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
         checks=[
             not_a_server_error,
+            negative_data_rejection,
             status_code_conformance,
             content_type_conformance,
             response_schema_conformance,

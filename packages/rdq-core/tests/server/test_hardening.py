@@ -284,6 +284,43 @@ async def test_bad_retry_overrides_are_422_naming_the_field(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/tasks", {"id": "s1", "handler_ref": "h", "delay": "5"}, "delay"),
+        ("/v1/tasks", {"id": "s1", "handler_ref": "h", "priority": "3"}, "priority"),
+        ("/v1/tasks", {"id": "s1", "handler_ref": "h", "headers": {"a": 1}}, "headers"),
+        ("/v1/tasks", {"id": "s1", "handler_ref": "h", "retry": {"timeout": "2"}}, "retry.timeout"),
+        (
+            "/v1/tasks",
+            {"id": "s1", "handler_ref": "h", "retry": {"max_attempts": "5"}},
+            "retry.max_attempts",
+        ),
+        ("/v1/queues/default/dlq/purge", {"ids": ["x"], "dry_run": 0}, "dry_run"),
+        ("/v1/queues/default/dlq/redrive", {"ids": ["x"], "dry_run": "false"}, "dry_run"),
+        ("/v1/queues/default/dlq/purge", {"ids": ["x"], "reason": 7}, "reason"),
+        ("/v1/queues/default/tasks/cancel", {"ids": ["y"], "dry_run": 0}, "dry_run"),
+    ],
+)
+async def test_a_field_of_the_wrong_json_type_is_422_not_converted(
+    client: Client, memory_store: MemoryStorage, path: str, body: dict[str, Any], field: str
+) -> None:
+    await memory_store.enqueue(Envelope(id="x", queue="default", handler_ref="h"))
+    await _dead_letter_all(memory_store, "default")
+    await memory_store.enqueue(Envelope(id="y", queue="default", handler_ref="h"))
+    response = await client.post(path, json=body, headers=ADMIN)
+    assert response.status_code == 422, response.text
+    assert _error(response) == {
+        "code": "validation_error",
+        "message": _error(response)["message"],
+        "field": field,
+    }
+    assert (await memory_store.get("x")).status.value == "DEAD"
+    assert (await memory_store.get("y")).status.value == "PENDING"
+    assert (await client.get("/v1/tasks/s1", headers=ADMIN)).status_code == 404
+
+
+@pytest.mark.asyncio
 async def test_a_retry_override_with_cap_below_base_is_422(client: Client) -> None:
     response = await client.post(
         "/v1/tasks", json={"handler_ref": "h", "retry": {"base": 10, "cap": 1}}, headers=ADMIN
@@ -466,6 +503,27 @@ async def test_security_headers_on_api_and_ui(client: Client) -> None:
 
 
 @pytest.mark.asyncio
+async def test_error_answers_carry_nosniff_too(client: Client) -> None:
+    json_body = {**ADMIN, "Content-Type": "application/json"}
+    answers = {
+        "no token (401)": await client.get("/v1/queues"),
+        "no such route (404)": await client.get("/v1/nothing", headers=ADMIN),
+        "no such task (404)": await client.get("/v1/tasks/nope", headers=ADMIN),
+        "wrong method (405)": await client.delete("/v1/tasks/nope", headers=ADMIN),
+        "not JSON (415)": await client.post("/v1/tasks", content=b"{}", headers=ADMIN),
+        "truncated (400)": await client.post("/v1/tasks", content=b"{", headers=json_body),
+        "invalid (422)": await client.post("/v1/tasks", content=b"{}", headers=json_body),
+        "too large (413)": await client.post(
+            "/v1/tasks", content=b'"' + b"x" * (3 << 20) + b'"', headers=json_body
+        ),
+        "no such asset (404)": await client.get("/ui/static/nothing.js"),
+    }
+    for what, response in answers.items():
+        assert response.status_code >= 400, what
+        assert response.headers.get("x-content-type-options") == "nosniff", what
+
+
+@pytest.mark.asyncio
 async def test_schema_paths_answer_json_and_swagger_is_off_by_default(
     client: Client, memory_store: MemoryStorage
 ) -> None:
@@ -497,6 +555,59 @@ async def test_the_openapi_document_says_what_the_api_does(client: Client) -> No
     neither: dict[str, Any] = {}
     response = await client.post("/v1/queues/default/dlq/redrive", json=neither, headers=ADMIN)
     assert response.status_code == 422
+
+
+@pytest.mark.asyncio
+async def test_the_openapi_document_declares_every_bound_the_api_enforces(client: Client) -> None:
+    document = (await client.get("/schema/openapi.json")).json()
+    schemas = document["components"]["schemas"]
+
+    async def refused(path: str, body: Any) -> bool:
+        response = await client.post(path, json=body, headers=ADMIN)
+        return response.status_code == 422
+
+    timeout = schemas["RetryRequest"]["properties"]["timeout"]["oneOf"][0]
+    assert timeout["exclusiveMinimum"] == 0
+    assert await refused("/v1/tasks", {"handler_ref": "h", "retry": {"timeout": 0}})
+    headers = schemas["SubmitRequest"]["properties"]["headers"]
+    assert headers["propertyNames"] == {"type": "string", "minLength": 1, "maxLength": 128}
+    assert headers["additionalProperties"]["maxLength"] == limits.MAX_HEADER_VALUE_LENGTH
+    assert headers["maxProperties"] == limits.MAX_HEADERS
+    assert await refused("/v1/tasks", {"handler_ref": "h", "headers": {"": "x"}})
+    for name in ("ActionRequest", "CancelRequest"):
+        ids = schemas[name]["properties"]["ids"]["oneOf"][0]
+        assert ids["items"]["minLength"] == 1 and ids["items"]["pattern"]
+        assert ids["maxItems"] == limits.MAX_SELECTOR_IDS
+    assert await refused("/v1/queues/default/dlq/purge", {"ids": [""]})
+    assert await refused("/v1/queues/default/tasks/cancel", {"ids": ["a b"]})
+    for name in ("RetryRequest", "FilterRequest", "TaskFilterRequest"):
+        assert schemas[name]["additionalProperties"] is False, name
+    for name in ("ActionRequest", "CancelRequest"):
+        assert schemas[name]["additionalProperties"] is False, name
+    assert await refused("/v1/queues/default/dlq/purge", {"ids": ["a"], "surprise": 1})
+    assert await refused("/v1/tasks", {"handler_ref": "h", "retry": {"surprise": 1}})
+    assert {} in document["paths"]["/metrics"]["get"]["security"]  # open_metrics = true
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/v1/queues/default/dlq", "dead_lettered_after"),
+        ("/v1/queues/default/dlq", "dead_lettered_before"),
+        ("/v1/queues/default/tasks", "after"),
+        ("/v1/audit", "before"),
+    ],
+)
+@pytest.mark.parametrize("value", ["1700000000", "0.5"])
+async def test_a_query_time_is_rfc_3339_text_not_seconds(
+    client: Client, path: str, name: str, value: str
+) -> None:
+    response = await client.get(path, params={name: value}, headers=ADMIN)
+    assert response.status_code == 422, response.text
+    assert _error(response)["field"] == name
+    good = await client.get(path, params={name: "2026-03-01T10:00:00+02:00"}, headers=ADMIN)
+    assert good.status_code == 200, good.text
 
 
 @pytest.mark.asyncio

@@ -13,7 +13,7 @@ import msgspec
 
 from rdq.errors import IDConflict
 from rdq.spi import FORMAT_VERSION, Envelope, limits
-from rdq_postgres._codec import encode_json, enqueue_args, import_args
+from rdq_postgres._codec import encode_json, enqueue_args, import_args, micros
 from rdq_postgres._queries import Queries
 
 __all__ = [
@@ -24,7 +24,6 @@ __all__ = [
     "stored_flags",
 ]
 
-_ZERO = timedelta(0)
 _encode = msgspec.json.Encoder().encode
 
 
@@ -81,12 +80,12 @@ def admission(sql: Queries, tasks: Sequence[Envelope], delay: timedelta | None) 
             if any(task.headers for task in unique)
             else [],
             FORMAT_VERSION,
-            delay or _ZERO,
+            micros(delay),
             _compact([task.priority for task in unique]),
         )
         return Admission(unique, sql.enqueue_batch_fresh, args)
     columns = zip(*(enqueue_args(task, payloads[id(task)]) for task in unique), strict=True)
-    return Admission(unique, sql.enqueue_batch, (*map(list, columns), delay or _ZERO))
+    return Admission(unique, sql.enqueue_batch, (*map(list, columns), micros(delay)))
 
 
 def admission_in(
@@ -105,7 +104,7 @@ def admission_in(
         list(column)
         for column in zip(*(enqueue_args(task, encoded[id(task)]) for task in unique), strict=True)
     ]
-    args = (*columns[:13], delay or _ZERO, notify, columns[13])
+    args = (*columns[:13], micros(delay), notify, columns[13])
     return Admission(unique, sql.enqueue_in, args)
 
 

@@ -11,7 +11,7 @@ decode filled in."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -28,6 +28,7 @@ from rdq.spi import (
     Stats,
     Status,
     envelope_from_builtins,
+    limits,
 )
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "envelope_from_row",
     "filter_args",
     "import_args",
+    "micros",
     "stats_from_row",
     "text_column",
 ]
@@ -68,6 +70,7 @@ _COLUMNS = (
     "cancelled_at",
     "format_version",
 )
+_MICROSECOND = timedelta(microseconds=1)
 _RAW_SHOWN = 2000
 """At most this many characters of a bad stored value are quoted in ``Envelope.corrupt``."""
 
@@ -79,9 +82,46 @@ def _json(value: Any) -> str:
 encode_json = _json
 
 
+def micros(duration: timedelta | None) -> int:
+    """A lease or delay as the statements take it: whole microseconds (``None``: 0). An elapsed
+    time, never an ``interval`` with a day part, which PostgreSQL would add as a calendar day of
+    the session's time zone (23 or 25 hours across a daylight-saving change)."""
+    return 0 if duration is None else duration // _MICROSECOND
+
+
 def text_column(value: str | None) -> str | None:
     """Text columns cannot hold NUL; the json columns keep the exact value."""
     return value.replace("\x00", "\ufffd") if value is not None else None
+
+
+def _written(attempt: object, field: str) -> Attempt:
+    """``attempt`` as a record is written: its times in UTC, which the encoder writes as RFC
+    3339 with ``Z`` (``ValidationError`` naming a time that is not timezone-aware)."""
+    if not isinstance(attempt, Attempt):
+        raise ValidationError("must be an rdq.spi.Attempt", field=field)
+    changes: dict[str, datetime] = {}
+    for name in ("started_at", "finished_at"):
+        at = getattr(attempt, name)
+        if at is not None and limits.check_aware(at, f"{field}.{name}").utcoffset():
+            changes[name] = at.astimezone(UTC)
+    return msgspec.structs.replace(attempt, **changes) if changes else attempt
+
+
+def _attempts_json(attempts: Sequence[Attempt]) -> str:
+    if not attempts:
+        return "[]"
+    return _json([_written(a, f"attempts[{i}]") for i, a in enumerate(attempts)])
+
+
+def _check_offsets(attempts: Sequence[Attempt]) -> list[Attempt]:
+    """``attempts`` as read, if every time in them has a UTC offset; ``ValueError`` (the row
+    does not decode) for one without, which is no RFC 3339 timestamp."""
+    for i, attempt in enumerate(attempts):
+        for name in ("started_at", "finished_at"):
+            at = getattr(attempt, name)
+            if at is not None and at.utcoffset() is None:
+                raise ValueError(f"attempts[{i}].{name} has no UTC offset")
+    return list(attempts)
 
 
 def _unknown(task: Envelope) -> dict[str, Any]:
@@ -101,7 +141,7 @@ def enqueue_args(task: Envelope, payload: str | None = None) -> tuple[Any, ...]:
         _json(task.headers),
         task.attempt_count,
         task.redrive_count,
-        _json(task.attempts),
+        _attempts_json(task.attempts),
         text_column(last_error),
         task.next_attempt_at,
         None if task.retry is None else _json(task.retry),
@@ -123,7 +163,7 @@ def import_args(task: Envelope) -> tuple[Any, ...]:
         task.status.value,
         task.attempt_count,
         task.redrive_count,
-        _json(task.attempts),
+        _attempts_json(task.attempts),
         text_column(last_error),
         task.created_at,
         task.next_attempt_at,
@@ -142,7 +182,7 @@ def import_args(task: Envelope) -> tuple[Any, ...]:
 
 def attempt_args(attempt: Attempt) -> tuple[str, str | None]:
     """The attempt record as JSON and its error type (for the DLQ filter column)."""
-    return _json(attempt), text_column(attempt.error_type)
+    return _json(_written(attempt, "attempt")), text_column(attempt.error_type)
 
 
 def envelope_from_row(row: asyncpg.Record) -> Envelope:
@@ -176,7 +216,7 @@ def _envelope_from_typed_row(row: asyncpg.Record) -> Envelope:
         status=Status(row["status"]),
         attempt_count=row["attempt_count"],
         redrive_count=row["redrive_count"],
-        attempts=[] if attempts == "[]" else _decode_attempts(attempts),
+        attempts=[] if attempts == "[]" else _check_offsets(_decode_attempts(attempts)),
         created_at=row["created_at"],
         next_attempt_at=row["next_attempt_at"],
         lease_expires_at=row["lease_expires_at"],
@@ -203,7 +243,9 @@ def _envelope_from_builtins_row(row: asyncpg.Record) -> Envelope:
     fields["attempts"] = _decode(row["attempts"])
     retry = row["retry"]
     fields["retry"] = None if retry is None else _decode(retry)
-    return envelope_from_builtins(fields)
+    task = envelope_from_builtins(fields)
+    _check_offsets(task.attempts)
+    return task
 
 
 _JSON_COLUMNS: dict[str, Any] = {
@@ -243,7 +285,10 @@ def _corrupt_envelope(row: asyncpg.Record) -> Envelope:
         if raw is None:
             continue
         try:
-            decoded[column] = msgspec.convert(_decode(raw), kind, strict=False)
+            value = msgspec.convert(_decode(raw), kind, strict=False)
+            if column == "attempts":
+                _check_offsets(value)
+            decoded[column] = value
         except (msgspec.MsgspecError, ValueError, TypeError) as exc:
             problems.append(f"column {column} does not decode ({exc}); stored: {_shown(raw)}")
     try:

@@ -16,10 +16,11 @@ def lock_key(schema: str) -> int:
     return zlib.crc32(f"rdq.migrate.{schema}".encode()) & 0x7FFFFFFF
 
 
-async def apply_migrations(conn: asyncpg.Connection, schema: str, channel: str) -> list[int]:
+async def apply_migrations(conn: asyncpg.Connection, schema: str, channel: str) -> list[str]:
     """Apply every migration not yet recorded in ``schema.schema_migrations``, each in its own
     transaction, while holding a session advisory lock (other migrators wait). Returns the
-    versions applied (empty when the schema was up to date)."""
+    migrations applied, named as their files are (``0003_second_revision``), in order; empty
+    when the schema was up to date."""
     key = lock_key(schema)
     await conn.execute("SELECT pg_advisory_lock($1)", key)
     try:
@@ -39,7 +40,7 @@ async def apply_migrations(conn: asyncpg.Connection, schema: str, channel: str) 
                     version,
                     name,
                 )
-            applied.append(version)
+            applied.append(f"{version:04d}_{name}")
         return applied
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", key)

@@ -52,6 +52,7 @@ from rdq_postgres._codec import (
     enqueue_args,
     envelope_from_row,
     filter_args,
+    micros,
     stats_from_row,
     text_column,
 )
@@ -65,7 +66,6 @@ from rdq_postgres._url import PostgresConfig, parse_url
 
 __all__ = ["PostgresStorage"]
 
-_ZERO = timedelta(0)
 _COUNT_CAP = limits.EXACT_COUNT_THRESHOLD + 1
 _OVERVIEW_CONNECTIONS = 4
 """At most this many statements of ``list_queues`` run at once."""
@@ -104,11 +104,13 @@ class PostgresStorage(StorageBase):
         await self._listener.close()
         await self._db.close()
 
-    async def migrate(self) -> None:
-        """Create or upgrade the schema under an advisory lock (idempotent, concurrent-safe)."""
+    async def migrate(self) -> list[str]:
+        """Create or upgrade the schema under an advisory lock (idempotent, concurrent-safe).
+        Returns the migrations this call applied, in order (``["0001_task_table", …]``; ``[]``
+        when the schema was up to date)."""
         self._check_open()
         async with self._db.unbounded() as conn:
-            await apply_migrations(conn, self.config.schema, self.config.channel)
+            return await apply_migrations(conn, self.config.schema, self.config.channel)
 
     async def _notify(self, queues: list[str]) -> None:
         await self._db.execute(self._sql.notify, queues)
@@ -132,7 +134,7 @@ class PostgresStorage(StorageBase):
         self._check_open()
         limits.check_task(task)
         limits.check_delay(delay)
-        if await self._db.fetch(self._sql.enqueue, *enqueue_args(task), delay or _ZERO):
+        if await self._db.fetch(self._sql.enqueue, *enqueue_args(task), micros(delay)):
             self._announce(task.queue)
             return True
         # The id is taken (the rare path: a second round trip to say by which queue).
@@ -204,9 +206,11 @@ class PostgresStorage(StorageBase):
         limits.check_worker_id(worker_id)
         limits.check_limit(limit)
         limits.check_lease(lease)
-        rows = await self._db.fetch(self._sql.claim, queue, limit, lease, worker_id)
+        rows = await self._db.fetch(self._sql.claim, queue, limit, micros(lease), worker_id)
         if len(rows) > 1:
-            rows.sort(key=lambda r: (-r["priority"], r["claimed_due_at"], r["id"]))
+            # the claim order (RETURNING has none); ties stay as they came: the order of ids
+            # is the database's, never compared here
+            rows.sort(key=lambda r: (-r["priority"], r["claimed_due_at"]))
         return [Claimed(envelope_from_row(row), row["token"]) for row in rows]
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
@@ -214,7 +218,7 @@ class PostgresStorage(StorageBase):
         limits.check_task_id(task_id)
         limits.check_token(token)
         limits.check_lease(lease)
-        row = await self._db.fetchrow(self._sql.extend_lease, task_id, token, lease)
+        row = await self._db.fetchrow(self._sql.extend_lease, task_id, token, micros(lease))
         expires: datetime | None = row["lease_expires_at"]
         if expires is None:
             raise StaleClaim(task_id) if row["found"] else NotFound(task_id)

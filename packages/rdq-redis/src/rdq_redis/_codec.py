@@ -206,7 +206,8 @@ def envelope_from_hash(
     for key, value in fields.items():
         if key.startswith(b"raw."):
             name = key[4:].decode("utf-8", "replace")
-            problems.append(f"{name} held {_show(value)}, which did not decode (kept as {key!r})")
+            kept = key.decode("utf-8", "replace")
+            problems.append(f"{name} held {_show(value)}, which did not decode (kept as {kept})")
     return _build(obj, problems)
 
 

@@ -14,14 +14,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-import structlog
-
 from rdq.admin._fallback import SCAN_PAGE, list_filtered
 from rdq.admin._paging import bounded_page
 from rdq.admin._record import record_action
 from rdq.admin._scan import ids_in, scan_dlq, scan_tasks
 from rdq.admin._selectors import TaskSelector, check_action, check_task_selector
 from rdq.audit import Action, AuditSink
+from rdq.logging import get_logger
 from rdq.spi import (
     AuditEntry,
     AuditFilter,
@@ -38,6 +37,7 @@ from rdq.spi import (
     status_time,
     task_scope,
 )
+from rdq.tracing import span
 
 __all__ = ["DLQAdmin", "ProgressCallback", "TaskAdmin"]
 
@@ -47,11 +47,12 @@ ProgressCallback = Callable[[int, int | None], None]
 CHUNK = 500
 """Ids per storage call when an action runs by explicit ids."""
 
-_log = structlog.get_logger("rdq.admin")
+_log = get_logger("rdq.admin")
 
 
 class TaskAdmin:
-    """Operator operations over ``storage``; every redrive, purge and cancel is audited.
+    """Operator operations over ``storage``; every redrive, purge and cancel is audited, and
+    is an OpenTelemetry span when ``rdq-core[otel]`` is installed (see :meth:`redrive`).
 
     The audit record of an action goes to the store's audit trail (``append_audit``), to the
     ``rdq.audit`` logger, and to every sink in ``sinks`` (dry runs change nothing and are not
@@ -198,12 +199,16 @@ class TaskAdmin:
         """Return the selected DEAD tasks of ``queue`` to PENDING; return how many.
 
         ``dry_run`` only counts them. Otherwise an audit record naming ``actor`` is written,
-        also when the operation fails part-way (with the count done so far and the error)."""
+        also when the operation fails part-way (with the count done so far and the error).
+
+        With OpenTelemetry, the action (dry runs too) is a span ``rdq redrive`` (``rdq purge``,
+        ``rdq cancel``) with attributes ``rdq.queue``, ``rdq.action``, ``rdq.selector``
+        (``ids`` or ``filter``), ``rdq.dry_run``, ``rdq.actor``, then ``rdq.count`` (done so
+        far, on failure too) and ``rdq.outcome`` (``done`` or ``failed``, with
+        ``rdq.error_type`` and the span's status ERROR)."""
         check_action(queue, actor, reason)
         limits.check_selector(selector)
-        if dry_run:
-            return await self.count(queue, selector, action="redrive")
-        return await self._run("redrive", queue, selector, actor, reason, progress)
+        return await self._act("redrive", queue, selector, actor, reason, dry_run, progress)
 
     async def purge(
         self,
@@ -219,9 +224,7 @@ class TaskAdmin:
         how many. Audited like :meth:`redrive`."""
         check_action(queue, actor, reason)
         limits.check_selector(selector)
-        if dry_run:
-            return await self.count(queue, selector, action="purge")
-        return await self._run("purge", queue, selector, actor, reason, progress)
+        return await self._act("purge", queue, selector, actor, reason, dry_run, progress)
 
     async def cancel(
         self,
@@ -239,9 +242,43 @@ class TaskAdmin:
         abandons it at its next heartbeat or resolution. Audited like :meth:`redrive`."""
         check_action(queue, actor, reason)
         check_task_selector(selector)
-        if dry_run:
-            return await self.count_cancel(queue, selector)
-        return await self._run("cancel", queue, selector, actor, reason, progress)
+        return await self._act("cancel", queue, selector, actor, reason, dry_run, progress)
+
+    async def _act(
+        self,
+        action: Action,
+        queue: str,
+        selector: Selector | TaskSelector,
+        actor: str,
+        reason: str | None,
+        dry_run: bool,
+        progress: ProgressCallback | None,
+    ) -> int:
+        """Run (or, for a dry run, count) a validated action inside its span."""
+        attributes = {
+            "rdq.queue": queue,
+            "rdq.action": action,
+            "rdq.selector": "ids" if selector.ids is not None else "filter",
+            "rdq.dry_run": dry_run,
+            "rdq.actor": actor,
+        }
+        with span(f"rdq {action}", attributes) as traced:
+            try:
+                if not dry_run:
+                    done = await self._run(action, queue, selector, actor, reason, progress, traced)
+                elif isinstance(selector, TaskSelector):
+                    done = await self.count_cancel(queue, selector)
+                else:
+                    done = await self.count(queue, selector, action=action)
+            except BaseException as exc:
+                if traced is not None:
+                    traced.set_attribute("rdq.outcome", "failed")
+                    traced.set_attribute("rdq.error_type", type(exc).__name__)
+                raise
+            if traced is not None:
+                traced.set_attribute("rdq.count", done)
+                traced.set_attribute("rdq.outcome", "done")
+            return done
 
     async def _run(
         self,
@@ -251,6 +288,7 @@ class TaskAdmin:
         actor: str,
         reason: str | None,
         progress: ProgressCallback | None,
+        traced: Any = None,
     ) -> int:
         done = 0
         error: str | None = None
@@ -284,6 +322,8 @@ class TaskAdmin:
             raise
         finally:
             _count_metric(action, queue, done)
+            if traced is not None:
+                traced.set_attribute("rdq.count", done)
             await record_action(
                 self.storage, self.sinks, action, queue, selector, actor, reason, done, error
             )

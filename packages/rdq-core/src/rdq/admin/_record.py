@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import structlog
-
 from rdq import audit
 from rdq.admin._selectors import TaskSelector
 from rdq.audit import Action, AuditRecord, AuditSink
+from rdq.logging import get_logger
 from rdq.spi import AuditEntry, Selector, Storage, limits
 
 __all__ = ["record_action"]
 
-_log = structlog.get_logger("rdq.admin")
+_log = get_logger("rdq.admin")
 
 
 async def record_action(

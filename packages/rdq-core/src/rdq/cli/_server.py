@@ -27,7 +27,8 @@ from rdq.errors import RdqError
     envvar="RDQ_SERVER_CONFIG",
     metavar="FILE",
     type=click.Path(dir_okay=False),
-    help="TOML file with [server], [defaults], [queues.NAME] tables (env RDQ_SERVER_CONFIG).",
+    help="TOML file with [server], [defaults], [queues.NAME], [schedules.NAME] tables "
+    "(env RDQ_SERVER_CONFIG).",
 )
 @click.option("--host", default=None, help="Address to listen on (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port to listen on (default 8080).")
@@ -98,7 +99,7 @@ def server(
         import uvicorn
 
         from rdq import logging as rdq_logging
-        from rdq._app import App
+        from rdq._app import App, load_app
         from rdq.server import create_app, load_settings, parse_token_flag
     except ModuleNotFoundError as exc:
         raise click.ClickException(
@@ -122,7 +123,7 @@ def server(
         settings, engine_config = load_settings(config_path, overrides)
         if not settings.storage:
             settings = msgspec.structs.replace(settings, storage=chosen_storage(None))
-        engine_app = _load_app(app_ref) if app_ref else App()
+        engine_app = load_app(app_ref, key="app") if app_ref else App()
         if engine_config:
             engine_app.configure(engine_config)
         rdq_logging.configure(json=log_json)
@@ -168,11 +169,3 @@ def _stdlib_logs_as_json() -> None:
     for handler in logging.getLogger().handlers:
         handler.setFormatter(formatter)
     logging.getLogger("uvicorn").setLevel(logging.WARNING)
-
-
-def _load_app(ref: str) -> Any:
-    """The rdq.App named by ``ref``, imported by the rule ``rdq worker APP`` uses (the current
-    directory is importable)."""
-    from rdq._app import load_app
-
-    return load_app(ref, key="app")

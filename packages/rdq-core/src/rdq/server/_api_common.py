@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from litestar import Request
@@ -62,7 +61,11 @@ QueuePath = Annotated[
 ]
 Limit = Annotated[int, QueryParameter(ge=1, le=limits.MAX_LIMIT)]
 Cursor = Annotated[str | None, QueryParameter(max_length=4096)]
-Time = Annotated[datetime | None, QueryParameter(description="RFC 3339 with offset")]
+Time = Annotated[
+    str | None,
+    QueryParameter(format="date-time", max_length=64, description="RFC 3339 with offset"),
+]
+"""A time in a query: RFC 3339 text, parsed by ``check_time`` (never a number of seconds)."""
 
 
 def node_of(request: Request[Any, Any, Any]) -> Node:

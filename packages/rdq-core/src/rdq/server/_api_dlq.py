@@ -20,7 +20,7 @@ from rdq.server._api_common import (
     principal_owner,
     task_body,
 )
-from rdq.server._body import check_time, require_json
+from rdq.server._body import check_time, json_body
 from rdq.server._models import ActionRequest, ActionResult, DLQPage, GroupDoc, GroupList
 from rdq.spi import DLQFilter, Page, Selector, limits
 
@@ -47,10 +47,16 @@ async def list_dlq(
         str | None, QueryParameter(max_length=limits.MAX_HANDLER_REF_LENGTH)
     ] = None,
     dead_lettered_after: Annotated[
-        datetime | None, QueryParameter(description="RFC 3339 with offset; inclusive")
+        str | None,
+        QueryParameter(
+            format="date-time", max_length=64, description="RFC 3339 with offset; inclusive"
+        ),
     ] = None,
     dead_lettered_before: Annotated[
-        datetime | None, QueryParameter(description="RFC 3339 with offset; exclusive")
+        str | None,
+        QueryParameter(
+            format="date-time", max_length=64, description="RFC 3339 with offset; exclusive"
+        ),
     ] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
@@ -97,19 +103,19 @@ async def dlq_groups(request: Request[Any, Any, Any], queue: QueuePath) -> Group
 def _filter(
     error_type: str | None,
     handler_ref: str | None,
-    after: datetime | None,
-    before: datetime | None,
+    after: datetime | str | None,
+    before: datetime | str | None,
     prefix: str = "",
 ) -> DLQFilter | None:
-    after = check_time(after, prefix + "dead_lettered_after")
-    before = check_time(before, prefix + "dead_lettered_before")
-    if not any(v is not None for v in (error_type, handler_ref, after, before)):
+    start = check_time(after, prefix + "dead_lettered_after")
+    end = check_time(before, prefix + "dead_lettered_before")
+    if not any(v is not None for v in (error_type, handler_ref, start, end)):
         return None
     return DLQFilter(
         error_type=error_type or None,
         handler_ref=handler_ref or None,
-        dead_lettered_after=after,
-        dead_lettered_before=before,
+        dead_lettered_after=start,
+        dead_lettered_before=end,
     )
 
 
@@ -145,7 +151,7 @@ async def _act(
 @post(
     "/v1/queues/{queue:str}/dlq/redrive",
     opt={"right": "admin"},
-    before_request=require_json,
+    before_request=json_body(ActionRequest),
     status_code=200,
     summary="Return dead-lettered tasks to their queue",
     description="Select by `ids` or `filter` (exactly one of them; both or neither is a 422; "
@@ -163,7 +169,7 @@ async def redrive(
 @post(
     "/v1/queues/{queue:str}/dlq/purge",
     opt={"right": "admin"},
-    before_request=require_json,
+    before_request=json_body(ActionRequest),
     status_code=200,
     summary="Delete dead-lettered (or, by ids, cancelled) tasks",
     description="Select like redrive; by ids, CANCELLED tasks of the queue are deleted too. "

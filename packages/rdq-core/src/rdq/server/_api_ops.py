@@ -101,8 +101,9 @@ class Health(msgspec.Struct):
     status: str
 
 
-_HEALTH_SECURITY: list[dict[str, list[str]]] = [{}, {"bearer": []}]
-"""Open by default; a ``read`` token is needed only when the node sets ``open_health = false``."""
+_OPTIONAL_TOKEN: list[dict[str, list[str]]] = [{}, {"bearer": []}]
+"""A token may be needed, by configuration: health checks are open unless the node sets
+``open_health = false``, metrics need ``read`` unless it sets ``open_metrics = true``."""
 
 
 @get(
@@ -110,7 +111,7 @@ _HEALTH_SECURITY: list[dict[str, list[str]]] = [{}, {"bearer": []}]
     opt={"right": "health"},
     summary="The process is up",
     description="Open unless the node is configured with `open_health = false`.",
-    security=_HEALTH_SECURITY,
+    security=_OPTIONAL_TOKEN,
     responses=errors(),
     tags=["ops"],
 )
@@ -124,7 +125,7 @@ async def healthz() -> Health:
     summary="The storage answers",
     description="503 `storage_unavailable` when the storage cannot be reached or does not "
     "answer within the node's `request_timeout`. Open unless `open_health = false`.",
-    security=_HEALTH_SECURITY,
+    security=_OPTIONAL_TOKEN,
     responses=errors(),
     tags=["ops"],
 )
@@ -140,6 +141,7 @@ async def readyz(request: Request[Any, Any, Any]) -> Health:
     summary="Prometheus metrics",
     description="Needs a `read` token unless the node sets `open_metrics = true`.",
     media_type=CONTENT_TYPE_LATEST,
+    security=_OPTIONAL_TOKEN,
     responses=errors(),
     tags=["ops"],
 )

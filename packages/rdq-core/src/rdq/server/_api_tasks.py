@@ -25,7 +25,7 @@ from rdq.server._api_common import (
     principal_owner,
     task_body,
 )
-from rdq.server._body import check_depth, check_time, require_json
+from rdq.server._body import check_depth, check_time, json_body
 from rdq.server._errors import ApiError
 from rdq.server._models import (
     ActionResult,
@@ -59,7 +59,7 @@ _KNOWN_FIELDS = frozenset(SubmitRequest.__struct_fields__) | {"format_version"}
 @post(
     "/v1/tasks",
     opt={"right": "submit"},
-    before_request=require_json,
+    before_request=json_body(SubmitRequest),
     status_code=201,
     summary="Submit a task",
     description="201 when stored, 200 when the same id already exists in the same queue "
@@ -194,7 +194,7 @@ async def list_tasks(
 @post(
     "/v1/queues/{queue:str}/tasks/cancel",
     opt={"right": "admin"},
-    before_request=require_json,
+    before_request=json_body(CancelRequest),
     status_code=200,
     summary="Cancel pending tasks, or revoke running ones",
     description="Select by `ids` or `filter` (exactly one of them; both or neither is a 422). "

@@ -7,12 +7,12 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-import structlog
 from litestar import Litestar
-from litestar.datastructures import ResponseHeader
+from litestar.datastructures import MutableScopeHeaders
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
+from litestar.types import Message, Scope
 
 import rdq.metrics  # noqa: F401 - registers the metrics /metrics serves
 from rdq._app import App
@@ -21,6 +21,7 @@ from rdq._worker import Worker
 from rdq.audit import AuditSink
 from rdq.callbacks import HttpCallbackInvoker
 from rdq.errors import ConfigError
+from rdq.logging import get_logger
 from rdq.server._api import api_handlers, principal_guard
 from rdq.server._errors import exception_handlers
 from rdq.server._node import Node
@@ -32,7 +33,7 @@ from rdq.spi import Storage
 __all__ = ["create_app"]
 
 _HERE = Path(__file__).parent
-_log = structlog.get_logger("rdq.server")
+_log = get_logger("rdq.server")
 
 
 def create_app(
@@ -48,8 +49,9 @@ def create_app(
     node opens ``settings.storage`` at startup and closes it at shutdown. When
     ``settings.work`` is set the node also runs an :class:`rdq.Worker` on
     ``settings.queues``, with HTTP callbacks registered for ``http``/``https`` handler refs
-    on ``engine_app`` (a fresh :class:`rdq.App` if not given). Raises ``ConfigError`` when no
-    token is configured."""
+    on ``engine_app`` (a fresh :class:`rdq.App` if not given); that worker also runs the
+    app's schedules whose queue is among ``settings.queues`` (one task per tick, however many
+    nodes and workers share the store). Raises ``ConfigError`` when no token is configured."""
     if not settings.tokens:
         raise ConfigError(
             "configure at least one token (--token, RDQ_SERVER_TOKENS or [[server.tokens]])",
@@ -69,7 +71,7 @@ def create_app(
                 await store.migrate()
             node = Node(settings, store, audit_sinks=audit_sinks, engine_app=engine_app)
             app.state.node = node
-            _warn_about(settings, node)
+            _warn_about(settings, node, engine_app)
             if settings.work and settings.queues:
                 await stack.enter_async_context(_working(settings, store, engine_app))
             _log.info("node started", queues=settings.queues, work=settings.work)
@@ -91,7 +93,7 @@ def create_app(
             engine_callback=_add_filters,
         ),
         request_max_body_size=settings.max_body_bytes,
-        response_headers=[ResponseHeader(name="X-Content-Type-Options", value="nosniff")],
+        before_send=[_nosniff],
         lifespan=[lifespan],
         logging_config=None,
     )
@@ -119,8 +121,26 @@ async def _working(
         await invoker.aclose()
 
 
-def _warn_about(settings: ServerSettings, node: Node) -> None:
+async def _nosniff(message: Message, scope: Scope) -> None:
+    """Every response says ``X-Content-Type-Options: nosniff``: the error answers too, which
+    exception handlers and the router make outside a route's own response headers."""
+    if message["type"] == "http.response.start":
+        MutableScopeHeaders.from_message(message)["X-Content-Type-Options"] = "nosniff"
+
+
+def _warn_about(settings: ServerSettings, node: Node, engine_app: App | None) -> None:
     """Say at start-up what the configuration leaves weaker than it could be."""
+    if engine_app is not None:
+        worked = set(settings.queues) if settings.work else set()
+        for schedule in engine_app.schedules.values():
+            queue = engine_app.schedule_queue(schedule)
+            if queue not in worked:
+                _log.warning(
+                    "this node does not run a schedule: it does not work the schedule's queue "
+                    "(a worker or node that works it does)",
+                    schedule=schedule.name,
+                    queue=queue,
+                )
     if settings.work and settings.callbacks.allow_hosts and not settings.callbacks.secrets:
         _log.warning(
             "callbacks are sent unsigned: no callback secret is configured "

@@ -1,24 +1,27 @@
 """Reading JSON request bodies: content type, malformed input, nesting, and time ranges.
 
-Every API POST runs :func:`require_json` before its handler: a body that is not declared as
+Every API POST runs :func:`json_body` before its handler: a body that is not declared as
 JSON is a 415, one that does not decode (truncated, not UTF-8, nested deeper than the decoder
-goes) a 400 ``malformed_json``. The decoded body is cached on the request, so the handler's
-own parsing reads it from there.
+goes) a 400 ``malformed_json``, and one whose fields do not have the JSON types of the
+request model a 422 naming the field. The decoded body is cached on the request, so the
+handler's own parsing reads it from there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 from litestar import Request
 from litestar.exceptions import SerializationException
 
 from rdq.errors import ValidationError
-from rdq.server._errors import ApiError
+from rdq.server._errors import ApiError, body_field
 from rdq.spi import limits
 
-__all__ = ["MAX_DEPTH", "check_depth", "check_time", "require_json"]
+__all__ = ["MAX_DEPTH", "check_depth", "check_time", "json_body", "require_json"]
 
 MAX_DEPTH = 64
 """How deeply a submitted payload (or unknown field) may nest arrays and objects."""
@@ -44,6 +47,25 @@ async def require_json(request: Request[Any, Any, Any]) -> None:
         raise ApiError(400, "malformed_json", "the body nests too deeply", "body") from None
 
 
+def json_body(model: type[Any]) -> Callable[[Request[Any, Any, Any]], Awaitable[None]]:
+    """A ``before_request`` hook: :func:`require_json`, then the body matches ``model`` with
+    the JSON types its OpenAPI schema declares. The handler's own parsing converts leniently
+    (a number sent as a string, ``"delay": "5"``, or a boolean as ``0``); here such a field
+    is a 422, so a client never gets a meaning it did not write (``"dry_run": 0`` purging)."""
+
+    async def hook(request: Request[Any, Any, Any]) -> None:
+        await require_json(request)
+        try:
+            msgspec.convert(await request.json(), model)
+        except msgspec.ValidationError as exc:
+            message = str(exc)
+            field = body_field(message)
+            message = message.split(" - at `$", 1)[0]
+            raise ApiError(422, "validation_error", message, field) from None
+
+    return hook
+
+
 def check_depth(value: Any, field: str, limit: int = MAX_DEPTH) -> None:
     """Raise ``ValidationError`` naming ``field`` if ``value`` nests deeper than ``limit``."""
     stack: list[tuple[Any, int]] = [(value, 1)]
@@ -60,10 +82,16 @@ def check_depth(value: Any, field: str, limit: int = MAX_DEPTH) -> None:
         stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
 
 
-def check_time(value: datetime | None, field: str) -> datetime | None:
-    """A filter time: timezone-aware and representable in UTC (years 1–9999)."""
+def check_time(value: datetime | str | None, field: str) -> datetime | None:
+    """A filter time: timezone-aware and representable in UTC (years 1–9999). Text (a query
+    parameter) must be RFC 3339: a number is not read as seconds since the epoch."""
     if value is None:
         return None
+    if isinstance(value, str):
+        try:
+            value = msgspec.convert(value, datetime)
+        except msgspec.ValidationError as exc:
+            raise ValidationError(str(exc), field=field) from None
     limits.check_aware(value, field)
     try:
         in_utc = value.astimezone(UTC)

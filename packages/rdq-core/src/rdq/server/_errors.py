@@ -27,7 +27,6 @@ import re
 from typing import Any
 
 import msgspec
-import structlog
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
 
@@ -39,10 +38,18 @@ from rdq.errors import (
     StorageUnavailable,
     ValidationError,
 )
+from rdq.logging import get_logger
 
-__all__ = ["ApiError", "ErrorBody", "ErrorDetail", "error_response", "exception_handlers"]
+__all__ = [
+    "ApiError",
+    "ErrorBody",
+    "ErrorDetail",
+    "body_field",
+    "error_response",
+    "exception_handlers",
+]
 
-_log = structlog.get_logger("rdq.server")
+_log = get_logger("rdq.server")
 _MISSING = re.compile(r"missing required field `([^`]+)`")
 _AT_PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 
@@ -135,19 +142,25 @@ def _litestar_field(exc: ValidationException) -> tuple[str | None, str]:
         first = extra[0]
         key = first.get("key")
         message = str(first.get("message") or exc.detail)
-        field = "body" if key == "data" else (str(key) if key else None)
-        missing = _MISSING.search(message)
-        at_path = _AT_PATH.search(message)
-        if field == "body" and missing is not None:
-            field = missing.group(1)
-            if at_path is not None and at_path.group(1):
-                field = f"{at_path.group(1)}.{field}"
-        elif field == "body" and at_path is not None and at_path.group(1):
-            field = at_path.group(1)
-        if field is not None:
-            field = field.replace("[...]", "")
-        return field, message
+        if key == "data":
+            return body_field(message), message
+        return (str(key).replace("[...]", "") if key else None), message
     return None, str(exc.detail)
+
+
+def body_field(message: str) -> str:
+    """The field of the request body that a msgspec validation ``message`` is about
+    (``retry.max_attempts``, ``ids[1]``), or ``body`` for the body as a whole."""
+    field = "body"
+    missing = _MISSING.search(message)
+    at_path = _AT_PATH.search(message)
+    if missing is not None:
+        field = missing.group(1)
+        if at_path is not None and at_path.group(1):
+            field = f"{at_path.group(1)}.{field}"
+    elif at_path is not None and at_path.group(1):
+        field = at_path.group(1)
+    return field.replace("[...]", "")
 
 
 def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

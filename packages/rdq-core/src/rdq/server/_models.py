@@ -11,6 +11,7 @@ from msgspec import Meta
 from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, Outcome, Status, limits
 
 __all__ = [
+    "TASK_ID_PATTERN",
     "ActionRequest",
     "ActionResult",
     "AttemptDoc",
@@ -30,8 +31,9 @@ __all__ = [
     "TaskPage",
 ]
 
+TASK_ID_PATTERN = r"^[A-Za-z0-9._\-:@+=~]+$"
 TaskId = Annotated[
-    str, Meta(min_length=1, max_length=limits.MAX_ID_LENGTH, pattern=r"^[A-Za-z0-9._\-:@+=~]+$")
+    str, Meta(min_length=1, max_length=limits.MAX_ID_LENGTH, pattern=TASK_ID_PATTERN)
 ]
 QueueName = Annotated[
     str,

@@ -1,21 +1,26 @@
 """The node's OpenAPI document: its configuration, and refinements the generator cannot make.
 
-Litestar drops a ``minimum`` of 0 and cannot say "exactly one of ``ids`` and ``filter``";
-:func:`refine` writes both into the generated document so that it matches what the API does
-(schemathesis fuzzes the API against this very document).
+Litestar drops a bound of 0 (``minimum``, ``exclusiveMinimum``), the constraints of the
+items of ``ids``, and ``additionalProperties: false`` of the bodies that refuse unknown
+fields, and cannot say "exactly one of ``ids`` and ``filter``" or what the store allows in
+``headers``; :func:`refine` writes all of them into the generated document so that it
+matches what the API does (schemathesis fuzzes the API against this very document).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from litestar import Litestar, Response, Router
 from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 from litestar.openapi.spec import Components, Reference, Schema, SecurityScheme
 from litestar.openapi.spec.enums import OpenAPIType
 
+from rdq.server import _models
 from rdq.server._errors import error_response
+from rdq.spi import limits
 
 __all__ = ["openapi_config", "refine"]
 
@@ -50,8 +55,16 @@ def refine(app: Litestar) -> None:
     schemas = app.openapi_schema.components.schemas or {}
     _minimum_zero(schemas.get("SubmitRequest"), "delay")
     _minimum_zero(schemas.get("RetryRequest"), "base", "cap")
+    _above_zero(schemas.get("RetryRequest"), "timeout")
+    _headers(schemas.get("SubmitRequest"))
     _exactly_one(schemas.get("ActionRequest"), "FilterRequest")
     _exactly_one(schemas.get("CancelRequest"), "TaskFilterRequest")
+    for name in _models.__all__:
+        model = getattr(_models, name)
+        schema = schemas.get(name)
+        closed = isinstance(model, type) and issubclass(model, msgspec.Struct)
+        if closed and model.__struct_config__.forbid_unknown_fields and schema is not None:
+            schema.additional_properties = False
 
 
 def _minimum_zero(schema: Schema | None, *names: str) -> None:
@@ -68,12 +81,59 @@ def _minimum_zero(schema: Schema | None, *names: str) -> None:
         )
 
 
+def _above_zero(schema: Schema | None, *names: str) -> None:
+    if schema is None or not schema.properties:
+        return
+    for name in names:
+        prop = schema.properties.get(name)
+        if not isinstance(prop, Schema):
+            continue
+        number = Schema(type=OpenAPIType.NUMBER, exclusive_minimum=0, maximum=prop.maximum)
+        schema.properties[name] = Schema(
+            one_of=[number, Schema(type=OpenAPIType.NULL)],
+            description=prop.description,
+        )
+
+
+def _headers(schema: Schema | None) -> None:
+    """What ``rdq.spi.limits.check_task`` allows: a few names of 1-128 characters, short values."""
+    if schema is None or not schema.properties:
+        return
+    schema.properties["headers"] = Schema(
+        type=OpenAPIType.OBJECT,
+        max_properties=limits.MAX_HEADERS,
+        property_names=Schema(
+            type=OpenAPIType.STRING, min_length=1, max_length=limits.MAX_HEADER_NAME_LENGTH
+        ),
+        additional_properties=Schema(
+            type=OpenAPIType.STRING, max_length=limits.MAX_HEADER_VALUE_LENGTH
+        ),
+    )
+
+
+def _task_ids(min_items: int | None = None) -> Schema:
+    task_id = Schema(
+        type=OpenAPIType.STRING,
+        min_length=1,
+        max_length=limits.MAX_ID_LENGTH,
+        pattern=_models.TASK_ID_PATTERN,
+    )
+    return Schema(
+        type=OpenAPIType.ARRAY,
+        items=task_id,
+        min_items=min_items,
+        max_items=limits.MAX_SELECTOR_IDS,
+    )
+
+
 def _exactly_one(schema: Schema | None, filter_schema: str) -> None:
     """``ids`` (a non-empty array) or ``filter``, never both, never neither."""
     if schema is None:
         return
     null = Schema(type=OpenAPIType.NULL)
-    ids = Schema(type=OpenAPIType.ARRAY, min_items=1, items=Schema(type=OpenAPIType.STRING))
+    ids = _task_ids(min_items=1)
+    if schema.properties and "ids" in schema.properties:
+        schema.properties["ids"] = Schema(one_of=[_task_ids(), null])
     by_filter = Reference(ref=f"#/components/schemas/{filter_schema}")
     schema.one_of = [
         Schema(required=["ids"], properties={"ids": ids, "filter": null}),

@@ -1,7 +1,9 @@
 """Server node settings: from a TOML file, environment variables and command-line flags.
 
 A TOML file holds a ``[server]`` table (everything below), and may also hold the engine's
-``[defaults]`` and ``[queues.NAME]`` tables for the queues the node works::
+``[defaults]``, ``[queues.NAME]`` and ``[schedules.NAME]`` tables, read as ``rdq worker
+--config`` reads them: a node runs the schedules whose queue it works, and however many nodes
+and workers share the store, each tick is one task (see :mod:`rdq._schedules`)::
 
     [server]
     storage = "postgresql://rdq@db/rdq"
@@ -47,6 +49,8 @@ __all__ = [
 
 Right = Literal["read", "submit", "admin"]
 RIGHTS: tuple[Right, ...] = ("read", "submit", "admin")
+_ENGINE_TABLES = ("defaults", "queues", "schedules")
+"""Top-level tables of a node's TOML file that configure the engine (``App.configure``)."""
 DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
 """Largest request body the API accepts (a 1 MiB payload plus room for the rest)."""
 
@@ -210,7 +214,7 @@ def load_settings(
 ) -> tuple[ServerSettings, dict[str, Any]]:
     """Settings from the TOML file, then ``RDQ_*`` environment variables, then ``overrides``
     (command-line flags; ``None`` values are ignored). Returns the settings and the engine
-    part of the file (``defaults``/``queues`` tables) for ``App.configure``.
+    part of the file (``defaults``/``queues``/``schedules`` tables) for ``App.configure``.
 
     Environment: ``RDQ_STORAGE_URL``, ``RDQ_SERVER_TOKENS`` (space-separated
     ``OWNER:RIGHTS:TOKEN``), ``RDQ_CALLBACK_SECRET``, ``RDQ_AUDIT_LOG``,
@@ -227,7 +231,7 @@ def load_settings(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{config_path} is not valid TOML: {exc}", key="config") from None
         data = dict(document.get("server") or {})
-        engine = {k: v for k, v in document.items() if k in ("defaults", "queues")}
+        engine = {k: v for k, v in document.items() if k in _ENGINE_TABLES}
     callbacks = dict(data.pop("callbacks", None) or {})
     secrets_env = callbacks.pop("secrets_env", None)
     if secrets_env:

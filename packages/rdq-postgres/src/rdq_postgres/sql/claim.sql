@@ -1,5 +1,6 @@
--- Claim up to $2 due tasks of queue $1 for a lease of $3 (interval) on behalf of worker $4:
--- highest priority first, oldest due first within a priority.
+-- Claim up to $2 due tasks of queue $1 for a lease of $3 microseconds (an integer: an elapsed
+-- time, never a calendar day) on behalf of worker $4: highest priority first, oldest due first
+-- within a priority.
 -- Due: PENDING with next_attempt_at <= now(), or IN_FLIGHT with lease_expires_at <= now()
 -- (a lost lease, reclaimed with a LEASE_EXPIRED attempt record naming its holder). now() is
 -- the database clock (the transaction start: run it in autocommit). Locked rows are skipped,
@@ -21,7 +22,7 @@ SET status = 'IN_FLIGHT',
     token = gen_random_uuid()::text,
     claimed_at = now(),
     claimed_by = $4,
-    lease_expires_at = now() + $3::interval,
+    lease_expires_at = now() + $3::bigint * interval '1 microsecond',
     attempt_count = t.attempt_count + CASE WHEN t.status = 'IN_FLIGHT' THEN 1 ELSE 0 END,
     error_type = CASE WHEN t.status = 'IN_FLIGHT' THEN 'LeaseExpired' ELSE t.error_type END,
     attempts = CASE

@@ -21,8 +21,8 @@ ins AS (
     )
     SELECT i.id, i.queue, i.handler_ref, i.payload, i.headers, 'PENDING', i.attempt_count,
            i.redrive_count, i.attempts, i.error_type, now(),
-           COALESCE(i.next_attempt_at, now() + $15::interval), i.retry, i.format_version,
-           i.extra, i.priority
+           COALESCE(i.next_attempt_at, now() + $15::bigint * interval '1 microsecond'), i.retry,
+           i.format_version, i.extra, i.priority
     FROM input AS i
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING

@@ -1,8 +1,8 @@
 -- Admit many new tasks in one statement: no attempts, counters at 0, no retry override, no
--- unknown fields, the current format version ($6) and due at now() + $7. Same result and
--- conflict handling as enqueue_batch.sql, which takes every field. When every task has the
--- same queue ($2), handler_ref ($3) or priority ($8), that array holds just it; when no task
--- has headers, $5 is empty.
+-- unknown fields, the current format version ($6) and due at now() + $7 microseconds. Same
+-- result and conflict handling as enqueue_batch.sql, which takes every field. When every task
+-- has the same queue ($2), handler_ref ($3) or priority ($8), that array holds just it; when
+-- no task has headers, $5 is empty.
 WITH input AS (
     SELECT i.id, COALESCE(i.queue, $2[1]) AS queue,
            COALESCE(i.handler_ref, $3[1]) AS handler_ref, i.payload,
@@ -16,7 +16,7 @@ ins AS (
         attempts, created_at, next_attempt_at, format_version, extra, priority
     )
     SELECT i.id, i.queue, i.handler_ref, i.payload, i.headers, 'PENDING', 0, 0, '[]', now(),
-           now() + $7::interval, $6::integer, '{}', i.priority
+           now() + $7::bigint * interval '1 microsecond', $6::integer, '{}', i.priority
     FROM input AS i
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING

@@ -1,8 +1,9 @@
--- Admit tasks inside the caller's own transaction (enqueue_in): the arrays and $14 (delay) of
--- enqueue_batch.sql, and $15 (whether to NOTIFY). Never raises for an id held by another
--- queue, so the caller's transaction stays usable: `conflict_id`/`conflict_queue` name the
--- first such id in batch order (the store then deletes what this statement inserted and
--- raises IDConflict). The NOTIFY is delivered when the caller commits, and never on rollback.
+-- Admit tasks inside the caller's own transaction (enqueue_in): the arrays and $14 (delay in
+-- microseconds) of enqueue_batch.sql, and $15 (whether to NOTIFY). Never raises for an id held
+-- by another queue, so the caller's transaction stays usable: `conflict_id`/`conflict_queue`
+-- name the first such id in batch order (the store then deletes what this statement inserted
+-- and raises IDConflict). The NOTIFY is delivered when the caller commits, and never on
+-- rollback.
 WITH input AS (
     SELECT *
     FROM unnest(
@@ -22,8 +23,8 @@ ins AS (
     )
     SELECT i.id, i.queue, i.handler_ref, i.payload, i.headers, 'PENDING', i.attempt_count,
            i.redrive_count, i.attempts, i.error_type, now(),
-           COALESCE(i.next_attempt_at, now() + $14::interval), i.retry, i.format_version,
-           i.extra, i.priority
+           COALESCE(i.next_attempt_at, now() + $14::bigint * interval '1 microsecond'), i.retry,
+           i.format_version, i.extra, i.priority
     FROM input AS i
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING

@@ -23,8 +23,10 @@ public interface Storage extends AutoCloseable {
     @Override
     void close();
 
-    /** Create or upgrade the schema; idempotent and safe when several processes run it. */
-    void migrate();
+    /** Create or upgrade the schema; idempotent and safe when several processes run it.
+     * Returns the names of the steps this call applied, in order (empty when the schema was
+     * already up to date). */
+    List<String> migrate();
 
     /** Admit {@code task} due at its {@code nextAttemptAt}, else now + {@code delay} (null: now).
      * Returns false if the id already exists in the same queue; throws

@@ -155,8 +155,11 @@ final class Session implements Runnable {
                 g.writeNull();
             }
             case "migrate" -> {
-                store().migrate();
-                g.writeNull();
+                g.writeStartArray();
+                for (String step : store().migrate()) {
+                    g.writeString(step);
+                }
+                g.writeEndArray();
             }
             case "capabilities" -> capabilities(g, store().capabilities());
             case "enqueue" -> g.writeBoolean(store().enqueue(a.envelope("task"), a.optionalDuration("delay")));

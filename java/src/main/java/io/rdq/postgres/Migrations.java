@@ -82,9 +82,9 @@ final class Migrations {
     }
 
     /** Apply every migration not yet recorded, each in its own transaction, under the same
-     * session advisory lock as the Python plugin (other migrators wait). Returns the versions
-     * applied. */
-    static List<Integer> apply(Connection conn, Sql sql, String schema) throws SQLException {
+     * session advisory lock as the Python plugin (other migrators wait). Returns the migrations
+     * applied, named as their files are ({@code 0003_second_revision}), in order. */
+    static List<String> apply(Connection conn, Sql sql, String schema) throws SQLException {
         long key = lockKey(schema);
         try (PreparedStatement lock = conn.prepareStatement("SELECT pg_advisory_lock(?)")) {
             lock.setLong(1, key);
@@ -102,7 +102,7 @@ final class Migrations {
                 }
             }
             check(done.stream().mapToInt(Integer::intValue).max().orElse(0), schema);
-            List<Integer> applied = new ArrayList<>();
+            List<String> applied = new ArrayList<>();
             for (Migration m : bundled(sql)) {
                 if (done.contains(m.version())) {
                     continue;
@@ -125,7 +125,7 @@ final class Migrations {
                 } finally {
                     conn.setAutoCommit(true);
                 }
-                applied.add(m.version());
+                applied.add(String.format("%04d_%s", m.version(), m.name()));
             }
             return applied;
         } finally {

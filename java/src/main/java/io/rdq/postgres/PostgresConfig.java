@@ -14,12 +14,17 @@ import java.util.regex.Pattern;
 /**
  * How {@link PostgresStorage} connects, from a {@code postgresql://user:password@host:port/db}
  * URL whose query parameters set rdq's options ({@code schema}, {@code timeout},
- * {@code pool_max}, {@code connect_timeout}, {@code notify}); other query parameters are
- * passed to the JDBC driver as connection properties ({@code sslmode}, ...).
+ * {@code pool_max}, {@code connect_timeout}, {@code server_timeout}, {@code notify}); other
+ * query parameters are passed to the JDBC driver as connection properties ({@code sslmode},
+ * {@code options}, ...).
  *
  * @param timeout seconds one operation may wait on the server before it throws
  *     {@link io.rdq.StorageUnavailableException} ({@code migrate} and {@code waitDue}'s own wait
  *     are exempt)
+ * @param connectTimeout seconds to wait for a new connection (default: {@code timeout})
+ * @param serverTimeout whether the server stops a statement at {@code timeout} too
+ *     ({@code statement_timeout}, sent when connecting); PgBouncer refuses that unless told to
+ *     ignore it: {@code server_timeout=false} there
  */
 public record PostgresConfig(
         String jdbcUrl,
@@ -29,6 +34,7 @@ public record PostgresConfig(
         double timeout,
         int poolMax,
         double connectTimeout,
+        boolean serverTimeout,
         boolean notifications,
         Map<String, String> driverProperties) {
 
@@ -78,7 +84,8 @@ public record PostgresConfig(
         String schema = "rdq";
         double timeout = Limits.DEFAULT_OPERATION_TIMEOUT;
         int poolMax = 10;
-        double connectTimeout = 10.0;
+        Double connectTimeout = null;
+        boolean serverTimeout = true;
         boolean notify = true;
         Map<String, String> driver = new LinkedHashMap<>();
         if (uri.getRawQuery() != null && !uri.getRawQuery().isEmpty()) {
@@ -97,6 +104,7 @@ public record PostgresConfig(
                     case "pool_min", "statement_cache_size", "command_timeout" -> {
                         // options of the Python store that mean nothing here
                     }
+                    case "server_timeout" -> serverTimeout = bool(key, value);
                     case "notify" -> notify = bool(key, value);
                     default -> driver.put(key, value);
                 }
@@ -106,11 +114,13 @@ public record PostgresConfig(
             throw new ConfigException("schema", "must be a plain identifier (letters, digits, _; at most 51 characters)");
         }
         String jdbc = "jdbc:postgresql://" + (host.contains(":") ? "[" + host + "]" : host) + ":" + port + "/" + database;
-        return new PostgresConfig(jdbc, user, password, schema, timeout, poolMax, connectTimeout, notify, driver);
+        return new PostgresConfig(jdbc, user, password, schema, timeout, poolMax,
+                connectTimeout == null ? timeout : connectTimeout, serverTimeout, notify, driver);
     }
 
-    /** The JDBC connection properties; {@code bounded} adds the operation timeout (server-side
-     * statement timeout and client socket timeout). */
+    /** The JDBC connection properties; {@code bounded} adds the operation timeout: the
+     * server's {@code statement_timeout} (whole milliseconds, rounded up, added to the URL's own
+     * {@code options}) unless {@code server_timeout=false}, and the client's socket timeout. */
     Properties properties(boolean bounded) {
         Properties props = new Properties();
         props.putAll(driverProperties);
@@ -125,8 +135,11 @@ public record PostgresConfig(
         props.setProperty("loginTimeout", Integer.toString((int) Math.ceil(connectTimeout)));
         props.setProperty("tcpKeepAlive", "true");
         if (bounded) {
-            long ms = Math.max(1, Math.round(timeout * 1000));
-            props.setProperty("options", "-c statement_timeout=" + ms);
+            if (serverTimeout) {
+                long ms = (long) Math.ceil(timeout * 1000);
+                String own = driverProperties.getOrDefault("options", "").strip();
+                props.setProperty("options", (own.isEmpty() ? "" : own + " ") + "-c statement_timeout=" + ms);
+            }
             // the socket timeout catches a server that stopped answering altogether; it is in
             // whole seconds, so it is set a little past the statement timeout
             props.setProperty("socketTimeout", Long.toString((long) Math.ceil(timeout) + 1));

@@ -203,11 +203,11 @@ public final class PostgresStorage implements Storage {
     }
 
     @Override
-    public void migrate() {
+    public List<String> migrate() {
         ready();
         // a connection of its own: migrations are exempt from the operation timeout
         try (Connection conn = java.sql.DriverManager.getConnection(config.jdbcUrl(), config.properties(false))) {
-            Migrations.apply(conn, sql, config.schema());
+            return Migrations.apply(conn, sql, config.schema());
         } catch (SQLException e) {
             throw Errors.translate(e, config.endpoint());
         }
@@ -372,10 +372,10 @@ public final class PostgresStorage implements Storage {
         List<Row> rows = query("claim", Params.of().set("queue", queue).set("limit", limit)
                 .set("lease_us", Times.micros(lease)).set("worker_id", workerId), rs -> new Row(
                         new Claimed(Rows.envelope(rs), rs.getString("token")), Rows.instant(rs, "claimed_due_at")));
-        // UPDATE ... RETURNING has no order: hand the claims out in the claim order
+        // UPDATE ... RETURNING has no order: hand the claims out in the claim order; ties stay
+        // as they came (the order of ids is the database's, never compared here)
         List<Row> sorted = new ArrayList<>(rows);
-        sorted.sort(Comparator.comparing((Row r) -> -r.claimed().task().priority()).thenComparing(Row::dueAt)
-                .thenComparing(r -> r.claimed().task().id()));
+        sorted.sort(Comparator.comparing((Row r) -> -r.claimed().task().priority()).thenComparing(Row::dueAt));
         return sorted.stream().map(Row::claimed).toList();
     }
 

@@ -13,7 +13,7 @@ import java.time.Duration;
 
 /**
  * A Java worker for the cross-language tests: {@code LoopWorker URL QUEUE MODE WORKER_ID
- * LEASE_S HEARTBEAT_S}. Handlers: {@code billing.charge} fails ({@code MODE=failing}) or
+ * LEASE_S HEARTBEAT_S [CONCURRENCY]}. Handlers: {@code billing.charge} fails ({@code MODE=failing}) or
  * succeeds ({@code MODE=fixed}); {@code billing.slow} waits until the file named by its
  * payload's {@code release} exists. Queue settings: 3 attempts, a fixed 50 ms backoff. Every
  * claim, recorded attempt and lost lease is printed as one line; SIGTERM stops it gracefully.
@@ -32,6 +32,9 @@ public final class LoopWorker {
         storage.connect();
         QueueSettings settings = QueueSettings.DEFAULTS.withMaxAttempts(3).withBackoff(Backoff.fixed(0.05))
                 .withLease(lease).withHeartbeat(heartbeat).withTimeout(Duration.ofSeconds(30));
+        if (args.length > 6) {
+            settings = settings.withConcurrency(Integer.parseInt(args[6]));
+        }
         Worker worker = Worker.builder(storage)
                 .workerId(workerId)
                 .queue(queue, settings)

@@ -15,6 +15,7 @@ import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.ValueSource;
 
 class EnvelopeJsonTest {
@@ -73,5 +74,43 @@ class EnvelopeJsonTest {
         assertEquals("2020-01-01T00:00:00.100000Z", Times.format(Instant.parse("2020-01-01T00:00:00.1Z")));
         assertEquals("2020-01-01T00:00:00.000001Z", Times.format(Instant.parse("2020-01-01T00:00:00.000001999Z")));
         assertEquals(Instant.parse("2019-12-31T22:00:00Z"), Times.parse("2020-01-01T00:00:00+02:00", "at"));
+    }
+
+    /** What every reader takes (docs/postgres-schema.md): the times rdq's Python reader takes,
+     * to the nearest microsecond. */
+    @ParameterizedTest
+    @CsvSource({
+        "2026-01-02T03:04:05Z, 2026-01-02T03:04:05Z",
+        "2026-01-02T03:04:05.000000Z, 2026-01-02T03:04:05Z",
+        "2026-01-02T03:04:05.5Z, 2026-01-02T03:04:05.500000Z",
+        "2026-01-02T03:04:05.1234565Z, 2026-01-02T03:04:05.123457Z",
+        "2026-01-02T03:04:05.12345649Z, 2026-01-02T03:04:05.123456Z",
+        "2026-01-02T23:59:59.9999996Z, 2026-01-03T00:00:00Z",
+        "2026-01-02t03:04:05.25z, 2026-01-02T03:04:05.250000Z",
+        "2026-01-02 05:04:05+02:00, 2026-01-02T03:04:05Z",
+        "2026-01-02T00:34:05-02:30, 2026-01-02T03:04:05Z",
+        "2026-01-02T00:34:05-0230, 2026-01-02T03:04:05Z",
+        "2026-01-02T03:04:05-00:00, 2026-01-02T03:04:05Z",
+        "2026-01-02T03:04:05+23:59, 2026-01-01T03:05:05Z",
+    })
+    void readersTakeAnyRfc3339Time(String written, String meant) {
+        assertEquals(Instant.parse(meant), Times.parse(written, "at"));
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"2026-01-02T03:04Z", "2026-01-02T03:04:05+02", "2026-01-02T03:04:05+24:00",
+        "2026-02-30T03:04:05Z", "0000-01-01T00:00:00Z", "2026-01-02T03:04:60Z", "2026-01-02T03:04:05.Z",
+        "2026-01-02T03:04:05,5Z", "2026-1-02T03:04:05Z", "2026-01-02T03:04:05Z ", "yesterday"})
+    void textThatIsNoTimeIsRefused(String text) {
+        ValidationException e = assertThrows(ValidationException.class, () -> Times.parse(text, "at"));
+        assertEquals("at", e.field());
+        assertEquals("must be a datetime", e.reason());
+    }
+
+    @Test
+    void aTimeWithoutAnOffsetIsRefused() {
+        ValidationException e = assertThrows(ValidationException.class,
+                () -> Times.parse("2026-01-02T03:04:05.5", "attempts[0].started_at"));
+        assertEquals("attempts[0].started_at", e.field());
     }
 }
