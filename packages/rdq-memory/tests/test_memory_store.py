@@ -89,8 +89,14 @@ async def test_a_named_store_is_shared_by_every_opener_in_the_process() -> None:
 async def test_wait_due_wakes_when_a_task_is_enqueued_from_another_thread() -> None:
     store = MemoryStorage()
     await store.connect()
-    threading.Timer(0.2, lambda: asyncio.run(store.enqueue(task("t")))).start()
-    assert await store.wait_due("q", timeout=30.0) is True
+    waiter = asyncio.create_task(store.wait_due("q", timeout=3600.0))
+    await asyncio.sleep(0)  # one step: it looks at the empty queue and starts waiting
+    assert not waiter.done()
+    producer = threading.Thread(target=lambda: asyncio.run(store.enqueue(task("t"))))
+    producer.start()
+    producer.join()
+    # Only the enqueue can wake it (its own timeout is an hour); the bound fails a lost wake.
+    assert await asyncio.wait_for(waiter, 60) is True
     assert len(await store.claim_due("q", 1, timedelta(seconds=5))) == 1
 
 

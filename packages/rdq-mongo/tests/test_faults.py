@@ -134,16 +134,19 @@ async def test_server_restart_gives_retryable_errors_then_recovery_and_loses_not
     producing = asyncio.create_task(producer())
     try:
         await _until(lambda: len(completed) >= 10, "workers to complete some tasks")
-        # Down for longer than the 2 s operation timeout, within which PyMongo retries by
-        # itself: callers must see StorageUnavailable, then recover.
+        # Down until a caller has seen StorageUnavailable (PyMongo retries by itself within the
+        # 2 s operation timeout, so that takes a while): then it comes back, and callers must
+        # recover.
         await asyncio.to_thread(secantus.stop)
-        await asyncio.sleep(5)
+        await _until(lambda: bool(outages), "a caller to see the outage")
         await asyncio.to_thread(secantus.start)
         await producing
         await _until(lambda: completed >= acknowledged, "every acknowledged task to complete")
     finally:
         stop.set()
-        await asyncio.gather(*workers, producing, return_exceptions=True)
+        ended = await asyncio.gather(*workers, producing, return_exceptions=True)
+    # A worker or the producer that died of anything but StorageUnavailable fails the test.
+    assert [e for e in ended if isinstance(e, BaseException)] == []
 
     assert outages, "the restart produced no retryable error: the test proved nothing"
     async with open_storage(url) as storage:

@@ -126,11 +126,13 @@ async def test_a_lapsed_lease_on_a_spoiled_history_is_reclaimed_and_counted(
 
 
 async def _claim_eventually(store: SqliteStorage) -> Claimed:
-    while True:  # the 1 ms lease lapses at once; the test's own timeout bounds this
-        claims = await store.claim_due("q", 1, LEASE)
-        if claims:
-            return claims[0]
+    """The next claim of queue ``q``, once its lease (1 ms, by the store's clock) lapsed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while not (claims := await store.claim_due("q", 1, LEASE)):
+        assert loop.time() < deadline, "the lapsed lease was never reclaimed"
         await asyncio.sleep(0.01)
+    return claims[0]
 
 
 @pytest.mark.asyncio

@@ -56,6 +56,7 @@ async def test_tasks_of_any_status_page_through_every_match_once(
     assert await _pages(admin, only_a, limit) == [f"p{i:03d}" for i in range(0, 40, 2)]
     assert await _pages(admin, TaskFilter(status=Status.DEAD), limit) == []
     claimed = await storage.claim_due("q", 5, timedelta(seconds=60), worker_id="w-1")
+    assert len(claimed) == 5
     in_flight, _ = await admin.list_tasks("q", TaskFilter(status=Status.IN_FLIGHT))
     assert {t.id for t in in_flight} == {c.task.id for c in claimed}
     assert all(t.claimed_by == "w-1" and t.lease_expires_at for t in in_flight)
