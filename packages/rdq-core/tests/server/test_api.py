@@ -235,6 +235,33 @@ async def test_bad_dlq_queries(
 
 
 @pytest.mark.asyncio
+async def test_a_query_parameter_the_endpoint_does_not_take_is_422_naming_it(
+    client: Client, memory_store: MemoryStorage
+) -> None:
+    for task_id, error_type in (("dead-1", "Boom"), ("dead-2", "Other")):
+        await _submit(client, id=task_id)
+        await _kill(memory_store, task_id, error_type)
+    # A misspelt filter must not list (or, for an action, act on) the whole DLQ.
+    response = await client.get(
+        "/v1/queues/default/dlq", params={"eror_type": "Boom"}, headers=ADMIN
+    )
+    assert response.status_code == 422, response.text
+    error = _error(response)
+    assert error["field"] == "eror_type"
+    assert "error_type" in error["message"]  # what the endpoint does take
+    response = await client.get("/v1/queues", params={"": "1"}, headers=ADMIN)
+    assert (response.status_code, _error(response)["field"]) == (422, ""), response.text
+    response = await client.get(
+        "/v1/queues/default/dlq", params={"error_type": "Boom"}, headers=ADMIN
+    )
+    assert [t["id"] for t in response.json()["tasks"]] == ["dead-1"]
+    # Probes take whatever their scrapers add; without a token the answer is still 401.
+    assert (await client.get("/healthz", params={"ts": "1"})).status_code == 200
+    unauthorized = await client.get("/v1/queues/default/dlq", params={"eror_type": "Boom"})
+    assert unauthorized.status_code == 401
+
+
+@pytest.mark.asyncio
 async def test_redrive_and_purge_with_dry_run_and_audit(
     client: Client, memory_store: MemoryStorage, audit_sink: MemoryAuditSink
 ) -> None:
