@@ -76,3 +76,27 @@ async def test_once_the_burst_is_spent_announcements_wait_for_the_bucket_to_refi
     # goes out an interval after the first at the soonest, however slow the machine
     assert recorder.sent_at[2] - before >= interval
     await announcer.aclose(timeout=0.1)
+
+
+@pytest.mark.asyncio
+async def test_a_caller_cancelled_while_aclose_stops_the_sender_is_still_cancelled() -> None:
+    stopping = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def send(queues: list[str]) -> None:
+        try:
+            await asyncio.Event().wait()  # a NOTIFY that never returns
+        except asyncio.CancelledError:
+            stopping.set()
+            await finish.wait()  # cleanup that takes a while
+            raise
+
+    announcer = Announcer(send, interval=HOUR, burst=4)
+    announcer.announce(["q"])
+    closing = asyncio.create_task(announcer.aclose(timeout=0.01))
+    await asyncio.wait_for(stopping.wait(), 10)  # aclose timed out and is stopping the sender
+    closing.cancel()
+    finish.set()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    assert closing.cancelled(), "aclose swallowed its caller's cancellation"

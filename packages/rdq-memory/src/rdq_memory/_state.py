@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from rdq.errors import StorageError
-from rdq.spi import AuditEntry, Envelope, Status
+from rdq.spi import AuditEntry, Envelope, Stats, Status
 
 __all__ = ["MemoryState", "QueueIndex", "Record", "Waiter"]
 
@@ -142,6 +142,27 @@ class MemoryState:
     def of_queue(self, queue: str) -> list[Record]:
         idx = self.queues.get(queue)
         return [self.tasks[i] for i in idx.ids] if idx is not None else []
+
+    def stats(self, queue: str, now: datetime) -> Stats:
+        """The counts of ``queue``, as of ``now`` (the storage clock)."""
+        counts = dict.fromkeys(Status, 0)
+        oldest_due: datetime | None = None
+        for record in self.of_queue(queue):
+            task = record.task
+            counts[task.status] += 1
+            due = task.next_attempt_at
+            if task.status == Status.PENDING and due is not None and due <= now:
+                oldest_due = due if oldest_due is None else min(oldest_due, due)
+        return Stats(
+            queue=queue,
+            pending=counts[Status.PENDING],
+            in_flight=counts[Status.IN_FLIGHT],
+            dlq_depth=counts[Status.DEAD],
+            succeeded=counts[Status.SUCCEEDED],
+            cancelled=counts[Status.CANCELLED],
+            oldest_pending_age=(now - oldest_due).total_seconds() if oldest_due else None,
+            as_of=now,
+        )
 
     def wake(self, queue: str) -> None:
         """Wake every ``wait_due`` caller of ``queue`` (from any thread)."""

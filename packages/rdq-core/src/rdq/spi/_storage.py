@@ -25,7 +25,9 @@ Time limits: no operation waits on the backend forever. Each store has an operat
 Corrupt stored tasks: a stored task whose stored form does not decode (edited by hand, written
 by a buggy producer in another language) never makes an operation raise and never blocks
 other tasks. Reads (``get``, ``dlq_list``, ``list_tasks``, ``claim_due``) return it with
-``Envelope.corrupt`` set; ``claim_due`` claims it like any other due task (the engine then
+``Envelope.corrupt`` set (a page read without attempts need not read the attempt records, so
+it may miss a problem that lies only in them; ``get`` and pages with attempts see it);
+``claim_due`` claims it like any other due task (the engine then
 dead-letters it); ``dead_letter``, ``purge`` and ``cancel`` work on it, and a lapsed lease on
 it is reclaimed like any other. Where it can, a store keeps the raw stored value unchanged for
 inspection. Each store gives its tests a way to write such a task (the compliance kit's
