@@ -13,7 +13,7 @@ import pytest
 import rdq
 from rdq.spi import DLQFilter, Outcome, Page, Status, Storage
 
-from .conftest import Recorder, fast_worker, running, wait_status
+from .conftest import Recorder, eventually, fast_worker, running, wait_status
 
 pytestmark = pytest.mark.asyncio
 
@@ -135,13 +135,16 @@ async def test_cancelling_a_running_thread_task_fences_it_off(storage, queue):
         async with running(worker):
             await asyncio.to_thread(started.wait, 30)
             assert await storage.cancel(queue, [sub.id]) == 1
-            for _ in range(600):  # the next renewal (a third of the lease) is refused
-                if log.events("task cancelled by an operator"):
-                    break
-                await asyncio.sleep(0.05)
-            assert worker.in_flight == 0  # its slot is free: the thread no longer counts
+            # the next renewal (a third of the lease) is refused and the handler abandoned:
+            # its slot is free although the thread still runs
+            await eventually(lambda: _slot_freed(worker, log))
+            assert not finished
     finally:
         release.set()
     task = await storage.get(sub.id)
     assert task.status == Status.CANCELLED and task.attempts == []
     assert log.events("task cancelled by an operator; abandoning its handler")
+
+
+async def _slot_freed(worker: rdq.Worker, log: Recorder) -> bool:
+    return bool(log.events("task cancelled by an operator")) and worker.in_flight == 0
