@@ -14,4 +14,3 @@ async def test_chaos_kill_9_workers(postgres_url: str) -> None:
     report = await run_chaos(postgres_url + "?schema=chaos")
     print(report.summary())
     report.assert_ok()
-
