@@ -14,7 +14,7 @@ import functools
 import inspect
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -22,6 +22,7 @@ import msgspec
 from rdq import _classify, _otel, _tracebacks
 from rdq._app import Handler, SchemeInvoker, TaskContext
 from rdq._classify import Action, Decision
+from rdq._deadlines import Deadlines
 from rdq._threads import HandlerThreads, ThreadExit
 from rdq.config import QueueConfig
 from rdq.spi import Outcome
@@ -40,13 +41,6 @@ INTERRUPTED = Decision(
 )
 
 
-class _TimedOut(Exception):
-    """The call's own timeout ran out; ``where`` is where the handler was then."""
-
-    def __init__(self, where: str | None) -> None:
-        self.where = where
-
-
 class _Undecodable(Exception):
     """The payload does not convert to the handler's payload type."""
 
@@ -54,26 +48,42 @@ class _Undecodable(Exception):
 async def invoke(
     run: Run,
     target: Handler | SchemeInvoker,
-    ctx: TaskContext,
+    ctx: TaskContext | None,
     config: QueueConfig,
     used: int,
     threads: HandlerThreads,
     rng: random.Random | None,
+    deadlines: Deadlines,
 ) -> Decision | None:
     """Call ``target`` for ``run``'s task (attempt ``used`` of ``config.max_attempts``) and
-    decide what its ending means. ``CancelledError`` propagates unless the lease was lost
-    (``None``) or the worker interrupted the run at shutdown (``INTERRUPTED``)."""
-    timeout = run.timeout = asyncio.timeout(config.timeout)
+    decide what its ending means. The call's timeout is ``run``'s deadline in ``deadlines``
+    (one timer for every running handler): when it passes, the call's task is cancelled and
+    the call ends as a timeout. ``CancelledError`` from elsewhere propagates unless the lease
+    was lost (``None``) or the worker interrupted the run at shutdown (``INTERRUPTED``).
+    ``ctx`` is built here if the target takes one and none was given."""
+    current = run.task
+    if current is None:
+        raise RuntimeError("a run is invoked from the task that runs it")
+    cancelling = current.cancelling()
+    run.deadline = time.monotonic() + config.timeout
+    deadlines.add(run)
     try:
         if isinstance(target, Handler):
-            args = _arguments(target, run.claimed.task.payload, ctx)
+            args = _arguments(target, run.claimed.task.payload, ctx, run)
             if target.is_async:
-                await _awaited(run, timeout, config, functools.partial(target.fn, *args))
+                await target.fn(*args)
             else:
-                await _in_thread(run, timeout, config, threads, target.fn, args)
+                await _in_thread(run, config, threads, target.fn, args)
         else:
-            await _awaited(run, timeout, config, functools.partial(target, run.claimed.task, ctx))
-    except asyncio.CancelledError:
+            await target(run.claimed.task, ctx if ctx is not None else run.context())
+    except asyncio.CancelledError as exc:
+        if run.expired:
+            run.expired = False  # its cancellation is accounted for here
+            if current.uncancel() <= cancelling:  # no other cancellation: a timeout
+                if run.lost:
+                    return None
+                where = run.where or _cancelled_at(exc, config)
+                return _classify.classify_timeout(where, used, config, rng=rng)
         if run.lost:
             return None
         if run.interrupted:
@@ -87,20 +97,23 @@ async def invoke(
             _classify.UNDECODABLE_PAYLOAD,
             _classify.truncate_message(str(exc)),
         )
-    except _TimedOut as exc:
-        if run.lost:
-            return None
-        return _classify.classify_timeout(exc.where, used, config, rng=rng)
     except ThreadExit as exc:  # SystemExit, KeyboardInterrupt... in a handler's thread
         return _classify.classify_error(exc.original, used, config, rng=rng)
     except BaseException as exc:  # a handler may raise anything, SystemExit included
         if run.lost:
             return None
         return _classify.classify_error(exc, used, config, rng=rng)
+    finally:
+        deadlines.discard(run)
+        if run.expired:  # the handler ended otherwise after its timeout cancelled it
+            run.expired = False
+            current.uncancel()
     return None if run.lost else _classify.SUCCESS
 
 
-def _arguments(handler: Handler, payload: Any, ctx: TaskContext) -> tuple[Any, ...]:
+def _arguments(
+    handler: Handler, payload: Any, ctx: TaskContext | None, run: Run
+) -> tuple[Any, ...]:
     """What ``handler`` is called with: nothing, the payload, or the payload and ``ctx``;
     the payload converted to the handler's payload type first if it has one."""
     if handler.payload_type is not None:
@@ -110,7 +123,7 @@ def _arguments(handler: Handler, payload: Any, ctx: TaskContext) -> tuple[Any, .
             name = handler.payload_type.__name__
             raise _Undecodable(f"payload does not convert to {name}: {exc}") from None
     if handler.takes_context:
-        return (payload, ctx)
+        return (payload, ctx if ctx is not None else run.context())
     if handler.takes_payload:
         return (payload,)
     return ()
@@ -120,47 +133,34 @@ def _last_line(config: QueueConfig) -> str:
     return f"{_classify.TIMEOUT_ERROR}: {_classify.timeout_message(config)}\n"
 
 
-async def _awaited(
-    run: Run,
-    timeout: asyncio.Timeout,
-    config: QueueConfig,
-    call: Callable[[], Awaitable[Any]],
-) -> None:
-    """Await ``call()`` on this loop under ``timeout``."""
-    run.deadline = time.monotonic() + config.timeout
-    try:
-        async with timeout:
-            await call()
-    except TimeoutError as exc:
-        if not timeout.expired():  # the handler's own TimeoutError: an ordinary failure
-            raise
-        raise _TimedOut(_tracebacks.cancelled_at(exc, _last_line(config))) from None
+def _cancelled_at(cancelled: asyncio.CancelledError, config: QueueConfig) -> str | None:
+    """Where an awaited handler was when its timeout ran out: the frames the cancellation
+    went through."""
+    timeout = TimeoutError()
+    timeout.__context__ = cancelled
+    return _tracebacks.cancelled_at(timeout, _last_line(config))
 
 
 async def _in_thread(
     run: Run,
-    timeout: asyncio.Timeout,
     config: QueueConfig,
     threads: HandlerThreads,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
 ) -> None:
-    """Run ``fn(*args)`` in the pool under ``timeout``; an overrun call is abandoned."""
+    """Run ``fn(*args)`` in the pool; a call given up on (its timeout ran out, or the worker
+    stopped waiting) is abandoned. When the timeout ran out, ``run.where`` says what the
+    thread was running then."""
     call = threads.submit(_otel.carry_context(functools.partial(fn, *args)))
     run.call = call
     try:
-        async with timeout:
-            result = await call.future
-            if inspect.isawaitable(result):  # a plain def that returned an awaitable
-                await result
-    except TimeoutError as exc:
-        if not timeout.expired():
-            raise
-        last_line = _last_line(config)
-        where = None
-        if not call.abandoned:  # its thread still runs it (set once the call has returned)
-            where = _tracebacks.thread_stack(call.thread, last_line)
-        raise _TimedOut(where or _tracebacks.cancelled_at(exc, last_line)) from None
+        result = await call.future
+        if inspect.isawaitable(result):  # a plain def that returned an awaitable
+            await result
+    except asyncio.CancelledError:
+        if run.expired and not call.abandoned:  # its thread still runs it
+            run.where = _tracebacks.thread_stack(call.thread, _last_line(config))
+        raise
     finally:
         run.call = None
         if not call.future.done() or call.future.cancelled():

@@ -3,6 +3,12 @@ classify the outcome and write it back with the claim's fencing token.
 
 Nothing here holds a storage connection while the handler runs: the storage is called before
 (never) and after (one resolution call, or a share of a batched ``complete_many``) the handler.
+
+A task's path is kept short, because with fast handlers the engine's own work per task is
+what a worker spends most: one asyncio task runs the handler (its timeout is a deadline in
+the worker's shared :class:`~rdq._deadlines.Deadlines`, not a timer of its own), and a success
+handed to the :class:`~rdq._completer.Completer` ends that task at once; the outcome of the
+batched write comes back as a call of :meth:`Runner.recorded`, not through a future per task.
 """
 
 from __future__ import annotations
@@ -12,50 +18,60 @@ import contextlib
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rdq import _classify, _otel, _tracebacks, metrics
 from rdq._app import App, HandlerImportError, TaskContext
 from rdq._classify import Action, Decision
 from rdq._clock import StorageClock
 from rdq._completer import Completer
+from rdq._deadlines import Deadlines
 from rdq._invoke import invoke
 from rdq._threads import HandlerThreads
 from rdq.config import QueueConfig, resolve
 from rdq.errors import NotFound, StaleClaim, StorageUnavailable
-from rdq.spi import Attempt, Claimed, Envelope, Outcome, Status, Storage, limits
+from rdq.spi import Attempt, Claimed, Completion, Envelope, Outcome, Status, Storage, limits
 
 if TYPE_CHECKING:
     from rdq._threads import Call
 
-__all__ = ["Run", "Runner"]
+__all__ = ["Holder", "Run", "Runner"]
 
 
 class Run:
-    """One claimed task while this worker holds it."""
+    """One claimed task while this worker holds it (claimed ahead, running, or having its
+    outcome written)."""
 
     __slots__ = (
+        "attempt",
         "call",
         "claimed",
         "config",
+        "ctx_fields",
         "deadline",
         "done",
+        "expired",
         "fenced",
-        "free_slot",
+        "freed_early",
+        "holder",
+        "holds_slot",
         "interrupted",
         "lease",
         "lost",
         "number",
         "queue",
-        "release",
         "renew_at",
         "resolving",
         "started",
         "task",
-        "timeout",
+        "timing",
         "used",
+        "where",
+        "write_deadline",
+        "write_pause",
+        "writing",
     )
 
     def __init__(self, claimed: Claimed, lease: float, claimed_mono: float) -> None:
@@ -74,30 +90,77 @@ class Run:
         """The handler ignored its timeout's cancellation; TIMEOUT was recorded without it."""
         self.resolving = False
         """The handler is over and its outcome is being written (shutdown lets that finish)."""
+        self.writing = False
+        """The success is with the completer, waiting for its batched write."""
         self.deadline = math.inf
         """Monotonic time by which an awaited handler must have ended (timeout included)."""
-        self.timeout: asyncio.Timeout | None = None
-        """The handler call's timeout while it runs (moved later by :meth:`excuse_stall`)."""
-        self.release: Callable[[], None] | None = None
-        self.free_slot: Callable[[], None] | None = None
-        """Offers the task's concurrency slot back before ``release`` (a success waiting for
-        its batched write no longer runs a handler); the worker decides whether to take it."""
+        self.timing = False
+        """The deadline is being watched (the handler runs)."""
+        self.expired = False
+        """The deadline passed and the handler's task was cancelled for it."""
+        self.where: str | None = None
+        """Where a plain function's thread was when its timeout ran out."""
+        self.holder: Holder | None = None
+        """Where the task's slot is accounted: told when the run is over."""
+        self.holds_slot = False
+        self.freed_early = False
         self.config: QueueConfig | None = None
         self.number = 0
         self.used = 0
         self.started: datetime | None = None
+        self.attempt: Attempt | None = None
+        self.write_deadline = 0.0
+        self.write_pause = 0.0
+        self.ctx_fields: tuple[str, int] | None = None
+        """(worker id, attempt number) for a context built on demand."""
 
     def excuse_stall(self, seconds: float) -> None:
         """Give the handler ``seconds`` more: the event loop was stalled by another handler
         for that long, time this one could not use."""
         self.deadline += seconds
-        timeout = self.timeout
-        if timeout is None:
+
+    def expire(self) -> None:
+        """The handler's timeout ran out: cancel its task (the call ends as TIMEOUT)."""
+        if self.task is not None and not self.task.done():
+            self.expired = True
+            self.task.cancel()
+
+    def context(self) -> TaskContext:
+        """The handler's view of the task (built when a handler asks for it)."""
+        task = self.claimed.task
+        worker_id, number = self.ctx_fields or ("", task.attempt_count + 1)
+        return TaskContext(
+            task.id,
+            task.queue,
+            number,
+            task.headers,
+            task.handler_ref,
+            task.redrive_count,
+            worker_id,
+            task,
+        )
+
+    def release(self) -> None:
+        """The run is over: the worker no longer holds the task."""
+        if self.done:
             return
-        when = timeout.when()
-        if when is not None and not timeout.expired():
-            with contextlib.suppress(RuntimeError):  # expiring already: too late
-                timeout.reschedule(when + seconds)
+        self.done = True
+        if self.holder is not None:
+            self.holder.release(self)
+
+    def offer_slot(self) -> None:
+        """The handler is over and the success waits for its batched write: the worker may
+        give the slot to the next task."""
+        if self.holder is not None and self.holds_slot:
+            self.holder.offer_slot(self)
+
+
+class Holder(Protocol):
+    """Accounts a worker's runs and their concurrency slots."""
+
+    def release(self, run: Run) -> None: ...
+
+    def offer_slot(self, run: Run) -> None: ...
 
 
 class Runner:
@@ -113,11 +176,15 @@ class Runner:
         log: Any,
         rng: random.Random | None = None,
         on_retry: Callable[[str, float], None] | None = None,
-        completer: Completer | None = None,
+        completer: Completer[Run] | None = None,
+        spawn: Callable[[Coroutine[Any, Any, None]], object] | None = None,
     ) -> None:
         """``on_retry(queue, delay)`` is told of every retry scheduled (a wake-up hint).
         With a ``completer`` (stores with ``batch_complete``) successes are recorded through
-        it, batched with other tasks' successes; otherwise one ``complete`` call each."""
+        it, batched with other tasks' successes, and its results must come back to
+        :meth:`recorded`; otherwise one ``complete`` call each. ``spawn(coro)`` runs the rare
+        follow-ups of a batched write (reports that need the store) as a task the worker
+        waits for when it stops."""
         self.app = app
         self.storage = storage
         self.clock = clock
@@ -127,8 +194,12 @@ class Runner:
         self.rng = rng
         self.on_retry = on_retry
         self.completer = completer
+        self.deadlines = Deadlines()
+        self._spawn = spawn or asyncio.ensure_future
         self._attempt_counters: dict[tuple[str, Outcome], Any] = {}
         self._durations: dict[str, Any] = {}
+        self._writing = 0
+        self._written: asyncio.Event | None = None
 
     def _attempts(self, queue: str, outcome: Outcome) -> Any:
         """The attempts counter child for (queue, outcome), looked up once."""
@@ -145,33 +216,48 @@ class Runner:
         return child
 
     async def execute(self, run: Run) -> None:
-        """Run ``run``'s task to one recorded outcome (or to a lost lease). Never raises
+        """Run ``run``'s task to one recorded outcome (or to a lost lease), then release it
+        (a success with the completer is released when its write returns). Never raises
         except ``CancelledError`` when the whole worker is cancelled. With OpenTelemetry the
         attempt is a span (see :mod:`rdq._otel`)."""
-        task = run.claimed.task
-        span = _otel.attempt_span(
-            task.queue, task.id, task.handler_ref, task.attempt_count + 1, task.headers
-        )
-        if span is None:
-            decision = await self._decide(run)
-            if decision is not None:
-                await self._finish(run, decision)
-            return
-        with span as current:
-            decision = await self._decide(run)
-            _otel.finish_attempt(
-                current,
-                decision.outcome.value if decision is not None else None,
-                decision.error_type if decision is not None else None,
+        try:
+            task = run.claimed.task
+            span = _otel.attempt_span(
+                task.queue, task.id, task.handler_ref, task.attempt_count + 1, task.headers
             )
-            if decision is not None:
-                await self._finish(run, decision)
+            if span is None:
+                decision = await self._decide(run)
+                if decision is not None:
+                    await self._finish(run, decision)
+                return
+            with span as current:
+                decision = await self._decide(run)
+                _otel.finish_attempt(
+                    current,
+                    decision.outcome.value if decision is not None else None,
+                    decision.error_type if decision is not None else None,
+                )
+                if decision is not None:
+                    await self._finish(run, decision)
+        except Exception as exc:  # a bug: the task runs again once its lease expires
+            self.log.error(
+                "task runner failed",
+                task_id=run.claimed.task.id,
+                queue=run.queue,
+                worker_id=self.worker_id,
+                error=repr(exc),
+            )
+        finally:
+            if not run.writing:
+                run.release()
 
     async def _decide(self, run: Run) -> Decision | None:
         """What this attempt comes to — running the handler if it is to run — or None when
         the lease was lost or the outcome is already written (fenced off)."""
         task = run.claimed.task
         run.number = task.attempt_count + 1
+        if run.interrupted:  # claimed ahead, the worker stopped before it could start
+            return INTERRUPTED_UNSTARTED
         run.used = run.number - _interrupted_since_redrive(task)
         run.started = self.clock.now()
         if task.corrupt is not None:  # never run: what it holds is not what was written
@@ -193,18 +279,11 @@ class Runner:
             return failed
         if target is None:
             return _unknown(task)
-        ctx = TaskContext(
-            task.id,
-            task.queue,
-            run.number,
-            task.headers,
-            task.handler_ref,
-            task.redrive_count,
-            self.worker_id,
-            task,
-        )
+        run.ctx_fields = (self.worker_id, run.number)
         t0 = time.monotonic()
-        decision = await invoke(run, target, ctx, config, run.used, self.threads, self.rng)
+        decision = await invoke(
+            run, target, None, config, run.used, self.threads, self.rng, self.deadlines
+        )
         if decision is None or run.fenced:  # lost lease, or the outcome is already written
             return None
         self._duration(task.queue).observe(time.monotonic() - t0)
@@ -228,6 +307,14 @@ class Runner:
 
     def _attempt(self, run: Run, decision: Decision) -> Attempt:
         """The attempt record of ``decision``; every text within the contract's limits."""
+        if decision is _classify.SUCCESS:
+            return Attempt(
+                number=run.number,
+                outcome=Outcome.SUCCEEDED,
+                started_at=run.started,
+                finished_at=self.clock.now(),
+                worker_id=self.worker_id,
+            )
         return Attempt(
             number=run.number,
             outcome=decision.outcome,
@@ -247,10 +334,18 @@ class Runner:
         """Write the attempt and the decision. An outage (``StorageUnavailable``) is retried
         until the lease is surely gone; any other refusal is not retried. Either way an
         outcome that could not be written is logged with what it was, and the task runs
-        again once its lease expires."""
+        again once its lease expires. A success with the completer is only handed over
+        here (see :meth:`recorded`)."""
         task = run.claimed.task
         run.resolving = True
-        attempt = self._attempt(run, decision)
+        attempt = run.attempt = self._attempt(run, decision)
+        completer = self.completer
+        if decision.action is Action.COMPLETE and completer is not None:
+            run.write_deadline = time.monotonic() + 2 * run.lease
+            run.write_pause = 0.05
+            self._hand_over(run, completer)
+            run.offer_slot()  # the next task may start while this one is written
+            return
         deadline = time.monotonic() + 2 * run.lease
         pause = 0.05
         rng = self.rng or random
@@ -263,10 +358,7 @@ class Runner:
                 await self._report_stale(run, decision)
                 return
             except NotFound:
-                self.log.warning(
-                    "task vanished while running (purged?)",
-                    **self._fields(task.id, run.queue, run.number),
-                )
+                self._report_vanished(run)
                 return
             except StorageUnavailable as exc:
                 metrics.STORAGE_ERRORS.labels(decision.action.value).inc()
@@ -295,6 +387,86 @@ class Runner:
             self.log.warning("dead-lettered", **fields)
         else:
             self.log.info("retry scheduled", **fields, delay=round(decision.delay, 3))
+
+    # --- batched successes -----------------------------------------------------------------
+
+    def _hand_over(self, run: Run, completer: Completer[Run]) -> None:
+        if not run.writing:
+            run.writing = True
+            self._writing += 1
+        attempt = run.attempt
+        if attempt is None:  # set by _finish before any hand-over
+            raise RuntimeError("a success is handed over without its attempt record")
+        completer.submit(Completion(run.claimed.task.id, run.claimed.token, attempt), run)
+
+    def recorded(self, results: list[tuple[Run, BaseException | None]]) -> None:
+        """The completer's report of one flush: each run's success was recorded (``None``)
+        or why not. Successes are counted, their runs released; an outage is retried
+        through the completer until the lease is surely gone."""
+        counted: dict[str, int] = {}
+        for run, error in results:
+            if error is None:
+                counted[run.queue] = counted.get(run.queue, 0) + 1
+                self._written_one(run)
+            else:
+                self._not_recorded(run, error)
+        for queue, count in counted.items():
+            self._attempts(queue, Outcome.SUCCEEDED).inc(count)
+
+    def _written_one(self, run: Run) -> None:
+        if run.writing:
+            run.writing = False
+            self._writing -= 1
+            if not self._writing and self._written is not None:
+                self._written.set()
+        run.release()
+
+    def _not_recorded(self, run: Run, error: BaseException) -> None:
+        if isinstance(error, StorageUnavailable):
+            metrics.STORAGE_ERRORS.labels(Action.COMPLETE.value).inc()
+            pause = run.write_pause
+            if time.monotonic() + pause <= run.write_deadline and not run.lost:
+                run.write_pause = min(pause * 2, 5.0)
+                delay = pause * (0.5 + (self.rng or random).random())
+                asyncio.get_running_loop().call_later(delay, self._retry_write, run)
+                return
+        self._written_one(run)
+        if isinstance(error, asyncio.CancelledError):  # the worker is being torn down
+            return
+        if isinstance(error, StaleClaim):
+            metrics.STALE_CLAIMS.labels(run.queue).inc()
+            self._spawn(self._report_stale(run, _classify.SUCCESS))
+        elif isinstance(error, NotFound):
+            self._report_vanished(run)
+        else:
+            if not isinstance(error, StorageUnavailable):
+                metrics.STORAGE_ERRORS.labels(Action.COMPLETE.value).inc()
+            if run.attempt is not None and isinstance(error, Exception):
+                self._report_unwritten(run, run.attempt, error)
+
+    def _retry_write(self, run: Run) -> None:
+        completer = self.completer
+        if completer is None or completer.closed:
+            self._written_one(run)
+            return
+        self._hand_over(run, completer)
+
+    async def written(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds until no success waits for its batched write
+        (retries of a failed flush included)."""
+        if not self._writing:
+            return
+        self._written = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._written.wait(), timeout)
+
+    # --- reports ---------------------------------------------------------------------------
+
+    def _report_vanished(self, run: Run) -> None:
+        self.log.warning(
+            "task vanished while running (purged?)",
+            **self._fields(run.claimed.task.id, run.queue, run.number),
+        )
 
     def _report_unwritten(self, run: Run, attempt: Attempt, exc: Exception) -> None:
         self.log.error(
@@ -349,13 +521,7 @@ class Runner:
     async def _write(self, run: Run, attempt: Attempt, decision: Decision) -> None:
         task_id, token = run.claimed.task.id, run.claimed.token
         if decision.action is Action.COMPLETE:
-            if self.completer is not None:
-                recorded = self.completer.submit(task_id, token, attempt)
-                if run.free_slot is not None:
-                    run.free_slot()  # the next task may start while this one is written
-                await recorded
-            else:
-                await self.storage.complete(task_id, token, attempt)
+            await self.storage.complete(task_id, token, attempt)
         elif decision.action is Action.DEAD_LETTER:
             await self.storage.dead_letter(task_id, token, attempt)
         else:
@@ -367,6 +533,15 @@ class Runner:
 
 def _bounded(text: str | None, limit: int) -> str | None:
     return None if text is None else _tracebacks.bound_head(text, limit)
+
+
+INTERRUPTED_UNSTARTED = Decision(
+    Action.RESCHEDULE,
+    Outcome.INTERRUPTED,
+    0.0,
+    _classify.INTERRUPTED_ERROR,
+    "the worker shut down before the handler started (the task was claimed ahead)",
+)
 
 
 def _corrupt(task: Envelope) -> Decision:

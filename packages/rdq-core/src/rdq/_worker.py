@@ -1,9 +1,10 @@
 """The worker: claims due tasks in batches, runs them with bounded concurrency, and shuts down
 gracefully.
 
-One claim loop per queue asks for as many tasks as it has free slots: at once when it runs
-nothing, else once at least half its slots are free (so claims come in batches) or when no
-other slot freed for ``poll_min`` (so long handlers do not leave slots idle). When nothing is
+One claim loop per queue asks for as many tasks as it has free slots — plus, while the queue
+is deep and its handlers quick, some to start as slots free (see :mod:`rdq._slots`): at once
+when it holds nothing, else once half of that is free (so claims come in batches) or when a
+free slot has waited ``poll_min`` (so long handlers do not leave slots idle). When nothing is
 due it waits with ``wait_due`` if the store can notify, else polls with a backoff from
 ``poll_min`` to ``poll_max`` that resets as soon as work appears. Storage outages are logged,
 counted and retried with backoff; the worker never dies of one. Where the store has
@@ -15,17 +16,15 @@ can then leave up to that many finished tasks unrecorded, to be run again after 
 Their leases are still renewed until the write returns.
 
 ``stop()`` (or SIGTERM/SIGINT once :meth:`Worker.install_signal_handlers` ran) stops claiming,
-gives in-flight handlers ``grace_period`` seconds, then records INTERRUPTED for the rest and
-makes them due again at once. A second signal skips the grace period. Outcomes already being
+gives in-flight handlers ``grace_period`` seconds (tasks claimed ahead keep starting as slots
+free), then records INTERRUPTED for the rest — started or not — and makes them due again at
+once. A second signal skips the grace period. Outcomes already being
 written (a completion waiting for its batch included) are left to finish either way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
-import functools
 import os
 import random
 import secrets
@@ -47,6 +46,7 @@ from rdq._preflight import check_storage, warn_unserved
 from rdq._runner import Run, Runner
 from rdq._schedules import schedule_loop
 from rdq._shutdown import INTERRUPT_WAIT, drain
+from rdq._slots import Held, QueueSlots
 from rdq._threads import HandlerThreads
 from rdq._watchdog import Watchdog
 from rdq.errors import ConfigError
@@ -57,32 +57,9 @@ from rdq.spi import Storage, limits
 __all__ = ["Worker", "default_worker_id"]
 
 
-_in_flight: collections.Counter[str] = collections.Counter()
-"""Handlers running in this process, by queue. ``rdq_worker_in_flight`` reads it when
-scraped, so running a task costs no metric update."""
-
-
-def _watch_in_flight(queue: str) -> None:
-    metrics.WORKER_IN_FLIGHT.labels(queue).set_function(
-        functools.partial(_in_flight.__getitem__, queue)
-    )
-
-
 def default_worker_id() -> str:
     """``host:pid:random`` — unique per process (and per Worker object)."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-
-
-class _QueueState:
-    __slots__ = ("active", "name", "next_due", "slot_freed")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.active = 0
-        self.next_due = float("inf")
-        """Monotonic time of the earliest retry this worker scheduled (a hint to wake up)."""
-        self.slot_freed = asyncio.Event()
-        _watch_in_flight(name)
 
 
 class Worker:
@@ -142,8 +119,9 @@ class Worker:
         self.clock = StorageClock()
         self.log = logger if logger is not None else get_logger("rdq.worker")
         self._rng = rng
-        self._runs: dict[str, Run] = {}
-        self._states: dict[str, _QueueState] = {}
+        self._held = Held()
+        self._runs = self._held.runs
+        self._states: dict[str, QueueSlots] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._hurry: asyncio.Event | None = None
@@ -151,9 +129,6 @@ class Worker:
         self._idle_waits: set[asyncio.Future[Any]] = set()
         self._side_tasks: set[asyncio.Task[None]] = set()
         """Fencing writes and abandon reports: awaited (briefly) before the worker stops."""
-        self._freed_early = 0
-        """Tasks whose slot was given back while their success waits for its batched write."""
-        self._max_freed_early = 0
 
     # --- control -----------------------------------------------------------------------------
 
@@ -193,7 +168,7 @@ class Worker:
         for waiter in list(self._idle_waits):
             waiter.cancel()
         for state in self._states.values():
-            state.slot_freed.set()
+            state.wake()
 
     # --- main loop ---------------------------------------------------------------------------
 
@@ -208,10 +183,8 @@ class Worker:
         warn_unserved(self.app, self.queues, self.log, self.worker_id)
         size = sum(self.app.queue_config(q).concurrency for q in self.queues)
         threads = HandlerThreads(size)
-        self._states = {q: _QueueState(q) for q in self.queues}
         capabilities = self.storage.capabilities()
-        self._max_freed_early = size
-        completer = Completer(self.storage) if capabilities.batch_complete else None
+        self._held.max_freed_early = size
         runner = Runner(
             self.app,
             self.storage,
@@ -221,8 +194,20 @@ class Worker:
             self.log,
             self._rng,
             on_retry=self._note_retry,
-            completer=completer,
+            spawn=self._side_task,
         )
+        completer: Completer[Run] | None = None
+        if capabilities.batch_complete:
+            completer = runner.completer = Completer(self.storage, runner.recorded)
+        loop = asyncio.get_running_loop()
+
+        def start(run: Run) -> None:
+            run.task = loop.create_task(runner.execute(run))
+
+        self._states = {
+            q: QueueSlots(q, self.app.queue_config(q).concurrency, self._held, start)
+            for q in self.queues
+        }
         notify = capabilities.notify
         watchdog = Watchdog(
             runs=self._held_runs,
@@ -291,18 +276,22 @@ class Worker:
             await stopping.wait()
             await asyncio.gather(*claimers, return_exceptions=True)
             await drain(
-                list(self._runs.values()),
+                self._held_runs,
+                lambda: [run for state in self._states.values() for run in state.unstarted()],
+                start,
                 hurry=self._hurry,
                 hurried=self._stop_requests >= 2,
                 grace_period=self.grace_period,
                 log=self.log,
                 worker_id=self.worker_id,
             )
+            await runner.written(INTERRUPT_WAIT)
             if self._side_tasks:
                 await asyncio.wait(list(self._side_tasks), timeout=INTERRUPT_WAIT)
             if completer is not None:
                 await completer.aclose()
         finally:
+            runner.deadlines.close()
             if completer is not None:
                 completer.cancel()
             for task in claimers + background:
@@ -333,8 +322,7 @@ class Worker:
         fencing = self._side_task(runner.fence_off(run))
 
         def fenced(done: asyncio.Task[None]) -> None:
-            if run.release is not None:
-                run.release()
+            run.release()
 
         fencing.add_done_callback(fenced)
 
@@ -346,6 +334,8 @@ class Worker:
         metrics.STALE_CLAIMS.labels(run.queue).inc()
         if run.task is not None:
             run.task.cancel()
+        else:  # claimed ahead, never started: let it go
+            run.release()
         self._side_task(runner.report_abandoned(run, reason))
 
     def _note_retry(self, queue: str, delay: float) -> None:
@@ -356,12 +346,12 @@ class Worker:
     # --- claiming ----------------------------------------------------------------------------
 
     async def _claim_loop(
-        self, state: _QueueState, runner: Runner, notify: bool, stopping: asyncio.Event
+        self, state: QueueSlots, runner: Runner, notify: bool, stopping: asyncio.Event
     ) -> None:
         """Claim for one queue until stop; a bug in one round is logged, never fatal."""
         while not stopping.is_set():
             try:
-                await self._claim_rounds(state, runner, notify, stopping)
+                await self._claim_rounds(state, notify, stopping)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -370,32 +360,29 @@ class Worker:
                 )
                 await self._idle_wait(asyncio.sleep(1.0))
 
-    async def _claim_rounds(
-        self, state: _QueueState, runner: Runner, notify: bool, stopping: asyncio.Event
-    ) -> None:
+    async def _claim_rounds(self, state: QueueSlots, notify: bool, stopping: asyncio.Event) -> None:
         queue = state.name
         claims_counter = metrics.CLAIMS.labels(queue)
         idle = self.poll_min
         outage = 0.0
         while not stopping.is_set():
             config = self.app.queue_config(queue)
-            free = config.concurrency - state.active
-            if free <= 0:
-                state.slot_freed.clear()
-                await state.slot_freed.wait()
-                continue
-            if state.active and free < max(1, config.concurrency // 2):
-                # wait for more slots to claim a bigger batch, but not for long handlers
-                state.slot_freed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(state.slot_freed.wait(), self.poll_min)
-                    continue
+            state.concurrency = config.concurrency
+            size = state.claim_size()
+            if state.busy:
+                wants = state.worth_claiming()
+                if size < wants:
+                    # wait for a bigger batch, but not with an idle slot for long
+                    idle_slot = state.active < state.concurrency
+                    await state.wait(wants, self.poll_min if idle_slot else None)
+                    size = state.claim_size()
+                    if size <= 0 or stopping.is_set():
+                        continue
+            asked = min(size, limits.MAX_LIMIT)
             lease = timedelta(seconds=config.lease)
             sent = time.monotonic()
             try:
-                claims = await self.storage.claim_due(
-                    queue, min(free, limits.MAX_LIMIT), lease, worker_id=self.worker_id
-                )
+                claims = await self.storage.claim_due(queue, asked, lease, worker_id=self.worker_id)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -417,10 +404,10 @@ class Worker:
                 received = time.monotonic()
                 self.clock.observe_claim(claims[0].task.lease_expires_at, lease, sent, received)
                 claims_counter.inc(len(claims))
-                for claimed in claims:
-                    self._start(claimed, config.lease, sent, state, runner)
+                state.claimed([Run(claimed, config.lease, sent) for claimed in claims], asked)
                 idle = self.poll_min
                 continue
+            state.claimed([], asked)
             now = time.monotonic()
             if state.next_due <= now:
                 state.next_due = float("inf")
@@ -445,58 +432,3 @@ class Worker:
         if not waiter.cancelled() and waiter.exception() is not None:
             metrics.STORAGE_ERRORS.labels("wait_due").inc()
             await asyncio.sleep(self.poll_min)
-
-    def _start(
-        self, claimed: Any, lease: float, claimed_mono: float, state: _QueueState, runner: Runner
-    ) -> None:
-        run = Run(claimed, lease, claimed_mono)
-        task_id = claimed.task.id
-        self._runs[task_id] = run
-        state.active += 1
-        _in_flight[state.name] += 1
-        task = asyncio.get_running_loop().create_task(runner.execute(run))
-        run.task = task
-
-        holds_slot = True
-        freed_early = False
-
-        def give_slot_back() -> None:
-            nonlocal holds_slot
-            holds_slot = False
-            state.active -= 1
-            _in_flight[state.name] -= 1
-            state.slot_freed.set()
-
-        def free_slot() -> None:
-            nonlocal freed_early
-            if holds_slot and self._freed_early < self._max_freed_early:
-                freed_early = True
-                self._freed_early += 1
-                give_slot_back()
-
-        def release() -> None:
-            if run.done:
-                return
-            run.done = True
-            if self._runs.get(task_id) is run:
-                del self._runs[task_id]
-            if holds_slot:
-                give_slot_back()
-            elif freed_early:
-                self._freed_early -= 1
-
-        run.free_slot = free_slot
-        run.release = release
-
-        def finished(done: asyncio.Task[None]) -> None:
-            release()
-            if not done.cancelled() and done.exception() is not None:
-                self.log.error(
-                    "task runner failed",
-                    task_id=task_id,
-                    queue=state.name,
-                    worker_id=self.worker_id,
-                    error=repr(done.exception()),
-                )
-
-        task.add_done_callback(finished)

@@ -1,0 +1,234 @@
+"""One queue's handler slots in a worker, and the tasks claimed ahead for them.
+
+A worker runs at most ``concurrency`` handlers of a queue at once. It claims as many tasks as
+it has free slots and, while the queue is deep and its handlers are quick, some more *ahead*:
+they wait here, leases renewed like any held task, and start as slots free, so the next
+claim's round trip overlaps the handlers instead of following them, and every claim and
+batched completion carries more tasks. How far ahead adapts:
+
+- a claim that came back full (the queue had more) doubles the target, from ``concurrency``
+  up to :data:`MAX_AHEAD`, and never beyond what the queue's handlers get through in
+  :data:`AHEAD_SECONDS` at their recent pace (slots freed per second), so no task waits here
+  much longer than that (long handlers: nothing is claimed ahead);
+- a claim that came back short (the queue is drained) drops it to nothing.
+
+A claim goes out when nothing is held, or once half of what a claim may ask for is free, or
+when slots are free but none has been freed for ``poll_min`` (long handlers do not leave a
+slot idle for long). Waiting for that is one future per claim, woken by the slot that makes it
+true: nothing is done per task beyond counting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import time
+from collections.abc import Callable
+
+from rdq import metrics
+from rdq._runner import Run
+from rdq.spi import limits
+
+__all__ = ["AHEAD_SECONDS", "MAX_AHEAD", "Held", "QueueSlots"]
+
+AHEAD_SECONDS = 0.05
+"""Tasks are claimed ahead for at most this long of the queue's recent pace."""
+
+MAX_AHEAD = 200
+"""Tasks claimed ahead of free slots, per queue, at most."""
+
+_RATE_WINDOW = 0.005
+"""Slots freed are counted over at least this many seconds before the pace (how fast the
+queue's handlers get through tasks) is re-estimated."""
+
+in_flight: collections.Counter[str] = collections.Counter()
+"""Handlers running in this process, by queue. ``rdq_worker_in_flight`` reads it when
+scraped, so running a task costs no metric update."""
+
+
+def _watch_in_flight(queue: str) -> None:
+    metrics.WORKER_IN_FLIGHT.labels(queue).set_function(
+        functools.partial(in_flight.__getitem__, queue)
+    )
+
+
+class Held:
+    """What one worker holds over all its queues: every run by task id, and how many
+    successes waiting for their batched write have given their slot back already (at most
+    ``max_freed_early``, the worker's total concurrency: what a crash could leave run but
+    unrecorded)."""
+
+    __slots__ = ("freed_early", "max_freed_early", "runs")
+
+    def __init__(self) -> None:
+        self.runs: dict[str, Run] = {}
+        self.freed_early = 0
+        self.max_freed_early = 0
+
+
+class QueueSlots:
+    """The slots of one queue in one worker (the ``Holder`` of its runs)."""
+
+    __slots__ = (
+        "_freed",
+        "_freed_at",
+        "_mark",
+        "_rate",
+        "_start",
+        "_waiter",
+        "_wants",
+        "_woken",
+        "active",
+        "ahead",
+        "concurrency",
+        "held",
+        "name",
+        "next_due",
+        "target",
+    )
+
+    def __init__(
+        self, name: str, concurrency: int, held: Held, start: Callable[[Run], None]
+    ) -> None:
+        """``start(run)`` starts a run's handler (the slot is already taken for it)."""
+        self.name = name
+        self.concurrency = concurrency
+        self.held = held
+        self._start = start
+        self.active = 0
+        """Slots taken: handlers running, or outcomes being written that kept their slot."""
+        self.ahead: collections.deque[Run] = collections.deque()
+        """Claimed runs waiting for a slot, in claim order."""
+        self.target = 0
+        """How many runs to keep claimed ahead of free slots."""
+        self.next_due = float("inf")
+        """Monotonic time of the earliest retry this worker scheduled (a hint to wake up)."""
+        self._freed = 0
+        self._mark = (time.monotonic(), 0)
+        self._rate = 0.0
+        self._waiter: asyncio.Future[None] | None = None
+        self._wants = 0
+        self._woken = False
+        self._freed_at = 0.0
+        _watch_in_flight(name)
+
+    # --- claiming ------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """True while any run of this queue is held (running or claimed ahead)."""
+        return bool(self.active or self.ahead)
+
+    def claim_size(self) -> int:
+        """How many tasks a claim would ask for now."""
+        return max(0, self.concurrency - self.active + self.target - len(self.ahead))
+
+    def worth_claiming(self) -> int:
+        """The claim size at which a claim is worth its round trip while runs are held."""
+        return max(1, (self.concurrency + self.target) // 2)
+
+    def claimed(self, runs: list[Run], asked: int) -> None:
+        """Take the runs of a claim that asked for ``asked``: start what free slots allow,
+        keep the rest ahead; adapt how far ahead to claim."""
+        held = self.held.runs
+        for run in runs:
+            run.holder = self
+            held[run.claimed.task.id] = run
+            if self.active < self.concurrency and not self.ahead:
+                self._take_slot(run)
+            else:
+                self.ahead.append(run)
+        self._adapt(asked, len(runs))
+
+    def _adapt(self, asked: int, got: int) -> None:
+        now = time.monotonic()
+        since, freed = self._mark
+        if now - since >= _RATE_WINDOW:
+            pace = (self._freed - freed) / (now - since)
+            self._rate = pace if not self._rate else (self._rate + pace) / 2.0
+            self._mark = (now, self._freed)
+        if got < asked:
+            self.target = 0
+            return
+        cap = min(MAX_AHEAD, limits.MAX_LIMIT - self.concurrency, int(self._rate * AHEAD_SECONDS))
+        self.target = max(0, min(cap, max(self.concurrency, 2 * self.target)))
+
+    async def wait(self, wants: int, quiet: float | None) -> None:
+        """Wait until a claim would ask for at least ``wants`` tasks, or no slot has been
+        freed for ``quiet`` seconds (None: no limit), or :meth:`wake`."""
+        loop = asyncio.get_running_loop()
+        timeout = quiet
+        while True:
+            waiter = self._waiter = loop.create_future()
+            self._wants = wants
+            timer = None if timeout is None else loop.call_later(timeout, _settle, waiter)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+            if quiet is None or self._woken or self.claim_size() >= wants:
+                self._woken = False
+                return
+            since = time.monotonic() - self._freed_at  # a slot freed meanwhile: wait on
+            if since >= quiet:
+                return
+            timeout = quiet - since
+
+    def wake(self) -> None:
+        """End a :meth:`wait` now (stop, or a retry that came due)."""
+        if self._waiter is not None:
+            self._woken = True
+            _settle(self._waiter)
+
+    # --- runs (the Holder protocol) ------------------------------------------------------
+
+    def _take_slot(self, run: Run) -> None:
+        self.active += 1
+        in_flight[self.name] += 1
+        run.holds_slot = True
+        self._start(run)
+
+    def _give_slot_back(self, run: Run) -> None:
+        run.holds_slot = False
+        self.active -= 1
+        in_flight[self.name] -= 1
+        self._freed += 1
+        self._freed_at = time.monotonic()
+        ahead = self.ahead
+        while ahead and self.active < self.concurrency:
+            following = ahead.popleft()
+            if following.done:
+                continue
+            self._take_slot(following)
+        if self._waiter is not None and self.claim_size() >= self._wants:
+            _settle(self._waiter)
+
+    def release(self, run: Run) -> None:
+        if self.held.runs.get(run.claimed.task.id) is run:
+            del self.held.runs[run.claimed.task.id]
+        if run.holds_slot:
+            self._give_slot_back(run)
+        elif run.freed_early:
+            run.freed_early = False
+            self.held.freed_early -= 1
+
+    def offer_slot(self, run: Run) -> None:
+        held = self.held
+        if held.freed_early < held.max_freed_early:
+            run.freed_early = True
+            held.freed_early += 1
+            self._give_slot_back(run)
+
+    def unstarted(self) -> list[Run]:
+        """Take the runs still waiting for a slot (the worker is stopping for good)."""
+        runs = [run for run in self.ahead if not run.done]
+        self.ahead.clear()
+        return runs
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
