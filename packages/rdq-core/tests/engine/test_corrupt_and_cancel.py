@@ -148,3 +148,32 @@ async def test_cancelling_a_running_thread_task_fences_it_off(storage, queue):
 
 async def _slot_freed(worker: rdq.Worker, log: Recorder) -> bool:
     return bool(log.events("task cancelled by an operator")) and worker.in_flight == 0
+
+
+async def test_a_revoked_running_task_gives_its_slot_to_a_waiting_one(storage, queue):
+    # Five slots, all taken by long handlers, one task waiting: the revoke frees one slot,
+    # fewer than a claim usually waits for, and the waiting task must still get it.
+    app = rdq.App()
+    app.queue(queue, lease=0.6, timeout=600, concurrency=5)
+    started: dict[str, asyncio.Event] = {}
+
+    @app.handler("long", queue=queue)
+    async def long(payload: Any) -> None:
+        started[payload].set()
+        await asyncio.sleep(600)  # only a revoke ends it within the test
+
+    client = rdq.Client(storage, app)
+    names = [f"n{i}" for i in range(6)]
+    for name in names:
+        started[name] = asyncio.Event()
+        await client.submit("long", name, queue=queue, id=f"{queue}-{name}")
+    async with running(fast_worker(app, storage, grace_period=0.1)):
+
+        async def five_started() -> bool:
+            return sum(event.is_set() for event in started.values()) == 5
+
+        await eventually(five_started)
+        [waiting] = [name for name in names if not started[name].is_set()]
+        revoked = next(name for name in names if started[name].is_set())
+        assert await storage.cancel(queue, [f"{queue}-{revoked}"]) == 1
+        await asyncio.wait_for(started[waiting].wait(), 30)  # the revoked one's slot
