@@ -76,8 +76,17 @@ async def wait_for(storage: Storage, field: str, expected: int, timeout: float) 
         await asyncio.sleep(0.2)
 
 
-async def build(storage: Storage) -> None:
-    """Submit the orders through the gateway outage; return once 500 tasks are dead."""
+def sizes(scale: float = 1.0) -> dict[str, int]:
+    """How many orders go through while the gateway is up, and how many charges, refunds and
+    receipts fail during the outage (``scale`` shrinks the walkthrough's numbers)."""
+    counts = {"healthy": HEALTHY, "charges": CHARGES, "refunds": REFUNDS, "receipts": RECEIPTS}
+    return {name: max(1, round(count * scale)) for name, count in counts.items()}
+
+
+async def build(storage: Storage, scale: float = 1.0) -> None:
+    """Submit the orders through the gateway outage; return once they are dead (500 tasks at
+    the default ``scale``, see :func:`sizes`)."""
+    size = sizes(scale)
     client = rdq.Client(storage, app)
     stamp = secrets.token_hex(2)
 
@@ -98,19 +107,19 @@ async def build(storage: Storage) -> None:
                 id=f"charge-{stamp}-{n}",
                 headers={"tenant": "acme"},
             )
-            for n in range(1, HEALTHY + 1)
+            for n in range(1, size["healthy"] + 1)
         ]
     )
-    await wait_for(storage, "succeeded", HEALTHY, 300)
+    await wait_for(storage, "succeeded", size["healthy"], 300)
     GATEWAY.up = False
-    first = HEALTHY + 1
+    first = size["healthy"] + 1
     submissions = [
         rdq.Submission("payments.charge_card", order(n), id=f"charge-{stamp}-{n}")
-        for n in range(first, first + CHARGES)
+        for n in range(first, first + size["charges"])
     ]
     submissions += [
         rdq.Submission("payments.refund", order(n), id=f"refund-{stamp}-{n}")
-        for n in range(first, first + REFUNDS)
+        for n in range(first, first + size["refunds"])
     ]
     submissions += [
         rdq.Submission(
@@ -118,11 +127,12 @@ async def build(storage: Storage) -> None:
             order(n, customer={"id": f"c-{n}", "phone": "+49 30 1234567"}),
             id=f"receipt-{stamp}-{n}",
         )
-        for n in range(first, first + RECEIPTS)
+        for n in range(first, first + size["receipts"])
     ]
     for start in range(0, len(submissions), 500):
         await client.submit_many(submissions[start : start + 500])
-    await wait_for(storage, "dlq_depth", CHARGES + REFUNDS + RECEIPTS, 600)
+    dead = size["charges"] + size["refunds"] + size["receipts"]
+    await wait_for(storage, "dlq_depth", dead, 600)
     GATEWAY.up = True  # the provider recovers: redriven tasks now succeed
 
 

@@ -52,6 +52,7 @@ async def both(
             "0001_task_table",
             "0002_id_conflict",
             "0003_second_revision",
+            "0004_time_range",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -209,7 +210,11 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             await java.claim_due("q", 1, LEASE)
         with pytest.raises(StorageError, match="rdq migrate"):
             await java.get("old")
-        assert await java.migrate() == ["0002_id_conflict", "0003_second_revision"]
+        assert await java.migrate() == [
+            "0002_id_conflict",
+            "0003_second_revision",
+            "0004_time_range",
+        ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")
         assert (claimed.task.id, claimed.task.payload, claimed.task.claimed_by) == ("old", [1], "w")

@@ -33,19 +33,32 @@ class TestJavaKeepsTheContract(StorageSuite):
     @pytest.fixture
     def corrupt_task(self, postgres_url: str, schema: str) -> CorruptTaskWriter:
         """Writes, with plain SQL, a PENDING task due a second ago whose headers hold a
-        number and whose attempt record has no number and an unknown outcome: a row that the
-        schema's constraints accept and no reader can decode."""
+        number and whose attempt record has no number and an unknown outcome (or, ``deep``,
+        whose unknown field nests 5000 levels): a row that the schema's constraints accept
+        and no reader can decode."""
 
-        async def write(queue: str, task_id: str) -> None:
+        async def write(queue: str, task_id: str, kind: str = "undecodable") -> None:
+            headers, attempts, extra = '{"n": 5}', '[{"outcome": "EXPLODED"}]', "{}"
+            if kind == "deep":  # the binding hands payloads over raw; it decodes extra
+                headers, attempts = "{}", "[]"
+                extra = '{"x_new": ' + "[" * 5000 + "]" * 5000 + "}"
+            elif kind == "far_time":
+                pytest.skip(
+                    "the schema refuses times outside the years 1-9999 (CHECK "
+                    "task_time_range_check); test_schema_contract.py covers such rows"
+                )
             conn = await asyncpg.connect(postgres_url)
             try:
                 await conn.execute(
                     f'INSERT INTO "{schema}".task (id, queue, handler_ref, payload, headers, '
-                    "status, attempts, next_attempt_at) VALUES ($1, $2, 'kit.handlers:noop', "
-                    """'{"n": 1}', '{"n": 5}', 'PENDING', '[{"outcome": "EXPLODED"}]', """
-                    "now() - interval '1 second')",
+                    "status, attempts, extra, next_attempt_at) VALUES ($1, $2, "
+                    """'kit.handlers:noop', '{"n": 1}', $3::json, 'PENDING', $4::json, """
+                    "$5::json, now() - interval '1 second')",
                     task_id,
                     queue,
+                    headers,
+                    attempts,
+                    extra,
                 )
             finally:
                 await conn.close()

@@ -104,3 +104,51 @@ async def test_a_row_with_quarantined_values_reads_back_corrupt_and_still_resolv
         dead = await java.get("quarantined")
         assert dead.status == Status.DEAD and dead.attempts == [failure]
         assert dead.corrupt == got.corrupt, "the quarantined values are kept"
+
+
+DEEP = "[" * 3000 + "]" * 3000  # deeper than any JSON decoder recurses
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("extra", '{"x_new": ' + DEEP + "}"),
+        ("retry", '{"max_attempts": ' + DEEP + "}"),
+        ("created_at", "infinity"),
+        ("completed_at", "12000-01-01 00:00:00+00"),
+    ],
+)
+async def test_a_row_too_deep_or_too_far_in_time_reads_back_corrupt_beside_its_batch(
+    postgres_url: str, bridge: BridgeServer, fresh_schema: str, column: str, value: str
+) -> None:
+    """A stored value no reader decodes (JSON nested deeper than the decoder goes; a time
+    outside the years 1-9999, where task_time_range_check was dropped) never fails a read: the
+    claim hands out its whole batch, that row marked corrupt."""
+    java_url = f"java+{postgres_url}?schema={fresh_schema}&bridge={bridge.socket}"
+    async with JavaBridgeStorage.from_url(java_url) as java:
+        await java.migrate()
+        for n in range(4):
+            await java.enqueue(Envelope(id=f"t{n}", queue="q", handler_ref="h", payload=n))
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            cast = "json" if column in ("extra", "retry") else "timestamptz"
+            await conn.execute(
+                f'ALTER TABLE "{fresh_schema}".task DROP CONSTRAINT task_time_range_check'
+            )
+            await conn.execute(
+                f'UPDATE "{fresh_schema}".task SET {column} = $1::text::{cast} WHERE id = $2',
+                value,
+                "t2",
+            )
+        finally:
+            await conn.close()
+        got = await java.get("t2")
+        assert got.corrupt is not None and column in got.corrupt
+        assert got.payload == 2, "what did decode is filled in"
+        claimed = {c.task.id: c for c in await java.claim_due("q", 10, timedelta(seconds=30))}
+        assert set(claimed) == {"t0", "t1", "t2", "t3"}
+        assert [t for t, c in sorted(claimed.items()) if c.task.corrupt] == ["t2"]
+        failure = Attempt(number=1, outcome=Outcome.PERMANENT, error_type="rdq.CorruptTask")
+        await java.dead_letter("t2", claimed["t2"].token, failure)
+        assert (await java.get("t2")).corrupt is not None

@@ -43,7 +43,7 @@ class ExtendsFromTheOldExpiry(_Broken):
             return expires
         with self._state.lock:
             record.task.lease_expires_at = old + lease
-            record.version += 1
+            record.bump()
             self._state.schedule(record)
         return old + lease
 

@@ -58,7 +58,7 @@ class IgnoresPriority(_Broken):
                 if record is not None and record.task.status == Status.PENDING:
                     priority = record.task.priority
                     record.task.priority = 0
-                    record.version += 1
+                    record.bump()
                     self._state.schedule(record)
                     record.task.priority = priority
         return flags
@@ -92,7 +92,7 @@ class ReclaimsLapsedLeasesLast(_Broken):
                 task = record.task
                 if task.status == Status.IN_FLIGHT and (task.lease_expires_at or now) <= now:
                     lapsed.append(record)
-                    record.version += 1  # hide it from this claim
+                    record.bump()  # hide it from this claim
             try:
                 claimed = await super().claim_due(queue, limit, lease, worker_id=worker_id)
             finally:
@@ -377,7 +377,7 @@ class RedrivesCancelledTasks(_Broken):
                 if record is not None and record.task.status == Status.CANCELLED:
                     record.task.status = Status.PENDING
                     record.task.next_attempt_at = self._now()
-                    record.version += 1
+                    record.bump()
                     self._state.schedule(record)
                     count += 1
         return count
@@ -589,7 +589,7 @@ class ImportedInFlightTasksAreNeverReclaimed(_Broken):
             for task in tasks:
                 record = self.record(task.id)
                 if record is not None and record.task.status == Status.IN_FLIGHT:
-                    record.version += 1
+                    record.bump()
         return flags
 
 
@@ -600,7 +600,7 @@ class ImportedPendingTasksAreNeverDue(_Broken):
             for task in tasks:
                 record = self.record(task.id)
                 if record is not None and record.task.status == Status.PENDING:
-                    record.version += 1
+                    record.bump()
         return flags
 
 

@@ -142,7 +142,7 @@ class ClaimsNewestFirst(_Broken):
             record.token = secrets.token_hex(8)
             record.task.claimed_at = now
             record.task.claimed_by = worker_id
-            record.version += 1
+            record.bump()
             self._state.schedule(record)
             out.append(Claimed(_copy(record.task), record.token))
         return out
@@ -238,7 +238,7 @@ class ResolvesWithoutHoldingTheTask(_Broken):
         task.status = status
         task.lease_expires_at = None
         record.token = None
-        record.version += 1
+        record.bump()
         if status == Status.DEAD:
             task.dead_lettered_at = self._now()
             self._state.add_dead(task)
@@ -513,7 +513,7 @@ class ExtendLeaseKeepsTheOldExpiry(_Broken):
         expires = await super().extend_lease(task_id, token, lease)
         if record is not None and old is not None:
             record.task.lease_expires_at = old
-            record.version += 1
+            record.bump()
             self._state.schedule(record)
         return expires
 
@@ -526,7 +526,7 @@ class RedrivenTasksAreNotDue(_Broken):
             record = self.record(task_id)
             if record is not None and record.task.status == Status.PENDING:
                 record.task.next_attempt_at = self._now() + timedelta(hours=1)
-                record.version += 1
+                record.bump()
                 self._state.schedule(record)
         return redriven
 
@@ -605,7 +605,7 @@ class ClaimsWithoutHoldingTheTasks(_Broken):
             record.task.claimed_at = now
             record.task.claimed_by = worker_id
             record.token = secrets.token_hex(8)
-            record.version += 1
+            record.bump()
             self._state.schedule(record)
             out.append(Claimed(_copy(record.task), record.token))
         return out

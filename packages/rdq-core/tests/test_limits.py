@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -15,6 +15,7 @@ from rdq.spi import (
     Envelope,
     Outcome,
     Page,
+    RetryOverride,
     Selector,
     Status,
     TaskFilter,
@@ -26,6 +27,14 @@ def task(**changes: object) -> Envelope:
     fields: dict[str, object] = {"id": "t-1", "queue": "emails", "handler_ref": "app.jobs:send"}
     fields.update(changes)
     return Envelope(**fields)  # type: ignore[arg-type]
+
+
+def nested(levels: int) -> object:
+    """A value nesting ``levels`` arrays (and an object at the bottom)."""
+    value: object = {"leaf": "[[[{{"}  # brackets inside strings do not count
+    for _ in range(levels - 1):
+        value = [value]
+    return value
 
 
 def test_a_well_formed_task_passes() -> None:
@@ -50,12 +59,53 @@ def test_a_well_formed_task_passes() -> None:
         ({"payload": object()}, "payload"),
         ({"attempt_count": -1}, "attempt_count"),
         ({"next_attempt_at": datetime(2030, 1, 1)}, "next_attempt_at"),
+        ({"attempt_count": "1"}, "attempt_count"),
+        ({"redrive_count": 1.5}, "redrive_count"),
+        ({"retry": RetryOverride(max_attempts="lots")}, "retry.max_attempts"),  # type: ignore[arg-type]
+        ({"retry": RetryOverride(max_attempts=True)}, "retry.max_attempts"),
+        ({"retry": RetryOverride(backoff=2)}, "retry.backoff"),  # type: ignore[arg-type]
+        ({"retry": RetryOverride(base="soon")}, "retry.base"),  # type: ignore[arg-type]
+        ({"retry": RetryOverride(cap=float("inf"))}, "retry.cap"),
+        ({"retry": {"max_attempts": 3}}, "retry"),
+        ({"attempts": [{"number": "one"}]}, "attempts[0]"),
+        ({"attempts": [Attempt(number="one", outcome=Outcome.FAILED)]}, "attempts[0].number"),  # type: ignore[arg-type]
+        ({"attempts": [Attempt(number=1, outcome="BOOM")]}, "attempts[0].outcome"),  # type: ignore[arg-type]
+        ({"payload": nested(limits.MAX_DEPTH + 1)}, "payload"),
+        ({"payload": nested(5000)}, "payload"),  # beyond the encoder's recursion limit
+        ({"extra": {"newer_field": nested(limits.MAX_DEPTH + 1)}}, "newer_field"),
     ],
 )
 def test_bad_tasks_are_rejected_naming_the_field(changes: dict[str, object], field: str) -> None:
     with pytest.raises(ValidationError) as caught:
         limits.check_task(task(**changes))
     assert caught.value.field == field
+
+
+def test_a_payload_may_nest_up_to_the_depth_limit() -> None:
+    limits.check_task(task(payload=nested(limits.MAX_DEPTH)))
+    limits.check_task(task(payload=["[" * 1000, {"a": "{" * 1000}], extra={"x": nested(64)}))
+    limits.check_depth(nested(limits.MAX_DEPTH), "payload")
+    with pytest.raises(ValidationError) as caught:
+        limits.check_depth({"a": nested(limits.MAX_DEPTH)}, "extra_field")
+    assert caught.value.field == "extra_field"
+
+
+def test_times_must_lie_within_years_1_to_9999_in_utc() -> None:
+    west, east = timezone(timedelta(hours=-5)), timezone(timedelta(hours=5))
+    limits.check_aware(datetime(9999, 12, 31, 18, tzinfo=west), "at")
+    limits.check_aware(datetime(1, 1, 1, 5, tzinfo=east), "at")
+    for bad in (datetime(9999, 12, 31, 23, tzinfo=west), datetime(1, 1, 1, 4, tzinfo=east)):
+        with pytest.raises(ValidationError) as caught:
+            limits.check_aware(bad, "at")
+        assert caught.value.field == "at"
+    with pytest.raises(ValidationError) as caught:
+        limits.check_task(task(next_attempt_at=datetime(9999, 12, 31, 23, tzinfo=west)))
+    assert caught.value.field == "next_attempt_at"
+
+
+def test_a_valid_retry_override_passes() -> None:
+    retry = RetryOverride(max_attempts=3, backoff="fixed", base=1, cap=2.5, timeout=None)
+    assert limits.check_task(task(retry=retry)).retry == retry
 
 
 @pytest.mark.parametrize("value", [0, -1, 1001, True, 2.5])
@@ -91,10 +141,11 @@ def test_page_limit_is_checked() -> None:
     assert caught.value.field == "page.limit"
 
 
-def test_delay_is_none_or_a_non_negative_timedelta() -> None:
+def test_delay_is_none_or_a_timedelta_from_zero_to_the_limit() -> None:
     assert limits.check_delay(None) is None
     assert limits.check_delay(timedelta(0)) == timedelta(0)
-    for bad in (timedelta(seconds=-1), 5, "soon"):
+    assert limits.check_delay(limits.MAX_DELAY) == limits.MAX_DELAY
+    for bad in (timedelta(seconds=-1), limits.MAX_DELAY + timedelta(microseconds=1), 5, "soon"):
         with pytest.raises(ValidationError) as caught:
             limits.check_delay(bad)
         assert caught.value.field == "delay"

@@ -89,8 +89,14 @@ async def test_a_named_store_is_shared_by_every_opener_in_the_process() -> None:
 async def test_wait_due_wakes_when_a_task_is_enqueued_from_another_thread() -> None:
     store = MemoryStorage()
     await store.connect()
-    threading.Timer(0.2, lambda: asyncio.run(store.enqueue(task("t")))).start()
-    assert await store.wait_due("q", timeout=30.0) is True
+    waiter = asyncio.create_task(store.wait_due("q", timeout=3600.0))
+    await asyncio.sleep(0)  # one step: it looks at the empty queue and starts waiting
+    assert not waiter.done()
+    producer = threading.Thread(target=lambda: asyncio.run(store.enqueue(task("t"))))
+    producer.start()
+    producer.join()
+    # Only the enqueue can wake it (its own timeout is an hour); the bound fails a lost wake.
+    assert await asyncio.wait_for(waiter, 60) is True
     assert len(await store.claim_due("q", 1, timedelta(seconds=5))) == 1
 
 
@@ -193,6 +199,23 @@ async def test_the_corrupt_task_hook_refuses_a_value_that_decodes() -> None:
         await store.put_corrupt_task("q", "t", raw="{not json")
         got = await store.get("t")
         assert got.corrupt is not None and "{not json" in got.corrupt
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("kind", "shown"), [("deep", "[[[["), ("far_time", "12000-01-01")])
+async def test_stored_forms_too_deep_or_too_far_in_time_read_back_corrupt(
+    kind: str, shown: str
+) -> None:
+    """A stored form whose payload nests deeper than the decoder goes, or whose created_at
+    lies past the year 9999, is kept as stored and read back corrupt (never a RecursionError
+    or an OverflowError), beside intact tasks of its batch."""
+    async with MemoryStorage() as store:
+        await store.enqueue(Envelope(id="ok", queue="q", handler_ref="h"))
+        await store.put_corrupt_task("q", "bad", kind=kind)
+        got = await store.get("bad")
+        assert got.corrupt is not None and shown in got.corrupt
+        claimed = {c.task.id: c.task for c in await store.claim_due("q", 10, timedelta(minutes=1))}
+        assert set(claimed) == {"ok", "bad"} and claimed["ok"].corrupt is None
 
 
 @pytest.mark.asyncio

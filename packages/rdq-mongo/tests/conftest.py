@@ -1,7 +1,9 @@
-"""Fixtures of rdq-mongo's tests: a fresh database on the session's test server."""
+"""Fixtures of rdq-mongo's tests: a fresh database on the session's test server, and a view
+of when ``wait_due`` looks at its queue."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
@@ -12,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from rdq.spi import Envelope
-from rdq_mongo import MongoStorage
+from rdq_mongo import MongoStorage, _notify
 from rdq_mongo._codec import envelope_to_document
 
 
@@ -65,3 +67,39 @@ def write_corrupt(store: MongoStorage) -> CorruptWriter:
         await store._connection().tasks.insert_one(document)
 
     return write
+
+
+class DueLooks:
+    """Every look a ``wait_due`` of this process took at its queue
+    (``rdq_mongo._notify.seconds_until_due``, wrapped): the seconds until its next task was
+    due, as the server said (0 or less: due; None: nothing scheduled).
+
+    With change streams the stream is open before the first look, so once a waiter has
+    looked, a change can only reach it through the stream. Nothing in the contract says when
+    that is; a test that must act only after it waits for a look here instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.seen: list[float | None] = []
+
+    async def nth(self, n: int, patience: float = 60.0) -> float | None:
+        """The ``n``-th look (from 0), once it has happened."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + patience
+        while len(self.seen) <= n:
+            assert loop.time() < deadline, f"no wait_due looked at its queue in {patience:.0f}s"
+            await asyncio.sleep(0.01)
+        return self.seen[n]
+
+
+@pytest.fixture
+def due_looks(monkeypatch: pytest.MonkeyPatch) -> DueLooks:
+    looks = DueLooks()
+    real = _notify.seconds_until_due
+
+    async def seconds_until_due(tasks: Any, queue: str) -> float | None:
+        wait = await real(tasks, queue)
+        looks.seen.append(wait)
+        return wait
+
+    monkeypatch.setattr(_notify, "seconds_until_due", seconds_until_due)
+    return looks

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from bson.datetime_ms import DatetimeMS
 
 from rdq.spi import Attempt, Envelope, Outcome, Page, Selector, Status, TaskFilter
 from rdq_mongo import MongoStorage
@@ -27,6 +28,8 @@ CORRUPTIONS: dict[str, dict[str, Any]] = {
     "retry-bad": {"body": _BODY + '"retry": {"max_attempts": "lots"}}'},
     "time-text": {"created_at": "yesterday"},
     "handler-ref-number": {"handler_ref": 7},
+    "body-too-deep": {"body": '{"payload": ' + "[" * 3000 + "]" * 3000 + "}"},
+    "time-past-year-9999": {"created_at": 10**18},
 }
 """Each corruption: the stored fields that replace an intact task's."""
 _NAMED = {
@@ -39,6 +42,8 @@ _NAMED = {
     "retry-bad": "retry",
     "time-text": "created_at",
     "handler-ref-number": "handler_ref",
+    "body-too-deep": "body",
+    "time-past-year-9999": "created_at",
 }
 
 
@@ -121,10 +126,11 @@ async def test_a_lapsed_lease_on_a_corrupt_document_is_reclaimed_beside_its_neig
     for n in range(3):
         await _neighbour(store, f"ok-{n}", due_minutes_ago=1)
     claimed: dict[str, Any] = {}
-    for _ in range(200):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60  # the 200 ms lease lapses by the server's clock
+    while "bad" not in claimed:
+        assert loop.time() < deadline, "the lapsed lease was never reclaimed"
         claimed.update({c.task.id: c for c in await store.claim_due("q", 10, LONG)})
-        if "bad" in claimed:
-            break
         await asyncio.sleep(0.05)
     assert set(claimed) == {"bad", "ok-0", "ok-1", "ok-2"}
     reclaimed = claimed["bad"].task
@@ -151,3 +157,21 @@ async def test_an_unknown_status_or_id_type_reads_back_corrupt_and_counts_nothin
     assert await store.claim_due("q", 10, LONG) == []
     await store.stats("q")
     assert [s.queue for s in await store.list_queues()] == ["q"]
+
+
+def test_a_bson_date_past_year_9999_reads_as_corrupt_not_as_a_failed_result(
+    store: MongoStorage,
+) -> None:
+    """A foreign producer may store a BSON date that no ``datetime`` holds (SecantusDB
+    refuses to store one, so the document is decoded here as the store's client decodes a
+    reply): it reads as corrupt instead of failing the whole batch it came in."""
+    from bson import decode, encode
+
+    from rdq_mongo._codec import envelope_from_document, envelope_to_document
+
+    document = envelope_to_document(Envelope(id="far", queue="q", handler_ref="app:ok"))
+    document["created_at"] = DatetimeMS(10**15)  # milliseconds: the year 33658
+    options = store._connection().client.codec_options
+    task = envelope_from_document(decode(encode(document), codec_options=options))
+    assert task.corrupt is not None and "created_at" in task.corrupt
+    assert (task.id, task.queue, task.created_at) == ("far", "q", None)

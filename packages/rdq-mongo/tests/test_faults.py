@@ -8,13 +8,16 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pymongo.errors import NetworkTimeout
 
 from rdq import open_storage
 from rdq.errors import StaleClaim, StorageUnavailable
-from rdq.spi import Attempt, Envelope, Outcome, Status
+from rdq.spi import Attempt, Envelope, Outcome, Page, Status, TaskFilter
 from rdq_compliance.servers.mongo import SecantusProcess, free_port
+from rdq_mongo import MongoStorage
 
 needs_secantus = pytest.mark.skipif(
     importlib.util.find_spec("secantus") is None,
@@ -131,16 +134,19 @@ async def test_server_restart_gives_retryable_errors_then_recovery_and_loses_not
     producing = asyncio.create_task(producer())
     try:
         await _until(lambda: len(completed) >= 10, "workers to complete some tasks")
-        # Down for longer than the 2 s operation timeout, within which PyMongo retries by
-        # itself: callers must see StorageUnavailable, then recover.
+        # Down until a caller has seen StorageUnavailable (PyMongo retries by itself within the
+        # 2 s operation timeout, so that takes a while): then it comes back, and callers must
+        # recover.
         await asyncio.to_thread(secantus.stop)
-        await asyncio.sleep(5)
+        await _until(lambda: bool(outages), "a caller to see the outage")
         await asyncio.to_thread(secantus.start)
         await producing
         await _until(lambda: completed >= acknowledged, "every acknowledged task to complete")
     finally:
         stop.set()
-        await asyncio.gather(*workers, producing, return_exceptions=True)
+        ended = await asyncio.gather(*workers, producing, return_exceptions=True)
+    # A worker or the producer that died of anything but StorageUnavailable fails the test.
+    assert [e for e in ended if isinstance(e, BaseException)] == []
 
     assert outages, "the restart produced no retryable error: the test proved nothing"
     async with open_storage(url) as storage:
@@ -156,3 +162,59 @@ async def _until(condition: object, what: str, timeout: float = 180.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.1)
+
+
+@pytest.mark.asyncio
+async def test_a_claim_batch_cut_short_hands_over_what_it_claimed(
+    store: MongoStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch is claimed one task at a time: when the server fails part-way (the operation
+    timeout running out on a busy server), the tasks already leased are returned, not
+    stranded IN_FLIGHT until their leases lapse and each loses an attempt."""
+    for n in range(5):
+        await store.enqueue(_task(f"t{n}"))
+    tasks = store._connection().tasks
+    claim_one = tasks.find_one_and_update
+    calls = 0
+
+    async def failing_third(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise NetworkTimeout("timed out")
+        return await claim_one(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "find_one_and_update", failing_third)
+    claimed = await store.claim_due("q", 5, timedelta(minutes=10), worker_id="w")
+    monkeypatch.undo()
+    held = {c.task.id for c in claimed}
+    assert len(held) == 2
+    running, _ = await store.list_tasks("q", TaskFilter(status=Status.IN_FLIGHT), Page(limit=10))
+    leased = {t.id for t in running}
+    assert leased == held, "every leased task was handed to the claimant"
+    calls = 2  # the next call fails first: with nothing claimed, the failure is reported
+    monkeypatch.setattr(tasks, "find_one_and_update", failing_third)
+    with pytest.raises(StorageUnavailable):
+        await store.claim_due("q", 5, timedelta(minutes=10))
+
+
+@pytest.mark.asyncio
+async def test_a_lease_that_lapses_during_its_batch_is_not_claimed_again_by_it(
+    store: MongoStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow server, or a lease shorter than one round trip: the batch's first claim has
+    lapsed by its next findAndModify. The batch must not reclaim it (one task, two tokens,
+    the first already stale)."""
+    await store.enqueue(_task("only"))
+    tasks = store._connection().tasks
+    claim_one = tasks.find_one_and_update
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.1)  # longer than the lease below
+        return await claim_one(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "find_one_and_update", slow)
+    claimed = await store.claim_due("q", 3, timedelta(milliseconds=20))
+    monkeypatch.undo()
+    assert [c.task.id for c in claimed] == ["only"]
+    assert (await store.get("only")).attempt_count == 0, "no lapsed reclaim was recorded"

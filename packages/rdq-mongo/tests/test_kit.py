@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -11,6 +12,12 @@ import pytest_asyncio
 from rdq.spi import Capabilities
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_mongo import MongoStorage
+
+CORRUPT_KINDS: dict[str, dict[str, Any]] = {
+    "undecodable": {},  # write_corrupt's own: a body that is not JSON
+    "deep": {"body": '{"payload": ' + "[" * 5000 + "]" * 5000 + "}"},
+    "far_time": {"created_at": 10**18},  # microseconds: the year 33658
+}
 
 EXPECTED = Capabilities(
     notify=True,
@@ -36,7 +43,7 @@ class TestMongoStorage(StorageSuite):
 
     @pytest.fixture
     def corrupt_task(self, write_corrupt: Callable[..., Awaitable[None]]) -> CorruptTaskWriter:
-        async def write(queue: str, task_id: str) -> None:
-            await write_corrupt(queue, task_id)
+        async def write(queue: str, task_id: str, kind: str = "undecodable") -> None:
+            await write_corrupt(queue, task_id, **CORRUPT_KINDS[kind])
 
         return write

@@ -121,6 +121,26 @@ async def _insert_order(conn: Any, schema: str, order_id: str) -> None:
         await conn.execute(text(statement + "(:id)"), {"id": order_id})
 
 
+@contextlib.asynccontextmanager
+async def _listening(url: str, channel: str) -> AsyncIterator[list[str]]:
+    """The payloads of the NOTIFYs on ``channel``, in the order they arrive."""
+    heard: list[str] = []
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.add_listener(channel, lambda *args: heard.append(str(args[-1])))
+        yield heard
+    finally:
+        await conn.close()
+
+
+async def _heard(heard: list[str], payload: str) -> None:
+    deadline = asyncio.get_running_loop().time() + 30
+    while payload not in heard:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"no NOTIFY for {payload!r} within 30 s (heard {heard})")
+        await asyncio.sleep(0.01)
+
+
 async def _orders(storage: PostgresStorage) -> list[str]:
     async with storage._db.pool.connection() as conn:
         rows = await conn.fetch(f'SELECT id FROM "{storage.config.schema}".orders ORDER BY id')
@@ -133,19 +153,25 @@ def _task(task_id: str, queue: str = "mail", **fields: Any) -> Envelope:
 
 @pytest.mark.asyncio
 async def test_commit_stores_the_tasks_with_the_applications_rows_and_wakes_workers(
-    storage: PostgresStorage, transaction: Transaction
+    storage: PostgresStorage, transaction: Transaction, postgres_url: str
 ) -> None:
     schema = storage.config.schema
     assert await storage.wait_due("mail", 0.01) is False  # the LISTEN connection is up
     waiter = asyncio.create_task(storage.wait_due("mail", 60))
-    async with transaction() as conn:
-        await _insert_order(conn, schema, "order-1")
-        flags = await storage.enqueue_in(conn, [_task("t-1", priority=4)], delay=timedelta(0))
-        assert flags == [True]
-        with pytest.raises(NotFound):  # not visible outside the transaction before commit
-            await storage.get("t-1")
-        await asyncio.sleep(0.2)
-        assert not waiter.done(), "the NOTIFY is delivered on commit, not before"
+    async with _listening(postgres_url, storage.config.channel) as heard:
+        async with transaction() as conn:
+            await _insert_order(conn, schema, "order-1")
+            flags = await storage.enqueue_in(conn, [_task("t-1", priority=4)], delay=timedelta(0))
+            assert flags == [True]
+            with pytest.raises(NotFound):  # not visible outside the transaction before commit
+                await storage.get("t-1")
+            # a task enqueued now is announced after anything the store announced so far:
+            # once its NOTIFY is heard, a NOTIFY for "mail" sent before commit would have been
+            await storage.enqueue(_task("after", queue="probe"))
+            await _heard(heard, "probe")
+            assert "mail" not in heard, "the NOTIFY is delivered on commit, not before"
+            assert not waiter.done()
+        await _heard(heard, "mail")
     assert await asyncio.wait_for(waiter, 30) is True
     task = await storage.get("t-1")
     assert (task.status, task.priority, task.payload) == (Status.PENDING, 4, {"n": 1})

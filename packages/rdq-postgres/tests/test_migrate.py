@@ -7,6 +7,7 @@ import json
 import os
 import secrets
 import sys
+from datetime import timedelta
 
 import asyncpg
 import pytest
@@ -64,6 +65,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0001_task_table",
             "0002_id_conflict",
             "0003_second_revision",
+            "0004_time_range",
         ]
         assert await store.migrate() == []
 
@@ -109,7 +111,11 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
         with pytest.raises(StorageError, match="rdq migrate"):
             await store.get("old-1")
 
-        assert await store.migrate() == ["0002_id_conflict", "0003_second_revision"]
+        assert await store.migrate() == [
+            "0002_id_conflict",
+            "0003_second_revision",
+            "0004_time_range",
+        ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
         old = await store.get("old-1")
@@ -188,6 +194,57 @@ async def test_upgrading_to_version_3_keeps_values_the_new_constraints_refuse_in
             assert (await store.stats("q")).dlq_depth == 1
             with pytest.raises(asyncpg.CheckViolationError):
                 await conn.execute(f"UPDATE {s}.task SET attempts = '{{}}' WHERE id = 'fine'")
+    finally:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()
+
+
+@pytest.mark.asyncio
+async def test_upgrading_to_version_4_keeps_times_outside_years_1_to_9999_in_quarantine(
+    postgres_url: str,
+) -> None:
+    """Times an earlier schema let foreign writers store that no client library can hold are
+    moved, raw, to ``quarantine`` with the nearest time in range in their place: the task reads
+    as corrupt naming the column and is claimed, and the new CHECK refuses such times."""
+    schema = f"m_{secrets.token_hex(5)}"
+    conn = await asyncpg.connect(postgres_url)
+    store = PostgresStorage.from_url(f"{postgres_url}?schema={schema}")
+    s = f'"{schema}"'
+    try:
+        await _schema_at(conn, schema, 3)
+        insert = (
+            f"INSERT INTO {s}.task (id, queue, handler_ref, status, created_at, next_attempt_at)"
+            " VALUES ($1, 'q', 'job', 'PENDING', $2::text::timestamptz, $3::text::timestamptz)"
+        )
+        await conn.execute(insert, "fine", "2000-01-01 00:00:00+00", "2000-01-01 00:00:00+00")
+        await conn.execute(insert, "far", "12000-01-01 00:00:00+00", "2001-01-01 00:00:00+00")
+        await conn.execute(insert, "never", "2000-01-01 00:00:00+00", "infinity")
+        await conn.execute(insert, "first", "2000-01-01 00:00:00+00", "-infinity")
+        async with store:
+            await store.migrate()
+            rows = {
+                r["id"]: r
+                for r in await conn.fetch(
+                    f"SELECT id, quarantine::text AS q, created_at::text AS c,"
+                    f" next_attempt_at::text AS n FROM {s}.task"
+                )
+            }
+            assert rows["fine"]["q"] is None and rows["fine"]["n"] == "2000-01-01 00:00:00+00"
+            assert rows["far"]["q"] == '{"created_at":"12000-01-01 00:00:00+00"}'
+            assert rows["far"]["c"] == "9999-12-31 23:59:59.999999+00"
+            assert rows["never"]["q"] == '{"next_attempt_at":"infinity"}'
+            assert rows["never"]["n"] == "9999-12-31 23:59:59.999999+00"
+            assert rows["first"]["q"] == '{"next_attempt_at":"-infinity"}'
+            assert rows["first"]["n"] == "0001-01-01 00:00:00+00"
+            for task_id in ("far", "never"):
+                got = await store.get(task_id)
+                column = "created_at" if task_id == "far" else "next_attempt_at"
+                assert got.corrupt is not None and f"column {column}" in got.corrupt
+            assert (await store.get("fine")).corrupt is None
+            claimed = await store.claim_due("q", 10, timedelta(minutes=1))
+            assert [c.task.id for c in claimed] == ["first", "fine", "far"]
+            with pytest.raises(asyncpg.CheckViolationError):
+                await conn.execute(f"UPDATE {s}.task SET created_at = 'infinity' WHERE id = 'fine'")
     finally:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await conn.close()

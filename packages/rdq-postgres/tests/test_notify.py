@@ -15,6 +15,8 @@ HOUR = 3600.0
 class Recorder:
     def __init__(self) -> None:
         self.sent: list[list[str]] = []
+        self.sent_at: list[float] = []
+        """The event loop's time of each send."""
         self.gate = asyncio.Event()
         self.gate.set()
         self.arrived = asyncio.Condition()
@@ -23,6 +25,7 @@ class Recorder:
         await self.gate.wait()
         async with self.arrived:
             self.sent.append(queues)
+            self.sent_at.append(asyncio.get_running_loop().time())
             self.arrived.notify_all()
 
     async def wait_for(self, count: int) -> None:
@@ -59,11 +62,41 @@ async def test_queues_announced_while_a_notify_is_in_flight_go_out_together() ->
 @pytest.mark.asyncio
 async def test_once_the_burst_is_spent_announcements_wait_for_the_bucket_to_refill() -> None:
     recorder = Recorder()
-    announcer = Announcer(recorder.send, interval=HOUR, burst=2)
+    interval = 1.0
+    announcer = Announcer(recorder.send, interval=interval, burst=2)
+    loop = asyncio.get_running_loop()
+    before = loop.time()
     for n in range(2):
         announcer.announce([f"q{n}"])
         await recorder.wait_for(n + 1)
     announcer.announce(["late"])
-    await asyncio.sleep(0.2)
-    assert recorder.sent == [["q0"], ["q1"]], "a third NOTIFY within the hour must wait"
+    await recorder.wait_for(3)
+    assert recorder.sent == [["q0"], ["q1"], ["late"]]
+    # the bucket held two NOTIFYs and earns one per interval from the first: a third one
+    # goes out an interval after the first at the soonest, however slow the machine
+    assert recorder.sent_at[2] - before >= interval
     await announcer.aclose(timeout=0.1)
+
+
+@pytest.mark.asyncio
+async def test_a_caller_cancelled_while_aclose_stops_the_sender_is_still_cancelled() -> None:
+    stopping = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def send(queues: list[str]) -> None:
+        try:
+            await asyncio.Event().wait()  # a NOTIFY that never returns
+        except asyncio.CancelledError:
+            stopping.set()
+            await finish.wait()  # cleanup that takes a while
+            raise
+
+    announcer = Announcer(send, interval=HOUR, burst=4)
+    announcer.announce(["q"])
+    closing = asyncio.create_task(announcer.aclose(timeout=0.01))
+    await asyncio.wait_for(stopping.wait(), 10)  # aclose timed out and is stopping the sender
+    closing.cancel()
+    finish.set()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    assert closing.cancelled(), "aclose swallowed its caller's cancellation"

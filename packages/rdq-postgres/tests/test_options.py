@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -93,14 +94,44 @@ async def test_without_prepared_statement_cache_for_pgbouncer(
         assert (await store.stats("q")).succeeded == 3
 
 
+class DueReads:
+    """Counts the ``wait_due`` calls of ``storage`` that have registered as waiters and read
+    their queue's next due time: from then on only a NOTIFY, that due time or the timeout
+    ends them (a task enqueued before that read is found due at once, without a NOTIFY)."""
+
+    def __init__(self, storage: PostgresStorage, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        self._changed = asyncio.Condition()
+        listener = storage._listener
+        wait = listener.wait
+
+        async def counted(queue: str, timeout: float, next_due: Any) -> bool:
+            async def read() -> Any:
+                found = await next_due()
+                async with self._changed:
+                    self.count += 1
+                    self._changed.notify_all()
+                return found
+
+            return await wait(queue, timeout, read)
+
+        monkeypatch.setattr(listener, "wait", counted)
+
+    async def reached(self, count: int) -> None:
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(lambda: self.count >= count), 30)
+
+
 @pytest.mark.asyncio
 async def test_wait_due_wakes_on_an_enqueue_from_another_process_connection(
-    storage: PostgresStorage, postgres_url: str, schema: str
+    storage: PostgresStorage, postgres_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    reads = DueReads(storage, monkeypatch)
     async with PostgresStorage.from_url(postgres_url, schema=schema) as producer:
         assert await storage.wait_due("wake", 0.01) is False  # the LISTEN connection is up
         waiter = asyncio.create_task(storage.wait_due("wake", 60))
-        await asyncio.sleep(0.5)  # let the waiter register first
+        await reads.reached(2)  # the waiter found nothing due and waits for a NOTIFY
+        assert not waiter.done()
         await producer.enqueue(Envelope(id="w1", queue="wake", handler_ref="m:f"))
         assert await waiter is True  # a timeout would return False after 60 s
     assert (await storage.get("w1")).status == Status.PENDING
@@ -108,13 +139,18 @@ async def test_wait_due_wakes_on_an_enqueue_from_another_process_connection(
 
 @pytest.mark.asyncio
 async def test_wait_due_times_out_false_and_wakes_when_a_delayed_task_is_due(
-    storage: PostgresStorage,
+    storage: PostgresStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    reads = DueReads(storage, monkeypatch)
     assert await storage.wait_due("idle", 0.1) is False
+    # a waiter that found nothing due sees the enqueue's own announcement go by: the
+    # wait below can only end at the delayed task's due time
+    announced = asyncio.create_task(storage.wait_due("idle", 60))
+    await reads.reached(2)
     await storage.enqueue(
         Envelope(id="later", queue="idle", handler_ref="m:f"), delay=timedelta(seconds=0.5)
     )
-    await asyncio.sleep(0.1)  # the enqueue's own announcement has gone by
+    assert await announced is True
     assert await storage.wait_due("idle", 60) is True
     assert [c.task.id for c in await storage.claim_due("idle", 5, timedelta(seconds=5))] == [
         "later"

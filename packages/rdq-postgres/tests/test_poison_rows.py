@@ -25,6 +25,24 @@ READ_AS_CORRUPT = {
     "attempts": """'[{"number":"one","outcome":"FAILED"}]'""",
     "extra": """'{"id":7,"x-new":[1,2]}'""",  # known names in extra are ignored, not corrupt
 }
+DEEP = 3000
+"""Levels of nesting: deeper than any JSON decoder recurses, not too deep for PostgreSQL."""
+_DEEP = "[" * DEEP + "]" * DEEP
+# JSON of the type its column holds, nested deeper than the decoder goes
+TOO_DEEP = {
+    "payload": f"'{_DEEP}'",
+    "headers": f"""'{{"h":{_DEEP}}}'""",
+    "attempts": f"'[{_DEEP}]'",
+    "retry": f"""'{{"max_attempts":{_DEEP}}}'""",
+    "extra": f"""'{{"x_new":{_DEEP}}}'""",
+}
+# times outside the years 1-9999, which no Python datetime holds
+FAR_TIMES = {
+    "created_at": "'12000-01-01 00:00:00+00'",
+    "next_attempt_at": "'-infinity'",  # the task stays due (first of all)
+    "completed_at": "'infinity'",
+    "cancelled_at": "'0100-01-01 00:00:00+00'::timestamptz - interval '200 years'",
+}
 # bad values a CHECK constraint refuses: (column, value, constraint)
 REFUSED = [
     ("attempts", """'{"x":1}'""", "task_json_check"),
@@ -34,6 +52,7 @@ REFUSED = [
     ("priority", "99", "task_priority_check"),
     ("status", "'PAUSED'", "task_status_check"),
     ("attempt_count", "-1", "task_counts_check"),
+    *((column, value, "task_time_range_check") for column, value in FAR_TIMES.items()),
 ]
 
 
@@ -215,3 +234,41 @@ async def test_a_lapsed_lease_on_an_attempts_value_that_is_not_an_array_is_recla
     )
     for task_id in ids:
         _assert_intact(by_id[task_id])
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("column", TOO_DEEP)
+async def test_json_nested_deeper_than_the_decoder_goes_is_read_as_corrupt_among_neighbours(
+    storage: PostgresStorage, sql: asyncpg.Connection, column: str
+) -> None:
+    """The decoder's RecursionError never escapes: the claim hands out its whole batch, the
+    bad row with ``corrupt`` set, and every read shows it so."""
+    await _queue_with_a_bad_row(storage, sql, column, TOO_DEEP[column])
+    await _drain_with_a_poison_row(storage, column)
+    got = await _assert_readable(storage, column, seen_without_attempts=column != "attempts")
+    assert got.corrupt is not None and "nests deeper than the decoder goes" in got.corrupt
+    assert "[[[[" in got.corrupt and len(got.corrupt) < 10_000, "the raw value is shown, cut"
+    assert await storage.purge("q", Selector.by_ids("bad")) == 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("column", FAR_TIMES)
+async def test_without_the_time_constraint_a_time_past_the_years_1_to_9999_harms_no_neighbour(
+    storage: PostgresStorage, sql: asyncpg.Connection, column: str
+) -> None:
+    """As if task_time_range_check had been dropped: a time no ``datetime`` holds is read as
+    corrupt (naming the column and what it holds), never as an OverflowError or a naive
+    time, and its batch is handed out whole."""
+    await sql.execute(
+        f'ALTER TABLE "{storage.config.schema}".task DROP CONSTRAINT task_time_range_check'
+    )
+    await _queue_with_a_bad_row(storage, sql, column, FAR_TIMES[column])
+    stats = await storage.stats("q")
+    assert stats.pending == NEIGHBOURS + 1 and stats.as_of.tzinfo is not None
+    await _drain_with_a_poison_row(storage, column)
+    got = await _assert_readable(storage, column)
+    assert got.corrupt is not None and "outside the years 1-9999" in got.corrupt
+    assert getattr(got, column) is None, "a time that does not decode holds its default"
+    for at in (got.created_at, got.dead_lettered_at):
+        assert at is None or at.tzinfo is not None
+    assert await storage.purge("q", Selector.by_ids("bad")) == 1

@@ -105,6 +105,13 @@ BAD_FIELDS: dict[str, tuple[str, bytes | None, str]] = {
     "created-at-text": ("created_at", b"yesterday", "yesterday"),
     "attempts-not-an-array": ("attempts", b'{"x": 1}', '{"x": 1}'),
     "attempts-not-json": ("attempts", b"[{", "[{"),
+    "payload-too-deep": (
+        "body",
+        b'{"handler_ref": "app:ok", "payload": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+        "nests deeper than the decoder goes",
+    ),
+    "created-at-past-year-9999": ("created_at", str(10**18).encode(), str(10**18)),
+    "next-attempt-at-before-year-1": ("next_attempt_at", str(-(10**18)).encode(), "next_att"),
     "status-missing": ("status", None, "status is missing"),
     "status-unknown": ("status", b"BOGUS", "BOGUS"),
 }
@@ -185,3 +192,27 @@ async def test_a_lost_lease_of_a_task_with_bad_counters_is_reclaimed_and_the_val
     redriven = await storage.get(task_id)
     assert redriven.corrupt is None  # a redrive starts afresh: the kept values are dropped
     assert [a.outcome for a in redriven.attempts] == [Outcome.LEASE_EXPIRED, Outcome.PERMANENT]
+
+
+# Attempt records that look like a JSON array: pages without attempts do not read them (so do
+# not flag them); reads with attempts and claims do.
+BAD_ATTEMPTS = {
+    "too-deep": b"[" * 3000 + b"]" * 3000,
+    "time-past-year-9999": b'[{"number": 1, "outcome": "FAILED", "finished_at": %d}]' % 10**18,
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ATTEMPTS))
+@pytest.mark.asyncio
+async def test_attempt_records_too_deep_or_past_year_9999_are_read_as_corrupt_among_others(
+    case: str, storage: Storage, raw: aioredis.Redis, key_prefix: str
+) -> None:
+    queue = f"bad-{uuid.uuid4().hex[:8]}"
+    ids = await _tasks(storage, queue, 5)
+    poison = ids[2]
+    await raw.hset(f"{key_prefix}:{{{queue}}}:task:{poison}", "attempts", BAD_ATTEMPTS[case])
+    got = await storage.get(poison)
+    assert got.corrupt is not None and "attempts did not decode" in got.corrupt
+    claimed = await storage.claim_due(queue, 10, LEASE)
+    assert sorted(c.task.id for c in claimed) == ids
+    assert [c.task.id for c in claimed if c.task.corrupt] == [poison]

@@ -98,12 +98,14 @@ async def test_a_poison_task_is_dead_lettered_and_its_20_neighbours_all_run(
     storage_url: str, redis_url: str, key_prefix: str
 ) -> None:
     """A task whose stored body does not decode (``HSET <prefix>:{q}:task:a body '{not
-    json'``) beside 20 intact ones, a worker claiming 10 at a time with a 2 s lease: the
-    poison task goes to the DLQ as ``rdq.CorruptTask`` at its first claim, every neighbour
-    succeeds at its first attempt, and no lease lapses."""
+    json'``) beside 20 intact ones, a worker claiming 10 at a time: the poison task goes to
+    the DLQ as ``rdq.CorruptTask`` at its first claim, and every neighbour succeeds at its
+    first attempt. The lease is long, so no lease lapses in a correct run however slow the
+    machine; were the poison task to strand its batch, the neighbours would stay claimed
+    and never settle."""
     queue = f"poison-{uuid.uuid4().hex[:8]}"
     app = rdq.App()
-    app.queue(queue, max_attempts=3, lease=2.0, timeout=1.0, concurrency=10)
+    app.queue(queue, max_attempts=3, lease=600.0, timeout=60.0, concurrency=10)
 
     @app.handler("ok", queue=queue)
     async def ok(payload: Any) -> None:

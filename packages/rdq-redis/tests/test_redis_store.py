@@ -270,10 +270,30 @@ async def test_wait_due_returns_true_at_once_when_a_task_is_due(storage: Storage
 
 @pytest.mark.asyncio
 async def test_wait_due_wakes_at_the_next_due_time_without_a_signal(storage: Storage) -> None:
-    queue = new_queue()
-    await storage.enqueue(new_task(queue), delay=timedelta(milliseconds=300))
-    assert await storage.wait_due(queue, 120.0) is True
-    assert len(await storage.claim_due(queue, 1, LEASE)) == 1
+    assert isinstance(storage, store_module.RedisStorage)
+    waiters = storage._live().waiters  # white-box: to see what the waiter saw when it looked
+    looks: list[tuple[int, int | None]] = []
+    look = waiters._next_due
+
+    async def next_due(keys: Any) -> tuple[int, int | None]:
+        seen = await look(keys)
+        looks.append(seen)
+        return seen
+
+    waiters._next_due = next_due  # type: ignore[method-assign]
+    # The waiter must look while the task is not yet due (else it returns at once and this
+    # proves nothing): if this machine was slower than the delay, try a longer one. The
+    # enqueue's signal went out before the call, so only the due time can end the wait.
+    for delay in (0.3, 1.0, 5.0, 25.0):
+        queue = new_queue()
+        await storage.enqueue(new_task(queue), delay=timedelta(seconds=delay))
+        first_look = len(looks)
+        assert await asyncio.wait_for(storage.wait_due(queue, 3600.0), delay + PATIENCE) is True
+        assert len(await storage.claim_due(queue, 1, LEASE)) == 1  # due when it woke
+        now_us, due_us = looks[first_look]
+        if due_us is not None and due_us > now_us:
+            return  # it looked before the task was due, then woke at the due time
+    pytest.fail("wait_due never looked before the task was due, even with a 25 s delay")
 
 
 @pytest.mark.asyncio

@@ -185,10 +185,12 @@ async def test_a_copy_killed_mid_way_goes_on_where_it_stopped(
         assert first.returncode is None, "the copy finished before it could be stopped"
         assert time.monotonic() < deadline, "the copy made no progress"
         await asyncio.sleep(0.02)
+    first.send_signal(signal.SIGSTOP)  # frozen where it is: what it saved can be checked
+    stopped_at = _copied(tmp_path)
+    # Still mid-way (a copy that had finished leaves no state file, and would read as 0).
+    assert 800 <= stopped_at < 3000, stopped_at
     first.send_signal(signal.SIGKILL)
     await first.wait()
-    stopped_at = _copied(tmp_path)
-    assert stopped_at < 3000
 
     second = await asyncio.create_subprocess_exec(
         RDQ,

@@ -28,7 +28,11 @@ APP = textwrap.dedent(
     import rdq
 
     app = rdq.App()
-    app.queue("jobs", lease=1.0, timeout=600, max_attempts=5, concurrency=3)
+    # The lease must lapse after the kill (on the clock: that is the recovery under test), but
+    # while a worker lives its renewals, every third of the lease, must never miss it: a lease
+    # lost to a slow machine would add an attempt the test does not expect. 5 s survives a
+    # stall of over 3 s and costs the second worker at most 5 s of waiting.
+    app.queue("jobs", lease=5.0, timeout=600, max_attempts=5, concurrency=3)
 
     @app.handler("work", queue="jobs")
     async def work(payload, ctx):

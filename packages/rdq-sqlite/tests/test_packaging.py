@@ -52,7 +52,9 @@ def test_the_wheel_ships_every_statement_and_works_when_installed(tmp_path: Path
         entry_points = next(
             archive.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt")
         )
-    for path in SQL.rglob("*.sql"):
+    statements = sorted(SQL.rglob("*.sql"))
+    assert statements, f"no .sql file under {SQL}: the check below would prove nothing"
+    for path in statements:
         assert f"rdq_sqlite/{path.relative_to(SQL.parent).as_posix()}" in names
     assert "rdq_sqlite/py.typed" in names
     assert "sqlite = rdq_sqlite._plugin" in entry_points

@@ -59,10 +59,16 @@ def encode_arg(name: str, value: Any) -> Any:
 
 
 def _envelope_arg(task: Envelope) -> Any:
-    try:
-        msgspec.json.encode(task.payload)
-    except (TypeError, msgspec.EncodeError) as exc:
-        raise ValidationError(f"is not JSON-serializable: {exc}", field="payload") from None
+    """The envelope as builtins. A payload or unknown field too deep to encode is refused as
+    rdq's own check refuses it (the Java side bounds the nesting of the others)."""
+    fields = {"payload": task.payload, **(task.extra if isinstance(task.extra, dict) else {})}
+    for name, value in fields.items():
+        try:
+            msgspec.json.encode(value)
+        except RecursionError:
+            raise ValidationError("nests deeper than the encoder goes", field=name) from None
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise ValidationError(f"is not JSON-serializable: {exc}", field=name) from None
     try:
         return envelope_to_builtins(task)
     except (TypeError, msgspec.EncodeError) as exc:

@@ -11,17 +11,20 @@ which every pytest session loads.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
-# The clauses are assertions: let pytest explain them like those of a test module.
-pytest.register_assert_rewrite(
-    "rdq_compliance.clauses",
-    "rdq_compliance._support",
-    "rdq_compliance.stateful",
-    "rdq_compliance.model",
-)
+# The clauses are assertions: under pytest (which loads this package through its plugin before
+# any clause), let it explain them like those of a test module. Outside pytest, importing
+# pytest is only start-up time: the chaos test's worker processes, started again and again,
+# import this package.
+if "pytest" in sys.modules:
+    sys.modules["pytest"].register_assert_rewrite(
+        "rdq_compliance.clauses",
+        "rdq_compliance._support",
+        "rdq_compliance.stateful",
+        "rdq_compliance.model",
+    )
 
 if TYPE_CHECKING:
     from rdq_compliance._fixtures import CorruptTaskWriter, StorageOpener

@@ -1,11 +1,18 @@
 """A chaos-test worker process: claims through the storage SPI, logs every claim, completes.
 
-Run by :func:`rdq_compliance.chaos.run_chaos` as
-``python -m rdq_compliance._chaos_worker URL QUEUE LOGFILE --lease SECONDS``. It loops until
-it receives SIGTERM (or is SIGKILLed, which is the point): claim one task with a short lease,
-append a ``claim`` line to its log (fsync'd before the handler starts), "handle" the task for a
-random few tens of milliseconds, complete it, and append ``done`` (or ``stale`` when the lease
-was lost). Times in the log are the storage's clock, as returned by ``claim_due``.
+``python -m rdq_compliance._chaos_worker URL QUEUE LOGFILE --lease SECONDS`` runs one worker.
+It loops until it receives SIGTERM (or is SIGKILLed, which is the point): claim one task with
+a short lease, append a ``claim`` line to its log (fsync'd before the handler starts), "handle"
+the task for a random few tens of milliseconds, complete it, and append ``done`` (or ``stale``
+when the lease was lost). Times in the log are the storage's clock, as returned by
+``claim_due``.
+
+``python -m rdq_compliance._chaos_worker URL QUEUE --spawner --lease SECONDS`` is how
+:func:`rdq_compliance.chaos.run_chaos` starts its workers: a spawner that imports rdq and the
+store's driver once, then, for each log path it reads on stdin, forks a worker writing that
+log and answers with the worker's pid. A fresh interpreter per worker spends most of a second
+of CPU importing (several seconds of wall time on a loaded machine, for each of a dozen
+workers); a fork starts at once, and runs the same code as a worker started on its own.
 """
 
 from __future__ import annotations
@@ -15,8 +22,11 @@ import asyncio
 import os
 import random
 import signal
+import subprocess
+import sys
+import threading
 from datetime import UTC, datetime, timedelta
-from typing import IO
+from typing import IO, NoReturn
 
 from rdq import open_storage
 from rdq.errors import StaleClaim, StorageUnavailable
@@ -80,18 +90,62 @@ async def _work(url: str, queue: str, out: IO[str], lease: timedelta, handler_ms
             _log(out, "done", claim.task.id, claim.token, pid)
 
 
+def _run(url: str, queue: str, logfile: str, lease: float, handler_ms: float) -> None:
+    with open(logfile, "a", encoding="utf-8") as out:
+        asyncio.run(_work(url, queue, out, timedelta(seconds=lease), handler_ms))
+
+
+def _forked(url: str, queue: str, logfile: str, lease: float, handler_ms: float) -> NoReturn:
+    """The body of a forked worker: it never returns into the spawner's loop."""
+    code = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)  # the spawner's pipes are not the worker's
+        os.dup2(devnull, 1)
+        random.seed()  # not the spawner's sequence, which every sibling would share
+        _run(url, queue, logfile, lease, handler_ms)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _spawner(url: str, queue: str, lease: float, handler_ms: float) -> None:
+    """Fork a worker for each log path read on stdin; answer each with the worker's pid."""
+    open_storage(url)  # imports the plugin and its driver here, once (it connects nothing)
+    # fork only a single-threaded process; a plugin that started a thread gets interpreters
+    forkable = threading.active_count() == 1
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the workers
+    for line in sys.stdin:
+        logfile = line.rstrip("\n")
+        if not logfile:
+            continue
+        if forkable:
+            pid = os.fork()
+            if pid == 0:
+                _forked(url, queue, logfile, lease, handler_ms)
+        else:
+            command = [sys.executable, "-m", "rdq_compliance._chaos_worker", url, queue, logfile]
+            options = ["--lease", str(lease), "--handler-ms", str(handler_ms)]
+            pid = subprocess.Popen([*command, *options], stdin=subprocess.DEVNULL).pid
+        print(pid, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("url")
     parser.add_argument("queue")
-    parser.add_argument("logfile")
+    parser.add_argument("logfile", nargs="?")
+    parser.add_argument("--spawner", action="store_true", help="fork workers on request")
     parser.add_argument("--lease", type=float, default=1.0)
     parser.add_argument("--handler-ms", type=float, default=60.0)
     args = parser.parse_args()
-    with open(args.logfile, "a", encoding="utf-8") as out:
-        asyncio.run(
-            _work(args.url, args.queue, out, timedelta(seconds=args.lease), args.handler_ms)
-        )
+    if args.spawner:
+        _spawner(args.url, args.queue, args.lease, args.handler_ms)
+    elif args.logfile:
+        _run(args.url, args.queue, args.logfile, args.lease, args.handler_ms)
+    else:
+        parser.error("give a LOGFILE, or --spawner")
 
 
 if __name__ == "__main__":

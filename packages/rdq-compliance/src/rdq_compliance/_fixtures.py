@@ -13,6 +13,7 @@ from rdq.spi import Capabilities, Storage
 from rdq_compliance._support import new_queue, with_url_option
 
 __all__ = [
+    "CORRUPT_KINDS",
     "CorruptTaskWriter",
     "StorageOpener",
     "SuiteFixtures",
@@ -24,9 +25,22 @@ StorageOpener = Callable[..., Storage]
 """``opener(**url_options)`` builds a new, not yet connected store on the same data, with
 the given URL options added (``opener(timeout="2.5")``)."""
 
-CorruptTaskWriter = Callable[[str, str], Awaitable[None]]
-"""``await corrupt_task(queue, task_id)`` writes a PENDING task of ``queue`` with id
-``task_id``, due now or earlier by the storage clock, whose stored form does not decode."""
+CorruptTaskWriter = Callable[..., Awaitable[None]]
+"""``await corrupt_task(queue, task_id, kind="undecodable")`` writes a PENDING task of
+``queue`` with id ``task_id``, due now or earlier by the storage clock, whose stored form does
+not decode. ``kind`` (optional: a writer that takes only ``(queue, task_id)`` still serves the
+clauses that need no other kind; those that do then skip) says how it does not decode:
+
+- ``"undecodable"``: any way the store chooses (a value of the wrong type, malformed JSON);
+- ``"deep"``: a stored JSON value (the payload, say) nested deeper than any JSON decoder
+  recurses (``rdq_compliance._support.nested(5000)``);
+- ``"far_time"``: a stored time (``created_at``, say) outside the years 1–9999, which no
+  Python ``datetime`` holds; its status time stays valid (due now).
+
+A store that cannot hold such a task (its schema refuses it) calls ``pytest.skip(reason)``."""
+
+CORRUPT_KINDS = ("undecodable", "deep", "far_time")
+"""The ``kind`` values a ``corrupt_task`` writer is asked for."""
 
 
 class SuiteFixtures:
@@ -90,10 +104,11 @@ class SuiteFixtures:
 
         @pytest.fixture
         def corrupt_task(self) -> CorruptTaskWriter:
-            """An async callable ``(queue, task_id) -> None`` that writes, through the
-            backend's own test hook, a PENDING task of ``queue`` due now (or earlier) whose
-            stored form does not decode (see the ``CorruptTaskWriter`` type). A store that
-            cannot hold such a task overrides this with ``pytest.skip("why")``."""
+            """An async callable ``(queue, task_id, kind="undecodable") -> None`` that
+            writes, through the backend's own test hook, a PENDING task of ``queue`` due now
+            (or earlier) whose stored form does not decode (see the ``CorruptTaskWriter``
+            type for the kinds). A store that cannot hold such a task overrides this with
+            ``pytest.skip("why")``."""
             pytest.fail(
                 f"{type(self).__name__} must define a `corrupt_task` fixture: an async "
                 "callable (queue, task_id) -> None that writes a PENDING task, due now, whose "

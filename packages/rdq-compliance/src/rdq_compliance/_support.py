@@ -89,6 +89,15 @@ def new_task(queue: str, task_id: str | None = None, **fields: Any) -> Envelope:
     return Envelope(id=task_id or new_id(), queue=queue, **fields)
 
 
+def nested(levels: int) -> Any:
+    """A JSON value that nests arrays ``levels`` deep (an object at the bottom); 5000 levels
+    is deeper than any JSON encoder or decoder recurses."""
+    value: Any = {"n": 1}
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
 def attempt(
     number: int,
     outcome: Outcome = Outcome.FAILED,

@@ -3,14 +3,22 @@
 :func:`run_chaos` enqueues ``tasks`` tasks on a fresh queue, starts ``workers`` worker
 processes (:mod:`rdq_compliance._chaos_worker`) that claim with a short lease straight through
 the storage SPI, and SIGKILLs a worker that is inside its handler ``kills`` times at random
-moments, starting a replacement each time, while the others keep working. When every task has
-succeeded it stops the workers and checks, from the store and the workers' fsync'd logs:
+moments, starting a replacement each time, while the others keep working (it never kills the
+last worker that is up, so the queue keeps moving while replacements start). When every task
+has succeeded it stops the workers and checks, from the store and the workers' fsync'd logs:
 
 - every task is SUCCEEDED, completed once (by the worker its SUCCEEDED record names);
 - every reclaimed task carries its LEASE_EXPIRED records (one per lost lease: every attempt
-  but the last is LEASE_EXPIRED, and no claim is missing from the count);
+  but the last is LEASE_EXPIRED, and no claim is missing from the count), the claim each
+  killed worker held among them (unless it completed the task just before it died);
 - no two workers ever held a valid lease on the same task at the same moment: sorted by claim
   time (storage clock), each claim starts no earlier than the previous lease's end.
+
+The run takes as long as it needs, as long as it moves: it fails when nothing happens for
+``stall`` seconds (no worker came up, claimed or finished a task, no task succeeded), or
+when it outlasts ``cap``. Workers are forked from one spawner process that imported rdq and
+the store's driver once (see :mod:`rdq_compliance._chaos_worker`), so a replacement is up in
+well under a second; on a quiet machine a run takes a few seconds.
 
 Usage (the kit's ``StorageSuite`` does this against ``storage_url``)::
 
@@ -26,20 +34,29 @@ import itertools
 import os
 import random
 import secrets
+import select
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from rdq import open_storage
-from rdq.spi import Envelope, Outcome, Status, Storage
+from rdq.spi import Envelope, Outcome, Status, Storage, TaskFilter
+from rdq_compliance._support import list_all_tasks
 
-__all__ = ["ChaosReport", "run_chaos"]
+__all__ = ["CAP", "STALL", "ChaosReport", "run_chaos"]
+
+STALL = 60.0
+"""Seconds a run may go without progress before it is declared stuck (a worker process
+starts in a few seconds even on a loaded machine; a task takes well under one)."""
+CAP = 600.0
+"""Seconds a run may take at most, progress or not (a quiet machine needs about 5)."""
 
 
 @dataclass
@@ -54,6 +71,10 @@ class ChaosReport:
     reclaims: int = 0
     stale_completions: int = 0
     seconds: float = 0.0
+    first_up: float = 0.0
+    """Seconds from the run's first launch until a worker was up (storage open)."""
+    slowest_start: float = 0.0
+    """The longest a worker took from its launch until it was up."""
     problems: list[str] = field(default_factory=list)
 
     def assert_ok(self) -> None:
@@ -70,7 +91,8 @@ class ChaosReport:
         return (
             f"{self.tasks} tasks, {self.workers_started} workers started, {self.kills} kills, "
             f"{self.claims} claims, {self.reclaims} lease-expired reclaims, "
-            f"{self.stale_completions} stale completions, {self.seconds:.1f}s"
+            f"{self.stale_completions} stale completions, {self.seconds:.1f}s (first worker "
+            f"up after {self.first_up:.1f}s, the slowest after {self.slowest_start:.1f}s)"
         )
 
 
@@ -83,29 +105,119 @@ class _Claim:
     pid: str
 
 
+class _Forked:
+    """A worker the spawner forked (its child, not ours), handled like a ``Popen``."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        """None while the process exists (the spawner reaps it as soon as it exits)."""
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return -1
+        return None
+
+    def send_signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            time.sleep(0.01)
+        return code
+
+
+class _Spawner:
+    """The process that forks this run's workers (see :mod:`rdq_compliance._chaos_worker`)."""
+
+    def __init__(self, url: str, queue: str, lease: float, errors: Path) -> None:
+        self.errors = errors
+        with errors.open("wb") as stderr:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "rdq_compliance._chaos_worker",
+                    url,
+                    queue,
+                    "--spawner",
+                    "--lease",
+                    str(lease),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+            )
+
+    def fork(self, log: Path) -> _Forked:
+        """A new worker writing ``log`` (raises ``RuntimeError`` if the spawner is gone or
+        does not answer within :data:`STALL` seconds)."""
+        stdin, stdout = self.process.stdin, self.process.stdout
+        if stdin is None or stdout is None:
+            raise RuntimeError("the chaos worker spawner has no pipes")
+        try:
+            stdin.write(f"{log}\n".encode())
+            stdin.flush()
+        except BrokenPipeError:
+            pass
+        ready, _, _ = select.select([stdout], [], [], STALL)
+        answer = stdout.readline() if ready else b""
+        if not answer.strip().isdigit():
+            tail = self.errors.read_text(encoding="utf-8", errors="replace")[-2000:]
+            raise RuntimeError(f"the chaos worker spawner did not start a worker: {tail}")
+        return _Forked(int(answer))
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+_spawners: dict[str, _Spawner] = {}
+"""The spawner of each running chaos run, by queue."""
+
+
 @dataclass
 class _Worker:
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | _Forked
     log: Path
+    launched: float = field(default_factory=time.monotonic)
+    up_at: float | None = None
+    """When its log first showed it up (``start``: storage open), by the process clock."""
+    lines: list[list[str]] = field(default_factory=list)
+    """Its log, as last read."""
+
+    def read(self) -> None:
+        self.lines = _lines(self.log)
+        if self.up_at is None and self.lines and self.lines[0][0] == "start":
+            self.up_at = time.monotonic()
+
+    def in_handler(self) -> bool:
+        return bool(self.lines) and self.lines[-1][0] == "claim"
 
 
 def _spawn(url: str, queue: str, log: Path, lease: float) -> _Worker:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rdq_compliance._chaos_worker",
-            url,
-            queue,
-            str(log),
-            "--lease",
-            str(lease),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    return _Worker(process, log)
+    """Start a worker process for the run on ``queue``, writing ``log`` (the run's one way to
+    start workers: a test may replace it to start workers of another kind)."""
+    spawner = _spawners.get(queue)
+    if spawner is None:
+        spawner = _spawners[queue] = _Spawner(url, queue, lease, log.parent / "spawner.err")
+    return _Worker(spawner.fork(log), log)
 
 
 def _lines(log: Path) -> list[list[str]]:
@@ -115,11 +227,6 @@ def _lines(log: Path) -> list[list[str]]:
         return []
     # A SIGKILL can cut the last line short: only complete lines count.
     return [line.split() for line in text.splitlines(keepends=True) if line.endswith("\n")]
-
-
-def _in_handler(worker: _Worker) -> bool:
-    lines = _lines(worker.log)
-    return bool(lines) and lines[-1][0] == "claim"
 
 
 async def _enqueue(storage: Storage, queue: str, count: int) -> None:
@@ -135,12 +242,42 @@ async def _enqueue(storage: Storage, queue: str, count: int) -> None:
             await storage.enqueue(task)
 
 
-async def _wait_all_succeeded(storage: Storage, queue: str, count: int, deadline: float) -> bool:
-    while time.monotonic() < deadline:
-        if (await storage.stats(queue)).succeeded >= count:
-            return True
-        await asyncio.sleep(0.2)
-    return False
+class _Watch:
+    """Decides when a run is stuck: nothing happened for ``stall`` seconds, or the run
+    outlasted ``cap``."""
+
+    def __init__(
+        self, stall: float, cap: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.stall, self.cap, self.clock = stall, cap, clock
+        self.started = self.moved = clock()
+        self.seen: tuple[int, int] = (0, 0)
+
+    def stuck(self, succeeded: int, lines: int) -> str | None:
+        """Why the run is stuck (None while it moves), given the succeeded count and the
+        number of log lines of every worker so far."""
+        now = self.clock()
+        if (succeeded, lines) != self.seen:
+            self.seen, self.moved = (succeeded, lines), now
+        if now - self.moved > self.stall:
+            return f"nothing moved for {self.stall:g}s"
+        if now - self.started > self.cap:
+            return f"the run outlasted its cap of {self.cap:g}s"
+        return None
+
+
+async def _reread(storage: Storage, queue: str, tasks: int) -> dict[str, Envelope]:
+    """Every task of the run as stored, history included (one listing, then ``get`` for any
+    task that is not SUCCEEDED)."""
+    listed = await list_all_tasks(
+        storage, queue, TaskFilter(status=Status.SUCCEEDED), include_attempts=True
+    )
+    stored = {task.id: task for task in listed}
+    for n in range(tasks):
+        task_id = f"{queue}-{n:05d}"
+        if task_id not in stored:
+            stored[task_id] = await storage.get(task_id)
+    return stored
 
 
 def _stop(workers: list[_Worker]) -> None:
@@ -162,12 +299,12 @@ async def run_chaos(
     tasks: int = 200,
     kills: int = 8,
     lease: float = 1.0,
-    timeout: float = 55.0,
+    stall: float = STALL,
+    cap: float = CAP,
 ) -> ChaosReport:
     """Run the chaos test against the store at ``storage_url`` (reachable from other
     processes) and return the report; call :meth:`ChaosReport.assert_ok` on it."""
     started = time.monotonic()
-    deadline = started + timeout
     queue = f"chaos-{secrets.token_hex(4)}"
     report = ChaosReport(queue=queue, tasks=tasks)
     rng = random.Random()
@@ -175,6 +312,7 @@ async def run_chaos(
         logs = Path(tmp)
         running: list[_Worker] = []
         everyone: list[_Worker] = []
+        killed: list[list[str]] = []
 
         def spawn() -> None:
             worker = _spawn(storage_url, queue, logs / f"w{len(everyone):03d}.log", lease)
@@ -184,42 +322,62 @@ async def run_chaos(
         async with open_storage(storage_url) as storage:
             await storage.migrate()
             await _enqueue(storage, queue, tasks)
+            launch = time.monotonic()
             try:
                 for _ in range(workers):
                     spawn()
-                while report.kills < kills and time.monotonic() < deadline:
+                watch = _Watch(stall, cap)
+                while True:
                     await asyncio.sleep(rng.uniform(0.1, 0.4))
-                    stats = await storage.stats(queue)
-                    if stats.succeeded >= tasks:
+                    succeeded = (await storage.stats(queue)).succeeded
+                    if succeeded >= tasks:
                         break
-                    busy = [w for w in running if _in_handler(w)]
-                    if not busy:
+                    for worker in everyone:
+                        worker.read()
+                    why = watch.stuck(succeeded, sum(len(w.lines) for w in everyone))
+                    if why is not None:
+                        up = sum(w.up_at is not None for w in running)
+                        report.problems.append(
+                            f"not every task succeeded: {why} ({succeeded}/{tasks} "
+                            f"succeeded, {up}/{len(running)} running workers up)"
+                        )
+                        break
+                    if report.kills >= kills:
+                        continue
+                    # never the last worker that is up: the queue keeps moving meanwhile
+                    busy = [w for w in running if w.in_handler()]
+                    if not busy or sum(w.up_at is not None for w in running) < 2:
                         continue
                     victim = rng.choice(busy)
                     victim.process.send_signal(signal.SIGKILL)
                     victim.process.wait()
                     running.remove(victim)
                     report.kills += 1
+                    killed.append(victim.lines[-1])
                     spawn()
-                finished = await _wait_all_succeeded(storage, queue, tasks, deadline)
             finally:
                 _stop(everyone)
+                spawner = _spawners.pop(queue, None)
+                if spawner is not None:
+                    spawner.close()
             report.workers_started = len(everyone)
-            if not finished:
-                report.problems.append(
-                    f"not every task succeeded within {timeout:.0f}s "
-                    f"({(await storage.stats(queue)).succeeded}/{tasks})"
-                )
-            stored = {}
-            for n in range(tasks):
-                task = await storage.get(f"{queue}-{n:05d}")
-                stored[task.id] = task
-        _check(report, stored, [line for w in everyone for line in _lines(w.log)])
+            ups = [(w.up_at, w.launched) for w in everyone if w.up_at is not None]
+            report.first_up = min((up for up, _ in ups), default=launch) - launch
+            report.slowest_start = max((up - at for up, at in ups), default=0.0)
+            stored = await _reread(storage, queue, tasks)
+        _check(report, stored, [line for w in everyone for line in _lines(w.log)], killed)
     report.seconds = time.monotonic() - started
     return report
 
 
-def _check(report: ChaosReport, stored: dict[str, Envelope], lines: list[list[str]]) -> None:
+def _check(
+    report: ChaosReport,
+    stored: dict[str, Envelope],
+    lines: list[list[str]],
+    killed: list[list[str]],
+) -> None:
+    """Add to ``report`` what the stored tasks, every worker's log ``lines`` and the claims
+    the killed workers held (``killed``: their last ``claim`` lines) show to be wrong."""
     claims: dict[str, list[_Claim]] = defaultdict(list)
     done: dict[str, list[str]] = defaultdict(list)
     for line in lines:
@@ -279,6 +437,19 @@ def _check(report: ChaosReport, stored: dict[str, Envelope], lines: list[list[st
                     f"{before.end.isoformat()} but pid {after.pid} claimed it at "
                     f"{after.start.isoformat()}"
                 )
+    for line in killed:
+        _, task_id, _, start, _, pid = line
+        held = stored.get(task_id)
+        if held is None or held.status != Status.SUCCEEDED:
+            continue  # reported above
+        at = datetime.fromisoformat(start)
+        lost = [a for a in held.attempts if a.outcome == Outcome.LEASE_EXPIRED]
+        # unless the worker committed the completion just before it was killed
+        if all(a.started_at != at for a in lost) and held.attempts[-1].worker_id != f"chaos-{pid}":
+            report.problems.append(
+                f"{task_id}: pid {pid} was killed holding it (claimed at {start}) and no "
+                "LEASE_EXPIRED record is of that claim"
+            )
 
 
 def main() -> None:

@@ -87,6 +87,21 @@ class ContractModel:
                     maybe.add(t.id)
         return sure, maybe
 
+    def claim_order(self, queue: str, at: datetime) -> list[ModelTask]:
+        """The tasks of ``queue`` surely due at ``at``, most urgent first (ties by id)."""
+        sure, _ = self.due(queue, at, at)
+        return sorted((self.tasks[i] for i in sure), key=ModelTask.key)
+
+    def whole_ties(self, queue: str, at: datetime, limit: int) -> int:
+        """``limit``, raised until the tasks due at ``at`` that it takes end where the claim
+        order does not tie: the contract leaves the order of tied tasks to the store, so a
+        batch that ends inside a tie may take any of them, and the machine must know which
+        tasks a claim takes."""
+        keys = [t.key()[:2] for t in self.claim_order(queue, at)]
+        while 0 < limit < len(keys) and keys[limit - 1] == keys[limit]:
+            limit += 1
+        return limit
+
     def claim_problems(
         self, queue: str, limit: int, claimed: set[str], before: datetime, after: datetime
     ) -> list[str]:

@@ -9,6 +9,14 @@ included) can be driven. Use :func:`run_contract_machine` from an async test.
 Claims use a long or a short lease, so lapsed leases, their reclaims and their holders'
 still-current tokens all appear in random sequences; tasks carry priorities; operators
 cancel and import tasks in any status.
+
+Replays are exact. Hypothesis replays a failing sequence to shrink and report it, and a step
+whose effect hung on timing would pass on one run and fail on the next (``Flaky``). So
+nothing the machine does depends on the speed of the machine or the store: a short lease is
+waited out (by the storage clock) as soon as it is granted and a long one outlives every
+example, so which leases have lapsed is a property of the sequence; a claim's batch never
+ends inside a tie of the claim order (which the contract leaves to the store); the pickers
+draw plain indexes, resolved to tasks from the model alone.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -55,8 +63,8 @@ SLOTS = 6
 """Task ids per example: few enough that operations keep hitting the same tasks."""
 ERROR_TYPES = ("KitError", "OtherError")
 HANDLERS = ("kit.handlers:even", "kit.handlers:odd")
-SHORT = timedelta(milliseconds=50)
-"""The machine's short lease: it lapses within a few steps."""
+SHORT = timedelta(milliseconds=5)
+"""The machine's short lease: waited out as soon as it is granted (by the storage clock)."""
 
 #: The operations one step may run, repeated to weight them (the first ones shrink best).
 OPERATIONS = (
@@ -71,8 +79,6 @@ OPERATIONS = (
     "resolve",
     "resolve",
     "extend-lease",
-    "let-leases-lapse",
-    "let-leases-lapse",
     "redrive",
     "purge",
     "purge-succeeded",
@@ -113,13 +119,15 @@ class ContractMachine(RuleBasedStateMachine):
         self.queues = (f"kit-sm-{run}-a", f"kit-sm-{run}-b")
         self.prefix = f"sm-{run}"
         self.model = ContractModel()
-        self.seen: datetime
-        """The latest reading of the storage clock."""
         now = self.now()
         self.past = now - timedelta(seconds=1)
         """A moment every later storage reading is past (due at once)."""
         self.future = now + timedelta(days=2)
         """A moment no example lives to see."""
+        self.lapsed_by = now
+        """Every lease that ends by this storage time has lapsed: the short ones granted so
+        far were waited out, a long one ends after the example, an imported one ends at
+        :attr:`past` or :attr:`future`."""
 
     @classmethod
     def bound(cls, storage: Storage, loop: asyncio.AbstractEventLoop) -> type[ContractMachine]:
@@ -139,8 +147,8 @@ class ContractMachine(RuleBasedStateMachine):
         return asyncio.run_coroutine_threadsafe(operation, self.loop).result(PATIENCE)
 
     def now(self) -> datetime:
-        self.seen = self.call(self.storage.now())
-        return self.seen
+        """A reading of the storage clock."""
+        return self.call(self.storage.now())
 
     def task_id(self, slot: int) -> str:
         return f"{self.prefix}-{slot}"
@@ -148,9 +156,9 @@ class ContractMachine(RuleBasedStateMachine):
     def stored(self, task_id: str) -> Envelope:
         return self.call(self.storage.get(task_id))
 
-    # The pickers draw the same values whatever the store's state: which tasks are IN_FLIGHT
-    # or lapsed depends on the storage clock, and Hypothesis replays a drawn sequence only if
-    # its shape never depends on such outside state (FlakyStrategyDefinition otherwise).
+    # The pickers draw the same values whatever the store's state (Hypothesis replays a drawn
+    # sequence only if its shape never depends on outside state: FlakyStrategyDefinition
+    # otherwise) and resolve them from the model alone, whose state is the sequence's.
 
     def pick_slot(self, data: st.DataObject, *statuses: Status) -> int:
         """Mostly a slot whose task is in one of ``statuses`` (if any), else any slot."""
@@ -171,12 +179,12 @@ class ContractMachine(RuleBasedStateMachine):
         return busy[queue % len(busy)] if busy and aim > 0 else queue
 
     def pick_held(self, data: st.DataObject) -> int:
-        """A slot for a fenced call: often one whose lease has lapsed (by the last reading of
-        the storage clock) without a reclaim, else mostly an IN_FLIGHT one."""
+        """A slot for a fenced call: often one whose lease has lapsed without a reclaim, else
+        mostly an IN_FLIGHT one."""
         lapsed = sorted(
             int(t.id.rsplit("-", 1)[1])
             for t in self.model.with_status(Status.IN_FLIGHT)
-            if t.lease_expires_at is not None and t.lease_expires_at <= self.seen
+            if t.lease_expires_at is not None and t.lease_expires_at <= self.lapsed_by
         )
         aim_at_lapsed = data.draw(st.booleans(), label="lapsed")
         slot = self.pick_slot(data, Status.IN_FLIGHT)
@@ -267,12 +275,16 @@ class ContractMachine(RuleBasedStateMachine):
         worker = data.draw(workers, label="worker")
         name = self.queues[queue]
         before = self.now()
+        limit = self.model.whole_ties(name, before, limit)
+        due = sorted(t.id for t in self.model.claim_order(name, before)[:limit])
         claimed = self.call(self.storage.claim_due(name, limit, lease, worker_id=worker))
         after = self.now()
         tokens = {c.task.id: c.token for c in claimed}
         assert len(tokens) == len(claimed), "claim_due returned a task twice"
         problems = self.model.claim_problems(name, limit, set(tokens), before, after)
         assert not problems, "; ".join(problems)
+        if not self.model.due(name, before, after)[1]:  # no lease ended during the call
+            assert sorted(tokens) == due, f"claimed {sorted(tokens)}, the model says {due}"
         for c in claimed:
             expected = self.model.tasks[c.task.id]
             was = (expected.attempt_count, expected.claimed_by, expected.claimed_at)
@@ -293,21 +305,19 @@ class ContractMachine(RuleBasedStateMachine):
             assert got.attempt_count == expected.attempt_count
             assert got.redrive_count == expected.redrive_count
             assert got.priority == expected.priority
+        if lease == SHORT:
+            self.wait_out(c.task.lease_expires_at for c in claimed)
 
-    def let_leases_lapse(self, data: st.DataObject) -> None:
-        """Wait until every short lease has passed by the storage clock."""
-        horizon = self.now() + timedelta(seconds=1)
-        ends = [
-            t.lease_expires_at
-            for t in self.model.with_status(Status.IN_FLIGHT)
-            if t.lease_expires_at is not None and t.lease_expires_at < horizon
-        ]
-        if not ends:
+    def wait_out(self, ends: Iterable[datetime | None]) -> None:
+        """Wait until the storage clock has passed every lease end in ``ends``."""
+        last = max((end for end in ends if end is not None), default=None)
+        if last is None:
             return
         deadline = time.monotonic() + PATIENCE
-        while self.now() < max(ends):
+        while (now := self.now()) < last:
             assert time.monotonic() < deadline, "the storage clock does not advance"
-            time.sleep(0.02)
+            time.sleep(min((last - now).total_seconds(), 0.02))
+        self.lapsed_by = max(self.lapsed_by, last)
 
     def extend_lease(self, data: st.DataObject) -> None:
         task_id = self.task_id(self.pick_held(data))
@@ -325,6 +335,8 @@ class ContractMachine(RuleBasedStateMachine):
             assert before + lease <= expires <= after + lease, "extend sets now + lease"
             self.model.tasks[task_id].lease_expires_at = expires
             self.check_task(task_id)
+            if lease == SHORT:
+                self.wait_out([expires])
 
     # --- resolution ------------------------------------------------------------------------
 

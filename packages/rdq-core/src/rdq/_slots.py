@@ -76,6 +76,7 @@ class QueueSlots:
         "_mark",
         "_rate",
         "_start",
+        "_unbounded",
         "_waiter",
         "_wants",
         "_woken",
@@ -108,6 +109,7 @@ class QueueSlots:
         self._mark = (time.monotonic(), 0)
         self._rate = 0.0
         self._waiter: asyncio.Future[None] | None = None
+        self._unbounded = False
         self._wants = 0
         self._woken = False
         self._freed_at = 0.0
@@ -154,14 +156,16 @@ class QueueSlots:
         cap = min(MAX_AHEAD, limits.MAX_LIMIT - self.concurrency, int(self._rate * AHEAD_SECONDS))
         self.target = max(0, min(cap, max(self.concurrency, 2 * self.target)))
 
-    async def wait(self, wants: int, quiet: float | None) -> None:
-        """Wait until a claim would ask for at least ``wants`` tasks, or no slot has been
-        freed for ``quiet`` seconds (None: no limit), or :meth:`wake`."""
+    async def wait(self, wants: int, quiet: float) -> None:
+        """Wait until a claim would ask for at least ``wants`` tasks, or a slot has stood
+        free for ``quiet`` seconds with none freed meanwhile, or :meth:`wake`. While every
+        slot is taken, only a slot freed can end the wait (or a wake)."""
         loop = asyncio.get_running_loop()
-        timeout = quiet
+        timeout: float | None = quiet if self.active < self.concurrency else None
         while True:
             waiter = self._waiter = loop.create_future()
             self._wants = wants
+            self._unbounded = timeout is None
             timer = None if timeout is None else loop.call_later(timeout, _settle, waiter)
             try:
                 await waiter
@@ -169,9 +173,12 @@ class QueueSlots:
                 self._waiter = None
                 if timer is not None:
                     timer.cancel()
-            if quiet is None or self._woken or self.claim_size() >= wants:
+            if self._woken or self.claim_size() >= wants:
                 self._woken = False
                 return
+            if self.active >= self.concurrency:
+                timeout = None  # every slot taken again
+                continue
             since = time.monotonic() - self._freed_at  # a slot freed meanwhile: wait on
             if since >= quiet:
                 return
@@ -203,7 +210,9 @@ class QueueSlots:
             if following.done:
                 continue
             self._take_slot(following)
-        if self._waiter is not None and self.claim_size() >= self._wants:
+        if self._waiter is not None and (
+            self.claim_size() >= self._wants or (self._unbounded and self.active < self.concurrency)
+        ):  # enough to claim, or the first free slot of a wait that had none
             _settle(self._waiter)
 
     def release(self, run: Run) -> None:

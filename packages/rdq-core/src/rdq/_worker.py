@@ -373,8 +373,7 @@ class Worker:
                 wants = state.worth_claiming()
                 if size < wants:
                     # wait for a bigger batch, but not with an idle slot for long
-                    idle_slot = state.active < state.concurrency
-                    await state.wait(wants, self.poll_min if idle_slot else None)
+                    await state.wait(wants, self.poll_min)
                     size = state.claim_size()
                     if size <= 0 or stopping.is_set():
                         continue

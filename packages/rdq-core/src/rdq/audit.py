@@ -25,14 +25,20 @@ from rdq.spi import Selector
 
 __all__ = [
     "AUDIT_LOGGER_NAME",
+    "COUNT_UNKNOWN",
     "AuditRecord",
     "AuditSink",
     "JsonLinesAuditSink",
     "MemoryAuditSink",
+    "log_record",
     "selector_to_builtins",
 ]
 
 AUDIT_LOGGER_NAME = "rdq.audit"
+
+COUNT_UNKNOWN = "the count is unknown: the store may have applied the call that failed"
+"""Ends the ``error`` of a record whose last storage call failed in a way that leaves its
+effect unknown (its ``count`` is then a lower bound)."""
 
 Action = Literal["redrive", "purge", "cancel"]
 
@@ -40,8 +46,10 @@ Action = Literal["redrive", "purge", "cancel"]
 class AuditRecord(msgspec.Struct, kw_only=True, frozen=True):
     """One redrive, purge or cancel. ``count`` is how many tasks it acted on; ``error`` is set
     when the operation failed part-way (``count`` then says how many were done before it
-    failed). ``id`` is the entry's id in the storage's audit trail (None when the store could
-    not record it); ``time`` is the storage's time when it did."""
+    failed; when the call that failed may still have been applied by the store — a timeout, a
+    lost connection — ``error`` ends with :data:`COUNT_UNKNOWN` and ``count`` is only what is
+    known done). ``id`` is the entry's id in the storage's audit trail (None when the store
+    could not record it); ``time`` is the storage's time when it did."""
 
     actor: str
     action: Action
@@ -113,20 +121,9 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
-async def emit(record: AuditRecord, sinks: list[AuditSink]) -> None:
-    """Log ``record`` on the ``rdq.audit`` logger and append it to every sink.
-
-    Raises whatever a sink raises, after trying every sink, so a broken sink is noticed."""
-    logger = get_logger(AUDIT_LOGGER_NAME)
+def log_record(record: AuditRecord) -> None:
+    """Log ``record`` on the ``rdq.audit`` logger (``TaskAdmin`` also stores it in the audit
+    trail and appends it to every sink)."""
     fields = msgspec.to_builtins(record)
     event = fields.pop("action")
-    logger.info(event, audit=True, action=event, **fields)
-    failure: BaseException | None = None
-    for sink in sinks:
-        try:
-            await sink.write(record)
-        except Exception as exc:
-            logger.error("audit sink failed", sink=type(sink).__name__, error=str(exc))
-            failure = failure or exc
-    if failure is not None:
-        raise failure
+    get_logger(AUDIT_LOGGER_NAME).info(event, audit=True, action=event, **fields)

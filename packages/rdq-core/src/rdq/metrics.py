@@ -14,6 +14,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
     "ATTEMPTS",
+    "AUDIT_FAILURES",
     "CLAIMS",
     "DEAD_LETTERED",
     "DLQ_DEPTH",
@@ -44,6 +45,12 @@ STALE_CLAIMS = Counter("rdq_stale_claims", "Resolutions refused: the lease was l
 DEAD_LETTERED = Counter("rdq_dead_lettered", "Tasks moved to the DLQ.", ["queue"])
 REDRIVEN = Counter("rdq_redriven", "DLQ tasks returned to their queue.", ["queue"])
 PURGED = Counter("rdq_purged", "DLQ tasks deleted.", ["queue"])
+AUDIT_FAILURES = Counter(
+    "rdq_audit_failures",
+    "Operator actions whose audit record a destination (the storage's audit trail or a sink) "
+    "did not take, after retries; the action itself was applied (or failed) all the same.",
+    ["queue", "action", "destination"],
+)
 SUCCEEDED_PURGED = Counter(
     "rdq_succeeded_purged", "Succeeded tasks deleted after their task_ttl.", ["queue"]
 )

@@ -10,7 +10,8 @@ import pytest
 import structlog
 
 from rdq.admin import DLQAdmin
-from rdq.audit import JsonLinesAuditSink, MemoryAuditSink
+from rdq.admin._record import AUDIT_ATTEMPTS
+from rdq.audit import AuditRecord, JsonLinesAuditSink, MemoryAuditSink
 from rdq.errors import StaleCursor, ValidationError
 from rdq.spi import DLQFilter, Page, Selector, Status, Storage
 
@@ -185,17 +186,59 @@ async def test_bad_input_is_rejected_before_anything_changes(
 
 
 class _BrokenSink:
+    def __init__(self) -> None:
+        self.tries = 0
+
     async def write(self, record: object) -> None:
+        self.tries += 1
         raise OSError("disk full")
+
+
+class _FlakySink(MemoryAuditSink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    async def write(self, record: AuditRecord) -> None:
+        if not self.failed:
+            self.failed = True
+            raise OSError("try again")
+        await super().write(record)
+
+
+def _audit_failures(destination: str) -> float:
+    from prometheus_client import REGISTRY
+
+    labels = {"queue": "q", "action": "purge", "destination": destination}
+    return REGISTRY.get_sample_value("rdq_audit_failures_total", labels) or 0.0
 
 
 @pytest.mark.asyncio
 async def test_a_failing_audit_sink_is_reported_and_other_sinks_still_get_the_record(
     storage: Storage, dead_letter: Any
 ) -> None:
+    """The purge was done, so it answers its count: the sink's failure (after retries) is an
+    error log line and a count in ``rdq_audit_failures``, never the action's outcome."""
     await _fill(storage, dead_letter, 2)
     good = MemoryAuditSink()
-    admin = DLQAdmin(storage, sinks=[_BrokenSink(), good])
-    with pytest.raises(OSError, match="disk full"):
-        await admin.purge("q", Selector.by_ids("t000"), actor="ops")
+    broken = _BrokenSink()
+    admin = DLQAdmin(storage, sinks=[broken, good])
+    failures = _audit_failures("_BrokenSink")
+    with structlog.testing.capture_logs() as logs:
+        assert await admin.purge("q", Selector.by_ids("t000"), actor="ops") == 1
     assert len(good.records) == 1 and good.records[0].count == 1
+    assert broken.tries == AUDIT_ATTEMPTS
+    assert _audit_failures("_BrokenSink") == failures + 1
+    [logged] = [e for e in logs if e["event"] == "audit sink failed"]
+    assert logged["log_level"] == "error" and "disk full" in logged["error"]
+
+
+@pytest.mark.asyncio
+async def test_a_sink_that_fails_once_gets_the_record_on_a_retry(
+    storage: Storage, dead_letter: Any
+) -> None:
+    await _fill(storage, dead_letter, 1)
+    flaky = _FlakySink()
+    admin = DLQAdmin(storage, sinks=[flaky])
+    assert await admin.purge("q", Selector.by_ids("t000"), actor="ops") == 1
+    assert [r.count for r in flaky.records] == [1]

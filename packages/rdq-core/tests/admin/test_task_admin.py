@@ -7,9 +7,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import structlog
 
 from rdq.admin import TaskAdmin, TaskSelector
-from rdq.audit import MemoryAuditSink
+from rdq.admin._record import AUDIT_ATTEMPTS
+from rdq.audit import COUNT_UNKNOWN, MemoryAuditSink
 from rdq.errors import StaleClaim, StaleCursor, StorageUnavailable, ValidationError
 from rdq.spi import (
     Attempt,
@@ -54,6 +56,7 @@ async def test_tasks_of_any_status_page_through_every_match_once(
     assert await _pages(admin, only_a, limit) == [f"p{i:03d}" for i in range(0, 40, 2)]
     assert await _pages(admin, TaskFilter(status=Status.DEAD), limit) == []
     claimed = await storage.claim_due("q", 5, timedelta(seconds=60), worker_id="w-1")
+    assert len(claimed) == 5
     in_flight, _ = await admin.list_tasks("q", TaskFilter(status=Status.IN_FLIGHT))
     assert {t.id for t in in_flight} == {c.task.id for c in claimed}
     assert all(t.claimed_by == "w-1" and t.lease_expires_at for t in in_flight)
@@ -181,20 +184,77 @@ class _AuditDown:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._storage, name)
 
+    tries = 0
+
     async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        self.tries += 1
         raise StorageUnavailable("audit table locked")
 
 
 @pytest.mark.asyncio
-async def test_an_unrecorded_action_is_still_logged_and_reported(storage: Storage) -> None:
+async def test_an_action_the_store_cannot_audit_still_answers_its_count_and_is_logged(
+    storage: Storage,
+) -> None:
+    """The cancel happened: it answers its count (the API says 200, not 503); the store's
+    refusal to record it, after retries, is an error log line and a metric, and the log and
+    the sinks still get the record."""
     await _pending(storage, 2)
     sink = MemoryAuditSink()
-    admin = TaskAdmin(_AuditDown(storage), sinks=[sink])  # type: ignore[arg-type]
-    with pytest.raises(StorageUnavailable):
-        await admin.cancel("q", TaskSelector.by_ids("p000"), actor="ops")
+    down = _AuditDown(storage)
+    admin = TaskAdmin(down, sinks=[sink])  # type: ignore[arg-type]
+    with structlog.testing.capture_logs() as logs:
+        assert await admin.cancel("q", TaskSelector.by_ids("p000"), actor="ops") == 1
     assert (await storage.get("p000")).status == Status.CANCELLED
+    assert down.tries == AUDIT_ATTEMPTS
     (record,) = sink.records
     assert record.count == 1 and record.id is None
+    [error] = [e for e in logs if e["event"] == "the store did not record the audit entry"]
+    assert error["log_level"] == "error" and "audit table locked" in error["error"]
+    assert [e["count"] for e in logs if e.get("audit")] == [1], "the rdq.audit log has it"
+
+
+class _AppliedThenTimedOut:
+    """A store whose redrive and purge are applied but whose answer never arrives (a client
+    timeout after the database completed the statement)."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+    async def redrive(self, queue: str, selector: Selector) -> int:
+        await self._storage.redrive(queue, selector)
+        raise StorageUnavailable("no answer within the operation timeout (10 s)")
+
+    async def purge(self, queue: str, selector: Selector) -> int:
+        raise ValidationError("refused before anything changed", field="selector")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("by", ["filter", "ids"])
+async def test_a_redrive_whose_answer_is_lost_is_audited_with_an_unknown_count(
+    storage: Storage, by: str
+) -> None:
+    for n in range(3):
+        await storage.enqueue(Envelope(id=f"d{n}", queue="q", handler_ref="h"))
+        [claimed] = await storage.claim_due("q", 1, timedelta(minutes=1))
+        failed = Attempt(number=1, outcome=Outcome.PERMANENT, error_type="Boom")
+        await storage.dead_letter(claimed.task.id, claimed.token, failed)
+    admin = TaskAdmin(_AppliedThenTimedOut(storage))  # type: ignore[arg-type]
+    selector = Selector.by_filter() if by == "filter" else Selector.by_ids("d0", "d1", "d2")
+    with pytest.raises(StorageUnavailable):
+        await admin.redrive("q", selector, actor="ops")
+    assert (await storage.stats("q")).pending == 3, "the store did redrive them"
+    [entry], _ = await storage.list_audit(AuditFilter(action="redrive"), Page())
+    assert entry.error is not None and entry.error.endswith(
+        f"{COUNT_UNKNOWN} (0 known done before it)"
+    )
+    assert entry.count == 0
+    with pytest.raises(ValidationError):  # refused: nothing done, the count is known
+        await admin.purge("q", Selector.by_ids("d0"), actor="ops")
+    [entry], _ = await storage.list_audit(AuditFilter(action="purge"), Page())
+    assert entry.error is not None and COUNT_UNKNOWN not in entry.error
 
 
 @pytest.mark.asyncio

@@ -13,7 +13,7 @@ import pytest
 import rdq
 from rdq.spi import DLQFilter, Outcome, Page, Status, Storage
 
-from .conftest import Recorder, fast_worker, running, wait_status
+from .conftest import Recorder, eventually, fast_worker, running, wait_status
 
 pytestmark = pytest.mark.asyncio
 
@@ -135,13 +135,45 @@ async def test_cancelling_a_running_thread_task_fences_it_off(storage, queue):
         async with running(worker):
             await asyncio.to_thread(started.wait, 30)
             assert await storage.cancel(queue, [sub.id]) == 1
-            for _ in range(600):  # the next renewal (a third of the lease) is refused
-                if log.events("task cancelled by an operator"):
-                    break
-                await asyncio.sleep(0.05)
-            assert worker.in_flight == 0  # its slot is free: the thread no longer counts
+            # the next renewal (a third of the lease) is refused and the handler abandoned:
+            # its slot is free although the thread still runs
+            await eventually(lambda: _slot_freed(worker, log))
+            assert not finished
     finally:
         release.set()
     task = await storage.get(sub.id)
     assert task.status == Status.CANCELLED and task.attempts == []
     assert log.events("task cancelled by an operator; abandoning its handler")
+
+
+async def _slot_freed(worker: rdq.Worker, log: Recorder) -> bool:
+    return bool(log.events("task cancelled by an operator")) and worker.in_flight == 0
+
+
+async def test_a_revoked_running_task_gives_its_slot_to_a_waiting_one(storage, queue):
+    # Five slots, all taken by long handlers, one task waiting: the revoke frees one slot,
+    # fewer than a claim usually waits for, and the waiting task must still get it.
+    app = rdq.App()
+    app.queue(queue, lease=0.6, timeout=600, concurrency=5)
+    started: dict[str, asyncio.Event] = {}
+
+    @app.handler("long", queue=queue)
+    async def long(payload: Any) -> None:
+        started[payload].set()
+        await asyncio.sleep(600)  # only a revoke ends it within the test
+
+    client = rdq.Client(storage, app)
+    names = [f"n{i}" for i in range(6)]
+    for name in names:
+        started[name] = asyncio.Event()
+        await client.submit("long", name, queue=queue, id=f"{queue}-{name}")
+    async with running(fast_worker(app, storage, grace_period=0.1)):
+
+        async def five_started() -> bool:
+            return sum(event.is_set() for event in started.values()) == 5
+
+        await eventually(five_started)
+        [waiting] = [name for name in names if not started[name].is_set()]
+        revoked = next(name for name in names if started[name].is_set())
+        assert await storage.cancel(queue, [f"{queue}-{revoked}"]) == 1
+        await asyncio.wait_for(started[waiting].wait(), 30)  # the revoked one's slot

@@ -120,12 +120,17 @@ async def test_a_loop_stalled_past_the_stall_limit_lets_its_leases_lapse(
     app.queue(queue, lease=1.0, timeout=30.0, max_attempts=3)
 
     hanging = threading.Event()
+    rescued = threading.Event()
 
     @app.handler("hang", queue=queue)
     async def hang(payload: object, ctx: rdq.TaskContext) -> None:
         if ctx.attempt == 1:
             hanging.set()
-            time.sleep(4)  # noqa: ASYNC251 - hung, as far as anyone can tell
+            # hung, as far as anyone can tell: the loop stays blocked until another worker has
+            # taken the task over (or for a minute, when its lease is wrongly kept alive)
+            rescued.wait(60)
+        else:
+            rescued.set()
 
     sub = await rdq.Client(storage, app).submit("hang", queue=queue)
     log = Recorder()

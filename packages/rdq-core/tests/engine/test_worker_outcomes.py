@@ -150,6 +150,7 @@ async def test_timeouts_async_cancelled_sync_fenced_off_worker_keeps_going(stora
     app = rdq.App()
     app.queue(queue, max_attempts=1, timeout=0.3, concurrency=1)
     release = threading.Event()
+    returned = threading.Event()
     cancelled = asyncio.Event()
 
     @app.handler("slow_async", queue=queue)
@@ -163,6 +164,7 @@ async def test_timeouts_async_cancelled_sync_fenced_off_worker_keeps_going(stora
     @app.handler("hangs", queue=queue)
     def hangs(payload: object) -> str:
         release.wait(60)  # a sync handler that will not return in time
+        returned.set()
         return "too late"
 
     @app.handler("quick", queue=queue)
@@ -172,13 +174,14 @@ async def test_timeouts_async_cancelled_sync_fenced_off_worker_keeps_going(stora
     client = rdq.Client(storage, app)
     a = await client.submit("slow_async")
     b = await client.submit("hangs")
-    c = await client.submit("quick", delay=0.2)
     try:
         async with running(fast_worker(app, storage)):
             ta = await wait_status(storage, a.id, Status.DEAD)
             tb = await wait_status(storage, b.id, Status.DEAD)
             # concurrency is 1 and a thread still hangs: the worker must still run "quick"
+            c = await client.submit("quick")
             await wait_status(storage, c.id, Status.SUCCEEDED)
+            assert not returned.is_set()
     finally:
         release.set()
     assert cancelled.is_set()
@@ -406,6 +409,7 @@ async def test_async_handler_that_swallows_cancellation_is_fenced_off(storage, q
     app = rdq.App()
     app.queue(queue, max_attempts=1, timeout=0.3, concurrency=1)
     swallowed = asyncio.Event()
+    gave_in = asyncio.Event()
 
     @app.handler("stubborn", queue=queue)
     async def stubborn(payload: object) -> None:
@@ -414,6 +418,7 @@ async def test_async_handler_that_swallows_cancellation_is_fenced_off(storage, q
         except asyncio.CancelledError:
             swallowed.set()
             await asyncio.sleep(20)  # ignores its timeout's cancellation for a long while
+            gave_in.set()
 
     @app.handler("quick", queue=queue)
     async def quick(payload: object) -> None:
@@ -421,12 +426,12 @@ async def test_async_handler_that_swallows_cancellation_is_fenced_off(storage, q
 
     client = rdq.Client(storage, app)
     a = await client.submit("stubborn")
-    b = await client.submit("quick", delay=0.1)
     async with running(fast_worker(app, storage, grace_period=0.5)):
         ta = await wait_status(storage, a.id, Status.DEAD)
         # the only slot was freed although the stubborn coroutine still runs
+        b = await client.submit("quick")
         await wait_status(storage, b.id, Status.SUCCEEDED)
-    assert swallowed.is_set()
+        assert swallowed.is_set() and not gave_in.is_set()
     assert [(x.outcome, x.error_type) for x in ta.attempts] == [(Outcome.TIMEOUT, "rdq.Timeout")]
 
 

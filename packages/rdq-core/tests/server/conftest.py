@@ -7,7 +7,6 @@ import contextlib
 import socket
 import ssl
 import threading
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,12 +26,13 @@ from rdq_memory import MemoryStorage
 
 @dataclass
 class Reply:
-    """What the receiver answers: status, headers, body, and an optional delay first."""
+    """What the receiver answers: status, headers, body. ``hold``: answer only once the test
+    calls :meth:`Receiver.release` (a receiver that has gone silent)."""
 
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b"ok"
-    delay: float = 0.0
+    hold: bool = False
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Receiver:
         self.requests: list[Received] = []
         self._scripts: dict[str, deque[Reply]] = {}
         self._lock = threading.Lock()
+        self._released = threading.Event()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,8 +58,8 @@ class Receiver:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 reply = receiver._record(self.path, dict(self.headers.items()), body)
-                if reply.delay:
-                    time.sleep(reply.delay)
+                if reply.hold:
+                    receiver._released.wait()
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
@@ -98,10 +99,15 @@ class Receiver:
                 return Reply()
             return script.popleft() if len(script) > 1 else script[0]
 
+    def release(self) -> None:
+        """Let every held reply go out (and every later one at once)."""
+        self._released.set()
+
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
+        self.release()
         self.server.shutdown()
         self.server.server_close()
 

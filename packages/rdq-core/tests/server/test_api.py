@@ -12,7 +12,7 @@ from litestar.testing import AsyncTestClient
 from rdq.audit import MemoryAuditSink
 from rdq.errors import StorageUnavailable
 from rdq.server import create_app
-from rdq.spi import Attempt, Outcome, Status
+from rdq.spi import Attempt, AuditEntry, Outcome, Status
 from rdq_memory import MemoryStorage
 
 from .conftest import ADMIN_TOKEN, READ_TOKEN, SUBMIT_TOKEN, auth, node_settings
@@ -235,6 +235,33 @@ async def test_bad_dlq_queries(
 
 
 @pytest.mark.asyncio
+async def test_a_query_parameter_the_endpoint_does_not_take_is_422_naming_it(
+    client: Client, memory_store: MemoryStorage
+) -> None:
+    for task_id, error_type in (("dead-1", "Boom"), ("dead-2", "Other")):
+        await _submit(client, id=task_id)
+        await _kill(memory_store, task_id, error_type)
+    # A misspelt filter must not list (or, for an action, act on) the whole DLQ.
+    response = await client.get(
+        "/v1/queues/default/dlq", params={"eror_type": "Boom"}, headers=ADMIN
+    )
+    assert response.status_code == 422, response.text
+    error = _error(response)
+    assert error["field"] == "eror_type"
+    assert "error_type" in error["message"]  # what the endpoint does take
+    response = await client.get("/v1/queues", params={"": "1"}, headers=ADMIN)
+    assert (response.status_code, _error(response)["field"]) == (422, ""), response.text
+    response = await client.get(
+        "/v1/queues/default/dlq", params={"error_type": "Boom"}, headers=ADMIN
+    )
+    assert [t["id"] for t in response.json()["tasks"]] == ["dead-1"]
+    # Probes take whatever their scrapers add; without a token the answer is still 401.
+    assert (await client.get("/healthz", params={"ts": "1"})).status_code == 200
+    unauthorized = await client.get("/v1/queues/default/dlq", params={"eror_type": "Boom"})
+    assert unauthorized.status_code == 401
+
+
+@pytest.mark.asyncio
 async def test_redrive_and_purge_with_dry_run_and_audit(
     client: Client, memory_store: MemoryStorage, audit_sink: MemoryAuditSink
 ) -> None:
@@ -262,6 +289,31 @@ async def test_redrive_and_purge_with_dry_run_and_audit(
         ("alice", "purge", 1, None),
     ]
     assert (await memory_store.stats("default")).dlq_depth == 1
+
+
+class _AuditTrailDown(MemoryStorage):
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        raise StorageUnavailable("audit table locked")
+
+
+@pytest.mark.asyncio
+async def test_an_action_that_was_done_answers_200_even_when_its_audit_entry_is_not_stored() -> (
+    None
+):
+    """The redrive happened; answering 503 ("retry later") would invite a second, wider
+    redrive. The unrecorded entry is logged and counted instead (rdq_audit_failures)."""
+    sink = MemoryAuditSink()
+    async with _AuditTrailDown() as store:
+        app = create_app(node_settings(), storage=store, audit_sinks=[sink])
+        async with AsyncTestClient(app=app) as client:
+            await _submit(client, id="t0")
+            await _kill(store, "t0")
+            url = "/v1/queues/default/dlq/redrive"
+            done = await client.post(url, headers=ADMIN, json={"ids": ["t0"]})
+            assert done.status_code == 200, done.text
+            assert done.json()["count"] == 1
+            assert (await store.get("t0")).status == Status.PENDING
+    assert [(r.action, r.count, r.id) for r in sink.records] == [("redrive", 1, None)]
 
 
 @pytest.mark.asyncio

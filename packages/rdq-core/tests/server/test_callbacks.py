@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import socket
@@ -39,7 +40,7 @@ LOCAL = CallbackSettings(
     allow_hosts=["127.0.0.1", "localhost", "hooks.example.test"],
     allow_networks=["127.0.0.0/8"],
     secrets=[SECRET],
-    timeout=5.0,
+    timeout=60.0,  # a local receiver answers at once; this only bounds a broken test
 )
 
 
@@ -134,16 +135,20 @@ async def test_a_slow_receiver_times_out_with_the_queue_timeout(receiver: Receiv
     settings = CallbackSettings(
         allow_hosts=["127.0.0.1"],
         allow_networks=["127.0.0.1/32"],
-        timeout=30.0,
+        timeout=600.0,
         queue_timeouts={"fast": 0.3},
     )
     inv = HttpCallbackInvoker(settings)
-    receiver.script("/slow", Reply(delay=3.0))
+    receiver.script("/slow", Reply(hold=True))  # never answers while the call waits
     try:
-        with pytest.raises(CallbackTimeout):
-            await inv(_task(receiver.url("/slow"), queue="fast"))
+        # The outer bound only matters if the queue's timeout is ignored (the default, 600 s,
+        # would apply); the message names the timeout that fired.
+        with pytest.raises(CallbackTimeout, match=r"within 0\.3s"):
+            await asyncio.wait_for(inv(_task(receiver.url("/slow"), queue="fast")), 60)
     finally:
+        receiver.release()
         await inv.aclose()
+    assert len(receiver.received("/slow")) == 1
 
 
 @pytest.mark.asyncio
@@ -176,7 +181,14 @@ async def test_ssrf_guard_refuses_without_calling(
     finally:
         await inv.aclose()
     assert isinstance(info.value.__cause__, CallbackBlocked)
-    assert receiver.requests == []
+    # Control: a call the guard lets through reaches this receiver and is recorded, so the
+    # refused one would have been seen had it been sent.
+    allowed = HttpCallbackInvoker(LOCAL)
+    try:
+        await allowed(_task(receiver.url("/control")))
+    finally:
+        await allowed.aclose()
+    assert [r.path for r in receiver.requests] == ["/control"]
 
 
 @pytest.mark.asyncio

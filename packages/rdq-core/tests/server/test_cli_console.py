@@ -80,11 +80,15 @@ def test_stats_without_queues_shows_every_queue(store_url: str) -> None:
 
 
 def test_dlq_list_json_has_attempts_only_when_asked(store_url: str) -> None:
+    dead = ["d0", "d1", "d2", "d3"]
     code, out = rdq("dlq", "list", "shop", "--storage", store_url, "--json")
     assert code == 0
-    assert all("attempts" not in t for t in json.loads(out)["tasks"])
+    tasks = json.loads(out)["tasks"]
+    assert sorted(t["id"] for t in tasks) == dead
+    assert all("attempts" not in t for t in tasks)
     code, out = rdq("dlq", "list", "shop", "--storage", store_url, "--json", "--attempts")
     tasks = json.loads(out)["tasks"]
+    assert sorted(t["id"] for t in tasks) == dead
     assert all(t["attempts"][-1]["error_type"] == "KeyError" for t in tasks)
 
 

@@ -92,6 +92,19 @@ def test_list_show_and_stats_on_a_store(store_url: str) -> None:
     assert json.loads(out)["queues"][0]["dlq_depth"] == 5
 
 
+def test_dlq_show_and_tasks_show_are_one_command(store_url: str) -> None:
+    """``rdq dlq show`` is ``rdq tasks show`` under a second name: the same options and help,
+    the same answer for a task in any status."""
+    helps = [
+        CliRunner().invoke(main, [*group, "show", "--help"]).output
+        for group in (["dlq"], ["tasks"])
+    ]
+    assert helps[0].replace(" dlq show ", " tasks show ") == helps[1]
+    for group in ("dlq", "tasks"):
+        code, out = rdq(group, "show", "t1", "--storage", store_url, "--json")
+        assert code == 0 and json.loads(out)["status"] == "DEAD"
+
+
 def test_redrive_by_filter_on_a_store_is_audited(store_url: str, tmp_path: Path) -> None:
     name = store_url.removeprefix("memory://")
     code, out = rdq(

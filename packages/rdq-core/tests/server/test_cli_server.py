@@ -17,6 +17,8 @@ from .conftest import Receiver, Reply
 
 TOKEN = "process-token-0123456789"
 RDQ = str(Path(sys.executable).parent / "rdq")
+HTTP_TIMEOUT = 30.0
+"""A bound on one request to the node (httpx's default, 5 s, is short on a busy machine)."""
 
 
 def _free_port() -> int:
@@ -38,6 +40,12 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
             pass
         time.sleep(0.1)
     raise AssertionError("rdq server did not become ready")
+
+
+def _status(url: str, task_id: str, headers: dict[str, str]) -> str:
+    response = httpx.get(f"{url}/v1/tasks/{task_id}", headers=headers, timeout=HTTP_TIMEOUT)
+    status: str = response.json()["status"]
+    return status
 
 
 def test_rdq_server_runs_from_a_config_file_and_stops_on_sigterm(
@@ -82,18 +90,19 @@ max_attempts = 1
         submitted = httpx.post(
             f"{url}/v1/tasks",
             headers=headers,
-            timeout=10,
+            timeout=HTTP_TIMEOUT,
             json={"id": "p1", "queue": "hooks", "handler_ref": receiver.url(hook)},
         )
         assert submitted.status_code == 201
         deadline = time.monotonic() + 60
-        while httpx.get(f"{url}/v1/tasks/p1", headers=headers).json()["status"] != "DEAD":
+        while _status(url, "p1", headers) != "DEAD":
             assert time.monotonic() < deadline, "the callback task never dead-lettered"
             time.sleep(0.1)
         purged = httpx.post(
             f"{url}/v1/queues/hooks/dlq/purge",
             headers=headers,
             json={"ids": ["p1"], "reason": "test"},
+            timeout=HTTP_TIMEOUT,
         )
         assert purged.json()["count"] == 1
     finally:
@@ -162,9 +171,10 @@ def test_rdq_server_imports_its_app_from_the_current_directory_like_rdq_worker(
         _wait_ready(url, process)
         headers = {"Authorization": f"Bearer {TOKEN}"}
         body = {"id": "s1", "queue": "shop", "handler_ref": "ship"}
-        assert httpx.post(f"{url}/v1/tasks", headers=headers, json=body).status_code == 201
+        submitted = httpx.post(f"{url}/v1/tasks", headers=headers, json=body, timeout=HTTP_TIMEOUT)
+        assert submitted.status_code == 201
         deadline = time.monotonic() + 60
-        while httpx.get(f"{url}/v1/tasks/s1", headers=headers).json()["status"] != "SUCCEEDED":
+        while _status(url, "s1", headers) != "SUCCEEDED":
             assert time.monotonic() < deadline, "the app's handler never ran on the node"
             time.sleep(0.1)
     finally:

@@ -142,6 +142,7 @@ async def test_two_server_nodes_run_each_tick_of_a_toml_schedule_once(
         done, _ = await storage.list_tasks(
             queue, TaskFilter(status=Status.SUCCEEDED), Page(limit=1000, include_attempts=True)
         )
+        assert done, "no scheduled task succeeded: the checks below would prove nothing"
         for task in done:
             assert [a.outcome for a in task.attempts] == ["SUCCEEDED"], task.id
             assert task.headers["rdq-schedule"] == f"beat-{queue}"

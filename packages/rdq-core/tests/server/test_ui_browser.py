@@ -36,6 +36,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+PATIENCE_MS = 60_000
+"""How long an action or expectation may wait for the page before the test fails."""
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 2560, "height": 1440}  # a 27" screen
 
@@ -48,14 +50,18 @@ async def browser() -> AsyncIterator[Any]:
         if os.environ.get("CI"):
             pytest.fail(f"no Chromium at {CHROMIUM} (CI installs Debian's chromium)")
         pytest.skip(f"no Chromium at {CHROMIUM}")
-    from playwright.async_api import async_playwright
+    from playwright.async_api import async_playwright, expect
 
+    # Each expectation polls until it holds; its bound (Playwright's default is 5 s) only
+    # matters when the page is wrong, so it is generous for a busy machine.
+    expect.set_options(timeout=PATIENCE_MS)
     async with async_playwright() as playwright:
         instance = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             yield instance
         finally:
             await instance.close()
+            expect.set_options(timeout=5_000)
 
 
 TRACEBACK = (
@@ -92,10 +98,20 @@ async def _dead(
         await store.dead_letter(claim.task.id, claim.token, attempt)
 
 
+class _Clock:
+    """The store's clock: this machine's, or ``behind`` it."""
+
+    def __init__(self) -> None:
+        self.behind = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) - self.behind
+
+
 async def _log_in(browser: Any, base_url: str, viewport: dict[str, int]) -> Any:
     context = await browser.new_context(viewport=viewport)
     page = await context.new_page()
-    page.set_default_timeout(30_000)
+    page.set_default_timeout(PATIENCE_MS)
     await page.goto(f"{base_url}/ui")
     assert page.url == f"{base_url}/ui/login"
     await page.fill("#token", ADMIN_TOKEN)
@@ -225,7 +241,7 @@ async def test_live_refresh_keeps_scroll_and_selection(browser: Any) -> None:
             assert before is not None and await page.evaluate("window.scrollY") > 0
             await _dead(store, "live", [("h2", "Other", 5)], first=100)  # five more arrive
             tab = page.locator("#tabs a[aria-current='page']")
-            await expect(tab).to_contain_text("45", timeout=30_000)
+            await expect(tab).to_contain_text("45")  # the page refreshes every 5 s
             # the change since the last refresh is marked (+5, or what a refresh caught midway)
             await expect(page.locator("#tabs .delta")).to_have_text(re.compile(r"^\+[1-5]$"))
             assert await page.is_checked(f"input[aria-label='select {queue}-0030']")
@@ -235,13 +251,22 @@ async def test_live_refresh_keeps_scroll_and_selection(browser: Any) -> None:
 
 
 async def test_pages_fit_a_phone_and_a_big_screen(browser: Any, tmp_path: Path) -> None:
-    async with MemoryStorage() as store:
+    store_clock = _Clock()
+    async with MemoryStorage(clock=store_clock) as store:
         long_handler = "https://hooks.example.com/a/very/long/callback/path/" + "x" * 120
         await _dead(store, "q" * 60, [(long_handler, "rdq.callbacks.CallbackFailed", 3)])
+        store_clock.behind = timedelta(hours=1)  # pending since an hour ago
         for i in range(3):
             await store.enqueue(Envelope(id=f"p-{'y' * 150}-{i}", queue="q" * 60, handler_ref="h"))
+        store_clock.behind = timedelta(0)
         await store.claim_due("q" * 60, 1, timedelta(seconds=60), worker_id="w" * 120)
+        # One claimed an hour ago with a 1 s lease: its lease has lapsed (and nobody has
+        # reclaimed it) whenever the pages are shown, however long the test takes to get there.
+        store_clock.behind = timedelta(hours=1)
         task = (await store.claim_due("q" * 60, 1, timedelta(seconds=1)))[0].task
+        store_clock.behind = timedelta(0)
+        assert task.lease_expires_at is not None
+        assert task.lease_expires_at < datetime.now(UTC) - timedelta(minutes=59)
         app = create_app(node_settings(), storage=store)
         async with running_node(app) as base_url:
             for name, viewport in (("phone", PHONE), ("desktop", DESKTOP)):
@@ -261,3 +286,24 @@ async def test_pages_fit_a_phone_and_a_big_screen(browser: Any, tmp_path: Path) 
                     await _fits(page)
                 await page.screenshot(path=str(tmp_path / f"{name}.png"))
         assert (await store.get(task.id)).status == Status.IN_FLIGHT
+
+
+async def test_pages_load_without_browser_errors(browser: Any) -> None:
+    """No page of the console leaves an error in the browser's console (a missing
+    resource, a script error, a CSP refusal)."""
+    async with MemoryStorage() as store:
+        await _dead(store, "q", [("h", "Boom", 2)])
+        async with running_node(create_app(node_settings(), storage=store)) as base_url:
+            context = await browser.new_context(viewport=PHONE)
+            page = await context.new_page()
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            await page.goto(f"{base_url}/ui/login")
+            await page.fill("#token", ADMIN_TOKEN)
+            await page.click("button[type=submit]")
+            await page.wait_for_url(f"{base_url}/ui")
+            for path in ("/ui/queues/q?state=dead", "/ui/tasks/q-0001", "/ui/audit"):
+                await page.goto(base_url + path)
+                await page.wait_for_load_state("networkidle")
+            assert errors == []

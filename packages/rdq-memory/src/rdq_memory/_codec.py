@@ -9,7 +9,7 @@ from rdq.errors import ValidationError
 from rdq.spi import Envelope, Status, decode_envelope, encode_envelope
 from rdq_memory._state import Record
 
-__all__ = ["RAW_PREVIEW", "copy_in", "corrupt_record", "read"]
+__all__ = ["RAW_PREVIEW", "copy_in", "corrupt_raw", "corrupt_record", "read"]
 
 RAW_PREVIEW = 500
 """How much of a corrupt record's raw stored value ``Envelope.corrupt`` shows."""
@@ -30,6 +30,20 @@ def read(record: Record, *, include_attempts: bool = True) -> Envelope:
     if not include_attempts:
         task.attempts = []
     return task
+
+
+def corrupt_raw(queue: str, task_id: str, kind: str) -> str:
+    """A stored form that does not decode, of the ``kind`` the compliance kit asks for:
+    malformed JSON, a payload nested deeper than any decoder recurses, or a ``created_at``
+    past the year 9999."""
+    head = f'{{"id": "{task_id}", "queue": "{queue}", "handler_ref": "corrupt:task"'
+    if kind == "undecodable":
+        return '{"id": '
+    if kind == "deep":
+        return f'{head}, "payload": {"[" * 5000}{"]" * 5000}}}'
+    if kind == "far_time":
+        return f'{head}, "created_at": "12000-01-01T00:00:00Z"}}'
+    raise ValueError(f"unknown kind of corrupt task: {kind!r}")
 
 
 def corrupt_record(queue: str, task_id: str, raw: str, now: datetime) -> Record:

@@ -10,14 +10,19 @@ from __future__ import annotations
 import asyncio
 import bisect
 import heapq
+import itertools
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from rdq.errors import StorageError
-from rdq.spi import AuditEntry, Envelope, Status
+from rdq.spi import AuditEntry, Envelope, Stats, Status
 
 __all__ = ["MemoryState", "QueueIndex", "Record", "Waiter"]
+
+_versions = itertools.count()
+"""Record versions, unique across every record of the process: an id purged and admitted
+again must not match the heap entries its earlier record left behind."""
 
 
 @dataclass
@@ -30,13 +35,18 @@ class Record:
 
     task: Envelope
     token: str | None = None
-    version: int = 0
+    version: int = field(default_factory=lambda: next(_versions))
     raw: str | None = None
     problem: str | None = None
 
+    def bump(self) -> None:
+        """Give the record a new version: every heap entry pushed before is stale."""
+        self.version = next(_versions)
+
 
 DueEntry = tuple[datetime, str, int]
-"""(due at, task id, record version) — stale once the record's version moved on."""
+"""(due at, task id, record version) — stale once the record's version moved on (or the
+id's record was deleted: a record admitted later under the same id has a new version)."""
 
 
 @dataclass
@@ -83,7 +93,7 @@ class MemoryState:
         if task.status == Status.DEAD:
             self.remove_dead(task)
         del self.tasks[task.id]
-        record.version += 1  # its heap entries are stale from now on
+        record.bump()  # its heap entries are stale from now on
         self.index(task.queue).ids.discard(task.id)
 
     def schedule(self, record: Record) -> None:
@@ -132,6 +142,27 @@ class MemoryState:
     def of_queue(self, queue: str) -> list[Record]:
         idx = self.queues.get(queue)
         return [self.tasks[i] for i in idx.ids] if idx is not None else []
+
+    def stats(self, queue: str, now: datetime) -> Stats:
+        """The counts of ``queue``, as of ``now`` (the storage clock)."""
+        counts = dict.fromkeys(Status, 0)
+        oldest_due: datetime | None = None
+        for record in self.of_queue(queue):
+            task = record.task
+            counts[task.status] += 1
+            due = task.next_attempt_at
+            if task.status == Status.PENDING and due is not None and due <= now:
+                oldest_due = due if oldest_due is None else min(oldest_due, due)
+        return Stats(
+            queue=queue,
+            pending=counts[Status.PENDING],
+            in_flight=counts[Status.IN_FLIGHT],
+            dlq_depth=counts[Status.DEAD],
+            succeeded=counts[Status.SUCCEEDED],
+            cancelled=counts[Status.CANCELLED],
+            oldest_pending_age=(now - oldest_due).total_seconds() if oldest_due else None,
+            as_of=now,
+        )
 
     def wake(self, queue: str) -> None:
         """Wake every ``wait_due`` caller of ``queue`` (from any thread)."""

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import secrets
 import threading
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
-
-import msgspec
 
 from rdq.errors import ConfigError, IDConflict, NotFound, StaleClaim, ValidationError
 from rdq.spi import (
@@ -21,11 +17,9 @@ from rdq.spi import (
     Capabilities,
     Claimed,
     Completion,
-    DLQCursor,
     DLQFilter,
     DLQGroup,
     Envelope,
-    KeysetCursor,
     Outcome,
     Page,
     Selector,
@@ -33,15 +27,14 @@ from rdq.spi import (
     Status,
     StorageBase,
     TaskFilter,
-    audit_scope,
-    group_order,
     limits,
     status_time,
-    task_scope,
 )
-from rdq_memory._codec import copy_in, corrupt_record, read
-from rdq_memory._paging import keyset_page
-from rdq_memory._state import MemoryState, Record, Waiter
+from rdq_memory._audit import append_audit, list_audit
+from rdq_memory._codec import copy_in, corrupt_raw, corrupt_record, read
+from rdq_memory._listing import dlq_groups, dlq_page, task_page
+from rdq_memory._notify import wait_due
+from rdq_memory._state import MemoryState, Record
 from rdq_memory._url import Clock, MemoryConfig, parse_url
 
 __all__ = ["MemoryStorage", "forget_named_stores"]
@@ -164,13 +157,17 @@ class MemoryStorage(StorageBase):
                     state.wake(task.queue)
             return stored
 
-    async def put_corrupt_task(self, queue: str, task_id: str, raw: str = '{"id": ') -> None:
+    async def put_corrupt_task(
+        self, queue: str, task_id: str, raw: str | None = None, *, kind: str = "undecodable"
+    ) -> None:
         """Test hook: store a PENDING task of ``queue``, due now, whose stored form is
-        ``raw`` (which must not decode as an envelope). Reads return it with ``corrupt``
-        set; the compliance kit's corrupt-task clauses use this."""
+        ``raw`` (which must not decode as an envelope), by default one of the ``kind`` the
+        compliance kit asks for (see ``rdq_compliance.CorruptTaskWriter``). Reads return it
+        with ``corrupt`` set; the kit's corrupt-task clauses use this."""
         self._check_open()
         limits.check_queue(queue)
         limits.check_task_id(task_id)
+        raw = corrupt_raw(queue, task_id, kind) if raw is None else raw
         with self._state.lock:
             if task_id in self._state.tasks:
                 raise ValueError(f"task {task_id!r} exists already")
@@ -226,7 +223,7 @@ class MemoryStorage(StorageBase):
         task.claimed_at = now
         task.claimed_by = worker
         record.token = secrets.token_hex(16)
-        record.version += 1
+        record.bump()
         self._state.schedule(record)
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
@@ -239,7 +236,7 @@ class MemoryStorage(StorageBase):
             record = self._fenced(task_id, token)
             expires = self._now() + lease
             record.task.lease_expires_at = expires
-            record.version += 1
+            record.bump()
             state.schedule(record)
             return expires
 
@@ -325,45 +322,12 @@ class MemoryStorage(StorageBase):
         limits.check_page(page)
         if dlq_filter is not None:
             limits.check_filter(dlq_filter)
-        after: tuple[datetime, str] | None = None
-        if page.cursor is not None:
-            cursor = DLQCursor.decode(page.cursor, queue, dlq_filter)
-            after = (cursor.dead_lettered_at, cursor.id)
-        state = self._state
-        with state.lock:
-            records = (state.tasks[key[1]] for key in state.index(queue).dlq)
-            keyed = [
-                ((r.task.dead_lettered_at, r.task.id), r)
-                for r in records
-                if r.task.dead_lettered_at is not None
-                and (dlq_filter is None or dlq_filter.matches(r.task))
-            ]
-            chunk, last = keyset_page(keyed, after, page.limit)
-            out = [read(r, include_attempts=page.include_attempts) for r in chunk]
-        if last is None:
-            return out, None
-        return out, DLQCursor.after(queue, dlq_filter, last[0], last[1]).encode()
+        return dlq_page(self._state, queue, dlq_filter, page)
 
     async def dlq_groups(self, queue: str) -> list[DLQGroup]:
         self._check_open()
         limits.check_queue(queue)
-        groups: dict[tuple[str, str | None], list[datetime]] = {}
-        with self._state.lock:
-            for at, task_id in self._state.index(queue).dlq:
-                task = self._state.tasks[task_id].task
-                error_type = task.attempts[-1].error_type if task.attempts else None
-                groups.setdefault((task.handler_ref, error_type), []).append(at)
-        out = [
-            DLQGroup(
-                handler_ref=handler_ref,
-                error_type=error_type,
-                count=len(times),
-                first_dead_lettered_at=min(times),
-                last_dead_lettered_at=max(times),
-            )
-            for (handler_ref, error_type), times in groups.items()
-        ]
-        return sorted(out, key=group_order)
+        return dlq_groups(self._state, queue)
 
     async def get(self, task_id: str) -> Envelope:
         self._check_open()
@@ -390,7 +354,7 @@ class MemoryStorage(StorageBase):
                 task.redrive_count += 1
                 task.next_attempt_at = now
                 task.dead_lettered_at = None
-                record.version += 1
+                record.bump()
                 state.schedule(record)
             if selected:
                 state.wake(queue)
@@ -431,22 +395,7 @@ class MemoryStorage(StorageBase):
         limits.check_queue(queue)
         limits.check_task_filter(task_filter)
         limits.check_page(page)
-        scope = task_scope(queue, task_filter)
-        after = None
-        if page.cursor is not None:
-            cursor = KeysetCursor.decode(page.cursor, scope)
-            after = (cursor.at, cursor.id)
-        with self._state.lock:
-            keyed = []
-            for record in self._state.of_queue(queue):
-                at = status_time(record.task)
-                if at is not None and task_filter.matches(record.task):
-                    keyed.append(((at, record.task.id), record))
-            chunk, last = keyset_page(keyed, after, page.limit)
-            out = [read(r, include_attempts=page.include_attempts) for r in chunk]
-        if last is None:
-            return out, None
-        return out, KeysetCursor.after(scope, last[0], last[1]).encode()
+        return task_page(self._state, queue, task_filter, page)
 
     async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
         self._check_open()
@@ -472,19 +421,14 @@ class MemoryStorage(StorageBase):
         with self._state.lock:
             now = self._now()
             names = sorted(name for name, idx in self._state.queues.items() if idx.ids)
-            return [self._stats(name, now) for name in names]
+            return [self._state.stats(name, now) for name in names]
 
     # --- audit trail -----------------------------------------------------------------------
 
     async def append_audit(self, entry: AuditEntry) -> AuditEntry:
         self._check_open()
         limits.check_audit_entry(entry)
-        with self._state.lock:
-            stored = msgspec.structs.replace(
-                entry, id=uuid.uuid4().hex, time=self._now(), selector=dict(entry.selector)
-            )
-            self._state.audit.append(stored)
-        return stored
+        return append_audit(self._state, entry, self._now)
 
     async def list_audit(
         self, audit_filter: AuditFilter | None, page: Page
@@ -493,23 +437,7 @@ class MemoryStorage(StorageBase):
         if audit_filter is not None:
             limits.check_audit_filter(audit_filter)
         limits.check_page(page)
-        scope = audit_scope(audit_filter)
-        after = None
-        if page.cursor is not None:
-            cursor = KeysetCursor.decode(page.cursor, scope)
-            after = (cursor.at, cursor.id)
-        with self._state.lock:
-            keyed = [
-                ((e.time, e.id), e)
-                for e in self._state.audit
-                if e.time is not None
-                and e.id is not None
-                and (audit_filter is None or audit_filter.matches(e))
-            ]
-        chunk, last = keyset_page(keyed, after, page.limit, descending=True)
-        if last is None:
-            return chunk, None
-        return chunk, KeysetCursor.after(scope, last[0], last[1]).encode()
+        return list_audit(self._state, audit_filter, page)
 
     # --- operations ------------------------------------------------------------------------
 
@@ -517,27 +445,7 @@ class MemoryStorage(StorageBase):
         self._check_open()
         limits.check_queue(queue)
         with self._state.lock:
-            return self._stats(queue, self._now())
-
-    def _stats(self, queue: str, now: datetime) -> Stats:
-        counts = dict.fromkeys(Status, 0)
-        oldest_due: datetime | None = None
-        for record in self._state.of_queue(queue):
-            task = record.task
-            counts[task.status] += 1
-            due = task.next_attempt_at
-            if task.status == Status.PENDING and due is not None and due <= now:
-                oldest_due = due if oldest_due is None else min(oldest_due, due)
-        return Stats(
-            queue=queue,
-            pending=counts[Status.PENDING],
-            in_flight=counts[Status.IN_FLIGHT],
-            dlq_depth=counts[Status.DEAD],
-            succeeded=counts[Status.SUCCEEDED],
-            cancelled=counts[Status.CANCELLED],
-            oldest_pending_age=(now - oldest_due).total_seconds() if oldest_due else None,
-            as_of=now,
-        )
+            return self._state.stats(queue, self._now())
 
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
         self._check_open()
@@ -561,28 +469,7 @@ class MemoryStorage(StorageBase):
         limits.check_queue(queue)
         if timeout < 0:
             raise ValidationError("must not be negative", field="timeout")
-        state = self._state
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[bool] = loop.create_future()
-        with state.lock:
-            now = self._now()
-            next_due = state.next_due(queue)
-            if next_due is not None and next_due <= now:
-                return True
-            wait = timeout
-            if next_due is not None:
-                wait = min(wait, (next_due - now).total_seconds())
-            waiter = Waiter(loop, future)
-            state.waiters.setdefault(queue, []).append(waiter)
-        try:
-            return await asyncio.wait_for(future, wait)
-        except TimeoutError:
-            return next_due is not None and wait < timeout
-        finally:
-            with state.lock:
-                waiters = state.waiters.get(queue)
-                if waiters and waiter in waiters:
-                    waiters.remove(waiter)
+        return await wait_due(self._state, queue, timeout, self._now)
 
 
 _OWNED_AFTER_ADMISSION = (
@@ -603,7 +490,7 @@ def _release(record: Record) -> None:
     task.claimed_by = None
     task.claimed_at = None
     record.token = None
-    record.version += 1
+    record.bump()
 
 
 def _check_resolution(task_id: str, token: str, attempt: Attempt) -> None:

@@ -181,7 +181,22 @@ def envelope_from_document(doc: dict[str, Any]) -> Envelope:
     raw stored value, and holds its default; the others (``id``, ``queue`` and ``status``
     always) are filled in. A listing without attempts reads them through ``NO_ATTEMPTS``:
     an ``attempts`` that is not an array still shows, malformed records inside one do
-    not."""
+    not. JSON nested deeper than the decoder goes and times outside the years 1–9999 are
+    reported the same way."""
+    try:
+        return _from_document(doc)
+    except Exception as exc:  # a read never raises on a stored task
+        task_id, queue, status = doc.get("_id"), doc.get("queue"), doc.get("status")
+        return Envelope(
+            id=task_id if isinstance(task_id, str) else str(task_id),
+            queue=queue if isinstance(queue, str) else str(queue),
+            handler_ref="",
+            status=Status(status) if status in _STATUSES else Status.DEAD,
+            corrupt=f"the stored task does not decode ({type(exc).__name__}: {exc})",
+        )
+
+
+def _from_document(doc: dict[str, Any]) -> Envelope:
     problems: list[str] = []
     raw: dict[str, Any] = {}
     obj: dict[str, Any] = {}
@@ -194,6 +209,8 @@ def envelope_from_document(doc: dict[str, Any]) -> Envelope:
         decoded = _json_decoder.decode(body) if isinstance(body, str | bytes) else None
     except msgspec.DecodeError as exc:
         wrong("body", f"not JSON ({exc})", body)
+    except RecursionError:
+        wrong("body", "JSON nested deeper than the decoder goes", body)
     else:
         if isinstance(decoded, dict):
             raw.update((key, value) for key, value in decoded.items() if key not in _TOP_LEVEL)
@@ -275,7 +292,10 @@ def _bare(obj: dict[str, Any]) -> Envelope:
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:
+        return "(a value nested too deeply to show)"
     if len(text) > _SHOWN_CHARS:
         return text[:_SHOWN_CHARS] + f"... ({len(text)} characters)"
     return text

@@ -13,6 +13,7 @@ its raw value stays for inspection (the codec reports it as corrupt).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rdq.spi import AuditFilter, DLQFilter, Selector, Status, TaskFilter
@@ -110,10 +111,16 @@ def fence(task_id: str, token: str) -> Document:
     return {"_id": task_id, "token": token, "status": Status.IN_FLIGHT.value}
 
 
-def claim_filter(queue: str) -> Document:
+def claim_filter(queue: str, claimed: Sequence[str] = ()) -> Document:
     """Tasks of ``queue`` that are due by the server clock: PENDING with ``next_attempt_at``
-    passed or IN_FLIGHT with the lease passed (``due`` holds whichever applies)."""
-    return {"queue": queue, "status": {"$in": _LIVE}, "$expr": {"$lte": ["$due", NOW_US]}}
+    passed or IN_FLIGHT with the lease passed (``due`` holds whichever applies), except the
+    ``claimed`` ids (those a batch already holds: a lease shorter than the batch may lapse
+    before its end, and one call must not hand out a task twice)."""
+    found: Document = {"queue": queue, "status": {"$in": _LIVE}}
+    if claimed:
+        found["_id"] = {"$nin": list(claimed)}
+    found["$expr"] = {"$lte": ["$due", NOW_US]}
+    return found
 
 
 def claim_update(token: str, lease_us: int, worker_id: str | None) -> Pipeline:

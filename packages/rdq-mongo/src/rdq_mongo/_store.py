@@ -16,6 +16,7 @@ from typing import Any
 
 import pymongo
 from pymongo import ReturnDocument, UpdateOne
+from pymongo.errors import PyMongoError
 
 from rdq.errors import NotConnected, NotFound, StaleClaim, StorageError, ValidationError
 from rdq.spi import (
@@ -168,6 +169,9 @@ class MongoStorage(StorageBase):
     async def claim_due(
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
     ) -> list[Claimed]:
+        """One task per findAndModify, up to ``limit``, within one operation timeout. A
+        failure part-way (the timeout running out on a slow server, a lost connection) ends
+        the batch with the tasks claimed so far; it raises only when nothing was claimed."""
         connection = self._connection()
         limits.check_queue(queue)
         limits.check_limit(limit)
@@ -178,12 +182,20 @@ class MongoStorage(StorageBase):
         with self._errors():
             while len(claimed) < limit:
                 token = secrets.token_hex(16)
-                doc = await connection.tasks.find_one_and_update(
-                    q.claim_filter(queue),
-                    q.claim_update(token, lease_us, worker_id),
-                    sort=q.CLAIM_SORT,
-                    return_document=ReturnDocument.AFTER,
-                )
+                try:
+                    doc = await connection.tasks.find_one_and_update(
+                        q.claim_filter(queue, [c.task.id for c in claimed]),
+                        q.claim_update(token, lease_us, worker_id),
+                        sort=q.CLAIM_SORT,
+                        return_document=ReturnDocument.AFTER,
+                    )
+                except PyMongoError:
+                    if not claimed:
+                        raise
+                    # The tasks claimed so far are leased to the caller already: hand them
+                    # over rather than strand them until their leases lapse (and cost each
+                    # an attempt). The next call meets the error, if it lasts.
+                    break
                 if doc is None:
                     break
                 claimed.append(Claimed(envelope_from_document(doc), token))

@@ -22,6 +22,8 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from bson.codec_options import DatetimeConversion
+
 from rdq.errors import ConfigError
 from rdq.spi import limits
 
@@ -98,7 +100,13 @@ def parse_url(url: str, **options: Any) -> MongoConfig:
         raise ConfigError("may hold only A-Z a-z 0-9 and _ (at most 40)", key="rdq_prefix")
     if notify not in ("auto", "off"):
         raise ConfigError("must be auto or off", key="rdq_notify")
-    client_options: dict[str, Any] = {**options, "tz_aware": True}
+    # a BSON date no datetime holds (written by a foreign producer) reads as a DatetimeMS,
+    # which the codec reports as corrupt, instead of failing the whole result
+    client_options: dict[str, Any] = {
+        **options,
+        "tz_aware": True,
+        "datetime_conversion": DatetimeConversion.DATETIME_AUTO,
+    }
     given = {name.lower() for name, _ in kept} | {name.lower() for name in options}
     for option, default in _DEFAULT_TIMEOUTS_MS.items():
         if option.lower() not in given:

@@ -3,10 +3,10 @@
 Free-form fields (payload, headers, attempts, retry, unknown fields) are stored as ``json`` text
 written by msgspec and decoded by msgspec, so a round trip returns exactly what was given.
 
-A row whose JSON columns do not decode into their types (written by hand or by a buggy
-producer in another language) never makes a read raise: it becomes an envelope with
-``corrupt`` set, naming each bad column with its raw stored value, and the columns that did
-decode filled in."""
+A row that does not decode (written by hand or by a buggy producer in another language: JSON
+of the wrong type or nested deeper than the decoder goes, a time outside the years 1–9999)
+never makes a read raise: it becomes an envelope with ``corrupt`` set, naming each bad column
+with its raw stored value, and the columns that did decode filled in."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from rdq.spi import (
     envelope_from_builtins,
     limits,
 )
+from rdq_postgres._times import FarTime
 
 __all__ = [
     "attempt_args",
@@ -69,6 +70,15 @@ _COLUMNS = (
     "claimed_at",
     "cancelled_at",
     "format_version",
+)
+_TIME_COLUMNS = (
+    "created_at",
+    "next_attempt_at",
+    "lease_expires_at",
+    "completed_at",
+    "dead_lettered_at",
+    "claimed_at",
+    "cancelled_at",
 )
 _MICROSECOND = timedelta(microseconds=1)
 _RAW_SHOWN = 2000
@@ -192,16 +202,16 @@ def envelope_from_row(row: asyncpg.Record) -> Envelope:
     into their types; anything else takes the general path, which keeps unknown fields and
     converts leniently (an attempt number written as text, say). A row that does not decode
     even so comes back with ``corrupt`` set (see :func:`_corrupt_envelope`)."""
-    if row["quarantine"] is not None:
+    if row["quarantine"] is not None or any(type(row[c]) is FarTime for c in _TIME_COLUMNS):
         return _corrupt_envelope(row)
     if row["extra"] in (None, "{}"):
         try:
             return _envelope_from_typed_row(row)
-        except (msgspec.MsgspecError, ValueError):
+        except Exception:  # RecursionError included; the general path decides
             pass
     try:
         return _envelope_from_builtins_row(row)
-    except (ValidationError, msgspec.MsgspecError, ValueError, TypeError):
+    except Exception:  # whatever fails to decode, the row is corrupt
         return _corrupt_envelope(row)
 
 
@@ -266,7 +276,25 @@ def _corrupt_envelope(row: asyncpg.Record) -> Envelope:
     """The envelope of a row that does not decode: ``id``, ``queue``, ``status`` and every
     typed column as stored, each JSON column that decodes into its type, defaults for the
     others, and ``corrupt`` naming each bad column with (the start of) its raw value, and each
-    raw value kept in ``quarantine``."""
+    raw value kept in ``quarantine``. Never raises: should even that fail, the envelope holds
+    just ``id``, ``queue``, ``status`` and ``corrupt``."""
+    try:
+        return _salvaged(row)
+    except Exception as exc:  # a read never raises on a stored row
+        return Envelope(
+            id=row["id"],
+            queue=row["queue"],
+            handler_ref=row["handler_ref"],
+            status=Status(row["status"]) if row["status"] in _STATUSES else Status.DEAD,
+            corrupt=f"the stored task does not decode ({type(exc).__name__}: {exc})",
+        )
+
+
+_STATUSES = frozenset(Status)
+_SALVAGED_APART = frozenset(("id", "queue", "handler_ref", "status", *_TIME_COLUMNS))
+
+
+def _salvaged(row: asyncpg.Record) -> Envelope:
     problems: list[str] = []
     quarantine = row["quarantine"]
     if quarantine is not None:
@@ -289,8 +317,19 @@ def _corrupt_envelope(row: asyncpg.Record) -> Envelope:
             if column == "attempts":
                 _check_offsets(value)
             decoded[column] = value
+        except RecursionError:
+            problems.append(
+                f"column {column} nests deeper than the decoder goes; stored: {_shown(raw)}"
+            )
         except (msgspec.MsgspecError, ValueError, TypeError) as exc:
             problems.append(f"column {column} does not decode ({exc}); stored: {_shown(raw)}")
+    times: dict[str, Any] = {}
+    for column in _TIME_COLUMNS:
+        at = row[column]
+        if type(at) is FarTime:
+            problems.append(f"column {column} holds {at.stored}, outside the years 1-9999")
+            at = None
+        times[column] = at
     try:
         status: Any = Status(row["status"])
     except ValueError:
@@ -302,7 +341,8 @@ def _corrupt_envelope(row: asyncpg.Record) -> Envelope:
         handler_ref=row["handler_ref"],
         status=status,
         corrupt="; ".join(problems) or "the stored task does not decode",
-        **{c: row[c] for c in _COLUMNS if c not in ("id", "queue", "handler_ref", "status")},
+        **{c: row[c] for c in _COLUMNS if c not in _SALVAGED_APART},
+        **times,
     )
     for column, value in decoded.items():
         if column == "extra":

@@ -22,6 +22,7 @@ import asyncpg
 
 from rdq.errors import NotConnected, StorageError
 from rdq_postgres._errors import translate_errors
+from rdq_postgres._times import register as register_times
 from rdq_postgres._url import PostgresConfig, endpoint
 
 __all__ = ["ConnectionPool", "Database", "open_connection"]
@@ -32,11 +33,12 @@ Connect = Callable[[], Awaitable[asyncpg.Connection]]
 async def open_connection(config: PostgresConfig, *, bounded: bool = True) -> asyncpg.Connection:
     """One new connection with the store's settings (driver errors propagate). A ``bounded``
     one gives up on a statement after ``config.timeout`` seconds (and, with
-    ``server_timeout``, so does the server); ``migrate`` uses an unbounded one."""
+    ``server_timeout``, so does the server); ``migrate`` uses an unbounded one. Times are read
+    with :mod:`rdq_postgres._times` (a time no ``datetime`` holds never fails a read)."""
     settings = {} if "application_name=" in config.dsn else {"application_name": "rdq"}
     if bounded and config.server_timeout:
         settings["statement_timeout"] = str(math.ceil(config.timeout * 1000))
-    return await asyncpg.connect(
+    conn = await asyncpg.connect(
         config.dsn,
         statement_cache_size=config.statement_cache_size,
         command_timeout=config.timeout if bounded else None,
@@ -44,6 +46,12 @@ async def open_connection(config: PostgresConfig, *, bounded: bool = True) -> as
         # the URL's own application_name, if any, wins (asyncpg reads it from the DSN)
         server_settings=settings,
     )
+    try:
+        await register_times(conn)
+    except BaseException:
+        conn.terminate()
+        raise
+    return conn
 
 
 class ConnectionPool:

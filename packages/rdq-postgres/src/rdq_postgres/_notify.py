@@ -167,7 +167,16 @@ class Announcer:
             return
         try:
             await asyncio.wait_for(asyncio.shield(task), timeout)
-        except (TimeoutError, Exception):
+        except asyncio.CancelledError:
+            task.cancel()  # the caller is cancelled: stop sending, and let the caller go
+            raise
+        except Exception:  # timed out, or the sender failed: pending wake-ups are dropped
             task.cancel()
-            with contextlib.suppress(BaseException):
+            try:
                 await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # the caller was cancelled while it waited: not ours to swallow
+            except Exception as exc:
+                log.debug("the NOTIFY sender ended with %r", exc)

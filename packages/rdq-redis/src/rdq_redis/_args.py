@@ -218,9 +218,18 @@ def stats(queue: str, reply: Any) -> Stats:
     )
 
 
-def corrupt_hash(raw: str, due_us: int) -> dict[Any, Any]:
-    """The hash of a PENDING task due at ``due_us`` whose ``body`` is ``raw``."""
+def corrupt_hash(raw: str, due_us: int, kind: str = "undecodable") -> dict[Any, Any]:
+    """The hash of a PENDING task due at ``due_us`` whose ``body`` is ``raw``, or, by
+    ``kind``, whose payload nests 5000 levels deep or whose ``created_at`` lies past the year
+    9999 (see ``rdq_compliance.CorruptTaskWriter``)."""
     due = str(due_us)
+    created = due
+    if kind == "deep":
+        raw = '{"handler_ref": "corrupt:task", "payload": ' + "[" * 5000 + "]" * 5000 + "}"
+    elif kind == "far_time":
+        raw, created = '{"handler_ref": "corrupt:task"}', str(10**18)  # about the year 33658
+    elif kind != "undecodable":
+        raise ValueError(f"unknown kind of corrupt task: {kind!r}")
     return {
         "body": raw,
         "status": "PENDING",
@@ -228,7 +237,7 @@ def corrupt_hash(raw: str, due_us: int) -> dict[Any, Any]:
         "redrive_count": "0",
         "attempts": "[]",
         "priority": "0",
-        "created_at": due,
+        "created_at": created,
         "next_attempt_at": due,
     }
 

@@ -176,7 +176,27 @@ def envelope_from_hash(
     """Rebuild the envelope of task ``task_id`` of ``queue`` from its hash; never raises.
 
     ``status`` is what the store's index says (it wins over the hash's status field). A value
-    that does not decode is left at its default and named in ``corrupt``."""
+    that does not decode (JSON nested deeper than the decoder goes and times outside the
+    years 1–9999 included) is left at its default and named in ``corrupt``."""
+    try:
+        return _from_hash(fields, task_id, queue, status, with_attempts)
+    except Exception as exc:  # a read never raises on a stored task
+        return Envelope(
+            id=task_id,
+            queue=queue,
+            handler_ref="",
+            status=status or Status.PENDING,
+            corrupt=f"the stored task does not decode ({type(exc).__name__}: {exc})",
+        )
+
+
+def _from_hash(
+    fields: dict[bytes, bytes],
+    task_id: str,
+    queue: str,
+    status: Status | None,
+    with_attempts: bool,
+) -> Envelope:
     problems: list[str] = []
     obj: dict[str, Any] = {}
     raw_body = fields.get(b"body")
@@ -185,7 +205,7 @@ def envelope_from_hash(
     else:
         try:
             obj.update(_body_decoder.decode(raw_body))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
             problems.append(_bad("body", exc, raw_body))
     obj["id"], obj["queue"] = task_id, queue
     if not isinstance(obj.get("handler_ref"), str):
@@ -299,7 +319,7 @@ def _attempts(raw: bytes | None, problems: list[str]) -> list[dict[str, Any]]:
     try:
         stored = _attempts_decoder.decode(raw)
         return [_attempt(a) for a in stored]
-    except (msgspec.DecodeError, msgspec.ValidationError, OverflowError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, OverflowError, RecursionError) as exc:
         problems.append(_bad("attempts", exc, raw))
         return []
 
@@ -318,7 +338,8 @@ def _attempt(stored: _StoredAttempt) -> dict[str, Any]:
 
 
 def _bad(name: str, exc: Exception, raw: bytes) -> str:
-    return f"{name} did not decode ({exc}); stored value: {_show(raw)}"
+    reason = "nests deeper than the decoder goes" if isinstance(exc, RecursionError) else exc
+    return f"{name} did not decode ({reason}); stored value: {_show(raw)}"
 
 
 def _show(raw: object) -> str:

@@ -206,10 +206,14 @@ class RedisStorage(StorageBase):
             self._redis(), scripts, self._prefix, self._address, script, tasks, rows
         )
 
-    async def put_corrupt_task(self, queue: str, task_id: str, raw: str = "{not json") -> None:
-        """Test hook: store a PENDING task of ``queue``, due now, whose ``body`` is ``raw``
-        (which must not decode), as a hand edit would. Reads return it with ``corrupt`` set;
-        the compliance kit's corrupt-task clauses use this."""
+    async def put_corrupt_task(
+        self, queue: str, task_id: str, raw: str = "{not json", *, kind: str = "undecodable"
+    ) -> None:
+        """Test hook: store a PENDING task of ``queue``, due now, as a hand edit would, whose
+        ``body`` is ``raw`` (which must not decode), or, by ``kind``, a payload nested deeper
+        than any decoder recurses (``"deep"``) or a ``created_at`` past the year 9999
+        (``"far_time"``). Reads return it with ``corrupt`` set; the compliance kit's
+        corrupt-task clauses use this."""
         self._check_open()
         limits.check_queue(queue)
         limits.check_task_id(task_id)
@@ -222,7 +226,7 @@ class RedisStorage(StorageBase):
         with translate_errors(self._address):
             await client.set(index_key(self._prefix, task_id), queue)
             await client.sadd(registry_key(self._prefix), queue)
-            await client.hset(qk.task(task_id), mapping=_args.corrupt_hash(raw, due))
+            await client.hset(qk.task(task_id), mapping=_args.corrupt_hash(raw, due, kind))
             await client.zadd(qk.pending(0), {task_id: due})
             await client.zadd(qk.levels, {"0": 0})
 

@@ -2,8 +2,9 @@
 
 Times are stored as integer microseconds since the epoch (UTC), so they sort, compare and
 round-trip exactly. Free-form fields are JSON text written and read by msgspec. A row whose
-JSON does not decode never raises here: it comes back as an envelope with ``corrupt`` set,
-naming each bad field and showing its stored value.
+JSON does not decode (of the wrong type, nested deeper than the decoder goes) or whose time
+lies outside the years 1–9999 never raises here: it comes back as an envelope with ``corrupt``
+set, naming each bad field and showing its stored value.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def envelope_from_row(row: Sequence[Any]) -> Envelope:
         )
         if row[20] != "{}":
             task.extra = _decode_extra(row[20])
-    except (msgspec.DecodeError, ValueError, TypeError, OverflowError):
+    except Exception:  # whatever fails (RecursionError on deep JSON too), the row is corrupt
         return _corrupt_envelope(row)
     return task
 
@@ -181,7 +182,7 @@ _Decoder = Callable[[Any], Any]
 def _field(problems: list[str], name: str, raw: Any, decode: _Decoder, default: Any) -> Any:
     try:
         return decode(raw)
-    except (msgspec.DecodeError, ValueError, TypeError, OverflowError) as exc:
+    except Exception as exc:  # RecursionError included: a read never raises on a stored row
         shown = repr(raw)
         if len(shown) > _SHOWN:
             shown = shown[:_SHOWN] + "…"
@@ -190,6 +191,8 @@ def _field(problems: list[str], name: str, raw: Any, decode: _Decoder, default: 
 
 
 def _reason(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nests deeper than the decoder goes"
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 

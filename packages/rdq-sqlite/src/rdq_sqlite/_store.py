@@ -192,14 +192,24 @@ class SqliteStorage(StorageBase):
         )
         return flags
 
-    async def put_corrupt_task(self, queue: str, task_id: str, raw: str = '{"id": ') -> None:
-        """Test hook: store a PENDING task of ``queue``, due now, whose payload column holds
-        ``raw`` (JSON that does not decode), as a hand edit would. The compliance kit's
-        corrupt-task clauses use it."""
+    async def put_corrupt_task(
+        self, queue: str, task_id: str, raw: str = '{"id": ', *, kind: str = "undecodable"
+    ) -> None:
+        """Test hook: store a PENDING task of ``queue``, due now, as a hand edit would, whose
+        payload column holds ``raw`` (JSON that does not decode), or, by ``kind``, JSON nested
+        deeper than any decoder recurses (``"deep"``) or a ``created_at`` past the year 9999
+        (``"far_time"``). The compliance kit's corrupt-task clauses use it."""
         self._check_open()
         limits.check_queue(queue)
         limits.check_task_id(task_id)
-        await self._write(_writes.put_corrupt, queue, task_id, raw)
+        created_us: int | None = None
+        if kind == "deep":
+            raw = "[" * 5000 + "]" * 5000
+        elif kind == "far_time":
+            raw, created_us = "null", 10**18  # about the year 33658
+        elif kind != "undecodable":
+            raise ValueError(f"unknown kind of corrupt task: {kind!r}")
+        await self._write(_writes.put_corrupt, queue, task_id, raw, created_us)
         self._bell.ring([queue])
 
     # --- claiming --------------------------------------------------------------------------

@@ -276,8 +276,13 @@ def append_audit(conn: sqlite3.Connection, entry: AuditEntry) -> AuditEntry:
     return msgspec.structs.replace(entry, id=audit_id(seq), time=from_us(now))
 
 
-def put_corrupt(conn: sqlite3.Connection, queue: str, task_id: str, raw: str) -> None:
-    """A PENDING task due now whose payload is ``raw`` (for the kit's corrupt-task clauses)."""
+def put_corrupt(
+    conn: sqlite3.Connection, queue: str, task_id: str, raw: str, created_us: int | None
+) -> None:
+    """A PENDING task due now whose payload is ``raw`` and, if given, whose ``created_at`` is
+    ``created_us`` (for the kit's corrupt-task clauses)."""
     now = tick(conn)
     row = new_row(Envelope(id=task_id, queue=queue, handler_ref="corrupt:task"), raw, now, now)
+    if created_us is not None:
+        row["created_at"] = created_us
     conn.execute(SQL.enqueue, row)

@@ -156,6 +156,23 @@ class CancelClauses:
             await storage.get(cancelled)
 
     @pytest.mark.asyncio
+    async def test_a_purged_id_enqueued_again_elsewhere_is_claimed_only_from_its_new_queue(
+        self, storage: Storage, queue: str, other_queue: str
+    ) -> None:
+        by_ids, by_age = await _cancelled(storage, queue), await _cancelled(storage, queue)
+        assert await storage.purge(queue, Selector.by_ids(by_ids)) == 1
+        at = (await storage.get(by_age)).cancelled_at
+        assert at is not None
+        assert await storage.purge_succeeded(queue, at + timedelta(microseconds=1)) == 1
+        # a purged id is free: it may come back in any queue, as a new task
+        for task_id in (by_ids, by_age):
+            assert await storage.enqueue(new_task(other_queue, task_id)) is True
+        assert await storage.claim_due(queue, 5, LONG_LEASE) == [], "claimed from its old queue"
+        claimed = await storage.claim_due(other_queue, 5, LONG_LEASE)
+        assert sorted(c.task.id for c in claimed) == sorted([by_ids, by_age])
+        assert all(c.task.attempts == [] and c.task.attempt_count == 0 for c in claimed)
+
+    @pytest.mark.asyncio
     async def test_stats_count_cancelled_tasks_apart_from_every_other_status(
         self, storage: Storage, queue: str
     ) -> None:

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from rdq.errors import IDConflict, NotFound, StaleClaim, ValidationError
-from rdq.spi import Capabilities, Completion, Outcome, Status, Storage
+from rdq.spi import Capabilities, Completion, Outcome, RetryOverride, Status, Storage
 from rdq_compliance._fixtures import require_capability
 from rdq_compliance._support import (
     FAR_FUTURE,
@@ -20,6 +20,7 @@ from rdq_compliance._support import (
     SHORT_LEASE,
     attempt,
     claim_one,
+    nested,
     new_task,
     reclaim_after_expiry,
     snapshot,
@@ -147,6 +148,14 @@ class CapabilityClauses:
         with pytest.raises(ValidationError) as caught:
             await storage.enqueue_batch([*fresh, broken])
         assert caught.value.field == "handler_ref"
+        assert (await storage.stats(queue)).pending == 0
+        for task, field in (
+            (new_task(queue, payload=nested(5000)), "payload"),
+            (new_task(queue, retry=RetryOverride(max_attempts="3")), "retry.max_attempts"),  # type: ignore[arg-type]
+        ):
+            with pytest.raises(ValidationError) as caught:
+                await storage.enqueue_batch([*fresh, task])
+            assert caught.value.field == field
         assert (await storage.stats(queue)).pending == 0
 
     @pytest.mark.asyncio

@@ -263,6 +263,18 @@ class ClaimingClauses:
         assert sizes == [3, 3, 1, 0]
 
     @pytest.mark.asyncio
+    async def test_one_claim_takes_a_task_once_even_if_its_new_lease_ends_during_the_call(
+        self, storage: Storage, queue: str
+    ) -> None:
+        ids = sorted(new_task(queue).id for _ in range(3))
+        for task_id in ids:
+            await storage.enqueue(new_task(queue, task_id))
+        # a lease that ends at once: a store that claimed task by task, each at its own
+        # "now", would find the first task due again before the batch is full
+        claimed = await storage.claim_due(queue, 10, timedelta(microseconds=1))
+        assert sorted(c.task.id for c in claimed) == ids, "each due task, each exactly once"
+
+    @pytest.mark.asyncio
     async def test_claim_due_on_an_empty_queue_returns_nothing(
         self, storage: Storage, queue: str
     ) -> None:

@@ -6,6 +6,7 @@ The backend writes such a task through its own test hook, given to the kit as th
 
 from __future__ import annotations
 
+import inspect
 from datetime import timedelta
 
 import pytest
@@ -56,18 +57,36 @@ async def _neighbours(storage: Storage, queue: str, count: int) -> list[str]:
     return ids
 
 
+async def _write(
+    corrupt_task: CorruptTaskWriter, queue: str, task_id: str, kind: str = "undecodable"
+) -> None:
+    """``corrupt_task(queue, task_id, kind=kind)``; skips when the writer takes no ``kind``."""
+    if kind != "undecodable":
+        try:
+            inspect.signature(corrupt_task).bind(queue, task_id, kind=kind)
+        except TypeError:
+            pytest.skip(f"the corrupt_task fixture takes no `kind` (this test needs {kind!r})")
+        except ValueError:  # no signature to inspect: just try
+            pass
+        await corrupt_task(queue, task_id, kind=kind)
+    else:
+        await corrupt_task(queue, task_id)
+
+
 class CorruptTaskClauses:
     """A task whose stored form does not decode is returned by ``get``, ``dlq_list``,
     ``list_tasks`` and ``claim_due`` with ``corrupt`` set (id, queue and status filled in),
     never making them raise; ``claim_due`` hands it out beside intact neighbours;
-    ``dead_letter``, ``cancel`` and ``purge`` work on it; it never blocks its queue."""
+    ``dead_letter``, ``cancel`` and ``purge`` work on it; it never blocks its queue. So does
+    one whose JSON nests deeper than any decoder recurses, or whose time lies outside the
+    years 1–9999."""
 
     @pytest.mark.asyncio
     async def test_a_corrupt_task_is_read_back_with_corrupt_set_and_never_makes_a_read_raise(
         self, storage: Storage, queue: str, corrupt_task: CorruptTaskWriter
     ) -> None:
         task_id = new_id("corrupt")
-        await corrupt_task(queue, task_id)
+        await _write(corrupt_task, queue, task_id)
         got = await storage.get(task_id)
         _assert_corrupt(got, task_id, queue, "get")
         assert got.status == Status.PENDING
@@ -83,7 +102,7 @@ class CorruptTaskClauses:
     ) -> None:
         before = await _neighbours(storage, queue, 2)
         task_id = new_id("corrupt")
-        await corrupt_task(queue, task_id)
+        await _write(corrupt_task, queue, task_id)
         after = await _neighbours(storage, queue, 1)
         claimed = await storage.claim_due(queue, 10, LONG_LEASE)
         by_id = {c.task.id: c for c in claimed}
@@ -101,7 +120,7 @@ class CorruptTaskClauses:
         self, storage: Storage, queue: str, corrupt_task: CorruptTaskWriter
     ) -> None:
         task_id = new_id("corrupt")
-        await corrupt_task(queue, task_id)
+        await _write(corrupt_task, queue, task_id)
         [claimed] = await storage.claim_due(queue, 1, LONG_LEASE)
         failure = attempt(1, Outcome.PERMANENT, error_type="rdq.CorruptTask")
         await storage.dead_letter(task_id, claimed.token, failure)
@@ -123,7 +142,7 @@ class CorruptTaskClauses:
         self, storage: Storage, queue: str, corrupt_task: CorruptTaskWriter
     ) -> None:
         task_id = new_id("corrupt")
-        await corrupt_task(queue, task_id)
+        await _write(corrupt_task, queue, task_id)
         [lapsing] = await storage.claim_due(queue, 1, SHORT_LEASE)
         assert lapsing.task.id == task_id and lapsing.task.lease_expires_at is not None
         await clock_passes(storage, lapsing.task.lease_expires_at)
@@ -145,12 +164,12 @@ class CorruptTaskClauses:
         self, storage: Storage, queue: str, corrupt_task: CorruptTaskWriter
     ) -> None:
         waiting, dead = new_id("corrupt"), new_id("corrupt")
-        await corrupt_task(queue, waiting)
+        await _write(corrupt_task, queue, waiting)
         assert await storage.cancel(queue, [waiting]) == 1
         cancelled = await storage.get(waiting)
         _assert_corrupt(cancelled, waiting, queue, "get after cancel")
         assert cancelled.status == Status.CANCELLED
-        await corrupt_task(queue, dead)
+        await _write(corrupt_task, queue, dead)
         [claimed] = await storage.claim_due(queue, 1, LONG_LEASE)
         await storage.dead_letter(dead, claimed.token, attempt(1, Outcome.PERMANENT))
         assert await storage.purge(queue, Selector.by_ids(waiting, dead)) == 2
@@ -158,3 +177,37 @@ class CorruptTaskClauses:
             with pytest.raises(NotFound):
                 await storage.get(task_id)
         assert await storage.dlq_list(queue, None, Page()) == ([], None)
+
+    @pytest.mark.asyncio
+    @pytest.mark.parametrize("kind", ["deep", "far_time"])
+    async def test_a_task_too_deep_or_too_far_in_time_to_decode_is_corrupt_and_spares_its_batch(
+        self, storage: Storage, queue: str, corrupt_task: CorruptTaskWriter, kind: str
+    ) -> None:
+        before = await _neighbours(storage, queue, 2)
+        task_id = new_id("corrupt")
+        await _write(corrupt_task, queue, task_id, kind)
+        after = await _neighbours(storage, queue, 1)
+        _assert_corrupt(await storage.get(task_id), task_id, queue, f"get ({kind})")
+        listed = await list_all_tasks(storage, queue, TaskFilter(status=Status.PENDING))
+        assert {t.id for t in listed} == {*before, task_id, *after}
+        for task in listed:
+            if task.id == task_id:
+                _assert_corrupt(task, task_id, queue, f"list_tasks ({kind})")
+            else:
+                _assert_intact(task, f"list_tasks ({kind})")
+        assert (await storage.stats(queue)).pending == 4
+        claimed = await storage.claim_due(queue, 10, LONG_LEASE)
+        by_id = {c.task.id: c for c in claimed}
+        assert set(by_id) == {*before, task_id, *after}, "one batch: neighbours and the corrupt"
+        _assert_corrupt(by_id[task_id].task, task_id, queue, f"claim_due ({kind})")
+        for neighbour in (*before, *after):
+            _assert_intact(by_id[neighbour].task, f"claim_due ({kind})")
+            await storage.complete(neighbour, by_id[neighbour].token, attempt(1, Outcome.SUCCEEDED))
+        failure = attempt(1, Outcome.PERMANENT, error_type="rdq.CorruptTask")
+        await storage.dead_letter(task_id, by_id[task_id].token, failure)
+        for include in (False, True):
+            dead = await list_whole_dlq(storage, queue, include_attempts=include)
+            assert [t.id for t in dead] == [task_id], f"dlq_list ({kind}) lists the corrupt task"
+            _assert_corrupt(dead[0], task_id, queue, f"dlq_list ({kind})")
+        assert sum(g.count for g in await storage.dlq_groups(queue)) == 1
+        assert await storage.purge(queue, Selector.by_ids(task_id)) == 1

@@ -22,6 +22,7 @@ from rdq_compliance._support import (
     claim_one,
     list_all_tasks,
     list_whole_dlq,
+    nested,
     new_task,
     snapshot,
 )
@@ -175,6 +176,14 @@ class ImportClauses:
             "completed_at": _exported(
                 queue, Status.SUCCEEDED, now, completed_at=datetime(2030, 1, 1)
             ),
+            "payload": _exported(queue, Status.DEAD, now, payload=nested(5000)),
+            "retry.timeout": _exported(
+                queue,
+                Status.DEAD,
+                now,
+                retry=RetryOverride(timeout="slow"),  # type: ignore[arg-type]
+            ),
+            "attempts[0]": _exported(queue, Status.DEAD, now, attempts=["failed once"]),
         }
         for field, broken in cases.items():
             with pytest.raises(ValidationError) as caught:

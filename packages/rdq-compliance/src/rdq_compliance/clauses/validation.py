@@ -4,24 +4,37 @@ anything stored."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from rdq.errors import NotFound, ValidationError
-from rdq.spi import DLQFilter, Outcome, Page, Selector, Status, Storage, TaskFilter, limits
+from rdq.spi import (
+    Attempt,
+    DLQFilter,
+    Outcome,
+    Page,
+    RetryOverride,
+    Selector,
+    Status,
+    Storage,
+    TaskFilter,
+    limits,
+)
 from rdq_compliance._support import (
     LONG_LEASE,
     attempt,
     claim_one,
     claim_time,
+    nested,
     new_id,
     new_task,
     snapshot,
 )
 
 __all__ = ["ValidationClauses"]
+
 
 BAD_TASKS: dict[str, tuple[dict[str, Any], str]] = {
     # case: (fields that break the envelope, the field the error must name)
@@ -36,6 +49,10 @@ BAD_TASKS: dict[str, tuple[dict[str, Any], str]] = {
     "payload-too-large": ({"payload": "x" * limits.MAX_PAYLOAD_BYTES}, "payload"),
     "payload-not-json": ({"payload": {"when": object()}}, "payload"),
     "naive-next-attempt-at": ({"next_attempt_at": datetime(2030, 1, 1)}, "next_attempt_at"),
+    "next-attempt-at-past-year-9999-in-utc": (
+        {"next_attempt_at": datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5)))},
+        "next_attempt_at",
+    ),
     "too-many-headers": (
         {"headers": {f"h{i}": "v" for i in range(limits.MAX_HEADERS + 1)}},
         "headers",
@@ -45,6 +62,27 @@ BAD_TASKS: dict[str, tuple[dict[str, Any], str]] = {
         "headers.big",
     ),
     "negative-attempt-count": ({"attempt_count": -1}, "attempt_count"),
+    "attempt-count-not-an-integer": ({"attempt_count": "2"}, "attempt_count"),
+    "payload-nested-too-deeply": ({"payload": nested(limits.MAX_DEPTH + 1)}, "payload"),
+    # deeper than any JSON encoder or decoder recurses: refused, never a RecursionError
+    "payload-nested-beyond-the-recursion-limit": ({"payload": nested(5000)}, "payload"),
+    "unknown-field-nested-too-deeply": (
+        {"extra": {"newer_field": nested(limits.MAX_DEPTH + 1)}},
+        "newer_field",
+    ),
+    "retry-max-attempts-not-an-integer": (
+        {"retry": RetryOverride(max_attempts="lots")},  # type: ignore[arg-type]
+        "retry.max_attempts",
+    ),
+    "retry-base-not-a-number": (
+        {"retry": RetryOverride(base="soon")},  # type: ignore[arg-type]
+        "retry.base",
+    ),
+    "attempt-record-not-an-attempt": ({"attempts": ["failed once"]}, "attempts[0]"),
+    "attempt-number-not-an-integer": (
+        {"attempts": [Attempt(number="one", outcome=Outcome.FAILED)]},  # type: ignore[arg-type]
+        "attempts[0].number",
+    ),
 }
 
 BAD_CLAIMS: dict[str, tuple[int, Any, str]] = {
@@ -106,13 +144,14 @@ class ValidationClauses:
             assert await storage.claim_due(task.queue, 5, LONG_LEASE) == []
 
     @pytest.mark.asyncio
-    async def test_enqueue_with_a_negative_delay_raises_validation_error(
+    async def test_enqueue_with_a_negative_or_too_long_delay_raises_validation_error(
         self, storage: Storage, queue: str
     ) -> None:
         task = new_task(queue)
-        with pytest.raises(ValidationError) as caught:
-            await storage.enqueue(task, delay=timedelta(seconds=-1))
-        _assert_names(caught.value, "delay")
+        for delay in (timedelta(seconds=-1), limits.MAX_DELAY + timedelta(days=1)):
+            with pytest.raises(ValidationError) as caught:
+                await storage.enqueue(task, delay=delay)
+            _assert_names(caught.value, "delay")
         with pytest.raises(NotFound):
             await storage.get(task.id)
 

@@ -11,6 +11,7 @@ id sets by paging through the selection first (SPEC §3).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -19,7 +20,8 @@ from rdq.admin._paging import bounded_page
 from rdq.admin._record import record_action
 from rdq.admin._scan import ids_in, scan_dlq, scan_tasks
 from rdq.admin._selectors import TaskSelector, check_action, check_task_selector
-from rdq.audit import Action, AuditSink
+from rdq.audit import COUNT_UNKNOWN, Action, AuditSink
+from rdq.errors import StorageUnavailable
 from rdq.logging import get_logger
 from rdq.spi import (
     AuditEntry,
@@ -199,7 +201,10 @@ class TaskAdmin:
         """Return the selected DEAD tasks of ``queue`` to PENDING; return how many.
 
         ``dry_run`` only counts them. Otherwise an audit record naming ``actor`` is written,
-        also when the operation fails part-way (with the count done so far and the error).
+        also when the operation fails part-way (with the count done so far and the error; when
+        the call that failed may have been applied anyway, the error says the count is
+        unknown). A destination that cannot take the record never fails the action: it is
+        retried, then logged and counted (``rdq_audit_failures``).
 
         With OpenTelemetry, the action (dry runs too) is a span ``rdq redrive`` (``rdq purge``,
         ``rdq cancel``) with attributes ``rdq.queue``, ``rdq.action``, ``rdq.selector``
@@ -292,11 +297,14 @@ class TaskAdmin:
     ) -> int:
         done = 0
         error: str | None = None
+        in_doubt = False  # a storage call that changes tasks is under way
         try:
             if isinstance(selector, Selector) and selector.filter is not None:
                 if self.filters_in_storage:
                     operation = self.storage.redrive if action == "redrive" else self.storage.purge
+                    in_doubt = True
                     done = await operation(queue, selector)
+                    in_doubt = False
                     _report(progress, done, done)
                     return done
                 ids = [
@@ -314,11 +322,15 @@ class TaskAdmin:
             _report(progress, 0, len(ids))
             for start in range(0, len(ids), CHUNK):
                 chunk = ids[start : start + CHUNK]
+                in_doubt = True
                 done += await self._apply(action, queue, chunk)
+                in_doubt = False
                 _report(progress, min(start + CHUNK, len(ids)), len(ids))
             return done
         except BaseException as exc:
             error = f"{type(exc).__name__}: {exc}"
+            if in_doubt and _may_have_applied(exc):
+                error += f"; {COUNT_UNKNOWN} ({done} known done before it)"
             raise
         finally:
             _count_metric(action, queue, done)
@@ -388,6 +400,12 @@ def _as_task_filter(dlq_filter: DLQFilter) -> TaskFilter:
         after=dlq_filter.dead_lettered_after,
         before=dlq_filter.dead_lettered_before,
     )
+
+
+def _may_have_applied(exc: BaseException) -> bool:
+    """True if a storage call that raised ``exc`` may still have been applied: it timed out,
+    lost its connection or was cancelled, rather than being refused."""
+    return isinstance(exc, StorageUnavailable | TimeoutError | asyncio.CancelledError)
 
 
 def _report(progress: ProgressCallback | None, done: int, total: int | None) -> None:

@@ -16,8 +16,9 @@ import click
 
 from rdq.cli._common import echo_json, json_option, run_async
 from rdq.cli._options import actor_options, filter_options, open_target, target_options
-from rdq.cli._render import confirm_and_act, print_groups, print_queues, print_task, print_tasks
+from rdq.cli._render import confirm_and_act, print_groups, print_queues, print_tasks
 from rdq.cli._targets import Action, Listing, Verb
+from rdq.cli._tasks import show as show_task
 from rdq.spi import DLQFilter, Selector
 
 # --- rdq stats -------------------------------------------------------------------------------
@@ -114,27 +115,8 @@ async def list_command(
         print_tasks(f"DLQ of {queue}", "DEAD", tasks, cursor)
 
 
-@dlq.command()
-@click.argument("task_id")
-@click.option("--tracebacks", is_flag=True, help="Print every attempt's traceback, not the last.")
-@target_options
-@json_option
-@run_async
-async def show(
-    task_id: str,
-    tracebacks: bool,
-    storage_url: str | None,
-    server_url: str | None,
-    token: str | None,
-    as_json: bool,
-) -> None:
-    """Show one task (in any status) with every attempt and the last traceback."""
-    async with open_target(storage_url, server_url, token) as target:
-        task = await target.get(task_id)
-    if as_json:
-        echo_json(task)
-    else:
-        print_task(task, tracebacks)
+# `rdq dlq show` is `rdq tasks show`: one task in any status, the same command under both names
+dlq.add_command(show_task, name="show")
 
 
 @dlq.command()

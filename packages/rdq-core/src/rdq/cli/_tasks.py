@@ -106,7 +106,8 @@ async def show(
     token: str | None,
     as_json: bool,
 ) -> None:
-    """Show one task with every attempt and the last traceback."""
+    """Show one task (in any status) with every attempt and the last traceback.
+    `rdq tasks show` and `rdq dlq show` are the same command."""
     async with open_target(storage_url, server_url, token) as target:
         task = await target.get(task_id)
     if as_json:

@@ -8,12 +8,16 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 from litestar.handlers.base import BaseRouteHandler
 
+from rdq.errors import ValidationError
 from rdq.server._api_dlq import dlq_groups, list_dlq, purge, redrive
 from rdq.server._api_ops import healthz, list_audit, list_queues, metrics, queue_stats, readyz
 from rdq.server._api_tasks import cancel_tasks, get_task, list_tasks, submit_task
 from rdq.server._node import Node
 
-__all__ = ["api_handlers", "principal_guard"]
+__all__ = ["api_handlers", "known_query_guard", "principal_guard"]
+
+_NOT_QUERY = frozenset({"request", "state", "scope", "data", "headers", "cookies", "query", "body"})
+"""Handler arguments Litestar fills from the request itself, never from the query string."""
 
 
 def principal_guard(
@@ -43,6 +47,29 @@ def principal_guard(
             f"the token of {principal.owner!r} lacks the {right!r} right"
         )
     connection.state.principal = principal
+
+
+def known_query_guard(
+    connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
+) -> None:
+    """An API request names only the query parameters its endpoint takes: a misspelt filter
+    (``?stauts=DEAD``) is a 422 naming it, never a silently wider listing or action. Probes
+    (health, metrics) take whatever their scrapers add."""
+    if handler.opt.get("right") in (None, "health", "metrics"):
+        return
+    taken = _query_names(handler, connection.scope.get("path_params", {}))
+    unknown = sorted(set(connection.query_params) - taken)
+    if unknown:
+        accepted = ", ".join(sorted(taken)) or "none"
+        raise ValidationError(
+            f"is not a query parameter of this endpoint (it takes: {accepted})",
+            field=unknown[0],
+        )
+
+
+def _query_names(handler: BaseRouteHandler, path_params: dict[str, Any]) -> frozenset[str]:
+    names = handler.parsed_fn_signature.parameters.keys()
+    return frozenset(names - _NOT_QUERY - path_params.keys())
 
 
 api_handlers = [

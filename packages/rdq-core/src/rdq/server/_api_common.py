@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from litestar import Request
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import PathParameter, QueryParameter
 
 from rdq.audit import Action
+from rdq.errors import ValidationError
 from rdq.server._errors import ErrorBody
 from rdq.server._models import ActionResult
 from rdq.server._node import Node
@@ -23,6 +24,7 @@ __all__ = [
     "errors",
     "node_of",
     "principal_owner",
+    "selection",
     "task_body",
 ]
 
@@ -85,3 +87,21 @@ def task_body(task: Envelope) -> Any:
 
 def action_result(action: Action, queue: str, count: int, dry_run: bool) -> ActionResult:
     return ActionResult(action=action, queue=queue, count=count, dry_run=dry_run)
+
+
+F = TypeVar("F")
+
+
+def selection(ids: list[str] | None, chosen_filter: F | None) -> list[str] | F:
+    """What an action request (redrive, purge, cancel) selects: its ``ids`` or its
+    ``filter``, exactly one of them. ``ValidationError`` (field ``ids``) when both or neither
+    are given, or the ids are an empty list."""
+    if ids is not None and chosen_filter is not None:
+        raise ValidationError("give either ids or filter (exactly one)", field="ids")
+    if ids is not None:
+        if not ids:
+            raise ValidationError("must not be empty", field="ids")
+        return ids
+    if chosen_filter is None:
+        raise ValidationError("give either ids or filter (exactly one)", field="ids")
+    return chosen_filter

@@ -9,7 +9,6 @@ from litestar import Request, get, post
 from litestar.params import JSONBody, QueryParameter
 
 from rdq.audit import Action
-from rdq.errors import ValidationError
 from rdq.server._api_common import (
     Cursor,
     Limit,
@@ -18,6 +17,7 @@ from rdq.server._api_common import (
     errors,
     node_of,
     principal_owner,
+    selection,
     task_body,
 )
 from rdq.server._body import check_time, json_body
@@ -120,17 +120,15 @@ def _filter(
 
 
 def _selector(data: ActionRequest) -> Selector:
-    if (data.ids is None) == (data.filter is None):
-        raise ValidationError("give either ids or filter (exactly one)", field="ids")
-    if data.ids is not None:
-        if not data.ids:
-            raise ValidationError("must not be empty", field="ids")
-        return Selector(ids=list(data.ids))
-    f = data.filter
-    if f is None:  # unreachable: checked above
-        raise ValidationError("give either ids or filter (exactly one)", field="filter")
+    chosen = selection(data.ids, data.filter)
+    if isinstance(chosen, list):
+        return Selector(ids=list(chosen))
     dlq_filter = _filter(
-        f.error_type, f.handler_ref, f.dead_lettered_after, f.dead_lettered_before, "filter."
+        chosen.error_type,
+        chosen.handler_ref,
+        chosen.dead_lettered_after,
+        chosen.dead_lettered_before,
+        "filter.",
     )
     return Selector(filter=dlq_filter or DLQFilter())
 

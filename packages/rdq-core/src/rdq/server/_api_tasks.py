@@ -23,9 +23,10 @@ from rdq.server._api_common import (
     errors,
     node_of,
     principal_owner,
+    selection,
     task_body,
 )
-from rdq.server._body import check_depth, check_time, json_body
+from rdq.server._body import check_time, json_body
 from rdq.server._errors import ApiError
 from rdq.server._models import (
     ActionResult,
@@ -92,10 +93,10 @@ async def submit_task(
         and retry.cap < retry.base
     ):
         raise ValidationError("must not be smaller than base", field="retry.cap")
-    check_depth(raw.get("payload"), "payload")
+    limits.check_depth(raw.get("payload"), "payload")
     unknown = {k: v for k, v in raw.items() if k not in _KNOWN_FIELDS}
     for name, value in unknown.items():
-        check_depth(value, name)
+        limits.check_depth(value, name)
     raw.pop("delay", None)
     raw.pop("format_version", None)
     raw["id"] = data.id or uuid.uuid4().hex
@@ -208,23 +209,17 @@ async def cancel_tasks(
     request: Request[Any, Any, Any], queue: QueuePath, data: JSONBody[CancelRequest]
 ) -> ActionResult:
     node = node_of(request)
-    if (data.ids is None) == (data.filter is None):
-        raise ValidationError("give either ids or filter (exactly one)", field="ids")
-    if data.ids is not None:
-        if not data.ids:
-            raise ValidationError("must not be empty", field="ids")
-        selector = TaskSelector(ids=list(data.ids))
+    chosen = selection(data.ids, data.filter)
+    if isinstance(chosen, list):
+        selector = TaskSelector(ids=list(chosen))
     else:
-        f = data.filter
-        if f is None:  # unreachable: checked above
-            raise ValidationError("give either ids or filter (exactly one)", field="filter")
         selector = TaskSelector(
             filter=TaskFilter(
-                status=Status(f.status),
-                error_type=f.error_type,
-                handler_ref=f.handler_ref,
-                after=check_time(f.after, "filter.after"),
-                before=check_time(f.before, "filter.before"),
+                status=Status(chosen.status),
+                error_type=chosen.error_type,
+                handler_ref=chosen.handler_ref,
+                after=check_time(chosen.after, "filter.after"),
+                before=check_time(chosen.before, "filter.before"),
             )
         )
     count = await node.admin.cancel(

@@ -22,7 +22,7 @@ from rdq.audit import AuditSink
 from rdq.callbacks import HttpCallbackInvoker
 from rdq.errors import ConfigError
 from rdq.logging import get_logger
-from rdq.server._api import api_handlers, principal_guard
+from rdq.server._api import api_handlers, known_query_guard, principal_guard
 from rdq.server._errors import exception_handlers
 from rdq.server._node import Node
 from rdq.server._openapi import openapi_config, refine
@@ -84,7 +84,7 @@ def create_app(
     )
     app = Litestar(
         route_handlers=[*api_handlers, ui_router, static],
-        guards=[principal_guard],
+        guards=[principal_guard, known_query_guard],
         exception_handlers=exception_handlers,
         openapi_config=openapi,
         template_config=TemplateConfig(

@@ -4,7 +4,8 @@ Every API POST runs :func:`json_body` before its handler: a body that is not dec
 JSON is a 415, one that does not decode (truncated, not UTF-8, nested deeper than the decoder
 goes) a 400 ``malformed_json``, and one whose fields do not have the JSON types of the
 request model a 422 naming the field. The decoded body is cached on the request, so the
-handler's own parsing reads it from there.
+handler's own parsing reads it from there. How deeply a payload may nest is
+``limits.check_depth``'s rule, the same for every entry point.
 """
 
 from __future__ import annotations
@@ -21,10 +22,7 @@ from rdq.errors import ValidationError
 from rdq.server._errors import ApiError, body_field
 from rdq.spi import limits
 
-__all__ = ["MAX_DEPTH", "check_depth", "check_time", "json_body", "require_json"]
-
-MAX_DEPTH = 64
-"""How deeply a submitted payload (or unknown field) may nest arrays and objects."""
+__all__ = ["check_time", "json_body", "require_json"]
 
 
 async def require_json(request: Request[Any, Any, Any]) -> None:
@@ -66,22 +64,6 @@ def json_body(model: type[Any]) -> Callable[[Request[Any, Any, Any]], Awaitable[
     return hook
 
 
-def check_depth(value: Any, field: str, limit: int = MAX_DEPTH) -> None:
-    """Raise ``ValidationError`` naming ``field`` if ``value`` nests deeper than ``limit``."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            raise ValidationError(f"nests deeper than {limit} levels", field=field)
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-
-
 def check_time(value: datetime | str | None, field: str) -> datetime | None:
     """A filter time: timezone-aware and representable in UTC (years 1–9999). Text (a query
     parameter) must be RFC 3339: a number is not read as seconds since the epoch."""
@@ -92,11 +74,4 @@ def check_time(value: datetime | str | None, field: str) -> datetime | None:
             value = msgspec.convert(value, datetime)
         except msgspec.ValidationError as exc:
             raise ValidationError(str(exc), field=field) from None
-    limits.check_aware(value, field)
-    try:
-        in_utc = value.astimezone(UTC)
-    except OverflowError:
-        raise ValidationError("is out of range (years 1-9999 in UTC)", field=field) from None
-    if not 1 <= in_utc.year <= 9999:
-        raise ValidationError("is out of range (years 1-9999 in UTC)", field=field)
-    return in_utc
+    return limits.check_aware(value, field).astimezone(UTC)

@@ -25,7 +25,9 @@ Time limits: no operation waits on the backend forever. Each store has an operat
 Corrupt stored tasks: a stored task whose stored form does not decode (edited by hand, written
 by a buggy producer in another language) never makes an operation raise and never blocks
 other tasks. Reads (``get``, ``dlq_list``, ``list_tasks``, ``claim_due``) return it with
-``Envelope.corrupt`` set; ``claim_due`` claims it like any other due task (the engine then
+``Envelope.corrupt`` set (a page read without attempts need not read the attempt records, so
+it may miss a problem that lies only in them; ``get`` and pages with attempts see it);
+``claim_due`` claims it like any other due task (the engine then
 dead-letters it); ``dead_letter``, ``purge`` and ``cancel`` work on it, and a lapsed lease on
 it is reclaimed like any other. Where it can, a store keeps the raw stored value unchanged for
 inspection. Each store gives its tests a way to write such a task (the compliance kit's
@@ -345,11 +347,15 @@ class StorageBase(abc.ABC):
             self._opened, self._closed = True, False
 
     async def aclose(self) -> None:
-        """Close the store (``_close``) if it is open; a no-op otherwise."""
-        if not self._opened:
-            return
-        self._opened, self._closed = False, True
-        await self._close()
+        """Close the store (``_close``) if it is open; a no-op otherwise. A ``connect`` under
+        way is waited for, so the store ends closed whichever call came first."""
+        if self._lifecycle_lock is None:
+            self._lifecycle_lock = asyncio.Lock()
+        async with self._lifecycle_lock:
+            if not self._opened:
+                return
+            self._opened, self._closed = False, True
+            await self._close()
 
     @property
     def is_open(self) -> bool:
@@ -439,7 +445,9 @@ class StorageBase(abc.ABC):
 
     async def dlq_groups(self, queue: str) -> list[DLQGroup]:
         """Pages through the whole DLQ with attempts (correct, not fast); override it to count
-        in the backend and advertise ``group_pushdown``."""
+        in the backend and advertise ``group_pushdown``. A task read back without
+        ``dead_lettered_at`` (a corrupt one) is counted all the same, at its ``created_at``;
+        a group none of whose tasks has either time is dated by the store's ``now()``."""
         counts: Counter[tuple[str, str | None]] = Counter()
         first: dict[tuple[str, str | None], datetime] = {}
         last: dict[tuple[str, str | None], datetime] = {}
@@ -452,12 +460,17 @@ class StorageBase(abc.ABC):
                 error_type = task.attempts[-1].error_type if task.attempts else None
                 key = (task.handler_ref, error_type)
                 counts[key] += 1
-                at = task.dead_lettered_at
+                at = task.dead_lettered_at or task.created_at
                 if at is not None:
                     first[key] = min(first.get(key, at), at)
                     last[key] = max(last.get(key, at), at)
             if cursor is None:
                 break
+        undated = [key for key in counts if key not in first]
+        if undated:
+            now = await self.now()
+            for key in undated:
+                first[key] = last[key] = now
         groups = [
             DLQGroup(
                 handler_ref=handler_ref,

@@ -3,7 +3,8 @@
 A newer producer may add fields this release does not know. They are collected into
 ``Envelope.extra`` on decode and written back flat on encode, so a round trip through any
 backend or node loses nothing. Malformed or wrong-typed input raises
-:class:`~rdq.errors.ValidationError` naming the field (``attempts[0].number``).
+:class:`~rdq.errors.ValidationError` naming the field (``attempts[0].number``), and so does
+input nested deeper than the decoder goes (``RecursionError`` never escapes).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 _AT_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 _MISSING = re.compile(r"missing required field `(?P<name>[^`]+)`")
+_TOO_DEEP = "nests arrays and objects deeper than the decoder goes"
 
 
 def envelope_to_builtins(task: Envelope) -> dict[str, Any]:
@@ -59,6 +61,8 @@ def envelope_from_builtins(obj: Any) -> Envelope:
         task = msgspec.convert(known, Envelope, strict=False)
     except msgspec.ValidationError as exc:
         raise _field_error(exc) from None
+    except RecursionError:
+        raise ValidationError(_TOO_DEEP, field="envelope") from None
     if extra:
         task.extra = extra
     return task
@@ -70,6 +74,8 @@ def decode_envelope(data: bytes | str) -> Envelope:
         obj = _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise ValidationError(f"malformed JSON: {exc}", field="envelope") from None
+    except RecursionError:
+        raise ValidationError(_TOO_DEEP, field="envelope") from None
     return envelope_from_builtins(obj)
 
 

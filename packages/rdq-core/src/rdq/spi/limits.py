@@ -8,15 +8,20 @@ task id                1–200 characters of ``A–Z a–z 0–9 . _ - : @ + = ~
 queue name             1–100 characters of ``A–Z a–z 0–9 . _ - :``, starting with a letter or digit
 handler_ref            1–1024 characters, no whitespace or control characters
 headers                at most 64; names 1–128 characters, values at most 4096
-payload                at most 1 MiB once encoded as JSON
+payload                at most 1 MiB once encoded as JSON, nesting arrays and objects at most
+                       64 levels deep (``MAX_DEPTH``; unknown fields in ``extra`` too)
+retry override         ``max_attempts`` an integer, ``backoff`` a string, ``base``/``cap``/
+                       ``timeout`` finite numbers (each may be ``None``)
 limit                  1–1000 (``claim_due``, pages, ``import_tasks``)
 lease                  more than 0 s, at most 24 h
-delay                  a ``timedelta`` of 0 s or more, or ``None``
+delay                  a ``timedelta`` from 0 s to 36 500 days (``MAX_DELAY``), or ``None``
+times                  timezone-aware, within the years 1–9999 once converted to UTC
 priority               an integer from -10 to 10 (default 0)
 selector ids           at most 10 000 per call (redrive, purge, cancel)
 worker id              1–200 characters, no control characters
 attempt                ``number`` ≥ 1; ``error_type`` at most 1024 characters,
-                       ``error_message`` at most 8 192, ``traceback`` at most 32 768
+                       ``error_message`` at most 8 192, ``traceback`` at most 32 768 (the
+                       records an enqueued or imported task carries, too)
 audit entry            ``actor`` and ``action`` 1–200 characters, ``reason`` at most 2 000
 =====================  =====================================================================
 
@@ -26,9 +31,11 @@ says otherwise) and may estimate counts above ``EXACT_COUNT_THRESHOLD``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from itertools import accumulate
 
 import msgspec
 
@@ -44,6 +51,7 @@ from rdq.spi._models import (
     Envelope,
     Outcome,
     Page,
+    RetryOverride,
     Selector,
     Status,
     TaskFilter,
@@ -54,6 +62,8 @@ __all__ = [
     "EXACT_COUNT_THRESHOLD",
     "MAX_AUDIT_REASON_LENGTH",
     "MAX_AUDIT_WORD_LENGTH",
+    "MAX_DELAY",
+    "MAX_DEPTH",
     "MAX_ERROR_MESSAGE_LENGTH",
     "MAX_ERROR_TYPE_LENGTH",
     "MAX_HANDLER_REF_LENGTH",
@@ -75,6 +85,7 @@ __all__ = [
     "check_audit_filter",
     "check_aware",
     "check_delay",
+    "check_depth",
     "check_filter",
     "check_ids",
     "check_imported_task",
@@ -84,6 +95,7 @@ __all__ = [
     "check_page",
     "check_priority",
     "check_queue",
+    "check_retry",
     "check_selector",
     "check_task",
     "check_task_filter",
@@ -99,8 +111,12 @@ MAX_HEADERS = 64
 MAX_HEADER_NAME_LENGTH = 128
 MAX_HEADER_VALUE_LENGTH = 4096
 MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_DEPTH = 64
+"""How deeply a payload (or an unknown field's value) may nest arrays and objects."""
 MAX_LIMIT = 1000
 MAX_LEASE = timedelta(hours=24)
+MAX_DELAY = timedelta(days=36_500)
+"""About 100 years: a task's first due time stays far inside the years every store holds."""
 MAX_SELECTOR_IDS = 10_000
 MAX_WORKER_ID_LENGTH = 200
 MAX_ERROR_TYPE_LENGTH = 1024
@@ -117,6 +133,11 @@ estimates (named in ``Stats.estimated``)."""
 _ID_RE = re.compile(r"[A-Za-z0-9._\-:@+=~]+")
 _QUEUE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-:]*")
 _HANDLER_RE = re.compile(r"[^\s\x00-\x1f\x7f]+")
+_JSON_STRING_RE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+# JSON text to one signed byte per bracket: +1 for "[" and "{", -1 for "]" and "}".
+_BRACKET_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_encode_json = msgspec.json.Encoder().encode
 
 
 def check_task_id(value: object, field: str = "id") -> str:
@@ -175,15 +196,82 @@ def check_token(value: object, field: str = "token") -> str:
 
 
 def check_aware(value: object, field: str) -> datetime:
+    """A timezone-aware datetime that lies within the years 1–9999 in UTC (the range every
+    store and client library can hold; an offset can push a ``datetime`` past it)."""
     if not isinstance(value, datetime):
         raise ValidationError("must be a datetime", field=field)
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError("must be timezone-aware", field=field)
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError("is out of range (years 1-9999 in UTC)", field=field) from None
     return value
 
 
+def _json_depth(encoded: bytes) -> int:
+    """How deeply the JSON text ``encoded`` nests arrays and objects (0 for a scalar)."""
+    brackets = _JSON_STRING_RE.sub(b"", encoded).translate(None, _NOT_BRACKETS)
+    steps = memoryview(brackets.translate(_BRACKET_STEPS)).cast("b")
+    return max(accumulate(steps), default=0)
+
+
+def _encoded(value: object, field: str, limit: int) -> bytes:
+    """``value`` as JSON text, if it is JSON-serializable and nests at most ``limit`` levels."""
+    try:
+        encoded = _encode_json(value)
+    except RecursionError:
+        raise ValidationError(f"nests deeper than {limit} levels", field=field) from None
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise ValidationError(f"is not JSON-serializable: {exc}", field=field) from None
+    # a value holding fewer brackets than the limit cannot nest deeper (the common case)
+    if encoded.count(b"[") + encoded.count(b"{") > limit and _json_depth(encoded) > limit:
+        raise ValidationError(f"nests deeper than {limit} levels", field=field)
+    return encoded
+
+
+def check_depth(value: object, field: str, limit: int = MAX_DEPTH) -> None:
+    """Raise ``ValidationError`` naming ``field`` unless ``value`` is JSON-serializable and
+    nests arrays and objects at most ``limit`` levels deep (a scalar is 0 levels, ``[]`` 1)."""
+    _encoded(value, field, limit)
+
+
+def _check_number(value: object, field: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError("must be a number or None", field=field)
+    if not math.isfinite(value):
+        raise ValidationError("must be a finite number", field=field)
+
+
+def check_retry(value: object, field: str = "retry") -> RetryOverride | None:
+    """``None`` or a :class:`~rdq.spi.RetryOverride` whose fields have their declared types
+    (their values are the engine's to judge: it ignores one it cannot use)."""
+    if value is None:
+        return None
+    if not isinstance(value, RetryOverride):
+        raise ValidationError("must be an rdq.spi.RetryOverride or None", field=field)
+    attempts = value.max_attempts
+    if attempts is not None and (isinstance(attempts, bool) or not isinstance(attempts, int)):
+        raise ValidationError("must be an integer or None", field=f"{field}.max_attempts")
+    if value.backoff is not None and not isinstance(value.backoff, str):
+        raise ValidationError("must be a string or None", field=f"{field}.backoff")
+    for name in ("base", "cap", "timeout"):
+        _check_number(getattr(value, name), f"{field}.{name}")
+    return value
+
+
+def _check_count(value: object, field: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError("must be an integer", field=field)
+    if value < 0:
+        raise ValidationError("must not be negative", field=field)
+
+
 def check_task(task: object) -> Envelope:
-    """Validate an envelope offered to ``enqueue``: ids, names, headers and payload size."""
+    """Validate an envelope offered to ``enqueue``: ids, names, headers, counters, the retry
+    override, the attempt records it carries, and the payload's size and nesting."""
     if not isinstance(task, Envelope):
         raise ValidationError("must be an rdq.spi.Envelope", field="task")
     check_task_id(task.id)
@@ -211,19 +299,27 @@ def check_task(task: object) -> Envelope:
                 f"must be a string of at most {MAX_HEADER_VALUE_LENGTH} characters",
                 field=f"headers.{name}",
             )
-    if task.attempt_count < 0:
-        raise ValidationError("must not be negative", field="attempt_count")
-    if task.redrive_count < 0:
-        raise ValidationError("must not be negative", field="redrive_count")
+    _check_count(task.attempt_count, "attempt_count")
+    _check_count(task.redrive_count, "redrive_count")
     if task.next_attempt_at is not None:
         check_aware(task.next_attempt_at, "next_attempt_at")
     check_priority(task.priority)
+    check_retry(task.retry)
+    if not isinstance(task.attempts, list):
+        raise ValidationError("must be a list of rdq.spi.Attempt", field="attempts")
+    for i, record in enumerate(task.attempts):
+        check_attempt(record, f"attempts[{i}]")
+    if isinstance(task.format_version, bool) or not isinstance(task.format_version, int):
+        raise ValidationError("must be an integer", field="format_version")
+    if not isinstance(task.extra, dict):
+        raise ValidationError("must be an object", field="extra")
+    for name, value in task.extra.items():
+        if not isinstance(name, str):
+            raise ValidationError("unknown field names must be strings", field="extra")
+        check_depth(value, name)
     if task.corrupt is not None:
         raise ValidationError("a task read back as corrupt cannot be stored", field="corrupt")
-    try:
-        size = len(msgspec.json.encode(task.payload))
-    except (TypeError, msgspec.EncodeError) as exc:
-        raise ValidationError(f"is not JSON-serializable: {exc}", field="payload") from None
+    size = len(_encoded(task.payload, "payload", MAX_DEPTH))
     if size > MAX_PAYLOAD_BYTES:
         raise ValidationError(
             f"is {size} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}", field="payload"
@@ -279,13 +375,15 @@ def check_ids(ids: Sequence[str], field: str = "ids") -> list[str]:
 
 
 def check_delay(value: object, field: str = "delay") -> timedelta | None:
-    """``None`` or a non-negative ``timedelta``."""
+    """``None`` or a ``timedelta`` from 0 to ``MAX_DELAY``."""
     if value is None:
         return None
     if not isinstance(value, timedelta):
         raise ValidationError("must be a timedelta or None", field=field)
     if value < timedelta(0):
         raise ValidationError("must not be negative", field=field)
+    if value > MAX_DELAY:
+        raise ValidationError(f"must be at most {MAX_DELAY.days} days", field=field)
     return value
 
 
@@ -352,9 +450,9 @@ _TIMESTAMPS = (
 
 def check_imported_task(value: object) -> Envelope:
     """Validate a task offered to ``import_tasks``: everything ``check_task`` checks (a task
-    read back as corrupt is refused), a known status, ``created_at`` and the time of its
-    status (see :data:`rdq.spi.STATUS_TIME_FIELDS`) set, every timestamp timezone-aware,
-    ``claimed_by`` a valid worker id and each attempt record valid."""
+    read back as corrupt is refused, each attempt record valid), a known status,
+    ``created_at`` and the time of its status (see :data:`rdq.spi.STATUS_TIME_FIELDS`) set,
+    every timestamp timezone-aware and ``claimed_by`` a valid worker id."""
     task = check_task(value)
     if not isinstance(task.status, Status):
         raise ValidationError("must be an rdq.spi.Status", field="status")
@@ -366,10 +464,6 @@ def check_imported_task(value: object) -> Envelope:
         if at is not None:
             check_aware(at, name)
     check_worker_id(task.claimed_by, "claimed_by")
-    if not isinstance(task.attempt_count, int) or isinstance(task.attempt_count, bool):
-        raise ValidationError("must be an integer", field="attempt_count")
-    for i, record in enumerate(task.attempts):
-        check_attempt(record, f"attempts[{i}]")
     return task
 
 

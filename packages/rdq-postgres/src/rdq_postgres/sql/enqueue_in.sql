@@ -31,13 +31,17 @@ ins AS (
     RETURNING id, queue
 ),
 conflict AS (
-    SELECT i.id, t.queue
-    FROM input AS i
-    CROSS JOIN LATERAL (
-        SELECT t.queue FROM {schema}.task AS t WHERE t.id = i.id LIMIT 1
-    ) AS t
-    WHERE t.queue <> i.queue AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.id = i.id)
-    ORDER BY i.n
+    -- task_queue() reads with a snapshot of its own: an id that another transaction committed
+    -- while the INSERT waited on it is invisible to this statement's snapshot
+    SELECT s.id, s.held_by AS queue
+    FROM (
+        SELECT i.id, i.queue, i.n, {schema}.task_queue(i.id) AS held_by
+        FROM input AS i
+        WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.id = i.id)
+        OFFSET 0
+    ) AS s
+    WHERE s.held_by <> s.queue
+    ORDER BY s.n
     LIMIT 1
 )
 SELECT ARRAY(SELECT id FROM ins) AS stored,

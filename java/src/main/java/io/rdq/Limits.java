@@ -19,8 +19,15 @@ public final class Limits {
     public static final int MAX_HEADER_NAME_LENGTH = 128;
     public static final int MAX_HEADER_VALUE_LENGTH = 4096;
     public static final int MAX_PAYLOAD_BYTES = 1024 * 1024;
+    /** How deeply a payload (or an unknown field's value) may nest arrays and objects. */
+    public static final int MAX_DEPTH = 64;
     public static final int MAX_LIMIT = 1000;
     public static final Duration MAX_LEASE = Duration.ofHours(24);
+    /** About 100 years: a task's first due time stays far inside the years every store holds. */
+    public static final Duration MAX_DELAY = Duration.ofDays(36_500);
+    /** The first and last instant a stored time may hold (the years 1-9999, UTC). */
+    public static final Instant MIN_TIME = Instant.parse("0001-01-01T00:00:00Z");
+    public static final Instant MAX_TIME = Instant.parse("9999-12-31T23:59:59.999999Z");
     public static final int MAX_SELECTOR_IDS = 10_000;
     public static final int MAX_WORKER_ID_LENGTH = 200;
     public static final int MAX_ERROR_TYPE_LENGTH = 1024;
@@ -113,6 +120,9 @@ public final class Limits {
         if (value != null && value.isNegative()) {
             throw new ValidationException(field, "must not be negative");
         }
+        if (value != null && value.compareTo(MAX_DELAY) > 0) {
+            throw new ValidationException(field, "must be at most " + MAX_DELAY.toDays() + " days");
+        }
         return value;
     }
 
@@ -126,6 +136,15 @@ public final class Limits {
     public static Instant checkInstant(Instant value, String field) {
         if (value == null) {
             throw new ValidationException(field, "must be a datetime");
+        }
+        return checkTime(value, field);
+    }
+
+    /** {@code null}, or an instant within the years 1-9999 (UTC), which every store and
+     * client library can hold. */
+    public static Instant checkTime(Instant value, String field) {
+        if (value != null && (value.isBefore(MIN_TIME) || value.isAfter(MAX_TIME))) {
+            throw new ValidationException(field, "is out of range (years 1-9999 in UTC)");
         }
         return value;
     }
@@ -171,10 +190,13 @@ public final class Limits {
         checkText(value.errorMessage(), MAX_ERROR_MESSAGE_LENGTH, field + ".error_message");
         checkText(value.traceback(), MAX_TRACEBACK_LENGTH, field + ".traceback");
         checkWorkerId(value.workerId(), field + ".worker_id");
+        checkTime(value.startedAt(), field + ".started_at");
+        checkTime(value.finishedAt(), field + ".finished_at");
         return value;
     }
 
-    /** An envelope offered to {@code enqueue}: ids, names, headers, counters and payload size. */
+    /** An envelope offered to {@code enqueue}: ids, names, headers, counters, the attempt
+     * records it carries, the payload's size and nesting (and unknown fields' nesting). */
     public static Envelope checkTask(Envelope task) {
         if (task == null) {
             throw new ValidationException("task", "must be an envelope");
@@ -212,6 +234,7 @@ public final class Limits {
             throw new ValidationException("redrive_count", "must not be negative");
         }
         checkPriority(task.priority(), "priority");
+        checkTime(task.nextAttemptAt(), "next_attempt_at");
         if (task.corrupt() != null) {
             throw new ValidationException("corrupt", "a task read back as corrupt cannot be stored");
         }
@@ -219,12 +242,22 @@ public final class Limits {
         if (size > MAX_PAYLOAD_BYTES) {
             throw new ValidationException("payload", "is " + size + " bytes encoded; the limit is " + MAX_PAYLOAD_BYTES);
         }
+        checkDepth(task.payload(), "payload");
+        for (var field : task.extra().entrySet()) {
+            checkDepth(field.getValue(), field.getKey());
+        }
         for (int i = 0; i < task.attempts().size(); i++) {
-            if (task.attempts().get(i) == null) {
-                throw new ValidationException("attempts[" + i + "]", "must be an attempt record");
-            }
+            checkAttempt(task.attempts().get(i), "attempts[" + i + "]");
         }
         return task;
+    }
+
+    /** A JSON value that nests arrays and objects at most {@link #MAX_DEPTH} levels deep. */
+    public static RawJson checkDepth(RawJson value, String field) {
+        if (value != null && value.depth() > MAX_DEPTH) {
+            throw new ValidationException(field, "nests deeper than " + MAX_DEPTH + " levels");
+        }
+        return value;
     }
 
     /** The field holding the time a task of {@code status} is listed by. */
@@ -238,8 +271,9 @@ public final class Limits {
         };
     }
 
-    /** A task offered to {@code importTasks}: everything {@link #checkTask} checks, then
-     * {@code created_at} and its status time set, {@code claimed_by} and every attempt valid. */
+    /** A task offered to {@code importTasks}: everything {@link #checkTask} checks (every
+     * attempt valid), then {@code created_at} and its status time set and {@code claimed_by}
+     * valid. */
     public static Envelope checkImportedTask(Envelope task) {
         checkTask(task);
         if (task.createdAt() == null) {
@@ -249,9 +283,12 @@ public final class Limits {
             throw new ValidationException(statusTimeField(task.status()), "must be set on an imported " + task.status() + " task");
         }
         checkWorkerId(task.claimedBy(), "claimed_by");
-        for (int i = 0; i < task.attempts().size(); i++) {
-            checkAttempt(task.attempts().get(i), "attempts[" + i + "]");
-        }
+        checkTime(task.createdAt(), "created_at");
+        checkTime(task.leaseExpiresAt(), "lease_expires_at");
+        checkTime(task.claimedAt(), "claimed_at");
+        checkTime(task.completedAt(), "completed_at");
+        checkTime(task.deadLetteredAt(), "dead_lettered_at");
+        checkTime(task.cancelledAt(), "cancelled_at");
         return task;
     }
 
@@ -281,6 +318,8 @@ public final class Limits {
         if (filter == null || filter.status() == null) {
             throw new ValidationException("filter", "must be a task filter with a status");
         }
+        checkTime(filter.after(), "filter.after");
+        checkTime(filter.before(), "filter.before");
         return filter;
     }
 
@@ -301,6 +340,10 @@ public final class Limits {
                 throw new ValidationException("selector.ids", "more than " + MAX_SELECTOR_IDS + " ids");
             }
             checkIds(selector.ids(), "selector.ids");
+        }
+        if (selector.filter() != null) {
+            checkTime(selector.filter().deadLetteredAfter(), "selector.filter.dead_lettered_after");
+            checkTime(selector.filter().deadLetteredBefore(), "selector.filter.dead_lettered_before");
         }
         return selector;
     }

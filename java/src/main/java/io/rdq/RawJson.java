@@ -65,6 +65,25 @@ public final class RawJson {
         return text.getBytes(StandardCharsets.UTF_8).length;
     }
 
+    /** How deeply the value nests arrays and objects (0 for a scalar, 1 for {@code []}),
+     * counted by a streaming parser: no depth makes it recurse. */
+    public int depth() {
+        int depth = 0;
+        int deepest = 0;
+        try (var parser = MAPPER.getFactory().createParser(text)) {
+            for (var token = parser.nextToken(); token != null; token = parser.nextToken()) {
+                if (token.isStructStart()) {
+                    deepest = Math.max(deepest, ++depth);
+                } else if (token.isStructEnd()) {
+                    depth--;
+                }
+            }
+        } catch (java.io.IOException e) {
+            throw new IllegalStateException("JSON text does not parse", e);
+        }
+        return deepest;
+    }
+
     public boolean isNull() {
         return "null".equals(text.strip());
     }

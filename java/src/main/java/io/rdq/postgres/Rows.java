@@ -16,7 +16,8 @@ import java.util.function.Function;
 
 /**
  * Rows of the task table back to envelopes. The {@code json} columns are decoded into their
- * types; a value that does not decode (a row written by hand or by a faulty producer) never
+ * types; a value that does not decode (a row written by hand or by a faulty producer: of the
+ * wrong type, nested deeper than the decoder goes, a time outside the years 1-9999) never
  * makes the read fail: the envelope comes back with {@code corrupt} saying which column is
  * wrong and what it holds, that field at its default and every other field filled in.
  */
@@ -41,19 +42,19 @@ final class Rows {
         b.attemptCount(rs.getInt("attempt_count"));
         b.redriveCount(rs.getInt("redrive_count"));
         decode(problems, "attempts", rs.getString("attempts"), EnvelopeJson::decodeAttempts, b::attempts);
-        b.createdAt(instant(rs, "created_at"));
-        b.nextAttemptAt(instant(rs, "next_attempt_at"));
-        b.leaseExpiresAt(instant(rs, "lease_expires_at"));
-        b.completedAt(instant(rs, "completed_at"));
-        b.deadLetteredAt(instant(rs, "dead_lettered_at"));
+        b.createdAt(time(problems, rs, "created_at"));
+        b.nextAttemptAt(time(problems, rs, "next_attempt_at"));
+        b.leaseExpiresAt(time(problems, rs, "lease_expires_at"));
+        b.completedAt(time(problems, rs, "completed_at"));
+        b.deadLetteredAt(time(problems, rs, "dead_lettered_at"));
         String retry = rs.getString("retry");
         if (retry != null) {
             decode(problems, "retry", retry, EnvelopeJson::decodeRetry, b::retry);
         }
         b.priority(rs.getInt("priority"));
         b.claimedBy(rs.getString("claimed_by"));
-        b.claimedAt(instant(rs, "claimed_at"));
-        b.cancelledAt(instant(rs, "cancelled_at"));
+        b.claimedAt(time(problems, rs, "claimed_at"));
+        b.cancelledAt(time(problems, rs, "cancelled_at"));
         b.formatVersion(rs.getInt("format_version"));
         String extra = rs.getString("extra");
         if (extra != null && !"{}".equals(extra)) {
@@ -82,7 +83,23 @@ final class Rows {
         } catch (ValidationException e) {
             String where = e.field() == null || e.field().equals("json") ? column : e.field();
             problems.add(where + ": " + e.reason() + " (stored: " + shown(text) + ")");
+        } catch (RuntimeException | StackOverflowError e) {
+            // whatever else the decoder throws (JSON nested deeper than it goes, say), a read
+            // never fails on a stored row
+            problems.add(column + ": does not decode (" + e + ") (stored: " + shown(text) + ")");
         }
+    }
+
+    /** A time column of the task: {@code null} with a problem named when it lies outside the
+     * years 1-9999 (a schema without task_time_range_check may hold one; no Python reader of
+     * the same row can). */
+    private static Instant time(List<String> problems, ResultSet rs, String column) throws SQLException {
+        Instant at = instant(rs, column);
+        if (at != null && (at.isBefore(io.rdq.Limits.MIN_TIME) || at.isAfter(io.rdq.Limits.MAX_TIME))) {
+            problems.add("column " + column + " holds " + rs.getString(column) + ", outside the years 1-9999");
+            return null;
+        }
+        return at;
     }
 
     private static String shown(String text) {

@@ -36,19 +36,25 @@ ins AS (
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING
     RETURNING id
+),
+-- the ids the INSERT skipped: already stored, by this queue or another
+skipped AS MATERIALIZED (
+    SELECT i.id, i.queue, i.n
+    FROM input AS i
+    WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.id = i.id)
 )
-SELECT ARRAY(
-           SELECT i.id FROM input AS i
-           WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.id = i.id)
-           ORDER BY i.n
-       ) AS present,
+SELECT ARRAY(SELECT s.id FROM skipped AS s ORDER BY s.n) AS present,
        (
-           SELECT {schema}.id_conflict(i.id, t.queue)
-           FROM input AS i
-           CROSS JOIN LATERAL (
-               SELECT t.queue FROM {schema}.task AS t WHERE t.id = i.id LIMIT 1
-           ) AS t
-           WHERE t.queue <> i.queue AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.id = i.id)
-           ORDER BY i.n
+           -- task_queue() (migration 0004) reads with a snapshot of its own: an id that
+           -- another transaction committed while the INSERT waited on it is invisible to this
+           -- statement's snapshot (OFFSET 0: one call per skipped id)
+           SELECT {schema}.id_conflict(s.id, s.held_by)
+           FROM (
+               SELECT s.id, s.queue, s.n, {schema}.task_queue(s.id) AS held_by
+               FROM skipped AS s
+               OFFSET 0
+           ) AS s
+           WHERE s.held_by <> s.queue
+           ORDER BY s.n
            LIMIT 1
        ) AS conflict
