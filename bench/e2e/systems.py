@@ -38,6 +38,7 @@ SYSTEMS = {
     "pgqueuer": "bench.e2e.pgqueuer_runner",
     "procrastinate": "bench.e2e.procrastinate_runner",
     "rdq_proto": "bench.e2e.rdq_proto_runner",
+    "rdq_redis": "bench.e2e.rdq_redis_runner",
     "rdq_sqlite": "bench.e2e.rdq_sqlite_runner",
     "rdq_uvloop": "bench.e2e.rdq_uvloop_runner",
 }
