@@ -100,3 +100,14 @@ async def test_a_caller_cancelled_while_aclose_stops_the_sender_is_still_cancell
     with pytest.raises(asyncio.CancelledError):
         await closing
     assert closing.cancelled(), "aclose swallowed its caller's cancellation"
+
+
+@pytest.mark.asyncio
+async def test_with_no_interval_every_announcement_goes_out_one_call_at_a_time() -> None:
+    recorder = Recorder()
+    announcer = Announcer(recorder.send, interval=0, burst=2)
+    for n in range(5):  # past the burst: nothing waits for a refill
+        announcer.announce([f"q{n}"])
+        await recorder.wait_for(n + 1)
+    assert recorder.sent == [[f"q{n}"] for n in range(5)]
+    await announcer.aclose(timeout=0.1)

@@ -43,6 +43,13 @@ def test_a_bad_timeout_names_it(bad: str) -> None:
     assert info.value.key == "timeout"
 
 
+def test_the_notify_interval_defaults_to_5_ms_and_reaches_the_announcer() -> None:
+    assert parse_url("postgresql://db/app").notify_interval == 0.005
+    assert parse_url("postgresql://db/app?notify_interval=0").notify_interval == 0
+    store = PostgresStorage.from_url("postgresql://db/app?notify_interval=0.05")
+    assert store._announcer._interval == 0.05
+
+
 def test_keywords_override_the_url() -> None:
     assert parse_url("postgresql://db/app?pool_max=3", pool_max=7).pool_max == 7
 
@@ -54,6 +61,9 @@ def test_keywords_override_the_url() -> None:
         ("postgresql://db/app?schema=bad-name", "schema"),
         ("postgresql://db/app?pool_min=5&pool_max=2", "pool_max"),
         ("postgresql://db/app?notify=perhaps", "notify"),
+        ("postgresql://db/app?notify_interval=-1", "notify_interval"),
+        ("postgresql://db/app?notify_interval=inf", "notify_interval"),
+        ("postgresql://db/app?notify_interval=often", "notify_interval"),
     ],
 )
 def test_bad_options_name_the_key(url: str, key: str) -> None:

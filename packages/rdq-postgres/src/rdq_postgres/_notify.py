@@ -124,9 +124,10 @@ class DueListener:
 
 class Announcer:
     """Sends ``send(queues)`` for announced queues: one call in flight at a time; a burst of
-    ``burst`` calls at once, then one every ``interval`` seconds while the burst refills."""
+    ``burst`` calls at once, then one every ``interval`` seconds while the burst refills
+    (``interval`` 0: no limit beyond one call in flight)."""
 
-    def __init__(self, send: Send, interval: float = 0.02, burst: int = 8) -> None:
+    def __init__(self, send: Send, interval: float = 0.005, burst: int = 8) -> None:
         self._send = send
         self._interval = interval
         self._burst = float(burst)
@@ -145,7 +146,9 @@ class Announcer:
         loop = asyncio.get_running_loop()
         while self._pending:
             now = loop.time()
-            if self._refilled_at is not None:
+            if self._interval <= 0:  # no limit: one call in flight at a time, that is all
+                self._tokens = self._burst
+            elif self._refilled_at is not None:
                 earned = (now - self._refilled_at) / self._interval
                 self._tokens = min(self._burst, self._tokens + earned)
             self._refilled_at = now

@@ -81,7 +81,7 @@ class PostgresStorage(StorageBase):
         self.endpoint = self._db.endpoint
         self._sql = Queries(self.config.schema, self.config.channel)
         self._listener = DueListener(self._db.connect_one, self.config.channel)
-        self._announcer = Announcer(self._notify)
+        self._announcer = Announcer(self._notify, interval=self.config.notify_interval)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresStorage:

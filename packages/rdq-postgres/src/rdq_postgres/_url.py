@@ -50,6 +50,9 @@ class PostgresConfig:
     notify: bool = True
     """Offer ``wait_due`` through LISTEN/NOTIFY (needs a session connection: not through
     PgBouncer in transaction mode, turn it off there)."""
+    notify_interval: float = 0.005
+    """Seconds between NOTIFYs once a burst of 8 is spent (a busy producer sends at most one
+    per interval, coalescing the queues announced meanwhile; 0: no limit)."""
 
     @property
     def channel(self) -> str:
@@ -66,6 +69,7 @@ _FIELDS = {
     "connect_timeout": float,
     "server_timeout": bool,
     "notify": bool,
+    "notify_interval": float,
 }
 
 
@@ -131,6 +135,11 @@ def parse_url(url: str, **overrides: Any) -> PostgresConfig:
         seconds = getattr(config, key)
         if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
             raise ConfigError(f"must be a number of seconds above 0, not {seconds!r}", key=key)
+    interval = config.notify_interval
+    if not (interval >= 0 and math.isfinite(interval)):
+        raise ConfigError(
+            f"must be a number of seconds, 0 or more, not {interval!r}", key="notify_interval"
+        )
     return config
 
 
