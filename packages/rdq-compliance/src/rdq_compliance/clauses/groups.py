@@ -59,8 +59,8 @@ async def _mixed_dlq(storage: Storage, queue: str) -> None:
 class DLQGroupClauses:
     """``dlq_groups`` counts the DEAD tasks of a queue per (handler_ref, error type of the
     last attempt) with the first and last dead-lettering time, largest group first, ties by
-    handler_ref, then error type with ``None`` last — the same groups ``StorageBase``
-    computes from ``dlq_list``."""
+    handler_ref, then error type with ``None`` last (names compared by code point) — the
+    same groups ``StorageBase`` computes from ``dlq_list``."""
 
     @pytest.mark.asyncio
     async def test_dlq_groups_count_dead_tasks_by_handler_and_last_error_type(
@@ -107,6 +107,20 @@ class DLQGroupClauses:
             ("kit.handlers:y", "B", 1),
             ("kit.handlers:y", None, 1),
         ]
+
+    @pytest.mark.asyncio
+    async def test_dlq_groups_of_one_size_order_their_names_by_code_point(
+        self, storage: Storage, queue: str
+    ) -> None:
+        # Names compare as strings of code points (Python's order): U+1F600 comes after
+        # U+E000, though UTF-16 code units (Java's String.compareTo, say) put it first.
+        for error_type in ("Err\U0001f600", "Err\ue000", "Err"):
+            await storage.enqueue(new_task(queue, handler_ref="kit.handlers:a"))
+            claimed = await claim_one(storage, queue)
+            record = attempt(1, Outcome.PERMANENT, error_type=error_type)
+            await storage.dead_letter(claimed.task.id, claimed.token, record)
+        groups = await storage.dlq_groups(queue)
+        assert [g.error_type for g in groups] == ["Err", "Err\ue000", "Err\U0001f600"]
 
     @pytest.mark.asyncio
     async def test_dlq_groups_equal_the_groups_computed_from_dlq_list(

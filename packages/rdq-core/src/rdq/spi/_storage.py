@@ -66,7 +66,7 @@ __all__ = ["Storage", "StorageBase", "group_order"]
 
 def group_order(group: DLQGroup) -> tuple[int, str, bool, str]:
     """The order ``dlq_groups`` returns groups in: largest first, then by handler_ref, then
-    error_type with ``None`` last."""
+    error_type with ``None`` last (strings compared by code point, as Python compares them)."""
     return (-group.count, group.handler_ref, group.error_type is None, group.error_type or "")
 
 

@@ -558,8 +558,10 @@ public final class PostgresStorage implements Storage {
         List<DlqGroup> groups = new ArrayList<>(query("dlq_groups", Params.of().set("queue", queue), rs -> new DlqGroup(
                 rs.getString("handler_ref"), rs.getString("error_type"), rs.getLong("n"),
                 Rows.instant(rs, "first_at"), Rows.instant(rs, "last_at"))));
-        groups.sort(Comparator.comparingLong((DlqGroup g) -> -g.count()).thenComparing(DlqGroup::handlerRef)
-                .thenComparing(g -> g.errorType() == null).thenComparing(g -> g.errorType() == null ? "" : g.errorType()));
+        groups.sort(Comparator.comparingLong((DlqGroup g) -> -g.count())
+                .thenComparing(DlqGroup::handlerRef, CodePoints.ORDER)
+                .thenComparing(g -> g.errorType() == null)
+                .thenComparing(g -> g.errorType() == null ? "" : g.errorType(), CodePoints.ORDER));
         return groups;
     }
 
