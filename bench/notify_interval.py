@@ -115,7 +115,7 @@ async def measure(base: str, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--url", help="an existing PostgreSQL (default: a throwaway cluster)")
     parser.add_argument(
         "--intervals", default="0.02,0.005", type=lambda t: [float(x) for x in t.split(",")]
