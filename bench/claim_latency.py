@@ -17,13 +17,13 @@ import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from typing import Any
 
 import asyncpg
 
 import rdq_postgres._connection as connection
+from bench._servers import postgres
 from rdq.spi import Envelope
 from rdq_postgres import PostgresStorage
 
@@ -97,14 +97,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=2000, help="claims per run")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    server: AbstractContextManager[str]
-    if args.url:
-        server = nullcontext(args.url)
-    else:
-        from rdq_compliance.servers.postgres import server_url
-
-        server = server_url()
-    with server as base:
+    with postgres(args.url) as base:
         asyncio.run(measure(base, args.tasks, args.rounds))
 
 

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from bench._servers import postgres
 from rdq import open_storage
 from rdq.spi import Attempt, Envelope, Outcome, Selector, Storage, encode_envelope
 
@@ -98,17 +97,6 @@ async def compare(source_url: str, destination_url: str, ids: list[str]) -> int:
             if encode_envelope(mine) != encode_envelope(theirs):
                 differ += 1
     return differ
-
-
-@contextlib.contextmanager
-def postgres(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    from rdq_compliance.servers.postgres import server_url
-
-    with server_url() as found:
-        yield found
 
 
 def main(argv: list[str] | None = None) -> None:

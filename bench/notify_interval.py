@@ -18,9 +18,9 @@ import contextlib
 import statistics
 import time
 import uuid
-from contextlib import AbstractContextManager, nullcontext
 
 import rdq
+from bench._servers import postgres
 
 
 def _url(base: str, interval: float) -> str:
@@ -124,14 +124,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each stream")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    server: AbstractContextManager[str]
-    if args.url:
-        server = nullcontext(args.url)
-    else:
-        from rdq_compliance.servers.postgres import server_url
-
-        server = server_url()
-    with server as base:
+    with postgres(args.url) as base:
         asyncio.run(measure(base, args))
 
 
