@@ -53,9 +53,9 @@ async def _json_not_found(response: Response[Any]) -> Response[Any]:
 def refine(app: Litestar) -> None:
     """Write the rules the generator leaves out into ``app``'s OpenAPI document."""
     schemas = app.openapi_schema.components.schemas or {}
-    _minimum_zero(schemas.get("SubmitRequest"), "delay")
-    _minimum_zero(schemas.get("RetryRequest"), "base", "cap")
-    _above_zero(schemas.get("RetryRequest"), "timeout")
+    _bounded_below(schemas.get("SubmitRequest"), "delay")
+    _bounded_below(schemas.get("RetryRequest"), "base", "cap")
+    _bounded_below(schemas.get("RetryRequest"), "timeout", exclusive=True)
     _headers(schemas.get("SubmitRequest"))
     _exactly_one(schemas.get("ActionRequest"), "FilterRequest")
     _exactly_one(schemas.get("CancelRequest"), "TaskFilterRequest")
@@ -67,28 +67,21 @@ def refine(app: Litestar) -> None:
             schema.additional_properties = False
 
 
-def _minimum_zero(schema: Schema | None, *names: str) -> None:
+def _bounded_below(schema: Schema | None, *names: str, exclusive: bool = False) -> None:
+    """The ``names`` of ``schema`` are a number of 0 or more (above 0 when ``exclusive``),
+    or null: the bound of 0 the generator drops."""
     if schema is None or not schema.properties:
         return
     for name in names:
         prop = schema.properties.get(name)
         if not isinstance(prop, Schema):
             continue
-        number = Schema(type=OpenAPIType.NUMBER, minimum=0, maximum=prop.maximum)
-        schema.properties[name] = Schema(
-            one_of=[number, Schema(type=OpenAPIType.NULL)],
-            description=prop.description,
+        number = Schema(
+            type=OpenAPIType.NUMBER,
+            minimum=None if exclusive else 0,
+            exclusive_minimum=0 if exclusive else None,
+            maximum=prop.maximum,
         )
-
-
-def _above_zero(schema: Schema | None, *names: str) -> None:
-    if schema is None or not schema.properties:
-        return
-    for name in names:
-        prop = schema.properties.get(name)
-        if not isinstance(prop, Schema):
-            continue
-        number = Schema(type=OpenAPIType.NUMBER, exclusive_minimum=0, maximum=prop.maximum)
         schema.properties[name] = Schema(
             one_of=[number, Schema(type=OpenAPIType.NULL)],
             description=prop.description,
