@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 import rdq
-from rdq._plugins.manager import reload_plugins
 from rdq.cli import main
 from rdq.errors import ConfigError
+from rdq.plugins import reload_plugins
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import AsyncIterator
 
@@ -12,6 +13,7 @@ from rdq import open_storage
 from rdq.spi import Capabilities, Storage
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_memory import MemoryStorage
+from rdq_memory.testing import put_corrupt_task
 
 
 class TestMemoryStoreKeepsTheContract(StorageSuite):
@@ -29,14 +31,23 @@ class TestMemoryStoreKeepsTheContract(StorageSuite):
     @pytest.fixture
     def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
         assert isinstance(storage, MemoryStorage)
-        return storage.put_corrupt_task
+        return functools.partial(put_corrupt_task, storage)
 
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
         return Capabilities(
+            contract_version=2,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
             batch_complete=True,
             group_pushdown=True,
+            priorities=True,
+            claim_holder=True,
+            cancel=True,
+            task_listing=True,
+            queue_listing=True,
+            import_tasks=True,
+            audit=True,
+            reopen=True,
         )

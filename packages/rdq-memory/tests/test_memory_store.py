@@ -13,6 +13,7 @@ import pytest
 import rdq
 from rdq.spi import Attempt, Envelope, Outcome, Status
 from rdq_memory import MemoryStorage, forget_named_stores
+from rdq_memory.testing import put_corrupt_task
 
 
 class FakeClock:
@@ -193,10 +194,10 @@ def test_the_timeout_option_is_kept_in_the_config() -> None:
 async def test_the_corrupt_task_hook_refuses_a_value_that_decodes() -> None:
     async with MemoryStorage() as store:
         with pytest.raises(ValueError, match="decodes"):
-            await store.put_corrupt_task(
-                "q", "t", raw='{"id": "t", "queue": "q", "handler_ref": "h"}'
+            await put_corrupt_task(
+                store, "q", "t", raw='{"id": "t", "queue": "q", "handler_ref": "h"}'
             )
-        await store.put_corrupt_task("q", "t", raw="{not json")
+        await put_corrupt_task(store, "q", "t", raw="{not json")
         got = await store.get("t")
         assert got.corrupt is not None and "{not json" in got.corrupt
 
@@ -211,7 +212,7 @@ async def test_stored_forms_too_deep_or_too_far_in_time_read_back_corrupt(
     or an OverflowError), beside intact tasks of its batch."""
     async with MemoryStorage() as store:
         await store.enqueue(Envelope(id="ok", queue="q", handler_ref="h"))
-        await store.put_corrupt_task("q", "bad", kind=kind)
+        await put_corrupt_task(store, "q", "bad", kind=kind)
         got = await store.get("bad")
         assert got.corrupt is not None and shown in got.corrupt
         claimed = {c.task.id: c.task for c in await store.claim_due("q", 10, timedelta(minutes=1))}

@@ -13,12 +13,15 @@ The application API lives here; plugin authors use :mod:`rdq.spi`; errors are in
 
     async with rdq.Client.open("postgresql://…", app=app) as client:
         await client.submit("send_email", {"to": "ada@example.com"})
+
+``rdq.Worker`` is imported on first use, so a process that only submits never loads the
+worker.
 """
 
-from rdq._app import App, Handler, SchemeInvoker, TaskContext
-from rdq._client import Client, Submission, Submitted, SyncClient
-from rdq._plugins.manager import installed_backends, open_storage
-from rdq._worker import Worker
+from typing import TYPE_CHECKING, Any
+
+from rdq.app import App, Handler, SchemeInvoker, TaskContext
+from rdq.client import Client, Submission, Submitted, SyncClient
 from rdq.config import Backoff, BackoffKind, QueueConfig
 from rdq.errors import (
     ConfigError,
@@ -31,8 +34,12 @@ from rdq.errors import (
     StorageUnavailable,
     ValidationError,
 )
+from rdq.plugins import installed_backends, open_storage
 from rdq.signals import Permanent, RetryAfter
 from rdq.spi import RetryOverride
+
+if TYPE_CHECKING:
+    from rdq.worker import Worker
 
 __all__ = [
     "App",
@@ -62,3 +69,11 @@ __all__ = [
     "installed_backends",
     "open_storage",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Worker":
+        from rdq.worker import Worker
+
+        return Worker
+    raise AttributeError(f"module 'rdq' has no attribute {name!r}")

@@ -22,7 +22,7 @@ The TOML layout (durations in seconds)::
     non_retryable = ["myapp.errors:InvalidAddress", "ValueError"]
     priority = 0                 # -10..10, higher claimed first; applied at submit
 
-    [schedules.nightly-report]   # see rdq._schedules
+    [schedules.nightly-report]   # see rdq.schedules
     handler = "build_report"
     cron = "0 3 * * *"
     tz = "Europe/Berlin"
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from rdq.errors import ConfigError
-from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, RetryOverride, limits
+from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, limits
 
 __all__ = [
     "Backoff",
@@ -53,7 +53,6 @@ __all__ = [
     "load_toml",
     "parse_config",
     "read_toml",
-    "resolve",
 ]
 
 
@@ -122,27 +121,27 @@ class QueueConfig:
                 f"{message} (queue {queue or '<defaults>'!r})", key=f"{prefix}.{key}"
             )
 
-        if not _is_int(self.max_attempts) or self.max_attempts < 1:
+        if not is_int(self.max_attempts) or self.max_attempts < 1:
             raise bad("max_attempts", "must be an integer of at least 1")
         if not isinstance(self.backoff, Backoff):
             raise bad("backoff", "must be an rdq.Backoff")
         if not isinstance(self.backoff.kind, BackoffKind):
             raise bad("backoff", f"unknown backoff kind {self.backoff.kind!r}")
         for key, value in (("base", self.backoff.base), ("cap", self.backoff.cap)):
-            if not _is_number(value) or value < 0 or not math.isfinite(value):
+            if not is_number(value) or value < 0 or not math.isfinite(value):
                 raise bad(key, "must be a finite number of seconds, not negative")
         if self.backoff.cap < self.backoff.base:
             raise bad("cap", "must not be smaller than base")
         for key, value in (("timeout", self.timeout), ("lease", self.lease)):
-            if not _is_number(value) or not 0 < value < math.inf:
+            if not is_number(value) or not 0 < value < math.inf:
                 raise bad(key, "must be a positive number of seconds")
         if self.lease > limits.MAX_LEASE.total_seconds():
             raise bad("lease", "must be at most 24 hours")
-        if not _is_int(self.concurrency) or not 1 <= self.concurrency <= limits.MAX_LIMIT:
+        if not is_int(self.concurrency) or not 1 <= self.concurrency <= limits.MAX_LIMIT:
             raise bad("concurrency", f"must be an integer from 1 to {limits.MAX_LIMIT}")
-        if not _is_number(self.task_ttl) or not self.task_ttl > 0:
+        if not is_number(self.task_ttl) or not self.task_ttl > 0:
             raise bad("task_ttl", "must be a positive number of seconds")
-        if not _is_int(self.priority) or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
+        if not is_int(self.priority) or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
             raise bad("priority", f"must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}")
         for exc_type in self.non_retryable:
             if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
@@ -152,37 +151,6 @@ class QueueConfig:
     def replace(self, **changes: Any) -> QueueConfig:
         """A copy with ``changes`` applied (not validated)."""
         return dataclasses.replace(self, **changes)
-
-
-def resolve(config: QueueConfig, override: RetryOverride | None) -> QueueConfig:
-    """The config a task runs under: its own ``override`` applied over its queue's ``config``.
-
-    Override values that are invalid are ignored (the queue's value stays): a bad override
-    written by a producer must never stop a task from being handled."""
-    if override is None:
-        return config
-    changes: dict[str, Any] = {}
-    if _is_int(override.max_attempts) and override.max_attempts >= 1:
-        changes["max_attempts"] = override.max_attempts
-    if _is_number(override.timeout) and 0 < override.timeout < math.inf:
-        changes["timeout"] = float(override.timeout)
-    backoff = config.backoff
-    kind = backoff.kind
-    if override.backoff is not None:
-        try:
-            kind = BackoffKind(override.backoff)
-        except ValueError:
-            kind = backoff.kind
-    base = _seconds_or(override.base, backoff.base)
-    cap = _seconds_or(override.cap, backoff.cap)
-    if kind is BackoffKind.FIXED and override.cap is None:
-        cap = base
-    if cap < base:
-        cap = base
-    new_backoff = Backoff(kind, base, cap)
-    if new_backoff != backoff:
-        changes["backoff"] = new_backoff
-    return dataclasses.replace(config, **changes) if changes else config
 
 
 def parse_config(
@@ -270,7 +238,7 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
         base = raw.get("base", config.backoff.base)
         cap = raw.get("cap", base if kind is BackoffKind.FIXED else config.backoff.cap)
         for key, value in (("base", base), ("cap", cap)):
-            if not _is_number(value):
+            if not is_number(value):
                 raise ConfigError(
                     f"must be a number (queue {queue or '<defaults>'!r})", key=f"{prefix}.{key}"
                 )
@@ -310,15 +278,15 @@ def import_exception_type(name: str, key: str = "non_retryable") -> type[BaseExc
     return found
 
 
-def _is_int(value: object) -> TypeGuard[int]:
+def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> TypeGuard[int | float]:
+def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _seconds_or(value: object, default: float) -> float:
-    if _is_number(value) and 0 <= value < math.inf:
+def seconds_or(value: object, default: float) -> float:
+    if is_number(value) and 0 <= value < math.inf:
         return float(value)
     return default

@@ -30,6 +30,7 @@ __all__ = [
     "StaleCursor",
     "StorageError",
     "StorageUnavailable",
+    "Unsupported",
     "ValidationError",
 ]
 
@@ -84,6 +85,21 @@ class NotConnected(StorageError):
         self.closed = closed
         state = "has been closed" if closed else "is not connected"
         super().__init__(f"{store} {state}: call connect() first or use `async with`")
+
+
+class Unsupported(StorageError, NotImplementedError):
+    """The store does not offer what the call needs: it does not advertise ``capability``
+    (see :class:`rdq.spi.Capabilities`). Nothing was changed."""
+
+    def __init__(self, store: str, capability: str, needed_for: str | None = None) -> None:
+        self.store = store
+        self.capability = capability
+        self.needed_for = needed_for
+        what = f" ({needed_for})" if needed_for else ""
+        super().__init__(
+            f"{store} does not offer the {capability!r} capability{what}; use a backend that "
+            "advertises it (`rdq backends --capabilities` lists what each offers)"
+        )
 
 
 class StorageUnavailable(StorageError):

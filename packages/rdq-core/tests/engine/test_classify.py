@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 import rdq
-from rdq._classify import Action, classify_error, error_type_name, truncate_message
 from rdq.config import QueueConfig
+from rdq.retry._classify import Action, classify_error, error_type_name, truncate_message
 from rdq.spi import Outcome, limits
 
 CONFIG = QueueConfig(max_attempts=3, backoff=rdq.Backoff.fixed(5), non_retryable=(KeyError,))

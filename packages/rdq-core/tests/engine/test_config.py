@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 import rdq
-from rdq.config import BackoffKind, QueueConfig, load_toml, parse_config, resolve
+from rdq.config import BackoffKind, QueueConfig, load_toml, parse_config
+from rdq.retry import resolve
 from rdq.spi import RetryOverride
 
 

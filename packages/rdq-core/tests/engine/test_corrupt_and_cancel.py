@@ -12,6 +12,7 @@ import pytest
 
 import rdq
 from rdq.spi import DLQFilter, Outcome, Page, Status, Storage
+from rdq_memory.testing import put_corrupt_task
 
 from .conftest import Recorder, eventually, fast_worker, running, wait_status
 
@@ -31,7 +32,7 @@ async def corrupt_tasks(storage: Storage, backend: str, queue: str) -> list[str]
     store's test hook, or by raw SQL on PostgreSQL (one per bad column); their ids."""
     if backend == "memory":
         task_id = f"bad-{queue}"
-        await storage.put_corrupt_task(queue, task_id)  # type: ignore[attr-defined]
+        await put_corrupt_task(storage, queue, task_id)  # type: ignore[arg-type]
         return [task_id]
     ids = [f"bad-{column}-{queue}" for column in BAD_COLUMNS]
     for task_id in ids:

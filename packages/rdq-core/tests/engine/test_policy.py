@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import rdq
-from rdq.policy import backoff_bounds, backoff_delay
+from rdq.retry._backoff import backoff_bounds, backoff_delay
 
 
 def test_fixed_and_linear_bounds():

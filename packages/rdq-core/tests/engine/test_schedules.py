@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import rdq
-from rdq._schedules import Schedule, decide
+from rdq.schedules import Schedule, decide
 from rdq.spi import Status, Storage
 
 from .conftest import eventually, fast_worker, running

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 import rdq
-from rdq.policy import backoff_bounds
+from rdq.retry._backoff import backoff_bounds
 from rdq.spi import DLQFilter, Outcome, Page, RetryOverride, Selector, Status
 
 from .conftest import Recorder, eventually, fast_worker, running, wait_status

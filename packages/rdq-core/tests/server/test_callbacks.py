@@ -26,11 +26,11 @@ from rdq.callbacks import (
     CallbackSettings,
     CallbackTimeout,
     CallbackUnreachable,
-    HttpCallbackInvoker,
     parse_retry_after,
     verify,
 )
 from rdq.errors import ConfigError
+from rdq.server import HttpCallbackInvoker
 from rdq.spi import Envelope, envelope_from_builtins
 
 from .conftest import Receiver, Reply

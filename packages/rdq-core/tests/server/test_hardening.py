@@ -26,8 +26,8 @@ import structlog
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from rdq.callbacks import CallbackSettings, HttpCallbackInvoker
-from rdq.server import TokenSpec, create_app
+from rdq.callbacks import CallbackSettings
+from rdq.server import HttpCallbackInvoker, TokenSpec, create_app
 from rdq.spi import Attempt, Envelope, Outcome, limits
 from rdq_memory import MemoryStorage
 

@@ -13,6 +13,7 @@ from litestar.testing import AsyncTestClient
 from rdq.audit import MemoryAuditSink
 from rdq.spi import Attempt, Envelope, Outcome, Status
 from rdq_memory import MemoryStorage
+from rdq_memory.testing import put_corrupt_task
 
 from .conftest import ADMIN_TOKEN, READ_TOKEN
 
@@ -315,7 +316,7 @@ async def test_attempts_left_only_for_queues_the_node_knows(memory_store: Memory
 async def test_a_corrupt_task_is_shown_with_what_is_wrong(
     client: Client, memory_store: MemoryStorage
 ) -> None:
-    await memory_store.put_corrupt_task("default", "broken", raw='{"id": "broken", "retry": 7')
+    await put_corrupt_task(memory_store, "default", "broken", raw='{"id": "broken", "retry": 7')
     await _login(client, READ_TOKEN)
     listed = await client.get("/ui/queues/default", params={"state": "pending"})
     row = listed.text.split('data-id="broken"', 1)[1].split("</tr>", 1)[0]

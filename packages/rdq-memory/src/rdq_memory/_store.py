@@ -5,12 +5,16 @@ from __future__ import annotations
 import heapq
 import secrets
 import threading
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rdq.errors import ConfigError, IDConflict, NotFound, StaleClaim, ValidationError
+import msgspec
+
+from rdq.errors import ConfigError, IDConflict, NotFound, StaleClaim
 from rdq.spi import (
+    CONTRACT_VERSION,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -30,10 +34,9 @@ from rdq.spi import (
     limits,
     status_time,
 )
-from rdq_memory._audit import append_audit, list_audit
-from rdq_memory._codec import copy_in, corrupt_raw, corrupt_record, read
-from rdq_memory._listing import dlq_groups, dlq_page, task_page
+from rdq_memory._codec import copy_in, read
 from rdq_memory._notify import wait_due
+from rdq_memory._pages import audit_page, dlq_groups, dlq_page, task_page
 from rdq_memory._state import MemoryState, Record
 from rdq_memory._url import Clock, MemoryConfig, parse_url
 
@@ -55,7 +58,8 @@ def forget_named_stores() -> None:
 
 class MemoryStorage(StorageBase):
     """The reference store. ``clock`` is the storage clock (injectable for tests); it must
-    return timezone-aware datetimes."""
+    return timezone-aware datetimes. ``state`` shares the tasks of another store (what
+    :meth:`reopen` does)."""
 
     def __init__(
         self,
@@ -63,8 +67,11 @@ class MemoryStorage(StorageBase):
         name: str | None = None,
         clock: Clock | None = None,
         timeout: float = limits.DEFAULT_OPERATION_TIMEOUT,
+        state: MemoryState | None = None,
     ) -> None:
-        if name:
+        if state is not None:
+            self._state = state
+        elif name:
             with _named_lock:
                 self._state = _named.setdefault(name, MemoryState())
         else:
@@ -81,40 +88,40 @@ class MemoryStorage(StorageBase):
     def __repr__(self) -> str:
         return f"MemoryStorage(name={self._name!r})"
 
+    @property
+    def state(self) -> MemoryState:
+        """The tasks, leases and audit entries this store holds (shared with its reopened
+        stores and, for a named store, every store of that name)."""
+        return self._state
+
     def capabilities(self) -> Capabilities:
-        return Capabilities(
-            notify=True,
-            filter_pushdown=True,
-            batch_enqueue=True,
-            batch_complete=True,
-            group_pushdown=True,
+        return CAPABILITIES
+
+    def reopen(self) -> MemoryStorage:
+        """A second store on the same tasks (named or not), usable from another thread."""
+        return MemoryStorage(
+            name=self._name, clock=self.config.clock, timeout=self.config.timeout, state=self._state
         )
 
-    def _now(self) -> datetime:
+    def _clock_now(self) -> datetime:
         now = self._clock()
         if now.tzinfo is None:
             raise ConfigError("the memory store's clock returned a naive datetime", key="clock")
         return now
 
-    async def now(self) -> datetime:
-        self._check_open()
-        return self._now()
+    async def _now(self) -> datetime:
+        return self._clock_now()
 
     # --- admission -------------------------------------------------------------------------
 
-    async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
-        self._check_open()
-        return (await self.enqueue_batch([task], delay=delay))[0]
+    async def _enqueue(self, task: Envelope, delay: timedelta | None) -> bool:
+        return (await self._enqueue_batch([task], delay))[0]
 
-    async def enqueue_batch(
-        self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
-    ) -> list[bool]:
-        self._check_open()
-        limits.check_delay(delay)
-        copies = [copy_in(limits.check_task(task)) for task in tasks]
+    async def _enqueue_batch(self, tasks: list[Envelope], delay: timedelta | None) -> list[bool]:
+        copies = [copy_in(task) for task in tasks]
         state = self._state
         with state.lock:
-            now = self._now()
+            now = self._clock_now()
             stored = self._admissible(copies)
             for task, new in zip(copies, stored, strict=True):
                 if not new:
@@ -145,9 +152,8 @@ class MemoryStorage(StorageBase):
             seen[task.id] = task.queue
         return new
 
-    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
-        self._check_open()
-        copies = [copy_in(task) for task in limits.check_imported_tasks(tasks)]
+    async def _import_tasks(self, tasks: list[Envelope]) -> list[bool]:
+        copies = [copy_in(task) for task in tasks]
         state = self._state
         with state.lock:
             stored = self._admissible(copies)
@@ -157,37 +163,15 @@ class MemoryStorage(StorageBase):
                     state.wake(task.queue)
             return stored
 
-    async def put_corrupt_task(
-        self, queue: str, task_id: str, raw: str | None = None, *, kind: str = "undecodable"
-    ) -> None:
-        """Test hook: store a PENDING task of ``queue``, due now, whose stored form is
-        ``raw`` (which must not decode as an envelope), by default one of the ``kind`` the
-        compliance kit asks for (see ``rdq_compliance.CorruptTaskWriter``). Reads return it
-        with ``corrupt`` set; the kit's corrupt-task clauses use this."""
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_task_id(task_id)
-        raw = corrupt_raw(queue, task_id, kind) if raw is None else raw
-        with self._state.lock:
-            if task_id in self._state.tasks:
-                raise ValueError(f"task {task_id!r} exists already")
-            self._state.add(corrupt_record(queue, task_id, raw, self._now()))
-            self._state.wake(queue)
-
     # --- claiming --------------------------------------------------------------------------
 
-    async def claim_due(
-        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    async def _claim_due(
+        self, queue: str, limit: int, lease: timedelta, worker_id: str | None
     ) -> list[Claimed]:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_limit(limit)
-        limits.check_lease(lease)
-        limits.check_worker_id(worker_id)
         state = self._state
         claimed: list[Claimed] = []
         with state.lock:
-            now = self._now()
+            now = self._clock_now()
             heaps = state.index(queue).due
             for priority in sorted(heaps, reverse=True):
                 heap = heaps[priority]
@@ -226,15 +210,11 @@ class MemoryStorage(StorageBase):
         record.bump()
         self._state.schedule(record)
 
-    async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
-        self._check_open()
-        limits.check_task_id(task_id)
-        limits.check_token(token)
-        limits.check_lease(lease)
+    async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         state = self._state
         with state.lock:
             record = self._fenced(task_id, token)
-            expires = self._now() + lease
+            expires = self._clock_now() + lease
             record.task.lease_expires_at = expires
             record.bump()
             state.schedule(record)
@@ -242,12 +222,9 @@ class MemoryStorage(StorageBase):
 
     # --- resolution ------------------------------------------------------------------------
 
-    async def reschedule(
+    async def _reschedule(
         self, task_id: str, token: str, attempt: Attempt, next_at: datetime
     ) -> None:
-        self._check_open()
-        _check_resolution(task_id, token, attempt)
-        limits.check_aware(next_at, "next_at")
         state = self._state
         with state.lock:
             record = self._resolve(task_id, token, attempt)
@@ -256,25 +233,18 @@ class MemoryStorage(StorageBase):
             state.schedule(record)
             state.wake(record.task.queue)
 
-    async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
-        self._check_open()
-        _check_resolution(task_id, token, attempt)
+    async def _complete(self, task_id: str, token: str, attempt: Attempt) -> None:
         with self._state.lock:
             record = self._resolve(task_id, token, attempt)
             record.task.status = Status.SUCCEEDED
-            record.task.completed_at = self._now()
+            record.task.completed_at = self._clock_now()
 
-    async def complete_many(
-        self, completions: Sequence[Completion]
+    async def _complete_many(
+        self, completions: list[Completion]
     ) -> list[StaleClaim | NotFound | None]:
-        self._check_open()
-        for item in completions:  # validate every item before changing anything
-            if not isinstance(item, Completion):
-                raise ValidationError("must be rdq.spi.Completion items", field="completions")
-            _check_resolution(item.task_id, item.token, item.attempt)
         results: list[StaleClaim | NotFound | None] = []
         with self._state.lock:
-            now = self._now()
+            now = self._clock_now()
             for item in completions:
                 try:
                     record = self._resolve(item.task_id, item.token, item.attempt)
@@ -286,14 +256,12 @@ class MemoryStorage(StorageBase):
                 results.append(None)
         return results
 
-    async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
-        self._check_open()
-        _check_resolution(task_id, token, attempt)
+    async def _dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         state = self._state
         with state.lock:
             record = self._resolve(task_id, token, attempt)
             record.task.status = Status.DEAD
-            record.task.dead_lettered_at = self._now()
+            record.task.dead_lettered_at = self._clock_now()
             state.add_dead(record.task)
 
     def _fenced(self, task_id: str, token: str) -> Record:
@@ -314,37 +282,25 @@ class MemoryStorage(StorageBase):
 
     # --- DLQ -------------------------------------------------------------------------------
 
-    async def dlq_list(
+    async def _dlq_list(
         self, queue: str, dlq_filter: DLQFilter | None, page: Page
     ) -> tuple[list[Envelope], str | None]:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_page(page)
-        if dlq_filter is not None:
-            limits.check_filter(dlq_filter)
         return dlq_page(self._state, queue, dlq_filter, page)
 
-    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
-        self._check_open()
-        limits.check_queue(queue)
+    async def _dlq_groups(self, queue: str) -> list[DLQGroup]:
         return dlq_groups(self._state, queue)
 
-    async def get(self, task_id: str) -> Envelope:
-        self._check_open()
-        limits.check_task_id(task_id)
+    async def _get(self, task_id: str) -> Envelope:
         with self._state.lock:
             record = self._state.tasks.get(task_id)
             if record is None:
                 raise NotFound(task_id)
             return read(record)
 
-    async def redrive(self, queue: str, selector: Selector) -> int:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_selector(selector)
+    async def _redrive(self, queue: str, selector: Selector) -> int:
         state = self._state
         with state.lock:
-            now = self._now()
+            now = self._clock_now()
             selected = self._select(queue, selector, (Status.DEAD,))
             for record in selected:
                 task = record.task
@@ -360,10 +316,7 @@ class MemoryStorage(StorageBase):
                 state.wake(queue)
             return len(selected)
 
-    async def purge(self, queue: str, selector: Selector) -> int:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_selector(selector)
+    async def _purge(self, queue: str, selector: Selector) -> int:
         state = self._state
         with state.lock:
             selected = self._select(queue, selector, (Status.DEAD, Status.CANCELLED))
@@ -388,25 +341,18 @@ class MemoryStorage(StorageBase):
 
     # --- every task ------------------------------------------------------------------------
 
-    async def list_tasks(
+    async def _list_tasks(
         self, queue: str, task_filter: TaskFilter, page: Page
     ) -> tuple[list[Envelope], str | None]:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_task_filter(task_filter)
-        limits.check_page(page)
         return task_page(self._state, queue, task_filter, page)
 
-    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_ids(task_ids)
+    async def _cancel(self, queue: str, task_ids: list[str]) -> int:
         state = self._state
         with state.lock:
-            now = self._now()
+            now = self._clock_now()
             live = (Status.PENDING, Status.IN_FLIGHT)
             cancelled = 0
-            for task_id in dict.fromkeys(task_ids):
+            for task_id in task_ids:
                 record = state.tasks.get(task_id)
                 if record is None or record.task.queue != queue or record.task.status not in live:
                     continue
@@ -416,41 +362,34 @@ class MemoryStorage(StorageBase):
                 cancelled += 1
             return cancelled
 
-    async def list_queues(self) -> list[Stats]:
-        self._check_open()
+    async def _list_queues(self) -> list[Stats]:
         with self._state.lock:
-            now = self._now()
+            now = self._clock_now()
             names = sorted(name for name, idx in self._state.queues.items() if idx.ids)
             return [self._state.stats(name, now) for name in names]
 
     # --- audit trail -----------------------------------------------------------------------
 
-    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
-        self._check_open()
-        limits.check_audit_entry(entry)
-        return append_audit(self._state, entry, self._now)
+    async def _append_audit(self, entry: AuditEntry) -> AuditEntry:
+        with self._state.lock:
+            stored = msgspec.structs.replace(
+                entry, id=uuid.uuid4().hex, time=self._clock_now(), selector=dict(entry.selector)
+            )
+            self._state.audit.append(stored)
+        return stored
 
-    async def list_audit(
+    async def _list_audit(
         self, audit_filter: AuditFilter | None, page: Page
     ) -> tuple[list[AuditEntry], str | None]:
-        self._check_open()
-        if audit_filter is not None:
-            limits.check_audit_filter(audit_filter)
-        limits.check_page(page)
-        return list_audit(self._state, audit_filter, page)
+        return audit_page(self._state, audit_filter, page)
 
     # --- operations ------------------------------------------------------------------------
 
-    async def stats(self, queue: str) -> Stats:
-        self._check_open()
-        limits.check_queue(queue)
+    async def _stats(self, queue: str) -> Stats:
         with self._state.lock:
-            return self._state.stats(queue, self._now())
+            return self._state.stats(queue, self._clock_now())
 
-    async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_aware(older_than, "older_than")
+    async def _purge_succeeded(self, queue: str, older_than: datetime) -> int:
         state = self._state
         with state.lock:
             doomed = [
@@ -464,13 +403,28 @@ class MemoryStorage(StorageBase):
                 state.delete(record)
             return len(doomed)
 
-    async def wait_due(self, queue: str, timeout: float) -> bool:
-        self._check_open()
-        limits.check_queue(queue)
-        if timeout < 0:
-            raise ValidationError("must not be negative", field="timeout")
-        return await wait_due(self._state, queue, timeout, self._now)
+    async def _wait_due(self, queue: str, timeout: float) -> bool:
+        return await wait_due(self._state, queue, timeout, self._clock_now)
 
+
+CAPABILITIES = Capabilities(
+    contract_version=CONTRACT_VERSION,
+    notify=True,
+    filter_pushdown=True,
+    batch_enqueue=True,
+    batch_complete=True,
+    group_pushdown=True,
+    priorities=True,
+    claim_holder=True,
+    cancel=True,
+    task_listing=True,
+    queue_listing=True,
+    import_tasks=True,
+    audit=True,
+    reopen=True,
+)
+"""Everything the contract offers but ``enqueue_in`` (there is no application transaction in
+process memory)."""
 
 _OWNED_AFTER_ADMISSION = (
     "lease_expires_at",
@@ -491,12 +445,6 @@ def _release(record: Record) -> None:
     task.claimed_at = None
     record.token = None
     record.bump()
-
-
-def _check_resolution(task_id: str, token: str, attempt: Attempt) -> None:
-    limits.check_task_id(task_id)
-    limits.check_token(token)
-    limits.check_attempt(attempt)
 
 
 def _iso(at: datetime | None) -> str:

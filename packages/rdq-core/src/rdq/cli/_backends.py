@@ -6,8 +6,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from rdq._plugins.manager import installed_backends
 from rdq.cli._common import echo_json, json_option
+from rdq.plugins import installed_backends
 
 
 @click.command()

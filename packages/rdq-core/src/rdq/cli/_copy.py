@@ -27,9 +27,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from rdq._plugins.manager import open_storage
 from rdq.cli._common import echo_json, json_option, run_async
 from rdq.errors import IDConflict, StaleCursor
+from rdq.plugins import open_storage
 from rdq.spi import Page, Stats, Status, Storage, TaskFilter, limits
 
 __all__ = ["copy"]

@@ -36,9 +36,9 @@ def chosen_storage(url: str | None) -> str:
     Raises ``click.ClickException`` when the default is needed but rdq-sqlite is missing."""
     if url:
         return url
-    from rdq._plugins.manager import plugins
+    from rdq.plugins import plugins
 
-    if plugins().registry.factory("sqlite") is None:
+    if "sqlite" not in plugins().schemes():
         raise click.ClickException(
             f"no storage named, and the default ({DEFAULT_STORAGE}) needs rdq-sqlite: "
             "pip install rdq-sqlite, or name a store with --storage URL or RDQ_STORAGE"

@@ -320,9 +320,9 @@ def next_commands(storage_url: str, in_memory: bool) -> list[str]:
     tasks, looking at what the demo left there; after a run in memory, the same demo on a
     SQLite file (when rdq-sqlite is installed), then looking at it."""
     if in_memory:
-        from rdq._plugins.manager import plugins
+        from rdq.plugins import plugins
 
-        if plugins().registry.factory("sqlite") is None:
+        if "sqlite" not in plugins().schemes():
             return ["rdq backends"]
         storage_url = "sqlite:///rdq-demo.db"
         first = [f"rdq demo --storage {storage_url}"]

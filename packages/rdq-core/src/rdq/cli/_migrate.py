@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from rdq._plugins.manager import open_storage
 from rdq.cli._common import run_async, storage_option
 from rdq.cli._default import chosen_storage
+from rdq.plugins import open_storage
 
 
 @click.command()

@@ -10,12 +10,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from rdq._app import App, load_app
-from rdq._plugins.manager import open_storage
-from rdq._schedules import Schedule
+from rdq.app import App, load_app
 from rdq.cli._common import echo_json, json_option, run_async
 from rdq.cli._default import STORAGE_ENV
 from rdq.errors import NotFound
+from rdq.plugins import open_storage
+from rdq.schedules import Schedule
 
 __all__ = ["schedules"]
 

@@ -99,7 +99,7 @@ def server(
         import uvicorn
 
         from rdq import logging as rdq_logging
-        from rdq._app import App, load_app
+        from rdq.app import App, load_app
         from rdq.server import create_app, load_settings, parse_token_flag
     except ModuleNotFoundError as exc:
         raise click.ClickException(

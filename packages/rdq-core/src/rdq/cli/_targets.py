@@ -117,9 +117,9 @@ class DirectTarget(Target):
     """Acts on a store through :class:`rdq.admin.TaskAdmin` (audited as ``actor``)."""
 
     def __init__(self, storage_url: str, *, actor: str, audit_log: str | None = None) -> None:
-        from rdq._plugins.manager import open_storage
         from rdq.admin import TaskAdmin
         from rdq.audit import AuditSink, JsonLinesAuditSink
+        from rdq.plugins import open_storage
 
         self._storage = open_storage(storage_url)
         sinks: list[AuditSink] = [JsonLinesAuditSink(audit_log)] if audit_log else []

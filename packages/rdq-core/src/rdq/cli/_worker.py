@@ -8,14 +8,13 @@ from pathlib import Path
 
 import click
 
-from rdq import _loop
-from rdq._app import App, load_app
-from rdq._plugins.manager import open_storage
-from rdq._worker import Worker
+from rdq.app import App, load_app
 from rdq.cli._common import storage_option
 from rdq.cli._default import chosen_storage
 from rdq.errors import RdqError, StorageUnavailable
 from rdq.logging import configure, get_logger
+from rdq.plugins import open_storage
+from rdq.worker import Worker, _loop
 
 __all__ = ["load_app", "worker"]
 

@@ -15,20 +15,20 @@ from litestar.template.config import TemplateConfig
 from litestar.types import Message, Scope
 
 import rdq.metrics  # noqa: F401 - registers the metrics /metrics serves
-from rdq._app import App
-from rdq._plugins.manager import open_storage
-from rdq._worker import Worker
+from rdq.app import App
 from rdq.audit import AuditSink
-from rdq.callbacks import HttpCallbackInvoker
 from rdq.errors import ConfigError
 from rdq.logging import get_logger
+from rdq.plugins import open_storage
 from rdq.server._api import api_handlers, known_query_guard, principal_guard
+from rdq.server._callbacks import HttpCallbackInvoker
 from rdq.server._errors import exception_handlers
 from rdq.server._node import Node
 from rdq.server._openapi import openapi_config, refine
 from rdq.server._settings import ServerSettings
 from rdq.server._ui import jinja_filters, ui_router
 from rdq.spi import Storage
+from rdq.worker import Worker
 
 __all__ = ["create_app"]
 

@@ -8,8 +8,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from rdq._app import App
 from rdq.admin import TaskAdmin
+from rdq.app import App
 from rdq.audit import AuditSink, JsonLinesAuditSink
 from rdq.errors import StorageUnavailable
 from rdq.server._auth import Authenticator

@@ -3,7 +3,7 @@
 A TOML file holds a ``[server]`` table (everything below), and may also hold the engine's
 ``[defaults]``, ``[queues.NAME]`` and ``[schedules.NAME]`` tables, read as ``rdq worker
 --config`` reads them: a node runs the schedules whose queue it works, and however many nodes
-and workers share the store, each tick is one task (see :mod:`rdq._schedules`)::
+and workers share the store, each tick is one task (see :mod:`rdq.schedules`)::
 
     [server]
     storage = "postgresql://rdq@db/rdq"

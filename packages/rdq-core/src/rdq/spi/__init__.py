@@ -1,11 +1,40 @@
-"""What a storage plugin author uses: the ``Storage`` contract, its models and helpers.
+"""Everything a storage plugin author uses, and nothing else needed.
 
-See :class:`Storage` for the promise of every operation, :mod:`rdq.spi.limits` for the input
-limits every backend enforces, and ``rdq_compliance.StorageSuite`` for the tests that check a
-backend keeps the contract.
+- the contract: :class:`Storage` (every promise is in its docstrings), the contract's
+  versions and capabilities (:data:`CONTRACT_VERSION`, :data:`FEATURES`, :func:`require`) and
+  the errors an operation raises (re-exported from :mod:`rdq.errors`);
+- the models the operations pass around: :class:`Envelope`, :class:`Attempt`, :class:`Claimed`,
+  :class:`Capabilities`, filters, pages, selectors, stats, audit entries;
+- the base a store subclasses, :class:`StorageBase` (validation, lifecycle, the operation
+  timeout, defaults), and :class:`ForwardingStorage` for wrappers;
+- helpers: :mod:`limits` (the input limits), the envelope codec, keyset cursors
+  (:class:`DLQCursor`, :class:`KeysetCursor`) and :func:`page_of`, :func:`fence`,
+  :func:`first_of_each_id`, :func:`stored_flags`, :func:`group_order`;
+- registration: :data:`hookimpl` and the hook :func:`rdq_storage_factory` (entry-point group
+  ``rdq.storage``).
+
+``rdq_compliance.StorageSuite`` checks that a store keeps the contract; the guide is
+``docs/writing-a-backend.md`` and the changes of promise from version to version are in
+``docs/backend-changelog.md``.
 """
 
+from rdq.errors import (
+    IDConflict,
+    NotConnected,
+    NotFound,
+    StaleClaim,
+    StaleCursor,
+    StorageError,
+    StorageUnavailable,
+    Unsupported,
+    ValidationError,
+)
 from rdq.spi import limits
+from rdq.spi._base import StorageBase
+from rdq.spi._contract import CONTRACT_VERSION, FEATURES, Feature, require, supports
+from rdq.spi._defaults import CLOCK_QUEUE
+from rdq.spi._helpers import fence, first_of_each_id, group_order, page_of, stored_flags
+from rdq.spi._hooks import hookimpl, rdq_register_storage, rdq_storage_factory
 from rdq.spi._models import (
     DEFAULT_PRIORITY,
     FORMAT_VERSION,
@@ -30,7 +59,9 @@ from rdq.spi._models import (
     TaskFilter,
     status_time,
 )
-from rdq.spi._storage import Storage, StorageBase, group_order
+from rdq.spi._protocol import Storage
+from rdq.spi._proxy import ForwardingStorage, adapt
+from rdq.spi._registry import StorageFactory, StorageRegistry
 from rdq.spi.codec import (
     decode_envelope,
     encode_envelope,
@@ -40,10 +71,14 @@ from rdq.spi.codec import (
 from rdq.spi.cursor import DLQCursor, KeysetCursor, audit_scope, task_scope
 
 Cursor = str
-"""DLQ cursors are opaque strings; :class:`DLQCursor` is a ready-made keyset encoding."""
+"""Cursors are opaque strings; :class:`DLQCursor` and :class:`KeysetCursor` are ready-made
+keyset encodings."""
 
 __all__ = [
+    "CLOCK_QUEUE",
+    "CONTRACT_VERSION",
     "DEFAULT_PRIORITY",
+    "FEATURES",
     "FORMAT_VERSION",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
@@ -59,23 +94,46 @@ __all__ = [
     "DLQFilter",
     "DLQGroup",
     "Envelope",
+    "Feature",
+    "ForwardingStorage",
+    "IDConflict",
     "KeysetCursor",
+    "NotConnected",
+    "NotFound",
     "Outcome",
     "Page",
     "RetryOverride",
     "Selector",
+    "StaleClaim",
+    "StaleCursor",
     "Stats",
     "Status",
     "Storage",
     "StorageBase",
+    "StorageError",
+    "StorageFactory",
+    "StorageRegistry",
+    "StorageUnavailable",
     "TaskFilter",
+    "Unsupported",
+    "ValidationError",
+    "adapt",
     "audit_scope",
     "decode_envelope",
     "encode_envelope",
     "envelope_from_builtins",
     "envelope_to_builtins",
+    "fence",
+    "first_of_each_id",
     "group_order",
+    "hookimpl",
     "limits",
+    "page_of",
+    "rdq_register_storage",
+    "rdq_storage_factory",
+    "require",
     "status_time",
+    "stored_flags",
+    "supports",
     "task_scope",
 ]

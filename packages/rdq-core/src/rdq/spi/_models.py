@@ -164,19 +164,64 @@ class Claimed(msgspec.Struct, frozen=True):
 
 
 class Capabilities(msgspec.Struct, kw_only=True, frozen=True):
-    """Optional accelerations a backend offers. The engine works without any of them."""
+    """What a store offers beyond the operations every store has, and the contract version it
+    implements (see ``docs/backend-changelog.md``).
 
+    Every flag defaults to ``False``, so a store written for an earlier contract advertises
+    nothing it does not know of. The engine checks a flag before it uses what the flag
+    offers: an *acceleration* missing only costs time (the engine does the work another way);
+    a *feature* missing makes what needs it fail with :class:`~rdq.errors.Unsupported`,
+    naming the store and the flag, and nothing else. The kit runs each flag's clauses only
+    when the store advertises it, and reports the others as "not implemented" skips.
+    """
+
+    contract_version: int = 1
+    """The contract version the store implements (:data:`rdq.spi.CONTRACT_VERSION` is this
+    release's). A store that states none implements version 1, the first published
+    contract. Behaviour promised since a later version (no flag of its own) is checked by the
+    kit only for stores of that version or newer."""
+
+    # --- accelerations (contract version 1) ---------------------------------------------------
     notify: bool = False
-    """``wait_due(queue, timeout)`` blocks until a task may be due."""
+    """``wait_due(queue, timeout)`` blocks until a task may be due (else workers poll)."""
     filter_pushdown: bool = False
     """DLQ filters are evaluated by the backend (listing, redrive and purge by filter)."""
     batch_enqueue: bool = False
     """``enqueue_batch(tasks)`` admits many tasks in one round trip."""
     batch_complete: bool = False
     """``complete_many(completions)`` resolves many claims in one round trip, fenced per task."""
+
+    # --- contract version 2 -------------------------------------------------------------------
     group_pushdown: bool = False
-    """``dlq_groups(queue)`` is computed by the backend (otherwise ``StorageBase`` pages
-    through the DLQ)."""
+    """(acceleration) ``dlq_groups(queue)`` is computed by the backend (otherwise
+    ``StorageBase`` pages through the DLQ)."""
+    priorities: bool = False
+    """Claims take higher ``priority`` first (without it: oldest due first; the engine refuses
+    a submit with a priority other than 0)."""
+    claim_holder: bool = False
+    """``claim_due`` takes ``worker_id`` and keeps it in ``claimed_by``/``claimed_at`` and in
+    ``LEASE_EXPIRED`` records."""
+    cancel: bool = False
+    """``cancel(queue, ids)``; ``purge`` by ids deletes CANCELLED tasks too; ``stats`` counts
+    them."""
+    task_listing: bool = False
+    """``list_tasks(queue, filter, page)`` lists the tasks of any status."""
+    queue_listing: bool = False
+    """``list_queues()`` lists every queue that holds a task (without it: the queues an
+    application names)."""
+    import_tasks: bool = False
+    """``import_tasks(tasks)`` stores tasks exactly as given (``rdq copy``)."""
+    audit: bool = False
+    """``append_audit`` / ``list_audit``: the store keeps the audit trail (without it, audit
+    records are only logged)."""
+
+    # --- announced optional operations ----------------------------------------------------------
+    reopen: bool = False
+    """``reopen()`` builds a second store on the same data, with connections of its own (the
+    worker's lease thread uses one)."""
+    transactional_enqueue: bool = False
+    """``enqueue_in(connection, tasks)`` admits tasks inside an application's own
+    transaction."""
 
 
 class Completion(msgspec.Struct, frozen=True):

@@ -47,6 +47,7 @@ from rdq.spi._models import (
     Attempt,
     AuditEntry,
     AuditFilter,
+    Completion,
     DLQFilter,
     Envelope,
     Outcome,
@@ -84,6 +85,7 @@ __all__ = [
     "check_audit_entry",
     "check_audit_filter",
     "check_aware",
+    "check_completions",
     "check_delay",
     "check_depth",
     "check_filter",
@@ -95,12 +97,15 @@ __all__ = [
     "check_page",
     "check_priority",
     "check_queue",
+    "check_resolution",
     "check_retry",
     "check_selector",
     "check_task",
     "check_task_filter",
     "check_task_id",
+    "check_tasks",
     "check_token",
+    "check_wait",
     "check_worker_id",
 ]
 
@@ -372,6 +377,39 @@ def check_ids(ids: Sequence[str], field: str = "ids") -> list[str]:
     if len(ids) > MAX_SELECTOR_IDS:
         raise ValidationError(f"more than {MAX_SELECTOR_IDS} ids", field=field)
     return [check_task_id(task_id, field=f"{field}[{i}]") for i, task_id in enumerate(ids)]
+
+
+def check_tasks(tasks: object, field: str = "tasks") -> list[Envelope]:
+    """A list of tasks, each valid for ``enqueue`` (checked in order, so a batch is refused
+    exactly as its first bad ``enqueue`` would be)."""
+    if isinstance(tasks, str | bytes) or not isinstance(tasks, Sequence):
+        raise ValidationError("must be a list of rdq.spi.Envelope", field=field)
+    return [check_task(task) for task in tasks]
+
+
+def check_resolution(task_id: object, token: object, attempt: object) -> None:
+    """The arguments every resolution (``reschedule``, ``complete``, ``dead_letter``) takes."""
+    check_task_id(task_id)
+    check_token(token)
+    check_attempt(attempt)
+
+
+def check_completions(completions: object) -> list[Completion]:
+    """The items of ``complete_many``, every one checked before anything changes."""
+    if isinstance(completions, str | bytes) or not isinstance(completions, Sequence):
+        raise ValidationError("must be a list of rdq.spi.Completion", field="completions")
+    for item in completions:
+        if not isinstance(item, Completion):
+            raise ValidationError("must be rdq.spi.Completion items", field="completions")
+        check_resolution(item.task_id, item.token, item.attempt)
+    return list(completions)
+
+
+def check_wait(value: object, field: str = "timeout") -> float:
+    """A ``wait_due`` timeout: a non-negative number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValidationError("must be a non-negative number of seconds", field=field)
+    return float(value)
 
 
 def check_delay(value: object, field: str = "delay") -> timedelta | None:

@@ -12,8 +12,8 @@ from litestar import Request, get
 from litestar.params import PathParameter
 from litestar.response import Redirect, Template
 
-from rdq.config import resolve
 from rdq.errors import NotFound, StaleCursor, ValidationError
+from rdq.retry import resolve
 from rdq.server._node import Node
 from rdq.server._ui._common import node_of, page, parse_time, queue_url, session, text
 from rdq.spi import (

@@ -17,7 +17,7 @@ reaches the same tasks (a ``get`` of the first task the worker claims: an unname
 when a third of it has passed, whatever the worker's loop is doing. A loop stalled for longer
 than ``stall_limit`` means a hung worker: renewals stop then, so its leases lapse and other
 workers take its tasks over. Until the second store is ready, or when there is none, the
-worker's own loop renews the leases (:func:`rdq._heartbeat.heartbeat_loop`).
+worker's own loop renews the leases (:func:`rdq.worker._heartbeat.heartbeat_loop`).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from collections.abc import Callable
 from typing import Any
 
 from rdq import metrics
-from rdq._clock import StorageClock
-from rdq._heartbeat import MAX_TICK, LostLease, due_for_renewal, renew
-from rdq._runner import Run
 from rdq.errors import NotFound
 from rdq.spi import Storage
+from rdq.worker._clock import StorageClock
+from rdq.worker._heartbeat import MAX_TICK, LostLease, due_for_renewal, renew
+from rdq.worker._run import Run
 
 __all__ = ["STACK_DEPTH", "Watchdog"]
 

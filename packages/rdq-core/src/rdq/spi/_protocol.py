@@ -1,5 +1,8 @@
 """The ``Storage`` protocol: the contract every rdq backend implements.
 
+Operations marked with a capability name, as "(``cancel``)", are optional: a store offers
+them when its :meth:`~Storage.capabilities` say so (see :mod:`rdq.spi._contract`).
+
 A storage plugin stores tasks, decides due-ness by *its own clock*, leases claims with fencing
 tokens and applies each mutation atomically. It never interprets a payload and never sees a
 retry policy: the engine makes every decision. ``rdq_compliance.StorageSuite`` checks every
@@ -36,15 +39,12 @@ inspection. Each store gives its tests a way to write such a task (the complianc
 
 from __future__ import annotations
 
-import abc
-import asyncio
-from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
-from rdq.errors import NotConnected, NotFound, StaleClaim
+from rdq.errors import NotFound, StaleClaim
 from rdq.spi._models import (
     Attempt,
     AuditEntry,
@@ -61,13 +61,7 @@ from rdq.spi._models import (
     TaskFilter,
 )
 
-__all__ = ["Storage", "StorageBase", "group_order"]
-
-
-def group_order(group: DLQGroup) -> tuple[int, str, bool, str]:
-    """The order ``dlq_groups`` returns groups in: largest first, then by handler_ref, then
-    error_type with ``None`` last (strings compared by code point, as Python compares them)."""
-    return (-group.count, group.handler_ref, group.error_type is None, group.error_type or "")
+__all__ = ["Storage"]
 
 
 @runtime_checkable
@@ -215,38 +209,37 @@ class Storage(Protocol):
     async def list_tasks(
         self, queue: str, task_filter: TaskFilter, page: Page
     ) -> tuple[list[Envelope], str | None]:
-        """One page of the tasks of ``queue`` in ``task_filter.status``, ordered by status
-        time then id (see :class:`TaskFilter`), and an opaque cursor for the next page
-        (``None`` on the last page). Tasks whose status and status time do not change while
-        paging are listed exactly once; a task that moves may be missed or seen twice.
-        Attempts are omitted unless ``page.include_attempts``. A store without
-        ``filter_pushdown`` must apply ``status`` but may ignore the other filter fields (the
-        engine filters). Raises ``StaleCursor`` for a cursor that is malformed or from another
-        queue/filter."""
+        """(``task_listing``) One page of the tasks of ``queue`` in ``task_filter.status``, ordered
+        by status time then id (see :class:`TaskFilter`), and an opaque cursor for the next page
+        (``None`` on the last page). Tasks whose status and status time do not change while paging
+        are listed exactly once; a task that moves may be missed or seen twice. Attempts are omitted
+        unless ``page.include_attempts``. A store without ``filter_pushdown`` must apply ``status``
+        but may ignore the other filter fields (the engine filters). Raises ``StaleCursor`` for a
+        cursor that is malformed or from another queue/filter."""
 
     async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
-        """Cancel the listed tasks of ``queue`` that are PENDING or IN_FLIGHT: each becomes
-        CANCELLED with ``cancelled_at`` = now, its lease, token and claim fields cleared,
+        """(``cancel``) Cancel the listed tasks of ``queue`` that are PENDING or IN_FLIGHT: each
+        becomes CANCELLED with ``cancelled_at`` = now, its lease, token and claim fields cleared,
         atomically per task. A cancelled IN_FLIGHT task's token is stale from then on, so its
-        holder's next ``extend_lease`` or resolution raises ``StaleClaim``, and it is never
-        claimed again (not even once its old lease has passed). Other ids (unknown, in
-        another queue, finished or already cancelled) are ignored; an id given twice counts
-        once. Returns how many were cancelled. At most ``limits.MAX_SELECTOR_IDS`` ids
-        (``limits.check_ids``: ``ValidationError`` naming ``ids`` or ``ids[i]``)."""
+        holder's next ``extend_lease`` or resolution raises ``StaleClaim``, and it is never claimed
+        again (not even once its old lease has passed). Other ids (unknown, in another queue,
+        finished or already cancelled) are ignored; an id given twice counts once. Returns how many
+        were cancelled. At most ``limits.MAX_SELECTOR_IDS`` ids (``limits.check_ids``:
+        ``ValidationError`` naming ``ids`` or ``ids[i]``)."""
 
     async def list_queues(self) -> list[Stats]:
-        """The stats of every queue that holds at least one task (in any status), ordered by
-        queue name; the same snapshot ``stats`` gives per queue (counts above
+        """(``queue_listing``) The stats of every queue that holds at least one task (in any
+        status), ordered by queue name; the same snapshot ``stats`` gives per queue (counts above
         ``limits.EXACT_COUNT_THRESHOLD`` may be estimates, named in ``Stats.estimated``)."""
 
     async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
-        """Store tasks exactly as given — status, attempts, counters and every timestamp —
-        for moving tasks between stores. Idempotent by id: an id that exists in the same queue
-        is left unchanged (False); ``IDConflict`` if it exists in another queue, and then
-        nothing is stored. An IN_FLIGHT task is stored IN_FLIGHT with its ``lease_expires_at``
-        and no valid token, so it is reclaimed (with a ``LEASE_EXPIRED`` record naming its
-        ``claimed_by`` and ``claimed_at``) once that passes. Returns one "stored" flag per
-        task, in order; an id given twice is stored once (the second flag is False).
+        """(``import_tasks``) Store tasks exactly as given — status, attempts, counters and every
+        timestamp — for moving tasks between stores. Idempotent by id: an id that exists in the same
+        queue is left unchanged (False); ``IDConflict`` if it exists in another queue, and then
+        nothing is stored. An IN_FLIGHT task is stored IN_FLIGHT with its ``lease_expires_at`` and
+        no valid token, so it is reclaimed (with a ``LEASE_EXPIRED`` record naming its
+        ``claimed_by`` and ``claimed_at``) once that passes. Returns one "stored" flag per task, in
+        order; an id given twice is stored once (the second flag is False).
 
         Every task is checked with ``limits.check_imported_task`` before anything is stored:
         at most ``limits.MAX_LIMIT`` tasks per call; a corrupt task (``corrupt`` set), a task
@@ -257,21 +250,23 @@ class Storage(Protocol):
     # --- audit trail -----------------------------------------------------------------------
 
     async def append_audit(self, entry: AuditEntry) -> AuditEntry:
-        """Store ``entry`` durably and return it with ``id`` (unique) and ``time`` (the
+        """(``audit``) Store ``entry`` durably and return it with ``id`` (unique) and ``time`` (the
         store's now) set. Entries are never changed afterwards."""
 
     async def list_audit(
         self, audit_filter: AuditFilter | None, page: Page
     ) -> tuple[list[AuditEntry], str | None]:
-        """One page of audit entries, newest first (by ``time``, then ``id`` descending), and
-        an opaque cursor for the next page. Entries appended while paging never cause a skip or
-        a repeat. Raises ``StaleCursor`` for a cursor that is malformed or from another
-        filter."""
+        """(``audit``) One page of audit entries, newest first (by ``time``, then ``id``
+        descending), and an opaque cursor for the next page. Entries appended while paging never
+        cause a skip or a repeat. Raises ``StaleCursor`` for a cursor that is malformed or from
+        another filter."""
 
     # --- operations ------------------------------------------------------------------------
 
     async def now(self) -> datetime:
-        """The store's clock: the time every due-ness decision of this store is made by."""
+        """The store's clock: the time every due-ness decision of this store is made by.
+        (``StorageBase`` has a default built on older operations: it enqueues, claims,
+        completes and purges a probe task in the queue ``rdq-clock``.)"""
 
     async def stats(self, queue: str) -> Stats:
         """A snapshot of the queue's counts by the store's clock (see :class:`Stats`). An
@@ -313,202 +308,15 @@ class Storage(Protocol):
         input raises ``ValidationError`` before anything changes. ``StorageBase`` provides a
         correct default that calls ``complete`` once per item."""
 
-
-class StorageBase(abc.ABC):
-    """A convenient base for plugins: the lifecycle, the context-manager plumbing and the
-    optional operations' defaults. Subclasses implement the abstract operations, put their
-    connection set-up in ``_open`` and tear-down in ``_close``, and call
-    ``self._check_open()`` first in every operation."""
-
-    _opened: bool = False
-    _closed: bool = False
-    _lifecycle_lock: asyncio.Lock | None = None
-
-    async def __aenter__(self) -> Self:
-        await self.connect()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def connect(self) -> None:
-        """Open the store (``_open``) unless it is open already."""
-        if self._lifecycle_lock is None:
-            self._lifecycle_lock = asyncio.Lock()
-        async with self._lifecycle_lock:
-            if self._opened:
-                return
-            await self._open()
-            self._opened, self._closed = True, False
-
-    async def aclose(self) -> None:
-        """Close the store (``_close``) if it is open; a no-op otherwise. A ``connect`` under
-        way is waited for, so the store ends closed whichever call came first."""
-        if self._lifecycle_lock is None:
-            self._lifecycle_lock = asyncio.Lock()
-        async with self._lifecycle_lock:
-            if not self._opened:
-                return
-            self._opened, self._closed = False, True
-            await self._close()
-
-    @property
-    def is_open(self) -> bool:
-        """True between ``connect`` and ``aclose``."""
-        return self._opened
-
-    def _check_open(self) -> None:
-        """Raise ``NotConnected`` unless the store is open."""
-        if not self._opened:
-            raise NotConnected(type(self).__name__, closed=self._closed)
-
-    async def _open(self) -> None:  # noqa: B027 - optional hook
-        """Open connections (no-op by default). Raise ``StorageUnavailable`` when the backend
-        cannot be reached."""
-
-    async def _close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections (no-op by default). Must not raise."""
-
-    async def migrate(self) -> list[str] | None:
-        """Create the schema (nothing to do by default)."""
-        self._check_open()
-        return []
-
-    @abc.abstractmethod
-    async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool: ...
-
-    @abc.abstractmethod
-    async def claim_due(
-        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
-    ) -> list[Claimed]: ...
-
-    @abc.abstractmethod
-    async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime: ...
-
-    @abc.abstractmethod
-    async def reschedule(
-        self, task_id: str, token: str, attempt: Attempt, next_at: datetime
-    ) -> None: ...
-
-    @abc.abstractmethod
-    async def complete(self, task_id: str, token: str, attempt: Attempt) -> None: ...
-
-    @abc.abstractmethod
-    async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None: ...
-
-    @abc.abstractmethod
-    async def dlq_list(
-        self, queue: str, dlq_filter: DLQFilter | None, page: Page
-    ) -> tuple[list[Envelope], str | None]: ...
-
-    @abc.abstractmethod
-    async def get(self, task_id: str) -> Envelope: ...
-
-    @abc.abstractmethod
-    async def redrive(self, queue: str, selector: Selector) -> int: ...
-
-    @abc.abstractmethod
-    async def purge(self, queue: str, selector: Selector) -> int: ...
-
-    @abc.abstractmethod
-    async def stats(self, queue: str) -> Stats: ...
-
-    @abc.abstractmethod
-    async def now(self) -> datetime: ...
-
-    @abc.abstractmethod
-    async def list_tasks(
-        self, queue: str, task_filter: TaskFilter, page: Page
-    ) -> tuple[list[Envelope], str | None]: ...
-
-    @abc.abstractmethod
-    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int: ...
-
-    @abc.abstractmethod
-    async def list_queues(self) -> list[Stats]: ...
-
-    @abc.abstractmethod
-    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]: ...
-
-    @abc.abstractmethod
-    async def append_audit(self, entry: AuditEntry) -> AuditEntry: ...
-
-    @abc.abstractmethod
-    async def list_audit(
-        self, audit_filter: AuditFilter | None, page: Page
-    ) -> tuple[list[AuditEntry], str | None]: ...
-
-    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
-        """Pages through the whole DLQ with attempts (correct, not fast); override it to count
-        in the backend and advertise ``group_pushdown``. A task read back without
-        ``dead_lettered_at`` (a corrupt one) is counted all the same, at its ``created_at``;
-        a group none of whose tasks has either time is dated by the store's ``now()``."""
-        counts: Counter[tuple[str, str | None]] = Counter()
-        first: dict[tuple[str, str | None], datetime] = {}
-        last: dict[tuple[str, str | None], datetime] = {}
-        cursor: str | None = None
-        while True:
-            tasks, cursor = await self.dlq_list(
-                queue, None, Page(limit=1000, cursor=cursor, include_attempts=True)
-            )
-            for task in tasks:
-                error_type = task.attempts[-1].error_type if task.attempts else None
-                key = (task.handler_ref, error_type)
-                counts[key] += 1
-                at = task.dead_lettered_at or task.created_at
-                if at is not None:
-                    first[key] = min(first.get(key, at), at)
-                    last[key] = max(last.get(key, at), at)
-            if cursor is None:
-                break
-        undated = [key for key in counts if key not in first]
-        if undated:
-            now = await self.now()
-            for key in undated:
-                first[key] = last[key] = now
-        groups = [
-            DLQGroup(
-                handler_ref=handler_ref,
-                error_type=error_type,
-                count=count,
-                first_dead_lettered_at=first[(handler_ref, error_type)],
-                last_dead_lettered_at=last[(handler_ref, error_type)],
-            )
-            for (handler_ref, error_type), count in counts.items()
-        ]
-        groups.sort(key=group_order)
-        return groups
-
-    @abc.abstractmethod
-    async def purge_succeeded(self, queue: str, older_than: datetime) -> int: ...
-
-    @abc.abstractmethod
-    def capabilities(self) -> Capabilities: ...
-
-    async def wait_due(self, queue: str, timeout: float) -> bool:
-        raise NotImplementedError(f"{type(self).__name__} does not offer notify")
-
-    async def enqueue_batch(
-        self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
+    async def enqueue_in(
+        self, connection: object, tasks: Sequence[Envelope], *, delay: timedelta | None = None
     ) -> list[bool]:
-        raise NotImplementedError(f"{type(self).__name__} does not offer batch_enqueue")
+        """(``transactional_enqueue``) Admit ``tasks`` on ``connection``, a connection of the
+        application's own, inside its transaction: they are stored when it commits and never
+        exist if it rolls back. Otherwise as ``enqueue_batch``; ``IDConflict`` leaves nothing
+        of the call stored and the transaction usable."""
 
-    async def complete_many(
-        self, completions: Sequence[Completion]
-    ) -> list[StaleClaim | NotFound | None]:
-        """One ``complete`` per item (correct, not faster); override it for one round trip
-        and advertise ``batch_complete``."""
-        results: list[StaleClaim | NotFound | None] = []
-        for item in completions:
-            try:
-                await self.complete(item.task_id, item.token, item.attempt)
-            except (StaleClaim, NotFound) as exc:
-                results.append(exc)
-            else:
-                results.append(None)
-        return results
+    def reopen(self) -> Storage | None:
+        """(``reopen``) A new, unconnected store on the same data with connections of its
+        own (usable from another thread's event loop), or ``None`` when this store cannot be
+        opened twice."""

@@ -7,8 +7,8 @@ of them. Deadlines are added in start order, so a later one rarely re-arms the t
 handler that ends leaves its entry behind (marked by ``run.timing``), and the heap is rebuilt
 from the live entries once the stale ones outnumber them. When the timer fires, every handler
 past its deadline has its task cancelled with ``run.expired`` set (the call then ends as a
-timeout, see :mod:`rdq._invoke`); a deadline moved later meanwhile (a stall excused, see
-:meth:`rdq._runner.Run.excuse_stall`) is put back at its new time.
+timeout, see :mod:`rdq.worker._invoke`); a deadline moved later meanwhile (a stall excused, see
+:meth:`rdq.worker._runner.Run.excuse_stall`) is put back at its new time.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rdq._runner import Run
+    from rdq.worker._run import Run
 
 __all__ = ["Deadlines"]
 

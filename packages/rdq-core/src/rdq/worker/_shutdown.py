@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rdq._runner import Run
+from rdq.worker._run import Run
 
 __all__ = ["INTERRUPT_WAIT", "drain"]
 

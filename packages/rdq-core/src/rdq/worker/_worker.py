@@ -2,13 +2,13 @@
 gracefully.
 
 One claim loop per queue asks for as many tasks as it has free slots — plus, while the queue
-is deep and its handlers quick, some to start as slots free (see :mod:`rdq._slots`): at once
+is deep and its handlers quick, some to start as slots free (see :mod:`rdq.worker._slots`): at once
 when it holds nothing, else once half of that is free (so claims come in batches) or when a
 free slot has waited ``poll_min`` (so long handlers do not leave slots idle). When nothing is
 due it waits with ``wait_due`` if the store can notify, else polls with a backoff from
 ``poll_min`` to ``poll_max`` that resets as soon as work appears. Storage outages are logged,
 counted and retried with backoff; the worker never dies of one. Where the store has
-``batch_complete``, successes are recorded through one :class:`~rdq._completer.Completer`
+``batch_complete``, successes are recorded through one :class:`~rdq.worker._completer.Completer`
 per worker (many tasks per ``complete_many`` call, no timer), and a success waiting for its
 batch gives its concurrency slot to the next task at once, as long as fewer than the worker's
 total concurrency of tasks are in that state (so the next claim overlaps the write; a crash
@@ -36,23 +36,23 @@ from datetime import timedelta
 from typing import Any
 
 from rdq import metrics
-from rdq._app import App
-from rdq._client import Client
-from rdq._clock import StorageClock
-from rdq._completer import Completer
-from rdq._heartbeat import heartbeat_loop
-from rdq._plugins.manager import reopen
-from rdq._preflight import check_storage, warn_unserved
-from rdq._runner import Run, Runner
-from rdq._schedules import schedule_loop
-from rdq._shutdown import INTERRUPT_WAIT, drain
-from rdq._slots import Held, QueueSlots
-from rdq._threads import HandlerThreads
-from rdq._watchdog import Watchdog
+from rdq.app import App
+from rdq.client import Client
 from rdq.errors import ConfigError
 from rdq.logging import get_logger
-from rdq.maintenance import maintenance_loop
 from rdq.spi import Storage, limits
+from rdq.worker._clock import StorageClock
+from rdq.worker._completer import Completer
+from rdq.worker._heartbeat import heartbeat_loop
+from rdq.worker._maintenance import maintenance_loop
+from rdq.worker._preflight import check_storage, warn_unserved
+from rdq.worker._run import Run
+from rdq.worker._runner import Runner
+from rdq.worker._scheduler import schedule_loop
+from rdq.worker._shutdown import INTERRUPT_WAIT, drain
+from rdq.worker._slots import Held, QueueSlots
+from rdq.worker._threads import HandlerThreads
+from rdq.worker._watchdog import Watchdog
 
 __all__ = ["Worker", "default_worker_id"]
 
@@ -91,7 +91,7 @@ class Worker:
         The watchdog thread logs and counts event-loop stalls longer than
         ``stall_threshold`` seconds and, with ``lease_thread`` and a store opened from a URL,
         renews leases from a store of its own until the loop has been stalled for
-        ``stall_limit`` seconds (see :mod:`rdq._watchdog`)."""
+        ``stall_limit`` seconds (see :mod:`rdq.worker._watchdog`)."""
         self.app = app
         self.storage = storage
         names = list(queues) if queues is not None else (app.queues or ["default"])
@@ -216,7 +216,9 @@ class Worker:
             log=self.log,
             threshold=self.stall_threshold,
             stall_limit=self.stall_limit,
-            lease_store=reopen(self.storage) if self.lease_thread else None,
+            lease_store=(
+                self.storage.reopen() if self.lease_thread and capabilities.reopen else None
+            ),
             lost=lambda run, exc: self._abandon(run, exc, runner),
         )
         watchdog.start()

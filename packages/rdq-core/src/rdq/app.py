@@ -46,9 +46,9 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from rdq._schedules import CatchUp, Schedule, parse_schedules
 from rdq.config import Backoff, QueueConfig, parse_config, read_toml
 from rdq.errors import ConfigError, ValidationError
+from rdq.schedules import CatchUp, Schedule, parse_schedules
 from rdq.spi import Envelope, limits
 
 __all__ = ["App", "Handler", "HandlerImportError", "SchemeInvoker", "TaskContext", "load_app"]
@@ -200,7 +200,7 @@ class App:
         """Enqueue a task for ``handler`` (default: a handler named ``name``) at every tick of
         ``cron`` (five fields, in time zone ``tz``) or every ``every``, exactly once per tick
         however many workers run; ``catch_up`` says what happens to ticks missed while no
-        worker ran (see :mod:`rdq._schedules`). Raises ``ConfigError`` naming the key."""
+        worker ran (see :mod:`rdq.schedules`). Raises ``ConfigError`` naming the key."""
         ref = name if handler is None else self.handler_name(handler)
         schedule = Schedule(
             name=name,

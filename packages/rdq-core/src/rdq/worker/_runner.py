@@ -4,163 +4,37 @@ classify the outcome and write it back with the claim's fencing token.
 Nothing here holds a storage connection while the handler runs: the storage is called before
 (never) and after (one resolution call, or a share of a batched ``complete_many``) the handler.
 
-A task's path is kept short, because with fast handlers the engine's own work per task is
-what a worker spends most: one asyncio task runs the handler (its timeout is a deadline in
-the worker's shared :class:`~rdq._deadlines.Deadlines`, not a timer of its own), and a success
-handed to the :class:`~rdq._completer.Completer` ends that task at once; the outcome of the
-batched write comes back as a call of :meth:`Runner.recorded`, not through a future per task.
+A task's path is kept short, because with fast handlers the engine's own work per task is what a
+worker spends most: one asyncio task runs the handler (its timeout is a deadline in the worker's
+shared :class:`~rdq.worker._deadlines.Deadlines`, not a timer of its own), and a success handed to
+the :class:`~rdq.worker._completer.Completer` ends that task at once; the outcome of the batched
+write comes back as a call of :meth:`Runner.recorded`, not through a future per task.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import random
 import time
 from collections.abc import Callable, Coroutine
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from datetime import timedelta
+from typing import Any
 
-from rdq import _classify, _otel, _tracebacks, metrics
-from rdq._app import App, HandlerImportError, TaskContext
-from rdq._classify import Action, Decision
-from rdq._clock import StorageClock
-from rdq._completer import Completer
-from rdq._deadlines import Deadlines
-from rdq._invoke import invoke
-from rdq._threads import HandlerThreads
-from rdq.config import QueueConfig, resolve
+from rdq import metrics, retry, tracing
+from rdq.app import App, HandlerImportError
 from rdq.errors import NotFound, StaleClaim, StorageUnavailable
-from rdq.spi import Attempt, Claimed, Completion, Envelope, Outcome, Status, Storage, limits
+from rdq.retry import Action, Decision
+from rdq.retry._tracebacks import bound_head, bound_tail, coroutine_stack
+from rdq.spi import Attempt, Completion, Outcome, Status, Storage, limits
+from rdq.worker._clock import StorageClock
+from rdq.worker._completer import Completer
+from rdq.worker._deadlines import Deadlines
+from rdq.worker._invoke import invoke
+from rdq.worker._run import Run
+from rdq.worker._threads import HandlerThreads
 
-if TYPE_CHECKING:
-    from rdq._threads import Call
-
-__all__ = ["Holder", "Run", "Runner"]
-
-
-class Run:
-    """One claimed task while this worker holds it (claimed ahead, running, or having its
-    outcome written)."""
-
-    __slots__ = (
-        "attempt",
-        "call",
-        "claimed",
-        "config",
-        "ctx_fields",
-        "deadline",
-        "done",
-        "expired",
-        "fenced",
-        "freed_early",
-        "holder",
-        "holds_slot",
-        "interrupted",
-        "lease",
-        "lost",
-        "number",
-        "queue",
-        "renew_at",
-        "resolving",
-        "started",
-        "task",
-        "timing",
-        "used",
-        "where",
-        "write_deadline",
-        "write_pause",
-        "writing",
-    )
-
-    def __init__(self, claimed: Claimed, lease: float, claimed_mono: float) -> None:
-        self.claimed = claimed
-        self.queue = claimed.task.queue
-        self.lease = lease
-        self.renew_at = claimed_mono + lease / 3.0
-        self.task: asyncio.Task[None] | None = None
-        self.call: Call | None = None
-        self.lost = False
-        """The lease was lost (heartbeat refused): the outcome must not be written."""
-        self.interrupted = False
-        """The worker is shutting down and gave up waiting for this task."""
-        self.done = False
-        self.fenced = False
-        """The handler ignored its timeout's cancellation; TIMEOUT was recorded without it."""
-        self.resolving = False
-        """The handler is over and its outcome is being written (shutdown lets that finish)."""
-        self.writing = False
-        """The success is with the completer, waiting for its batched write."""
-        self.deadline = math.inf
-        """Monotonic time by which an awaited handler must have ended (timeout included)."""
-        self.timing = False
-        """The deadline is being watched (the handler runs)."""
-        self.expired = False
-        """The deadline passed and the handler's task was cancelled for it."""
-        self.where: str | None = None
-        """Where a plain function's thread was when its timeout ran out."""
-        self.holder: Holder | None = None
-        """Where the task's slot is accounted: told when the run is over."""
-        self.holds_slot = False
-        self.freed_early = False
-        self.config: QueueConfig | None = None
-        self.number = 0
-        self.used = 0
-        self.started: datetime | None = None
-        self.attempt: Attempt | None = None
-        self.write_deadline = 0.0
-        self.write_pause = 0.0
-        self.ctx_fields: tuple[str, int] | None = None
-        """(worker id, attempt number) for a context built on demand."""
-
-    def excuse_stall(self, seconds: float) -> None:
-        """Give the handler ``seconds`` more: the event loop was stalled by another handler
-        for that long, time this one could not use."""
-        self.deadline += seconds
-
-    def expire(self) -> None:
-        """The handler's timeout ran out: cancel its task (the call ends as TIMEOUT)."""
-        if self.task is not None and not self.task.done():
-            self.expired = True
-            self.task.cancel()
-
-    def context(self) -> TaskContext:
-        """The handler's view of the task (built when a handler asks for it)."""
-        task = self.claimed.task
-        worker_id, number = self.ctx_fields or ("", task.attempt_count + 1)
-        return TaskContext(
-            task.id,
-            task.queue,
-            number,
-            task.headers,
-            task.handler_ref,
-            task.redrive_count,
-            worker_id,
-            task,
-        )
-
-    def release(self) -> None:
-        """The run is over: the worker no longer holds the task."""
-        if self.done:
-            return
-        self.done = True
-        if self.holder is not None:
-            self.holder.release(self)
-
-    def offer_slot(self) -> None:
-        """The handler is over and the success waits for its batched write: the worker may
-        give the slot to the next task."""
-        if self.holder is not None and self.holds_slot:
-            self.holder.offer_slot(self)
-
-
-class Holder(Protocol):
-    """Accounts a worker's runs and their concurrency slots."""
-
-    def release(self, run: Run) -> None: ...
-
-    def offer_slot(self, run: Run) -> None: ...
+__all__ = ["Runner"]
 
 
 class Runner:
@@ -219,10 +93,10 @@ class Runner:
         """Run ``run``'s task to one recorded outcome (or to a lost lease), then release it
         (a success with the completer is released when its write returns). Never raises
         except ``CancelledError`` when the whole worker is cancelled. With OpenTelemetry the
-        attempt is a span (see :mod:`rdq._otel`)."""
+        attempt is a span (see :mod:`rdq.tracing`)."""
         try:
             task = run.claimed.task
-            span = _otel.attempt_span(
+            span = tracing.attempt_span(
                 task.queue, task.id, task.handler_ref, task.attempt_count + 1, task.headers
             )
             if span is None:
@@ -232,7 +106,7 @@ class Runner:
                 return
             with span as current:
                 decision = await self._decide(run)
-                _otel.finish_attempt(
+                tracing.finish_attempt(
                     current,
                     decision.outcome.value if decision is not None else None,
                     decision.error_type if decision is not None else None,
@@ -257,18 +131,19 @@ class Runner:
         task = run.claimed.task
         run.number = task.attempt_count + 1
         if run.interrupted:  # claimed ahead, the worker stopped before it could start
-            return INTERRUPTED_UNSTARTED
-        run.used = run.number - _interrupted_since_redrive(task)
+            return retry.INTERRUPTED_UNSTARTED
+        run.used = retry.attempts_used(task, run.number)
         run.started = self.clock.now()
         if task.corrupt is not None:  # never run: what it holds is not what was written
-            return _corrupt(task)
-        config = run.config = resolve(self.app.queue_config(task.queue), task.retry)
-        if run.used > config.max_attempts:
-            return _exhausted(task, run.used, config)
+            return retry.corrupt(task)
+        config = run.config = retry.resolve(self.app.queue_config(task.queue), task.retry)
+        exhausted = retry.exhausted(task, run.used, config)
+        if exhausted is not None:
+            return exhausted
         try:
             target = self.app.resolve(task.handler_ref)
         except HandlerImportError as exc:
-            failed = _classify.classify_import_error(exc, run.used, config, rng=self.rng)
+            failed = retry.classify_import_error(exc, run.used, config, rng=self.rng)
             self.log.error(
                 "could not import the handler; the attempt counts as failed",
                 **self._fields(task.id, task.queue, run.number),
@@ -278,7 +153,7 @@ class Runner:
             )
             return failed
         if target is None:
-            return _unknown(task)
+            return retry.unknown_handler(task)
         run.ctx_fields = (self.worker_id, run.number)
         t0 = time.monotonic()
         decision = await invoke(
@@ -300,14 +175,14 @@ class Runner:
         )
         where = None
         if run.task is not None:
-            line = f"{_classify.TIMEOUT_ERROR}: {_classify.timeout_message(run.config)}\n"
-            where = _tracebacks.coroutine_stack(run.task.get_coro(), line)
-        decision = _classify.classify_timeout(where, run.used, run.config, rng=self.rng)
+            line = f"{retry.TIMEOUT_ERROR}: {retry.timeout_message(run.config)}\n"
+            where = coroutine_stack(run.task.get_coro(), line)
+        decision = retry.classify_timeout(where, run.used, run.config, rng=self.rng)
         await self._finish(run, decision)
 
     def _attempt(self, run: Run, decision: Decision) -> Attempt:
         """The attempt record of ``decision``; every text within the contract's limits."""
-        if decision is _classify.SUCCESS:
+        if decision is retry.SUCCESS:
             return Attempt(
                 number=run.number,
                 outcome=Outcome.SUCCEEDED,
@@ -326,7 +201,7 @@ class Runner:
             traceback=(
                 None
                 if decision.traceback is None
-                else _tracebacks.bound_tail(decision.traceback, limits.MAX_TRACEBACK_LENGTH)
+                else bound_tail(decision.traceback, limits.MAX_TRACEBACK_LENGTH)
             ),
         )
 
@@ -435,7 +310,7 @@ class Runner:
             return
         if isinstance(error, StaleClaim):
             metrics.STALE_CLAIMS.labels(run.queue).inc()
-            self._spawn(self._report_stale(run, _classify.SUCCESS))
+            self._spawn(self._report_stale(run, retry.SUCCESS))
         elif isinstance(error, NotFound):
             self._report_vanished(run)
         else:
@@ -532,59 +407,4 @@ class Runner:
 
 
 def _bounded(text: str | None, limit: int) -> str | None:
-    return None if text is None else _tracebacks.bound_head(text, limit)
-
-
-INTERRUPTED_UNSTARTED = Decision(
-    Action.RESCHEDULE,
-    Outcome.INTERRUPTED,
-    0.0,
-    _classify.INTERRUPTED_ERROR,
-    "the worker shut down before the handler started (the task was claimed ahead)",
-)
-
-
-def _corrupt(task: Envelope) -> Decision:
-    return Decision(
-        Action.DEAD_LETTER,
-        Outcome.PERMANENT,
-        0.0,
-        _classify.CORRUPT_TASK,
-        f"the stored task does not decode: {task.corrupt}",
-    )
-
-
-def _exhausted(task: Envelope, used: int, config: QueueConfig) -> Decision:
-    return Decision(
-        Action.DEAD_LETTER,
-        Outcome.PERMANENT,
-        0.0,
-        _classify.ATTEMPTS_EXHAUSTED,
-        f"{used - 1} attempts used (last: {_last_outcome(task)}) before this claim; "
-        f"max_attempts is {config.max_attempts}",
-    )
-
-
-def _unknown(task: Envelope) -> Decision:
-    return Decision(
-        Action.DEAD_LETTER,
-        Outcome.PERMANENT,
-        0.0,
-        _classify.UNKNOWN_HANDLER,
-        f"no handler for {task.handler_ref!r} (not registered, no invoker for its "
-        "scheme, not an allowed import path)",
-    )
-
-
-def _interrupted_since_redrive(task: Envelope) -> int:
-    """INTERRUPTED attempts since the last redrive: a graceful shutdown does not use up one
-    of the task's attempts."""
-    count = task.attempt_count
-    if not count or not task.attempts:
-        return 0
-    recent = task.attempts[-count:]
-    return sum(1 for a in recent if a.outcome == Outcome.INTERRUPTED)
-
-
-def _last_outcome(task: Envelope) -> str:
-    return task.attempts[-1].outcome.value if task.attempts else "unknown"
+    return None if text is None else bound_head(text, limit)

@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 
 from rdq import metrics
-from rdq._runner import Run
 from rdq.spi import limits
+from rdq.worker._run import Run
 
 __all__ = ["AHEAD_SECONDS", "MAX_AHEAD", "Held", "QueueSlots"]
 

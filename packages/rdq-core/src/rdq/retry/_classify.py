@@ -1,4 +1,4 @@
-"""Outcome classification (SPEC §5): what a handler's return or exception means for its task.
+"""Outcome classification: what a handler's return or exception means for its task.
 
 returns                              → SUCCEEDED, complete
 raises rdq.Permanent / non_retryable → PERMANENT, dead-letter at once
@@ -14,30 +14,24 @@ Every text a decision carries is bounded by the contract's limits
 
 from __future__ import annotations
 
-import enum
 import random
-from typing import NamedTuple
 
-from rdq import _tracebacks
 from rdq.config import QueueConfig
-from rdq.policy import backoff_delay
+from rdq.retry import _tracebacks
+from rdq.retry._backoff import backoff_delay
+from rdq.retry._decision import HANDLER_IMPORT_ERROR, TIMEOUT_ERROR, Action, Decision
 from rdq.signals import MAX_RETRY_DELAY, Permanent, RetryAfter
 from rdq.spi import Outcome, limits
 
 __all__ = [
-    "ATTEMPTS_EXHAUSTED",
-    "CORRUPT_TASK",
-    "HANDLER_IMPORT_ERROR",
+    "MAX_DELAY",
     "MAX_ERROR_MESSAGE",
-    "TIMEOUT_ERROR",
-    "UNDECODABLE_PAYLOAD",
-    "UNKNOWN_HANDLER",
-    "Action",
-    "Decision",
     "classify_error",
     "classify_import_error",
     "classify_timeout",
+    "describe",
     "error_type_name",
+    "timeout_message",
     "truncate_message",
 ]
 
@@ -46,34 +40,6 @@ MAX_ERROR_MESSAGE = limits.MAX_ERROR_MESSAGE_LENGTH
 
 MAX_DELAY = MAX_RETRY_DELAY
 """No retry is scheduled further out than this (seconds), whatever a policy or handler asks."""
-
-UNKNOWN_HANDLER = "rdq.UnknownHandler"
-UNDECODABLE_PAYLOAD = "rdq.UndecodablePayload"
-TIMEOUT_ERROR = "rdq.Timeout"
-ATTEMPTS_EXHAUSTED = "rdq.AttemptsExhausted"
-INTERRUPTED_ERROR = "rdq.Interrupted"
-CORRUPT_TASK = "rdq.CorruptTask"
-HANDLER_IMPORT_ERROR = "rdq.HandlerImportError"
-
-
-class Action(enum.Enum):
-    COMPLETE = "complete"
-    RESCHEDULE = "reschedule"
-    DEAD_LETTER = "dead_letter"
-
-
-class Decision(NamedTuple):
-    """What to do with a task after an attempt, and what the attempt record says."""
-
-    action: Action
-    outcome: Outcome
-    delay: float = 0.0
-    error_type: str | None = None
-    error_message: str | None = None
-    traceback: str | None = None
-
-
-SUCCESS = Decision(Action.COMPLETE, Outcome.SUCCEEDED)
 
 
 def error_type_name(exc_type: type[BaseException]) -> str:

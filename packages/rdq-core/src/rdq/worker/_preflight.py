@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rdq._app import App
+from rdq.app import App
 from rdq.errors import NotConnected, StorageError, StorageUnavailable
 from rdq.spi import Storage
 

@@ -1,10 +1,10 @@
 """Lease heartbeats: the leases of claimed tasks are renewed while their handlers run.
 
 A lease is renewed when a third of it has passed, so two renewals can fail before it expires.
-Renewals are made by the worker's lease thread (:mod:`rdq._watchdog`), with a store of its own
-on its own event loop, so a handler that blocks the worker's loop does not cost the other
-tasks their leases; where the worker has no such store (a store not opened from a URL, or one
-a second connection cannot reach), :func:`heartbeat_loop` renews them on the worker's loop.
+Renewals are made by the worker's lease thread (:mod:`rdq.worker._watchdog`), with a store of its
+own on its own event loop, so a handler that blocks the worker's loop does not cost the other tasks
+their leases; where the worker has no such store (a store not opened from a URL, or one a second
+connection cannot reach), :func:`heartbeat_loop` renews them on the worker's loop.
 
 A renewal refused with ``StaleClaim`` (or ``NotFound``) means the task is no longer this
 worker's (an operator cancelled it, or its lease lapsed and another worker took it): the
@@ -22,10 +22,10 @@ from datetime import timedelta
 from typing import Any
 
 from rdq import metrics
-from rdq._clock import StorageClock
-from rdq._runner import Run
 from rdq.errors import NotFound, StaleClaim
 from rdq.spi import Storage
+from rdq.worker._clock import StorageClock
+from rdq.worker._run import Run
 
 __all__ = ["FENCE_AFTER", "LostLease", "due_for_renewal", "heartbeat_loop", "renew"]
 

@@ -31,10 +31,10 @@ from typing import Any, Self, TypeVar
 
 import msgspec
 
-from rdq import _otel
-from rdq._app import DEFAULT_QUEUE, App, import_path
-from rdq._plugins.manager import open_storage
+from rdq import tracing
+from rdq.app import DEFAULT_QUEUE, App, import_path
 from rdq.errors import ConfigError, ValidationError
+from rdq.plugins import open_storage
 from rdq.spi import DEFAULT_PRIORITY, Envelope, RetryOverride, Storage, limits
 
 __all__ = ["Client", "Submission", "Submitted", "SyncClient"]
@@ -123,7 +123,7 @@ class Client:
                 check_handler=check_handler,
             ),
             id if id is not None else _new_ids(1)[0],
-            _otel.trace_headers(),
+            tracing.trace_headers(),
         )
         if connection is not None:
             [created] = await self._enqueue_in(connection, [task], wait)
@@ -140,7 +140,7 @@ class Client:
         :meth:`submit`)."""
         items = list(submissions)
         ids = _new_ids(sum(1 for s in items if s.id is None))
-        trace = _otel.trace_headers()
+        trace = tracing.trace_headers()
         built = [self._envelope(s, s.id if s.id is not None else ids.pop(), trace) for s in items]
         if not built:
             return []

@@ -14,9 +14,9 @@ from datetime import timedelta
 from typing import Any
 
 from rdq import metrics
-from rdq._app import App
-from rdq._clock import StorageClock
+from rdq.app import App
 from rdq.spi import Stats, Storage
+from rdq.worker._clock import StorageClock
 
 __all__ = ["maintenance_loop", "publish_stats", "purge_expired"]
 

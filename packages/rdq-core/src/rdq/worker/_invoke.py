@@ -3,7 +3,7 @@
 ``async`` handlers and scheme invokers are awaited on the worker's loop; plain functions run
 in the worker's thread pool, and one that overruns its timeout is fenced off (its thread is
 abandoned, its result ignored). Whatever the call does, :func:`invoke` returns a
-:class:`~rdq._classify.Decision` — or ``None`` when the lease was lost meanwhile (the outcome
+:class:`~rdq.retry.Decision` — or ``None`` when the lease was lost meanwhile (the outcome
 must not be written).
 """
 
@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from rdq import _classify, _otel, _tracebacks
-from rdq._app import Handler, SchemeInvoker, TaskContext
-from rdq._classify import Action, Decision
-from rdq._deadlines import Deadlines
-from rdq._threads import HandlerThreads, ThreadExit
+from rdq import retry, tracing
+from rdq.app import Handler, SchemeInvoker, TaskContext
 from rdq.config import QueueConfig
+from rdq.retry import Action, Decision, _tracebacks
 from rdq.spi import Outcome
+from rdq.worker._deadlines import Deadlines
+from rdq.worker._threads import HandlerThreads, ThreadExit
 
 if TYPE_CHECKING:
-    from rdq._runner import Run
+    from rdq.worker._run import Run
 
 __all__ = ["INTERRUPTED", "invoke"]
 
@@ -36,7 +36,7 @@ INTERRUPTED = Decision(
     Action.RESCHEDULE,
     Outcome.INTERRUPTED,
     0.0,
-    _classify.INTERRUPTED_ERROR,
+    retry.INTERRUPTED_ERROR,
     "the worker shut down before the handler finished",
 )
 
@@ -83,7 +83,7 @@ async def invoke(
                 if run.lost:
                     return None
                 where = run.where or _cancelled_at(exc, config)
-                return _classify.classify_timeout(where, used, config, rng=rng)
+                return retry.classify_timeout(where, used, config, rng=rng)
         if run.lost:
             return None
         if run.interrupted:
@@ -94,21 +94,21 @@ async def invoke(
             Action.DEAD_LETTER,
             Outcome.PERMANENT,
             0.0,
-            _classify.UNDECODABLE_PAYLOAD,
-            _classify.truncate_message(str(exc)),
+            retry.UNDECODABLE_PAYLOAD,
+            retry.truncate_message(str(exc)),
         )
     except ThreadExit as exc:  # SystemExit, KeyboardInterrupt... in a handler's thread
-        return _classify.classify_error(exc.original, used, config, rng=rng)
+        return retry.classify_error(exc.original, used, config, rng=rng)
     except BaseException as exc:  # a handler may raise anything, SystemExit included
         if run.lost:
             return None
-        return _classify.classify_error(exc, used, config, rng=rng)
+        return retry.classify_error(exc, used, config, rng=rng)
     finally:
         deadlines.discard(run)
         if run.expired:  # the handler ended otherwise after its timeout cancelled it
             run.expired = False
             current.uncancel()
-    return None if run.lost else _classify.SUCCESS
+    return None if run.lost else retry.SUCCESS
 
 
 def _arguments(
@@ -130,7 +130,7 @@ def _arguments(
 
 
 def _last_line(config: QueueConfig) -> str:
-    return f"{_classify.TIMEOUT_ERROR}: {_classify.timeout_message(config)}\n"
+    return f"{retry.TIMEOUT_ERROR}: {retry.timeout_message(config)}\n"
 
 
 def _cancelled_at(cancelled: asyncio.CancelledError, config: QueueConfig) -> str | None:
@@ -151,7 +151,7 @@ async def _in_thread(
     """Run ``fn(*args)`` in the pool; a call given up on (its timeout ran out, or the worker
     stopped waiting) is abandoned. When the timeout ran out, ``run.where`` says what the
     thread was running then."""
-    call = threads.submit(_otel.carry_context(functools.partial(fn, *args)))
+    call = threads.submit(tracing.carry_context(functools.partial(fn, *args)))
     run.call = call
     try:
         result = await call.future

@@ -1,1 +1,0 @@
-"""Storage plugin discovery (private; the public names are re-exported by ``rdq``)."""

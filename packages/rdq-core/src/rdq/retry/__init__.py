@@ -1,0 +1,84 @@
+"""Where a retry is decided: pure functions from an attempt's end to what happens next.
+
+=====================================  ==========================================================
+the handler returns                    SUCCEEDED, complete
+it raises ``rdq.Permanent`` or a type  PERMANENT, dead-letter at once
+the queue lists as ``non_retryable``
+it raises ``rdq.RetryAfter(delay)``    FAILED, retry after ``delay``
+it exceeds its timeout                 TIMEOUT, retry after backoff
+it raises anything else                FAILED, retry after backoff
+a retry when attempts are exhausted    dead-letter (the attempt keeps its outcome)
+=====================================  ==========================================================
+
+- :mod:`~rdq.retry._classify`: the table above (:func:`classify_error`, :func:`classify_timeout`);
+- :mod:`~rdq.retry._backoff`: the delay before the next attempt (:func:`backoff_delay`);
+- :mod:`~rdq.retry._overrides`: a task's own override over its queue's config (:func:`resolve`);
+- :mod:`~rdq.retry._exhaustion`: which attempts count, and the decisions made before a handler
+  runs (attempts exhausted, corrupt task, unknown handler).
+
+Nothing here does I/O or reads a clock: the worker (:mod:`rdq.worker`) calls these and writes
+what they decide.
+"""
+
+from rdq.retry._backoff import backoff_bounds, backoff_delay
+from rdq.retry._classify import (
+    MAX_DELAY,
+    classify_error,
+    classify_import_error,
+    classify_timeout,
+    describe,
+    error_type_name,
+    timeout_message,
+    truncate_message,
+)
+from rdq.retry._decision import (
+    ATTEMPTS_EXHAUSTED,
+    CORRUPT_TASK,
+    HANDLER_IMPORT_ERROR,
+    INTERRUPTED_ERROR,
+    SUCCESS,
+    TIMEOUT_ERROR,
+    UNDECODABLE_PAYLOAD,
+    UNKNOWN_HANDLER,
+    Action,
+    Decision,
+)
+from rdq.retry._exhaustion import (
+    INTERRUPTED_UNSTARTED,
+    UNCHARGED_OUTCOMES,
+    attempts_used,
+    corrupt,
+    exhausted,
+    unknown_handler,
+)
+from rdq.retry._overrides import resolve
+
+__all__ = [
+    "ATTEMPTS_EXHAUSTED",
+    "CORRUPT_TASK",
+    "HANDLER_IMPORT_ERROR",
+    "INTERRUPTED_ERROR",
+    "INTERRUPTED_UNSTARTED",
+    "MAX_DELAY",
+    "SUCCESS",
+    "TIMEOUT_ERROR",
+    "UNCHARGED_OUTCOMES",
+    "UNDECODABLE_PAYLOAD",
+    "UNKNOWN_HANDLER",
+    "Action",
+    "Decision",
+    "attempts_used",
+    "backoff_bounds",
+    "backoff_delay",
+    "classify_error",
+    "classify_import_error",
+    "classify_timeout",
+    "corrupt",
+    "describe",
+    "error_type_name",
+    "exhausted",
+    "resolve",
+    "timeout_message",
+    "truncate_message",
+    "unknown_handler",
+]

@@ -1,0 +1,466 @@
+"""``StorageBase``: the common work of every store, so that a store writes only its driver
+calls.
+
+Each public operation of :class:`~rdq.spi.Storage` is written here once, as a template:
+
+1. check that the store is open (``NotConnected`` otherwise);
+2. validate every argument through :mod:`rdq.spi.limits` (``ValidationError`` naming the field,
+   before anything is touched);
+3. call the store's ``_operation`` (``enqueue`` calls ``_enqueue``) with valid arguments, bounded
+   by :attr:`StorageBase.operation_timeout` when the store sets one.
+
+A store implements the ``_operations`` of contract version 1 (they are abstract), and those of
+later versions that it offers, advertising each in :meth:`capabilities`. The later ones have
+defaults here: built on the version-1 operations where that can be done correctly (``_now``,
+``_dlq_groups``, ``_complete_many``), otherwise raising :class:`~rdq.errors.Unsupported`
+naming the capability the store does not advertise.
+
+A store written before this template overrode the public operations themselves; it keeps
+working: an ``_operation`` whose public operation a subclass overrides is not required of it.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Awaitable, Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, ClassVar, Self, TypeVar
+
+from rdq.errors import NotConnected, NotFound, StaleClaim, StorageUnavailable, Unsupported
+from rdq.spi import _defaults, limits
+from rdq.spi._models import (
+    Attempt,
+    AuditEntry,
+    AuditFilter,
+    Capabilities,
+    Claimed,
+    Completion,
+    DLQFilter,
+    DLQGroup,
+    Envelope,
+    Page,
+    Selector,
+    Stats,
+    TaskFilter,
+)
+from rdq.spi._protocol import Storage
+
+__all__ = ["StorageBase"]
+
+T = TypeVar("T")
+
+_VERSION_1 = (
+    "enqueue",
+    "claim_due",
+    "extend_lease",
+    "reschedule",
+    "complete",
+    "dead_letter",
+    "dlq_list",
+    "get",
+    "redrive",
+    "purge",
+    "stats",
+    "purge_succeeded",
+)
+"""The operations every store implements (their ``_operation`` is abstract here)."""
+
+
+def _overridden_publicly(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("the store overrides the public operation; this is never called")
+
+
+class StorageBase(abc.ABC):
+    """A base for stores: lifecycle, validation, the operation timeout, and defaults for the
+    operations added after contract version 1 (see the module docstring).
+
+    Subclasses implement the abstract ``_operations`` and :meth:`capabilities`, put their
+    connection set-up in :meth:`_open` and tear-down in :meth:`_close`, and set
+    :attr:`operation_timeout` unless their driver bounds every call itself."""
+
+    operation_timeout: float | None = None
+    """Seconds each operation but ``migrate`` and ``wait_due`` may take before it raises
+    ``StorageUnavailable`` (``None``: the store bounds its own calls, as every first-party
+    store's driver does)."""
+
+    _opened: bool = False
+    _closed: bool = False
+    _lifecycle_lock: asyncio.Lock | None = None
+    _base_lifecycle: ClassVar[bool] = True
+    """False for a store that overrides ``connect``/``aclose`` itself (written for contract
+    version 1): the base then cannot tell whether it is open and does not check."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in _VERSION_1:
+            public = getattr(cls, name)
+            private = getattr(cls, f"_{name}")
+            if public is not getattr(StorageBase, name) and getattr(
+                private, "__isabstractmethod__", False
+            ):
+                setattr(cls, f"_{name}", _overridden_publicly)
+        cls._base_lifecycle = (
+            cls.connect is StorageBase.connect and cls.aclose is StorageBase.aclose
+        )
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def connect(self) -> None:
+        """Open the store (``_open``) unless it is open already."""
+        if self._lifecycle_lock is None:
+            self._lifecycle_lock = asyncio.Lock()
+        async with self._lifecycle_lock:
+            if self._opened:
+                return
+            await self._open()
+            self._opened, self._closed = True, False
+
+    async def aclose(self) -> None:
+        """Close the store (``_close``) if it is open; a no-op otherwise. A ``connect`` under
+        way is waited for, so the store ends closed whichever call came first."""
+        if self._lifecycle_lock is None:
+            self._lifecycle_lock = asyncio.Lock()
+        async with self._lifecycle_lock:
+            if not self._opened:
+                return
+            self._opened, self._closed = False, True
+            await self._close()
+
+    @property
+    def is_open(self) -> bool:
+        """True between ``connect`` and ``aclose``."""
+        return self._opened
+
+    def _check_open(self) -> None:
+        """Raise ``NotConnected`` unless the store is open."""
+        if not self._opened and self._base_lifecycle:
+            raise NotConnected(type(self).__name__, closed=self._closed)
+
+    async def _open(self) -> None:  # noqa: B027 - optional hook
+        """Open connections (no-op by default). Raise ``StorageUnavailable`` when the backend
+        cannot be reached."""
+
+    async def _close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections (no-op by default). Must not raise."""
+
+    async def _run(self, call: Awaitable[T]) -> T:
+        """Await ``call`` within :attr:`operation_timeout`; past it, ``StorageUnavailable``."""
+        timeout = self.operation_timeout
+        if timeout is None:
+            return await call
+        try:
+            async with asyncio.timeout(timeout):
+                return await call
+        except TimeoutError as exc:
+            raise StorageUnavailable(
+                f"{self!r}: no answer within the operation timeout ({timeout:g} s)"
+            ) from exc
+
+    def _unsupported(self, capability: str) -> Unsupported:
+        return Unsupported(type(self).__name__, capability)
+
+    # --- the schema ------------------------------------------------------------------------
+
+    async def migrate(self) -> list[str] | None:
+        """Create or upgrade the schema (``_migrate``; not bounded by the operation
+        timeout)."""
+        self._check_open()
+        return await self._migrate()
+
+    async def _migrate(self) -> list[str] | None:
+        """Nothing to do by default."""
+        return []
+
+    # --- admission -------------------------------------------------------------------------
+
+    async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
+        self._check_open()
+        limits.check_task(task)
+        limits.check_delay(delay)
+        return await self._run(self._enqueue(task, delay))
+
+    async def enqueue_batch(
+        self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
+    ) -> list[bool]:
+        self._check_open()
+        checked = limits.check_tasks(tasks)
+        limits.check_delay(delay)
+        if not checked:
+            return []
+        return await self._run(self._enqueue_batch(checked, delay))
+
+    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
+        self._check_open()
+        checked = limits.check_imported_tasks(tasks)
+        if not checked:
+            return []
+        return await self._run(self._import_tasks(checked))
+
+    async def enqueue_in(
+        self, connection: object, tasks: Sequence[Envelope], *, delay: timedelta | None = None
+    ) -> list[bool]:
+        self._check_open()
+        checked = limits.check_tasks(tasks)
+        limits.check_delay(delay)
+        if not checked:
+            return []
+        return await self._run(self._enqueue_in(connection, checked, delay))
+
+    @abc.abstractmethod
+    async def _enqueue(self, task: Envelope, delay: timedelta | None) -> bool: ...
+
+    async def _enqueue_batch(self, tasks: list[Envelope], delay: timedelta | None) -> list[bool]:
+        raise self._unsupported("batch_enqueue")
+
+    async def _import_tasks(self, tasks: list[Envelope]) -> list[bool]:
+        raise self._unsupported("import_tasks")
+
+    async def _enqueue_in(
+        self, connection: object, tasks: list[Envelope], delay: timedelta | None
+    ) -> list[bool]:
+        raise self._unsupported("transactional_enqueue")
+
+    # --- claiming --------------------------------------------------------------------------
+
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_limit(limit)
+        limits.check_lease(lease)
+        limits.check_worker_id(worker_id)
+        return await self._run(self._claim_due(queue, limit, lease, worker_id))
+
+    async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        self._check_open()
+        limits.check_task_id(task_id)
+        limits.check_token(token)
+        limits.check_lease(lease)
+        return await self._run(self._extend_lease(task_id, token, lease))
+
+    @abc.abstractmethod
+    async def _claim_due(
+        self, queue: str, limit: int, lease: timedelta, worker_id: str | None
+    ) -> list[Claimed]: ...
+
+    @abc.abstractmethod
+    async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime: ...
+
+    # --- resolution (fenced) ---------------------------------------------------------------
+
+    async def reschedule(
+        self, task_id: str, token: str, attempt: Attempt, next_at: datetime
+    ) -> None:
+        self._check_open()
+        limits.check_resolution(task_id, token, attempt)
+        limits.check_aware(next_at, "next_at")
+        await self._run(self._reschedule(task_id, token, attempt, next_at))
+
+    async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
+        self._check_open()
+        limits.check_resolution(task_id, token, attempt)
+        await self._run(self._complete(task_id, token, attempt))
+
+    async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
+        self._check_open()
+        limits.check_resolution(task_id, token, attempt)
+        await self._run(self._dead_letter(task_id, token, attempt))
+
+    async def complete_many(
+        self, completions: Sequence[Completion]
+    ) -> list[StaleClaim | NotFound | None]:
+        self._check_open()
+        checked = limits.check_completions(completions)
+        if not checked:
+            return []
+        return await self._run(self._complete_many(checked))
+
+    @abc.abstractmethod
+    async def _reschedule(
+        self, task_id: str, token: str, attempt: Attempt, next_at: datetime
+    ) -> None: ...
+
+    @abc.abstractmethod
+    async def _complete(self, task_id: str, token: str, attempt: Attempt) -> None: ...
+
+    @abc.abstractmethod
+    async def _dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None: ...
+
+    async def _complete_many(
+        self, completions: list[Completion]
+    ) -> list[StaleClaim | NotFound | None]:
+        """One ``complete`` per item (correct, not faster); override it for one round trip
+        and advertise ``batch_complete``."""
+        return await _defaults.complete_each(self, completions)
+
+    # --- DLQ -------------------------------------------------------------------------------
+
+    async def dlq_list(
+        self, queue: str, dlq_filter: DLQFilter | None, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        self._check_open()
+        limits.check_queue(queue)
+        if dlq_filter is not None:
+            limits.check_filter(dlq_filter)
+        limits.check_page(page)
+        return await self._run(self._dlq_list(queue, dlq_filter, page))
+
+    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
+        self._check_open()
+        limits.check_queue(queue)
+        return await self._run(self._dlq_groups(queue))
+
+    async def redrive(self, queue: str, selector: Selector) -> int:
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_selector(selector)
+        return await self._run(self._redrive(queue, selector))
+
+    async def purge(self, queue: str, selector: Selector) -> int:
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_selector(selector)
+        return await self._run(self._purge(queue, selector))
+
+    @abc.abstractmethod
+    async def _dlq_list(
+        self, queue: str, dlq_filter: DLQFilter | None, page: Page
+    ) -> tuple[list[Envelope], str | None]: ...
+
+    async def _dlq_groups(self, queue: str) -> list[DLQGroup]:
+        """Pages through the whole DLQ with attempts (correct, not fast); override it to count
+        in the backend and advertise ``group_pushdown``."""
+        return await _defaults.groups_by_paging(self, queue)
+
+    @abc.abstractmethod
+    async def _redrive(self, queue: str, selector: Selector) -> int: ...
+
+    @abc.abstractmethod
+    async def _purge(self, queue: str, selector: Selector) -> int: ...
+
+    # --- every task ------------------------------------------------------------------------
+
+    async def get(self, task_id: str) -> Envelope:
+        self._check_open()
+        limits.check_task_id(task_id)
+        return await self._run(self._get(task_id))
+
+    async def list_tasks(
+        self, queue: str, task_filter: TaskFilter, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_task_filter(task_filter)
+        limits.check_page(page)
+        return await self._run(self._list_tasks(queue, task_filter, page))
+
+    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
+        self._check_open()
+        limits.check_queue(queue)
+        ids = list(dict.fromkeys(limits.check_ids(task_ids)))
+        if not ids:
+            return 0
+        return await self._run(self._cancel(queue, ids))
+
+    async def list_queues(self) -> list[Stats]:
+        self._check_open()
+        return await self._run(self._list_queues())
+
+    @abc.abstractmethod
+    async def _get(self, task_id: str) -> Envelope: ...
+
+    async def _list_tasks(
+        self, queue: str, task_filter: TaskFilter, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        raise self._unsupported("task_listing")
+
+    async def _cancel(self, queue: str, task_ids: list[str]) -> int:
+        """``task_ids``: valid, each once."""
+        raise self._unsupported("cancel")
+
+    async def _list_queues(self) -> list[Stats]:
+        raise self._unsupported("queue_listing")
+
+    # --- audit trail -----------------------------------------------------------------------
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        self._check_open()
+        limits.check_audit_entry(entry)
+        return await self._run(self._append_audit(entry))
+
+    async def list_audit(
+        self, audit_filter: AuditFilter | None, page: Page
+    ) -> tuple[list[AuditEntry], str | None]:
+        self._check_open()
+        if audit_filter is not None:
+            limits.check_audit_filter(audit_filter)
+        limits.check_page(page)
+        return await self._run(self._list_audit(audit_filter, page))
+
+    async def _append_audit(self, entry: AuditEntry) -> AuditEntry:
+        raise self._unsupported("audit")
+
+    async def _list_audit(
+        self, audit_filter: AuditFilter | None, page: Page
+    ) -> tuple[list[AuditEntry], str | None]:
+        raise self._unsupported("audit")
+
+    # --- operations ------------------------------------------------------------------------
+
+    async def now(self) -> datetime:
+        self._check_open()
+        return await self._run(self._now())
+
+    async def stats(self, queue: str) -> Stats:
+        self._check_open()
+        limits.check_queue(queue)
+        return await self._run(self._stats(queue))
+
+    async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_aware(older_than, "older_than")
+        return await self._run(self._purge_succeeded(queue, older_than))
+
+    async def wait_due(self, queue: str, timeout: float) -> bool:
+        """Not bounded by the operation timeout: ``timeout`` is its own."""
+        self._check_open()
+        limits.check_queue(queue)
+        limits.check_wait(timeout)
+        return await self._wait_due(queue, float(timeout))
+
+    @abc.abstractmethod
+    def capabilities(self) -> Capabilities: ...
+
+    def reopen(self) -> Storage | None:
+        """``None`` by default (no second store); override it and advertise ``reopen``."""
+        return None
+
+    async def _now(self) -> datetime:
+        """Through a probe task (see :func:`rdq.spi._defaults.now_by_probe`); override it with
+        one read of the backend's clock."""
+        return await _defaults.now_by_probe(self)
+
+    @abc.abstractmethod
+    async def _stats(self, queue: str) -> Stats: ...
+
+    @abc.abstractmethod
+    async def _purge_succeeded(self, queue: str, older_than: datetime) -> int: ...
+
+    async def _wait_due(self, queue: str, timeout: float) -> bool:
+        raise self._unsupported("notify")

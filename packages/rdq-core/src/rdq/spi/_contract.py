@@ -1,0 +1,134 @@
+"""The contract's versions and the capabilities that grew it.
+
+Every operation or promise added after the first published contract (version 1) arrives in
+one of two ways, so that a store written for an earlier version keeps working unchanged:
+
+- with a working **default** in :class:`~rdq.spi.StorageBase`, built on the older operations
+  (correct, if slow): ``now``, ``dlq_groups``, ``complete_many``;
+- behind a **capability** flag in :class:`~rdq.spi.Capabilities` (default ``False``): the
+  engine checks the flag before it uses the operation, and what needs a missing one fails
+  with :class:`~rdq.errors.Unsupported` naming the store and the flag (:func:`require`).
+
+:data:`FEATURES` lists every flag with the version that brought it and what the engine does
+without it; ``docs/backend-changelog.md`` lists every change of promise, version by version.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+from rdq.errors import Unsupported
+from rdq.spi._models import Capabilities
+
+__all__ = ["CONTRACT_VERSION", "FEATURES", "Feature", "require", "supports"]
+
+CONTRACT_VERSION = 2
+"""The contract version this release of rdq defines."""
+
+
+class Feature(NamedTuple):
+    """One flag of :class:`~rdq.spi.Capabilities`."""
+
+    name: str
+    since: int
+    kind: Literal["acceleration", "feature"]
+    operations: tuple[str, ...]
+    without: str
+    """What the engine does with a store that lacks it."""
+
+
+FEATURES: dict[str, Feature] = {
+    f.name: f
+    for f in (
+        Feature("notify", 1, "acceleration", ("wait_due",), "workers poll"),
+        Feature(
+            "filter_pushdown",
+            1,
+            "acceleration",
+            ("dlq_list", "redrive", "purge"),
+            "the engine filters DLQ pages and acts on id sets",
+        ),
+        Feature("batch_enqueue", 1, "acceleration", ("enqueue_batch",), "one enqueue per task"),
+        Feature("batch_complete", 1, "acceleration", ("complete_many",), "one complete per task"),
+        Feature(
+            "group_pushdown",
+            2,
+            "acceleration",
+            ("dlq_groups",),
+            "StorageBase pages through the DLQ to count groups",
+        ),
+        Feature(
+            "priorities",
+            2,
+            "feature",
+            ("claim_due",),
+            "claims oldest due first; a submit with a priority other than 0 is refused",
+        ),
+        Feature(
+            "claim_holder",
+            2,
+            "feature",
+            ("claim_due",),
+            "claims name no worker: the console cannot say who holds a task",
+        ),
+        Feature(
+            "cancel",
+            2,
+            "feature",
+            ("cancel",),
+            "cancelling tasks is refused",
+        ),
+        Feature(
+            "task_listing",
+            2,
+            "feature",
+            ("list_tasks",),
+            "only DEAD tasks can be listed (through dlq_list)",
+        ),
+        Feature(
+            "queue_listing",
+            2,
+            "feature",
+            ("list_queues",),
+            "overviews show the queues the application names",
+        ),
+        Feature("import_tasks", 2, "feature", ("import_tasks",), "rdq copy is refused"),
+        Feature(
+            "audit",
+            2,
+            "feature",
+            ("append_audit", "list_audit"),
+            "audit records are logged only; the audit trail cannot be listed",
+        ),
+        Feature(
+            "reopen",
+            2,
+            "feature",
+            ("reopen",),
+            "leases are renewed on the worker's own event loop only",
+        ),
+        Feature(
+            "transactional_enqueue",
+            2,
+            "feature",
+            ("enqueue_in",),
+            "submitting inside the application's transaction is refused",
+        ),
+    )
+}
+"""Every capability flag, in the order :class:`~rdq.spi.Capabilities` declares them."""
+
+
+def supports(capabilities: Capabilities, name: str) -> bool:
+    """True if ``capabilities`` advertises the flag ``name``."""
+    if name not in FEATURES:
+        raise KeyError(f"no capability named {name!r}")
+    return bool(getattr(capabilities, name))
+
+
+def require(store: object, name: str, needed_for: str | None = None) -> None:
+    """Raise :class:`~rdq.errors.Unsupported` unless ``store`` (a :class:`~rdq.spi.Storage`)
+    advertises the capability ``name``."""
+    capabilities = store.capabilities()  # type: ignore[attr-defined]
+    if not supports(capabilities, name):
+        raise Unsupported(type(store).__name__, name, needed_for)

@@ -1,0 +1,111 @@
+"""The defaults of operations added after contract version 1, built on version-1 operations
+only (correct, not fast). :class:`~rdq.spi.StorageBase` uses them when a store does not
+implement the operation itself, and so does the adapter that serves a store implementing the
+bare protocol (:func:`rdq.spi.adapt`)."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from rdq.errors import NotFound, StaleClaim
+from rdq.spi import limits
+from rdq.spi._helpers import group_order
+from rdq.spi._models import Attempt, Completion, DLQGroup, Envelope, Outcome, Page
+
+if TYPE_CHECKING:
+    from rdq.spi._protocol import Storage
+
+__all__ = ["CLOCK_QUEUE", "complete_each", "groups_by_paging", "now_by_probe"]
+
+CLOCK_QUEUE = "rdq-clock"
+"""The queue of the probe tasks :func:`now_by_probe` reads the store's clock with."""
+_PROBE_LEASE = timedelta(seconds=30)
+
+
+async def now_by_probe(storage: Storage) -> datetime:
+    """The store's clock read through a probe task: enqueue one in :data:`CLOCK_QUEUE`,
+    claim the queue's due probes (a claim's time is its ``lease_expires_at - lease``),
+    complete them and purge the completed ones. Five round trips, and nothing is left
+    behind but probes whose prober died between two of them, which the next probe clears."""
+    probe = Envelope(
+        id=f"clock-{secrets.token_hex(8)}", queue=CLOCK_QUEUE, handler_ref="rdq.clock-probe"
+    )
+    await storage.enqueue(probe)
+    claimed = await storage.claim_due(CLOCK_QUEUE, limits.MAX_LIMIT, _PROBE_LEASE)
+    now: datetime | None = None
+    for claim in claimed:
+        expires = claim.task.lease_expires_at
+        if expires is not None:
+            at = expires - _PROBE_LEASE
+            now = at if now is None else max(now, at)
+        done = Attempt(number=claim.task.attempt_count + 1, outcome=Outcome.SUCCEEDED)
+        with contextlib.suppress(StaleClaim, NotFound):  # its lease lapsed to another prober
+            await storage.complete(claim.task.id, claim.token, done)
+    if now is None:  # another prober claimed ours first: its admission time will do
+        created = (await storage.get(probe.id)).created_at
+        if created is None:
+            raise RuntimeError(f"{type(storage).__name__} stored a task without created_at")
+        now = created
+    await storage.purge_succeeded(CLOCK_QUEUE, now + timedelta(days=1))
+    return now
+
+
+async def groups_by_paging(storage: Storage, queue: str) -> list[DLQGroup]:
+    """``dlq_groups`` by paging through the whole DLQ with attempts. A task read back without
+    ``dead_lettered_at`` (a corrupt one) is counted all the same, at its ``created_at``; a
+    group none of whose tasks has either time is dated by the store's ``now()``."""
+    counts: Counter[tuple[str, str | None]] = Counter()
+    first: dict[tuple[str, str | None], datetime] = {}
+    last: dict[tuple[str, str | None], datetime] = {}
+    cursor: str | None = None
+    while True:
+        tasks, cursor = await storage.dlq_list(
+            queue, None, Page(limit=limits.MAX_LIMIT, cursor=cursor, include_attempts=True)
+        )
+        for task in tasks:
+            error_type = task.attempts[-1].error_type if task.attempts else None
+            key = (task.handler_ref, error_type)
+            counts[key] += 1
+            at = task.dead_lettered_at or task.created_at
+            if at is not None:
+                first[key] = min(first.get(key, at), at)
+                last[key] = max(last.get(key, at), at)
+        if cursor is None:
+            break
+    undated = [key for key in counts if key not in first]
+    if undated:
+        now = await storage.now()
+        for key in undated:
+            first[key] = last[key] = now
+    groups = [
+        DLQGroup(
+            handler_ref=handler_ref,
+            error_type=error_type,
+            count=count,
+            first_dead_lettered_at=first[(handler_ref, error_type)],
+            last_dead_lettered_at=last[(handler_ref, error_type)],
+        )
+        for (handler_ref, error_type), count in counts.items()
+    ]
+    groups.sort(key=group_order)
+    return groups
+
+
+async def complete_each(
+    storage: Storage, completions: Sequence[Completion]
+) -> list[StaleClaim | NotFound | None]:
+    """``complete_many`` as one ``complete`` per item."""
+    results: list[StaleClaim | NotFound | None] = []
+    for item in completions:
+        try:
+            await storage.complete(item.task_id, item.token, item.attempt)
+        except (StaleClaim, NotFound) as exc:
+            results.append(exc)
+        else:
+            results.append(None)
+    return results

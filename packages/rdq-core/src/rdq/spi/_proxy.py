@@ -1,0 +1,247 @@
+"""``ForwardingStorage``: a store that forwards every operation to another, typed, with one hook
+(:meth:`ForwardingStorage._forward`) that subclasses override to bound, count or break calls;
+and :func:`adapt`, which gives a store implementing the bare protocol of an earlier contract the
+operations added since (their defaults, or ``Unsupported``)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from rdq.errors import NotFound, StaleClaim, Unsupported
+from rdq.spi import _defaults
+from rdq.spi._models import (
+    Attempt,
+    AuditEntry,
+    AuditFilter,
+    Capabilities,
+    Claimed,
+    Completion,
+    DLQFilter,
+    DLQGroup,
+    Envelope,
+    Page,
+    Selector,
+    Stats,
+    TaskFilter,
+)
+from rdq.spi._protocol import Storage
+
+__all__ = ["ForwardingStorage", "adapt"]
+
+T = TypeVar("T")
+
+
+class ForwardingStorage:
+    """Forwards every operation of :class:`~rdq.spi.Storage` to :attr:`inner`.
+
+    Subclass it and override :meth:`_forward` to act on every call (its ``name`` is the
+    operation's), or override single operations. Lifecycle calls (``connect``, ``aclose``,
+    ``migrate``) and ``capabilities``/``reopen`` are forwarded as they are."""
+
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"
+
+    async def _forward(self, name: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Run the forwarded ``call`` of operation ``name`` (override to wrap it)."""
+        return await call()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        await self.inner.connect()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def migrate(self) -> list[str] | None:
+        return await self.inner.migrate()
+
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities()
+
+    def reopen(self) -> Storage | None:
+        return self.inner.reopen()
+
+    # --- the operations --------------------------------------------------------------------
+
+    async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
+        return await self._forward("enqueue", lambda: self.inner.enqueue(task, delay=delay))
+
+    async def enqueue_batch(
+        self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
+    ) -> list[bool]:
+        return await self._forward(
+            "enqueue_batch", lambda: self.inner.enqueue_batch(tasks, delay=delay)
+        )
+
+    async def enqueue_in(
+        self, connection: object, tasks: Sequence[Envelope], *, delay: timedelta | None = None
+    ) -> list[bool]:
+        return await self._forward(
+            "enqueue_in", lambda: self.inner.enqueue_in(connection, tasks, delay=delay)
+        )
+
+    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
+        return await self._forward("import_tasks", lambda: self.inner.import_tasks(tasks))
+
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
+        return await self._forward(
+            "claim_due", lambda: self.inner.claim_due(queue, limit, lease, worker_id=worker_id)
+        )
+
+    async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        return await self._forward(
+            "extend_lease", lambda: self.inner.extend_lease(task_id, token, lease)
+        )
+
+    async def reschedule(
+        self, task_id: str, token: str, attempt: Attempt, next_at: datetime
+    ) -> None:
+        await self._forward(
+            "reschedule", lambda: self.inner.reschedule(task_id, token, attempt, next_at)
+        )
+
+    async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
+        await self._forward("complete", lambda: self.inner.complete(task_id, token, attempt))
+
+    async def complete_many(
+        self, completions: Sequence[Completion]
+    ) -> list[StaleClaim | NotFound | None]:
+        return await self._forward("complete_many", lambda: self.inner.complete_many(completions))
+
+    async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
+        await self._forward("dead_letter", lambda: self.inner.dead_letter(task_id, token, attempt))
+
+    async def dlq_list(
+        self, queue: str, dlq_filter: DLQFilter | None, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        return await self._forward("dlq_list", lambda: self.inner.dlq_list(queue, dlq_filter, page))
+
+    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
+        return await self._forward("dlq_groups", lambda: self.inner.dlq_groups(queue))
+
+    async def redrive(self, queue: str, selector: Selector) -> int:
+        return await self._forward("redrive", lambda: self.inner.redrive(queue, selector))
+
+    async def purge(self, queue: str, selector: Selector) -> int:
+        return await self._forward("purge", lambda: self.inner.purge(queue, selector))
+
+    async def get(self, task_id: str) -> Envelope:
+        return await self._forward("get", lambda: self.inner.get(task_id))
+
+    async def list_tasks(
+        self, queue: str, task_filter: TaskFilter, page: Page
+    ) -> tuple[list[Envelope], str | None]:
+        return await self._forward(
+            "list_tasks", lambda: self.inner.list_tasks(queue, task_filter, page)
+        )
+
+    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
+        return await self._forward("cancel", lambda: self.inner.cancel(queue, task_ids))
+
+    async def list_queues(self) -> list[Stats]:
+        return await self._forward("list_queues", self.inner.list_queues)
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        return await self._forward("append_audit", lambda: self.inner.append_audit(entry))
+
+    async def list_audit(
+        self, audit_filter: AuditFilter | None, page: Page
+    ) -> tuple[list[AuditEntry], str | None]:
+        return await self._forward("list_audit", lambda: self.inner.list_audit(audit_filter, page))
+
+    async def now(self) -> datetime:
+        return await self._forward("now", self.inner.now)
+
+    async def stats(self, queue: str) -> Stats:
+        return await self._forward("stats", lambda: self.inner.stats(queue))
+
+    async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
+        return await self._forward(
+            "purge_succeeded", lambda: self.inner.purge_succeeded(queue, older_than)
+        )
+
+    async def wait_due(self, queue: str, timeout: float) -> bool:
+        return await self._forward("wait_due", lambda: self.inner.wait_due(queue, timeout))
+
+
+_OPTIONAL = {
+    "enqueue_in": "transactional_enqueue",
+    "import_tasks": "import_tasks",
+    "list_tasks": "task_listing",
+    "cancel": "cancel",
+    "list_queues": "queue_listing",
+    "append_audit": "audit",
+    "list_audit": "audit",
+    "enqueue_batch": "batch_enqueue",
+    "wait_due": "notify",
+}
+"""Operations a bare store of an earlier contract may lack, and their capability."""
+
+_DEFAULTED = ("now", "dlq_groups", "complete_many", "reopen")
+
+
+class _Adapted(ForwardingStorage):
+    """A bare store of an earlier contract with the later operations filled in."""
+
+    def __init__(self, inner: Any, missing: set[str]) -> None:
+        super().__init__(inner)
+        self._missing = missing
+
+    async def _forward(self, name: str, call: Callable[[], Awaitable[T]]) -> T:
+        if name in self._missing:
+            raise Unsupported(type(self.inner).__name__, _OPTIONAL[name])
+        return await call()
+
+    def reopen(self) -> Storage | None:
+        if "reopen" in self._missing:
+            return None
+        return self.inner.reopen()
+
+    async def now(self) -> datetime:
+        if "now" in self._missing:
+            return await _defaults.now_by_probe(self)
+        return await self.inner.now()
+
+    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
+        if "dlq_groups" in self._missing:
+            return await _defaults.groups_by_paging(self, queue)
+        return await self.inner.dlq_groups(queue)
+
+    async def complete_many(
+        self, completions: Sequence[Completion]
+    ) -> list[StaleClaim | NotFound | None]:
+        if "complete_many" in self._missing:
+            return await _defaults.complete_each(self, completions)
+        return await self.inner.complete_many(completions)
+
+
+def adapt(store: Any) -> Storage:
+    """``store`` itself when it has every operation of the contract (every
+    :class:`~rdq.spi.StorageBase` has), else a :class:`ForwardingStorage` over it in which the
+    operations it lacks have their defaults (``now``, ``dlq_groups``, ``complete_many``,
+    ``reopen``) or raise :class:`~rdq.errors.Unsupported` naming their capability."""
+    missing = {name for name in (*_OPTIONAL, *_DEFAULTED) if not hasattr(store, name)}
+    if not missing:
+        return store  # type: ignore[no-any-return]
+    return _Adapted(store, missing)
