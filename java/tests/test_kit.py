@@ -23,6 +23,7 @@ class TestJavaKeepsTheContract(StorageSuite):
     def expected_capabilities(self) -> Capabilities:
         """What io.rdq.postgres.PostgresStorage advertises (the Python plugin's set)."""
         return Capabilities(
+            reopen=True,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,

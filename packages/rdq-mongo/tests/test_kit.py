@@ -20,6 +20,7 @@ CORRUPT_KINDS: dict[str, dict[str, Any]] = {
 }
 
 EXPECTED = Capabilities(
+    reopen=True,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,

@@ -79,6 +79,7 @@ class TestPostgresKeepsTheContract(StorageSuite):
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
         return Capabilities(
+            reopen=True,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,

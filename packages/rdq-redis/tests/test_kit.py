@@ -13,6 +13,7 @@ from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_redis import RedisStorage
 
 EXPECTED_CAPABILITIES = Capabilities(
+    reopen=True,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,

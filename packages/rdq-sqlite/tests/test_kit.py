@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 import pytest_asyncio
 
@@ -22,6 +23,7 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 EVERY_CAPABILITY = Capabilities(
+    reopen=True,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,
@@ -63,7 +65,7 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
 
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
-        return EVERY_CAPABILITY
+        return msgspec.structs.replace(EVERY_CAPABILITY, reopen=False)  # no second connection
 
     @pytest.fixture
     def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:

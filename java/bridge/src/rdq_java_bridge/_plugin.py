@@ -1,11 +1,11 @@
-"""Registers ``java+postgresql://`` with rdq's plugin manager (the bridge to the Java binding)."""
+"""Serves ``java+postgresql://`` (the bridge to the Java binding), the scheme this package's
+entry point declares."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rdq.plugins import StorageRegistry, hookimpl
-from rdq.spi import Storage
+from rdq.spi import Storage, StorageFactory, hookimpl
 
 
 def open_java(url: str, **options: Any) -> Storage:
@@ -16,5 +16,6 @@ def open_java(url: str, **options: Any) -> Storage:
 
 
 @hookimpl
-def rdq_register_storage(registry: StorageRegistry) -> None:
-    registry.add("java+postgresql", open_java)
+def rdq_storage_factory(scheme: str) -> StorageFactory:
+    """Every scheme this package's entry points declare is served by :func:`open_java`."""
+    return open_java

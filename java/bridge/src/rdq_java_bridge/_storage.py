@@ -89,7 +89,7 @@ class JavaBridgeStorage(StorageBase):
         except BaseException:
             await self._hang_up()
             raise
-        self._capabilities = Capabilities(**caps)
+        self._capabilities = Capabilities(**caps, reopen=True)  # a second bridge process
 
     async def _close(self) -> None:
         with contextlib.suppress(Exception):
@@ -163,6 +163,10 @@ class JavaBridgeStorage(StorageBase):
         return await self._send(op, **args)
 
     # --- the contract ----------------------------------------------------------------------
+
+    def reopen(self) -> JavaBridgeStorage:
+        """A second store on the same data, with connections of its own."""
+        return JavaBridgeStorage(self.target_url, self.bridge)
 
     def capabilities(self) -> Capabilities:
         return self._capabilities

@@ -1,11 +1,10 @@
-"""Registers ``memory://`` with rdq's plugin manager."""
+"""Serves ``memory://`` (the scheme this package's entry point declares)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rdq.plugins import StorageRegistry, hookimpl
-from rdq.spi import Storage
+from rdq.spi import Storage, StorageFactory, hookimpl
 
 
 def open_memory(url: str, **options: Any) -> Storage:
@@ -15,5 +14,6 @@ def open_memory(url: str, **options: Any) -> Storage:
 
 
 @hookimpl
-def rdq_register_storage(registry: StorageRegistry) -> None:
-    registry.add("memory", open_memory)
+def rdq_storage_factory(scheme: str) -> StorageFactory:
+    """Every scheme this package's entry points declare is served by :func:`open_memory`."""
+    return open_memory

@@ -1,4 +1,4 @@
-"""Registers ``mongodb://`` and ``mongodb+srv://`` with rdq's plugin manager.
+"""Serves ``mongodb://`` and ``mongodb+srv://``, the schemes this package's entry points declare.
 
 Kept light: PyMongo is imported only when a store is opened.
 """
@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdq.plugins import StorageRegistry, hookimpl
-from rdq.spi import Storage
+from rdq.spi import Storage, StorageFactory, hookimpl
 
 
 def open_mongo(url: str, **options: Any) -> Storage:
@@ -19,6 +18,6 @@ def open_mongo(url: str, **options: Any) -> Storage:
 
 
 @hookimpl
-def rdq_register_storage(registry: StorageRegistry) -> None:
-    registry.add("mongodb", open_mongo)
-    registry.add("mongodb+srv", open_mongo)
+def rdq_storage_factory(scheme: str) -> StorageFactory:
+    """Every scheme this package's entry points declare is served by :func:`open_mongo`."""
+    return open_mongo

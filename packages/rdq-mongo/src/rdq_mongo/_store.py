@@ -93,11 +93,16 @@ class MongoStorage(StorageBase):
             f"collection={self._config.tasks_collection!r})"
         )
 
+    def reopen(self) -> MongoStorage:
+        """A second store on the same data, with connections of its own."""
+        return MongoStorage(self._config)
+
     def capabilities(self) -> Capabilities:
         """The same on every call: ``notify`` unless the URL says ``rdq_notify=off``
         (``wait_due`` uses change streams where the server has them, and polls the next due
         time every second where it does not)."""
         return Capabilities(
+            reopen=True,
             notify=self._config.notify,
             filter_pushdown=True,
             batch_enqueue=True,

@@ -1,4 +1,4 @@
-"""Registers ``postgresql://`` and ``postgres://`` with rdq's plugin manager.
+"""Serves ``postgresql://`` and ``postgres://``, the schemes this package's entry points declare.
 
 Kept light: asyncpg is imported only when a store is built."""
 
@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdq.plugins import StorageRegistry, hookimpl
-from rdq.spi import Storage
+from rdq.spi import Storage, StorageFactory, hookimpl
 
 
 def open_postgres(url: str, **options: Any) -> Storage:
@@ -18,6 +17,6 @@ def open_postgres(url: str, **options: Any) -> Storage:
 
 
 @hookimpl
-def rdq_register_storage(registry: StorageRegistry) -> None:
-    registry.add("postgresql", open_postgres)
-    registry.add("postgres", open_postgres)
+def rdq_storage_factory(scheme: str) -> StorageFactory:
+    """Every scheme this package's entry points declare is served by :func:`open_postgres`."""
+    return open_postgres

@@ -119,8 +119,13 @@ class PostgresStorage(StorageBase):
         if self.config.notify:
             self._announcer.announce(queues)
 
+    def reopen(self) -> PostgresStorage:
+        """A second store on the same data, with connections of its own."""
+        return PostgresStorage(self.config)
+
     def capabilities(self) -> Capabilities:
         return Capabilities(
+            reopen=True,
             notify=self.config.notify,
             filter_pushdown=True,
             batch_enqueue=True,

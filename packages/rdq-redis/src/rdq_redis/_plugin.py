@@ -1,11 +1,11 @@
-"""Registers ``redis://`` and ``rediss://`` with rdq's plugin manager (imports no driver)."""
+"""Serves ``redis://`` and ``rediss://``, the schemes this package's entry points declare (imports
+no driver)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rdq.plugins import StorageRegistry, hookimpl
-from rdq.spi import Storage
+from rdq.spi import Storage, StorageFactory, hookimpl
 
 
 def open_redis(url: str, **options: Any) -> Storage:
@@ -16,6 +16,6 @@ def open_redis(url: str, **options: Any) -> Storage:
 
 
 @hookimpl
-def rdq_register_storage(registry: StorageRegistry) -> None:
-    registry.add("redis", open_redis)
-    registry.add("rediss", open_redis)
+def rdq_storage_factory(scheme: str) -> StorageFactory:
+    """Every scheme this package's entry points declare is served by :func:`open_redis`."""
+    return open_redis

@@ -142,8 +142,13 @@ class RedisStorage(StorageBase):
         )
         session.layout = LAYOUT
 
+    def reopen(self) -> RedisStorage:
+        """A second store on the same data, with connections of its own."""
+        return RedisStorage(self._config)
+
     def capabilities(self) -> Capabilities:
         return Capabilities(
+            reopen=True,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,

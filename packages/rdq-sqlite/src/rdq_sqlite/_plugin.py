@@ -1,4 +1,4 @@
-"""Registers ``sqlite://`` with rdq's plugin manager.
+"""Serves ``sqlite://`` (the scheme this package's entry point declares).
 
 Kept light: the store (and sqlite3) are imported only when a store is built."""
 
@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdq.plugins import StorageRegistry, hookimpl
-from rdq.spi import Storage
+from rdq.spi import Storage, StorageFactory, hookimpl
 
 
 def open_sqlite(url: str, **options: Any) -> Storage:
@@ -18,5 +17,6 @@ def open_sqlite(url: str, **options: Any) -> Storage:
 
 
 @hookimpl
-def rdq_register_storage(registry: StorageRegistry) -> None:
-    registry.add("sqlite", open_sqlite)
+def rdq_storage_factory(scheme: str) -> StorageFactory:
+    """Every scheme this package's entry points declare is served by :func:`open_sqlite`."""
+    return open_sqlite

@@ -81,8 +81,14 @@ class SqliteStorage(StorageBase):
         """The database file, or ``None`` for an in-memory database."""
         return self.config.path
 
+    def reopen(self) -> SqliteStorage | None:
+        """A second store on the same file, with connections of its own (``None`` for a
+        private in-memory database, which no second connection reaches)."""
+        return None if self.config.in_memory else SqliteStorage(self.config)
+
     def capabilities(self) -> Capabilities:
         return Capabilities(
+            reopen=not self.config.in_memory,
             notify=self.config.notify,
             filter_pushdown=True,
             batch_enqueue=True,

@@ -14,6 +14,7 @@ from rdq.cli._default import chosen_storage
 from rdq.errors import RdqError, StorageUnavailable
 from rdq.logging import configure, get_logger
 from rdq.plugins import open_storage
+from rdq.spi import Doubling
 from rdq.worker import Worker, _loop
 
 __all__ = ["load_app", "worker"]
@@ -96,15 +97,15 @@ async def _serve(
 ) -> None:
     log = get_logger("rdq.worker")
     storage = open_storage(storage_url)
-    pause = 0.5
+    backoff = Doubling(0.5, 10.0)
     while True:  # the backend may be starting up: wait for it instead of dying
         try:
             await storage.connect()
             break
         except StorageUnavailable as exc:
-            log.warning("storage unavailable; retrying", error=str(exc), retry_in=pause)
+            pause = backoff.next()
+            log.warning("storage unavailable; retrying", error=str(exc), retry_in=round(pause, 2))
             await asyncio.sleep(pause)
-            pause = min(pause * 2, 10.0)
     try:
         w = Worker(app, storage, queues=queues, worker_id=worker_id, grace_period=grace_period)
         w.install_signal_handlers()

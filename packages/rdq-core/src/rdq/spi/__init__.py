@@ -9,7 +9,8 @@
   timeout, defaults), and :class:`ForwardingStorage` for wrappers;
 - helpers: :mod:`limits` (the input limits), the envelope codec, keyset cursors
   (:class:`DLQCursor`, :class:`KeysetCursor`) and :func:`page_of`, :func:`fence`,
-  :func:`first_of_each_id`, :func:`stored_flags`, :func:`group_order`;
+  :func:`first_of_each_id`, :func:`stored_flags`, :func:`group_order`; :class:`Doubling`,
+  the backoff of every retry loop;
 - registration: :data:`hookimpl` and the hook :func:`rdq_storage_factory` (entry-point group
   ``rdq.storage``).
 
@@ -59,6 +60,7 @@ from rdq.spi._models import (
     TaskFilter,
     status_time,
 )
+from rdq.spi._pacing import Doubling
 from rdq.spi._protocol import Storage
 from rdq.spi._proxy import ForwardingStorage, adapt
 from rdq.spi._registry import StorageFactory, StorageRegistry
@@ -93,6 +95,7 @@ __all__ = [
     "DLQCursor",
     "DLQFilter",
     "DLQGroup",
+    "Doubling",
     "Envelope",
     "Feature",
     "ForwardingStorage",

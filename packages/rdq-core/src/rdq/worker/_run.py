@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from rdq.app import TaskContext
 from rdq.config import QueueConfig
-from rdq.spi import Attempt, Claimed
+from rdq.spi import Attempt, Claimed, Doubling
 
 if TYPE_CHECKING:
     from rdq.worker._threads import Call
@@ -49,8 +49,8 @@ class Run:
         "timing",
         "used",
         "where",
+        "write_backoff",
         "write_deadline",
-        "write_pause",
         "writing",
     )
 
@@ -90,7 +90,7 @@ class Run:
         self.started: datetime | None = None
         self.attempt: Attempt | None = None
         self.write_deadline = 0.0
-        self.write_pause = 0.0
+        self.write_backoff: Doubling | None = None
         self.ctx_fields: tuple[str, int] | None = None
         """(worker id, attempt number) for a context built on demand."""
 

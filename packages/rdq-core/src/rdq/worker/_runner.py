@@ -26,7 +26,7 @@ from rdq.app import App, HandlerImportError
 from rdq.errors import NotFound, StaleClaim, StorageUnavailable
 from rdq.retry import Action, Decision
 from rdq.retry._tracebacks import bound_head, bound_tail, coroutine_stack
-from rdq.spi import Attempt, Completion, Outcome, Status, Storage, limits
+from rdq.spi import Attempt, Completion, Doubling, Outcome, Status, Storage, limits
 from rdq.worker._clock import StorageClock
 from rdq.worker._completer import Completer
 from rdq.worker._deadlines import Deadlines
@@ -34,7 +34,12 @@ from rdq.worker._invoke import invoke
 from rdq.worker._run import Run
 from rdq.worker._threads import HandlerThreads
 
-__all__ = ["Runner"]
+__all__ = ["WRITE_RETRY_CAP", "WRITE_RETRY_FIRST", "Runner"]
+
+WRITE_RETRY_FIRST = 0.05
+WRITE_RETRY_CAP = 5.0
+"""Seconds between tries to write an outcome through an outage: doubling from the first to
+the cap, until the lease is surely gone (twice the lease after the handler ended)."""
 
 
 class Runner:
@@ -217,13 +222,11 @@ class Runner:
         completer = self.completer
         if decision.action is Action.COMPLETE and completer is not None:
             run.write_deadline = time.monotonic() + 2 * run.lease
-            run.write_pause = 0.05
             self._hand_over(run, completer)
             run.offer_slot()  # the next task may start while this one is written
             return
         deadline = time.monotonic() + 2 * run.lease
-        pause = 0.05
-        rng = self.rng or random
+        backoff: Doubling | None = None
         while True:
             try:
                 await self._write(run, attempt, decision)
@@ -237,11 +240,12 @@ class Runner:
                 return
             except StorageUnavailable as exc:
                 metrics.STORAGE_ERRORS.labels(decision.action.value).inc()
+                backoff = backoff or Doubling(WRITE_RETRY_FIRST, WRITE_RETRY_CAP, rng=self.rng)
+                pause = backoff.next()
                 if time.monotonic() + pause > deadline or run.lost:
                     self._report_unwritten(run, attempt, exc)
                     return
-                await asyncio.sleep(pause * (0.5 + rng.random()))
-                pause = min(pause * 2, 5.0)
+                await asyncio.sleep(pause)
             except Exception as exc:  # refused for good (a bug, a schema problem): no retry
                 metrics.STORAGE_ERRORS.labels(decision.action.value).inc()
                 self._report_unwritten(run, attempt, exc)
@@ -299,11 +303,11 @@ class Runner:
     def _not_recorded(self, run: Run, error: BaseException) -> None:
         if isinstance(error, StorageUnavailable):
             metrics.STORAGE_ERRORS.labels(Action.COMPLETE.value).inc()
-            pause = run.write_pause
+            if run.write_backoff is None:
+                run.write_backoff = Doubling(WRITE_RETRY_FIRST, WRITE_RETRY_CAP, rng=self.rng)
+            pause = run.write_backoff.next()
             if time.monotonic() + pause <= run.write_deadline and not run.lost:
-                run.write_pause = min(pause * 2, 5.0)
-                delay = pause * (0.5 + (self.rng or random).random())
-                asyncio.get_running_loop().call_later(delay, self._retry_write, run)
+                asyncio.get_running_loop().call_later(pause, self._retry_write, run)
                 return
         self._written_one(run)
         if isinstance(error, asyncio.CancelledError):  # the worker is being torn down

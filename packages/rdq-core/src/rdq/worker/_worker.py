@@ -40,7 +40,7 @@ from rdq.app import App
 from rdq.client import Client
 from rdq.errors import ConfigError
 from rdq.logging import get_logger
-from rdq.spi import Storage, limits
+from rdq.spi import Doubling, Storage, limits
 from rdq.worker._clock import StorageClock
 from rdq.worker._completer import Completer
 from rdq.worker._heartbeat import heartbeat_loop
@@ -54,7 +54,12 @@ from rdq.worker._slots import Held, QueueSlots
 from rdq.worker._threads import HandlerThreads
 from rdq.worker._watchdog import Watchdog
 
-__all__ = ["Worker", "default_worker_id"]
+__all__ = ["OUTAGE_RETRY_CAP", "OUTAGE_RETRY_FIRST", "Worker", "default_worker_id"]
+
+OUTAGE_RETRY_FIRST = 0.1
+OUTAGE_RETRY_CAP = 1.0
+"""Seconds between claims while the store is unreachable: doubling from the first to the cap,
+so a worker finds a store that came back within about a second."""
 
 
 def default_worker_id() -> str:
@@ -365,8 +370,8 @@ class Worker:
     async def _claim_rounds(self, state: QueueSlots, notify: bool, stopping: asyncio.Event) -> None:
         queue = state.name
         claims_counter = metrics.CLAIMS.labels(queue)
-        idle = self.poll_min
-        outage = 0.0
+        idle = Doubling(self.poll_min, self.poll_max, jitter=0)
+        outage = Doubling(OUTAGE_RETRY_FIRST, OUTAGE_RETRY_CAP, rng=self._rng)
         while not stopping.is_set():
             config = self.app.queue_config(queue)
             state.concurrency = config.concurrency
@@ -388,25 +393,24 @@ class Worker:
                 raise
             except Exception as exc:
                 metrics.STORAGE_ERRORS.labels("claim_due").inc()
-                outage = min(max(outage * 2, 0.1), 10.0)
+                pause = outage.next()
                 self.log.warning(
                     "claiming failed; backing off",
                     worker_id=self.worker_id,
                     queue=queue,
                     error=str(exc),
                     error_type=type(exc).__name__,
-                    retry_in=round(outage, 2),
+                    retry_in=round(pause, 2),
                 )
-                jitter = (self._rng or random).random()
-                await self._idle_wait(asyncio.sleep(outage * (0.5 + jitter / 2)))
+                await self._idle_wait(asyncio.sleep(pause))
                 continue
-            outage = 0.0
+            outage.reset()
             if claims:
                 received = time.monotonic()
                 self.clock.observe_claim(claims[0].task.lease_expires_at, lease, sent, received)
                 claims_counter.inc(len(claims))
                 state.claimed([Run(claimed, config.lease, sent) for claimed in claims], asked)
-                idle = self.poll_min
+                idle.reset()
                 continue
             state.claimed([], asked)
             now = time.monotonic()
@@ -416,8 +420,7 @@ class Worker:
             if notify:
                 await self._idle_wait(self.storage.wait_due(queue, min(self.poll_max, until_retry)))
             else:
-                await self._idle_wait(asyncio.sleep(min(idle, until_retry)))
-                idle = min(idle * 2, self.poll_max)
+                await self._idle_wait(asyncio.sleep(min(idle.next(), until_retry)))
 
     async def _idle_wait(self, awaitable: Any) -> None:
         """Await ``awaitable`` unless stop() interrupts it; swallow its errors (an outage
