@@ -9,7 +9,8 @@ Each public operation of :class:`~rdq.spi.Storage` is written here once, as a te
 3. call the store's ``_operation`` (``enqueue`` calls ``_enqueue``) with valid arguments, bounded
    by :attr:`StorageBase.operation_timeout` when the store sets one.
 
-A store implements the ``_operations`` of contract version 1 (they are abstract), and those of
+A store implements the ``_operations`` of contract version 1 (instantiating a store that lacks
+one raises ``TypeError`` naming it), and those of
 later versions that it offers, advertising each in :meth:`capabilities`. The later ones have
 defaults here: built on the version-1 operations where that can be done correctly (``_now``,
 ``_dlq_groups``, ``_complete_many``), otherwise raising :class:`~rdq.errors.Unsupported`
@@ -65,11 +66,7 @@ _VERSION_1 = (
     "stats",
     "purge_succeeded",
 )
-"""The operations every store implements (their ``_operation`` is abstract here)."""
-
-
-def _overridden_publicly(*args: Any, **kwargs: Any) -> Any:
-    raise AssertionError("the store overrides the public operation; this is never called")
+"""The operations every store implements (a store without one cannot be instantiated)."""
 
 
 class StorageBase(abc.ABC):
@@ -92,18 +89,28 @@ class StorageBase(abc.ABC):
     """False for a store that overrides ``connect``/``aclose`` itself (written for contract
     version 1): the base then cannot tell whether it is open and does not check."""
 
+    _unimplemented: ClassVar[tuple[str, ...]] = _VERSION_1
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name in _VERSION_1:
-            public = getattr(cls, name)
-            private = getattr(cls, f"_{name}")
-            if public is not getattr(StorageBase, name) and getattr(
-                private, "__isabstractmethod__", False
-            ):
-                setattr(cls, f"_{name}", _overridden_publicly)
+        cls._unimplemented = tuple(
+            name
+            for name in _VERSION_1
+            if getattr(cls, name) is getattr(StorageBase, name)
+            and getattr(cls, f"_{name}") is getattr(StorageBase, f"_{name}")
+        )
         cls._base_lifecycle = (
             cls.connect is StorageBase.connect and cls.aclose is StorageBase.aclose
         )
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        if cls._unimplemented:
+            missing = ", ".join(f"_{name}" for name in cls._unimplemented)
+            raise TypeError(
+                f"Can't instantiate {cls.__name__}: it implements neither the operation nor "
+                f"its template hook for {missing} (contract version 1 needs each)"
+            )
+        return super().__new__(cls)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -220,8 +227,8 @@ class StorageBase(abc.ABC):
             return []
         return await self._run(self._enqueue_in(connection, checked, delay))
 
-    @abc.abstractmethod
-    async def _enqueue(self, task: Envelope, delay: timedelta | None) -> bool: ...
+    async def _enqueue(self, task: Envelope, delay: timedelta | None) -> bool:
+        raise NotImplementedError("enqueue")
 
     async def _enqueue_batch(self, tasks: list[Envelope], delay: timedelta | None) -> list[bool]:
         raise self._unsupported("batch_enqueue")
@@ -253,13 +260,13 @@ class StorageBase(abc.ABC):
         limits.check_lease(lease)
         return await self._run(self._extend_lease(task_id, token, lease))
 
-    @abc.abstractmethod
     async def _claim_due(
         self, queue: str, limit: int, lease: timedelta, worker_id: str | None
-    ) -> list[Claimed]: ...
+    ) -> list[Claimed]:
+        raise NotImplementedError("claim_due")
 
-    @abc.abstractmethod
-    async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime: ...
+    async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        raise NotImplementedError("extend_lease")
 
     # --- resolution (fenced) ---------------------------------------------------------------
 
@@ -290,16 +297,16 @@ class StorageBase(abc.ABC):
             return []
         return await self._run(self._complete_many(checked))
 
-    @abc.abstractmethod
     async def _reschedule(
         self, task_id: str, token: str, attempt: Attempt, next_at: datetime
-    ) -> None: ...
+    ) -> None:
+        raise NotImplementedError("reschedule")
 
-    @abc.abstractmethod
-    async def _complete(self, task_id: str, token: str, attempt: Attempt) -> None: ...
+    async def _complete(self, task_id: str, token: str, attempt: Attempt) -> None:
+        raise NotImplementedError("complete")
 
-    @abc.abstractmethod
-    async def _dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None: ...
+    async def _dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
+        raise NotImplementedError("dead_letter")
 
     async def _complete_many(
         self, completions: list[Completion]
@@ -337,21 +344,21 @@ class StorageBase(abc.ABC):
         limits.check_selector(selector)
         return await self._run(self._purge(queue, selector))
 
-    @abc.abstractmethod
     async def _dlq_list(
         self, queue: str, dlq_filter: DLQFilter | None, page: Page
-    ) -> tuple[list[Envelope], str | None]: ...
+    ) -> tuple[list[Envelope], str | None]:
+        raise NotImplementedError("dlq_list")
 
     async def _dlq_groups(self, queue: str) -> list[DLQGroup]:
         """Pages through the whole DLQ with attempts (correct, not fast); override it to count
         in the backend and advertise ``group_pushdown``."""
         return await _defaults.groups_by_paging(self, queue)
 
-    @abc.abstractmethod
-    async def _redrive(self, queue: str, selector: Selector) -> int: ...
+    async def _redrive(self, queue: str, selector: Selector) -> int:
+        raise NotImplementedError("redrive")
 
-    @abc.abstractmethod
-    async def _purge(self, queue: str, selector: Selector) -> int: ...
+    async def _purge(self, queue: str, selector: Selector) -> int:
+        raise NotImplementedError("purge")
 
     # --- every task ------------------------------------------------------------------------
 
@@ -381,8 +388,8 @@ class StorageBase(abc.ABC):
         self._check_open()
         return await self._run(self._list_queues())
 
-    @abc.abstractmethod
-    async def _get(self, task_id: str) -> Envelope: ...
+    async def _get(self, task_id: str) -> Envelope:
+        raise NotImplementedError("get")
 
     async def _list_tasks(
         self, queue: str, task_filter: TaskFilter, page: Page
@@ -456,11 +463,11 @@ class StorageBase(abc.ABC):
         one read of the backend's clock."""
         return await _defaults.now_by_probe(self)
 
-    @abc.abstractmethod
-    async def _stats(self, queue: str) -> Stats: ...
+    async def _stats(self, queue: str) -> Stats:
+        raise NotImplementedError("stats")
 
-    @abc.abstractmethod
-    async def _purge_succeeded(self, queue: str, older_than: datetime) -> int: ...
+    async def _purge_succeeded(self, queue: str, older_than: datetime) -> int:
+        raise NotImplementedError("purge_succeeded")
 
     async def _wait_due(self, queue: str, timeout: float) -> bool:
         raise self._unsupported("notify")
