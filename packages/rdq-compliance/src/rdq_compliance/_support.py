@@ -7,9 +7,7 @@ The process clock is only used to bound how long a helper keeps polling before i
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -26,6 +24,7 @@ from rdq.spi import (
     TaskFilter,
     envelope_to_builtins,
 )
+from rdq_compliance.testing import PATIENCE, eventually
 
 __all__ = [
     "FAR_FUTURE",
@@ -57,9 +56,6 @@ LONG_LEASE = timedelta(minutes=10)
 """A lease no test outlives."""
 FAR_FUTURE = timedelta(days=1)
 """A delay after which no test is still running."""
-PATIENCE = 30.0
-"""Seconds a polling helper waits for the storage before it declares failure."""
-_POLL = 0.05
 
 
 def with_url_option(url: str, name: str, value: str) -> str:
@@ -136,21 +132,6 @@ async def clock_passes(storage: Storage, at: datetime) -> datetime:
         return now if now >= at else None
 
     return await eventually(probe, f"the storage clock to pass {at.isoformat()}")
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T | None]], what: str, patience: float = PATIENCE
-) -> T:
-    """Call ``probe`` until it returns something other than None; fail after ``patience`` s."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + patience
-    while True:
-        result = await probe()
-        if result is not None:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError(f"gave up after {patience:.0f}s waiting for {what}")
-        await asyncio.sleep(_POLL)
 
 
 async def claim_one(storage: Storage, queue: str, lease: timedelta = LONG_LEASE) -> Claimed:

@@ -15,10 +15,10 @@ from rdq.audit import COUNT_UNKNOWN, MemoryAuditSink
 from rdq.errors import StaleClaim, StaleCursor, StorageUnavailable, ValidationError
 from rdq.spi import (
     Attempt,
-    AuditEntry,
     AuditFilter,
     DLQFilter,
     Envelope,
+    ForwardingStorage,
     Outcome,
     Page,
     Selector,
@@ -26,6 +26,7 @@ from rdq.spi import (
     Storage,
     TaskFilter,
 )
+from rdq_compliance.testing import FaultyStorage
 
 
 async def _pending(storage: Storage, n: int, queue: str = "q") -> None:
@@ -175,20 +176,11 @@ async def test_purge_by_ids_also_deletes_cancelled_tasks(storage: Storage) -> No
     assert (await storage.get("p001")).status == Status.PENDING
 
 
-class _AuditDown:
+def _audit_down(storage: Storage) -> FaultyStorage:
     """A store whose audit trail cannot be written (the rest works)."""
-
-    def __init__(self, storage: Storage) -> None:
-        self._storage = storage
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._storage, name)
-
-    tries = 0
-
-    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
-        self.tries += 1
-        raise StorageUnavailable("audit table locked")
+    return FaultyStorage(
+        storage, {"append_audit": (1_000, StorageUnavailable("audit table locked"))}
+    )
 
 
 @pytest.mark.asyncio
@@ -200,12 +192,12 @@ async def test_an_action_the_store_cannot_audit_still_answers_its_count_and_is_l
     the sinks still get the record."""
     await _pending(storage, 2)
     sink = MemoryAuditSink()
-    down = _AuditDown(storage)
-    admin = TaskAdmin(down, sinks=[sink])  # type: ignore[arg-type]
+    down = _audit_down(storage)
+    admin = TaskAdmin(down, sinks=[sink])
     with structlog.testing.capture_logs() as logs:
         assert await admin.cancel("q", TaskSelector.by_ids("p000"), actor="ops") == 1
     assert (await storage.get("p000")).status == Status.CANCELLED
-    assert down.tries == AUDIT_ATTEMPTS
+    assert down.calls["append_audit"] == AUDIT_ATTEMPTS
     (record,) = sink.records
     assert record.count == 1 and record.id is None
     [error] = [e for e in logs if e["event"] == "the store did not record the audit entry"]
@@ -213,18 +205,12 @@ async def test_an_action_the_store_cannot_audit_still_answers_its_count_and_is_l
     assert [e["count"] for e in logs if e.get("audit")] == [1], "the rdq.audit log has it"
 
 
-class _AppliedThenTimedOut:
-    """A store whose redrive and purge are applied but whose answer never arrives (a client
-    timeout after the database completed the statement)."""
-
-    def __init__(self, storage: Storage) -> None:
-        self._storage = storage
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._storage, name)
+class _AppliedThenTimedOut(ForwardingStorage):
+    """A store whose redrive is applied but whose answer never arrives (a client timeout
+    after the database completed the statement), and whose purge is refused."""
 
     async def redrive(self, queue: str, selector: Selector) -> int:
-        await self._storage.redrive(queue, selector)
+        await self.inner.redrive(queue, selector)
         raise StorageUnavailable("no answer within the operation timeout (10 s)")
 
     async def purge(self, queue: str, selector: Selector) -> int:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -17,6 +16,7 @@ import pytest_asyncio
 
 import rdq
 from rdq.spi import Envelope, Status, Storage
+from rdq_compliance.testing import eventually
 
 BACKENDS = os.environ.get("RDQ_ENGINE_BACKENDS", "memory,postgres").split(",")
 """The backends the engine tests run on; ``RDQ_ENGINE_BACKENDS=memory,postgres,redis,mongo``
@@ -48,19 +48,6 @@ def queue() -> str:
     return f"q-{uuid.uuid4().hex[:12]}"
 
 
-async def eventually(
-    check: Callable[[], Awaitable[bool]], timeout: float = 30.0, interval: float = 0.05
-) -> None:
-    """Poll ``check`` until it is true; fail after ``timeout`` seconds (generous on purpose)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if await check():
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
-
-
 async def wait_status(
     storage: Storage, task_id: str, status: Status, timeout: float = 30.0
 ) -> Envelope:
@@ -72,7 +59,7 @@ async def wait_status(
         found[:] = [task]
         return task.status == status
 
-    await eventually(check, timeout)
+    await eventually(check, f"task {task_id} {status}", timeout)
     return found[0]
 
 
@@ -82,7 +69,7 @@ async def until_storage_time(storage: Storage, at: datetime) -> None:
     async def passed() -> bool:
         return await storage.now() > at
 
-    await eventually(passed)
+    await eventually(passed, f"the storage clock past {at.isoformat()}")
 
 
 @asynccontextmanager

@@ -13,7 +13,7 @@ import pytest
 
 import rdq
 from rdq import metrics
-from rdq.spi import Capabilities, Completion, Outcome, Status, Storage
+from rdq.spi import Capabilities, Completion, ForwardingStorage, Outcome, Status, Storage
 
 from .conftest import Recorder, eventually, fast_worker, running
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.asyncio
 PATHS = pytest.mark.parametrize("batched", [True, False], ids=["batched", "single"])
 
 
-class StoreView:
+class StoreView(ForwardingStorage):
     """A real store advertising ``batch_complete`` or not, recording the completion calls,
     with an optional hook around each of them (``complete`` passes its one item) for the
     faults a healthy server cannot be made to produce on cue (an outage mid-flush, a write
@@ -36,7 +36,7 @@ class StoreView:
         around_flush: Callable[[Sequence[Completion], Callable[[], Awaitable[Any]]], Awaitable[Any]]
         | None = None,
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._batch_complete = batch_complete
         self._around_flush = around_flush
         self.flushes: list[int] = []
@@ -45,25 +45,22 @@ class StoreView:
 
     def capabilities(self) -> Capabilities:
         return msgspec.structs.replace(
-            self._inner.capabilities(), batch_complete=self._batch_complete
+            self.inner.capabilities(), batch_complete=self._batch_complete
         )
 
     async def complete(self, task_id: str, token: str, attempt: Any) -> None:
         self.completes += 1
         if self._around_flush is None:
-            await self._inner.complete(task_id, token, attempt)
+            await self.inner.complete(task_id, token, attempt)
         else:
             item = Completion(task_id, token, attempt)
-            await self._around_flush([item], lambda: self._inner.complete(task_id, token, attempt))
+            await self._around_flush([item], lambda: self.inner.complete(task_id, token, attempt))
 
     async def complete_many(self, completions: Sequence[Completion]) -> Any:
         self.flushes.append(len(completions))
         if self._around_flush is None:
-            return await self._inner.complete_many(completions)
-        return await self._around_flush(completions, lambda: self._inner.complete_many(completions))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+            return await self.inner.complete_many(completions)
+        return await self._around_flush(completions, lambda: self.inner.complete_many(completions))
 
 
 def counting_app(queue: str, concurrency: int = 10, **config: Any) -> tuple[rdq.App, Any]:
@@ -98,7 +95,7 @@ async def all_settled(storage: Storage, ids: list[str], status: Status = Status.
                 return False
         return True
 
-    await eventually(check, timeout=60, interval=0.1)
+    await eventually(check, f"{len(ids)} tasks {status}", 60, interval=0.1)
 
 
 async def successes(storage: Storage, task_id: str) -> int:

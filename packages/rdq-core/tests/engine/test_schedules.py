@@ -197,7 +197,7 @@ async def wait_task(storage: Storage, task_id: str, status: Status) -> rdq.spi.E
             return False
         return found[0].status == status
 
-    await eventually(check, timeout=60)
+    await eventually(check, "the ticks", 60)
     return found[0]
 
 

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import msgspec
 import pytest
 
 import rdq
 from rdq import metrics
-from rdq.spi import Capabilities, Outcome, Status, Storage
+from rdq.spi import Outcome, Status, Storage
+from rdq_compliance.testing import FaultyStorage
 from rdq_memory import MemoryStorage
 
 from .conftest import Recorder, eventually, fast_worker, running, until_storage_time, wait_status
@@ -57,45 +57,6 @@ async def test_retries_follow_the_storage_clock_not_the_local_one(offset: timede
     assert abs(attempts[0].started_at - (datetime.now(UTC) + offset)) < timedelta(minutes=5)
 
 
-class FlakyStorage:
-    """Delegates to a real store, failing chosen operations a set number of times: outages
-    and lost leases are faults a healthy server cannot be made to produce on cue."""
-
-    def __init__(
-        self,
-        inner: Storage,
-        failures: dict[str, tuple[int, Exception]],
-        *,
-        batch_complete: bool | None = None,
-    ) -> None:
-        """``batch_complete`` overrides what the inner store advertises."""
-        self._inner = inner
-        self._failures = dict(failures)
-        self._batch_complete = batch_complete
-        self.calls: dict[str, int] = {}
-
-    def capabilities(self) -> Capabilities:
-        offered = self._inner.capabilities()
-        if self._batch_complete is None:
-            return offered
-        return msgspec.structs.replace(offered, batch_complete=self._batch_complete)
-
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._inner, name)
-        if name not in self._failures:
-            return target
-
-        async def failing(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] = self.calls.get(name, 0) + 1
-            left, exc = self._failures[name]
-            if left > 0:
-                self._failures[name] = (left - 1, exc)
-                raise exc
-            return await target(*args, **kwargs)
-
-        return failing
-
-
 @pytest.mark.parametrize(
     ("batched", "resolve"),
     [(False, "complete"), (True, "complete_many")],
@@ -111,8 +72,10 @@ async def test_worker_survives_a_storage_outage(storage, queue, batched, resolve
 
     sub = await rdq.Client(storage, app).submit("job")
     outage = rdq.StorageUnavailable("connection refused (127.0.0.1:5432)")
-    flaky = FlakyStorage(
-        storage, {"claim_due": (4, outage), resolve: (2, outage)}, batch_complete=batched
+    flaky = FaultyStorage(
+        storage,
+        {"claim_due": (4, outage), resolve: (2, outage)},
+        capabilities={"batch_complete": batched},
     )
     async with running(fast_worker(app, flaky)):  # type: ignore[arg-type]
         task = await wait_status(storage, sub.id, Status.SUCCEEDED)
@@ -132,7 +95,9 @@ async def test_stale_claim_is_counted_and_does_not_crash_the_worker(storage, que
     client = rdq.Client(storage, app)
     first = await client.submit("job")
     before = metrics.STALE_CLAIMS.labels(queue)._value.get()
-    flaky = FlakyStorage(storage, {"complete": (1, rdq.StaleClaim(first.id))}, batch_complete=False)
+    flaky = FaultyStorage(
+        storage, {"complete": (1, rdq.StaleClaim(first.id))}, capabilities={"batch_complete": False}
+    )
     async with running(fast_worker(app, flaky)):  # type: ignore[arg-type]
         await eventually(lambda: _called(flaky, "complete"))  # the refused outcome
         second = await client.submit("job")
@@ -249,7 +214,7 @@ async def test_lost_lease_cancels_the_handler_and_writes_nothing(storage, queue)
             raise
 
     sub = await rdq.Client(storage, app).submit("long")
-    flaky = FlakyStorage(storage, {"extend_lease": (1, rdq.StaleClaim(sub.id))})
+    flaky = FaultyStorage(storage, {"extend_lease": (1, rdq.StaleClaim(sub.id))})
     before = metrics.STALE_CLAIMS.labels(queue)._value.get()
     log = Recorder()
     async with running(fast_worker(app, flaky, logger=log)):  # type: ignore[arg-type]
@@ -302,7 +267,7 @@ async def test_only_outages_are_retried_and_an_unwritten_outcome_is_logged(stora
 
     sub = await rdq.Client(storage, app).submit("job")
     refused = rdq.StorageError("check constraint violated")
-    flaky = FlakyStorage(storage, {"reschedule": (1, refused)})
+    flaky = FaultyStorage(storage, {"reschedule": (1, refused)})
     log = Recorder()
     async with running(fast_worker(app, flaky, logger=log)):  # type: ignore[arg-type]
         task = await wait_status(storage, sub.id, Status.SUCCEEDED)
@@ -340,7 +305,9 @@ async def test_write_retries_draw_their_jitter_from_the_workers_rng(storage, que
 
     sub = await rdq.Client(storage, app).submit("job")
     outage = rdq.StorageUnavailable("connection refused (127.0.0.1:5432)")
-    flaky = FlakyStorage(storage, {"complete": (3, outage)}, batch_complete=False)
+    flaky = FaultyStorage(
+        storage, {"complete": (3, outage)}, capabilities={"batch_complete": False}
+    )
     rng = CountingRandom()
     async with running(fast_worker(app, flaky, rng=rng)):  # type: ignore[arg-type]
         await wait_status(storage, sub.id, Status.SUCCEEDED)
@@ -348,11 +315,11 @@ async def test_write_retries_draw_their_jitter_from_the_workers_rng(storage, que
     assert rng.draws >= 3
 
 
-async def _called(flaky: FlakyStorage, name: str) -> bool:
-    return flaky.calls.get(name, 0) > 0
+async def _called(flaky: FaultyStorage, name: str) -> bool:
+    return flaky.calls[name] > 0
 
 
-class LostClaimReply(FlakyStorage):
+class LostClaimReply(FaultyStorage):
     """The first ``claim_due`` is applied by the store, but its reply never arrives (the
     connection dropped after the commit)."""
 
@@ -361,7 +328,7 @@ class LostClaimReply(FlakyStorage):
         self.lost: list[str] = []
 
     async def claim_due(self, *args: Any, **kwargs: Any) -> Any:
-        claimed = await self._inner.claim_due(*args, **kwargs)
+        claimed = await self.inner.claim_due(*args, **kwargs)
         if claimed and not self.lost:
             self.lost.extend(c.task.id for c in claimed)
             raise rdq.StorageUnavailable("connection reset by peer")

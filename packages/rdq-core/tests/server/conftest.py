@@ -21,6 +21,7 @@ from litestar.testing import AsyncTestClient
 
 from rdq.audit import MemoryAuditSink
 from rdq.server import ServerSettings, TokenSpec, create_app
+from rdq_compliance.testing import eventually
 from rdq_memory import MemoryStorage
 
 
@@ -200,10 +201,4 @@ async def wait_until(
 ) -> None:
     """Poll ``check`` until it is true; fail after ``timeout`` seconds (generous: the machine
     is small and shared)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        if await check():
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
+    await eventually(check, what, timeout, interval=0.1)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
-from collections.abc import Callable, Sequence
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from rdq.admin import TaskAdmin
 from rdq.app import App
@@ -14,7 +12,9 @@ from rdq.audit import AuditSink, JsonLinesAuditSink
 from rdq.errors import StorageUnavailable
 from rdq.server._auth import Authenticator
 from rdq.server._settings import ServerSettings
-from rdq.spi import Stats, Storage
+from rdq.spi import ForwardingStorage, Stats, Storage
+
+T = TypeVar("T")
 
 __all__ = ["Node", "TimeLimitedStorage"]
 
@@ -35,7 +35,7 @@ class Node:
         self.settings = settings
         self.engine_app = engine_app
         """The application whose queue configs the node knows (``--app``), if any."""
-        self.storage = cast(Storage, TimeLimitedStorage(storage, settings.request_timeout))
+        self.storage: Storage = TimeLimitedStorage(storage, settings.request_timeout)
         self.auth = Authenticator(settings)
         sinks = list(audit_sinks)
         if settings.audit_log:
@@ -64,35 +64,22 @@ the client side would not stop the backend from finishing it, and a large redriv
 legitimately take longer than a page view."""
 
 
-class TimeLimitedStorage:
+class TimeLimitedStorage(ForwardingStorage):
     """A view of a store whose read operations give up after ``seconds`` with
     ``StorageUnavailable`` (a frozen database is an outage, and a request must say so while
     its client still waits). The store's own ``timeout`` applies underneath."""
 
     def __init__(self, storage: Storage, seconds: float) -> None:
-        self._storage = storage
+        super().__init__(storage)
         self._seconds = seconds
 
-    @property
-    def wrapped(self) -> Storage:
-        return self._storage
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._storage, name)
-        if name not in READS or not inspect.iscoroutinefunction(value):
-            return value
-        return _bounded(value, self._seconds, name)
-
-
-def _bounded(operation: Callable[..., Any], seconds: float, name: str) -> Callable[..., Any]:
-    @functools.wraps(operation)
-    async def call(*args: Any, **kwargs: Any) -> Any:
+    async def _forward(self, name: str, call: Callable[[], Awaitable[T]]) -> T:
+        if name not in READS:
+            return await call()
         try:
-            async with asyncio.timeout(seconds):
-                return await operation(*args, **kwargs)
+            async with asyncio.timeout(self._seconds):
+                return await call()
         except TimeoutError:
             raise StorageUnavailable(
-                f"the storage did not answer {name} within {seconds:g}s"
+                f"the storage did not answer {name} within {self._seconds:g}s"
             ) from None
-
-    return call
