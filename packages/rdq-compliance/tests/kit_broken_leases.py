@@ -29,7 +29,7 @@ class RejectsLapsedTokens(_Broken):
     def _fenced(self, task_id: str, token: str) -> Record:
         record = super()._fenced(task_id, token)
         expires = record.task.lease_expires_at
-        if expires is not None and expires <= self._now():
+        if expires is not None and expires <= self._clock_now():
             raise StaleClaim(task_id)
         return record
 
@@ -71,7 +71,7 @@ class StatsCountLapsedLeasesAsPending(_Broken):
     async def stats(self, queue: str) -> Stats:
         stats = await super().stats(queue)
         with self._state.lock:
-            now = self._now()
+            now = self._clock_now()
             lapsed = sum(
                 1
                 for r in self._state.of_queue(queue)

@@ -48,10 +48,8 @@ STATEFUL = "test_random_operation_sequences_keep_the_contract"
 class IgnoresPriority(_Broken):
     """Claims oldest due first, whatever the priority."""
 
-    async def enqueue_batch(
-        self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
-    ) -> list[bool]:
-        flags = await super().enqueue_batch(tasks, delay=delay)
+    async def _enqueue_batch(self, tasks: list[Envelope], delay: timedelta | None) -> list[bool]:
+        flags = await super()._enqueue_batch(tasks, delay)
         with self._state.lock:
             for task in tasks:  # file every task under priority 0, keep what it says
                 record = self.record(task.id)
@@ -74,7 +72,7 @@ class StopsAtTheFirstPriorityNotYetDue(_Broken):
             heaps = self._state.index(queue).due
             self._state.next_due(queue)  # prunes stale entries
             live = [p for p, heap in heaps.items() if heap]
-            if live and heaps[max(live)][0][0] > self._now():
+            if live and heaps[max(live)][0][0] > self._clock_now():
                 return []
         return await super().claim_due(queue, limit, lease, worker_id=worker_id)
 
@@ -87,7 +85,7 @@ class ReclaimsLapsedLeasesLast(_Broken):
     ) -> list[Claimed]:
         lapsed: list[Record] = []
         with self._state.lock:
-            now = self._now()
+            now = self._clock_now()
             for record in self._state.of_queue(queue):
                 task = record.task
                 if task.status == Status.IN_FLIGHT and (task.lease_expires_at or now) <= now:
@@ -122,7 +120,7 @@ class TakesTheLeastUrgentTasksWhenContended(_Broken):
             if self.claiming == 1:
                 return await super().claim_due(queue, limit, lease, worker_id=worker_id)
             with self._state.lock:
-                now = self._now()
+                now = self._clock_now()
                 due = [
                     r
                     for r in self._state.of_queue(queue)
@@ -319,7 +317,7 @@ class CancelsFinishedTasks(_Broken):
                 if record is not None and record.task.status in (Status.SUCCEEDED, Status.DEAD):
                     self._state.remove_dead(record.task)
                     record.task.status = Status.CANCELLED
-                    record.task.cancelled_at = self._now()
+                    record.task.cancelled_at = self._clock_now()
                     count += 1
         return count
 
@@ -376,7 +374,7 @@ class RedrivesCancelledTasks(_Broken):
                 record = self.record(task_id)
                 if record is not None and record.task.status == Status.CANCELLED:
                     record.task.status = Status.PENDING
-                    record.task.next_attempt_at = self._now()
+                    record.task.next_attempt_at = self._clock_now()
                     record.bump()
                     self._state.schedule(record)
                     count += 1
@@ -468,7 +466,7 @@ class GroupsEveryStatus(_Broken):
         with self._state.lock:
             live = [r.task for r in self._state.of_queue(queue) if r.task.status != Status.DEAD]
         for task in live:
-            at = task.created_at or self._now()
+            at = task.created_at or self._clock_now()
             groups.append(
                 DLQGroup(
                     handler_ref=task.handler_ref,
@@ -582,7 +580,7 @@ class ListQueuesKeepsEmptiedQueues(_Broken):
     async def list_queues(self) -> list[Stats]:
         self._check_open()
         with self._state.lock:
-            now = self._now()
+            now = self._clock_now()
             return [self._stats(name, now) for name in sorted(self._state.queues)]
 
 
@@ -596,7 +594,7 @@ class ImportStampsCreatedAt(_Broken):
             for task, stored in zip(tasks, flags, strict=True):
                 record = self.record(task.id)
                 if stored and record is not None:
-                    record.task.created_at = self._now()
+                    record.task.created_at = self._clock_now()
         return flags
 
 
@@ -725,7 +723,7 @@ class AuditAcceptsAnyEntry(_Broken):
         try:
             limits.check_audit_entry(entry)
         except Exception:
-            return msgspec.structs.replace(entry, id="unchecked", time=self._now())
+            return msgspec.structs.replace(entry, id="unchecked", time=self._clock_now())
         return await super().append_audit(entry)
 
 
@@ -803,7 +801,7 @@ class ReclaimOfACorruptTaskFails(_Broken):
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
     ) -> list[Claimed]:
         with self._state.lock:
-            now = self._now()
+            now = self._clock_now()
             for record in self._state.of_queue(queue):
                 task = record.task
                 if (

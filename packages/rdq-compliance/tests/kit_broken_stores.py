@@ -100,7 +100,7 @@ class HandsOutLeasedTasksAgain(_Broken):
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
     ) -> list[Claimed]:
         claimed = await super().claim_due(queue, limit, lease, worker_id=worker_id)
-        now = self._now()
+        now = self._clock_now()
         taken = {c.task.id for c in claimed}
         for record in list(self._state.tasks.values()):
             task = record.task
@@ -125,7 +125,7 @@ class ClaimsNewestFirst(_Broken):
         limits.check_queue(queue)
         limits.check_limit(limit)
         limits.check_lease(lease)
-        now = self._now()
+        now = self._clock_now()
         due = [
             r
             for r in self._state.tasks.values()
@@ -240,10 +240,10 @@ class ResolvesWithoutHoldingTheTask(_Broken):
         record.token = None
         record.bump()
         if status == Status.DEAD:
-            task.dead_lettered_at = self._now()
+            task.dead_lettered_at = self._clock_now()
             self._state.add_dead(task)
         elif status == Status.SUCCEEDED:
-            task.completed_at = self._now()
+            task.completed_at = self._clock_now()
 
     async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
         await self._check_then_apply(task_id, token, attempt, Status.SUCCEEDED)
@@ -274,7 +274,7 @@ class RescheduleIgnoresNextAt(_Broken):
         self, task_id: str, token: str, attempt: Attempt, next_at: datetime
     ) -> None:
         limits.check_aware(next_at, "next_at")
-        await super().reschedule(task_id, token, attempt, self._now())
+        await super().reschedule(task_id, token, attempt, self._clock_now())
 
 
 # --- admission -----------------------------------------------------------------------------
@@ -525,7 +525,7 @@ class RedrivenTasksAreNotDue(_Broken):
         for task_id in dead:
             record = self.record(task_id)
             if record is not None and record.task.status == Status.PENDING:
-                record.task.next_attempt_at = self._now() + timedelta(hours=1)
+                record.task.next_attempt_at = self._clock_now() + timedelta(hours=1)
                 record.bump()
                 self._state.schedule(record)
         return redriven
@@ -585,7 +585,7 @@ class ClaimsWithoutHoldingTheTasks(_Broken):
         limits.check_queue(queue)
         limits.check_limit(limit)
         limits.check_lease(lease)
-        now = self._now()
+        now = self._clock_now()
         due = sorted(
             (
                 r

@@ -54,7 +54,7 @@ class Test{name}(StorageSuite):
 
     @pytest.fixture
     def corrupt_task(self, storage):
-        return storage.put_corrupt_task
+        return functools.partial(put_corrupt_task, storage)
 
     @pytest.fixture
     def expected_capabilities(self):
@@ -120,11 +120,13 @@ def kit_run(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
     names = ["MemoryStorage", *(store.__name__ for store in BROKEN_STORES)]
     imports = [f"from {store.__module__} import {store.__name__}" for store in BROKEN_STORES]
     source = [
+        "import functools",
         "import uuid",
         "import pytest",
         "import pytest_asyncio",
         "from rdq_compliance import StorageSuite",
         "from rdq_memory import MemoryStorage",
+        "from rdq_memory.testing import put_corrupt_task",
         *imports,
         *(_SUITE.format(name=name) for name in names),
         _WITHOUT_HOOK,

@@ -1,11 +1,12 @@
 """What the kit ran, per ``StorageSuite`` subclass — and a red session when it ran nothing.
 
 A suite whose ``storage`` fixture skips (a test server missing, a fixture that depends on an
-optional one) would otherwise skip every test and leave pytest green. This plugin counts,
-for each subclass of :class:`~rdq_compliance.StorageSuite` in the session, the tests that
-passed, failed and skipped (with their reasons); at the end it prints that account and fails
-the session when more than half of a suite's tests (of at least ``MIN_TESTS`` selected)
-skipped. ``--rdq-allow-skipped-suites`` turns the failure into a warning line.
+optional one) would otherwise skip every test and leave pytest green. This plugin counts, for each
+subclass of :class:`~rdq_compliance.StorageSuite` in the session, the tests that passed, failed and
+skipped (with their reasons); at the end it prints that account and fails the session when more than
+half of a suite's tests (of at least ``MIN_TESTS`` selected) skipped. Clauses of capabilities or
+contract versions the store does not implement are counted apart, as "not implemented", with what
+the store therefore lacks. ``--rdq-allow-skipped-suites`` turns the failure into a warning line.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
+
+from rdq.spi import CONTRACT_VERSION
+from rdq_compliance._gates import NOT_IMPLEMENTED
 
 __all__ = ["MIN_TESTS", "KitAccounting"]
 
@@ -28,14 +32,20 @@ class _Account:
     passed: int = 0
     failed: int = 0
     skipped: int = 0
+    not_implemented: int = 0
+    """Skips for a capability or contract version the store does not implement."""
     reasons: Counter[str] = field(default_factory=Counter)
+    lacking: Counter[str] = field(default_factory=Counter)
+    contract_version: int | None = None
 
     @property
     def total(self) -> int:
-        return self.passed + self.failed + self.skipped
+        return self.passed + self.failed + self.skipped + self.not_implemented
 
     def too_many_skipped(self) -> bool:
-        return self.total >= MIN_TESTS and self.skipped * 2 > self.total
+        """More than half of the clauses that apply to the store skipped."""
+        applicable = self.passed + self.failed + self.skipped
+        return applicable >= MIN_TESTS and self.skipped * 2 > applicable
 
 
 def _is_suite(cls: type | None) -> bool:
@@ -75,8 +85,13 @@ class KitAccounting:
             return
         account = self.accounts[suite]
         if report.skipped:
-            account.skipped += 1
-            account.reasons[_reason(report)] += 1
+            reason = _reason(report)
+            if reason.startswith(NOT_IMPLEMENTED):
+                account.not_implemented += 1
+                account.lacking[reason.removeprefix(NOT_IMPLEMENTED)] += 1
+            else:
+                account.skipped += 1
+                account.reasons[reason] += 1
         elif report.failed:
             account.failed += 1
         elif report.when == "call":
@@ -84,6 +99,12 @@ class KitAccounting:
         else:
             return
         self.done.add(report.nodeid)
+
+    def note_version(self, nodeid: str, version: int) -> None:
+        """The contract version the store of ``nodeid``'s suite states."""
+        suite = self.suite_of.get(nodeid)
+        if suite is not None:
+            self.accounts[suite].contract_version = version
 
     def hollow_suites(self) -> list[str]:
         return [name for name, a in self.accounts.items() if a.too_many_skipped()]
@@ -93,21 +114,41 @@ class KitAccounting:
         if self.hollow_suites() and not self.allow_skips and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if not self.accounts:
-            return
-        write = terminalreporter.write_line
-        terminalreporter.section("rdq compliance kit")
+    def summary_lines(self) -> list[tuple[str, bool]]:
+        """The account, as ``(line, alarming)`` pairs."""
+        lines: list[tuple[str, bool]] = []
         for name, a in self.accounts.items():
-            write(f"{name}: {a.passed} passed, {a.failed} failed, {a.skipped} skipped")
+            counts = f"{a.passed} passed, {a.failed} failed, {a.skipped} skipped"
+            if a.not_implemented:
+                counts += f", {a.not_implemented} not implemented"
+            lines.append((f"{name}: {counts}", False))
+            if a.contract_version is not None:
+                lines.append(
+                    (
+                        f"    implements contract version {a.contract_version} of "
+                        f"{CONTRACT_VERSION}",
+                        False,
+                    )
+                )
             for reason, count in a.reasons.most_common():
-                write(f"    skipped {count}: {reason}")
+                lines.append((f"    skipped {count}: {reason}", False))
+            for reason, count in sorted(a.lacking.items()):
+                lines.append((f"    not implemented ({count} clauses): {reason}", False))
         for name in self.hollow_suites():
             a = self.accounts[name]
             verdict = "allowed by --rdq-allow-skipped-suites" if self.allow_skips else "FAILED"
-            write(
-                f"{name} skipped {a.skipped} of its {a.total} tests: the kit tested almost "
-                f"nothing ({verdict})",
-                red=not self.allow_skips,
-                bold=True,
+            lines.append(
+                (
+                    f"{name} skipped {a.skipped} of the {a.total - a.not_implemented} tests "
+                    f"that apply to it: the kit tested almost nothing ({verdict})",
+                    not self.allow_skips,
+                )
             )
+        return lines
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if not self.accounts:
+            return
+        terminalreporter.section("rdq compliance kit")
+        for line, alarming in self.summary_lines():
+            terminalreporter.write_line(line, red=alarming, bold=alarming)

@@ -10,6 +10,7 @@ import pytest
 
 from rdq import open_storage
 from rdq.spi import Capabilities, Storage
+from rdq_compliance._gates import gate, missing
 from rdq_compliance._support import new_queue, with_url_option
 
 __all__ = [
@@ -117,6 +118,12 @@ class SuiteFixtures:
                 pytrace=False,
             )
 
+    @pytest.fixture(autouse=True)
+    def _contract_gate(self, request: pytest.FixtureRequest) -> None:
+        """Skip a clause of a capability or contract version the store lacks (see
+        :mod:`rdq_compliance._gates`)."""
+        gate(request)
+
     @pytest.fixture
     def queue(self) -> str:
         """A queue name that no other test uses."""
@@ -142,5 +149,6 @@ def require_url(url: str | None, fixture: str) -> str:
 
 def require_capability(capabilities: Capabilities, name: str) -> None:
     """Skip the calling test, naming the missing capability, unless the store offers it."""
-    if not getattr(capabilities, name):
-        pytest.skip(f"the store does not advertise the {name!r} capability")
+    reason = missing(capabilities, {name}, 1)
+    if reason is not None:
+        pytest.skip(reason)

@@ -146,8 +146,11 @@ async def reclaim_after_expiry(
 ) -> Claimed:
     """Poll ``claim_due(queue, 1)`` until a task comes back (a lapsed lease), and return it."""
 
+    # a claim names its worker only when asked to (a version-1 store takes no worker_id)
+    holder = {} if worker_id is None else {"worker_id": worker_id}
+
     async def probe() -> Claimed | None:
-        claimed = await storage.claim_due(queue, 1, lease, worker_id=worker_id)
+        claimed = await storage.claim_due(queue, 1, lease, **holder)
         return claimed[0] if claimed else None
 
     return await eventually(probe, f"an expired lease in {queue!r} to be reclaimed")

@@ -29,6 +29,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: long-running tests (chaos, restarts)")
+    config.addinivalue_line(
+        "markers", "rdq_needs(capabilities, since): a kit clause's extra requirements"
+    )
     allow = bool(config.getoption("rdq_allow_skipped_suites", default=False))
     config.pluginmanager.register(KitAccounting(allow), "rdq-kit-accounting")
 

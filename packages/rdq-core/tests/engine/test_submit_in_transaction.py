@@ -11,6 +11,7 @@ import pytest
 import pytest_asyncio
 
 import rdq
+from rdq.errors import Unsupported
 from rdq.spi import Status
 
 from .conftest import fast_worker, running, wait_status
@@ -80,9 +81,9 @@ async def test_a_rolled_back_transaction_leaves_no_task(postgres_url, orders):
         assert await conn.fetchval(f"SELECT count(*) FROM {table}") == 0
 
 
-async def test_a_store_without_enqueue_in_refuses_a_connection():
+async def test_a_store_without_enqueue_in_refuses_a_connection_naming_the_capability():
     async with rdq.open_storage("memory://") as storage:
-        with pytest.raises(rdq.ConfigError) as info:
+        with pytest.raises(Unsupported) as info:
             await rdq.Client(storage).submit("ship", None, connection=object())
-    assert info.value.key == "connection"
-    assert "enqueue_in" in str(info.value)
+    assert info.value.capability == "transactional_enqueue"
+    assert "MemoryStorage" in str(info.value)

@@ -32,6 +32,8 @@ class AuditClauses:
     filtered by queue, action, actor and time (``after`` inclusive, ``before`` exclusive),
     with a cursor that never skips or repeats while entries are appended."""
 
+    capability = "audit"
+
     @pytest.mark.asyncio
     async def test_append_audit_keeps_the_entry_and_stamps_a_unique_id_and_the_storage_time(
         self, storage: Storage, queue: str

@@ -54,6 +54,8 @@ class CancelClauses:
     a cancelled task is never claimed, redriven or listed in the DLQ; ``purge`` by ids and
     ``purge_succeeded`` delete it; ``stats`` counts it as ``cancelled``."""
 
+    capability = "cancel"
+
     @pytest.mark.asyncio
     async def test_cancel_makes_a_pending_task_cancelled_and_it_is_never_claimed(
         self, storage: Storage, queue: str

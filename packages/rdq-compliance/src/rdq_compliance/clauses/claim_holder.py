@@ -29,6 +29,8 @@ class ClaimHolderClauses:
     ``"LeaseExpired"``, ``started_at`` = the lapsed claim's ``claimed_at``, ``finished_at`` =
     the reclaim's storage time and ``worker_id`` = the lapsed holder."""
 
+    capability = "claim_holder"
+
     @pytest.mark.asyncio
     async def test_claim_records_the_claimant_and_the_claim_time_by_the_storage_clock(
         self, storage: Storage, queue: str

@@ -22,6 +22,7 @@ from rdq.spi import (
     TaskFilter,
 )
 from rdq_compliance._fixtures import CorruptTaskWriter
+from rdq_compliance._gates import needs
 from rdq_compliance._support import (
     LONG_LEASE,
     SHORT_LEASE,
@@ -81,6 +82,9 @@ class CorruptTaskClauses:
     one whose JSON nests deeper than any decoder recurses, or whose time lies outside the
     years 1–9999."""
 
+    since = 2
+
+    @needs("task_listing", "queue_listing")
     @pytest.mark.asyncio
     async def test_a_corrupt_task_is_read_back_with_corrupt_set_and_never_makes_a_read_raise(
         self, storage: Storage, queue: str, corrupt_task: CorruptTaskWriter
@@ -115,6 +119,7 @@ class CorruptTaskClauses:
             done = attempt(1, Outcome.SUCCEEDED)
             await storage.complete(neighbour, by_id[neighbour].token, done)
 
+    @needs("task_listing")
     @pytest.mark.asyncio
     async def test_dead_letter_of_a_corrupt_task_puts_it_in_the_dlq_still_marked_corrupt(
         self, storage: Storage, queue: str, corrupt_task: CorruptTaskWriter
@@ -159,6 +164,7 @@ class CorruptTaskClauses:
         await _neighbours(storage, queue, 1)
         assert len(await storage.claim_due(queue, 10, LONG_LEASE)) == 1
 
+    @needs("cancel")
     @pytest.mark.asyncio
     async def test_cancel_and_purge_work_on_a_corrupt_task(
         self, storage: Storage, queue: str, corrupt_task: CorruptTaskWriter
@@ -179,6 +185,7 @@ class CorruptTaskClauses:
         assert await storage.dlq_list(queue, None, Page()) == ([], None)
 
     @pytest.mark.asyncio
+    @needs("task_listing")
     @pytest.mark.parametrize("kind", ["deep", "far_time"])
     async def test_a_task_too_deep_or_too_far_in_time_to_decode_is_corrupt_and_spares_its_batch(
         self, storage: Storage, queue: str, corrupt_task: CorruptTaskWriter, kind: str

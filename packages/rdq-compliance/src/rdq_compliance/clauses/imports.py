@@ -81,6 +81,8 @@ class ImportClauses:
     and is reclaimed, with a ``LEASE_EXPIRED`` record, once its lease has passed;
     ``IDConflict`` and ``ValidationError`` store nothing."""
 
+    capability = "import_tasks"
+
     @pytest.mark.asyncio
     async def test_import_stores_a_task_of_every_status_verbatim(
         self, storage: Storage, queue: str

@@ -85,6 +85,8 @@ class LifecycleClauses:
     again; every store's URL takes the ``timeout`` option (seconds), and a bad value raises
     ``ConfigError`` naming ``timeout``."""
 
+    since = 2
+
     @pytest.mark.asyncio
     async def test_every_operation_before_connect_raises_not_connected(
         self, storage: Storage, open_peer_storage: StorageOpener, queue: str

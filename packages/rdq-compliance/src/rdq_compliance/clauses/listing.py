@@ -21,6 +21,7 @@ from rdq.spi import (
     status_time,
 )
 from rdq_compliance._fixtures import require_capability
+from rdq_compliance._gates import needs
 from rdq_compliance._support import (
     LONG_LEASE,
     attempt,
@@ -78,6 +79,8 @@ class TaskListingClauses:
     keyset cursor that never skips or repeats a task whose status does not change while
     paging; attempts only when asked; ``list_queues`` gives the stats of every queue that
     holds a task, by name."""
+
+    capability = "task_listing"
 
     @pytest.mark.asyncio
     @pytest.mark.parametrize("status", list(Status), ids=[s.value for s in Status])
@@ -212,6 +215,7 @@ class TaskListingClauses:
             await storage.list_tasks(queue, naive, Page())
         assert caught.value.field == "filter.after"
 
+    @needs("queue_listing")
     @pytest.mark.asyncio
     async def test_list_queues_gives_every_queue_holding_a_task_by_name_with_its_stats(
         self, storage: Storage, queue: str, other_queue: str

@@ -57,6 +57,8 @@ class PriorityClauses:
     oldest due first (a lapsed lease is due at its ``lease_expires_at``); priorities run from
     ``MIN_PRIORITY`` to ``MAX_PRIORITY`` and stay with the task."""
 
+    capability = "priorities"
+
     @pytest.mark.asyncio
     async def test_claim_order_is_highest_priority_first_then_oldest_due_within_a_priority(
         self, storage: Storage, queue: str

@@ -17,6 +17,9 @@ class StatefulClauses:
     list_tasks, stats, purge_succeeded) leaves the store where the contract's model says it
     must be."""
 
+    since = 2
+    """The machine models contract version 2 (cancel, import, priorities, claim holders)."""
+
     #: Hypothesis budget; raise them in a subclass for a longer soak.
     stateful_examples = 25
     stateful_steps = 30

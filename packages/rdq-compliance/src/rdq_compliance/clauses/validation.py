@@ -22,6 +22,7 @@ from rdq.spi import (
     TaskFilter,
     limits,
 )
+from rdq_compliance._fixtures import require_capability
 from rdq_compliance._support import (
     LONG_LEASE,
     attempt,
@@ -114,6 +115,9 @@ QUEUE_OPERATIONS: dict[str, QueueCall] = {
     "dlq_groups": lambda s, q: s.dlq_groups(q),
 }
 
+NEEDS = {"cancel": "cancel", "list_tasks": "task_listing"}
+"""The capability an operation of ``QUEUE_OPERATIONS`` belongs to, where it has one."""
+
 BAD_QUEUE_NAMES = ["", " ", "has space", "-dash-first", "q" * (limits.MAX_QUEUE_LENGTH + 1)]
 
 
@@ -172,6 +176,8 @@ class ValidationClauses:
     async def test_every_queue_operation_rejects_a_bad_queue_name(
         self, storage: Storage, operation: str
     ) -> None:
+        if operation in NEEDS:
+            require_capability(storage.capabilities(), NEEDS[operation])
         call = QUEUE_OPERATIONS[operation]
         for name in BAD_QUEUE_NAMES:
             with pytest.raises(ValidationError) as caught:

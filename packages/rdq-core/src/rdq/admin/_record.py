@@ -17,7 +17,7 @@ from rdq import audit
 from rdq.admin._selectors import TaskSelector
 from rdq.audit import Action, AuditRecord, AuditSink
 from rdq.logging import get_logger
-from rdq.spi import AuditEntry, Selector, Storage, limits
+from rdq.spi import AuditEntry, Doubling, Selector, Storage, limits
 
 __all__ = ["AUDIT_ATTEMPTS", "record_action"]
 
@@ -60,12 +60,11 @@ async def record_action(
     )
     recorded = True
     stored: AuditEntry | None = None
-    try:
-        stored = await _tried(lambda: storage.append_audit(entry), "storage", action, queue)
-    except NotImplementedError:
-        pass  # a store without an audit trail: the log and the sinks have the record
-    except _NotRecorded:
-        recorded = False
+    if storage.capabilities().audit:  # without it, the log and the sinks have the record
+        try:
+            stored = await _tried(lambda: storage.append_audit(entry), "storage", action, queue)
+        except _NotRecorded:
+            recorded = False
     record = AuditRecord(
         actor=actor,
         action=action,
@@ -90,12 +89,10 @@ async def record_action(
 async def _tried(write: Callable[[], Awaitable[T]], destination: str, action: str, queue: str) -> T:
     """``write()``, tried up to ``AUDIT_ATTEMPTS`` times; ``_NotRecorded`` (after logging the
     last error and counting the failure) when every try failed."""
-    attempt, delay = 1, _FIRST_RETRY_DELAY
+    attempt, backoff = 1, Doubling(_FIRST_RETRY_DELAY, _FIRST_RETRY_DELAY * 2**AUDIT_ATTEMPTS)
     while True:
         try:
             return await write()
-        except NotImplementedError:
-            raise
         except Exception as exc:
             if attempt >= AUDIT_ATTEMPTS:
                 _log.error(
@@ -110,8 +107,8 @@ async def _tried(write: Callable[[], Awaitable[T]], destination: str, action: st
                 )
                 _count_failure(destination, action, queue)
                 raise _NotRecorded(destination) from exc
-        await asyncio.sleep(delay)
-        attempt, delay = attempt + 1, delay * 4
+        await asyncio.sleep(backoff.next())
+        attempt += 1
 
 
 def _count_failure(destination: str, action: str, queue: str) -> None:

@@ -36,6 +36,7 @@ from rdq.errors import (
     RdqError,
     StaleCursor,
     StorageUnavailable,
+    Unsupported,
     ValidationError,
 )
 from rdq.logging import get_logger
@@ -112,6 +113,8 @@ def to_api_error(exc: Exception) -> ApiError:
     if isinstance(exc, StorageUnavailable):
         _log.warning("storage unavailable", error=str(exc))
         return ApiError(503, "storage_unavailable", "the storage is unavailable; retry later")
+    if isinstance(exc, Unsupported):  # names the store and the capability it lacks
+        return ApiError(501, "not_implemented", str(exc))
     if isinstance(exc, NotImplementedError):
         return ApiError(501, "not_implemented", f"the storage does not offer this: {exc}")
     if isinstance(exc, RecursionError):

@@ -33,7 +33,6 @@ from rdq.errors import (
 from rdq.spi import limits
 from rdq.spi._base import StorageBase
 from rdq.spi._contract import CONTRACT_VERSION, FEATURES, Feature, require, supports
-from rdq.spi._defaults import CLOCK_QUEUE
 from rdq.spi._helpers import fence, first_of_each_id, group_order, page_of, stored_flags
 from rdq.spi._hooks import hookimpl, rdq_register_storage, rdq_storage_factory
 from rdq.spi._models import (
@@ -71,6 +70,7 @@ from rdq.spi.codec import (
     envelope_to_builtins,
 )
 from rdq.spi.cursor import DLQCursor, KeysetCursor, audit_scope, task_scope
+from rdq.spi.defaults import CLOCK_QUEUE
 
 Cursor = str
 """Cursors are opaque strings; :class:`DLQCursor` and :class:`KeysetCursor` are ready-made

@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar
 
 from rdq.errors import NotConnected, NotFound, StaleClaim, StorageUnavailable, Unsupported
-from rdq.spi import _defaults, limits
+from rdq.spi import defaults, limits
 from rdq.spi._models import (
     Attempt,
     AuditEntry,
@@ -313,7 +313,7 @@ class StorageBase(abc.ABC):
     ) -> list[StaleClaim | NotFound | None]:
         """One ``complete`` per item (correct, not faster); override it for one round trip
         and advertise ``batch_complete``."""
-        return await _defaults.complete_each(self, completions)
+        return await defaults.complete_each(self, completions)
 
     # --- DLQ -------------------------------------------------------------------------------
 
@@ -352,7 +352,7 @@ class StorageBase(abc.ABC):
     async def _dlq_groups(self, queue: str) -> list[DLQGroup]:
         """Pages through the whole DLQ with attempts (correct, not fast); override it to count
         in the backend and advertise ``group_pushdown``."""
-        return await _defaults.groups_by_paging(self, queue)
+        return await defaults.groups_by_paging(self, queue)
 
     async def _redrive(self, queue: str, selector: Selector) -> int:
         raise NotImplementedError("redrive")
@@ -459,9 +459,9 @@ class StorageBase(abc.ABC):
         return None
 
     async def _now(self) -> datetime:
-        """Through a probe task (see :func:`rdq.spi._defaults.now_by_probe`); override it with
+        """Through a probe task (see :func:`rdq.spi.defaults.now_by_probe`); override it with
         one read of the backend's clock."""
-        return await _defaults.now_by_probe(self)
+        return await defaults.now_by_probe(self)
 
     async def _stats(self, queue: str) -> Stats:
         raise NotImplementedError("stats")

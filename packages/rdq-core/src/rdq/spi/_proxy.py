@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from rdq.errors import NotFound, StaleClaim, Unsupported
-from rdq.spi import _defaults
+from rdq.spi import defaults
 from rdq.spi._models import (
     Attempt,
     AuditEntry,
@@ -213,6 +213,13 @@ class _Adapted(ForwardingStorage):
             raise Unsupported(type(self.inner).__name__, _OPTIONAL[name])
         return await call()
 
+    async def claim_due(
+        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    ) -> list[Claimed]:
+        if self.inner.capabilities().claim_holder:
+            return await self.inner.claim_due(queue, limit, lease, worker_id=worker_id)
+        return await self.inner.claim_due(queue, limit, lease)  # version 1: no worker_id
+
     def reopen(self) -> Storage | None:
         if "reopen" in self._missing:
             return None
@@ -220,19 +227,19 @@ class _Adapted(ForwardingStorage):
 
     async def now(self) -> datetime:
         if "now" in self._missing:
-            return await _defaults.now_by_probe(self)
+            return await defaults.now_by_probe(self)
         return await self.inner.now()
 
     async def dlq_groups(self, queue: str) -> list[DLQGroup]:
         if "dlq_groups" in self._missing:
-            return await _defaults.groups_by_paging(self, queue)
+            return await defaults.groups_by_paging(self, queue)
         return await self.inner.dlq_groups(queue)
 
     async def complete_many(
         self, completions: Sequence[Completion]
     ) -> list[StaleClaim | NotFound | None]:
         if "complete_many" in self._missing:
-            return await _defaults.complete_each(self, completions)
+            return await defaults.complete_each(self, completions)
         return await self.inner.complete_many(completions)
 
 

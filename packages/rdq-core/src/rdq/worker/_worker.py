@@ -370,6 +370,9 @@ class Worker:
     async def _claim_rounds(self, state: QueueSlots, notify: bool, stopping: asyncio.Event) -> None:
         queue = state.name
         claims_counter = metrics.CLAIMS.labels(queue)
+        # claims name this worker where the store keeps a claim's holder (a store written for
+        # contract version 1 takes no worker_id)
+        holder = {"worker_id": self.worker_id} if self.storage.capabilities().claim_holder else {}
         idle = Doubling(self.poll_min, self.poll_max, jitter=0)
         outage = Doubling(OUTAGE_RETRY_FIRST, OUTAGE_RETRY_CAP, rng=self._rng)
         while not stopping.is_set():
@@ -388,7 +391,7 @@ class Worker:
             lease = timedelta(seconds=config.lease)
             sent = time.monotonic()
             try:
-                claims = await self.storage.claim_due(queue, asked, lease, worker_id=self.worker_id)
+                claims = await self.storage.claim_due(queue, asked, lease, **holder)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
