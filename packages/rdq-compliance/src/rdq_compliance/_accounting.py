@@ -139,8 +139,8 @@ class KitAccounting:
             verdict = "allowed by --rdq-allow-skipped-suites" if self.allow_skips else "FAILED"
             lines.append(
                 (
-                    f"{name} skipped {a.skipped} of the {a.total - a.not_implemented} tests "
-                    f"that apply to it: the kit tested almost nothing ({verdict})",
+                    f"{name} skipped {a.skipped} of its {a.total - a.not_implemented} tests: "
+                    f"the kit tested almost nothing ({verdict})",
                     not self.allow_skips,
                 )
             )

@@ -30,7 +30,7 @@ def needs(*capabilities: str, since: int = 1) -> Callable[[F], F]:
     for name in capabilities:
         if name not in FEATURES:
             raise ValueError(f"no capability named {name!r}")
-    return pytest.mark.rdq_needs(capabilities=capabilities, since=since)  # type: ignore[no-any-return]
+    return pytest.mark.rdq_needs(capabilities=capabilities, since=since)
 
 
 def _defining_group(cls: type, name: str) -> type | None:
