@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from rdq_sqlite import SqliteStorage, _reads
+from rdq_sqlite import SqliteStorage, _notify
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ async def store(url: str) -> AsyncIterator[SqliteStorage]:
 
 
 class DueLooks:
-    """Every look a ``wait_due`` of this process took at its queue (``_reads.next_due``,
+    """Every look a ``wait_due`` of this process took at its queue (``_notify.next_due``,
     wrapped): the store's time and the earliest due time it saw, in microseconds.
 
     Nothing in the contract says when a waiter has looked and started waiting; a test that
@@ -54,12 +54,12 @@ class DueLooks:
 @pytest.fixture
 def due_looks(monkeypatch: pytest.MonkeyPatch) -> DueLooks:
     looks = DueLooks()
-    real = _reads.next_due
+    real = _notify.next_due
 
     def next_due(conn: sqlite3.Connection, queue: str) -> tuple[int, int | None, int]:
         now, due, version = real(conn, queue)
         looks.seen.append((now, due))
         return now, due, version
 
-    monkeypatch.setattr(_reads, "next_due", next_due)
+    monkeypatch.setattr(_notify, "next_due", next_due)
     return looks

@@ -3,10 +3,10 @@ a database file that several processes share, and the in-memory database."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import msgspec
 import pytest
 import pytest_asyncio
 
@@ -14,22 +14,13 @@ from rdq import open_storage
 from rdq.spi import Capabilities, Storage
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_sqlite import SqliteStorage
+from rdq_sqlite.testing import put_corrupt_task
 
 
 @pytest.fixture(scope="module")
 def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One database file for the module's tests (each test uses its own queues and ids)."""
     return tmp_path_factory.mktemp("kit") / "rdq.db"
-
-
-EVERY_CAPABILITY = Capabilities(
-    reopen=True,
-    notify=True,
-    filter_pushdown=True,
-    batch_enqueue=True,
-    batch_complete=True,
-    group_pushdown=True,
-)
 
 
 class TestSqliteFileKeepsTheContract(StorageSuite):
@@ -45,13 +36,28 @@ class TestSqliteFileKeepsTheContract(StorageSuite):
 
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
-        return EVERY_CAPABILITY
+        return Capabilities(
+            contract_version=2,
+            notify=True,
+            filter_pushdown=True,
+            batch_enqueue=True,
+            batch_complete=True,
+            group_pushdown=True,
+            priorities=True,
+            claim_holder=True,
+            cancel=True,
+            task_listing=True,
+            queue_listing=True,
+            import_tasks=True,
+            audit=True,
+            reopen=True,
+        )
 
     @pytest.fixture
     def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
         if not isinstance(storage, SqliteStorage):
             raise TypeError(f"not a SqliteStorage: {storage!r}")
-        return storage.put_corrupt_task
+        return functools.partial(put_corrupt_task, storage)
 
 
 class TestSqliteInMemoryKeepsTheContract(StorageSuite):
@@ -65,10 +71,25 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
 
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
-        return msgspec.structs.replace(EVERY_CAPABILITY, reopen=False)  # no second connection
+        return Capabilities(
+            contract_version=2,
+            notify=True,
+            filter_pushdown=True,
+            batch_enqueue=True,
+            batch_complete=True,
+            group_pushdown=True,
+            priorities=True,
+            claim_holder=True,
+            cancel=True,
+            task_listing=True,
+            queue_listing=True,
+            import_tasks=True,
+            audit=True,
+            reopen=False,  # no second connection reaches it
+        )
 
     @pytest.fixture
     def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
         if not isinstance(storage, SqliteStorage):
             raise TypeError(f"not a SqliteStorage: {storage!r}")
-        return storage.put_corrupt_task
+        return functools.partial(put_corrupt_task, storage)

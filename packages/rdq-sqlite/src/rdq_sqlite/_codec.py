@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from rdq.spi import Attempt, AuditEntry, Envelope, RetryOverride, Status
+from rdq.spi import Attempt, AuditEntry, DLQFilter, Envelope, RetryOverride, Status
 
 __all__ = [
     "COLUMNS",
@@ -25,6 +25,7 @@ __all__ = [
     "audit_id",
     "audit_params",
     "audit_seq",
+    "dlq_filter_params",
     "encode_attempt",
     "envelope_from_row",
     "filter_params",
@@ -142,6 +143,14 @@ def filter_params(
         "lo": _LOWEST if lo is None else lo,
         "hi": _HIGHEST if hi is None else hi,
     }
+
+
+def dlq_filter_params(dlq_filter: DLQFilter | None) -> dict[str, Any]:
+    """The parameters of the ``{filter}`` fragment for a DLQ filter (``None``: every task)."""
+    f = dlq_filter or DLQFilter()
+    return filter_params(
+        f.error_type, f.handler_ref, to_us(f.dead_lettered_after), to_us(f.dead_lettered_before)
+    )
 
 
 def envelope_from_row(row: Sequence[Any]) -> Envelope:

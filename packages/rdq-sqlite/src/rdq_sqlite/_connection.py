@@ -7,17 +7,18 @@ while SQLite works. The store keeps two links on a database file (writes, and re
 WAL lets run beside a write) and one on an in-memory database.
 
 Every call has a deadline (the store's operation timeout). Waiting for the write lock is
-retried with short randomised sleeps until the deadline, never longer; a statement still
-running at the deadline is interrupted (``sqlite3_interrupt``), and the call raises
-``StorageUnavailable`` either way. SQLite's own busy handler is off (``busy_timeout = 0``): it
-sleeps up to 100 ms at a time, long after the lock is free.
+retried with short sleeps (:class:`rdq.spi.Doubling`, from 0.5 ms up to 10 ms) until the
+deadline, never longer; a statement still running at the deadline is interrupted
+(``sqlite3_interrupt``), and the call raises ``StorageUnavailable`` either way. SQLite's own
+busy handler is off (``busy_timeout = 0``): it sleeps up to 100 ms at a time, long after the
+lock is free. Every other sqlite3 exception becomes an rdq error at this boundary
+(:func:`rdq_sqlite._errors.translate_errors`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import sqlite3
 import threading
 import time
@@ -25,8 +26,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from rdq.errors import RdqError, StorageError, StorageUnavailable
-from rdq_sqlite._errors import is_busy, primary_code, translate
+from rdq.errors import StorageError, StorageUnavailable
+from rdq.spi import Doubling
+from rdq_sqlite._errors import is_busy, primary_code, translate_errors
 from rdq_sqlite._url import SqliteConfig
 
 __all__ = ["MIN_SQLITE", "Link", "Mode"]
@@ -202,19 +204,19 @@ class Link:
                 raise StorageUnavailable(self._late(self._config.timeout))
             self._running = call
         try:
-            return self._attempt(call, operation, mode, opening)
-        except RdqError:
-            raise
-        except sqlite3.Error as exc:
-            if call.interrupted or primary_code(exc) == sqlite3.SQLITE_INTERRUPT:
-                raise StorageUnavailable(self._late(self._config.timeout)) from None
-            raise translate(exc, self.where) from None
+            with translate_errors(self.where):
+                try:
+                    return self._attempt(call, operation, mode, opening)
+                except sqlite3.Error as exc:
+                    if call.interrupted or primary_code(exc) == sqlite3.SQLITE_INTERRUPT:
+                        raise StorageUnavailable(self._late(self._config.timeout)) from None
+                    raise
         finally:
             with self._lock:
                 self._running = None
 
     def _attempt(self, call: _Call, operation: Operation[T], mode: str, opening: bool) -> T:
-        backoff = _FIRST_BACKOFF
+        backoff = Doubling(_FIRST_BACKOFF, _MAX_BACKOFF)
         while True:
             try:
                 if self._conn is None:
@@ -227,11 +229,10 @@ class Link:
                 if not is_busy(exc):
                     raise
                 call.locked_out = True
-                pause = backoff * random.uniform(0.5, 1.5)
+                pause = backoff.next()
                 if call.deadline is not None and time.monotonic() + pause >= call.deadline:
                     raise StorageUnavailable(self._locked()) from None
                 time.sleep(pause)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
 
     @staticmethod
     def _once(conn: sqlite3.Connection, operation: Operation[T], mode: str) -> T:

@@ -1,4 +1,5 @@
-"""sqlite3 exceptions mapped to rdq's error tree at the store's boundary."""
+"""``translate_errors``: sqlite3 exceptions mapped to rdq's error tree at the store's boundary
+(every operation crosses it in :meth:`rdq_sqlite._connection.Link.call`)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def _reason(exc: BaseException) -> str:
     return f"{name}: {text.splitlines()[0]}" if text else name
 
 
-def translate(exc: sqlite3.Error, where: str) -> StorageError:
+def _translate(exc: sqlite3.Error, where: str) -> StorageError:
     """The rdq error for a sqlite3 exception on the database at ``where``."""
     code = primary_code(exc)
     if code in _UNAVAILABLE:
@@ -66,4 +67,4 @@ def translate_errors(where: str) -> Iterator[None]:
     except RdqError:
         raise
     except sqlite3.Error as exc:
-        raise translate(exc, where) from None
+        raise _translate(exc, where) from None

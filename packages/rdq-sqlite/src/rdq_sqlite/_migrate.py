@@ -48,19 +48,20 @@ def _refuse_newer(version: int, where: str) -> None:
         )
 
 
-def apply_migrations(conn: sqlite3.Connection, where: str) -> list[int]:
+def apply_migrations(conn: sqlite3.Connection, where: str) -> list[str]:
     """Inside a write transaction: apply every migration above the database's version and
-    return the versions applied (empty when it was up to date)."""
+    return those applied, named as their files are (``0001_schema``), in order (empty when
+    it was up to date)."""
     version = schema_version(conn)
     _refuse_newer(version, where)
     applied = []
-    for number, _name, script in migrations():
+    for number, name, script in migrations():
         if number <= version:
             continue
         for statement in _statements(script):
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {number}")
-        applied.append(number)
+        applied.append(f"{number:04d}_{name}")
     return applied
 
 

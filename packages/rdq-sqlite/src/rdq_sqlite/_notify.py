@@ -5,7 +5,8 @@ database for those queues after its transaction commits; every ``wait_due`` wait
 them, in any store and on any event loop of this process, wakes at once. Other processes
 cannot ring it: ``wait_due`` also looks every ``watch_interval`` seconds whether anyone
 committed to the file (``PRAGMA data_version``, which reads no table) and then checks when the
-queue's next task is due.
+queue's next task is due. :func:`next_due` and :func:`data_version` are those two looks, run
+on the read link's connection.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
-__all__ = ["Doorbell", "doorbell", "wait_until_due"]
+from rdq_sqlite._clock import now_for_read
+from rdq_sqlite._queries import SQL
+
+__all__ = ["Doorbell", "data_version", "doorbell", "next_due", "wait_until_due"]
 
 _bells: dict[str, Doorbell] = {}
 _bells_lock = threading.Lock()
@@ -110,3 +115,15 @@ async def wait_until_due(
         except TimeoutError:
             continue
         return True
+
+
+def data_version(conn: sqlite3.Connection) -> int:
+    """A number that changes whenever another connection commits to the database."""
+    version: int = conn.execute("PRAGMA data_version").fetchone()[0]
+    return version
+
+
+def next_due(conn: sqlite3.Connection, queue: str) -> tuple[int, int | None, int]:
+    """``(now, earliest due time of queue or None, data_version)``, all in microseconds."""
+    due = conn.execute(SQL.next_due, {"queue": queue}).fetchone()[0]
+    return now_for_read(conn), due, data_version(conn)

@@ -1,40 +1,30 @@
-"""The store's reads: functions of the read link's connection (see :mod:`._connection`).
+"""The store's reads that are not listings (those are in :mod:`._pages`, ``wait_due``'s in
+:mod:`._notify`): functions of the read link's connection (see :mod:`._connection`).
 
 In WAL mode a read never waits for a writer and sees every transaction committed before it
-started; the multi-statement ones run in one read snapshot.
+started; ``counts`` runs in one read snapshot.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from datetime import datetime
-from typing import Any
 
-from rdq.spi import AuditEntry, DLQGroup, Envelope, Stats, Status, group_order
+from rdq.errors import NotFound
+from rdq.spi import DLQGroup, Envelope, Stats, Status, group_order
 from rdq_sqlite._clock import now_for_read
-from rdq_sqlite._codec import at_us, audit_from_row, envelope_from_row, from_us
+from rdq_sqlite._codec import at_us, envelope_from_row, from_us
 from rdq_sqlite._queries import SQL
 
-__all__ = [
-    "audit_page",
-    "counts",
-    "data_version",
-    "dlq_groups",
-    "get",
-    "next_due",
-    "now",
-    "page",
-]
+__all__ = ["counts", "dlq_groups", "get", "now"]
 
 
-def get(conn: sqlite3.Connection, task_id: str) -> Envelope | None:
+def get(conn: sqlite3.Connection, task_id: str) -> Envelope:
+    """The task ``task_id``; ``NotFound`` if there is none."""
     row = conn.execute(SQL.get, {"id": task_id}).fetchone()
-    return None if row is None else envelope_from_row(row)
-
-
-def page(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Envelope]:
-    """The rows of ``list_tasks.sql`` for ``params`` as envelopes."""
-    return [envelope_from_row(row) for row in conn.execute(SQL.list_tasks, params)]
+    if row is None:
+        raise NotFound(task_id)
+    return envelope_from_row(row)
 
 
 def now(conn: sqlite3.Connection) -> datetime:
@@ -93,19 +83,3 @@ def dlq_groups(conn: sqlite3.Connection, queue: str) -> list[DLQGroup]:
         )
     groups.sort(key=group_order)
     return groups
-
-
-def data_version(conn: sqlite3.Connection) -> int:
-    """A number that changes whenever another connection commits to the database."""
-    version: int = conn.execute("PRAGMA data_version").fetchone()[0]
-    return version
-
-
-def next_due(conn: sqlite3.Connection, queue: str) -> tuple[int, int | None, int]:
-    """``(now, earliest due time of queue or None, data_version)``, all in microseconds."""
-    due = conn.execute(SQL.next_due, {"queue": queue}).fetchone()[0]
-    return now_for_read(conn), due, data_version(conn)
-
-
-def audit_page(conn: sqlite3.Connection, params: dict[str, Any]) -> list[AuditEntry]:
-    return [audit_from_row(row) for row in conn.execute(SQL.list_audit, params)]

@@ -21,19 +21,21 @@ from rdq.spi import (
     AuditEntry,
     Claimed,
     Completion,
-    DLQFilter,
     Envelope,
     Outcome,
     Selector,
     Status,
+    fence,
+    first_of_each_id,
+    stored_flags,
 )
 from rdq_sqlite._clock import tick
 from rdq_sqlite._codec import (
     audit_id,
     audit_params,
+    dlq_filter_params,
     encode_attempt,
     envelope_from_row,
-    filter_params,
     from_us,
     import_row,
     new_row,
@@ -62,33 +64,29 @@ def _ids(ids: Sequence[str]) -> str:
     return _ids_json(list(ids)).decode()
 
 
-def _existing(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:
-    rows = conn.execute(SQL.existing_queues, {"ids": _ids(ids)}).fetchall()
-    return dict(rows)
-
-
-def enqueue(
-    conn: sqlite3.Connection, tasks: Sequence[tuple[Envelope, str]], delay_us: int
-) -> list[bool]:
-    """Admit ``(task, payload JSON)`` pairs; one "stored" flag per pair. ``IDConflict`` (and
-    nothing stored) if an id exists, or comes earlier in the batch, in another queue."""
-    now = tick(conn)
-    existing = _existing(conn, [task.id for task, _ in tasks])
-    flags: list[bool] = []
-    rows: list[dict[str, Any]] = []
-    for task, payload in tasks:
+def _new(conn: sqlite3.Connection, tasks: Sequence[Envelope]) -> list[Envelope]:
+    """The first task of each id that the database does not hold yet. ``IDConflict`` (and
+    nothing stored) for an id given in two queues of the batch or held by another queue."""
+    unique = first_of_each_id(tasks)
+    rows = conn.execute(SQL.existing_queues, {"ids": _ids([t.id for t in unique])}).fetchall()
+    existing: dict[str, str] = dict(rows)
+    for task in unique:
         queue = existing.get(task.id)
-        if queue is not None:
-            if queue != task.queue:
-                raise IDConflict(task.id, queue)
-            flags.append(False)
-            continue
-        existing[task.id] = task.queue
+        if queue is not None and queue != task.queue:
+            raise IDConflict(task.id, queue)
+    return [task for task in unique if task.id not in existing]
+
+
+def enqueue(conn: sqlite3.Connection, tasks: Sequence[Envelope], delay_us: int) -> list[bool]:
+    """Admit ``tasks``; one "stored" flag per task (see :func:`_new` for ``IDConflict``)."""
+    now = tick(conn)
+    new = _new(conn, tasks)
+    rows = []
+    for task in new:
         due = to_us(task.next_attempt_at)
-        rows.append(new_row(task, payload, now, now + delay_us if due is None else due))
-        flags.append(True)
+        rows.append(new_row(task, None, now, now + delay_us if due is None else due))
     conn.executemany(SQL.enqueue, rows)
-    return flags
+    return stored_flags(tasks, {task.id for task in new})
 
 
 def claim(
@@ -141,10 +139,11 @@ def claim(
     return [Claimed(envelope_from_row(claimed[row[0]][1:]), claimed[row[0]][0]) for row in picked]
 
 
-def _stale_or_missing(conn: sqlite3.Connection, task_id: str) -> StaleClaim | NotFound:
-    if conn.execute(SQL.task_queue, {"id": task_id}).fetchone() is None:
-        return NotFound(task_id)
-    return StaleClaim(task_id)
+def _fence(conn: sqlite3.Connection, task_id: str, row: object) -> None:
+    """``StaleClaim`` or ``NotFound`` unless the fenced statement returned a ``row``."""
+    if row is None:
+        found = conn.execute(SQL.task_queue, {"id": task_id}).fetchone() is not None
+        fence(task_id, found=found, applied=False)
 
 
 def extend_lease(conn: sqlite3.Connection, task_id: str, token: str, lease_us: int) -> int:
@@ -153,8 +152,7 @@ def extend_lease(conn: sqlite3.Connection, task_id: str, token: str, lease_us: i
     row = conn.execute(
         SQL.extend_lease, {"id": task_id, "token": token, "expires": now + lease_us}
     ).fetchone()
-    if row is None:
-        raise _stale_or_missing(conn, task_id)
+    _fence(conn, task_id, row)
     expires: int = row[0]
     return expires
 
@@ -181,8 +179,7 @@ def resolve(
             "error_type": attempt.error_type,
         },
     ).fetchone()
-    if row is None:
-        raise _stale_or_missing(conn, task_id)
+    _fence(conn, task_id, row)
     queue: str = row[0]
     return queue
 
@@ -204,17 +201,13 @@ def complete_many(
                 "error_type": item.attempt.error_type,
             },
         ).fetchone()
-        results.append(None if row is not None else _stale_or_missing(conn, item.task_id))
+        try:
+            _fence(conn, item.task_id, row)
+        except (StaleClaim, NotFound) as refused:
+            results.append(refused)
+        else:
+            results.append(None)
     return results
-
-
-def _dlq_filter_params(dlq_filter: DLQFilter) -> dict[str, Any]:
-    return filter_params(
-        dlq_filter.error_type,
-        dlq_filter.handler_ref,
-        to_us(dlq_filter.dead_lettered_after),
-        to_us(dlq_filter.dead_lettered_before),
-    )
 
 
 def redrive(conn: sqlite3.Connection, queue: str, selector: Selector) -> int:
@@ -224,7 +217,7 @@ def redrive(conn: sqlite3.Connection, queue: str, selector: Selector) -> int:
             SQL.redrive_ids, {"queue": queue, "ids": _ids(selector.ids), "now": now}
         )
     else:
-        params = _dlq_filter_params(selector.filter or DLQFilter())
+        params = dlq_filter_params(selector.filter)
         cursor = conn.execute(SQL.redrive_filter, {"queue": queue, "now": now, **params})
     return cursor.rowcount
 
@@ -233,7 +226,7 @@ def purge(conn: sqlite3.Connection, queue: str, selector: Selector) -> int:
     if selector.ids is not None:
         cursor = conn.execute(SQL.purge_ids, {"queue": queue, "ids": _ids(selector.ids)})
     else:
-        params = _dlq_filter_params(selector.filter or DLQFilter())
+        params = dlq_filter_params(selector.filter)
         cursor = conn.execute(SQL.purge_filter, {"queue": queue, **params})
     return cursor.rowcount
 
@@ -251,38 +244,14 @@ def cancel(conn: sqlite3.Connection, queue: str, task_ids: Sequence[str]) -> int
 
 
 def import_tasks(conn: sqlite3.Connection, tasks: Sequence[Envelope]) -> list[bool]:
-    """Store tasks verbatim; ``IDConflict`` (nothing stored) if an id is taken by another
-    queue."""
-    existing = _existing(conn, [task.id for task in tasks])
-    flags: list[bool] = []
-    rows: list[dict[str, Any]] = []
-    for task in tasks:
-        queue = existing.get(task.id)
-        if queue is not None:
-            if queue != task.queue:
-                raise IDConflict(task.id, queue)
-            flags.append(False)
-            continue
-        existing[task.id] = task.queue
-        rows.append(import_row(task))
-        flags.append(True)
-    conn.executemany(SQL.import_tasks, rows)
-    return flags
+    """Store tasks verbatim; one "stored" flag per task (see :func:`_new` for
+    ``IDConflict``)."""
+    new = _new(conn, tasks)
+    conn.executemany(SQL.import_tasks, [import_row(task) for task in new])
+    return stored_flags(tasks, {task.id for task in new})
 
 
 def append_audit(conn: sqlite3.Connection, entry: AuditEntry) -> AuditEntry:
     now = tick(conn)
     seq: int = conn.execute(SQL.append_audit, {"time": now, **audit_params(entry)}).fetchone()[0]
     return msgspec.structs.replace(entry, id=audit_id(seq), time=from_us(now))
-
-
-def put_corrupt(
-    conn: sqlite3.Connection, queue: str, task_id: str, raw: str, created_us: int | None
-) -> None:
-    """A PENDING task due now whose payload is ``raw`` and, if given, whose ``created_at`` is
-    ``created_us`` (for the kit's corrupt-task clauses)."""
-    now = tick(conn)
-    row = new_row(Envelope(id=task_id, queue=queue, handler_ref="corrupt:task"), raw, now, now)
-    if created_us is not None:
-        row["created_at"] = created_us
-    conn.execute(SQL.enqueue, row)
