@@ -581,7 +581,7 @@ class ListQueuesKeepsEmptiedQueues(_Broken):
         self._check_open()
         with self._state.lock:
             now = self._clock_now()
-            return [self._stats(name, now) for name in sorted(self._state.queues)]
+            return [self._state.stats(name, now) for name in sorted(self._state.queues)]
 
 
 # --- import --------------------------------------------------------------------------------

@@ -159,11 +159,14 @@ class AdmissionClauses:
         assert await storage.claim_due(queue, 5, LONG_LEASE) == []
 
     @pytest.mark.asyncio
+    @pytest.mark.parametrize("hours", [3, -3], ids=["future", "past"])
     async def test_enqueue_keeps_a_given_next_attempt_at(
-        self, storage: Storage, queue: str
+        self, storage: Storage, queue: str, hours: int
     ) -> None:
+        """Kept as given, in the past too (a task due since then: its age in the queue counts
+        from that time, and it is claimed before tasks due later)."""
         now = await storage.now()
-        due = now + timedelta(hours=3, microseconds=123)
+        due = now + timedelta(hours=hours, microseconds=123)
         task = new_task(queue, next_attempt_at=due)
         await storage.enqueue(task, delay=timedelta(minutes=1))
         assert (await storage.get(task.id)).next_attempt_at == due

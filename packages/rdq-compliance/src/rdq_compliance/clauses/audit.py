@@ -3,8 +3,10 @@ first with stable cursors."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 
 from rdq.errors import StaleCursor, ValidationError
@@ -61,6 +63,28 @@ class AuditClauses:
         assert await list_all_audit(storage, AuditFilter(queue=queue)) == [stored]
         more = [await storage.append_audit(_entry(queue)) for _ in range(5)]
         assert len({e.id for e in [stored, *more]}) == 6, "audit ids are unique"
+
+    @pytest.mark.asyncio
+    async def test_append_audit_stamps_its_own_time_and_a_fresh_id_whatever_the_entry_carries(
+        self, storage: Storage, queue: str
+    ) -> None:
+        """``id`` and ``time`` are the store's to set: an entry that already carries them (a
+        record copied from elsewhere) is stored with a fresh id and the store's now."""
+        carried = msgspec.structs.replace(
+            _entry(queue), id="caller-chosen-id", time=datetime(2001, 2, 3, tzinfo=UTC)
+        )
+        before = await storage.now()
+        first = await storage.append_audit(carried)
+        second = await storage.append_audit(carried)
+        after = await storage.now()
+        for stored in (first, second):
+            assert stored.id and stored.id != "caller-chosen-id", "the store gives a fresh id"
+            assert stored.time is not None and before <= stored.time <= after, (
+                "the store stamps its own time, not the caller's"
+            )
+        assert first.id != second.id, "each append gets an id of its own"
+        listed = await list_all_audit(storage, AuditFilter(queue=queue))
+        assert sorted(e.id or "" for e in listed) == sorted([first.id or "", second.id or ""])
 
     @pytest.mark.asyncio
     async def test_list_audit_lists_newest_first(self, storage: Storage, queue: str) -> None:

@@ -130,6 +130,28 @@ class DLQGroupClauses:
         assert await storage.dlq_groups(queue) == reference
 
     @pytest.mark.asyncio
+    async def test_dlq_groups_put_one_handler_and_error_type_in_one_group_whatever_the_messages(
+        self, storage: Storage, queue: str
+    ) -> None:
+        """The group key is (handler_ref, last error type) only: messages, tracebacks and
+        workers differ from task to task of one group."""
+        for n in range(3):
+            await storage.enqueue(new_task(queue, handler_ref="kit.handlers:a"))
+            claimed = await claim_one(storage, queue)
+            failed = attempt(
+                1,
+                Outcome.PERMANENT,
+                error_type="GatewayDown",
+                error_message=f"gateway {n} answered 50{n}",
+                worker_id=f"kit-worker-{n}",
+            )
+            await storage.dead_letter(claimed.task.id, claimed.token, failed)
+        groups = await storage.dlq_groups(queue)
+        assert [(g.handler_ref, g.error_type, g.count) for g in groups] == [
+            ("kit.handlers:a", "GatewayDown", 3)
+        ], f"one group of three, whatever their messages: {groups}"
+
+    @pytest.mark.asyncio
     async def test_dlq_groups_of_a_queue_without_dead_tasks_is_empty(
         self, storage: Storage, queue: str
     ) -> None:

@@ -24,7 +24,10 @@ from rdq_compliance._fixtures import require_capability
 from rdq_compliance._gates import needs
 from rdq_compliance._support import (
     LONG_LEASE,
+    SHORT_LEASE,
     attempt,
+    claim_one,
+    clock_passes,
     dead_tasks,
     list_all_tasks,
     new_task,
@@ -235,6 +238,41 @@ class TaskListingClauses:
         assert other_queue not in {s.queue for s in await storage.list_queues()}, (
             "a queue whose last task is gone is not listed"
         )
+
+    @pytest.mark.asyncio
+    async def test_list_tasks_lists_an_in_flight_task_whose_lease_lapsed_until_it_is_reclaimed(
+        self, storage: Storage, queue: str
+    ) -> None:
+        """A lapsed lease nobody reclaimed yet is still IN_FLIGHT: listed, and counted."""
+        await storage.enqueue(new_task(queue))
+        (claimed,) = await storage.claim_due(queue, 1, SHORT_LEASE)
+        expires = claimed.task.lease_expires_at
+        assert expires is not None
+        await clock_passes(storage, expires)
+        listed = await list_all_tasks(storage, queue, TaskFilter(status=Status.IN_FLIGHT))
+        assert [t.id for t in listed] == [claimed.task.id], (
+            "an IN_FLIGHT task whose lease lapsed, not yet reclaimed, is listed as IN_FLIGHT"
+        )
+        assert listed[0].lease_expires_at == expires
+        assert (await storage.stats(queue)).in_flight == 1
+
+    @needs("queue_listing", "cancel")
+    @pytest.mark.asyncio
+    async def test_list_queues_lists_a_queue_that_holds_only_finished_tasks(
+        self, storage: Storage, queue: str, other_queue: str
+    ) -> None:
+        """A queue is listed while it holds a task in any status: only SUCCEEDED, or only
+        CANCELLED, still counts."""
+        await storage.enqueue(new_task(queue))
+        claimed = await claim_one(storage, queue)
+        await storage.complete(claimed.task.id, claimed.token, attempt(1, Outcome.SUCCEEDED))
+        cancelled = new_task(other_queue)
+        await storage.enqueue(cancelled)
+        assert await storage.cancel(other_queue, [cancelled.id]) == 1
+        listed = {s.queue: s for s in await storage.list_queues()}
+        assert queue in listed, "a queue holding only a SUCCEEDED task is listed"
+        assert other_queue in listed, "a queue holding only a CANCELLED task is listed"
+        assert (listed[queue].succeeded, listed[other_queue].cancelled) == (1, 1)
 
 
 FAR = timedelta(days=3)
