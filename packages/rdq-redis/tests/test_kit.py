@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 
 import pytest
@@ -11,16 +12,26 @@ from rdq import open_storage
 from rdq.spi import Capabilities, Storage
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_redis import RedisStorage
+from rdq_redis.testing import put_corrupt_task
 
 EXPECTED_CAPABILITIES = Capabilities(
-    reopen=True,
+    contract_version=2,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,
     batch_complete=True,
     group_pushdown=True,
+    priorities=True,
+    claim_holder=True,
+    cancel=True,
+    task_listing=True,
+    queue_listing=True,
+    import_tasks=True,
+    audit=True,
+    reopen=True,
 )
-"""What the Redis store advertises, on one server and on Cluster alike."""
+"""What the Redis store advertises, on one server and on Cluster alike: everything but
+``transactional_enqueue``."""
 
 
 class TestRedisCompliance(StorageSuite):
@@ -41,4 +52,4 @@ class TestRedisCompliance(StorageSuite):
     @pytest.fixture
     def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
         assert isinstance(storage, RedisStorage)
-        return storage.put_corrupt_task
+        return functools.partial(put_corrupt_task, storage)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -15,6 +16,7 @@ from rdq.errors import IDConflict, NotFound, StorageError
 from rdq.spi import Attempt, Capabilities, Envelope, Outcome, Selector, Storage
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_redis import RedisStorage
+from rdq_redis.testing import put_corrupt_task
 
 from .test_kit import EXPECTED_CAPABILITIES
 from .test_layout import write_layout_1
@@ -45,7 +47,7 @@ class TestRedisClusterCompliance(StorageSuite):
     @pytest.fixture
     def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
         assert isinstance(storage, RedisStorage)
-        return storage.put_corrupt_task
+        return functools.partial(put_corrupt_task, storage)
 
 
 @pytest.mark.asyncio

@@ -11,22 +11,18 @@ import pytest
 
 from rdq import open_storage
 from rdq.errors import NotConnected
-from rdq.spi import Capabilities, Envelope, Page, Storage
+from rdq.spi import Envelope, Page, Storage
 from rdq_redis import RedisConfig, RedisStorage
 from rdq_redis._url import parse_url
+
+from .test_kit import EXPECTED_CAPABILITIES
 
 LEASE = timedelta(minutes=5)
 
 
 def test_capabilities_are_exactly_what_the_store_offers() -> None:
     store = open_storage("redis://127.0.0.1:1/0")
-    assert store.capabilities() == Capabilities(
-        notify=True,
-        filter_pushdown=True,
-        batch_enqueue=True,
-        batch_complete=True,
-        group_pushdown=True,
-    )
+    assert store.capabilities() == EXPECTED_CAPABILITIES
 
 
 def test_the_config_is_public_and_frozen() -> None:

@@ -11,12 +11,14 @@ from rdq.errors import IDConflict, StorageError, ValidationError
 from rdq.spi import (
     STATUS_TIME_FIELDS,
     Attempt,
+    Claimed,
     Completion,
     DLQFilter,
     DLQGroup,
     Envelope,
     Selector,
     Stats,
+    Status,
     group_order,
     limits,
     status_time,
@@ -26,21 +28,20 @@ from rdq_redis._codec import (
     attempt_json,
     attempts_json,
     envelope_body,
+    envelope_from_hash,
     error_arg,
     from_us,
+    hash_pairs,
     score_us,
     to_us,
 )
-from rdq_redis._keys import QueueKeys
-from rdq_redis._pages import STATUS_SETS
+from rdq_redis._keys import STATUS_SETS, QueueKeys, index_key
 
 __all__ = [
+    "admission",
     "admitted",
-    "attempt_json",
-    "check_completions",
-    "check_timeout",
+    "claimed",
     "completion_batches",
-    "corrupt_hash",
     "dlq_groups",
     "enqueue_row",
     "group_label",
@@ -132,25 +133,6 @@ def import_row(task: Envelope, qk: QueueKeys) -> list[Any]:
     ]
 
 
-def check_completions(completions: Sequence[Completion]) -> None:
-    """Validate every item of a ``complete_many`` call before anything changes."""
-    for i, item in enumerate(completions):
-        if not isinstance(item, Completion):
-            raise ValidationError("must be rdq.spi.Completion items", field="completions")
-        limits.check_task_id(item.task_id, f"completions[{i}].task_id")
-        limits.check_token(item.token, f"completions[{i}].token")
-        limits.check_attempt(item.attempt, f"completions[{i}].attempt")
-
-
-def check_timeout(timeout: object) -> None:
-    if (
-        not isinstance(timeout, int | float)
-        or isinstance(timeout, bool)
-        or not timeout >= 0  # NaN too
-    ):
-        raise ValidationError("must be a non-negative number of seconds", field="timeout")
-
-
 def _filter_args(dlq_filter: DLQFilter | None) -> list[str]:
     """(min score, max score, handler filter, error filter) for ``select_ids``."""
     f = dlq_filter or DLQFilter()
@@ -175,6 +157,22 @@ def group_label(label: bytes) -> tuple[str, str | None]:
     return text, error[1:].decode("utf-8", "replace") if error else None
 
 
+def admission(
+    prefix: str, registry: str, tasks: Sequence[Envelope], rows: Sequence[list[Any]]
+) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of one admitting script call (``enqueue.lua`` or
+    ``import_tasks.lua``) on a single server, where the script keeps the id index and the
+    queue registry; ``rows`` holds each task's values (:func:`enqueue_row`,
+    :func:`import_row`). On Cluster, :func:`rdq_redis._cluster.admit_on_cluster` builds them."""
+    keys: list[str] = []
+    args: list[Any] = [len(tasks), "1", registry]
+    for task, row in zip(tasks, rows, strict=True):
+        qk = QueueKeys(prefix, task.queue)
+        keys += [qk.levels, qk.task(task.id), index_key(prefix, task.id)]
+        args += row
+    return keys, args
+
+
 def admitted(reply: Any) -> list[bool]:
     """The per-task "stored" flags of an admitting script, or its ``IDConflict``."""
     if reply[0] == b"IDCONFLICT":
@@ -182,6 +180,19 @@ def admitted(reply: Any) -> list[bool]:
     if reply[0] != b"OK":
         raise StorageError(f"unexpected reply from an admitting script: {reply!r}")
     return [flag == 1 for flag in reply[1]]
+
+
+def claimed(queue: str, reply: Any) -> list[Claimed]:
+    """``claim_due.lua``'s reply (id, token and hash of each task claimed) as claims."""
+    return [
+        Claimed(
+            envelope_from_hash(
+                hash_pairs(fields), task_id=task_id.decode(), queue=queue, status=Status.IN_FLIGHT
+            ),
+            token.decode(),
+        )
+        for task_id, token, fields in reply
+    ]
 
 
 def dlq_groups(reply: Any) -> list[DLQGroup]:
@@ -218,30 +229,6 @@ def stats(queue: str, reply: Any) -> Stats:
     )
 
 
-def corrupt_hash(raw: str, due_us: int, kind: str = "undecodable") -> dict[Any, Any]:
-    """The hash of a PENDING task due at ``due_us`` whose ``body`` is ``raw``, or, by
-    ``kind``, whose payload nests 5000 levels deep or whose ``created_at`` lies past the year
-    9999 (see ``rdq_compliance.CorruptTaskWriter``)."""
-    due = str(due_us)
-    created = due
-    if kind == "deep":
-        raw = '{"handler_ref": "corrupt:task", "payload": ' + "[" * 5000 + "]" * 5000 + "}"
-    elif kind == "far_time":
-        raw, created = '{"handler_ref": "corrupt:task"}', str(10**18)  # about the year 33658
-    elif kind != "undecodable":
-        raise ValueError(f"unknown kind of corrupt task: {kind!r}")
-    return {
-        "body": raw,
-        "status": "PENDING",
-        "attempt_count": "0",
-        "redrive_count": "0",
-        "attempts": "[]",
-        "priority": "0",
-        "created_at": created,
-        "next_attempt_at": due,
-    }
-
-
 def resolve_args(
     qk: QueueKeys, task_id: str, token: str, status: str, attempt: Attempt, next_at_us: str
 ) -> list[Any]:
@@ -260,17 +247,14 @@ def resolve_args(
 
 def completion_batches(
     completions: Sequence[Completion], prefix: str, cluster: bool
-) -> tuple[list[tuple[list[int], list[str], list[Any]]], list[int]]:
+) -> list[tuple[list[int], list[str], list[Any]]]:
     """The ``complete_many.lua`` calls for ``completions`` as (positions, keys, args): one for
-    all of them on a single server, one per queue (slot) on Cluster; and the positions whose
-    token names no queue of this store (not held)."""
+    all of them on a single server, one per queue (slot) on Cluster. A completion whose token
+    names no queue of this store (so holds no claim) is in none."""
     groups: dict[str, list[int]] = {}
-    unheld: list[int] = []
     for i, item in enumerate(completions):
         queue = token_queue(item.token)
-        if queue is None:
-            unheld.append(i)
-        else:
+        if queue is not None:
             groups.setdefault(queue if cluster else "", []).append(i)
     batches = []
     for positions in groups.values():
@@ -288,7 +272,7 @@ def completion_batches(
                 error_arg(item.attempt.error_type),
             ]
         batches.append((positions, keys, args))
-    return batches, unheld
+    return batches
 
 
 def holds_tasks(stats: Stats) -> bool:

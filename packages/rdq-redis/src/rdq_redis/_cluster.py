@@ -13,12 +13,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from rdq.errors import IDConflict
-from rdq.spi import Envelope
+from rdq.spi import Envelope, first_of_each_id
 from rdq_redis._args import admitted
 from rdq_redis._connection import Client
 from rdq_redis._errors import translate_errors
 from rdq_redis._keys import QueueKeys, index_key, registry_key
-from rdq_redis._queries import Scripts
+from rdq_redis._scripts import Scripts
 
 __all__ = ["admit_on_cluster", "forget_ids", "forget_queue", "register_queues", "reserve_ids"]
 
@@ -59,11 +59,7 @@ async def reserve_ids(client: Client, prefix: str, address: str, tasks: Sequence
     Every id is checked before any is reserved, so a refused batch leaves no trace, except
     when another client binds one of the ids to another queue between the check and the
     reservation (the ids reserved by then stay reserved)."""
-    owners: dict[str, str] = {}
-    for task in tasks:
-        first = owners.setdefault(task.id, task.queue)
-        if first != task.queue:
-            raise IDConflict(task.id, first)
+    owners = {task.id: task.queue for task in first_of_each_id(tasks)}
     ids = list(owners)
     with translate_errors(address):
         async with client.pipeline(transaction=False) as pipe:

@@ -18,6 +18,9 @@ the scripts read or change:
 Reading never raises: a hash whose values do not decode (edited by hand, written by a buggy
 producer) becomes an envelope with ``corrupt`` saying what is wrong and showing the stored
 value; the fields that did decode are filled in.
+
+An audit entry's hash holds ``body`` (the entry as JSON, without id and time) and ``time``
+(µs); its id is its key's last part.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from rdq.spi import (
     MAX_PRIORITY,
     MIN_PRIORITY,
     Attempt,
+    AuditEntry,
     Envelope,
     Outcome,
     Status,
@@ -46,6 +50,8 @@ __all__ = [
     "MANAGED_FIELDS",
     "attempt_json",
     "attempts_json",
+    "audit_body",
+    "audit_entry",
     "envelope_body",
     "envelope_from_hash",
     "error_arg",
@@ -158,6 +164,17 @@ def envelope_body(task: Envelope) -> bytes:
     for name in MANAGED_FIELDS:
         obj.pop(name, None)
     return _encoder.encode(obj)
+
+
+def audit_body(entry: AuditEntry) -> bytes:
+    """An audit entry as ``audit_append.lua`` stores it (the script gives id and time)."""
+    return _encoder.encode(msgspec.structs.replace(entry, id=None, time=None))
+
+
+def audit_entry(entry_id: str, fields: dict[bytes, bytes]) -> AuditEntry:
+    """An audit entry from its hash."""
+    entry = msgspec.json.decode(fields[b"body"], type=AuditEntry)
+    return msgspec.structs.replace(entry, id=entry_id, time=from_us(int(fields[b"time"])))
 
 
 def hash_pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:

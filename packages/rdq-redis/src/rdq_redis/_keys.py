@@ -32,10 +32,12 @@ from __future__ import annotations
 import re
 
 from rdq.errors import ConfigError
+from rdq.spi import Status
 
 __all__ = [
     "DEFAULT_PREFIX",
     "LAYOUT",
+    "STATUS_SETS",
     "AuditKeys",
     "QueueKeys",
     "check_prefix",
@@ -47,6 +49,16 @@ __all__ = [
 DEFAULT_PREFIX = "rdq"
 LAYOUT = 2
 """The key layout this release reads and writes (1: before priorities, groups and audit)."""
+
+STATUS_SETS = {
+    Status.PENDING: "pending",
+    Status.IN_FLIGHT: "inflight",
+    Status.DEAD: "dead",
+    Status.SUCCEEDED: "succeeded",
+    Status.CANCELLED: "cancelled",
+}
+"""The index of each status: a sorted set (or one per priority) scored by its status time
+(the scripts add ``:<p>`` for PENDING and IN_FLIGHT)."""
 
 _PREFIX_RE = re.compile(r"[A-Za-z0-9._\-:]{1,64}")
 

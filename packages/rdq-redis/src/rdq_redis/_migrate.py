@@ -5,7 +5,7 @@ older key layout (see :mod:`rdq_redis._keys`).
 The layout version lives in ``<prefix>:layout``. A store opened on keys of an older layout
 refuses every operation but ``migrate`` with a ``StorageError`` that says to run it; one
 opened on a newer layout refuses everything. A prefix with no keys at all gets the current
-version written at once.
+version written at once. ``migrate`` returns the upgrade it applied, if any.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rdq_redis._cluster import register_queues
 from rdq_redis._connection import Client
 from rdq_redis._errors import translate_errors
 from rdq_redis._keys import LAYOUT, QueueKeys, layout_key, registry_key
-from rdq_redis._queries import Scripts
+from rdq_redis._scripts import Scripts
 
 __all__ = ["check_layout", "check_server", "layout_error", "migrate", "stored_layout"]
 
@@ -71,14 +71,18 @@ def layout_error(version: int, prefix: str, address: str) -> StorageError:
 
 async def migrate(
     client: Client, scripts: Scripts, prefix: str, address: str, *, cluster: bool
-) -> None:
+) -> list[str]:
     """Check the server (see :func:`check_server`), load every script and upgrade the keys
-    under ``prefix`` to the current layout. Idempotent; an interrupted upgrade resumes."""
+    under ``prefix`` to the current layout. Idempotent; an interrupted upgrade resumes.
+
+    Returns the upgrade applied (``["key layout 1 -> 2"]``), or ``[]`` when the keys were in
+    the current layout already (loading the scripts into the server's cache is no step of
+    its own: every call does it)."""
     await check_server(client, address, cluster=cluster)
     await scripts.load_all()
     version = await check_layout(client, prefix, address)
     if version == LAYOUT:
-        return
+        return []
     if version > LAYOUT:
         raise layout_error(version, prefix, address)
     queues = await _stored_queues(client, prefix, address)
@@ -97,6 +101,7 @@ async def migrate(
             )
     with translate_errors(address):
         await client.set(layout_key(prefix), str(LAYOUT))
+    return [f"key layout {version} -> {LAYOUT}"]
 
 
 async def _stored_queues(client: Client, prefix: str, address: str) -> set[str]:

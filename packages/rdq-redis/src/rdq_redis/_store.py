@@ -1,17 +1,20 @@
-"""``RedisStorage``: the storage contract on Redis, every mutation one Lua script."""
+"""``RedisStorage``: the storage contract on Redis, every mutation one Lua script.
+
+:class:`~rdq.spi.StorageBase` checks that the store is open and validates every argument; the
+``_operations`` here run the scripts (see :mod:`rdq_redis._args` for their arguments)."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
 from rdq.errors import NotConnected, NotFound, StaleClaim
 from rdq.spi import (
+    CONTRACT_VERSION,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -27,11 +30,12 @@ from rdq.spi import (
     Status,
     StorageBase,
     TaskFilter,
-    limits,
+    fence,
 )
 from rdq_redis import _args
 from rdq_redis._cluster import admit_on_cluster, forget_ids, forget_queue
 from rdq_redis._codec import (
+    audit_body,
     envelope_from_hash,
     error_arg,
     from_us,
@@ -45,12 +49,31 @@ from rdq_redis._keys import LAYOUT, AuditKeys, QueueKeys, index_key, registry_ke
 from rdq_redis._migrate import check_layout, layout_error, migrate, stored_layout
 from rdq_redis._notify import Waiters
 from rdq_redis._pages import audit_page, dlq_page, task_page
-from rdq_redis._queries import Scripts
+from rdq_redis._scripts import Scripts
 from rdq_redis._url import RedisConfig, parse_url
 
-__all__ = ["RedisStorage"]
+__all__ = ["CAPABILITIES", "RedisStorage"]
 
 _PURGE_BATCH = 500
+
+CAPABILITIES = Capabilities(
+    contract_version=CONTRACT_VERSION,
+    notify=True,
+    filter_pushdown=True,
+    batch_enqueue=True,
+    batch_complete=True,
+    group_pushdown=True,
+    priorities=True,
+    claim_holder=True,
+    cancel=True,
+    task_listing=True,
+    queue_listing=True,
+    import_tasks=True,
+    audit=True,
+    reopen=True,
+)
+"""What the store offers, on one server and on Cluster alike: everything but
+``enqueue_in`` (Redis has no transaction of the application's to join)."""
 
 
 @dataclass
@@ -86,6 +109,13 @@ class RedisStorage(StorageBase):
     def __repr__(self) -> str:
         return f"RedisStorage(address={self._address!r}, prefix={self._prefix!r})"
 
+    def capabilities(self) -> Capabilities:
+        return CAPABILITIES
+
+    def reopen(self) -> RedisStorage:
+        """A second store on the same data, with connections of its own."""
+        return RedisStorage(self._config)
+
     # --- lifecycle -------------------------------------------------------------------------
 
     async def _open(self) -> None:
@@ -107,9 +137,8 @@ class RedisStorage(StorageBase):
             await session.connection.aclose()
 
     def _live(self) -> _Session:
-        """The open session; ``NotConnected`` before ``connect`` and after ``aclose``."""
-        self._check_open()
-        if self._session is None:  # closed by a concurrent aclose
+        """The open session (``NotConnected`` if a concurrent ``aclose`` dropped it)."""
+        if self._session is None:
             raise NotConnected(type(self).__name__, closed=True)
         return self._session
 
@@ -128,33 +157,17 @@ class RedisStorage(StorageBase):
     def _redis(self) -> Client:
         return self._live().connection.client
 
-    async def migrate(self) -> None:
+    async def _migrate(self) -> list[str]:
         """Redis has no schema: check the server (version; a WARNING on logger ``rdq_redis``
         if it may evict keys, which would lose tasks), load every script into its cache and
         upgrade keys of an older layout."""
         session = self._live()
-        await migrate(
-            session.connection.client,
-            session.scripts,
-            self._prefix,
-            self._address,
-            cluster=self._cluster,
+        client = session.connection.client
+        applied = await migrate(
+            client, session.scripts, self._prefix, self._address, cluster=self._cluster
         )
         session.layout = LAYOUT
-
-    def reopen(self) -> RedisStorage:
-        """A second store on the same data, with connections of its own."""
-        return RedisStorage(self._config)
-
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            reopen=True,
-            notify=True,
-            filter_pushdown=True,
-            batch_enqueue=True,
-            batch_complete=True,
-            group_pushdown=True,
-        )
+        return applied
 
     @property
     def _indexed(self) -> str:
@@ -170,29 +183,17 @@ class RedisStorage(StorageBase):
 
     # --- admission -------------------------------------------------------------------------
 
-    async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
-        self._check_open()
-        return (await self.enqueue_batch([task], delay=delay))[0]
+    async def _enqueue(self, task: Envelope, delay: timedelta | None) -> bool:
+        return (await self._enqueue_batch([task], delay))[0]
 
-    async def enqueue_batch(
-        self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
-    ) -> list[bool]:
-        self._check_open()
-        limits.check_delay(delay)
-        checked = [limits.check_task(task) for task in tasks]
-        if not checked:
-            return []
-        delay_us = (delay or timedelta(0)) // timedelta(microseconds=1)
-        rows = [_args.enqueue_row(task, self._keys(task.queue), delay_us) for task in checked]
-        return await self._admit("enqueue", checked, rows)
+    async def _enqueue_batch(self, tasks: list[Envelope], delay: timedelta | None) -> list[bool]:
+        delay_us = _args.micros(delay or timedelta(0))
+        rows = [_args.enqueue_row(task, self._keys(task.queue), delay_us) for task in tasks]
+        return await self._admit("enqueue", tasks, rows)
 
-    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
-        self._check_open()
-        checked = limits.check_imported_tasks(tasks)
-        if not checked:
-            return []
-        rows = [_args.import_row(task, self._keys(task.queue)) for task in checked]
-        return await self._admit("import_tasks", checked, rows)
+    async def _import_tasks(self, tasks: list[Envelope]) -> list[bool]:
+        rows = [_args.import_row(task, self._keys(task.queue)) for task in tasks]
+        return await self._admit("import_tasks", tasks, rows)
 
     async def _admit(self, script: str, tasks: list[Envelope], rows: list[list[Any]]) -> list[bool]:
         """Run an admitting script (``enqueue`` or ``import_tasks``): one call on a single
@@ -200,51 +201,17 @@ class RedisStorage(StorageBase):
         per queue."""
         scripts = await self._ready()
         if not self._cluster:
-            keys: list[str] = []
-            args: list[Any] = [len(tasks), "1", self._registry]
-            for task, row in zip(tasks, rows, strict=True):
-                qk = self._keys(task.queue)
-                keys += [qk.levels, qk.task(task.id), index_key(self._prefix, task.id)]
-                args += row
+            keys, args = _args.admission(self._prefix, self._registry, tasks, rows)
             return _args.admitted(await scripts.run(script, keys, args))
         return await admit_on_cluster(
             self._redis(), scripts, self._prefix, self._address, script, tasks, rows
         )
 
-    async def put_corrupt_task(
-        self, queue: str, task_id: str, raw: str = "{not json", *, kind: str = "undecodable"
-    ) -> None:
-        """Test hook: store a PENDING task of ``queue``, due now, as a hand edit would, whose
-        ``body`` is ``raw`` (which must not decode), or, by ``kind``, a payload nested deeper
-        than any decoder recurses (``"deep"``) or a ``created_at`` past the year 9999
-        (``"far_time"``). Reads return it with ``corrupt`` set; the compliance kit's
-        corrupt-task clauses use this."""
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_task_id(task_id)
-        await self._ready()
-        if await self._queue_of(task_id) is not None:
-            raise ValueError(f"task {task_id!r} exists already")
-        qk = self._keys(queue)
-        due = to_us(await self.now())
-        client = self._redis()
-        with translate_errors(self._address):
-            await client.set(index_key(self._prefix, task_id), queue)
-            await client.sadd(registry_key(self._prefix), queue)
-            await client.hset(qk.task(task_id), mapping=_args.corrupt_hash(raw, due, kind))
-            await client.zadd(qk.pending(0), {task_id: due})
-            await client.zadd(qk.levels, {"0": 0})
-
     # --- claiming --------------------------------------------------------------------------
 
-    async def claim_due(
-        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    async def _claim_due(
+        self, queue: str, limit: int, lease: timedelta, worker_id: str | None
     ) -> list[Claimed]:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_worker_id(worker_id)
-        limits.check_limit(limit)
-        limits.check_lease(lease)
         scripts = await self._ready()
         qk = self._keys(queue)
         # The token names the queue, so resolving a claim needs no id -> queue lookup.
@@ -254,79 +221,59 @@ class RedisStorage(StorageBase):
             [qk.levels],
             [qk.base, _args.micros(lease), error_arg(worker_id), *tokens],
         )
-        return [
-            Claimed(
-                envelope_from_hash(
-                    hash_pairs(fields),
-                    task_id=task_id.decode(),
-                    queue=queue,
-                    status=Status.IN_FLIGHT,
-                ),
-                token.decode(),
-            )
-            for task_id, token, fields in reply
-        ]
+        return _args.claimed(queue, reply)
 
-    async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
-        self._check_open()
-        limits.check_task_id(task_id)
-        limits.check_token(token)
-        limits.check_lease(lease)
+    async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         scripts = await self._ready()
         qk = await self._claim_keys(task_id, token)
         reply = await scripts.run(
             "extend_lease", [qk.levels], [qk.base, task_id, token, _args.micros(lease)]
         )
-        await self._check_fenced(reply, task_id)
+        await self._fence(task_id, reply[0])
         return from_us(int(reply[1]))
 
     # --- resolution ------------------------------------------------------------------------
 
-    async def reschedule(
+    async def _reschedule(
         self, task_id: str, token: str, attempt: Attempt, next_at: datetime
     ) -> None:
-        self._check_open()
-        limits.check_aware(next_at, "next_at")
         await self._resolve(task_id, token, attempt, "PENDING", str(to_us(next_at)))
 
-    async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
-        self._check_open()
+    async def _complete(self, task_id: str, token: str, attempt: Attempt) -> None:
         await self._resolve(task_id, token, attempt, "SUCCEEDED")
 
-    async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
-        self._check_open()
+    async def _dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         await self._resolve(task_id, token, attempt, "DEAD")
 
     async def _resolve(
         self, task_id: str, token: str, attempt: Attempt, status: str, next_at_us: str = ""
     ) -> None:
-        limits.check_task_id(task_id)
-        limits.check_token(token)
-        limits.check_attempt(attempt)
         scripts = await self._ready()
         qk = await self._claim_keys(task_id, token)
         args = _args.resolve_args(qk, task_id, token, status, attempt, next_at_us)
-        await self._check_fenced(await scripts.run("resolve", [qk.levels], args), task_id)
+        reply = await scripts.run("resolve", [qk.levels], args)
+        await self._fence(task_id, reply[0])
 
-    async def complete_many(
-        self, completions: Sequence[Completion]
+    async def _complete_many(
+        self, completions: list[Completion]
     ) -> list[StaleClaim | NotFound | None]:
         """``complete`` for many claims in one script call (one per queue on Redis Cluster),
         each fenced on its own token; a lost claim's error is returned in its place."""
-        self._check_open()
-        _args.check_completions(completions)
         scripts = await self._ready()
-        results: list[StaleClaim | NotFound | None] = [None] * len(completions)
-        batches, unheld = _args.completion_batches(completions, self._prefix, self._cluster)
+        outcomes: list[bytes | None] = [None] * len(completions)  # None: the token names no queue
+        batches = _args.completion_batches(completions, self._prefix, self._cluster)
         for positions, keys, args in batches:
             reply = await scripts.run("complete_many", keys, args)
             for i, outcome in zip(positions, reply, strict=True):
-                if outcome == b"STALE":
-                    results[i] = StaleClaim(completions[i].task_id)
-                elif outcome == b"NOTFOUND":
-                    unheld.append(i)
-        for i in unheld:
-            results[i] = await self._not_held(completions[i].task_id)
+                outcomes[i] = outcome
+        results: list[StaleClaim | NotFound | None] = []
+        for item, outcome in zip(completions, outcomes, strict=True):
+            try:
+                await self._fence(item.task_id, outcome)
+            except (StaleClaim, NotFound) as exc:
+                results.append(exc)
+            else:
+                results.append(None)
         return results
 
     async def _claim_keys(self, task_id: str, token: str) -> QueueKeys:
@@ -334,22 +281,22 @@ class RedisStorage(StorageBase):
         script then finds no such task there and the index decides)."""
         queue = _args.token_queue(token)
         if queue is None:
-            raise await self._not_held(task_id)
+            await self._refused(task_id, None)
         return self._keys(queue)
 
-    async def _check_fenced(self, reply: Any, task_id: str) -> None:
-        if reply[0] == b"OK":
-            return
-        if reply[0] == b"STALE":
-            raise StaleClaim(task_id)
-        raise await self._not_held(task_id)
+    async def _fence(self, task_id: str, outcome: bytes | None) -> None:
+        """The answer of a fenced script (``OK``, ``STALE`` or ``NOTFOUND``; ``None`` when no
+        script ran): nothing when it applied, else the error (:func:`rdq.spi.fence`)."""
+        if outcome != b"OK":
+            await self._refused(task_id, outcome)
 
-    async def _not_held(self, task_id: str) -> StaleClaim | NotFound:
-        """The error for a token that does not hold ``task_id``: ``NotFound`` if no such
-        task exists, else ``StaleClaim``."""
-        if await self._queue_of(task_id) is None:
-            return NotFound(task_id)
-        return StaleClaim(task_id)
+    async def _refused(self, task_id: str, outcome: bytes | None) -> NoReturn:
+        """Raise the error for a claim that did not hold: ``StaleClaim`` when the script saw
+        another token, else (the task is not in the queue the token names) what the id index
+        says: ``StaleClaim`` if the task exists elsewhere, ``NotFound`` if it does not."""
+        found = outcome == b"STALE" or await self._queue_of(task_id) is not None
+        fence(task_id, found=found, applied=False)
+        raise AssertionError("fence() raises for a call that did not apply")
 
     async def _queue_of(self, task_id: str) -> str | None:
         with translate_errors(self._address):
@@ -360,47 +307,23 @@ class RedisStorage(StorageBase):
 
     # --- DLQ -------------------------------------------------------------------------------
 
-    async def dlq_list(
+    async def _dlq_list(
         self, queue: str, dlq_filter: DLQFilter | None, page: Page
     ) -> tuple[list[Envelope], str | None]:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_page(page)
-        if dlq_filter is not None:
-            limits.check_filter(dlq_filter)
         return await dlq_page(await self._ready(), self._keys(queue), dlq_filter, page)
 
-    async def get(self, task_id: str) -> Envelope:
-        self._check_open()
-        limits.check_task_id(task_id)
+    async def _dlq_groups(self, queue: str) -> list[DLQGroup]:
         scripts = await self._ready()
-        queue = await self._queue_of(task_id)
-        if queue is None:
-            raise NotFound(task_id)
         qk = self._keys(queue)
-        status, fields = await scripts.run("get_task", [qk.task(task_id)], [qk.base, task_id])
-        if not fields:
-            raise NotFound(task_id)  # purged between the two reads
-        return envelope_from_hash(
-            hash_pairs(fields),
-            task_id=task_id,
-            queue=queue,
-            status=Status(status.decode()) if status else None,
-        )
+        return _args.dlq_groups(await scripts.run("dlq_groups", [qk.levels], [qk.base]))
 
-    async def redrive(self, queue: str, selector: Selector) -> int:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_selector(selector)
+    async def _redrive(self, queue: str, selector: Selector) -> int:
         scripts = await self._ready()
         qk = self._keys(queue)
         args = [qk.base, qk.wake, *_args.selector_args(selector)]
         return int(await scripts.run("redrive", [qk.levels], args))
 
-    async def purge(self, queue: str, selector: Selector) -> int:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_selector(selector)
+    async def _purge(self, queue: str, selector: Selector) -> int:
         scripts = await self._ready()
         qk = self._keys(queue)
         args = [qk.base, self._prefix, self._indexed, self._registry, queue]
@@ -422,91 +345,77 @@ class RedisStorage(StorageBase):
             )
 
     async def _is_empty(self, queue: str) -> bool:
-        return not _args.holds_tasks(await self.stats(queue))
-
-    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
-        self._check_open()
-        limits.check_queue(queue)
-        scripts = await self._ready()
-        qk = self._keys(queue)
-        return _args.dlq_groups(await scripts.run("dlq_groups", [qk.levels], [qk.base]))
+        return not _args.holds_tasks(await self._stats(queue))
 
     # --- every task ------------------------------------------------------------------------
 
-    async def list_tasks(
+    async def _get(self, task_id: str) -> Envelope:
+        scripts = await self._ready()
+        queue = await self._queue_of(task_id)
+        if queue is None:
+            raise NotFound(task_id)
+        qk = self._keys(queue)
+        status, fields = await scripts.run("get_task", [qk.task(task_id)], [qk.base, task_id])
+        if not fields:
+            raise NotFound(task_id)  # purged between the two reads
+        return envelope_from_hash(
+            hash_pairs(fields),
+            task_id=task_id,
+            queue=queue,
+            status=Status(status.decode()) if status else None,
+        )
+
+    async def _list_tasks(
         self, queue: str, task_filter: TaskFilter, page: Page
     ) -> tuple[list[Envelope], str | None]:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_task_filter(task_filter)
-        limits.check_page(page)
         return await task_page(await self._ready(), self._keys(queue), task_filter, page)
 
-    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
-        self._check_open()
-        limits.check_queue(queue)
-        ids = limits.check_ids(task_ids)
-        if not ids:
-            return 0
+    async def _cancel(self, queue: str, task_ids: list[str]) -> int:
         scripts = await self._ready()
         qk = self._keys(queue)
-        return int(await scripts.run("cancel", [qk.levels], [qk.base, *ids]))
+        return int(await scripts.run("cancel", [qk.levels], [qk.base, *task_ids]))
 
-    async def list_queues(self) -> list[Stats]:
-        self._check_open()
+    async def _list_queues(self) -> list[Stats]:
         await self._ready()
         with translate_errors(self._address):
             names = await self._redis().smembers(registry_key(self._prefix))
         found = []
         for name in sorted(n.decode() if isinstance(n, bytes) else str(n) for n in names):
-            stats = await self.stats(name)
+            stats = await self._stats(name)
             if _args.holds_tasks(stats):
                 found.append(stats)
         return found
 
     # --- audit trail -----------------------------------------------------------------------
 
-    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
-        self._check_open()
-        limits.check_audit_entry(entry)
+    async def _append_audit(self, entry: AuditEntry) -> AuditEntry:
         scripts = await self._ready()
         keys = AuditKeys(self._prefix)
-        body = msgspec.json.encode(msgspec.structs.replace(entry, id=None, time=None))
         entry_id, time_us = await scripts.run(
             "audit_append",
             [keys.log, keys.seq],
-            [keys.base, entry.queue, entry.action, entry.actor, body],
+            [keys.base, entry.queue, entry.action, entry.actor, audit_body(entry)],
         )
         return msgspec.structs.replace(entry, id=entry_id.decode(), time=from_us(int(time_us)))
 
-    async def list_audit(
+    async def _list_audit(
         self, audit_filter: AuditFilter | None, page: Page
     ) -> tuple[list[AuditEntry], str | None]:
-        self._check_open()
-        if audit_filter is not None:
-            limits.check_audit_filter(audit_filter)
-        limits.check_page(page)
         return await audit_page(await self._ready(), AuditKeys(self._prefix), audit_filter, page)
 
     # --- operations ------------------------------------------------------------------------
 
-    async def now(self) -> datetime:
-        self._check_open()
+    async def _now(self) -> datetime:
         with translate_errors(self._address):
             seconds, micros = await self._redis().time()
         return from_us(int(seconds) * 1_000_000 + int(micros))
 
-    async def stats(self, queue: str) -> Stats:
-        self._check_open()
-        limits.check_queue(queue)
+    async def _stats(self, queue: str) -> Stats:
         scripts = await self._ready()
         qk = self._keys(queue)
         return _args.stats(queue, await scripts.run("stats", [qk.levels], [qk.base]))
 
-    async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_aware(older_than, "older_than")
+    async def _purge_succeeded(self, queue: str, older_than: datetime) -> int:
         scripts = await self._ready()
         qk = self._keys(queue)
         cutoff = to_us(older_than)
@@ -519,9 +428,6 @@ class RedisStorage(StorageBase):
             if len(deleted) < _PURGE_BATCH:
                 return total
 
-    async def wait_due(self, queue: str, timeout: float) -> bool:
-        self._check_open()
-        limits.check_queue(queue)
-        _args.check_timeout(timeout)
+    async def _wait_due(self, queue: str, timeout: float) -> bool:
         await self._ready()
-        return await self._live().waiters.wait(self._keys(queue), float(timeout))
+        return await self._live().waiters.wait(self._keys(queue), timeout)
