@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from rdq_compliance import StorageSuite
@@ -25,3 +26,22 @@ def test_the_backend_guide_lists_every_test_of_the_kit() -> None:
         "docs/writing-a-backend.md is out of date: paste `python -m rdq_compliance.catalog` "
         "between its catalog markers"
     )
+
+
+CHANGELOG = GUIDE.parent / "backend-changelog.md"
+
+
+def test_the_backend_changelog_names_every_clause_of_the_kit_once() -> None:
+    """A clause added to (or removed from) the kit without an entry in the changelog for
+    backend authors fails here: every clause is listed once, under the change that added
+    it."""
+    listed = re.findall(r"^- `(test_[a-z0-9_]+)`", CHANGELOG.read_text(encoding="utf-8"), re.M)
+    assert len(listed) == len(set(listed)), "a clause is listed twice in the changelog"
+    suite = {name for name in dir(StorageSuite) if name.startswith("test_")}
+    unlisted = sorted(suite - set(listed))
+    assert not unlisted, (
+        "docs/backend-changelog.md does not list these kit clauses; add them to the entry of "
+        f"the change that brings them: {unlisted}"
+    )
+    gone = sorted(set(listed) - suite)
+    assert not gone, f"docs/backend-changelog.md lists clauses the kit no longer has: {gone}"
