@@ -1,4 +1,4 @@
-"""Exceptions a handler raises to steer its task's outcome (see SPEC §5).
+"""Exceptions a handler raises to steer its task's outcome (see :mod:`rdq.retry`).
 
 Any other exception is a retryable failure; returning normally is success.
 """

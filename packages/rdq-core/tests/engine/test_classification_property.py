@@ -1,4 +1,4 @@
-"""Over many behaviour sequences, a task ends exactly where SPEC §5 says (memory store)."""
+"""Over many behaviour sequences, a task ends exactly where rdq.retry says (memory store)."""
 
 from __future__ import annotations
 

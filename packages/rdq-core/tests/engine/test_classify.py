@@ -1,4 +1,4 @@
-"""Outcome classification (SPEC §5)."""
+"""Outcome classification (rdq.retry)."""
 
 from __future__ import annotations
 

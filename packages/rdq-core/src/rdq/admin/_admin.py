@@ -6,7 +6,7 @@ counted in the metrics and audited.
 
 Stores without the ``filter_pushdown`` capability may ignore filters. For them the admin
 filters pages itself (listing), and turns a redrive, purge or cancel by filter into explicit
-id sets by paging through the selection first (SPEC §3).
+id sets by paging through the selection first (see ``rdq.spi.Storage.redrive``).
 """
 
 from __future__ import annotations

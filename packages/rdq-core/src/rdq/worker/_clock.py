@@ -1,6 +1,6 @@
 """An estimate of the storage's clock, learned from the claims it hands out.
 
-Storage owns the clock (SPEC §1): the engine never trusts its local wall clock for anything it
+Storage owns the clock: the engine never trusts its local wall clock for anything it
 writes. Each claim tells the storage time of the claim (``lease_expires_at - lease``); the
 estimate keeps the offset between that time and the local monotonic clock, so later readings
 move with real elapsed time and ignore local wall-clock steps or skew.
