@@ -6,16 +6,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import pytest_asyncio
 
-from rdq.spi import Envelope
 from rdq_mongo import MongoStorage, _notify
-from rdq_mongo._codec import envelope_to_document
+from rdq_mongo.testing import put_corrupt_task
 
 
 def with_database(url: str, database: str) -> str:
@@ -50,21 +48,10 @@ def write_corrupt(store: MongoStorage) -> CorruptWriter:
     """``await write_corrupt(queue, task_id, **fields)``: store, the way a hand edit or a
     buggy producer in another language would, a PENDING task of ``queue`` due a second ago
     by the server clock, whose stored ``fields`` (default: a body that is not JSON) replace
-    those of an intact task."""
+    those of an intact task (``rdq_mongo.testing.put_corrupt_task``)."""
 
     async def write(queue: str, task_id: str, **fields: Any) -> None:
-        now = await store.now()
-        intact = Envelope(
-            id=task_id,
-            queue=queue,
-            handler_ref="app:handler",
-            payload={"n": 1},
-            created_at=now,
-            next_attempt_at=now - timedelta(seconds=1),
-        )
-        document = envelope_to_document(intact)
-        document.update(fields or {"body": '{"payload": {"n": 1'})
-        await store._connection().tasks.insert_one(document)
+        await put_corrupt_task(store, queue, task_id, fields or None)
 
     return write
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+import functools
+from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
@@ -12,20 +12,23 @@ import pytest_asyncio
 from rdq.spi import Capabilities
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_mongo import MongoStorage
-
-CORRUPT_KINDS: dict[str, dict[str, Any]] = {
-    "undecodable": {},  # write_corrupt's own: a body that is not JSON
-    "deep": {"body": '{"payload": ' + "[" * 5000 + "]" * 5000 + "}"},
-    "far_time": {"created_at": 10**18},  # microseconds: the year 33658
-}
+from rdq_mongo.testing import put_corrupt_task
 
 EXPECTED = Capabilities(
-    reopen=True,
+    contract_version=2,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,
     batch_complete=True,
     group_pushdown=True,
+    priorities=True,
+    claim_holder=True,
+    cancel=True,
+    task_listing=True,
+    queue_listing=True,
+    import_tasks=True,
+    audit=True,
+    reopen=True,
 )
 
 
@@ -43,8 +46,5 @@ class TestMongoStorage(StorageSuite):
         return EXPECTED
 
     @pytest.fixture
-    def corrupt_task(self, write_corrupt: Callable[..., Awaitable[None]]) -> CorruptTaskWriter:
-        async def write(queue: str, task_id: str, kind: str = "undecodable") -> None:
-            await write_corrupt(queue, task_id, **CORRUPT_KINDS[kind])
-
-        return write
+    def corrupt_task(self, store: MongoStorage) -> CorruptTaskWriter:
+        return functools.partial(put_corrupt_task, store)

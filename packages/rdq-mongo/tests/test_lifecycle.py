@@ -92,11 +92,20 @@ def _is_open(storage: MongoStorage) -> bool:
 
 
 EXPECTED = Capabilities(
+    contract_version=2,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,
     batch_complete=True,
     group_pushdown=True,
+    priorities=True,
+    claim_holder=True,
+    cancel=True,
+    task_listing=True,
+    queue_listing=True,
+    import_tasks=True,
+    audit=True,
+    reopen=True,
 )
 """What the store advertises, connected or not (``rdq_notify=off`` turns ``notify`` off)."""
 

@@ -327,7 +327,13 @@ async def test_documents_of_the_previous_release_are_read_and_upgraded_by_migrat
     assert (old_dead.priority, old_dead.claimed_by, old_dead.payload) == (0, None, {"v": 1})
     assert old_dead.attempts[0].traceback is None
 
-    await store.migrate()
+    await tasks.create_index([("queue", 1), ("status", 1), ("due", 1)], name="rdq_claim")
+    assert await store.migrate() == [
+        "set priority on 2 task(s) of the previous release",
+        "set last_error_type on 2 task(s) of the previous release",
+        "set status_at on 2 task(s) of the previous release",
+        "drop index rdq_tasks.rdq_claim",
+    ]
     dead, _ = await store.dlq_list("q", DLQFilter(error_type="Boom"), Page())
     assert [t.id for t in dead] == ["old-dead"]
     pending, _ = await store.list_tasks("q", TaskFilter(status=Status.PENDING), Page())

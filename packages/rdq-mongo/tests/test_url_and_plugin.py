@@ -78,6 +78,24 @@ async def test_migrate_is_idempotent(database_url: str) -> None:
         await storage._connection().client.drop_database(storage.config.database)
 
 
+@pytest.mark.asyncio
+async def test_migrate_names_the_steps_it_applied_and_none_once_up_to_date(
+    database_url: str,
+) -> None:
+    async with open_storage(database_url) as storage:
+        assert isinstance(storage, MongoStorage)
+        try:
+            assert await storage.migrate() == [
+                "create index rdq_tasks.rdq_claim_by_priority",
+                "create index rdq_tasks.rdq_by_status_time",
+                "create index rdq_audit.rdq_audit_time",
+                "create index rdq_audit.rdq_audit_queue_time",
+            ]
+            assert await storage.migrate() == []
+        finally:
+            await storage._connection().client.drop_database(storage.config.database)
+
+
 def test_timeout_is_rdqs_own_option_and_never_reaches_pymongo() -> None:
     parsed = parse_url("mongodb://h/db?timeout=2.5&w=majority")
     assert parsed.timeout == 2.5

@@ -20,7 +20,7 @@ depends on the server:
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -28,15 +28,15 @@ from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
 from rdq.errors import IDConflict, StorageError
-from rdq.spi import Envelope, Status, limits
+from rdq.spi import Envelope, Status, first_of_each_id, stored_flags
 from rdq_mongo._codec import envelope_to_document, to_micros
-from rdq_mongo._queries import enqueue_fresh, import_fresh, upsert_unless_exists
+from rdq_mongo._updates import enqueue_fresh, import_fresh, upsert_unless_exists
 
 if TYPE_CHECKING:
     from pymongo.asynchronous.client_session import AsyncClientSession
 
     from rdq_mongo._connection import Connection, Document
-    from rdq_mongo._queries import Pipeline
+    from rdq_mongo._updates import Pipeline
 
 __all__ = ["Admission", "admit_batch", "admit_one"]
 
@@ -56,8 +56,6 @@ class Admission:
     @classmethod
     def enqueued(cls, task: Envelope, delay: timedelta | None) -> Admission:
         """``task`` as ``enqueue`` stores it: PENDING, created and due by the server clock."""
-        limits.check_task(task)
-        limits.check_delay(delay)
         delay_us = (delay or timedelta(0)) // timedelta(microseconds=1)
         document = envelope_to_document(task)
         return cls(task, enqueue_fresh(document, to_micros(task.next_attempt_at), delay_us))
@@ -102,25 +100,17 @@ async def admit_one(connection: Connection, item: Admission) -> bool:
     return False
 
 
-async def admit_batch(connection: Connection, items: Sequence[Admission]) -> list[bool]:
-    """One "stored" flag per item, in order (see the module docstring)."""
-    if not items:
-        return []
-    first: dict[str, Admission] = {}
-    for item in items:
-        seen = first.setdefault(item.task.id, item)
-        if seen.task.queue != item.task.queue:
-            raise IDConflict(item.task.id, seen.task.queue)
-    unique = list(first.values())
+async def admit_batch(
+    connection: Connection, tasks: Sequence[Envelope], admit: Callable[[Envelope], Admission]
+) -> list[bool]:
+    """One "stored" flag per task, in order, each task offered as ``admit`` makes it (see the
+    module docstring)."""
+    unique = [admit(task) for task in first_of_each_id(tasks)]
     if connection.transactions:
         inserted = await _in_transaction(connection, unique)
     else:
         inserted = await _with_undo(connection, unique)
-    stored: list[bool] = []
-    for item in items:
-        stored.append(item.task.id in inserted)
-        inserted.discard(item.task.id)  # an id given twice is stored by its first mention
-    return stored
+    return stored_flags(tasks, inserted)
 
 
 async def _existing(

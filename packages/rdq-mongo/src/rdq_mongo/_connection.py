@@ -1,9 +1,10 @@
-"""The PyMongo client, the collections rdq uses and what the server can do."""
+"""The PyMongo client, the collections rdq uses, what the server can do and its clock."""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pymongo
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from pymongo.asynchronous.collection import AsyncCollection
     from pymongo.asynchronous.database import AsyncDatabase
 
-__all__ = ["Connection", "Document", "close_connection", "open_connection"]
+__all__ = ["Connection", "Document", "close_connection", "open_connection", "server_now"]
 
 Document = dict[str, Any]
 
@@ -74,6 +75,14 @@ async def close_connection(connection: Connection, timeout: float) -> None:
     """Close the client within ``timeout`` seconds; never raises (a server that is gone or
     frozen has nothing left to release)."""
     await _close(connection.client, timeout)
+
+
+async def server_now(connection: Connection) -> datetime:
+    """The server's clock, from its ``hello`` reply (millisecond precision, the precision of
+    ``$$NOW``). Driver errors propagate."""
+    reply = await connection.database.command("hello")
+    local: datetime = reply["localTime"]
+    return local if local.tzinfo is not None else local.replace(tzinfo=UTC)
 
 
 async def _close(client: AsyncMongoClient[Document], timeout: float) -> None:

@@ -66,24 +66,43 @@ _LAST_ERROR_TYPE = {
 }
 
 
-async def migrate(connection: Connection) -> None:
+async def migrate(connection: Connection) -> list[str]:
     """Create the indexes, drop the previous release's, and give its documents the fields
     the new queries rely on (``priority`` 0, ``status_at`` and ``last_error_type`` from the
-    fields they copy).
+    fields they copy). Returns the steps that changed something, in order (``[]`` when all
+    was up to date; with concurrent runs, a step may be named by more than one).
     Driver errors propagate."""
     tasks = connection.tasks
-    await tasks.create_indexes(TASK_INDEXES)
-    await connection.audit.create_indexes(AUDIT_INDEXES)
-    await tasks.update_many({"priority": {"$exists": False}}, {"$set": {"priority": 0}})
-    await tasks.update_many(
-        {"last_error_type": {"$exists": False}}, [{"$set": {"last_error_type": _LAST_ERROR_TYPE}}]
+    steps: list[str] = []
+    for collection, indexes in ((tasks, TASK_INDEXES), (connection.audit, AUDIT_INDEXES)):
+        before = {index["name"] async for index in await collection.list_indexes()}
+        # Every index is created, existing ones too: one whose definition changed under the
+        # same name fails loudly instead of staying as it was.
+        await collection.create_indexes(indexes)
+        steps += [
+            f"create index {collection.name}.{name}"
+            for name in (index.document["name"] for index in indexes)
+            if name not in before
+        ]
+    upgrades = (
+        ("priority", {"priority": {"$exists": False}}, {"$set": {"priority": 0}}),
+        (
+            "last_error_type",
+            {"last_error_type": {"$exists": False}},
+            [{"$set": {"last_error_type": _LAST_ERROR_TYPE}}],
+        ),
+        ("status_at", {"status_at": {"$exists": False}}, [{"$set": {"status_at": _STATUS_AT}}]),
     )
-    await tasks.update_many(
-        {"status_at": {"$exists": False}}, [{"$set": {"status_at": _STATUS_AT}}]
-    )
+    for field, lacking, update in upgrades:
+        result = await tasks.update_many(lacking, update)
+        if result.modified_count:
+            steps.append(f"set {field} on {result.modified_count} task(s) of the previous release")
     for name in OLD_INDEXES:
         try:
             await tasks.drop_index(name)
         except OperationFailure as exc:
             if exc.code != _INDEX_NOT_FOUND and "not found" not in str(exc):
                 raise
+        else:
+            steps.append(f"drop index {tasks.name}.{name}")
+    return steps

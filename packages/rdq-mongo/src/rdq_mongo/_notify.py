@@ -24,7 +24,7 @@ import pymongo
 from pymongo.errors import OperationFailure, PyMongoError
 
 from rdq.spi import Status
-from rdq_mongo._queries import NOW_US
+from rdq_mongo._filters import NOW_US
 
 if TYPE_CHECKING:
     from pymongo.asynchronous.collection import AsyncCollection

@@ -1,15 +1,16 @@
 """``MongoStorage``: the storage contract on MongoDB, claims by findAndModify.
 
-One method per contract operation; the queries live in ``_queries``, the document layout in
-``_codec``, admission in ``_admission``, reads over many documents in ``_reads``, the client
-in ``_connection``.
+The driver calls of each ``StorageBase`` operation (the base checks that the store is open
+and validates the arguments first). The filters live in ``_filters``, the update pipelines
+in ``_updates``, the document layout in ``_codec``, admission in ``_admission``, every
+listing and count in ``_pages``, the client in ``_connection``.
 """
 
 from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,33 +19,31 @@ import pymongo
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import PyMongoError
 
-from rdq.errors import NotConnected, NotFound, StaleClaim, StorageError, ValidationError
+from rdq.errors import NotConnected, NotFound, StaleClaim, StorageError
 from rdq.spi import (
+    CONTRACT_VERSION,
     Attempt,
     AuditEntry,
     AuditFilter,
     Capabilities,
     Claimed,
     Completion,
-    DLQCursor,
     DLQFilter,
     DLQGroup,
     Envelope,
-    KeysetCursor,
     Page,
     Selector,
     Stats,
     Status,
     StorageBase,
     TaskFilter,
-    audit_scope,
-    limits,
-    task_scope,
+    fence,
 )
-from rdq_mongo import _queries as q
+from rdq_mongo import _filters as f
+from rdq_mongo import _pages
+from rdq_mongo import _updates as u
 from rdq_mongo._admission import Admission, admit_batch, admit_one
 from rdq_mongo._codec import (
-    NO_ATTEMPTS,
     attempt_to_document,
     audit_from_document,
     audit_to_document,
@@ -52,11 +51,16 @@ from rdq_mongo._codec import (
     from_micros,
     to_micros,
 )
-from rdq_mongo._connection import Connection, Document, close_connection, open_connection
+from rdq_mongo._connection import (
+    Connection,
+    Document,
+    close_connection,
+    open_connection,
+    server_now,
+)
 from rdq_mongo._errors import translate_errors
 from rdq_mongo._migrate import migrate
 from rdq_mongo._notify import wait_due
-from rdq_mongo._reads import dlq_groups, keyset_page, queue_stats, server_now
 from rdq_mongo._url import MongoConfig, parse_url
 
 __all__ = ["MongoStorage"]
@@ -98,16 +102,25 @@ class MongoStorage(StorageBase):
         return MongoStorage(self._config)
 
     def capabilities(self) -> Capabilities:
-        """The same on every call: ``notify`` unless the URL says ``rdq_notify=off``
-        (``wait_due`` uses change streams where the server has them, and polls the next due
-        time every second where it does not)."""
+        """The same on every call: every flag of the contract but ``transactional_enqueue``,
+        ``notify`` unless the URL says ``rdq_notify=off`` (``wait_due`` uses change streams
+        where the server has them, and polls the next due time every second where it does
+        not)."""
         return Capabilities(
-            reopen=True,
+            contract_version=CONTRACT_VERSION,
             notify=self._config.notify,
             filter_pushdown=True,
             batch_enqueue=True,
             batch_complete=True,
             group_pushdown=True,
+            priorities=True,
+            claim_holder=True,
+            cancel=True,
+            task_listing=True,
+            queue_listing=True,
+            import_tasks=True,
+            audit=True,
+            reopen=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -122,76 +135,64 @@ class MongoStorage(StorageBase):
 
     def _connection(self) -> Connection:
         """The open connection; ``NotConnected`` before ``connect`` and after ``aclose``."""
-        self._check_open()
         if self._conn is None:
             raise NotConnected(type(self).__name__, closed=self._closed)
         return self._conn
 
     @contextmanager
-    def _errors(self) -> Iterator[None]:
-        """Driver errors translated, and the operation timeout: PyMongo's own (``timeoutMS``
-        for the block), which bounds server selection, each socket read and, as
-        ``maxTimeMS``, the server's work; ``StorageUnavailable`` when it runs out."""
+    def _errors(self) -> Iterator[Connection]:
+        """The open connection, with driver errors translated, and the operation timeout:
+        PyMongo's own (``timeoutMS`` for the block), which bounds server selection, each
+        socket read and, as ``maxTimeMS``, the server's work; ``StorageUnavailable`` when it
+        runs out."""
+        connection = self._connection()
         with translate_errors(self._config.where), pymongo.timeout(self._config.timeout):
-            yield
+            yield connection
 
-    async def migrate(self) -> None:
+    async def _migrate(self) -> list[str]:
         """Create the indexes and upgrade documents of the previous release (idempotent;
         concurrent runs are harmless). Exempt from the operation timeout: an index build or
         an upgrade of many documents may take longer."""
         connection = self._connection()
         with translate_errors(self._config.where):
-            await migrate(connection)
+            return await migrate(connection)
 
     # --- admission -------------------------------------------------------------------------
 
-    async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
-        connection = self._connection()
-        item = Admission.enqueued(task, delay)
-        with self._errors():
-            return await admit_one(connection, item)
+    async def _enqueue(self, task: Envelope, delay: timedelta | None) -> bool:
+        with self._errors() as connection:
+            return await admit_one(connection, Admission.enqueued(task, delay))
 
-    async def enqueue_batch(
-        self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
-    ) -> list[bool]:
+    async def _enqueue_batch(self, tasks: list[Envelope], delay: timedelta | None) -> list[bool]:
         """All-or-nothing on a server with transactions; see ``_admission`` for the weaker
         guarantee on a standalone server."""
-        connection = self._connection()
-        items = [Admission.enqueued(task, delay) for task in tasks]
-        with self._errors():
-            return await admit_batch(connection, items)
+        with self._errors() as connection:
+            return await admit_batch(connection, tasks, lambda t: Admission.enqueued(t, delay))
 
-    async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
+    async def _import_tasks(self, tasks: list[Envelope]) -> list[bool]:
         """Stored exactly as given, with no claim token, all-or-nothing like
         ``enqueue_batch``."""
-        connection = self._connection()
-        items = [Admission.imported(task) for task in limits.check_imported_tasks(tasks)]
-        with self._errors():
-            return await admit_batch(connection, items)
+        with self._errors() as connection:
+            return await admit_batch(connection, tasks, Admission.imported)
 
     # --- claiming --------------------------------------------------------------------------
 
-    async def claim_due(
-        self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
+    async def _claim_due(
+        self, queue: str, limit: int, lease: timedelta, worker_id: str | None
     ) -> list[Claimed]:
         """One task per findAndModify, up to ``limit``, within one operation timeout. A
         failure part-way (the timeout running out on a slow server, a lost connection) ends
         the batch with the tasks claimed so far; it raises only when nothing was claimed."""
-        connection = self._connection()
-        limits.check_queue(queue)
-        limits.check_limit(limit)
-        limits.check_lease(lease)
-        limits.check_worker_id(worker_id)
         lease_us = _micros(lease)
         claimed: list[Claimed] = []
-        with self._errors():
+        with self._errors() as connection:
             while len(claimed) < limit:
                 token = secrets.token_hex(16)
                 try:
                     doc = await connection.tasks.find_one_and_update(
-                        q.claim_filter(queue, [c.task.id for c in claimed]),
-                        q.claim_update(token, lease_us, worker_id),
-                        sort=q.CLAIM_SORT,
+                        f.claim_filter(queue, [c.task.id for c in claimed]),
+                        u.claim_update(token, lease_us, worker_id),
+                        sort=f.CLAIM_SORT,
                         return_document=ReturnDocument.AFTER,
                     )
                 except PyMongoError:
@@ -206,62 +207,51 @@ class MongoStorage(StorageBase):
                 claimed.append(Claimed(envelope_from_document(doc), token))
         return claimed
 
-    async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
-        connection = self._connection()
-        limits.check_task_id(task_id)
-        limits.check_token(token)
-        limits.check_lease(lease)
-        with self._errors():
+    async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        with self._errors() as connection:
             doc = await connection.tasks.find_one_and_update(
-                q.fence(task_id, token),
-                q.extend_update(_micros(lease)),
+                f.claimed_with(task_id, token),
+                u.extend_update(_micros(lease)),
                 projection={"lease_expires_at": 1},
                 return_document=ReturnDocument.AFTER,
             )
-            if doc is None:
-                raise await self._why_not(connection, task_id)
-        expires = from_micros(doc.get("lease_expires_at"))
+            applied = doc is not None
+            fence(
+                task_id, found=applied or await self._exists(connection, task_id), applied=applied
+            )
+        expires = from_micros(doc.get("lease_expires_at")) if doc is not None else None
         if expires is None:
             raise StorageError(f"task {task_id!r} has no lease after extending it")
         return expires
 
     # --- resolution ------------------------------------------------------------------------
 
-    async def reschedule(
+    async def _reschedule(
         self, task_id: str, token: str, attempt: Attempt, next_at: datetime
     ) -> None:
-        self._check_open()
-        limits.check_aware(next_at, "next_at")
-        await self._resolve(task_id, token, attempt, q.reschedule_changes(to_micros(next_at)))
+        await self._resolve(task_id, token, attempt, u.reschedule_changes(to_micros(next_at)))
 
-    async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
-        await self._resolve(task_id, token, attempt, q.COMPLETED)
+    async def _complete(self, task_id: str, token: str, attempt: Attempt) -> None:
+        await self._resolve(task_id, token, attempt, u.COMPLETED)
 
-    async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
-        await self._resolve(task_id, token, attempt, q.dead_letter_changes())
+    async def _dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
+        await self._resolve(task_id, token, attempt, u.dead_letter_changes())
 
-    async def complete_many(
-        self, completions: Sequence[Completion]
+    async def _complete_many(
+        self, completions: list[Completion]
     ) -> list[StaleClaim | NotFound | None]:
         """One ordered bulk of the fenced updates ``complete`` makes. When some matched
         nothing, one read tells which: a task whose ``resolved_token`` is the completion's
         token was completed by it (tokens are never reused); otherwise the claim was stale,
         or the task is gone (``NotFound``)."""
-        connection = self._connection()
-        for item in completions:
-            if not isinstance(item, Completion):
-                raise ValidationError("must be rdq.spi.Completion items", field="completions")
-            _check_resolution(item.task_id, item.token, item.attempt)
-        if not completions:
-            return []
         operations = [
             UpdateOne(
-                q.fence(item.task_id, item.token),
-                q.resolve_update(attempt_to_document(item.attempt), item.token, q.COMPLETED),
+                f.claimed_with(item.task_id, item.token),
+                u.resolve_update(attempt_to_document(item.attempt), item.token, u.COMPLETED),
             )
             for item in completions
         ]
-        with self._errors():
+        with self._errors() as connection:
             result = await connection.tasks.bulk_write(operations, ordered=True)
             if result.matched_count == len(operations):
                 return [None] * len(operations)
@@ -286,153 +276,81 @@ class MongoStorage(StorageBase):
         return results
 
     async def _resolve(self, task_id: str, token: str, attempt: Attempt, changes: Document) -> None:
-        connection = self._connection()
-        _check_resolution(task_id, token, attempt)
-        with self._errors():
+        with self._errors() as connection:
             result = await connection.tasks.update_one(
-                q.fence(task_id, token),
-                q.resolve_update(attempt_to_document(attempt), token, changes),
+                f.claimed_with(task_id, token),
+                u.resolve_update(attempt_to_document(attempt), token, changes),
             )
-            if result.matched_count == 0:
-                raise await self._why_not(connection, task_id)
+            applied = result.matched_count > 0
+            fence(
+                task_id, found=applied or await self._exists(connection, task_id), applied=applied
+            )
 
     @staticmethod
-    async def _why_not(connection: Connection, task_id: str) -> StorageError:
-        """The error for a fenced update that matched nothing."""
-        exists = await connection.tasks.find_one({"_id": task_id}, projection={"_id": 1})
-        return NotFound(task_id) if exists is None else StaleClaim(task_id)
+    async def _exists(connection: Connection, task_id: str) -> bool:
+        """Whether the task exists (asked when a fenced update matched nothing: a stale
+        claim, or a task that is gone)."""
+        found = await connection.tasks.find_one({"_id": task_id}, projection={"_id": 1})
+        return found is not None
 
     # --- DLQ -------------------------------------------------------------------------------
 
-    async def dlq_list(
+    async def _dlq_list(
         self, queue: str, dlq_filter: DLQFilter | None, page: Page
     ) -> tuple[list[Envelope], str | None]:
-        connection = self._connection()
-        limits.check_queue(queue)
-        limits.check_page(page)
-        if dlq_filter is not None:
-            limits.check_filter(dlq_filter)
-        after = None
-        if page.cursor is not None:
-            cursor = DLQCursor.decode(page.cursor, queue, dlq_filter)
-            after = (_key_micros(cursor.dead_lettered_at), cursor.id)
-        tasks, last = await self._task_page(
-            connection, q.dead_filter(queue, dlq_filter), page, after
-        )
-        if last is None:
-            return tasks, None
-        return tasks, DLQCursor.after(queue, dlq_filter, last[0], last[1]).encode()
+        with self._errors() as connection:
+            return await _pages.dlq_page(connection, queue, dlq_filter, page)
 
-    async def dlq_groups(self, queue: str) -> list[DLQGroup]:
-        connection = self._connection()
-        limits.check_queue(queue)
-        with self._errors():
-            return await dlq_groups(connection, queue)
+    async def _dlq_groups(self, queue: str) -> list[DLQGroup]:
+        with self._errors() as connection:
+            return await _pages.dlq_groups(connection, queue)
 
-    async def get(self, task_id: str) -> Envelope:
-        connection = self._connection()
-        limits.check_task_id(task_id)
-        with self._errors():
-            doc = await connection.tasks.find_one({"_id": task_id})
-        if doc is None:
-            raise NotFound(task_id)
-        return envelope_from_document(doc)
-
-    async def redrive(self, queue: str, selector: Selector) -> int:
-        connection = self._connection()
-        limits.check_queue(queue)
-        limits.check_selector(selector)
-        with self._errors():
-            result = await connection.tasks.update_many(
-                q.selected_filter(queue, selector, by_ids=(Status.DEAD,)), q.redrive_update()
-            )
+    async def _redrive(self, queue: str, selector: Selector) -> int:
+        selected = f.selected_filter(queue, selector, by_ids=(Status.DEAD,))
+        with self._errors() as connection:
+            result = await connection.tasks.update_many(selected, u.redrive_update())
         return result.modified_count
 
-    async def purge(self, queue: str, selector: Selector) -> int:
-        connection = self._connection()
-        limits.check_queue(queue)
-        limits.check_selector(selector)
-        selected = q.selected_filter(queue, selector, by_ids=(Status.DEAD, Status.CANCELLED))
-        with self._errors():
+    async def _purge(self, queue: str, selector: Selector) -> int:
+        selected = f.selected_filter(queue, selector, by_ids=(Status.DEAD, Status.CANCELLED))
+        with self._errors() as connection:
             result = await connection.tasks.delete_many(selected)
         return result.deleted_count
 
     # --- every task ------------------------------------------------------------------------
 
-    async def list_tasks(
+    async def _get(self, task_id: str) -> Envelope:
+        with self._errors() as connection:
+            doc = await connection.tasks.find_one({"_id": task_id})
+        if doc is None:
+            raise NotFound(task_id)
+        return envelope_from_document(doc)
+
+    async def _list_tasks(
         self, queue: str, task_filter: TaskFilter, page: Page
     ) -> tuple[list[Envelope], str | None]:
-        connection = self._connection()
-        limits.check_queue(queue)
-        limits.check_task_filter(task_filter)
-        limits.check_page(page)
-        scope = task_scope(queue, task_filter)
-        after = None
-        if page.cursor is not None:
-            cursor = KeysetCursor.decode(page.cursor, scope)
-            after = (_key_micros(cursor.at), cursor.id)
-        query = q.task_filter(queue, task_filter)
-        tasks, last = await self._task_page(connection, query, page, after)
-        if last is None:
-            return tasks, None
-        return tasks, KeysetCursor.after(scope, last[0], last[1]).encode()
+        with self._errors() as connection:
+            return await _pages.task_page(connection, queue, task_filter, page)
 
-    async def _task_page(
-        self,
-        connection: Connection,
-        query: Document,
-        page: Page,
-        after: tuple[int, str] | None,
-    ) -> tuple[list[Envelope], tuple[datetime, str] | None]:
-        """One page of tasks in ``(status time, id)`` order, and the key of its last task
-        when more follow."""
-        field = q.STATUS_AT
-        with self._errors():
-            docs, more = await keyset_page(
-                connection.tasks,
-                query,
-                field,
-                limit=page.limit,
-                after=after,
-                projection=None if page.include_attempts else NO_ATTEMPTS,
-            )
-        tasks = [envelope_from_document(doc) for doc in docs]
-        if not more or not docs:
-            return tasks, None
-        last_at = from_micros(docs[-1].get(field))
-        if last_at is None:
-            raise StorageError(f"task {docs[-1].get('_id')!r} has no {field}")
-        return tasks, (last_at, str(docs[-1]["_id"]))
-
-    async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
-        connection = self._connection()
-        limits.check_queue(queue)
-        ids = limits.check_ids(task_ids)
-        if not ids:
-            return 0
-        live = [Status.PENDING.value, Status.IN_FLIGHT.value]
-        with self._errors():
+    async def _cancel(self, queue: str, task_ids: list[str]) -> int:
+        with self._errors() as connection:
             result = await connection.tasks.update_many(
-                {"_id": {"$in": list(dict.fromkeys(ids))}, "queue": queue, "status": {"$in": live}},
-                q.cancel_update(),
+                f.cancellable(queue, task_ids), u.cancel_update()
             )
         return result.modified_count
 
-    async def list_queues(self) -> list[Stats]:
-        connection = self._connection()
-        with self._errors():
-            return await queue_stats(connection, None)
+    async def _list_queues(self) -> list[Stats]:
+        with self._errors() as connection:
+            return await _pages.queue_stats(connection, None)
 
     # --- audit trail -----------------------------------------------------------------------
 
-    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
-        connection = self._connection()
-        limits.check_audit_entry(entry)
+    async def _append_audit(self, entry: AuditEntry) -> AuditEntry:
         entry_id = uuid.uuid4().hex
-        with self._errors():
+        with self._errors() as connection:
             doc = await connection.audit.find_one_and_update(
                 {"_id": entry_id},
-                q.audit_insert(audit_to_document(entry, entry_id)),
+                u.audit_insert(audit_to_document(entry, entry_id)),
                 upsert=True,
                 return_document=ReturnDocument.AFTER,
             )
@@ -440,82 +358,33 @@ class MongoStorage(StorageBase):
             raise StorageError(f"audit entry {entry_id} was not stored")
         return audit_from_document(doc)
 
-    async def list_audit(
+    async def _list_audit(
         self, audit_filter: AuditFilter | None, page: Page
     ) -> tuple[list[AuditEntry], str | None]:
-        connection = self._connection()
-        if audit_filter is not None:
-            limits.check_audit_filter(audit_filter)
-        limits.check_page(page)
-        scope = audit_scope(audit_filter)
-        after = None
-        if page.cursor is not None:
-            cursor = KeysetCursor.decode(page.cursor, scope)
-            after = (_key_micros(cursor.at), cursor.id)
-        with self._errors():
-            docs, more = await keyset_page(
-                connection.audit,
-                q.audit_filter(audit_filter),
-                "time",
-                limit=page.limit,
-                after=after,
-                descending=True,
-            )
-        entries = [audit_from_document(doc) for doc in docs]
-        last = entries[-1] if entries else None
-        if not more or last is None or last.time is None or last.id is None:
-            return entries, None
-        return entries, KeysetCursor.after(scope, last.time, last.id).encode()
+        with self._errors() as connection:
+            return await _pages.audit_page(connection, audit_filter, page)
 
     # --- operations ------------------------------------------------------------------------
 
-    async def now(self) -> datetime:
-        connection = self._connection()
-        with self._errors():
+    async def _now(self) -> datetime:
+        with self._errors() as connection:
             return await server_now(connection)
 
-    async def stats(self, queue: str) -> Stats:
-        connection = self._connection()
-        limits.check_queue(queue)
-        with self._errors():
-            (stats,) = await queue_stats(connection, queue)
+    async def _stats(self, queue: str) -> Stats:
+        with self._errors() as connection:
+            (stats,) = await _pages.queue_stats(connection, queue)
         return stats
 
-    async def wait_due(self, queue: str, timeout: float) -> bool:
+    async def _wait_due(self, queue: str, timeout: float) -> bool:
         """Block until a task of ``queue`` may be due (True) or ``timeout`` seconds pass
         (False); see ``_notify`` for how."""
         connection = self._connection()
-        limits.check_queue(queue)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
-            raise ValidationError("must be a non-negative number of seconds", field="timeout")
         # The wait itself is exempt from the operation timeout; each call to the server in it
         # is bounded by it.
         with translate_errors(self._config.where):
-            return await wait_due(connection, queue, float(timeout), self._config.timeout)
+            return await wait_due(connection, queue, timeout, self._config.timeout)
 
-    async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
-        connection = self._connection()
-        limits.check_queue(queue)
-        limits.check_aware(older_than, "older_than")
-        finished = [Status.SUCCEEDED.value, Status.CANCELLED.value]
-        query = {
-            "queue": queue,
-            "status": {"$in": finished},
-            q.STATUS_AT: {"$lt": to_micros(older_than)},
-        }
-        with self._errors():
-            result = await connection.tasks.delete_many(query)
+    async def _purge_succeeded(self, queue: str, older_than: datetime) -> int:
+        with self._errors() as connection:
+            result = await connection.tasks.delete_many(f.finished_before(queue, older_than))
         return result.deleted_count
-
-
-def _key_micros(at: datetime) -> int:
-    micros = to_micros(at)
-    if micros is None:  # a decoded cursor always carries a time
-        raise StorageError("a cursor without a time")
-    return micros
-
-
-def _check_resolution(task_id: str, token: str, attempt: Attempt) -> None:
-    limits.check_task_id(task_id)
-    limits.check_token(token)
-    limits.check_attempt(attempt)

@@ -1,5 +1,5 @@
-"""The filters, update pipelines and aggregations of the store, computed by the server from
-``$$NOW``.
+"""The update pipelines of the store: what claiming, resolving, cancelling, redriving and
+admitting write, computed by the server from ``$$NOW``.
 
 Every "now" below is the server's clock in microseconds since the epoch (``NOW_US``); the
 client's clock is never used for due-ness, leases or timestamps. Values that come from the
@@ -13,54 +13,29 @@ its raw value stays for inspection (the codec reports it as corrupt).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from rdq.spi import AuditFilter, DLQFilter, Selector, Status, TaskFilter
-from rdq_mongo._codec import to_micros
+from rdq.spi import Status
+from rdq_mongo._filters import NOW_US, is_number
 
 __all__ = [
-    "CLAIM_SORT",
     "COMPLETED",
-    "NOW_US",
-    "STATUS_AT",
-    "after_key",
-    "audit_filter",
     "audit_insert",
     "cancel_update",
-    "claim_filter",
     "claim_update",
-    "dead_filter",
     "dead_letter_changes",
-    "dlq_groups_pipeline",
     "enqueue_fresh",
     "extend_update",
-    "fence",
     "import_fresh",
-    "queue_counts_pipeline",
     "redrive_update",
     "reschedule_changes",
     "resolve_update",
-    "selected_filter",
-    "task_filter",
     "upsert_unless_exists",
 ]
 
 Document = dict[str, Any]
 Pipeline = list[Document]
 
-NOW_US: Document = {"$multiply": [{"$toLong": "$$NOW"}, 1000]}
-"""The server's now, in microseconds since the epoch."""
-
-STATUS_AT = "status_at"
-"""The stored field that holds the task's status time (see ``rdq.spi.TaskFilter``): what
-``list_tasks``, ``dlq_list`` and ``purge_succeeded`` order and bound by."""
-
-CLAIM_SORT = [("priority", -1), ("due", 1)]
-"""The order tasks are claimed in: highest priority first, oldest due first within one."""
-
-_LIVE = [Status.PENDING.value, Status.IN_FLIGHT.value]
-_NUMBER_TYPES = ["int", "long", "double", "decimal"]
 _CLAIM_CLEARED: Document = {
     "lease_expires_at": None,
     "token": None,
@@ -69,14 +44,9 @@ _CLAIM_CLEARED: Document = {
 }
 
 
-def _is_number(path: str) -> Document:
-    """True when the stored value at ``path`` is a number (``$isNumber`` needs 4.4)."""
-    return {"$in": [{"$type": path}, _NUMBER_TYPES]}
-
-
 def _plus_one(path: str) -> Document:
     """``path`` + 1, or the stored value unchanged when it is not a number."""
-    return {"$cond": [_is_number(path), {"$add": [path, 1]}, path]}
+    return {"$cond": [is_number(path), {"$add": [path, 1]}, path]}
 
 
 def _appended(record: Any) -> Document:
@@ -94,7 +64,7 @@ def _iso(path: str) -> Document:
     """The stored microseconds at ``path`` as an ISO 8601 text (millisecond precision)."""
     return {
         "$cond": [
-            _is_number(path),
+            is_number(path),
             {
                 "$dateToString": {
                     "date": {"$toDate": {"$toLong": {"$divide": [path, 1000]}}},
@@ -106,23 +76,6 @@ def _iso(path: str) -> Document:
     }
 
 
-def fence(task_id: str, token: str) -> Document:
-    """The filter of a fenced update: the task, claimed with ``token``."""
-    return {"_id": task_id, "token": token, "status": Status.IN_FLIGHT.value}
-
-
-def claim_filter(queue: str, claimed: Sequence[str] = ()) -> Document:
-    """Tasks of ``queue`` that are due by the server clock: PENDING with ``next_attempt_at``
-    passed or IN_FLIGHT with the lease passed (``due`` holds whichever applies), except the
-    ``claimed`` ids (those a batch already holds: a lease shorter than the batch may lapse
-    before its end, and one call must not hand out a task twice)."""
-    found: Document = {"queue": queue, "status": {"$in": _LIVE}}
-    if claimed:
-        found["_id"] = {"$nin": list(claimed)}
-    found["$expr"] = {"$lte": ["$due", NOW_US]}
-    return found
-
-
 def claim_update(token: str, lease_us: int, worker_id: str | None) -> Pipeline:
     """Lease the matched task to ``token`` until now + ``lease_us``, held by ``worker_id``.
 
@@ -131,7 +84,7 @@ def claim_update(token: str, lease_us: int, worker_id: str | None) -> Pipeline:
     is no longer a batch's to undo (see ``_admission``)."""
     reclaim = {"$eq": ["$status", Status.IN_FLIGHT.value]}
     lost_attempt = {
-        "number": {"$cond": [_is_number("$attempt_count"), {"$add": ["$attempt_count", 1]}, 1]},
+        "number": {"$cond": [is_number("$attempt_count"), {"$add": ["$attempt_count", 1]}, 1]},
         "outcome": {"$literal": "LEASE_EXPIRED"},
         "error_type": {"$literal": "LeaseExpired"},
         "error_message": {
@@ -302,67 +255,6 @@ def upsert_unless_exists(fresh: Document, queue: str, admission: str | None) -> 
     return [{"$replaceWith": {"$cond": [exists, vouched, marked]}}]
 
 
-def _window(field: str, after: Any, before: Any) -> Document:
-    window: Document = {}
-    if after is not None:
-        window["$gte"] = to_micros(after)
-    if before is not None:
-        window["$lt"] = to_micros(before)
-    return {field: window} if window else {}
-
-
-def dead_filter(queue: str, dlq_filter: DLQFilter | None) -> Document:
-    """The DEAD tasks of ``queue`` that ``dlq_filter`` selects."""
-    query: Document = {"queue": queue, "status": Status.DEAD.value}
-    if dlq_filter is None:
-        return query
-    if dlq_filter.handler_ref is not None:
-        query["handler_ref"] = dlq_filter.handler_ref
-    if dlq_filter.error_type is not None:
-        query["last_error_type"] = dlq_filter.error_type
-    return query | _window(
-        "status_at", dlq_filter.dead_lettered_after, dlq_filter.dead_lettered_before
-    )
-
-
-def task_filter(queue: str, selected: TaskFilter) -> Document:
-    """The tasks of ``queue`` that ``selected`` selects (one status)."""
-    query: Document = {"queue": queue, "status": selected.status.value}
-    if selected.handler_ref is not None:
-        query["handler_ref"] = selected.handler_ref
-    if selected.error_type is not None:
-        query["last_error_type"] = selected.error_type
-    window = _window("status_at", selected.after, selected.before)
-    # A task whose status time is not a number (written by hand) cannot be paged by it.
-    return query | (window or {"status_at": {"$type": "number"}})
-
-
-def after_key(
-    query: Document, field: str, at_us: int, last_id: str, *, descending: bool
-) -> Document:
-    """``query`` restricted to what comes after ``(at_us, last_id)`` in ``(field, _id)``
-    order (ascending unless ``descending``)."""
-    beyond = "$lt" if descending else "$gt"
-    return {
-        "$and": [
-            query,
-            {"$or": [{field: {beyond: at_us}}, {field: at_us, "_id": {beyond: last_id}}]},
-        ]
-    }
-
-
-def selected_filter(queue: str, selector: Selector, *, by_ids: tuple[Status, ...]) -> Document:
-    """The tasks of ``queue`` a redrive or purge selects: by ids, those in a status of
-    ``by_ids``; by filter, the DEAD ones that match."""
-    if selector.ids is not None:
-        return {
-            "queue": queue,
-            "status": {"$in": [status.value for status in by_ids]},
-            "_id": {"$in": list(dict.fromkeys(selector.ids))},
-        }
-    return dead_filter(queue, selector.filter)
-
-
 def redrive_update() -> Pipeline:
     return [
         {
@@ -379,63 +271,6 @@ def redrive_update() -> Pipeline:
     ]
 
 
-def queue_counts_pipeline(queue: str | None) -> Pipeline:
-    """Counts by queue and status and, for PENDING, the age (microseconds) of the task due
-    the longest; one queue or every queue."""
-    pending_due = {
-        "$and": [
-            {"$eq": ["$status", Status.PENDING.value]},
-            _is_number("$due"),
-            {"$lte": ["$due", NOW_US]},
-        ]
-    }
-    match: Pipeline = [{"$match": {"queue": queue}}] if queue is not None else []
-    return [
-        *match,
-        {
-            "$group": {
-                "_id": {"queue": "$queue", "status": "$status"},
-                "count": {"$sum": 1},
-                "oldest_age": {
-                    "$max": {"$cond": [pending_due, {"$subtract": [NOW_US, "$due"]}, None]}
-                },
-            }
-        },
-    ]
-
-
-def dlq_groups_pipeline(queue: str) -> Pipeline:
-    """The DEAD tasks of ``queue`` counted by ``(handler_ref, last error type)`` with the
-    first and last dead-lettering time."""
-    at = {"$cond": [_is_number("$dead_lettered_at"), "$dead_lettered_at", None]}
-    return [
-        {"$match": {"queue": queue, "status": Status.DEAD.value}},
-        {
-            "$group": {
-                "_id": {
-                    "handler_ref": {"$ifNull": ["$handler_ref", None]},
-                    "error_type": {"$ifNull": ["$last_error_type", None]},
-                },
-                "count": {"$sum": 1},
-                "first": {"$min": at},
-                "last": {"$max": at},
-            }
-        },
-    ]
-
-
 def audit_insert(document: Document) -> Pipeline:
     """An upsert pipeline that stores the audit ``document`` stamped with the server's now."""
     return [{"$replaceWith": {"$mergeObjects": [{"$literal": document}, {"time": NOW_US}]}}]
-
-
-def audit_filter(selected: AuditFilter | None) -> Document:
-    """The audit entries ``selected`` selects (all of them for ``None``)."""
-    if selected is None:
-        return {}
-    query: Document = {
-        name: value
-        for name in ("queue", "action", "actor")
-        if (value := getattr(selected, name)) is not None
-    }
-    return query | _window("time", selected.after, selected.before)

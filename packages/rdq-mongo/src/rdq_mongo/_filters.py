@@ -1,0 +1,158 @@
+"""The query filters of the store: which documents an operation reads, updates or deletes.
+
+Every "now" is the server's clock in microseconds since the epoch (``NOW_US``); the client's
+clock is never used for due-ness or leases. Values from the caller are compared as plain
+values in query operators (never read as paths), and wrapped in ``$literal`` inside ``$expr``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rdq.spi import AuditFilter, DLQFilter, Selector, Status, TaskFilter
+from rdq_mongo._codec import to_micros
+
+__all__ = [
+    "CLAIM_SORT",
+    "NOW_US",
+    "STATUS_AT",
+    "after_key",
+    "audit_filter",
+    "cancellable",
+    "claim_filter",
+    "claimed_with",
+    "dead_filter",
+    "finished_before",
+    "is_number",
+    "selected_filter",
+    "task_filter",
+]
+
+Document = dict[str, Any]
+
+NOW_US: Document = {"$multiply": [{"$toLong": "$$NOW"}, 1000]}
+"""The server's now, in microseconds since the epoch."""
+
+STATUS_AT = "status_at"
+"""The stored field that holds the task's status time (see ``rdq.spi.TaskFilter``): what
+``list_tasks``, ``dlq_list`` and ``purge_succeeded`` order and bound by."""
+
+CLAIM_SORT = [("priority", -1), ("due", 1)]
+"""The order tasks are claimed in: highest priority first, oldest due first within one."""
+
+_LIVE = [Status.PENDING.value, Status.IN_FLIGHT.value]
+_FINISHED = [Status.SUCCEEDED.value, Status.CANCELLED.value]
+_NUMBER_TYPES = ["int", "long", "double", "decimal"]
+
+
+def is_number(path: str) -> Document:
+    """True when the stored value at ``path`` is a number (``$isNumber`` needs 4.4)."""
+    return {"$in": [{"$type": path}, _NUMBER_TYPES]}
+
+
+def claimed_with(task_id: str, token: str) -> Document:
+    """The filter of a fenced update: the task, IN_FLIGHT under the claim of ``token``."""
+    return {"_id": task_id, "token": token, "status": Status.IN_FLIGHT.value}
+
+
+def claim_filter(queue: str, claimed: Sequence[str] = ()) -> Document:
+    """Tasks of ``queue`` that are due by the server clock: PENDING with ``next_attempt_at``
+    passed or IN_FLIGHT with the lease passed (``due`` holds whichever applies), except the
+    ``claimed`` ids (those a batch already holds: a lease shorter than the batch may lapse
+    before its end, and one call must not hand out a task twice)."""
+    found: Document = {"queue": queue, "status": {"$in": _LIVE}}
+    if claimed:
+        found["_id"] = {"$nin": list(claimed)}
+    found["$expr"] = {"$lte": ["$due", NOW_US]}
+    return found
+
+
+def cancellable(queue: str, task_ids: Sequence[str]) -> Document:
+    """The tasks of ``queue`` among ``task_ids`` that are still to run (PENDING or
+    IN_FLIGHT)."""
+    return {"_id": {"$in": list(task_ids)}, "queue": queue, "status": {"$in": _LIVE}}
+
+
+def finished_before(queue: str, older_than: datetime) -> Document:
+    """The SUCCEEDED and CANCELLED tasks of ``queue`` whose status time is before
+    ``older_than``."""
+    return {
+        "queue": queue,
+        "status": {"$in": _FINISHED},
+        STATUS_AT: {"$lt": to_micros(older_than)},
+    }
+
+
+def _window(field: str, after: Any, before: Any) -> Document:
+    window: Document = {}
+    if after is not None:
+        window["$gte"] = to_micros(after)
+    if before is not None:
+        window["$lt"] = to_micros(before)
+    return {field: window} if window else {}
+
+
+def dead_filter(queue: str, dlq_filter: DLQFilter | None) -> Document:
+    """The DEAD tasks of ``queue`` that ``dlq_filter`` selects."""
+    query: Document = {"queue": queue, "status": Status.DEAD.value}
+    if dlq_filter is None:
+        return query
+    if dlq_filter.handler_ref is not None:
+        query["handler_ref"] = dlq_filter.handler_ref
+    if dlq_filter.error_type is not None:
+        query["last_error_type"] = dlq_filter.error_type
+    return query | _window(
+        STATUS_AT, dlq_filter.dead_lettered_after, dlq_filter.dead_lettered_before
+    )
+
+
+def task_filter(queue: str, selected: TaskFilter) -> Document:
+    """The tasks of ``queue`` that ``selected`` selects (one status)."""
+    query: Document = {"queue": queue, "status": selected.status.value}
+    if selected.handler_ref is not None:
+        query["handler_ref"] = selected.handler_ref
+    if selected.error_type is not None:
+        query["last_error_type"] = selected.error_type
+    window = _window(STATUS_AT, selected.after, selected.before)
+    # A task whose status time is not a number (written by hand) cannot be paged by it.
+    return query | (window or {STATUS_AT: {"$type": "number"}})
+
+
+def after_key(
+    query: Document, field: str, at_us: int, last_id: str, *, descending: bool
+) -> Document:
+    """``query`` restricted to what comes after ``(at_us, last_id)`` in ``(field, _id)``
+    order (ascending unless ``descending``)."""
+    beyond = "$lt" if descending else "$gt"
+    return {
+        "$and": [
+            query,
+            {"$or": [{field: {beyond: at_us}}, {field: at_us, "_id": {beyond: last_id}}]},
+        ]
+    }
+
+
+def selected_filter(queue: str, selector: Selector, *, by_ids: tuple[Status, ...]) -> Document:
+    """The tasks of ``queue`` a redrive or purge selects: by ids, those in a status of
+    ``by_ids``; by filter, the DEAD ones that match."""
+    if selector.ids is not None:
+        return {
+            "queue": queue,
+            "status": {"$in": [status.value for status in by_ids]},
+            "_id": {"$in": list(dict.fromkeys(selector.ids))},
+        }
+    return dead_filter(queue, selector.filter)
+
+
+def audit_filter(selected: AuditFilter | None) -> Document:
+    """The audit entries ``selected`` selects (all of them for ``None``)."""
+    if selected is None:
+        return {}
+    query: Document = {
+        name: value
+        for name in ("queue", "action", "actor")
+        if (value := getattr(selected, name)) is not None
+    }
+    return query | _window("time", selected.after, selected.before)

@@ -1,0 +1,51 @@
+"""Test hooks of the MongoDB store (not part of the storage contract): write a stored task
+that does not decode, the way a hand edit or a buggy producer in another language would, as
+the compliance kit's ``corrupt_task`` fixture asks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from rdq.spi import Envelope, limits
+from rdq_mongo._codec import envelope_to_document
+from rdq_mongo._store import MongoStorage
+
+__all__ = ["CORRUPT_FIELDS", "put_corrupt_task"]
+
+CORRUPT_FIELDS: dict[str, dict[str, Any]] = {
+    "undecodable": {"body": '{"payload": {"n": 1'},  # a body that is not JSON
+    "deep": {"body": '{"payload": ' + "[" * 5000 + "]" * 5000 + "}"},
+    "far_time": {"created_at": 10**18},  # microseconds: the year 33658
+}
+"""For each ``kind`` of ``rdq_compliance.CorruptTaskWriter``: the stored fields that replace
+those of an intact task."""
+
+
+async def put_corrupt_task(
+    store: MongoStorage,
+    queue: str,
+    task_id: str,
+    fields: Mapping[str, Any] | None = None,
+    *,
+    kind: str = "undecodable",
+) -> None:
+    """Store a PENDING task of ``queue``, due a second ago by the server clock, whose stored
+    ``fields`` replace those of an intact task (by default those of ``kind``, see
+    :data:`CORRUPT_FIELDS`). Reads return it with ``corrupt`` set, naming what is wrong."""
+    limits.check_queue(queue)
+    limits.check_task_id(task_id)
+    now = await store.now()
+    intact = Envelope(
+        id=task_id,
+        queue=queue,
+        handler_ref="app:handler",
+        payload={"n": 1},
+        created_at=now,
+        next_attempt_at=now - timedelta(seconds=1),
+    )
+    document = envelope_to_document(intact)
+    document.update(CORRUPT_FIELDS[kind] if fields is None else fields)
+    with store._errors() as connection:
+        await connection.tasks.insert_one(document)
