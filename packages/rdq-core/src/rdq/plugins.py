@@ -20,16 +20,12 @@ import functools
 import threading
 import traceback
 from collections import defaultdict
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import msgspec
-import pluggy
 
 from rdq.errors import ConfigError, PluginError
-from rdq.spi import _hooks
-from rdq.spi._hooks import hookimpl
 from rdq.spi._protocol import Storage
 from rdq.spi._proxy import adapt
 from rdq.spi._registry import Backend, BrokenPlugin, StorageFactory, StorageRegistry
@@ -45,6 +41,13 @@ __all__ = [
     "plugins",
     "reload_plugins",
 ]
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+    import pluggy
+
+    from rdq.spi._hooks import hookimpl
 
 ENTRY_POINT_GROUP = "rdq.storage"
 
@@ -64,7 +67,11 @@ class Plugins:
     """The plugin manager, the plugin that owns each scheme, and the plugins that broke."""
 
     def __init__(self) -> None:
-        self.manager = pluggy.PluginManager(_hooks.PROJECT)
+        import pluggy  # loaded with the plugins, not with rdq
+
+        from rdq.spi import _hooks
+
+        self.manager: pluggy.PluginManager = pluggy.PluginManager(_hooks.PROJECT)
         self.manager.add_hookspecs(_hooks)
         self.broken: list[BrokenPlugin] = []
         self._owners: dict[str, _Plugin] = {}
@@ -73,6 +80,8 @@ class Plugins:
         self.manager.check_pending()
 
     def _load_entry_points(self) -> None:
+        from importlib.metadata import entry_points
+
         by_module: dict[str, list[EntryPoint]] = defaultdict(list)
         for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
             by_module[ep.value].append(ep)
@@ -209,3 +218,11 @@ def open_storage(url: str, **options: Any) -> Storage:
             message += f"; plugins that failed to load: {broken}"
         raise ConfigError(message, key="storage")
     return adapt(factory(url, **options))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "hookimpl":  # for plugins written for contract version 1 (rdq.spi has it now)
+        from rdq.spi._hooks import hookimpl
+
+        return hookimpl
+    raise AttributeError(f"module 'rdq.plugins' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""End to end on each backend: handlers run and every outcome lands where docs/engine.md says (Outcomes)."""
+"""End to end on each backend: handlers run and every outcome lands where docs/engine.md says."""
 
 from __future__ import annotations
 

@@ -19,6 +19,8 @@
 ``docs/backend-changelog.md``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from rdq.errors import (
     IDConflict,
     NotConnected,
@@ -34,7 +36,6 @@ from rdq.spi import limits
 from rdq.spi._base import StorageBase
 from rdq.spi._contract import CONTRACT_VERSION, FEATURES, Feature, require, supports
 from rdq.spi._helpers import fence, first_of_each_id, group_order, page_of, stored_flags
-from rdq.spi._hooks import hookimpl, rdq_register_storage, rdq_storage_factory
 from rdq.spi._models import (
     DEFAULT_PRIORITY,
     FORMAT_VERSION,
@@ -71,6 +72,9 @@ from rdq.spi.codec import (
 )
 from rdq.spi.cursor import DLQCursor, KeysetCursor, audit_scope, task_scope
 from rdq.spi.defaults import CLOCK_QUEUE
+
+if TYPE_CHECKING:
+    from rdq.spi._hooks import hookimpl, rdq_register_storage, rdq_storage_factory
 
 Cursor = str
 """Cursors are opaque strings; :class:`DLQCursor` and :class:`KeysetCursor` are ready-made
@@ -140,3 +144,15 @@ __all__ = [
     "supports",
     "task_scope",
 ]
+
+_HOOKS = ("hookimpl", "rdq_register_storage", "rdq_storage_factory")
+
+
+def __getattr__(name: str) -> Any:
+    # the hook marker needs pluggy: imported when a plugin module asks for it, so that an
+    # application importing rdq does not pay for it
+    if name in _HOOKS:
+        from rdq.spi import _hooks
+
+        return getattr(_hooks, name)
+    raise AttributeError(f"module 'rdq.spi' has no attribute {name!r}")
