@@ -1,0 +1,134 @@
+"""The documented limits of the contract, and the checks every entry point applies.
+
+Storage plugins call these at the top of each operation, so every backend rejects the same
+inputs with the same :class:`~rdq.errors.ValidationError` naming the field.
+
+=====================  =====================================================================
+task id                1–200 characters of ``A–Z a–z 0–9 . _ - : @ + = ~``
+queue name             1–100 characters of ``A–Z a–z 0–9 . _ - :``, starting with a letter or digit
+handler_ref            1–1024 characters, no whitespace or control characters
+headers                at most 64; names 1–128 characters, values at most 4096
+payload                at most 1 MiB once encoded as JSON, nesting arrays and objects at most
+                       64 levels deep (``MAX_DEPTH``; unknown fields in ``extra`` too)
+retry override         ``max_attempts`` an integer, ``backoff`` a string, ``base``/``cap``/
+                       ``timeout`` finite numbers (each may be ``None``)
+limit                  1–1000 (``claim_due``, pages, ``import_tasks``)
+lease                  more than 0 s, at most 24 h
+delay                  a ``timedelta`` from 0 s to 36 500 days (``MAX_DELAY``), or ``None``
+times                  timezone-aware, within the years 1–9999 once converted to UTC
+priority               an integer from -10 to 10 (default 0)
+selector ids           at most 10 000 per call (redrive, purge, cancel)
+worker id              1–200 characters, no control characters
+attempt                ``number`` ≥ 1; ``error_type`` at most 1024 characters,
+                       ``error_message`` at most 8 192, ``traceback`` at most 32 768 (the
+                       records an enqueued or imported task carries, too)
+audit entry            ``actor`` and ``action`` 1–200 characters, ``reason`` at most 2 000
+=====================  =====================================================================
+
+Every store also has an operation timeout (``DEFAULT_OPERATION_TIMEOUT`` seconds unless its URL
+says otherwise) and may estimate counts above ``EXACT_COUNT_THRESHOLD``.
+"""
+
+from rdq.spi.limits._arguments import (
+    check_audit_entry,
+    check_audit_filter,
+    check_completions,
+    check_filter,
+    check_ids,
+    check_imported_task,
+    check_imported_tasks,
+    check_page,
+    check_resolution,
+    check_selector,
+    check_task_filter,
+    check_tasks,
+    check_wait,
+)
+from rdq.spi.limits._fields import (
+    check_attempt,
+    check_aware,
+    check_delay,
+    check_depth,
+    check_lease,
+    check_limit,
+    check_priority,
+    check_queue,
+    check_retry,
+    check_task,
+    check_task_id,
+    check_token,
+    check_worker_id,
+)
+from rdq.spi.limits._values import (
+    DEFAULT_OPERATION_TIMEOUT,
+    EXACT_COUNT_THRESHOLD,
+    MAX_AUDIT_REASON_LENGTH,
+    MAX_AUDIT_WORD_LENGTH,
+    MAX_DELAY,
+    MAX_DEPTH,
+    MAX_ERROR_MESSAGE_LENGTH,
+    MAX_ERROR_TYPE_LENGTH,
+    MAX_HANDLER_REF_LENGTH,
+    MAX_HEADER_NAME_LENGTH,
+    MAX_HEADER_VALUE_LENGTH,
+    MAX_HEADERS,
+    MAX_ID_LENGTH,
+    MAX_LEASE,
+    MAX_LIMIT,
+    MAX_PAYLOAD_BYTES,
+    MAX_QUEUE_LENGTH,
+    MAX_SELECTOR_IDS,
+    MAX_TRACEBACK_LENGTH,
+    MAX_WORKER_ID_LENGTH,
+)
+
+__all__ = [
+    "DEFAULT_OPERATION_TIMEOUT",
+    "EXACT_COUNT_THRESHOLD",
+    "MAX_AUDIT_REASON_LENGTH",
+    "MAX_AUDIT_WORD_LENGTH",
+    "MAX_DELAY",
+    "MAX_DEPTH",
+    "MAX_ERROR_MESSAGE_LENGTH",
+    "MAX_ERROR_TYPE_LENGTH",
+    "MAX_HANDLER_REF_LENGTH",
+    "MAX_HEADERS",
+    "MAX_HEADER_NAME_LENGTH",
+    "MAX_HEADER_VALUE_LENGTH",
+    "MAX_ID_LENGTH",
+    "MAX_LEASE",
+    "MAX_LIMIT",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_PRIORITY",
+    "MAX_QUEUE_LENGTH",
+    "MAX_SELECTOR_IDS",
+    "MAX_TRACEBACK_LENGTH",
+    "MAX_WORKER_ID_LENGTH",
+    "MIN_PRIORITY",
+    "check_attempt",
+    "check_audit_entry",
+    "check_audit_filter",
+    "check_aware",
+    "check_completions",
+    "check_delay",
+    "check_depth",
+    "check_filter",
+    "check_ids",
+    "check_imported_task",
+    "check_imported_tasks",
+    "check_lease",
+    "check_limit",
+    "check_page",
+    "check_priority",
+    "check_queue",
+    "check_resolution",
+    "check_retry",
+    "check_selector",
+    "check_task",
+    "check_task_filter",
+    "check_task_id",
+    "check_tasks",
+    "check_token",
+    "check_wait",
+    "check_worker_id",
+]

@@ -1,0 +1,197 @@
+"""Checks of whole operation arguments: filters, selectors, pages, id lists, batches,
+resolutions, imported tasks, audit entries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rdq.errors import ValidationError
+from rdq.spi._models import (
+    STATUS_TIME_FIELDS,
+    AuditEntry,
+    AuditFilter,
+    Completion,
+    DLQFilter,
+    Envelope,
+    Page,
+    Selector,
+    Status,
+    TaskFilter,
+)
+from rdq.spi.limits._fields import (
+    _check_text,
+    check_attempt,
+    check_aware,
+    check_limit,
+    check_queue,
+    check_task,
+    check_task_id,
+    check_token,
+    check_worker_id,
+)
+from rdq.spi.limits._values import (
+    MAX_AUDIT_REASON_LENGTH,
+    MAX_AUDIT_WORD_LENGTH,
+    MAX_ERROR_MESSAGE_LENGTH,
+    MAX_LIMIT,
+    MAX_SELECTOR_IDS,
+)
+
+
+def check_filter(value: object, field: str = "filter") -> DLQFilter:
+    if not isinstance(value, DLQFilter):
+        raise ValidationError("must be an rdq.spi.DLQFilter", field=field)
+    for name in ("dead_lettered_after", "dead_lettered_before"):
+        at = getattr(value, name)
+        if at is not None:
+            check_aware(at, f"{field}.{name}")
+    return value
+
+
+def check_selector(value: object) -> Selector:
+    """A selector must carry ids or a filter (its constructor enforces exactly one)."""
+    if not isinstance(value, Selector):
+        raise ValidationError("must be an rdq.spi.Selector", field="selector")
+    if value.ids is not None and value.filter is not None:
+        raise ValidationError("give either ids or filter, not both", field="selector")
+    if value.ids is None and value.filter is None:
+        raise ValidationError("give either ids or filter", field="selector")
+    if value.ids is not None:
+        if len(value.ids) > MAX_SELECTOR_IDS:
+            raise ValidationError(f"more than {MAX_SELECTOR_IDS} ids", field="selector.ids")
+        for i, task_id in enumerate(value.ids):
+            check_task_id(task_id, field=f"selector.ids[{i}]")
+    if value.filter is not None:
+        check_filter(value.filter, "selector.filter")
+    return value
+
+
+def check_page(value: object) -> Page:
+    if not isinstance(value, Page):
+        raise ValidationError("must be an rdq.spi.Page", field="page")
+    check_limit(value.limit, "page.limit")
+    if value.cursor is not None and not isinstance(value.cursor, str):
+        raise ValidationError("must be a string", field="page.cursor")
+    return value
+
+
+def check_ids(ids: Sequence[str], field: str = "ids") -> list[str]:
+    """A list of at most ``MAX_SELECTOR_IDS`` valid task ids (a lone string is refused, not
+    read as a list of one-character ids)."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+        raise ValidationError("must be a list of task ids", field=field)
+    if len(ids) > MAX_SELECTOR_IDS:
+        raise ValidationError(f"more than {MAX_SELECTOR_IDS} ids", field=field)
+    return [check_task_id(task_id, field=f"{field}[{i}]") for i, task_id in enumerate(ids)]
+
+
+def check_tasks(tasks: object, field: str = "tasks") -> list[Envelope]:
+    """A list of tasks, each valid for ``enqueue`` (checked in order, so a batch is refused
+    exactly as its first bad ``enqueue`` would be)."""
+    if isinstance(tasks, str | bytes) or not isinstance(tasks, Sequence):
+        raise ValidationError("must be a list of rdq.spi.Envelope", field=field)
+    return [check_task(task) for task in tasks]
+
+
+def check_resolution(task_id: object, token: object, attempt: object) -> None:
+    """The arguments every resolution (``reschedule``, ``complete``, ``dead_letter``) takes."""
+    check_task_id(task_id)
+    check_token(token)
+    check_attempt(attempt)
+
+
+def check_completions(completions: object) -> list[Completion]:
+    """The items of ``complete_many``, every one checked before anything changes."""
+    if isinstance(completions, str | bytes) or not isinstance(completions, Sequence):
+        raise ValidationError("must be a list of rdq.spi.Completion", field="completions")
+    for item in completions:
+        if not isinstance(item, Completion):
+            raise ValidationError("must be rdq.spi.Completion items", field="completions")
+        check_resolution(item.task_id, item.token, item.attempt)
+    return list(completions)
+
+
+def check_wait(value: object, field: str = "timeout") -> float:
+    """A ``wait_due`` timeout: a non-negative number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValidationError("must be a non-negative number of seconds", field=field)
+    return float(value)
+
+
+_TIMESTAMPS = (
+    "created_at",
+    "next_attempt_at",
+    "lease_expires_at",
+    "claimed_at",
+    "completed_at",
+    "dead_lettered_at",
+    "cancelled_at",
+)
+
+
+def check_imported_task(value: object) -> Envelope:
+    """Validate a task offered to ``import_tasks``: everything ``check_task`` checks (a task
+    read back as corrupt is refused, each attempt record valid), a known status,
+    ``created_at`` and the time of its status (see :data:`rdq.spi.STATUS_TIME_FIELDS`) set,
+    every timestamp timezone-aware and ``claimed_by`` a valid worker id."""
+    task = check_task(value)
+    if not isinstance(task.status, Status):
+        raise ValidationError("must be an rdq.spi.Status", field="status")
+    for name in ("created_at", STATUS_TIME_FIELDS[task.status]):
+        if getattr(task, name) is None:
+            raise ValidationError(f"must be set on an imported {task.status} task", field=name)
+    for name in _TIMESTAMPS:
+        at = getattr(task, name)
+        if at is not None:
+            check_aware(at, name)
+    check_worker_id(task.claimed_by, "claimed_by")
+    return task
+
+
+def check_imported_tasks(tasks: object) -> list[Envelope]:
+    """A list of at most ``MAX_LIMIT`` tasks, each valid for ``import_tasks``."""
+    if isinstance(tasks, str | bytes) or not isinstance(tasks, Sequence):
+        raise ValidationError("must be a list of rdq.spi.Envelope", field="tasks")
+    if len(tasks) > MAX_LIMIT:
+        raise ValidationError(f"more than {MAX_LIMIT} tasks", field="tasks")
+    return [check_imported_task(task) for task in tasks]
+
+
+def check_task_filter(value: object, field: str = "filter") -> TaskFilter:
+    if not isinstance(value, TaskFilter):
+        raise ValidationError("must be an rdq.spi.TaskFilter", field=field)
+    if not isinstance(value.status, Status):
+        raise ValidationError("must be an rdq.spi.Status", field=f"{field}.status")
+    for name in ("after", "before"):
+        at = getattr(value, name)
+        if at is not None:
+            check_aware(at, f"{field}.{name}")
+    return value
+
+
+def check_audit_entry(value: object, field: str = "entry") -> AuditEntry:
+    if not isinstance(value, AuditEntry):
+        raise ValidationError("must be an rdq.spi.AuditEntry", field=field)
+    for name in ("actor", "action"):
+        word = getattr(value, name)
+        if not isinstance(word, str) or not word:
+            raise ValidationError("must be a non-empty string", field=f"{field}.{name}")
+        _check_text(word, MAX_AUDIT_WORD_LENGTH, f"{field}.{name}")
+    check_queue(value.queue, f"{field}.queue")
+    _check_text(value.reason, MAX_AUDIT_REASON_LENGTH, f"{field}.reason")
+    _check_text(value.error, MAX_ERROR_MESSAGE_LENGTH, f"{field}.error")
+    if not isinstance(value.count, int) or isinstance(value.count, bool) or value.count < 0:
+        raise ValidationError("must be a non-negative integer", field=f"{field}.count")
+    if not isinstance(value.selector, dict):
+        raise ValidationError("must be an object", field=f"{field}.selector")
+    return value
+
+
+def check_audit_filter(value: object, field: str = "filter") -> AuditFilter:
+    if not isinstance(value, AuditFilter):
+        raise ValidationError("must be an rdq.spi.AuditFilter", field=field)
+    for name in ("after", "before"):
+        at = getattr(value, name)
+        if at is not None:
+            check_aware(at, f"{field}.{name}")
+    return value
