@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import random
 import signal
 import threading
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -24,37 +22,6 @@ from rdq_memory import MemoryStorage
 from .conftest import Recorder, eventually, fast_worker, running, until_storage_time, wait_status
 
 pytestmark = pytest.mark.asyncio
-
-
-def skewed(offset: timedelta) -> Callable[[], datetime]:
-    return lambda: datetime.now(UTC) + offset
-
-
-@pytest.mark.parametrize("offset", [timedelta(hours=1), timedelta(hours=-1)])
-async def test_retries_follow_the_storage_clock_not_the_local_one(offset: timedelta):
-    """The store's clock is an hour away from the worker's: retries still keep their backoff
-    (not due at once, not an hour late)."""
-    app = rdq.App()
-    app.queue("skew", max_attempts=5, backoff=rdq.Backoff.fixed(0.4))
-
-    @app.handler("flaky", queue="skew")
-    async def flaky(payload: object, ctx: rdq.TaskContext) -> None:
-        if ctx.attempt < 3:
-            raise RuntimeError("not yet")
-
-    async with MemoryStorage(clock=skewed(offset)) as storage:
-        sub = await rdq.Client(storage, app).submit("flaky")
-        async with running(fast_worker(app, storage)):
-            task = await wait_status(storage, sub.id, Status.SUCCEEDED, timeout=30)
-    attempts = task.attempts
-    assert [a.outcome for a in attempts] == [Outcome.FAILED, Outcome.FAILED, Outcome.SUCCEEDED]
-    for earlier, later in itertools.pairwise(attempts):
-        assert later.started_at is not None and earlier.finished_at is not None
-        gap = (later.started_at - earlier.finished_at).total_seconds()
-        assert 0.4 - 0.15 <= gap <= 10
-    # the recorded times are storage times, an hour away from the local clock
-    assert attempts[0].started_at is not None
-    assert abs(attempts[0].started_at - (datetime.now(UTC) + offset)) < timedelta(minutes=5)
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,14 @@ move with real elapsed time and ignore local wall-clock steps or skew.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["StorageClock"]
+__all__ = ["Monotonic", "StorageClock"]
+
+Monotonic = Callable[[], float]
+"""A monotonic clock in seconds: ``time.monotonic`` unless a test gives the worker another
+(``loop.time`` of a loop whose time is simulated, say)."""
 
 
 class StorageClock:
@@ -21,10 +26,13 @@ class StorageClock:
     come from another thread (the lease thread's renewals): the estimate is one tuple,
     replaced in one assignment, so a reader never sees half of an update."""
 
-    __slots__ = ("_estimate", "_observed")
+    __slots__ = ("_estimate", "_observed", "mono")
 
-    def __init__(self) -> None:
-        self._estimate = (datetime.now(UTC), time.monotonic())
+    def __init__(self, mono: Monotonic = time.monotonic) -> None:
+        self.mono = mono
+        """The worker's monotonic clock (seconds): every wait and deadline of the worker is
+        measured on it."""
+        self._estimate = (datetime.now(UTC), mono())
         self._observed = False
 
     @property
@@ -48,7 +56,7 @@ class StorageClock:
     def now(self) -> datetime:
         """The estimated storage time now (timezone-aware UTC)."""
         base, base_mono = self._estimate
-        return base + timedelta(seconds=time.monotonic() - base_mono)
+        return base + timedelta(seconds=self.mono() - base_mono)
 
     def at(self, mono: float) -> datetime:
         """The estimated storage time at local monotonic reading ``mono``."""

@@ -19,6 +19,8 @@ import itertools
 import time
 from typing import TYPE_CHECKING
 
+from rdq.worker._clock import Monotonic
+
 if TYPE_CHECKING:
     from rdq.worker._run import Run
 
@@ -31,7 +33,8 @@ _SLACK = 64
 class Deadlines:
     """The running handlers' deadlines of one worker, on its event loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, mono: Monotonic = time.monotonic) -> None:
+        self.mono = mono
         self._heap: list[tuple[float, int, Run]] = []
         self._order = itertools.count()
         self._live = 0
@@ -67,14 +70,14 @@ class Deadlines:
         if self._timer is not None:
             self._timer.cancel()
         self._armed_for = when
-        delay = max(0.0, when - time.monotonic())
+        delay = max(0.0, when - self.mono())
         self._timer = asyncio.get_running_loop().call_later(delay, self._fire)
 
     def _fire(self) -> None:
         self._timer = None
         self._armed_for = float("inf")
         heap = self._heap
-        now = time.monotonic()
+        now = self.mono()
         while heap and heap[0][0] <= now:
             _, _, run = heapq.heappop(heap)
             if not run.timing:

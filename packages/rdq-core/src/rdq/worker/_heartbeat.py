@@ -16,7 +16,6 @@ outage, or a completion waiting for its batch); a refusal then only stops those 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
@@ -58,7 +57,7 @@ async def renew(
     """Extend ``run``'s lease by its length; a refusal marks the run lost and tells ``lost``."""
     task = run.claimed.task
     lease = timedelta(seconds=run.lease)
-    sent = time.monotonic()
+    sent = clock.mono()
     try:
         expires = await storage.extend_lease(task.id, run.claimed.token, lease)
     except (StaleClaim, NotFound) as exc:
@@ -71,7 +70,7 @@ async def renew(
         return
     except Exception as exc:  # an outage: try again soon, the lease has time left
         metrics.STORAGE_ERRORS.labels("extend_lease").inc()
-        run.renew_at = time.monotonic() + min(1.0, run.lease / 10.0)
+        run.renew_at = clock.mono() + min(1.0, run.lease / 10.0)
         log.warning(
             "could not renew a lease",
             task_id=task.id,
@@ -81,7 +80,7 @@ async def renew(
             error=str(exc),
         )
         return
-    clock.observe(expires - lease, sent, time.monotonic())
+    clock.observe(expires - lease, sent, clock.mono())
     run.renew_at = sent + run.lease / 3.0
 
 
@@ -102,7 +101,7 @@ async def heartbeat_loop(
     ``shortest_lease()`` is the shortest lease a new claim may get, so a fresh claim is never
     missed for long."""
     while True:
-        now = time.monotonic()
+        now = clock.mono()
         tick = min(MAX_TICK, shortest_lease() / 6.0)
         live: list[Run] = []
         for run in runs():

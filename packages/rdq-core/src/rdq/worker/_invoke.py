@@ -13,7 +13,6 @@ import asyncio
 import functools
 import inspect
 import random
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -65,7 +64,7 @@ async def invoke(
     if current is None:
         raise RuntimeError("a run is invoked from the task that runs it")
     cancelling = current.cancelling()
-    run.deadline = time.monotonic() + config.timeout
+    run.deadline = deadlines.mono() + config.timeout
     deadlines.add(run)
     try:
         if isinstance(target, Handler):

@@ -8,7 +8,6 @@ never from the local wall clock, so a skewed worker never purges early.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -33,9 +32,9 @@ def publish_stats(stats: Stats) -> None:
 async def refresh_stats(storage: Storage, queues: Sequence[str], clock: StorageClock) -> None:
     """Read every queue's stats, feed the gauges and the storage-clock estimate."""
     for queue in queues:
-        sent = time.monotonic()
+        sent = clock.mono()
         stats = await storage.stats(queue)
-        clock.observe(stats.as_of, sent, time.monotonic())
+        clock.observe(stats.as_of, sent, clock.mono())
         publish_stats(stats)
 
 
@@ -66,12 +65,12 @@ async def maintenance_loop(
 ) -> None:
     """Refresh stats every ``stats_interval`` and purge expired tasks every
     ``purge_interval`` seconds, forever (cancel to stop). Errors are logged, not raised."""
-    next_purge = time.monotonic() + min(purge_interval, stats_interval)
+    next_purge = clock.mono() + min(purge_interval, stats_interval)
     while True:
         try:
             await refresh_stats(storage, queues, clock)
-            if time.monotonic() >= next_purge:
-                next_purge = time.monotonic() + purge_interval
+            if clock.mono() >= next_purge:
+                next_purge = clock.mono() + purge_interval
                 purged = await purge_expired(app, storage, queues, clock)
                 if purged:
                     log.info("purged succeeded tasks past their task_ttl", count=purged)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import time
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any
@@ -73,7 +72,7 @@ class Runner:
         self.rng = rng
         self.on_retry = on_retry
         self.completer = completer
-        self.deadlines = Deadlines()
+        self.deadlines = Deadlines(clock.mono)
         self._spawn = spawn or asyncio.ensure_future
         self._attempt_counters: dict[tuple[str, Outcome], Any] = {}
         self._durations: dict[str, Any] = {}
@@ -160,13 +159,13 @@ class Runner:
         if target is None:
             return retry.unknown_handler(task)
         run.ctx_fields = (self.worker_id, run.number)
-        t0 = time.monotonic()
+        t0 = self.clock.mono()
         decision = await invoke(
             run, target, None, config, run.used, self.threads, self.rng, self.deadlines
         )
         if decision is None or run.fenced:  # lost lease, or the outcome is already written
             return None
-        self._duration(task.queue).observe(time.monotonic() - t0)
+        self._duration(task.queue).observe(self.clock.mono() - t0)
         return decision
 
     async def fence_off(self, run: Run) -> None:
@@ -221,11 +220,11 @@ class Runner:
         attempt = run.attempt = self._attempt(run, decision)
         completer = self.completer
         if decision.action is Action.COMPLETE and completer is not None:
-            run.write_deadline = time.monotonic() + 2 * run.lease
+            run.write_deadline = self.clock.mono() + 2 * run.lease
             self._hand_over(run, completer)
             run.offer_slot()  # the next task may start while this one is written
             return
-        deadline = time.monotonic() + 2 * run.lease
+        deadline = self.clock.mono() + 2 * run.lease
         backoff: Doubling | None = None
         while True:
             try:
@@ -242,7 +241,7 @@ class Runner:
                 metrics.STORAGE_ERRORS.labels(decision.action.value).inc()
                 backoff = backoff or Doubling(WRITE_RETRY_FIRST, WRITE_RETRY_CAP, rng=self.rng)
                 pause = backoff.next()
-                if time.monotonic() + pause > deadline or run.lost:
+                if self.clock.mono() + pause > deadline or run.lost:
                     self._report_unwritten(run, attempt, exc)
                     return
                 await asyncio.sleep(pause)
@@ -306,7 +305,7 @@ class Runner:
             if run.write_backoff is None:
                 run.write_backoff = Doubling(WRITE_RETRY_FIRST, WRITE_RETRY_CAP, rng=self.rng)
             pause = run.write_backoff.next()
-            if time.monotonic() + pause <= run.write_deadline and not run.lost:
+            if self.clock.mono() + pause <= run.write_deadline and not run.lost:
                 asyncio.get_running_loop().call_later(pause, self._retry_write, run)
                 return
         self._written_one(run)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from rdq import metrics
 from rdq.spi import limits
+from rdq.worker._clock import Monotonic
 from rdq.worker._run import Run
 
 __all__ = ["AHEAD_SECONDS", "MAX_AHEAD", "Held", "QueueSlots"]
@@ -84,15 +85,23 @@ class QueueSlots:
         "ahead",
         "concurrency",
         "held",
+        "mono",
         "name",
         "next_due",
         "target",
     )
 
     def __init__(
-        self, name: str, concurrency: int, held: Held, start: Callable[[Run], None]
+        self,
+        name: str,
+        concurrency: int,
+        held: Held,
+        start: Callable[[Run], None],
+        mono: Monotonic = time.monotonic,
     ) -> None:
-        """``start(run)`` starts a run's handler (the slot is already taken for it)."""
+        """``start(run)`` starts a run's handler (the slot is already taken for it);
+        ``mono`` is the worker's monotonic clock."""
+        self.mono = mono
         self.name = name
         self.concurrency = concurrency
         self.held = held
@@ -106,7 +115,7 @@ class QueueSlots:
         self.next_due = float("inf")
         """Monotonic time of the earliest retry this worker scheduled (a hint to wake up)."""
         self._freed = 0
-        self._mark = (time.monotonic(), 0)
+        self._mark = (mono(), 0)
         self._rate = 0.0
         self._waiter: asyncio.Future[None] | None = None
         self._unbounded = False
@@ -144,7 +153,7 @@ class QueueSlots:
         self._adapt(asked, len(runs))
 
     def _adapt(self, asked: int, got: int) -> None:
-        now = time.monotonic()
+        now = self.mono()
         since, freed = self._mark
         if now - since >= _RATE_WINDOW:
             pace = (self._freed - freed) / (now - since)
@@ -179,7 +188,7 @@ class QueueSlots:
             if self.active >= self.concurrency:
                 timeout = None  # every slot taken again
                 continue
-            since = time.monotonic() - self._freed_at  # a slot freed meanwhile: wait on
+            since = self.mono() - self._freed_at  # a slot freed meanwhile: wait on
             if since >= quiet:
                 return
             timeout = quiet - since
@@ -203,7 +212,7 @@ class QueueSlots:
         self.active -= 1
         in_flight[self.name] -= 1
         self._freed += 1
-        self._freed_at = time.monotonic()
+        self._freed_at = self.mono()
         ahead = self.ahead
         while ahead and self.active < self.concurrency:
             following = ahead.popleft()

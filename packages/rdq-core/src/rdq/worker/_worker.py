@@ -41,7 +41,7 @@ from rdq.client import Client
 from rdq.errors import ConfigError
 from rdq.logging import get_logger
 from rdq.spi import Doubling, Storage, limits
-from rdq.worker._clock import StorageClock
+from rdq.worker._clock import Monotonic, StorageClock
 from rdq.worker._completer import Completer
 from rdq.worker._heartbeat import heartbeat_loop
 from rdq.worker._maintenance import maintenance_loop
@@ -88,6 +88,7 @@ class Worker:
         stall_threshold: float = 1.0,
         stall_limit: float = 60.0,
         lease_thread: bool = True,
+        clock: Monotonic | None = None,
     ) -> None:
         """``queues`` defaults to ``app.queues`` (declared queues and those of registered
         handlers), or ``["default"]`` if there are none. ``logger`` replaces the structlog
@@ -96,7 +97,13 @@ class Worker:
         The watchdog thread logs and counts event-loop stalls longer than
         ``stall_threshold`` seconds and, with ``lease_thread`` and a store opened from a URL,
         renews leases from a store of its own until the loop has been stalled for
-        ``stall_limit`` seconds (see :mod:`rdq.worker._watchdog`)."""
+        ``stall_limit`` seconds (see :mod:`rdq.worker._watchdog`).
+
+        ``clock`` replaces ``time.monotonic`` as the worker's clock for every wait, lease
+        renewal, timeout and backoff it measures: a test runs the worker on an event loop whose
+        time is simulated (``clock=loop.time``) and on a store whose clock follows it, and
+        backoffs and leases then take no real time. With a clock of its own the worker renews
+        leases on its event loop only (no lease thread: that thread runs on real time)."""
         self.app = app
         self.storage = storage
         names = list(queues) if queues is not None else (app.queues or ["default"])
@@ -120,8 +127,8 @@ class Worker:
         self.purge_interval = purge_interval
         self.stall_threshold = stall_threshold
         self.stall_limit = stall_limit
-        self.lease_thread = lease_thread
-        self.clock = StorageClock()
+        self.lease_thread = lease_thread and clock is None
+        self.clock = StorageClock(clock or time.monotonic)
         self.log = logger if logger is not None else get_logger("rdq.worker")
         self._rng = rng
         self._held = Held()
@@ -210,7 +217,9 @@ class Worker:
             run.task = loop.create_task(runner.execute(run))
 
         self._states = {
-            q: QueueSlots(q, self.app.queue_config(q).concurrency, self._held, start)
+            q: QueueSlots(
+                q, self.app.queue_config(q).concurrency, self._held, start, self.clock.mono
+            )
             for q in self.queues
         }
         notify = capabilities.notify
@@ -348,7 +357,7 @@ class Worker:
     def _note_retry(self, queue: str, delay: float) -> None:
         state = self._states.get(queue)
         if state is not None:
-            state.next_due = min(state.next_due, time.monotonic() + delay)
+            state.next_due = min(state.next_due, self.clock.mono() + delay)
 
     # --- claiming ----------------------------------------------------------------------------
 
@@ -389,7 +398,7 @@ class Worker:
                         continue
             asked = min(size, limits.MAX_LIMIT)
             lease = timedelta(seconds=config.lease)
-            sent = time.monotonic()
+            sent = self.clock.mono()
             try:
                 claims = await self.storage.claim_due(queue, asked, lease, **holder)
             except asyncio.CancelledError:
@@ -409,14 +418,14 @@ class Worker:
                 continue
             outage.reset()
             if claims:
-                received = time.monotonic()
+                received = self.clock.mono()
                 self.clock.observe_claim(claims[0].task.lease_expires_at, lease, sent, received)
                 claims_counter.inc(len(claims))
                 state.claimed([Run(claimed, config.lease, sent) for claimed in claims], asked)
                 idle.reset()
                 continue
             state.claimed([], asked)
-            now = time.monotonic()
+            now = self.clock.mono()
             if state.next_due <= now:
                 state.next_due = float("inf")
             until_retry = max(0.0, state.next_due - now)
