@@ -28,35 +28,6 @@ from rdq_compliance.clauses.validation import ValidationClauses
 
 __all__ = ["CLAUSES", "StorageSuite"]
 
-CLAUSES: tuple[type, ...] = (
-    ClaimingClauses,
-    PriorityClauses,
-    ClaimHolderClauses,
-    FencingClauses,
-    RecoveryClauses,
-    TransitionClauses,
-    AdmissionClauses,
-    RoundTripClauses,
-    RedrivePurgeClauses,
-    CancelClauses,
-    DLQClauses,
-    DLQFilterClauses,
-    DLQGroupClauses,
-    TaskListingClauses,
-    ImportClauses,
-    AuditClauses,
-    OperationClauses,
-    ClockClauses,
-    LifecycleClauses,
-    CorruptTaskClauses,
-    ValidationClauses,
-    CapabilityClauses,
-    StatefulClauses,
-    CrashClauses,
-)
-"""The clause groups, in the order the documentation lists them."""
-
-
 class StorageSuite(
     ClaimingClauses,
     PriorityClauses,
@@ -109,3 +80,9 @@ class StorageSuite(
     does not advertise skips with the capability's name. Override a test in the subclass to
     adapt it, as with any pytest class.
     """
+
+
+CLAUSES: tuple[type, ...] = tuple(
+    base for base in StorageSuite.__bases__ if base is not SuiteFixtures
+)
+"""The clause groups, in the order the documentation lists them (the suite's bases)."""

@@ -15,7 +15,14 @@ from typing import Any
 import click
 
 from rdq.cli._common import echo_json, json_option, run_async
-from rdq.cli._options import actor_options, filter_options, open_target, target_options
+from rdq.cli._options import (
+    action_options,
+    actor_options,
+    check_selection,
+    filter_options,
+    open_target,
+    target_options,
+)
 from rdq.cli._render import confirm_and_act, print_groups, print_queues, print_tasks
 from rdq.cli._targets import Action, Listing, Verb
 from rdq.cli._tasks import show as show_task
@@ -147,15 +154,7 @@ def _action_command(verb: Verb) -> click.Command:
     @click.argument("queue")
     @click.argument("ids", nargs=-1)
     @filter_options("Dead-lettered")
-    @click.option(
-        "--all",
-        "everything",
-        is_flag=True,
-        help="Select the whole DLQ of QUEUE (when no ids or filter are given).",
-    )
-    @click.option("--dry-run", is_flag=True, help="Only count the selected tasks.")
-    @click.option("--reason", help="Why (kept in the audit record).")
-    @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+    @action_options("Select the whole DLQ of QUEUE (when no ids or filter are given).")
     @actor_options
     @target_options
     @json_option
@@ -179,10 +178,7 @@ def _action_command(verb: Verb) -> click.Command:
         as_json: bool,
     ) -> None:
         selected = dlq_filter(error_type, handler_ref, after, before)
-        if ids and (selected or everything):
-            raise click.UsageError("give task ids or a filter (or --all), not both")
-        if not ids and not selected and not everything:
-            raise click.UsageError("give task ids, a filter (--error-type, …), or --all")
+        check_selection(ids, selected is not None, everything, "--error-type")
         selector = Selector(ids=list(ids)) if ids else Selector(filter=selected or DLQFilter())
         action = Action(verb, queue, selector, dry_run=dry_run, reason=reason)
         target = open_target(storage_url, server_url, token, actor=actor, audit_log=audit_log)

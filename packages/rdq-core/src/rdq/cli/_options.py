@@ -16,7 +16,9 @@ from rdq.cli._targets import DirectTarget, HttpTarget, Target
 
 __all__ = [
     "AWARE",
+    "action_options",
     "actor_options",
+    "check_selection",
     "filter_options",
     "open_target",
     "target_options",
@@ -27,6 +29,32 @@ def _apply(fn: Callable[..., Any], options: list[Callable[..., Any]]) -> Callabl
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def action_options(all_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--all`` (helped by ``all_help``), ``--dry-run``, ``--reason``, ``--yes``: what every
+    bulk action (redrive, purge, cancel) takes."""
+
+    def options(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return _apply(
+            fn,
+            [
+                click.option("--all", "everything", is_flag=True, help=all_help),
+                click.option("--dry-run", is_flag=True, help="Only count the selected tasks."),
+                click.option("--reason", help="Why (kept in the audit record)."),
+                click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation."),
+            ],
+        )
+
+    return options
+
+
+def check_selection(ids: tuple[str, ...], filtered: bool, everything: bool, example: str) -> None:
+    """Exactly one of: task ids, a filter, ``--all`` (``example`` names a filter option)."""
+    if ids and (filtered or everything):
+        raise click.UsageError("give task ids or a filter (or --all), not both")
+    if not ids and not filtered and not everything:
+        raise click.UsageError(f"give task ids, a filter ({example}, …), or --all")
 
 
 def target_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,7 +9,14 @@ import click
 
 from rdq.admin import TaskSelector
 from rdq.cli._common import echo_json, json_option, run_async
-from rdq.cli._options import actor_options, filter_options, open_target, target_options
+from rdq.cli._options import (
+    action_options,
+    actor_options,
+    check_selection,
+    filter_options,
+    open_target,
+    target_options,
+)
 from rdq.cli._render import confirm_and_act, print_task, print_tasks
 from rdq.cli._targets import Action, Listing, status_of
 from rdq.spi import Status, TaskFilter
@@ -127,10 +134,7 @@ async def show(
     help="With a filter: cancel tasks in this status (IN_FLIGHT revokes running ones).",
 )
 @filter_options("Status time")
-@click.option("--all", "everything", is_flag=True, help="Every task of QUEUE in --status.")
-@click.option("--dry-run", is_flag=True, help="Only count the selected tasks.")
-@click.option("--reason", help="Why (kept in the audit record).")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@action_options("Every task of QUEUE in --status.")
 @actor_options
 @target_options
 @json_option
@@ -158,10 +162,7 @@ async def cancel(
     running one's claim is revoked and its worker abandons it. Asks for confirmation
     (--yes to skip); --dry-run only counts."""
     filtered = any(v is not None for v in (error_type, handler_ref, after, before))
-    if ids and (filtered or everything):
-        raise click.UsageError("give task ids or a filter (or --all), not both")
-    if not ids and not filtered and not everything:
-        raise click.UsageError("give task ids, a filter (--handler-ref, …), or --all")
+    check_selection(ids, filtered, everything, "--handler-ref")
     if ids:
         selector = TaskSelector(ids=list(ids))
     else:
