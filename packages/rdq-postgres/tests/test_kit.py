@@ -79,10 +79,19 @@ class TestPostgresKeepsTheContract(StorageSuite):
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
         return Capabilities(
-            reopen=True,
+            contract_version=2,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
             batch_complete=True,
             group_pushdown=True,
+            priorities=True,
+            claim_holder=True,
+            cancel=True,
+            task_listing=True,
+            queue_listing=True,
+            import_tasks=True,
+            audit=True,
+            reopen=True,
+            transactional_enqueue=True,
         )

@@ -1,0 +1,2 @@
+-- The highest applied migration (run only once schema_migrations exists).
+SELECT max(version) AS version FROM {schema}.schema_migrations
