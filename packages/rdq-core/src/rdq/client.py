@@ -33,9 +33,9 @@ import msgspec
 
 from rdq import tracing
 from rdq.app import DEFAULT_QUEUE, App, import_path
-from rdq.errors import ConfigError, ValidationError
+from rdq.errors import ValidationError
 from rdq.plugins import open_storage
-from rdq.spi import DEFAULT_PRIORITY, Envelope, RetryOverride, Storage, limits
+from rdq.spi import DEFAULT_PRIORITY, Envelope, RetryOverride, Storage, limits, require
 
 __all__ = ["Client", "Submission", "Submitted", "SyncClient"]
 
@@ -103,8 +103,8 @@ class Client:
         """Submit one task. ``priority`` (-10..10, higher claimed first) defaults to the
         queue's configured priority. With ``connection`` (a database connection or session
         of the application, in a transaction) the task is stored by that transaction: it
-        exists once it commits and never if it rolls back (stores with ``enqueue_in``, i.e.
-        PostgreSQL; ``ConfigError`` for others).
+        exists once it commits and never if it rolls back (stores that advertise
+        ``transactional_enqueue``, i.e. PostgreSQL; ``rdq.errors.Unsupported`` for others).
 
         Raises ``ValidationError`` (naming the field) for bad input — with an app attached, a
         handler it does not know, unless ``check_handler=False`` (for tasks that another
@@ -180,15 +180,8 @@ class Client:
     async def _enqueue_in(
         self, connection: object, tasks: list[Envelope], delay: timedelta | None
     ) -> list[bool]:
-        enqueue_in = getattr(self.storage, "enqueue_in", None)
-        if enqueue_in is None:
-            raise ConfigError(
-                f"{type(self.storage).__name__} cannot store tasks in the application's "
-                "transaction (it has no enqueue_in; PostgreSQL has)",
-                key="connection",
-            )
-        flags: list[bool] = await enqueue_in(connection, tasks, delay=delay)
-        return flags
+        require(self.storage, "transactional_enqueue", "submitting with connection=")
+        return await self.storage.enqueue_in(connection, tasks, delay=delay)
 
     def _envelope(
         self, s: Submission, task_id: str, trace: dict[str, str] | None = None

@@ -11,6 +11,8 @@ import pytest
 import pytest_asyncio
 
 import rdq
+from rdq.app import DEFAULT_QUEUE
+from rdq.errors import Unsupported
 from rdq.spi import Status
 
 from .conftest import fast_worker, running, wait_status
@@ -80,9 +82,13 @@ async def test_a_rolled_back_transaction_leaves_no_task(postgres_url, orders):
         assert await conn.fetchval(f"SELECT count(*) FROM {table}") == 0
 
 
-async def test_a_store_without_enqueue_in_refuses_a_connection():
+async def test_a_store_without_transactional_enqueue_refuses_a_connection():
     async with rdq.open_storage("memory://") as storage:
-        with pytest.raises(rdq.ConfigError) as info:
-            await rdq.Client(storage).submit("ship", None, connection=object())
-    assert info.value.key == "connection"
-    assert "enqueue_in" in str(info.value)
+        client = rdq.Client(storage)
+        with pytest.raises(Unsupported) as info:
+            await client.submit("ship", None, connection=object())
+        with pytest.raises(Unsupported):
+            await client.submit_many([rdq.Submission("ship", None)], connection=object())
+        assert (await storage.stats(DEFAULT_QUEUE)).pending == 0  # nothing stored
+    assert info.value.capability == "transactional_enqueue"
+    assert "transactional_enqueue" in str(info.value)
