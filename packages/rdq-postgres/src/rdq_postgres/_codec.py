@@ -141,66 +141,27 @@ def _unknown(task: Envelope) -> dict[str, Any]:
     return {k: v for k, v in task.extra.items() if k not in _KNOWN}
 
 
+# fmt: off
 ENQUEUE_FIELDS = (
-    "id",
-    "queue",
-    "handler_ref",
-    "payload",
-    "headers",
-    "attempt_count",
-    "redrive_count",
-    "attempts",
-    "error_type",
-    "next_attempt_at",
-    "retry",
-    "format_version",
-    "extra",
-    "priority",
+    "id", "queue", "handler_ref", "payload", "headers", "attempt_count", "redrive_count",
+    "attempts", "error_type", "next_attempt_at", "retry", "format_version", "extra", "priority",
 )
 """The parameters of enqueue.sql that :func:`enqueue_args` gives, in its order."""
 ENQUEUE_ARRAYS = (
-    "ids",
-    "queues",
-    "handler_refs",
-    "payloads",
-    "headers",
-    "attempt_counts",
-    "redrive_counts",
-    "attempts",
-    "error_types",
-    "next_attempt_ats",
-    "retries",
-    "format_versions",
-    "extras",
+    "ids", "queues", "handler_refs", "payloads", "headers", "attempt_counts", "redrive_counts",
+    "attempts", "error_types", "next_attempt_ats", "retries", "format_versions", "extras",
     "priorities",
 )
 """The array parameters of enqueue_batch.sql and enqueue_in.sql: one per field of
 :data:`ENQUEUE_FIELDS`, in its order."""
 IMPORT_ARRAYS = (
-    "ids",
-    "queues",
-    "handler_refs",
-    "payloads",
-    "headers",
-    "statuses",
-    "attempt_counts",
-    "redrive_counts",
-    "attempts",
-    "error_types",
-    "created_ats",
-    "next_attempt_ats",
-    "lease_expires_ats",
-    "completed_ats",
-    "dead_lettered_ats",
-    "cancelled_ats",
-    "retries",
-    "priorities",
-    "claimed_bys",
-    "claimed_ats",
-    "format_versions",
-    "extras",
+    "ids", "queues", "handler_refs", "payloads", "headers", "statuses", "attempt_counts",
+    "redrive_counts", "attempts", "error_types", "created_ats", "next_attempt_ats",
+    "lease_expires_ats", "completed_ats", "dead_lettered_ats", "cancelled_ats", "retries",
+    "priorities", "claimed_bys", "claimed_ats", "format_versions", "extras",
 )
 """The array parameters of import_tasks.sql, in the order of :func:`import_args`."""
+# fmt: on
 
 
 def enqueue_args(task: Envelope, payload: str | None = None) -> tuple[Any, ...]:

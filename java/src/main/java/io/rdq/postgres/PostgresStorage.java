@@ -50,7 +50,7 @@ import java.util.concurrent.TimeoutException;
  * (docs/postgres-schema.md). Every operation is one statement in autocommit: due-ness, leases
  * and timestamps come from the database clock, claims use {@code FOR UPDATE SKIP LOCKED}, and
  * every change after a claim is fenced on the claim token in its {@code WHERE} clause. The SQL
- * is in the {@code sql/*.sql} resources beside this class.
+ * is the Python plugin's, in the {@code sql/} resources beside this class (see {@link Sql}).
  *
  * <pre>{@code
  * try (Storage storage = PostgresStorage.fromUrl("postgresql://app:secret@db:5432/app")) {
