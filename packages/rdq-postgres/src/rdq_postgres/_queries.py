@@ -4,9 +4,9 @@ The files are the only copy of rdq's SQL: the Java binding (``java/``, ``Sql.jav
 very same ones, which its build copies into its jar, and compiles them the same way.
 
 - ``sql/<name>.sql`` is one statement. It names its parameters (``:queue``; a name may occur
-  several times, ``::`` is a cast, text in quotes and ``--`` comments are left alone), and
-  :func:`compile_statement` turns them into asyncpg's ``$1, $2, …``, keeping the order of the
-  names (:meth:`Statement.args` binds keyword values in it).
+  several times, ``::`` is a cast, quoted text is left alone), and :func:`compile_statement`
+  turns them into asyncpg's ``$1, $2, …``, keeping the order of the names
+  (:meth:`Statement.args` binds keyword values in it). ``--`` comments are dropped.
 - ``sql/<name>.part`` is a fragment, put in wherever a statement (or a fragment) says
   ``{name}``. ``{schema}`` (quoted) and ``{channel}`` are the store's own; any other
   ``{name}`` is a slot its caller fills (:meth:`Queries.load`) with fixed text chosen by code
@@ -68,8 +68,8 @@ def _uncommented(text: str) -> str:
 
 
 def compile_statement(name: str, text: str) -> Statement:
-    """``text`` (comments dropped, fragments filled in) with its named parameters as ``$1,
-    $2, …``; a name given twice is the same number."""
+    """``text`` (fragments filled in) without its comments and with its named parameters as
+    ``$1, $2, …``; a name given twice is the same number."""
     numbers: dict[str, int] = {}
 
     def lexeme(match: re.Match[str]) -> str:
@@ -78,7 +78,7 @@ def compile_statement(name: str, text: str) -> Statement:
             return match.group()
         return f"${numbers.setdefault(param, len(numbers) + 1)}"
 
-    return Statement(name, _LEXEME.sub(lexeme, text).strip(), tuple(numbers))
+    return Statement(name, _LEXEME.sub(lexeme, _uncommented(text)).strip(), tuple(numbers))
 
 
 @functools.cache
@@ -163,4 +163,6 @@ class Queries:
     def __getattr__(self, name: str) -> Statement:
         if name.startswith("_") or _file(f"{name}.sql") is None:
             raise AttributeError(name)
-        return self.load(name)
+        statement = self.load(name)
+        setattr(self, name, statement)  # the next lookup is a plain attribute
+        return statement
