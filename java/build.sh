@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds rdq-java with nothing but the JDK and Debian's jars: compiles with every lint warning
-# as an error, bundles the schema migrations of the Python plugin (one definition of the
-# schema for both languages), runs the unit tests and writes build/rdq-java.jar and
+# as an error, bundles the SQL of the Python plugin — its statements, fragments and schema
+# migrations (one definition of the SQL for both languages; Sql.java compiles the statements
+# at load time) —, runs the unit tests and writes build/rdq-java.jar and
 # build/classpath (the runtime classpath, for the bridge and the tests). The test sources
 # (JUnit tests, and the small programs rdq's Python tests run: io.rdq.harness) go to
 # build/test-classes.
@@ -26,13 +27,15 @@ rm -rf build
 mkdir -p build/classes build/test-classes
 find src/main/java -name '*.java' > build/sources
 javac --release 17 -encoding UTF-8 "${lint[@]}" -d build/classes -cp "$(cp_of "${runtime[@]}")" @build/sources
-cp -R src/main/resources/. build/classes/
-# RDQ_PG_MIGRATIONS: another folder of migrations (to build against a schema in the making)
-migrations=${RDQ_PG_MIGRATIONS:-../packages/rdq-postgres/src/rdq_postgres/sql/migrations}
-out=build/classes/io/rdq/postgres/sql/migrations
-mkdir -p "$out"
-cp "$migrations"/[0-9][0-9][0-9][0-9]_*.sql "$out"/
-(cd "$out" && ls [0-9][0-9][0-9][0-9]_*.sql > index.txt)
+# The plugin's SQL, beside io.rdq.postgres.Sql in the jar. RDQ_PG_MIGRATIONS: another folder of
+# migrations (to build against a schema in the making).
+sql=../packages/rdq-postgres/src/rdq_postgres/sql
+migrations=${RDQ_PG_MIGRATIONS:-$sql/migrations}
+out=build/classes/io/rdq/postgres/sql
+mkdir -p "$out/migrations"
+cp "$sql"/*.sql "$sql"/*.part "$out"/
+cp "$migrations"/[0-9][0-9][0-9][0-9]_*.sql "$out/migrations"/
+(cd "$out/migrations" && ls [0-9][0-9][0-9][0-9]_*.sql > index.txt)
 jar --create --file build/rdq-java.jar -C build/classes .
 echo "$here/build/rdq-java.jar:$(cp_of "${runtime[@]}")" > build/classpath
 

@@ -184,10 +184,10 @@ async def test_unknown_keys_in_retry_and_attempt_records_are_ignored_and_stay_in
 
 async def _schema_at_version_1(conn: asyncpg.Connection, schema: str) -> None:
     """``schema`` as rdq's first release left it: migration 0001 only."""
-    from rdq_postgres._queries import _read, _render, migrations
+    from rdq_postgres._queries import Queries, migrations
 
     channel = f"{schema}_due"
-    await conn.execute(_render(_read("migrate_prepare.sql"), schema, channel))
+    await conn.execute(Queries(schema, channel).script("migrate_prepare"))
     version, name, text = migrations(schema, channel)[0]
     await conn.execute(text)
     await conn.execute(

@@ -21,14 +21,24 @@ from rdq_java_bridge import JavaBridgeStorage
 class TestJavaKeepsTheContract(StorageSuite):
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
-        """What io.rdq.postgres.PostgresStorage advertises (the Python plugin's set)."""
+        """What io.rdq.postgres.PostgresStorage advertises: the Python plugin's set but
+        ``transactional_enqueue`` (the binding has no ``enqueueIn``); ``reopen`` is the
+        bridge's (a second bridge session)."""
         return Capabilities(
-            reopen=True,
+            contract_version=2,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
             batch_complete=True,
             group_pushdown=True,
+            priorities=True,
+            claim_holder=True,
+            cancel=True,
+            task_listing=True,
+            queue_listing=True,
+            import_tasks=True,
+            audit=True,
+            reopen=True,
         )
 
     @pytest.fixture

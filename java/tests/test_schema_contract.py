@@ -1,11 +1,14 @@
-"""One schema for both languages: the Java binding creates what the Python plugin expects, and
-refuses a schema that a newer rdq migrated past what it knows."""
+"""One schema and one set of statements for both languages: the Java binding runs the Python
+plugin's SQL files, creates what the plugin expects, and refuses a schema that a newer rdq
+migrated past what it knows."""
 
 from __future__ import annotations
 
 import secrets
+import zipfile
 from collections.abc import Iterator
 from datetime import timedelta
+from importlib import resources
 
 import asyncpg
 import pytest
@@ -13,7 +16,7 @@ import pytest
 from rdq import open_storage
 from rdq.errors import StorageError
 from rdq.spi import Attempt, Envelope, Outcome, Status
-from rdq_java_bridge import BridgeServer, JavaBridgeStorage
+from rdq_java_bridge import BridgeServer, JavaBridgeStorage, java_classpath
 
 from .conftest import drop_schema
 
@@ -24,6 +27,32 @@ def fresh_schema(postgres_url: str) -> Iterator[str]:
     name = f"java_{secrets.token_hex(4)}"
     yield name
     drop_schema(postgres_url, name)
+
+
+def test_the_jar_holds_the_plugins_statements_and_no_others(java_build: str) -> None:
+    """Every statement and fragment in the jar is the plugin's file, byte for byte, and the
+    jar has every one of them (Sql.java compiles what the plugin's loader compiles)."""
+    jar = next(p for p in java_classpath().split(":") if p.endswith("rdq-java.jar"))
+    prefix = "io/rdq/postgres/sql/"
+    with zipfile.ZipFile(jar) as bundle:
+        bundled = {
+            name.removeprefix(prefix): bundle.read(name)
+            for name in bundle.namelist()
+            if name.startswith(prefix) and name.endswith((".sql", ".part"))
+        }
+    folder = resources.files("rdq_postgres").joinpath("sql")
+    shipped = {
+        entry.name: entry.read_bytes()
+        for entry in folder.iterdir()
+        if entry.name.endswith((".sql", ".part"))
+    }
+    shipped.update(
+        (f"migrations/{entry.name}", entry.read_bytes())
+        for entry in folder.joinpath("migrations").iterdir()
+        if entry.name.endswith(".sql")
+    )
+    assert sorted(bundled) == sorted(shipped)
+    assert bundled == shipped
 
 
 @pytest.mark.asyncio

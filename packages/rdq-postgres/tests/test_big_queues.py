@@ -127,7 +127,9 @@ async def test_the_claim_is_one_index_scan_in_priority_order_that_skips_delayed_
         await conn.close()
 
     lease_us = 30_000_000  # the claim takes its lease in microseconds
-    plan = await _plan(storage, postgres_url, storage._sql.claim, "q", 10, lease_us, None)
+    claim = storage._sql.claim
+    args = claim.args({"queue": "q", "limit": 10, "lease_us": lease_us, "worker_id": None})
+    plan = await _plan(storage, postgres_url, claim.text, *args)
     nodes = _nodes(plan["Plan"])
     scans = [n for n in nodes if "Scan" in n["Node Type"] and n.get("Index Name")]
     claim_scan = [n for n in scans if n["Index Name"] == "task_claim_priority_idx"]

@@ -13,14 +13,7 @@ import pytest_asyncio
 from rdq.spi import Capabilities, Storage
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_postgres import PostgresStorage
-
-# A row no reader can decode but that the schema's constraints accept (they refuse the worse
-# ones; see tests/test_poison_rows.py for every kind of bad value).
-_CORRUPT = """
-INSERT INTO {schema}.task (id, queue, handler_ref, payload, status, next_attempt_at, retry)
-VALUES ($1, $2, 'app.tasks:send', '{{"n": 1}}', 'PENDING', now() - interval '2 hours',
-        '{{"max_attempts": "lots"}}')
-"""
+from rdq_postgres.testing import put_corrupt_task
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +44,8 @@ class TestPostgresKeepsTheContract(StorageSuite):
             yield store
 
     @pytest.fixture
-    def corrupt_task(self, storage: Storage, postgres_url: str) -> CorruptTaskWriter:
+    def corrupt_task(self, storage: Storage) -> CorruptTaskWriter:
         assert isinstance(storage, PostgresStorage)
-        statement = _CORRUPT.format(schema=f'"{storage.config.schema}"')
 
         async def write(queue: str, task_id: str, kind: str = "undecodable") -> None:
             if kind == "far_time":
@@ -61,28 +53,26 @@ class TestPostgresKeepsTheContract(StorageSuite):
                     "the schema refuses times outside the years 1-9999 (CHECK "
                     "task_time_range_check); tests/test_poison_rows.py covers such rows"
                 )
-            conn = await asyncpg.connect(postgres_url)
-            try:
-                await conn.execute(statement, task_id, queue)
-                if kind == "deep":
-                    await conn.execute(
-                        f'UPDATE "{storage.config.schema}".task SET payload = $2::json, '
-                        "retry = NULL WHERE id = $1",
-                        task_id,
-                        "[" * 5000 + "]" * 5000,
-                    )
-            finally:
-                await conn.close()
+            await put_corrupt_task(storage, queue, task_id, kind=kind)
 
         return write
 
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
         return Capabilities(
-            reopen=True,
+            contract_version=2,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
             batch_complete=True,
             group_pushdown=True,
+            priorities=True,
+            claim_holder=True,
+            cancel=True,
+            task_listing=True,
+            queue_listing=True,
+            import_tasks=True,
+            audit=True,
+            reopen=True,
+            transactional_enqueue=True,
         )

@@ -75,17 +75,37 @@ async def test_connect_after_aclose_reopens_and_keeps_the_tasks(
 def test_capabilities_are_pinned() -> None:
     store = PostgresStorage.from_url("postgresql://db/app")
     assert store.capabilities() == Capabilities(
+        contract_version=2,
         notify=True,
         filter_pushdown=True,
         batch_enqueue=True,
         batch_complete=True,
         group_pushdown=True,
+        priorities=True,
+        claim_holder=True,
+        cancel=True,
+        task_listing=True,
+        queue_listing=True,
+        import_tasks=True,
+        audit=True,
+        reopen=True,
+        transactional_enqueue=True,
     )
     quiet = PostgresStorage.from_url("postgresql://db/app?notify=false")
     assert quiet.capabilities() == Capabilities(
+        contract_version=2,
         notify=False,
         filter_pushdown=True,
         batch_enqueue=True,
         batch_complete=True,
         group_pushdown=True,
+        priorities=True,
+        claim_holder=True,
+        cancel=True,
+        task_listing=True,
+        queue_listing=True,
+        import_tasks=True,
+        audit=True,
+        reopen=True,
+        transactional_enqueue=True,
     )

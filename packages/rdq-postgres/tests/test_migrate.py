@@ -72,9 +72,9 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
 
 async def _schema_at(conn: asyncpg.Connection, schema: str, version: int) -> None:
     """Create ``schema`` as an earlier release left it: migrations up to ``version`` only."""
-    from rdq_postgres._queries import _read, _render
+    from rdq_postgres._queries import Queries
 
-    await conn.execute(_render(_read("migrate_prepare.sql"), schema, f"{schema}_due"))
+    await conn.execute(Queries(schema, f"{schema}_due").script("migrate_prepare"))
     for number, name, sql in migrations(schema, f"{schema}_due"):
         if number <= version:
             await conn.execute(sql)

@@ -11,6 +11,7 @@ import pytest
 import pytest_asyncio
 
 import rdq
+from rdq.app import DEFAULT_QUEUE
 from rdq.errors import Unsupported
 from rdq.spi import Status
 
@@ -81,9 +82,13 @@ async def test_a_rolled_back_transaction_leaves_no_task(postgres_url, orders):
         assert await conn.fetchval(f"SELECT count(*) FROM {table}") == 0
 
 
-async def test_a_store_without_enqueue_in_refuses_a_connection_naming_the_capability():
+async def test_a_store_without_transactional_enqueue_refuses_a_connection():
     async with rdq.open_storage("memory://") as storage:
+        client = rdq.Client(storage)
         with pytest.raises(Unsupported) as info:
-            await rdq.Client(storage).submit("ship", None, connection=object())
+            await client.submit("ship", None, connection=object())
+        with pytest.raises(Unsupported):
+            await client.submit_many([rdq.Submission("ship", None)], connection=object())
+        assert (await storage.stats(DEFAULT_QUEUE)).pending == 0  # nothing stored
     assert info.value.capability == "transactional_enqueue"
-    assert "MemoryStorage" in str(info.value)
+    assert "transactional_enqueue" in str(info.value)

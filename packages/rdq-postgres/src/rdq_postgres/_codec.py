@@ -33,14 +33,17 @@ from rdq.spi import (
 from rdq_postgres._times import FarTime
 
 __all__ = [
+    "ENQUEUE_ARRAYS",
+    "ENQUEUE_FIELDS",
+    "IMPORT_ARRAYS",
     "attempt_args",
-    "audit_args",
     "audit_from_row",
+    "audit_values",
     "completion_results",
     "encode_json",
     "enqueue_args",
     "envelope_from_row",
-    "filter_args",
+    "filter_values",
     "import_args",
     "micros",
     "stats_from_row",
@@ -138,10 +141,32 @@ def _unknown(task: Envelope) -> dict[str, Any]:
     return {k: v for k, v in task.extra.items() if k not in _KNOWN}
 
 
+# fmt: off
+ENQUEUE_FIELDS = (
+    "id", "queue", "handler_ref", "payload", "headers", "attempt_count", "redrive_count",
+    "attempts", "error_type", "next_attempt_at", "retry", "format_version", "extra", "priority",
+)
+"""The parameters of enqueue.sql that :func:`enqueue_args` gives, in its order."""
+ENQUEUE_ARRAYS = (
+    "ids", "queues", "handler_refs", "payloads", "headers", "attempt_counts", "redrive_counts",
+    "attempts", "error_types", "next_attempt_ats", "retries", "format_versions", "extras",
+    "priorities",
+)
+"""The array parameters of enqueue_batch.sql and enqueue_in.sql: one per field of
+:data:`ENQUEUE_FIELDS`, in its order."""
+IMPORT_ARRAYS = (
+    "ids", "queues", "handler_refs", "payloads", "headers", "statuses", "attempt_counts",
+    "redrive_counts", "attempts", "error_types", "created_ats", "next_attempt_ats",
+    "lease_expires_ats", "completed_ats", "dead_lettered_ats", "cancelled_ats", "retries",
+    "priorities", "claimed_bys", "claimed_ats", "format_versions", "extras",
+)
+"""The array parameters of import_tasks.sql, in the order of :func:`import_args`."""
+# fmt: on
+
+
 def enqueue_args(task: Envelope, payload: str | None = None) -> tuple[Any, ...]:
-    """``(id, queue, handler_ref, payload, headers, attempt_count, redrive_count, attempts,
-    error_type, next_attempt_at, retry, format_version, extra, priority)`` for the enqueue
-    statements (``payload``: the payload already encoded as JSON, if it was)."""
+    """The values of :data:`ENQUEUE_FIELDS` for ``task``, in order (``payload``: the payload
+    already encoded as JSON, if it was)."""
     last_error = task.attempts[-1].error_type if task.attempts else None
     return (
         task.id,
@@ -162,7 +187,7 @@ def enqueue_args(task: Envelope, payload: str | None = None) -> tuple[Any, ...]:
 
 
 def import_args(task: Envelope) -> tuple[Any, ...]:
-    """Every stored field of ``task``, in the order of import_tasks.sql's arrays."""
+    """Every stored field of ``task``, in the order of :data:`IMPORT_ARRAYS`."""
     last_error = task.attempts[-1].error_type if task.attempts else None
     return (
         task.id,
@@ -352,10 +377,15 @@ def _salvaged(row: asyncpg.Record) -> Envelope:
     return task
 
 
-def filter_args(dlq_filter: DLQFilter | None) -> tuple[Any, ...]:
-    """``(error_type, handler_ref, after, before)`` of a DLQ filter (``None``: any)."""
+def filter_values(dlq_filter: DLQFilter | None) -> dict[str, Any]:
+    """The parameters of dlq_filter.part for a DLQ filter (``None``: any)."""
     f = dlq_filter or DLQFilter()
-    return (text_column(f.error_type), f.handler_ref, f.dead_lettered_after, f.dead_lettered_before)
+    return {
+        "error_type": text_column(f.error_type),
+        "handler_ref": f.handler_ref,
+        "after": f.dead_lettered_after,
+        "before": f.dead_lettered_before,
+    }
 
 
 _STATS_COLUMNS = (
@@ -368,7 +398,7 @@ _STATS_COLUMNS = (
 
 
 def stats_from_row(row: asyncpg.Record, cap: int) -> Stats:
-    """The ``Stats`` of a row of queue_stats.part: a count that reached ``cap`` (the
+    """The ``Stats`` of a row of stats.sql: a count that reached ``cap`` (the
     exact-count threshold + 1) is replaced by the planner's estimate (at least ``cap``) and
     named in ``estimated``."""
     now: datetime = row["as_of"]
@@ -390,17 +420,17 @@ def stats_from_row(row: asyncpg.Record, cap: int) -> Stats:
     )
 
 
-def audit_args(entry: AuditEntry) -> tuple[Any, ...]:
-    """``(actor, action, queue, selector, count, reason, error)`` for append_audit.sql."""
-    return (
-        text_column(entry.actor),
-        text_column(entry.action),
-        entry.queue,
-        _json(entry.selector),
-        entry.count,
-        text_column(entry.reason),
-        text_column(entry.error),
-    )
+def audit_values(entry: AuditEntry) -> dict[str, Any]:
+    """The parameters of append_audit.sql."""
+    return {
+        "actor": text_column(entry.actor),
+        "action": text_column(entry.action),
+        "queue": entry.queue,
+        "selector": _json(entry.selector),
+        "count": entry.count,
+        "reason": text_column(entry.reason),
+        "error": text_column(entry.error),
+    }
 
 
 def audit_from_row(row: asyncpg.Record) -> AuditEntry:

@@ -22,6 +22,7 @@ import asyncpg
 
 from rdq.errors import NotConnected, StorageError
 from rdq_postgres._errors import translate_errors
+from rdq_postgres._queries import Statement
 from rdq_postgres._times import register as register_times
 from rdq_postgres._url import PostgresConfig, endpoint
 
@@ -208,9 +209,10 @@ class ConnectionPool:
 
 
 class Database:
-    """The store's side of the connection: a pool opened by :meth:`open`, and statements run
-    on it with driver errors translated (``translate_errors``) at this boundary. ``owner``
-    names the store in ``NotConnected``."""
+    """The store's side of the connection: a pool opened by :meth:`open`, and statements
+    (:class:`~rdq_postgres._queries.Statement`, bound by parameter name) run on it with driver
+    errors translated (``translate_errors``) at this boundary. ``owner`` names the store in
+    ``NotConnected``."""
 
     def __init__(self, config: PostgresConfig, owner: str) -> None:
         self.config = config
@@ -264,29 +266,35 @@ class Database:
                     f"no answer within the operation timeout ({self.config.timeout:g} s)"
                 ) from None
 
-    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+    async def fetch(self, statement: Statement, /, **values: Any) -> list[asyncpg.Record]:
+        """The rows of ``statement`` run with its parameters' ``values``."""
+        args = statement.args(values)
         pool = self.pool
         with self._operation():
             async with asyncio.timeout(self.config.timeout):
-                rows: list[asyncpg.Record] = await pool.fetch(query, *args)
+                rows: list[asyncpg.Record] = await pool.fetch(statement.text, *args)
         return rows
 
-    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record:
+    async def fetchrow(self, statement: Statement, /, **values: Any) -> asyncpg.Record:
         """The row of a statement that always returns exactly one."""
+        args = statement.args(values)
         pool = self.pool
         with self._operation():
             async with asyncio.timeout(self.config.timeout):
-                row: asyncpg.Record | None = await pool.fetchrow(query, *args)
+                row: asyncpg.Record | None = await pool.fetchrow(statement.text, *args)
         if row is None:
-            raise StorageError(f"PostgreSQL at {self.endpoint}: a statement returned no row")
+            raise StorageError(
+                f"PostgreSQL at {self.endpoint}: {statement.name}.sql returned no row"
+            )
         return row
 
-    async def execute(self, query: str, *args: Any) -> int:
+    async def execute(self, statement: Statement, /, **values: Any) -> int:
         """Run a DELETE/UPDATE; the number of rows it touched."""
+        args = statement.args(values)
         pool = self.pool
         with self._operation():
             async with asyncio.timeout(self.config.timeout):
-                status: str = await pool.execute(query, *args)
+                status: str = await pool.execute(statement.text, *args)
         return int(status.rsplit(" ", 1)[-1])
 
     @contextlib.asynccontextmanager

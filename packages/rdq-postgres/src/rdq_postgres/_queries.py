@@ -1,41 +1,121 @@
-"""The SQL of the store, loaded from the files shipped in the wheel.
+"""The SQL of the store: the statement files shipped in the wheel, loaded and compiled.
 
-``sql/<name>.sql`` is one statement (an attribute of :class:`Queries`); ``sql/<name>.part`` is a
-fragment: ``{queue_stats}`` in a statement is replaced by ``queue_stats.part``, and
-``list_tasks.part`` / ``list_audit.part`` are templates rendered per status and page position.
-``sql/migrations/NNNN_<name>.sql`` are the numbered migrations."""
+The files are the only copy of rdq's SQL: the Java binding (``java/``, ``Sql.java``) loads the
+very same ones, which its build copies into its jar, and compiles them the same way.
+
+- ``sql/<name>.sql`` is one statement. It names its parameters (``:queue``; a name may occur
+  several times, ``::`` is a cast, quoted text is left alone), and :func:`compile_statement`
+  turns them into asyncpg's ``$1, $2, …``, keeping the order of the names
+  (:meth:`Statement.args` binds keyword values in it). ``--`` comments are dropped.
+- ``sql/<name>.part`` is a fragment, put in wherever a statement (or a fragment) says
+  ``{name}``. ``{schema}`` (quoted) and ``{channel}`` are the store's own; any other
+  ``{name}`` is a slot its caller fills (:meth:`Queries.load`) with fixed text chosen by code
+  — a column name, a status, another fragment's ``{name}`` — never with a value.
+- ``sql/migrations/NNNN_<name>.sql`` are the numbered migrations, run as they are.
+"""
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
-from rdq.spi import Status
-
-__all__ = ["Queries", "migrations"]
+__all__ = ["Queries", "Statement", "compile_statement", "migrations", "render"]
 
 _MIGRATION = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql")
-
-STATUS_TIME = {
-    # PENDING and IN_FLIGHT are listed by due_at, which is next_attempt_at and
-    # lease_expires_at respectively (and is what task_live_idx holds).
-    Status.PENDING: "due_at",
-    Status.IN_FLIGHT: "due_at",
-    Status.SUCCEEDED: "completed_at",
-    Status.DEAD: "dead_lettered_at",
-    Status.CANCELLED: "cancelled_at",
-}
-"""The column a status's tasks are listed (and paged) by."""
+_SLOT = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+_LEXEME = re.compile(
+    r"""(?m)^[ \t]*--[^\n]*\n?|'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|::|:([A-Za-z][A-Za-z0-9_]*)"""
+)
+"""What the loader looks at: comments (a line of its own, or the end of a line), quoted text
+and identifiers, casts and named parameters."""
+_NESTING = 8
+"""How deep fragments may name fragments (a guard against a fragment naming itself)."""
 
 
-def _read(*path: str) -> str:
-    node = resources.files("rdq_postgres").joinpath("sql", *path)
-    return node.read_text(encoding="utf-8")
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A compiled statement: its text with ``$n`` placeholders and the parameter name of each
+    ``n``, in order."""
+
+    name: str
+    text: str
+    params: tuple[str, ...]
+
+    def args(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The positional arguments for ``values`` (one per parameter name, no other)."""
+        try:
+            args = tuple([values[name] for name in self.params])
+        except KeyError as missing:
+            raise TypeError(f"{self.name}.sql needs :{missing.args[0]}") from None
+        if len(values) != len(self.params):
+            unknown = ", ".join(f":{name}" for name in sorted(set(values) - set(self.params)))
+            raise TypeError(f"{self.name}.sql has no parameter {unknown}")
+        return args
 
 
-def _render(text: str, schema: str, channel: str) -> str:
+def _uncommented(text: str) -> str:
+    """``text`` without its ``--`` comments (a comment line goes with its line break)."""
+
+    def keep(match: re.Match[str]) -> str:
+        lexeme = match.group()
+        return "" if lexeme.lstrip(" \t").startswith("--") else lexeme
+
+    return _LEXEME.sub(keep, text)
+
+
+def compile_statement(name: str, text: str) -> Statement:
+    """``text`` (fragments filled in) without its comments and with its named parameters as
+    ``$1, $2, …``; a name given twice is the same number."""
+    numbers: dict[str, int] = {}
+
+    def lexeme(match: re.Match[str]) -> str:
+        param = match.group(1)
+        if param is None:
+            return match.group()
+        return f"${numbers.setdefault(param, len(numbers) + 1)}"
+
+    return Statement(name, _LEXEME.sub(lexeme, _uncommented(text)).strip(), tuple(numbers))
+
+
+@functools.cache
+def _file(name: str) -> str | None:
+    """``sql/<name>`` without its comments (``None`` if there is none)."""
+    node = resources.files("rdq_postgres").joinpath("sql", name)
+    return _uncommented(node.read_text(encoding="utf-8")) if node.is_file() else None
+
+
+def _names(text: str, schema: str, channel: str) -> str:
     return text.replace("{schema}", f'"{schema}"').replace("{channel}", channel)
+
+
+def render(text: str, schema: str, channel: str, slots: Mapping[str, str]) -> str:
+    """``text`` with ``{schema}``, ``{channel}``, the ``slots`` given and every fragment
+    (``{name}`` of a ``sql/name.part``) filled in, a fragment's lines indented as its slot
+    is; ``LookupError`` for a ``{name}`` that is none of them."""
+
+    def fill(text: str, depth: int) -> str:
+        def slot(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name == "schema":
+                return f'"{schema}"'
+            if name == "channel":
+                return channel
+            if depth >= _NESTING:
+                raise LookupError(f"fragments nest deeper than {_NESTING} at {{{name}}}")
+            value = slots[name] if name in slots else _file(f"{name}.part")
+            if value is None:
+                raise LookupError(f"no fragment sql/{name}.part and no text for {{{name}}}")
+            value = fill(value.strip(), depth + 1)
+            indent = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
+            return value.replace("\n", "\n" + indent) if indent.isspace() else value
+
+        return _SLOT.sub(slot, text)
+
+    return fill(text, 0)
 
 
 def migrations(schema: str, channel: str) -> list[tuple[int, str, str]]:
@@ -45,62 +125,44 @@ def migrations(schema: str, channel: str) -> list[tuple[int, str, str]]:
     for entry in folder.iterdir():
         match = _MIGRATION.fullmatch(entry.name)
         if match:
-            text = _render(entry.read_text(encoding="utf-8"), schema, channel)
+            text = _names(entry.read_text(encoding="utf-8"), schema, channel)
             found.append((int(match.group(1)), match.group(2), text))
     return sorted(found)
 
 
 class Queries:
-    """Every statement, rendered for one schema (attribute per ``.sql`` file)."""
+    """Every statement, compiled for one schema: ``queries.claim`` is ``sql/claim.sql``, and
+    :meth:`load` fills a statement's slots."""
 
     def __init__(self, schema: str, channel: str) -> None:
         self.schema = schema
         self.channel = channel
+        self._compiled: dict[tuple[str, tuple[tuple[str, str], ...]], Statement] = {}
 
-    def _part(self, name: str) -> str:
-        return _render(_read(f"{name}.part"), self.schema, self.channel)
+    def load(self, name: str, **slots: str) -> Statement:
+        """``sql/<name>.sql`` compiled, with ``slots`` (fixed text: a column name, a status,
+        a fragment's ``{name}``) filled in. Compiled once per store and set of slots."""
+        key = (name, tuple(sorted(slots.items())))
+        statement = self._compiled.get(key)
+        if statement is None:
+            text = _file(f"{name}.sql")
+            if text is None:
+                raise LookupError(f"no statement sql/{name}.sql")
+            rendered = render(text, self.schema, self.channel, slots)
+            statement = self._compiled[key] = compile_statement(name, rendered)
+        return statement
 
-    @functools.cached_property
-    def _all(self) -> dict[str, str]:
-        folder = resources.files("rdq_postgres").joinpath("sql")
-        queue_stats = self._part("queue_stats")
-        return {
-            entry.name.removesuffix(".sql"): _render(
-                entry.read_text(encoding="utf-8"), self.schema, self.channel
-            ).replace("{queue_stats}", queue_stats)
-            for entry in folder.iterdir()
-            if entry.name.endswith(".sql")
-        }
+    def script(self, name: str) -> str:
+        """``sql/<name>.sql`` rendered but not compiled: several statements without
+        parameters (``migrate_prepare``)."""
+        text = _file(f"{name}.sql")
+        if text is None:
+            raise LookupError(f"no statement sql/{name}.sql")
+        return _names(text, self.schema, self.channel)
 
-    def __getattr__(self, name: str) -> str:
-        if name.startswith("_"):
+    def __getattr__(self, name: str) -> Statement:
+        if name.startswith("_") or _file(f"{name}.sql") is None:
             raise AttributeError(name)
-        try:
-            return self._all[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    @functools.cache  # noqa: B019 - a handful of variants per store, kept as long as it lives
-    def list_tasks(self, status: Status, *, after: bool) -> str:
-        """The page statement for ``status``: the first page, or the page after the cursor
-        ``($8, $9)`` when ``after``."""
-        at = STATUS_TIME[status]
-        keyset = f"AND ({at}, id) > ($8::timestamptz, $9::text)" if after else ""
-        return (
-            self._part("list_tasks")
-            .replace("{status}", status.value)
-            .replace("{at}", at)
-            .replace("{keyset}", keyset)
-            .replace("{after}", " after the cursor ($8, $9)" if after else "")
-        )
-
-    @functools.cache  # noqa: B019
-    def list_audit(self, *, after: bool) -> str:
-        """The audit page statement: the first page, or the page after the cursor ``($7, $8)``
-        (older entries) when ``after``."""
-        keyset = "AND (time, id) < ($7::timestamptz, $8::text)" if after else ""
-        return (
-            self._part("list_audit")
-            .replace("{keyset}", keyset)
-            .replace("{after}", " after the cursor ($7, $8)" if after else "")
-        )
+        statement = self.load(name)
+        setattr(self, name, statement)  # the next lookup is a plain attribute
+        return statement

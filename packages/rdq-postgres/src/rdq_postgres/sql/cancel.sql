@@ -1,5 +1,5 @@
--- Cancel the PENDING or IN_FLIGHT tasks of queue $1 among ids $2: the claim token goes with
--- the lease, so a holder's next fenced statement changes nothing.
+-- Cancel the PENDING or IN_FLIGHT tasks of :queue among :ids: the claim token goes with the
+-- lease, so a holder's next fenced statement changes nothing.
 UPDATE {schema}.task
 SET status = 'CANCELLED',
     cancelled_at = now(),
@@ -7,4 +7,4 @@ SET status = 'CANCELLED',
     claimed_at = NULL,
     claimed_by = NULL,
     token = NULL
-WHERE queue = $1 AND id = ANY($2::text[]) AND status IN ('PENDING', 'IN_FLIGHT')
+WHERE queue = :queue AND id = ANY(:ids::text[]) AND status IN ('PENDING', 'IN_FLIGHT')

@@ -1,6 +1,6 @@
--- Claim up to $2 due tasks of queue $1 for a lease of $3 microseconds (an integer: an elapsed
--- time, never a calendar day) on behalf of worker $4: highest priority first, oldest due first
--- within a priority.
+-- Claim up to :limit due tasks of :queue for a lease of :lease_us microseconds (an integer: an
+-- elapsed time, never a calendar day) on behalf of worker :worker_id: highest priority first,
+-- oldest due first within a priority.
 -- Due: PENDING with next_attempt_at <= now(), or IN_FLIGHT with lease_expires_at <= now()
 -- (a lost lease, reclaimed with a LEASE_EXPIRED attempt record naming its holder). now() is
 -- the database clock (the transaction start: run it in autocommit). Locked rows are skipped,
@@ -10,19 +10,19 @@ WITH due AS (
     SELECT id, due_at
     FROM {schema}.task
     WHERE priority = ANY ('{10,9,8,7,6,5,4,3,2,1,0,-1,-2,-3,-4,-5,-6,-7,-8,-9,-10}'::smallint[])
-      AND queue = $1
+      AND queue = :queue
       AND status IN ('PENDING', 'IN_FLIGHT')
       AND due_at <= now()
     ORDER BY priority DESC, due_at
-    LIMIT $2
+    LIMIT :limit
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {schema}.task AS t
 SET status = 'IN_FLIGHT',
     token = gen_random_uuid()::text,
     claimed_at = now(),
-    claimed_by = $4,
-    lease_expires_at = now() + $3::bigint * interval '1 microsecond',
+    claimed_by = :worker_id,
+    lease_expires_at = now() + :lease_us::bigint * interval '1 microsecond',
     attempt_count = t.attempt_count + CASE WHEN t.status = 'IN_FLIGHT' THEN 1 ELSE 0 END,
     error_type = CASE WHEN t.status = 'IN_FLIGHT' THEN 'LeaseExpired' ELSE t.error_type END,
     attempts = CASE

@@ -1,20 +1,12 @@
--- Give up: append attempt $3 (error type $4), DEAD now; fenced on token $2.
+-- Give up: append :attempt (error type :error_type), DEAD now; fenced on :token.
 WITH upd AS (
-    UPDATE {schema}.task
+    UPDATE {schema}.task AS t
     SET status = 'DEAD',
         dead_lettered_at = now(),
-        lease_expires_at = NULL,
-        claimed_at = NULL,
-        claimed_by = NULL,
-        token = NULL,
-        attempts = CASE WHEN json_typeof(attempts) = 'array'
-            THEN {schema}.append_attempt(attempts, $3::json) ELSE json_build_array($3::json) END,
-        quarantine = CASE WHEN json_typeof(attempts) = 'array'
-            THEN quarantine ELSE {schema}.quarantine_add(quarantine, 'attempts', attempts) END,
-        attempt_count = attempt_count + 1,
-        error_type = $4
-    WHERE id = $1 AND token = $2 AND status = 'IN_FLIGHT'
+        {resolution}
+    FROM (SELECT :attempt::json AS attempt, :error_type::text AS error_type) AS i
+    WHERE t.id = :id AND t.token = :token AND t.status = 'IN_FLIGHT'
     RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM upd) AS done,
-       EXISTS (SELECT 1 FROM {schema}.task WHERE id = $1) AS found
+       EXISTS (SELECT 1 FROM {schema}.task WHERE id = :id) AS found

@@ -1,15 +1,15 @@
--- Admit tasks inside the caller's own transaction (enqueue_in): the arrays and $14 (delay in
--- microseconds) of enqueue_batch.sql, and $15 (whether to NOTIFY). Never raises for an id held
--- by another queue, so the caller's transaction stays usable: `conflict_id`/`conflict_queue`
--- name the first such id in batch order (the store then deletes what this statement inserted
--- and raises IDConflict). The NOTIFY is delivered when the caller commits, and never on
--- rollback.
+-- Admit tasks inside the caller's own transaction (enqueue_in): the arrays and :delay_us of
+-- enqueue_batch.sql, and :notify (whether to NOTIFY). Never raises for an id held by another
+-- queue, so the caller's transaction stays usable: `conflict_id`/`conflict_queue` name the
+-- first such id in batch order (the store then deletes what this statement inserted and
+-- raises IDConflict). The NOTIFY is delivered when the caller commits, and never on rollback.
 WITH input AS (
     SELECT *
     FROM unnest(
-        $1::text[], $2::text[], $3::text[], $4::json[], $5::json[], $6::integer[],
-        $7::integer[], $8::json[], $9::text[], $10::timestamptz[], $11::json[],
-        $12::integer[], $13::json[], $16::smallint[]
+        :ids::text[], :queues::text[], :handler_refs::text[], :payloads::json[],
+        :headers::json[], :attempt_counts::integer[], :redrive_counts::integer[],
+        :attempts::json[], :error_types::text[], :next_attempt_ats::timestamptz[],
+        :retries::json[], :format_versions::integer[], :extras::json[], :priorities::smallint[]
     ) WITH ORDINALITY AS i(
         id, queue, handler_ref, payload, headers, attempt_count, redrive_count, attempts,
         error_type, next_attempt_at, retry, format_version, extra, priority, n
@@ -23,8 +23,8 @@ ins AS (
     )
     SELECT i.id, i.queue, i.handler_ref, i.payload, i.headers, 'PENDING', i.attempt_count,
            i.redrive_count, i.attempts, i.error_type, now(),
-           COALESCE(i.next_attempt_at, now() + $14::bigint * interval '1 microsecond'), i.retry,
-           i.format_version, i.extra, i.priority
+           COALESCE(i.next_attempt_at, now() + :delay_us::bigint * interval '1 microsecond'),
+           i.retry, i.format_version, i.extra, i.priority
     FROM input AS i
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING
@@ -49,4 +49,4 @@ SELECT ARRAY(SELECT id FROM ins) AS stored,
        (SELECT queue FROM conflict) AS conflict_queue,
        (SELECT count(pg_notify('{channel}', queue))
         FROM (SELECT DISTINCT queue FROM ins) AS q
-        WHERE $15 AND NOT EXISTS (SELECT 1 FROM conflict)) AS notified
+        WHERE :notify::boolean AND NOT EXISTS (SELECT 1 FROM conflict)) AS notified

@@ -1,2 +1,2 @@
--- The queue holding task $1 (after an enqueue found the id taken).
-SELECT queue FROM {schema}.task WHERE id = $1
+-- The queue holding task :id (after an enqueue found the id taken).
+SELECT queue FROM {schema}.task WHERE id = :id

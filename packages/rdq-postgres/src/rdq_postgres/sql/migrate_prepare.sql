@@ -1,3 +1,4 @@
+-- Before the numbered migrations: the schema and the table recording which were applied.
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
     version    integer     PRIMARY KEY,

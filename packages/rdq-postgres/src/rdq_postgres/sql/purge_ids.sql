@@ -1,3 +1,3 @@
--- Delete the DEAD and CANCELLED tasks of queue $1 among ids $2.
+-- Delete the DEAD and CANCELLED tasks of :queue among :ids.
 DELETE FROM {schema}.task
-WHERE queue = $1 AND status IN ('DEAD', 'CANCELLED') AND id = ANY($2::text[])
+WHERE queue = :queue AND status IN ('DEAD', 'CANCELLED') AND id = ANY(:ids::text[])

@@ -1,21 +1,13 @@
--- Failure: append attempt $3 (error type $4), PENDING due at $5; fenced on token $2.
+-- Failure: append :attempt (error type :error_type), PENDING due at :next_at; fenced on :token.
 WITH upd AS (
-    UPDATE {schema}.task
+    UPDATE {schema}.task AS t
     SET status = 'PENDING',
-        next_attempt_at = $5,
-        lease_expires_at = NULL,
-        claimed_at = NULL,
-        claimed_by = NULL,
-        token = NULL,
-        attempts = CASE WHEN json_typeof(attempts) = 'array'
-            THEN {schema}.append_attempt(attempts, $3::json) ELSE json_build_array($3::json) END,
-        quarantine = CASE WHEN json_typeof(attempts) = 'array'
-            THEN quarantine ELSE {schema}.quarantine_add(quarantine, 'attempts', attempts) END,
-        attempt_count = attempt_count + 1,
-        error_type = $4
-    WHERE id = $1 AND token = $2 AND status = 'IN_FLIGHT'
-    RETURNING queue
+        next_attempt_at = :next_at::timestamptz,
+        {resolution}
+    FROM (SELECT :attempt::json AS attempt, :error_type::text AS error_type) AS i
+    WHERE t.id = :id AND t.token = :token AND t.status = 'IN_FLIGHT'
+    RETURNING t.queue
 )
 SELECT EXISTS (SELECT 1 FROM upd) AS done,
-       EXISTS (SELECT 1 FROM {schema}.task WHERE id = $1) AS found,
+       EXISTS (SELECT 1 FROM {schema}.task WHERE id = :id) AS found,
        (SELECT queue FROM upd) AS queue

@@ -1,3 +1,3 @@
--- Undo enqueue_in.sql's inserts of ids $1 within the same transaction (after it found an id
--- held by another queue): rows no other transaction can see yet.
-DELETE FROM {schema}.task WHERE id = ANY($1::text[])
+-- Undo enqueue_in.sql's inserts of :ids within the same transaction (after it found an id held
+-- by another queue): rows no other transaction can see yet.
+DELETE FROM {schema}.task WHERE id = ANY(:ids::text[])

@@ -1,10 +1,31 @@
 package io.rdq;
 
-/** Optional accelerations a store offers; a worker works without any of them.
- * {@code notifications} is the contract's {@code notify}: {@link Storage#waitDue} blocks until a task may be due. */
+/**
+ * What a store offers beyond the operations every store has, and the contract version it
+ * implements: the flags of rdq's {@code rdq.spi.Capabilities}, by the same names
+ * ({@code notifications} is the contract's {@code notify}: {@link Storage#waitDue} blocks until a
+ * task may be due). A worker works without any of the accelerations ({@code notifications},
+ * {@code filterPushdown}, {@code batchEnqueue}, {@code batchComplete}, {@code groupPushdown});
+ * the others are the features of contract version 2: {@code priorities} (claims take the
+ * highest priority first), {@code claimHolder} (claims keep the worker id), {@code cancel},
+ * {@code taskListing} ({@link Storage#listTasks}), {@code queueListing}
+ * ({@link Storage#listQueues}), {@code importTasks} and {@code audit}
+ * ({@link Storage#appendAudit}, {@link Storage#listAudit}).
+ */
 public record Capabilities(
+        int contractVersion,
         boolean notifications,
         boolean filterPushdown,
         boolean batchEnqueue,
         boolean batchComplete,
-        boolean groupPushdown) {}
+        boolean groupPushdown,
+        boolean priorities,
+        boolean claimHolder,
+        boolean cancel,
+        boolean taskListing,
+        boolean queueListing,
+        boolean importTasks,
+        boolean audit) {
+    /** The contract version this binding implements ({@code rdq.spi.CONTRACT_VERSION}). */
+    public static final int CONTRACT_VERSION = 2;
+}

@@ -277,11 +277,19 @@ final class Session implements Runnable {
 
     private static void capabilities(JsonGenerator g, Capabilities c) throws IOException {
         g.writeStartObject();
+        g.writeNumberField("contract_version", c.contractVersion());
         g.writeBooleanField("notify", c.notifications());
         g.writeBooleanField("filter_pushdown", c.filterPushdown());
         g.writeBooleanField("batch_enqueue", c.batchEnqueue());
         g.writeBooleanField("batch_complete", c.batchComplete());
         g.writeBooleanField("group_pushdown", c.groupPushdown());
+        g.writeBooleanField("priorities", c.priorities());
+        g.writeBooleanField("claim_holder", c.claimHolder());
+        g.writeBooleanField("cancel", c.cancel());
+        g.writeBooleanField("task_listing", c.taskListing());
+        g.writeBooleanField("queue_listing", c.queueListing());
+        g.writeBooleanField("import_tasks", c.importTasks());
+        g.writeBooleanField("audit", c.audit());
         g.writeEndObject();
     }
 

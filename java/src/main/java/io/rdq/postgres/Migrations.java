@@ -64,13 +64,19 @@ final class Migrations {
     static int current(Connection conn, Sql sql) throws SQLException {
         try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(sql.get("schema_exists").text())) {
             rs.next();
-            if (!rs.getBoolean(1)) {
+            if (!rs.getBoolean("migrated")) {
                 return 0;
             }
         }
         try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(sql.get("schema_version").text())) {
             rs.next();
-            return rs.getInt(1);
+            return rs.getInt("version");
+        }
+    }
+
+    private static void lock(Connection conn, Sql sql, String statement, long key) throws SQLException {
+        try (PreparedStatement ps = Params.of().set("key", key).prepare(conn, sql.get(statement))) {
+            ps.execute();
         }
     }
 
@@ -86,19 +92,16 @@ final class Migrations {
      * applied, named as their files are ({@code 0003_second_revision}), in order. */
     static List<String> apply(Connection conn, Sql sql, String schema) throws SQLException {
         long key = lockKey(schema);
-        try (PreparedStatement lock = conn.prepareStatement("SELECT pg_advisory_lock(?)")) {
-            lock.setLong(1, key);
-            lock.execute();
-        }
+        lock(conn, sql, "migrate_lock", key);
         try {
             try (Statement st = conn.createStatement()) {
-                st.execute(sql.render(Sql.read("sql/migrate_prepare.sql")));
+                st.execute(sql.script("migrate_prepare"));
             }
             Set<Integer> done = new HashSet<>();
             try (Statement st = conn.createStatement();
-                    ResultSet rs = st.executeQuery("SELECT version FROM \"" + schema + "\".schema_migrations")) {
+                    ResultSet rs = st.executeQuery(sql.get("migrations_applied").text())) {
                 while (rs.next()) {
-                    done.add(rs.getInt(1));
+                    done.add(rs.getInt("version"));
                 }
             }
             check(done.stream().mapToInt(Integer::intValue).max().orElse(0), schema);
@@ -112,10 +115,8 @@ final class Migrations {
                     try (Statement st = conn.createStatement()) {
                         st.execute(m.sql());
                     }
-                    try (PreparedStatement ins = conn.prepareStatement(
-                            "INSERT INTO \"" + schema + "\".schema_migrations (version, name) VALUES (?, ?)")) {
-                        ins.setInt(1, m.version());
-                        ins.setString(2, m.name());
+                    try (PreparedStatement ins = Params.of().set("version", m.version()).set("name", m.name())
+                            .prepare(conn, sql.get("migration_record"))) {
                         ins.execute();
                     }
                     conn.commit();
@@ -129,10 +130,7 @@ final class Migrations {
             }
             return applied;
         } finally {
-            try (PreparedStatement unlock = conn.prepareStatement("SELECT pg_advisory_unlock(?)")) {
-                unlock.setLong(1, key);
-                unlock.execute();
-            }
+            lock(conn, sql, "migrate_unlock", key);
         }
     }
 

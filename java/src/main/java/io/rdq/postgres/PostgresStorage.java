@@ -50,7 +50,7 @@ import java.util.concurrent.TimeoutException;
  * (docs/postgres-schema.md). Every operation is one statement in autocommit: due-ness, leases
  * and timestamps come from the database clock, claims use {@code FOR UPDATE SKIP LOCKED}, and
  * every change after a claim is fenced on the claim token in its {@code WHERE} clause. The SQL
- * is in the {@code sql/*.sql} resources beside this class.
+ * is the Python plugin's, in the {@code sql/} resources beside this class (see {@link Sql}).
  *
  * <pre>{@code
  * try (Storage storage = PostgresStorage.fromUrl("postgresql://app:secret@db:5432/app")) {
@@ -215,7 +215,19 @@ public final class PostgresStorage implements Storage {
 
     @Override
     public Capabilities capabilities() {
-        return new Capabilities(config.notifications(), true, true, true, true);
+        return new Capabilities(Capabilities.CONTRACT_VERSION,
+                config.notifications(), // notify
+                true, // filter pushdown
+                true, // batch enqueue
+                true, // batch complete
+                true, // group pushdown
+                true, // priorities
+                true, // claim holder
+                true, // cancel
+                true, // task listing
+                true, // queue listing
+                true, // import tasks
+                true); // audit
     }
 
     private void announce(String queue) {
@@ -229,9 +241,7 @@ public final class PostgresStorage implements Storage {
         if (pool == null) {
             return;
         }
-        for (String queue : queues) {
-            query("notify", Params.of().set("queue", queue), rs -> null);
-        }
+        query("notify", Params.of().set("queues", queues.toArray(String[]::new)), rs -> null);
     }
 
     // --- admission ------------------------------------------------------------------------
@@ -406,12 +416,14 @@ public final class PostgresStorage implements Storage {
         if (statement.equals("reschedule")) {
             params.set("next_at", Limits.checkInstant(nextAt, "next_at"));
         }
+        boolean rescheduled = statement.equals("reschedule");
         record Row(boolean done, boolean found, String queue) {}
-        Row row = queryOne(statement, params, rs -> new Row(rs.getBoolean("done"), rs.getBoolean("found"), rs.getString("queue")));
+        Row row = queryOne(statement, params, rs -> new Row(rs.getBoolean("done"), rs.getBoolean("found"),
+                rescheduled ? rs.getString("queue") : null));
         if (!row.done()) {
             throw row.found() ? new StaleClaimException(taskId) : new NotFoundException(taskId);
         }
-        if (statement.equals("reschedule")) {
+        if (rescheduled) {
             announce(row.queue());
         }
     }
@@ -461,7 +473,8 @@ public final class PostgresStorage implements Storage {
         Row row = queryOne("complete_many", Params.of().set("ids", ids).set("tokens", tokens)
                 .set("attempts", attempts).set("error_types", errorTypes), rs -> new Row(strings(rs, "done"), strings(rs, "found")));
         Set<String> done = new HashSet<>(row.done());
-        Set<String> found = new HashSet<>(row.found());
+        Set<String> found = new HashSet<>(row.found()); // looked up only when some item was not done
+        found.addAll(done);
         List<StorageException> results = new ArrayList<>(completions.size());
         for (Completion item : completions) {
             if (done.contains(item.taskId()) && first.get(item.taskId()) == item) {
@@ -493,22 +506,42 @@ public final class PostgresStorage implements Storage {
         ready();
         Limits.checkQueue(queue);
         Limits.checkPage(page);
-        String scope = dlqScope(queue, filter);
-        Params params = filterParams(filter).set("queue", queue).set("with_attempts", page.includeAttempts())
-                .set("limit", page.limit() + 1);
-        String statement = "dlq_first";
+        return taskPage(io.rdq.Status.DEAD, filterParams(filter).set("queue", queue), page, dlqScope(queue, filter));
+    }
+
+    /** One page of list_tasks.sql: the tasks in {@code status} by (that status's time, id) of
+     * the queue and filter {@code params} name (queue, error_type, handler_ref, after, before). */
+    private Page<Envelope> taskPage(io.rdq.Status status, Params params, PageRequest page, String scope) {
+        // PENDING and IN_FLIGHT are listed by due_at (their next_attempt_at / lease_expires_at),
+        // the column task_live_idx orders them by
+        String at = switch (status) {
+            case PENDING, IN_FLIGHT -> "due_at";
+            default -> Limits.statusTimeField(status);
+        };
+        params.set("with_attempts", page.includeAttempts()).set("limit", page.limit() + 1);
+        String keyset = "";
         if (page.cursor() != null) {
             Cursors.Position after = Cursors.decode(page.cursor(), scope);
             params.set("cursor_at", after.at()).set("cursor_id", after.id());
-            statement = "dlq_next";
+            keyset = "{task_keyset}";
         }
-        List<Envelope> rows = query(statement, params, Rows::envelope);
+        Sql.Statement statement = sql.get("list_tasks", Map.of("status", status.name(), "at", at, "keyset", keyset));
+        record Row(Envelope task, Instant at) {}
+        List<Row> rows = with(conn -> {
+            try (PreparedStatement ps = params.prepare(conn, statement); ResultSet rs = ps.executeQuery()) {
+                List<Row> out = new ArrayList<>();
+                while (rs.next()) {
+                    out.add(new Row(Rows.envelope(rs), Rows.instant(rs, "listed_at")));
+                }
+                return out;
+            }
+        });
+        List<Envelope> tasks = rows.stream().limit(page.limit()).map(Row::task).toList();
         if (rows.size() <= page.limit()) {
-            return new Page<>(rows, null);
+            return new Page<>(tasks, null);
         }
-        List<Envelope> tasks = rows.subList(0, page.limit());
-        Envelope last = tasks.get(tasks.size() - 1);
-        return new Page<>(tasks, Cursors.encode(scope, last.deadLetteredAt(), last.id()));
+        Row last = rows.get(page.limit() - 1);
+        return new Page<>(tasks, Cursors.encode(scope, last.at(), last.task().id()));
     }
 
     @Override
@@ -571,40 +604,11 @@ public final class PostgresStorage implements Storage {
         Limits.checkQueue(queue);
         Limits.checkTaskFilter(filter);
         Limits.checkPage(page);
-        // PENDING and IN_FLIGHT are listed by due_at (their next_attempt_at / lease_expires_at),
-        // the column task_live_idx orders them by
-        String at = switch (filter.status()) {
-            case PENDING, IN_FLIGHT -> "due_at";
-            default -> Limits.statusTimeField(filter.status());
-        };
         String scope = Cursors.scope("tasks", queue, filter.status(), filter.errorType(), filter.handlerRef(),
                 filter.after(), filter.before());
         Params params = Params.of().set("queue", queue).set("error_type", text(filter.errorType()))
-                .set("handler_ref", filter.handlerRef()).set("after", filter.after()).set("before", filter.before())
-                .set("with_attempts", page.includeAttempts()).set("limit", page.limit() + 1);
-        String keyset = "";
-        if (page.cursor() != null) {
-            Cursors.Position after = Cursors.decode(page.cursor(), scope);
-            params.set("cursor_at", after.at()).set("cursor_id", after.id());
-            keyset = "AND (" + at + ", id) > (:cursor_at::timestamptz, :cursor_id::text)";
-        }
-        Sql.Statement statement = sql.get("list_tasks", Map.of("status", filter.status().name(), "at", at, "keyset", keyset));
-        record Row(Envelope task, Instant at) {}
-        List<Row> rows = with(conn -> {
-            try (PreparedStatement ps = params.prepare(conn, statement); ResultSet rs = ps.executeQuery()) {
-                List<Row> out = new ArrayList<>();
-                while (rs.next()) {
-                    out.add(new Row(Rows.envelope(rs), Rows.instant(rs, "listed_at")));
-                }
-                return out;
-            }
-        });
-        List<Envelope> tasks = rows.stream().limit(page.limit()).map(Row::task).toList();
-        if (rows.size() <= page.limit()) {
-            return new Page<>(tasks, null);
-        }
-        Row last = rows.get(page.limit() - 1);
-        return new Page<>(tasks, Cursors.encode(scope, last.at(), last.task().id()));
+                .set("handler_ref", filter.handlerRef()).set("after", filter.after()).set("before", filter.before());
+        return taskPage(filter.status(), params, page, scope);
     }
 
     @Override
@@ -622,7 +626,11 @@ public final class PostgresStorage implements Storage {
         if (names.isEmpty()) {
             return List.of();
         }
-        return stats(names);
+        List<Stats> queues = new ArrayList<>(stats(names));
+        queues.sort(Comparator.comparing(Stats::queue, CodePoints.ORDER));
+        // a queue emptied between the two statements no longer holds a task
+        queues.removeIf(q -> q.pending() + q.inFlight() + q.dlqDepth() + q.succeeded() + q.cancelled() == 0);
+        return queues;
     }
 
     private List<Stats> stats(List<String> queues) {
@@ -735,7 +743,7 @@ public final class PostgresStorage implements Storage {
         if (page.cursor() != null) {
             Cursors.Position after = Cursors.decode(page.cursor(), scope);
             params.set("cursor_at", after.at()).set("cursor_id", after.id());
-            keyset = "AND (time, id) < (:cursor_at::timestamptz, :cursor_id::text)";
+            keyset = "{audit_keyset}";
         }
         Sql.Statement statement = sql.get("list_audit", Map.of("keyset", keyset));
         List<AuditEntry> rows = with(conn -> {

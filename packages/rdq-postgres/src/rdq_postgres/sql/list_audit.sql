@@ -1,5 +1,6 @@
--- One page of audit entries, newest first (time, then id, descending), after the cursor
--- ({keyset}); NULL filters match anything; time in [:after, :before).
+-- One page of audit entries, newest first (time, then id, descending); {keyset} is empty on
+-- the first page and audit_keyset.part after a cursor. NULL filters match anything; time in
+-- [:after, :before).
 SELECT id, time, actor, action, queue, selector, count, reason, error
 FROM {schema}.audit
 WHERE (:queue::text IS NULL OR queue = :queue)

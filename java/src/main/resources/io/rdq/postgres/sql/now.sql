@@ -1,2 +1,0 @@
--- The storage clock.
-SELECT now() AS now
