@@ -329,8 +329,12 @@ class CountsEveryListedId(_Broken):
 
 
 class PurgeByIdsKeepsCancelledTasks(_Broken):
-    def _select(self, queue: str, selector: Selector, by_ids: tuple[Status, ...]) -> list[Record]:
-        return super()._select(queue, selector, (Status.DEAD,))
+    async def _purge(self, queue: str, selector: Selector) -> int:
+        with self._state.lock:
+            selected = self._state.select(queue, selector, (Status.DEAD,))
+            for record in selected:
+                self._state.delete(record)
+            return len(selected)
 
 
 class PurgeByFilterDeletesCancelledTasks(_Broken):

@@ -36,7 +36,7 @@ class TestMemoryStoreKeepsTheContract(StorageSuite):
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
         return Capabilities(
-            contract_version=2,
+            contract_version=3,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
@@ -50,4 +50,7 @@ class TestMemoryStoreKeepsTheContract(StorageSuite):
             import_tasks=True,
             audit=True,
             reopen=True,
+            control=True,
+            worker_registry=True,
+            counters=True,
         )

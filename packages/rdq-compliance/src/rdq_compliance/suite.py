@@ -28,6 +28,7 @@ from rdq_compliance.clauses.validation import ValidationClauses
 
 __all__ = ["CLAUSES", "StorageSuite"]
 
+
 class StorageSuite(
     ClaimingClauses,
     PriorityClauses,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "ControlConflict",
     "IDConflict",
     "NotConnected",
     "NotFound",
@@ -75,6 +76,20 @@ class IDConflict(StorageError):
         self.task_id = task_id
         self.existing_queue = existing_queue
         super().__init__(f"task id {task_id!r} already exists in queue {existing_queue!r}")
+
+
+class ControlConflict(StorageError):
+    """A control record changed since the caller read it (its ``version`` is not the one
+    expected): nothing was written. ``found`` is the record as it is now (``None`` when there
+    is none)."""
+
+    def __init__(self, queue: str, key: str, found: object | None) -> None:
+        self.queue = queue
+        self.key = key
+        self.found = found
+        version = getattr(found, "version", None)
+        now = f"version {version} now" if found is not None else "no such control now"
+        super().__init__(f"control {key!r} of queue {queue!r} changed meanwhile ({now})")
 
 
 class NotConnected(StorageError):

@@ -1,5 +1,5 @@
-"""The shared state behind a memory store: tasks, per-queue indexes, the audit trail and
-waiters.
+"""The shared state behind a memory store: tasks, per-queue indexes, the audit trail,
+waiters, control records, the worker registry and the counts.
 
 All access happens under ``lock`` (a ``threading.RLock``), so one state is safe to use from
 many asyncio tasks and many threads (each with its own event loop) at once.
@@ -12,11 +12,22 @@ import bisect
 import heapq
 import itertools
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from rdq.errors import StorageError
-from rdq.spi import AuditEntry, Envelope, Stats, Status
+from rdq.errors import IDConflict, StorageError
+from rdq.spi import (
+    AuditEntry,
+    Bucket,
+    Control,
+    DLQFilter,
+    Envelope,
+    Selector,
+    Stats,
+    Status,
+    WorkerInfo,
+)
 
 __all__ = ["MemoryState", "QueueIndex", "Record", "Waiter"]
 
@@ -72,6 +83,13 @@ class MemoryState:
         self.queues: dict[str, QueueIndex] = {}
         self.waiters: dict[str, list[Waiter]] = {}
         self.audit: list[AuditEntry] = []
+        self.controls: dict[str, dict[str, Control]] = {}
+        """Control records by queue, then key."""
+        self.buckets: dict[str, dict[str, Bucket]] = {}
+        """Rate buckets by queue, then key (for the controls with a rate)."""
+        self.workers: dict[str, WorkerInfo] = {}
+        self.counts: dict[tuple[str, datetime], list[int]] = {}
+        """(queue, minute) -> [succeeded, failed, dead, deferred]."""
 
     def index(self, queue: str) -> QueueIndex:
         idx = self.queues.get(queue)
@@ -163,6 +181,36 @@ class MemoryState:
             oldest_pending_age=(now - oldest_due).total_seconds() if oldest_due else None,
             as_of=now,
         )
+
+    def admissible(self, tasks: Sequence[Envelope]) -> list[bool]:
+        """Per task, whether it is new; ``IDConflict`` (before anything changes) for an id
+        that lives in another queue. Call under the lock."""
+        seen: dict[str, str] = {}
+        new: list[bool] = []
+        for task in tasks:
+            queue = seen.get(task.id)
+            if queue is None and task.id in self.tasks:
+                queue = self.tasks[task.id].task.queue
+            if queue is not None and queue != task.queue:
+                raise IDConflict(task.id, queue)
+            new.append(queue is None)
+            seen[task.id] = task.queue
+        return new
+
+    def select(self, queue: str, selector: Selector, by_ids: tuple[Status, ...]) -> list[Record]:
+        """The records a selector picks: by ids, those of ``queue`` in a status of
+        ``by_ids``; by filter, the DEAD ones that match."""
+        state = self
+        if selector.ids is not None:
+            records = (state.tasks.get(task_id) for task_id in dict.fromkeys(selector.ids))
+            return [
+                r
+                for r in records
+                if r is not None and r.task.queue == queue and r.task.status in by_ids
+            ]
+        dlq_filter = selector.filter or DLQFilter()
+        dead = (state.tasks[task_id] for _, task_id in state.index(queue).dlq)
+        return [r for r in dead if dlq_filter.matches(r.task)]
 
     def wake(self, queue: str) -> None:
         """Wake every ``wait_due`` caller of ``queue`` (from any thread)."""

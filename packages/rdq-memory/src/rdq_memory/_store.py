@@ -6,13 +6,12 @@ import heapq
 import secrets
 import threading
 import uuid
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
 
-from rdq.errors import ConfigError, IDConflict, NotFound, StaleClaim
+from rdq.errors import ConfigError, NotFound, StaleClaim
 from rdq.spi import (
     CONTRACT_VERSION,
     Attempt,
@@ -21,6 +20,8 @@ from rdq.spi import (
     Capabilities,
     Claimed,
     Completion,
+    Control,
+    Counts,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -31,13 +32,16 @@ from rdq.spi import (
     Status,
     StorageBase,
     TaskFilter,
+    WorkerInfo,
     limits,
     status_time,
+    task_keys,
 )
+from rdq_memory import _flow
 from rdq_memory._codec import copy_in, read
 from rdq_memory._notify import wait_due
 from rdq_memory._pages import audit_page, dlq_groups, dlq_page, task_page
-from rdq_memory._state import MemoryState, Record
+from rdq_memory._state import DueEntry, MemoryState, Record
 from rdq_memory._url import Clock, MemoryConfig, parse_url
 
 __all__ = ["MemoryStorage", "forget_named_stores"]
@@ -122,7 +126,7 @@ class MemoryStorage(StorageBase):
         state = self._state
         with state.lock:
             now = self._clock_now()
-            stored = self._admissible(copies)
+            stored = state.admissible(copies)
             for task, new in zip(copies, stored, strict=True):
                 if not new:
                     continue
@@ -137,26 +141,11 @@ class MemoryStorage(StorageBase):
                 state.wake(queue)
             return stored
 
-    def _admissible(self, tasks: Sequence[Envelope]) -> list[bool]:
-        """Per task, whether it is new; ``IDConflict`` (before anything changes) for an id
-        that lives in another queue. Call under the lock."""
-        seen: dict[str, str] = {}
-        new: list[bool] = []
-        for task in tasks:
-            queue = seen.get(task.id)
-            if queue is None and task.id in self._state.tasks:
-                queue = self._state.tasks[task.id].task.queue
-            if queue is not None and queue != task.queue:
-                raise IDConflict(task.id, queue)
-            new.append(queue is None)
-            seen[task.id] = task.queue
-        return new
-
     async def _import_tasks(self, tasks: list[Envelope]) -> list[bool]:
         copies = [copy_in(task) for task in tasks]
         state = self._state
         with state.lock:
-            stored = self._admissible(copies)
+            stored = state.admissible(copies)
             for task, new in zip(copies, stored, strict=True):
                 if new:
                     state.add(Record(task))
@@ -172,16 +161,32 @@ class MemoryStorage(StorageBase):
         claimed: list[Claimed] = []
         with state.lock:
             now = self._clock_now()
+            gate = _flow.claim_gate(state, queue, now)
+            if gate is not None and _flow.blocked_queue(gate):
+                return claimed
             heaps = state.index(queue).due
+            held_back: list[tuple[int, DueEntry]] = []
             for priority in sorted(heaps, reverse=True):
                 heap = heaps[priority]
                 while heap and len(claimed) < limit and heap[0][0] <= now:
-                    record = state.live(heapq.heappop(heap))
-                    if record is not None:
-                        self._claim(record, now, lease, worker_id)
-                        claimed.append(Claimed(read(record), record.token or ""))
+                    entry = heapq.heappop(heap)
+                    record = state.live(entry)
+                    if record is None:
+                        continue
+                    if gate is not None:
+                        keys = task_keys(record.task)
+                        if not gate.admits(keys):  # skipped, never waited on
+                            held_back.append((priority, entry))
+                            continue
+                        gate.take(keys)
+                    self._claim(record, now, lease, worker_id)
+                    claimed.append(Claimed(read(record), record.token or ""))
                 if len(claimed) == limit:
                     break
+            for priority, entry in held_back:
+                heapq.heappush(heaps[priority], entry)
+            if gate is not None:
+                _flow.keep_gate(state, queue, gate)
         return claimed
 
     def _claim(self, record: Record, now: datetime, lease: timedelta, worker: str | None) -> None:
@@ -301,7 +306,7 @@ class MemoryStorage(StorageBase):
         state = self._state
         with state.lock:
             now = self._clock_now()
-            selected = self._select(queue, selector, (Status.DEAD,))
+            selected = state.select(queue, selector, (Status.DEAD,))
             for record in selected:
                 task = record.task
                 state.remove_dead(task)
@@ -319,25 +324,10 @@ class MemoryStorage(StorageBase):
     async def _purge(self, queue: str, selector: Selector) -> int:
         state = self._state
         with state.lock:
-            selected = self._select(queue, selector, (Status.DEAD, Status.CANCELLED))
+            selected = state.select(queue, selector, (Status.DEAD, Status.CANCELLED))
             for record in selected:
                 state.delete(record)
             return len(selected)
-
-    def _select(self, queue: str, selector: Selector, by_ids: tuple[Status, ...]) -> list[Record]:
-        """The records a selector picks: by ids, those of ``queue`` in a status of
-        ``by_ids``; by filter, the DEAD ones that match."""
-        state = self._state
-        if selector.ids is not None:
-            records = (state.tasks.get(task_id) for task_id in dict.fromkeys(selector.ids))
-            return [
-                r
-                for r in records
-                if r is not None and r.task.queue == queue and r.task.status in by_ids
-            ]
-        dlq_filter = selector.filter or DLQFilter()
-        dead = (state.tasks[task_id] for _, task_id in state.index(queue).dlq)
-        return [r for r in dead if dlq_filter.matches(r.task)]
 
     # --- every task ------------------------------------------------------------------------
 
@@ -383,6 +373,56 @@ class MemoryStorage(StorageBase):
     ) -> tuple[list[AuditEntry], str | None]:
         return audit_page(self._state, audit_filter, page)
 
+    # --- flow control, the fleet and the counts --------------------------------------------
+
+    async def _list_controls(self, queue: str | None) -> list[Control]:
+        with self._state.lock:
+            return _flow.list_controls(self._state, queue, self._clock_now())
+
+    async def _put_control(self, control: Control, expected_version: int) -> Control:
+        with self._state.lock:
+            stored = _flow.put_control(self._state, control, expected_version, self._clock_now())
+            self._state.wake(control.queue)  # a control lifted may make tasks claimable
+            return stored
+
+    async def _delete_control(self, queue: str, key: str, expected_version: int) -> bool:
+        with self._state.lock:
+            deleted = _flow.delete_control(self._state, queue, key, expected_version)
+            self._state.wake(queue)
+            return deleted
+
+    async def _retry_now(self, queue: str, task_ids: list[str]) -> int:
+        with self._state.lock:
+            return _flow.retry_now(self._state, queue, task_ids, self._clock_now())
+
+    async def _heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
+        with self._state.lock:
+            return _flow.heartbeat(self._state, info, self._clock_now())
+
+    async def _list_workers(self) -> list[WorkerInfo]:
+        with self._state.lock:
+            return [self._state.workers[i] for i in sorted(self._state.workers)]
+
+    async def _remove_worker(self, worker_id: str) -> bool:
+        with self._state.lock:
+            return self._state.workers.pop(worker_id, None) is not None
+
+    async def _purge_workers(self, seen_before: datetime) -> int:
+        with self._state.lock:
+            return _flow.purge_workers(self._state, seen_before)
+
+    async def _add_counts(self, counts: list[Counts]) -> None:
+        with self._state.lock:
+            _flow.add_counts(self._state, counts)
+
+    async def _read_counts(self, queue: str | None, since: datetime) -> list[Counts]:
+        with self._state.lock:
+            return _flow.read_counts(self._state, queue, since)
+
+    async def _purge_counts(self, before: datetime) -> int:
+        with self._state.lock:
+            return _flow.purge_counts(self._state, before)
+
     # --- operations ------------------------------------------------------------------------
 
     async def _stats(self, queue: str) -> Stats:
@@ -422,6 +462,9 @@ CAPABILITIES = Capabilities(
     import_tasks=True,
     audit=True,
     reopen=True,
+    control=True,
+    worker_registry=True,
+    counters=True,
 )
 """Everything the contract offers but ``enqueue_in`` (there is no application transaction in
 process memory)."""

@@ -22,6 +22,7 @@
 from typing import TYPE_CHECKING, Any
 
 from rdq.errors import (
+    ControlConflict,
     IDConflict,
     NotConnected,
     NotFound,
@@ -35,6 +36,8 @@ from rdq.errors import (
 from rdq.spi import limits
 from rdq.spi._base import StorageBase
 from rdq.spi._contract import CONTRACT_VERSION, FEATURES, Feature, require, supports
+from rdq.spi._flow import QUEUE_KEY, Control, Counts, WorkerInfo, handler_key, task_keys
+from rdq.spi._gate import Bucket, ClaimGate, refill
 from rdq.spi._helpers import fence, first_of_each_id, group_order, page_of, stored_flags
 from rdq.spi._models import (
     DEFAULT_PRIORITY,
@@ -88,13 +91,19 @@ __all__ = [
     "FORMAT_VERSION",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
+    "QUEUE_KEY",
     "STATUS_TIME_FIELDS",
     "Attempt",
     "AuditEntry",
     "AuditFilter",
+    "Bucket",
     "Capabilities",
+    "ClaimGate",
     "Claimed",
     "Completion",
+    "Control",
+    "ControlConflict",
+    "Counts",
     "Cursor",
     "DLQCursor",
     "DLQFilter",
@@ -124,6 +133,7 @@ __all__ = [
     "TaskFilter",
     "Unsupported",
     "ValidationError",
+    "WorkerInfo",
     "adapt",
     "audit_scope",
     "decode_envelope",
@@ -133,15 +143,18 @@ __all__ = [
     "fence",
     "first_of_each_id",
     "group_order",
+    "handler_key",
     "hookimpl",
     "limits",
     "page_of",
     "rdq_register_storage",
     "rdq_storage_factory",
+    "refill",
     "require",
     "status_time",
     "stored_flags",
     "supports",
+    "task_keys",
     "task_scope",
 ]
 

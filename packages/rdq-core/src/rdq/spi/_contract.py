@@ -22,7 +22,7 @@ from rdq.spi._models import Capabilities
 
 __all__ = ["CONTRACT_VERSION", "FEATURES", "Feature", "require", "supports"]
 
-CONTRACT_VERSION = 2
+CONTRACT_VERSION = 3
 """The contract version this release of rdq defines."""
 
 
@@ -99,6 +99,27 @@ FEATURES: dict[str, Feature] = {
             "feature",
             ("append_audit", "list_audit"),
             "audit records are logged only; the audit trail cannot be listed",
+        ),
+        Feature(
+            "control",
+            3,
+            "feature",
+            ("list_controls", "put_control", "delete_control", "retry_now"),
+            "breakers are each worker's own, pauses, limits and retry-now are refused",
+        ),
+        Feature(
+            "worker_registry",
+            3,
+            "feature",
+            ("heartbeat_worker", "list_workers", "remove_worker", "purge_workers"),
+            "the fleet is not shown: no worker list, no silent-worker or unserved-queue flags",
+        ),
+        Feature(
+            "counters",
+            3,
+            "feature",
+            ("add_counts", "read_counts", "purge_counts"),
+            "no rates over time (counts only)",
         ),
         Feature(
             "reopen",

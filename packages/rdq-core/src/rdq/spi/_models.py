@@ -65,6 +65,9 @@ class Outcome(enum.StrEnum):
     PERMANENT = "PERMANENT"
     LEASE_EXPIRED = "LEASE_EXPIRED"
     INTERRUPTED = "INTERRUPTED"
+    DEFERRED = "DEFERRED"
+    """(contract version 3) The task's dependency was down (its circuit breaker open or
+    probing): the engine rescheduled it without using up one of its attempts."""
 
 
 class Attempt(msgspec.Struct, kw_only=True, frozen=True):
@@ -122,6 +125,10 @@ class Envelope(msgspec.Struct, kw_only=True):
     - ``claimed_by`` / ``claimed_at``: the worker id given to ``claim_due`` and the storage
       time of the claim, while the task is IN_FLIGHT (``None`` otherwise).
     - ``cancelled_at``: when an operator cancelled the task (status CANCELLED).
+    - ``keys`` (contract version 3): the task's flow-control keys beyond its queue and handler
+      (its dependency, the keys of its queue's limits: ``"dep:psp"``, ``"tenant:acme"``),
+      chosen by the engine at submit time and stored as given. A claim honours the controls
+      of every key of the task (see :class:`~rdq.spi.Control`).
     - ``corrupt``: set only on a task *read back* from a store whose stored form does not
       decode (written by hand or by a buggy producer). It says what is wrong and shows the
       raw stored value; the fields that did decode are filled in (``id``, ``queue`` and
@@ -145,6 +152,7 @@ class Envelope(msgspec.Struct, kw_only=True):
     dead_lettered_at: datetime | None = None
     retry: RetryOverride | None = None
     priority: int = DEFAULT_PRIORITY
+    keys: list[str] = []
     claimed_by: str | None = None
     claimed_at: datetime | None = None
     cancelled_at: datetime | None = None
@@ -214,6 +222,16 @@ class Capabilities(msgspec.Struct, kw_only=True, frozen=True):
     audit: bool = False
     """``append_audit`` / ``list_audit``: the store keeps the audit trail (without it, audit
     records are only logged)."""
+
+    # --- contract version 3 -------------------------------------------------------------------
+    control: bool = False
+    """Control records (``list_controls``, ``put_control``, ``delete_control``) that
+    ``claim_due`` honours: pauses, breakers' gates, concurrency and rate limits; and
+    ``retry_now``. Tasks keep their ``keys``."""
+    worker_registry: bool = False
+    """``heartbeat_worker``, ``list_workers``, ``remove_worker``, ``purge_workers``."""
+    counters: bool = False
+    """``add_counts``, ``read_counts``, ``purge_counts``: attempts ended per queue and minute."""
 
     # --- announced optional operations ----------------------------------------------------------
     reopen: bool = False

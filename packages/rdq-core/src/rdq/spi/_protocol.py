@@ -45,6 +45,7 @@ from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from rdq.errors import NotFound, StaleClaim
+from rdq.spi._flow import Control, Counts, WorkerInfo
 from rdq.spi._models import (
     Attempt,
     AuditEntry,
@@ -126,7 +127,9 @@ class Storage(Protocol):
 
         Due means PENDING with ``next_attempt_at <= now`` or IN_FLIGHT with
         ``lease_expires_at <= now`` (a lost lease), by the store's clock, compared at
-        microsecond precision; a lost lease's due time is its ``lease_expires_at``. Each
+        microsecond precision; a lost lease's due time is its ``lease_expires_at``. A store
+        with ``control`` takes a task only when every control that applies to it lets it
+        (see :class:`~rdq.spi.Control`), skipping the others, in the same atomic step. Each
         claimed task becomes IN_FLIGHT with ``lease_expires_at = now + lease``,
         ``claimed_at = now``, ``claimed_by = worker_id`` and a fresh random token never
         handed out before for this task (not even before a redrive). Reclaiming a lost
@@ -307,6 +310,60 @@ class Storage(Protocol):
         returned, not raised, so one lost lease does not hide the others' outcome). Invalid
         input raises ``ValidationError`` before anything changes. ``StorageBase`` provides a
         correct default that calls ``complete`` once per item."""
+
+    # --- flow control (contract version 3, capability ``control``) ----------------------------
+
+    async def list_controls(self, queue: str | None = None) -> list[Control]:
+        """(``control``) The control records of ``queue`` (of every queue when ``None``), by
+        queue then key, each with ``in_use`` filled in: the tasks with its key that hold a
+        live lease now."""
+
+    async def put_control(self, control: Control, *, expected_version: int) -> Control:
+        """(``control``) Write ``control`` if the stored one of its (queue, key) has
+        ``expected_version`` (0: there is none yet), atomically; return it as stored, with
+        ``version`` one more than before and ``updated_at`` the store's now (``in_use`` is
+        not stored). A change of ``rate``, ``per`` or ``burst`` refills the rate bucket.
+        Raises :class:`~rdq.errors.ControlConflict` (changing nothing) when the version is not
+        the expected one: of many callers that read one version, exactly one succeeds."""
+
+    async def delete_control(self, queue: str, key: str, *, expected_version: int) -> bool:
+        """(``control``) Delete the control of (queue, key) if its version is
+        ``expected_version``; True if one was deleted, False if there was none.
+        ``ControlConflict`` when it exists with another version."""
+
+    async def retry_now(self, queue: str, task_ids: Sequence[str]) -> int:
+        """(``control``) Make the listed PENDING tasks of ``queue`` that are not yet due due
+        at the store's now (an operator's "retry now" for a task waiting out its backoff);
+        others are ignored, an id given twice counts once. Returns how many were moved."""
+
+    # --- the fleet (contract version 3) --------------------------------------------------------
+
+    async def heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
+        """(``worker_registry``) Store ``info`` under its ``id`` (replacing what the worker
+        said before) with ``seen_at`` = the store's now, and ``started_at`` = the store's now
+        at the first heartbeat of that id (kept afterwards); return it as stored."""
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        """(``worker_registry``) Every registered worker, by id."""
+
+    async def remove_worker(self, worker_id: str) -> bool:
+        """(``worker_registry``) Forget a worker (it stopped); True if it was registered."""
+
+    async def purge_workers(self, seen_before: datetime) -> int:
+        """(``worker_registry``) Forget the workers last seen before ``seen_before``; return
+        how many."""
+
+    async def add_counts(self, counts: Sequence[Counts]) -> None:
+        """(``counters``) Add each entry to the stored counts of its (queue, minute),
+        atomically per entry: concurrent additions from many workers never lose one."""
+
+    async def read_counts(self, queue: str | None, since: datetime) -> list[Counts]:
+        """(``counters``) The counts of ``queue`` (of every queue when ``None``) of the
+        minutes from ``since`` on, by queue then minute."""
+
+    async def purge_counts(self, before: datetime) -> int:
+        """(``counters``) Delete the counts of minutes before ``before``; return how many
+        (queue, minute) entries were deleted."""
 
     async def enqueue_in(
         self, connection: object, tasks: Sequence[Envelope], *, delay: timedelta | None = None

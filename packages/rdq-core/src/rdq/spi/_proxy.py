@@ -12,6 +12,7 @@ from typing import Any, Self, TypeVar
 
 from rdq.errors import NotFound, StaleClaim, Unsupported
 from rdq.spi import defaults
+from rdq.spi._flow import Control, Counts, WorkerInfo
 from rdq.spi._models import (
     Attempt,
     AuditEntry,
@@ -173,6 +174,45 @@ class ForwardingStorage:
     async def now(self) -> datetime:
         return await self._forward("now", self.inner.now)
 
+    async def list_controls(self, queue: str | None = None) -> list[Control]:
+        return await self._forward("list_controls", lambda: self.inner.list_controls(queue))
+
+    async def put_control(self, control: Control, *, expected_version: int) -> Control:
+        return await self._forward(
+            "put_control",
+            lambda: self.inner.put_control(control, expected_version=expected_version),
+        )
+
+    async def delete_control(self, queue: str, key: str, *, expected_version: int) -> bool:
+        return await self._forward(
+            "delete_control",
+            lambda: self.inner.delete_control(queue, key, expected_version=expected_version),
+        )
+
+    async def retry_now(self, queue: str, task_ids: Sequence[str]) -> int:
+        return await self._forward("retry_now", lambda: self.inner.retry_now(queue, task_ids))
+
+    async def heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
+        return await self._forward("heartbeat_worker", lambda: self.inner.heartbeat_worker(info))
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return await self._forward("list_workers", self.inner.list_workers)
+
+    async def remove_worker(self, worker_id: str) -> bool:
+        return await self._forward("remove_worker", lambda: self.inner.remove_worker(worker_id))
+
+    async def purge_workers(self, seen_before: datetime) -> int:
+        return await self._forward("purge_workers", lambda: self.inner.purge_workers(seen_before))
+
+    async def add_counts(self, counts: Sequence[Counts]) -> None:
+        await self._forward("add_counts", lambda: self.inner.add_counts(counts))
+
+    async def read_counts(self, queue: str | None, since: datetime) -> list[Counts]:
+        return await self._forward("read_counts", lambda: self.inner.read_counts(queue, since))
+
+    async def purge_counts(self, before: datetime) -> int:
+        return await self._forward("purge_counts", lambda: self.inner.purge_counts(before))
+
     async def stats(self, queue: str) -> Stats:
         return await self._forward("stats", lambda: self.inner.stats(queue))
 
@@ -195,6 +235,17 @@ _OPTIONAL = {
     "list_audit": "audit",
     "enqueue_batch": "batch_enqueue",
     "wait_due": "notify",
+    "list_controls": "control",
+    "put_control": "control",
+    "delete_control": "control",
+    "retry_now": "control",
+    "heartbeat_worker": "worker_registry",
+    "list_workers": "worker_registry",
+    "remove_worker": "worker_registry",
+    "purge_workers": "worker_registry",
+    "add_counts": "counters",
+    "read_counts": "counters",
+    "purge_counts": "counters",
 }
 """Operations a bare store of an earlier contract may lack, and their capability."""
 

@@ -17,6 +17,14 @@ lease                  more than 0 s, at most 24 h
 delay                  a ``timedelta`` from 0 s to 36 500 days (``MAX_DELAY``), or ``None``
 times                  timezone-aware, within the years 1–9999 once converted to UTC
 priority               an integer from -10 to 10 (default 0)
+task keys              at most 8, each 1–200 characters without whitespace, not ``*`` or
+                       ``handler:…``
+control                key 1–1100 characters without whitespace; ``gate``/``concurrency``
+                       ≥ 0, ``rate``/``burst`` ≥ 1 or ``None``; ``per`` in (0, 86 400] s;
+                       ``state`` at most 64 KiB encoded
+worker info            a worker id; ``pid``/``concurrency``/``held`` ≥ 0; at most 1 000
+                       queues; ``heartbeat`` in (0, 3 600] s
+counts                 at most 1 000 entries per call, each of a whole minute
 selector ids           at most 10 000 per call (redrive, purge, cancel)
 worker id              1–200 characters, no control characters
 attempt                ``number`` ≥ 1; ``error_type`` at most 1024 characters,
@@ -33,6 +41,8 @@ from rdq.spi.limits._arguments import (
     check_audit_entry,
     check_audit_filter,
     check_completions,
+    check_control,
+    check_counts,
     check_filter,
     check_ids,
     check_imported_task,
@@ -42,11 +52,14 @@ from rdq.spi.limits._arguments import (
     check_selector,
     check_task_filter,
     check_tasks,
+    check_version,
     check_wait,
+    check_worker_info,
 )
 from rdq.spi.limits._fields import (
     check_attempt,
     check_aware,
+    check_control_key,
     check_delay,
     check_depth,
     check_lease,
@@ -56,6 +69,7 @@ from rdq.spi.limits._fields import (
     check_retry,
     check_task,
     check_task_id,
+    check_task_keys,
     check_token,
     check_worker_id,
 )
@@ -64,6 +78,9 @@ from rdq.spi.limits._values import (
     EXACT_COUNT_THRESHOLD,
     MAX_AUDIT_REASON_LENGTH,
     MAX_AUDIT_WORD_LENGTH,
+    MAX_CONTROL_KEY_LENGTH,
+    MAX_CONTROL_STATE_BYTES,
+    MAX_COUNTS,
     MAX_DELAY,
     MAX_DEPTH,
     MAX_ERROR_MESSAGE_LENGTH,
@@ -78,8 +95,11 @@ from rdq.spi.limits._values import (
     MAX_PAYLOAD_BYTES,
     MAX_QUEUE_LENGTH,
     MAX_SELECTOR_IDS,
+    MAX_TASK_KEY_LENGTH,
+    MAX_TASK_KEYS,
     MAX_TRACEBACK_LENGTH,
     MAX_WORKER_ID_LENGTH,
+    MAX_WORKER_QUEUES,
 )
 
 __all__ = [
@@ -87,6 +107,9 @@ __all__ = [
     "EXACT_COUNT_THRESHOLD",
     "MAX_AUDIT_REASON_LENGTH",
     "MAX_AUDIT_WORD_LENGTH",
+    "MAX_CONTROL_KEY_LENGTH",
+    "MAX_CONTROL_STATE_BYTES",
+    "MAX_COUNTS",
     "MAX_DELAY",
     "MAX_DEPTH",
     "MAX_ERROR_MESSAGE_LENGTH",
@@ -102,14 +125,20 @@ __all__ = [
     "MAX_PRIORITY",
     "MAX_QUEUE_LENGTH",
     "MAX_SELECTOR_IDS",
+    "MAX_TASK_KEYS",
+    "MAX_TASK_KEY_LENGTH",
     "MAX_TRACEBACK_LENGTH",
     "MAX_WORKER_ID_LENGTH",
+    "MAX_WORKER_QUEUES",
     "MIN_PRIORITY",
     "check_attempt",
     "check_audit_entry",
     "check_audit_filter",
     "check_aware",
     "check_completions",
+    "check_control",
+    "check_control_key",
+    "check_counts",
     "check_delay",
     "check_depth",
     "check_filter",
@@ -127,8 +156,11 @@ __all__ = [
     "check_task",
     "check_task_filter",
     "check_task_id",
+    "check_task_keys",
     "check_tasks",
     "check_token",
+    "check_version",
     "check_wait",
     "check_worker_id",
+    "check_worker_info",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rdq.errors import ValidationError
+from rdq.spi._flow import Control, Counts, WorkerInfo
 from rdq.spi._models import (
     STATUS_TIME_FIELDS,
     AuditEntry,
@@ -20,8 +21,11 @@ from rdq.spi._models import (
 )
 from rdq.spi.limits._fields import (
     _check_text,
+    _encoded,
     check_attempt,
     check_aware,
+    check_control_key,
+    check_depth,
     check_limit,
     check_queue,
     check_task,
@@ -32,9 +36,13 @@ from rdq.spi.limits._fields import (
 from rdq.spi.limits._values import (
     MAX_AUDIT_REASON_LENGTH,
     MAX_AUDIT_WORD_LENGTH,
+    MAX_CONTROL_STATE_BYTES,
+    MAX_COUNTS,
+    MAX_DEPTH,
     MAX_ERROR_MESSAGE_LENGTH,
     MAX_LIMIT,
     MAX_SELECTOR_IDS,
+    MAX_WORKER_QUEUES,
 )
 
 
@@ -195,3 +203,89 @@ def check_audit_filter(value: object, field: str = "filter") -> AuditFilter:
         if at is not None:
             check_aware(at, f"{field}.{name}")
     return value
+
+
+def check_control(value: object, field: str = "control") -> Control:
+    """A control to store: its queue and key, the limits it sets (each ``None`` or within
+    range), and state that encodes as JSON within ``MAX_CONTROL_STATE_BYTES``."""
+    if not isinstance(value, Control):
+        raise ValidationError("must be an rdq.spi.Control", field=field)
+    check_queue(value.queue, f"{field}.queue")
+    check_control_key(value.key, f"{field}.key")
+    if not isinstance(value.paused, bool):
+        raise ValidationError("must be a boolean", field=f"{field}.paused")
+    for name, low in (("gate", 0), ("concurrency", 0), ("rate", 1), ("burst", 1)):
+        number = getattr(value, name)
+        if number is not None and (
+            isinstance(number, bool) or not isinstance(number, int) or number < low
+        ):
+            raise ValidationError(
+                f"must be an integer of at least {low}, or None", f"{field}.{name}"
+            )
+    per = value.per
+    if isinstance(per, bool) or not isinstance(per, int | float) or not 0 < per <= 86_400:
+        raise ValidationError("must be a number of seconds in (0, 86400]", field=f"{field}.per")
+    if not isinstance(value.state, dict):
+        raise ValidationError("must be an object", field=f"{field}.state")
+    encoded = _encoded(value.state, f"{field}.state", MAX_DEPTH)
+    if len(encoded) > MAX_CONTROL_STATE_BYTES:
+        raise ValidationError(
+            f"is {len(encoded)} bytes encoded; the limit is {MAX_CONTROL_STATE_BYTES}",
+            field=f"{field}.state",
+        )
+    return value
+
+
+def check_version(value: object, field: str = "expected_version") -> int:
+    """A control version a caller expects: 0 (none yet) or more."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError("must be a non-negative integer", field=field)
+    return value
+
+
+def check_worker_info(value: object, field: str = "info") -> WorkerInfo:
+    """A worker's registration: a valid id, texts and numbers in range, its queues valid."""
+    if not isinstance(value, WorkerInfo):
+        raise ValidationError("must be an rdq.spi.WorkerInfo", field=field)
+    worker_id = check_worker_id(value.id, f"{field}.id")
+    if worker_id is None:
+        raise ValidationError("must be a worker id", field=f"{field}.id")
+    for name in ("host", "version", "state"):
+        _check_text(getattr(value, name), MAX_AUDIT_WORD_LENGTH, f"{field}.{name}")
+    for name in ("pid", "concurrency", "held"):
+        number = getattr(value, name)
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise ValidationError("must be a non-negative integer", field=f"{field}.{name}")
+    beat = value.heartbeat
+    if isinstance(beat, bool) or not isinstance(beat, int | float) or not 0 < beat <= 3600:
+        raise ValidationError("must be a number of seconds in (0, 3600]", f"{field}.heartbeat")
+    if not isinstance(value.queues, list) or len(value.queues) > MAX_WORKER_QUEUES:
+        raise ValidationError(f"must be a list of at most {MAX_WORKER_QUEUES}", f"{field}.queues")
+    for i, queue in enumerate(value.queues):
+        check_queue(queue, f"{field}.queues[{i}]")
+    if not isinstance(value.extra, dict):
+        raise ValidationError("must be an object", field=f"{field}.extra")
+    check_depth(value.extra, f"{field}.extra")
+    return value
+
+
+def check_counts(value: object, field: str = "counts") -> list[Counts]:
+    """Counts to add: at most ``MAX_COUNTS`` entries, each of a valid queue, a whole minute
+    (timezone-aware) and non-negative numbers."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ValidationError("must be a list of rdq.spi.Counts", field=field)
+    if len(value) > MAX_COUNTS:
+        raise ValidationError(f"more than {MAX_COUNTS} entries", field=field)
+    for i, entry in enumerate(value):
+        where = f"{field}[{i}]"
+        if not isinstance(entry, Counts):
+            raise ValidationError("must be rdq.spi.Counts", field=where)
+        check_queue(entry.queue, f"{where}.queue")
+        minute = check_aware(entry.minute, f"{where}.minute")
+        if minute.second or minute.microsecond:
+            raise ValidationError("must be a whole minute", field=f"{where}.minute")
+        for name in ("succeeded", "failed", "dead", "deferred"):
+            number = getattr(entry, name)
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ValidationError("must be a non-negative integer", f"{where}.{name}")
+    return list(value)

@@ -22,8 +22,10 @@ from rdq.spi.limits._values import (
     _HANDLER_RE,
     _ID_RE,
     _JSON_STRING_RE,
+    _KEY_RE,
     _NOT_BRACKETS,
     _QUEUE_RE,
+    MAX_CONTROL_KEY_LENGTH,
     MAX_DELAY,
     MAX_DEPTH,
     MAX_ERROR_MESSAGE_LENGTH,
@@ -37,6 +39,8 @@ from rdq.spi.limits._values import (
     MAX_LIMIT,
     MAX_PAYLOAD_BYTES,
     MAX_QUEUE_LENGTH,
+    MAX_TASK_KEY_LENGTH,
+    MAX_TASK_KEYS,
     MAX_TRACEBACK_LENGTH,
     MAX_WORKER_ID_LENGTH,
     _encode_json,
@@ -207,6 +211,7 @@ def check_task(task: object) -> Envelope:
     if task.next_attempt_at is not None:
         check_aware(task.next_attempt_at, "next_attempt_at")
     check_priority(task.priority)
+    check_task_keys(task.keys)
     check_retry(task.retry)
     if not isinstance(task.attempts, list):
         raise ValidationError("must be a list of rdq.spi.Attempt", field="attempts")
@@ -228,6 +233,34 @@ def check_task(task: object) -> Envelope:
             f"is {size} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}", field="payload"
         )
     return task
+
+
+def check_task_keys(value: object, field: str = "keys") -> list[str]:
+    """A task's flow-control keys: at most ``MAX_TASK_KEYS``, each 1–200 characters without
+    whitespace or control characters, none of them ``*`` or ``handler:…`` (keys every task
+    has already)."""
+    if not isinstance(value, list):
+        raise ValidationError("must be a list of strings", field=field)
+    if len(value) > MAX_TASK_KEYS:
+        raise ValidationError(f"more than {MAX_TASK_KEYS} keys", field=field)
+    for i, key in enumerate(value):
+        where = f"{field}[{i}]"
+        if not isinstance(key, str) or not 1 <= len(key) <= MAX_TASK_KEY_LENGTH:
+            raise ValidationError(f"must be 1-{MAX_TASK_KEY_LENGTH} characters", field=where)
+        if not _KEY_RE.fullmatch(key):
+            raise ValidationError("must not contain whitespace or control characters", where)
+        if key == "*" or key.startswith("handler:"):
+            raise ValidationError("'*' and 'handler:…' are every task's keys already", where)
+    return value
+
+
+def check_control_key(value: object, field: str = "key") -> str:
+    """A control's key: ``*``, ``handler:<handler_ref>``, or a task key."""
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_CONTROL_KEY_LENGTH:
+        raise ValidationError(f"must be 1-{MAX_CONTROL_KEY_LENGTH} characters", field=field)
+    if not _KEY_RE.fullmatch(value):
+        raise ValidationError("must not contain whitespace or control characters", field)
+    return value
 
 
 def check_delay(value: object, field: str = "delay") -> timedelta | None:

@@ -27,6 +27,13 @@ MAX_ERROR_MESSAGE_LENGTH = 8192
 MAX_TRACEBACK_LENGTH = 32768
 MAX_AUDIT_WORD_LENGTH = 200
 MAX_AUDIT_REASON_LENGTH = 2000
+MAX_TASK_KEYS = 8
+MAX_TASK_KEY_LENGTH = 200
+MAX_CONTROL_KEY_LENGTH = 1100
+"""A control's key: ``*``, ``handler:<handler_ref>`` or a task key."""
+MAX_CONTROL_STATE_BYTES = 64 * 1024
+MAX_WORKER_QUEUES = 1000
+MAX_COUNTS = 1000
 DEFAULT_OPERATION_TIMEOUT = 10.0
 """Seconds a store waits on its backend for one operation before raising StorageUnavailable."""
 EXACT_COUNT_THRESHOLD = 10_000
@@ -34,6 +41,7 @@ EXACT_COUNT_THRESHOLD = 10_000
 estimates (named in ``Stats.estimated``)."""
 _ID_RE = re.compile(r"[A-Za-z0-9._\-:@+=~]+")
 _QUEUE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-:]*")
+_KEY_RE = re.compile(r"[^\s\x00-\x1f\x7f]+")
 _HANDLER_RE = re.compile(r"[^\s\x00-\x1f\x7f]+")
 _JSON_STRING_RE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKET_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
