@@ -53,7 +53,7 @@ class _ScanningStore(MemoryStorage):
     """A store without group pushdown whose DLQ holds tasks read back without their times
     (corrupt ones, as a third-party store may return them)."""
 
-    dlq_groups = StorageBase.dlq_groups
+    _dlq_groups = StorageBase._dlq_groups  # the default: paging through dlq_list
 
     async def dlq_list(
         self, queue: str, dlq_filter: DLQFilter | None, page: Page

@@ -9,10 +9,12 @@ from rdq_compliance.clauses.cancel import CancelClauses
 from rdq_compliance.clauses.capabilities import CapabilityClauses
 from rdq_compliance.clauses.claim_holder import ClaimHolderClauses
 from rdq_compliance.clauses.claiming import ClaimingClauses
+from rdq_compliance.clauses.control import ControlClauses
 from rdq_compliance.clauses.corrupt import CorruptTaskClauses
 from rdq_compliance.clauses.crash import CrashClauses
 from rdq_compliance.clauses.dlq import DLQClauses, DLQFilterClauses
 from rdq_compliance.clauses.fencing import FencingClauses
+from rdq_compliance.clauses.fleet import CountClauses, WorkerRegistryClauses
 from rdq_compliance.clauses.groups import DLQGroupClauses
 from rdq_compliance.clauses.imports import ImportClauses
 from rdq_compliance.clauses.lifecycle import ClockClauses, LifecycleClauses
@@ -46,6 +48,9 @@ class StorageSuite(
     TaskListingClauses,
     ImportClauses,
     AuditClauses,
+    ControlClauses,
+    WorkerRegistryClauses,
+    CountClauses,
     OperationClauses,
     ClockClauses,
     LifecycleClauses,

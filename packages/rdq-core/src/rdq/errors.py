@@ -19,6 +19,11 @@ backend it runs on.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rdq.spi._flow import Control
+
 __all__ = [
     "ConfigError",
     "ControlConflict",
@@ -83,12 +88,11 @@ class ControlConflict(StorageError):
     expected): nothing was written. ``found`` is the record as it is now (``None`` when there
     is none)."""
 
-    def __init__(self, queue: str, key: str, found: object | None) -> None:
+    def __init__(self, queue: str, key: str, found: Control | None) -> None:
         self.queue = queue
         self.key = key
         self.found = found
-        version = getattr(found, "version", None)
-        now = f"version {version} now" if found is not None else "no such control now"
+        now = f"version {found.version} now" if found is not None else "no such control now"
         super().__init__(f"control {key!r} of queue {queue!r} changed meanwhile ({now})")
 
 

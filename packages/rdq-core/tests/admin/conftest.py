@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 import pytest_asyncio
 
@@ -17,6 +18,7 @@ from rdq.spi import (
     Outcome,
     Page,
     Storage,
+    StorageBase,
     TaskFilter,
 )
 from rdq_memory import MemoryStorage
@@ -27,7 +29,13 @@ class NoPushdownStorage(MemoryStorage):
     listing *and* in redrive/purge (the worst case the contract allows)."""
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(notify=False, filter_pushdown=False, batch_enqueue=False)
+        return msgspec.structs.replace(
+            super().capabilities(),
+            notify=False,
+            filter_pushdown=False,
+            batch_enqueue=False,
+            group_pushdown=False,
+        )
 
     async def dlq_list(
         self, queue: str, dlq_filter: DLQFilter | None, page: Page
@@ -39,10 +47,7 @@ class NoPushdownStorage(MemoryStorage):
     ) -> tuple[list[Envelope], str | None]:
         return await super().list_tasks(queue, TaskFilter(status=task_filter.status), page)
 
-    async def dlq_groups(self, queue: str) -> Any:
-        from rdq.spi import StorageBase
-
-        return await StorageBase.dlq_groups(self, queue)
+    _dlq_groups = StorageBase._dlq_groups  # the default: paging through dlq_list
 
     async def redrive(self, queue: str, selector: Any) -> int:
         if selector.filter is not None:

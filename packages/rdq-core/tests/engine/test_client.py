@@ -9,6 +9,7 @@ import pytest
 
 import rdq
 from rdq.spi import RetryOverride, Status, limits
+from rdq.spi.limits import _arguments as arguments
 
 from .conftest import fast_worker, running, wait_status
 
@@ -156,7 +157,8 @@ async def test_a_batch_is_validated_once_per_task(storage, queue, monkeypatch):
         checked.append(getattr(task, "id", ""))
         return check_task(task)
 
-    monkeypatch.setattr(limits, "check_task", counting)
+    monkeypatch.setattr(limits, "check_task", counting)  # the client's own checks
+    monkeypatch.setattr(arguments, "check_task", counting)  # the store's (check_tasks)
     subs = await rdq.Client(storage).submit_many(
         [rdq.Submission("job", i, queue=queue) for i in range(50)]
     )

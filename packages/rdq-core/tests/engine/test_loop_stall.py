@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 
 import rdq
 from rdq.spi import Outcome, Status, Storage
+from rdq_memory import MemoryStorage
 
 from .conftest import Recorder, fast_worker, running, wait_status
 
@@ -144,9 +145,17 @@ async def test_a_loop_stalled_past_the_stall_limit_lets_its_leases_lapse(
     assert log.events("event loop stalled past the stall limit")
 
 
+class _ReopensElsewhere(MemoryStorage):
+    """A store whose ``reopen`` gives a store that does not reach its tasks (a bug of its
+    author's, or a URL that names no shared resource)."""
+
+    def reopen(self) -> MemoryStorage:
+        return MemoryStorage()
+
+
 async def test_a_store_a_second_connection_cannot_reach_renews_leases_on_the_loop():
-    """An unnamed ``memory://`` store is private to its object: the lease thread's own store
-    would not see the worker's tasks, so the worker's loop keeps renewing the leases."""
+    """The lease thread's own store would not see the worker's tasks: the worker notices it
+    and its loop keeps renewing the leases."""
     app = rdq.App()
     app.queue("solo", lease=1.0, timeout=30.0, max_attempts=1)
 
@@ -155,9 +164,9 @@ async def test_a_store_a_second_connection_cannot_reach_renews_leases_on_the_loo
         await asyncio.sleep(3.0)  # three leases long
 
     log = Recorder()
-    async with rdq.open_storage("memory://") as storage:
+    async with _ReopensElsewhere() as storage:
         sub = await rdq.Client(storage, app).submit("long")
         async with running(fast_worker(app, storage, logger=log)):
             task = await wait_status(storage, sub.id, Status.SUCCEEDED)
     assert [a.outcome for a in task.attempts] == [Outcome.SUCCEEDED]
-    assert log.events("a second store from the same URL does not reach the worker's tasks")
+    assert log.events("the reopened store does not reach the worker's tasks")

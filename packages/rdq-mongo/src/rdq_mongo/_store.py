@@ -21,7 +21,6 @@ from pymongo.errors import PyMongoError
 
 from rdq.errors import NotConnected, NotFound, StaleClaim, StorageError
 from rdq.spi import (
-    CONTRACT_VERSION,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -107,7 +106,7 @@ class MongoStorage(StorageBase):
         where the server has them, and polls the next due time every second where it does
         not)."""
         return Capabilities(
-            contract_version=CONTRACT_VERSION,
+            contract_version=2,  # version 3 (control, the fleet, counts) not yet implemented
             notify=self._config.notify,
             filter_pushdown=True,
             batch_enqueue=True,

@@ -18,7 +18,6 @@ import msgspec
 
 from rdq.errors import IDConflict, NotFound, StaleClaim
 from rdq.spi import (
-    CONTRACT_VERSION,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -62,7 +61,7 @@ from rdq_postgres._url import PostgresConfig, parse_url
 __all__ = ["CAPABILITIES", "PostgresStorage"]
 
 CAPABILITIES = Capabilities(
-    contract_version=CONTRACT_VERSION,
+    contract_version=2,  # version 3 (control, the fleet, counts) not yet implemented
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,

@@ -14,7 +14,6 @@ import msgspec
 
 from rdq.errors import NotConnected, NotFound, StaleClaim
 from rdq.spi import (
-    CONTRACT_VERSION,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -57,7 +56,7 @@ __all__ = ["CAPABILITIES", "RedisStorage"]
 _PURGE_BATCH = 500
 
 CAPABILITIES = Capabilities(
-    contract_version=CONTRACT_VERSION,
+    contract_version=2,  # version 3 (control, the fleet, counts) not yet implemented
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,

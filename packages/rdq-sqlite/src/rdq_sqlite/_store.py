@@ -18,7 +18,6 @@ import msgspec
 
 from rdq.errors import NotFound, StaleClaim, Unsupported, ValidationError
 from rdq.spi import (
-    CONTRACT_VERSION,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -93,7 +92,7 @@ class SqliteStorage(StorageBase):
         """Everything the contract offers but ``enqueue_in``; ``notify`` unless the URL turns
         it off, ``reopen`` unless the database is in memory."""
         return Capabilities(
-            contract_version=CONTRACT_VERSION,
+            contract_version=2,  # version 3 (control, the fleet, counts) not yet implemented
             notify=self.config.notify,
             filter_pushdown=True,
             batch_enqueue=True,

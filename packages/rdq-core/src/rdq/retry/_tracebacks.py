@@ -28,7 +28,8 @@ __all__ = [
 ]
 
 _ENGINE_FILES = frozenset(
-    str(Path(__file__).with_name(name)) for name in ("_runner.py", "_invoke.py", "_threads.py")
+    str(Path(__file__).parent.parent / "worker" / name)
+    for name in ("_runner.py", "_invoke.py", "_threads.py")
 )
 """The engine's frames around a handler call: not part of the handler's story."""
 

@@ -3,8 +3,8 @@
 A lease is renewed when a third of it has passed, so two renewals can fail before it expires.
 Renewals are made by the worker's lease thread (:mod:`rdq.worker._watchdog`), with a store of its
 own on its own event loop, so a handler that blocks the worker's loop does not cost the other tasks
-their leases; where the worker has no such store (a store not opened from a URL, or one a second
-connection cannot reach), :func:`heartbeat_loop` renews them on the worker's loop.
+their leases; where the worker has no such store (a store that cannot ``reopen``, or whose second
+store does not reach the same tasks), :func:`heartbeat_loop` renews them on the worker's loop.
 
 A renewal refused with ``StaleClaim`` (or ``NotFound``) means the task is no longer this
 worker's (an operator cancelled it, or its lease lapsed and another worker took it): the

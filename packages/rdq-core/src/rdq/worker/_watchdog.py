@@ -10,10 +10,10 @@ again it logs how long the stall lasted (``rdq_loop_stall_seconds``), and the ot
 get the stalled time added to their timeouts: a handler is not timed out for time another one
 took from it. (Stalls shorter than ``threshold`` are neither reported nor excused.)
 
-**Leases.** When the worker's store was opened from a URL (:func:`rdq.open_storage`), the
-thread opens a second store from the same URL on its own event loop, checks once that it
-reaches the same tasks (a ``get`` of the first task the worker claims: an unnamed
-``memory://`` store, say, does not), and from then on renews every lease the worker holds
+**Leases.** When the worker's store can open a second store on the same data
+(``Storage.reopen()``, capability ``reopen``), the thread opens one on its own event loop,
+checks once that it reaches the same tasks (a ``get`` of the first task the worker claims),
+and from then on renews every lease the worker holds
 when a third of it has passed, whatever the worker's loop is doing. A loop stalled for longer
 than ``stall_limit`` means a hung worker: renewals stop then, so its leases lapse and other
 workers take its tasks over. Until the second store is ready, or when there is none, the
@@ -213,7 +213,7 @@ class Watchdog:
             await store.get(run.claimed.task.id)
         except NotFound:
             self._log.info(
-                "a second store from the same URL does not reach the worker's tasks; "
+                "the reopened store does not reach the worker's tasks; "
                 "leases are renewed on the event loop",
                 worker_id=self._worker_id,
             )

@@ -95,7 +95,7 @@ class Worker:
         logger ``rdq.worker``.
 
         The watchdog thread logs and counts event-loop stalls longer than
-        ``stall_threshold`` seconds and, with ``lease_thread`` and a store opened from a URL,
+        ``stall_threshold`` seconds and, with ``lease_thread`` and a store that can ``reopen``,
         renews leases from a store of its own until the loop has been stalled for
         ``stall_limit`` seconds (see :mod:`rdq.worker._watchdog`).
 
