@@ -25,6 +25,7 @@ BROKEN_MODULES = (
     "kit_broken_revision",
     "kit_broken_leases",
     "kit_broken_promises",
+    "kit_broken_flow",
 )
 """The modules beside this file that hold broken stores (``BROKEN_STORES`` in each)."""
 

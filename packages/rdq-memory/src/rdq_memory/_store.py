@@ -19,6 +19,7 @@ from rdq.spi import (
     AuditFilter,
     Capabilities,
     Claimed,
+    ClaimGate,
     Completion,
     Control,
     Counts,
@@ -161,7 +162,7 @@ class MemoryStorage(StorageBase):
         claimed: list[Claimed] = []
         with state.lock:
             now = self._clock_now()
-            gate = _flow.claim_gate(state, queue, now)
+            gate = self._claim_gate(queue, now)
             if gate is not None and _flow.blocked_queue(gate):
                 return claimed
             heaps = state.index(queue).due
@@ -188,6 +189,10 @@ class MemoryStorage(StorageBase):
             if gate is not None:
                 _flow.keep_gate(state, queue, gate)
         return claimed
+
+    def _claim_gate(self, queue: str, now: datetime) -> ClaimGate | None:
+        """The controls a claim of ``queue`` goes through (``None``: nothing restricts it)."""
+        return _flow.claim_gate(self._state, queue, now)
 
     def _claim(self, record: Record, now: datetime, lease: timedelta, worker: str | None) -> None:
         task = record.task

@@ -133,9 +133,9 @@ class CountClauses:
             [
                 Counts(queue=queue, minute=_minute(0), succeeded=5, failed=1),
                 Counts(queue=queue, minute=_minute(1), dead=2, deferred=3),
-                Counts(queue=queue, minute=_minute(0), succeeded=2, dead=1),
             ]
         )
+        await storage.add_counts([Counts(queue=queue, minute=_minute(0), succeeded=2, dead=1)])
         got = await storage.read_counts(queue, _minute(0))
         assert got == [
             Counts(queue=queue, minute=_minute(0), succeeded=7, failed=1, dead=1),
