@@ -1,7 +1,7 @@
 """Would completing a batch and claiming the next in one statement pay?
 ``python -m bench.e2e.combined_experiment``.
 
-Evidence for BENCHMARKS.md ("End to end", what would close the gap). On a throwaway durable
+Evidence for BENCHMARKS.md ("Experiments behind the design"). On a throwaway durable
 cluster, ``--loops`` concurrent drain loops in one process drain ``--tasks`` rdq tasks through
 the SPI, without the engine, in two ways, and print tasks/s and CPU per task (this process,
 and the PostgreSQL server's processes):

@@ -1,7 +1,7 @@
 """Would resolving many claims in one statement pay? ``python -m bench.e2e.resolve_experiment``.
 
-Evidence for a proposed optimisation of the Postgres plugin (see BENCHMARKS.md, "End to end").
-On a throwaway durable cluster, one process drains ``--tasks`` rdq tasks through the SPI
+Evidence behind the Postgres plugin's ``complete_many`` (BENCHMARKS.md, "Experiments behind the
+design"). On a throwaway durable cluster, one process drains ``--tasks`` rdq tasks through the SPI
 without the engine, in three ways, and prints tasks/s for each:
 
 * ``per-task``: ``claim_due(limit)`` then one ``complete`` per task, all concurrently on the
