@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from rdq.app import App, Handler, SchemeInvoker, TaskContext
 from rdq.client import Client, Submission, Submitted, SyncClient
-from rdq.config import Backoff, BackoffKind, QueueConfig
+from rdq.config import Backoff, BackoffKind, Breaker, QueueConfig
 from rdq.errors import (
     ConfigError,
     IDConflict,
@@ -35,7 +35,7 @@ from rdq.errors import (
     ValidationError,
 )
 from rdq.plugins import installed_backends, open_storage
-from rdq.signals import Permanent, RetryAfter
+from rdq.signals import Permanent, RetryAfter, Unavailable
 from rdq.spi import RetryOverride
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ __all__ = [
     "App",
     "Backoff",
     "BackoffKind",
+    "Breaker",
     "Client",
     "ConfigError",
     "Handler",
@@ -64,6 +65,7 @@ __all__ = [
     "Submitted",
     "SyncClient",
     "TaskContext",
+    "Unavailable",
     "ValidationError",
     "Worker",
     "installed_backends",

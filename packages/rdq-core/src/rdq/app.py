@@ -46,7 +46,14 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from rdq.config import Backoff, QueueConfig, parse_config, read_toml
+from rdq.config import (
+    Backoff,
+    Breaker,
+    QueueConfig,
+    check_dependency,
+    parse_config,
+    read_toml,
+)
 from rdq.errors import ConfigError, ValidationError
 from rdq.schedules import CatchUp, Schedule, parse_schedules
 from rdq.spi import Envelope, limits
@@ -98,6 +105,10 @@ class Handler:
     """A type to convert the payload to before the call, or None to pass it as decoded."""
     takes_payload: bool = True
     """False for a handler that takes no arguments at all."""
+    dependency: str | None = None
+    """The service it calls (its breaker is that dependency's); ``None``: its queue's."""
+    breaker: Breaker | None = None
+    """Its own breaker settings; ``None``: its queue's."""
 
 
 class App:
@@ -139,6 +150,9 @@ class App:
         task_ttl: float | None = None,
         non_retryable: tuple[type[BaseException], ...] | list[type[BaseException]] | None = None,
         priority: int | None = None,
+        breaker: Breaker | bool | None = None,
+        dependency: str | None = None,
+        outage_errors: tuple[type[BaseException], ...] | list[type[BaseException]] | None = None,
     ) -> QueueConfig:
         """Declare (or re-configure) queue ``name``; settings not given keep the queue's current
         value (or the defaults). Applies to tasks already waiting. Raises ``ConfigError`` naming
@@ -159,6 +173,9 @@ class App:
                 ("task_ttl", task_ttl),
                 ("non_retryable", tuple(non_retryable) if non_retryable is not None else None),
                 ("priority", priority),
+                ("breaker", _breaker_setting(breaker, base.breaker)),
+                ("dependency", dependency),
+                ("outage_errors", tuple(outage_errors) if outage_errors is not None else None),
             )
             if value is not None
         }
@@ -240,21 +257,37 @@ class App:
 
     # --- handlers ----------------------------------------------------------------------------
 
-    def handler(self, name: str | None = None, *, queue: str | None = None) -> Callable[[F], F]:
+    def handler(
+        self,
+        name: str | None = None,
+        *,
+        queue: str | None = None,
+        dependency: str | None = None,
+        breaker: Breaker | bool | None = None,
+    ) -> Callable[[F], F]:
         """Decorator form of :meth:`register`."""
 
         def decorate(fn: F) -> F:
-            self.register(name, fn, queue=queue)
+            self.register(name, fn, queue=queue, dependency=dependency, breaker=breaker)
             return fn
 
         return decorate
 
     def register(
-        self, name: str | None, fn: Callable[..., Any], *, queue: str | None = None
+        self,
+        name: str | None,
+        fn: Callable[..., Any],
+        *,
+        queue: str | None = None,
+        dependency: str | None = None,
+        breaker: Breaker | bool | None = None,
     ) -> Handler:
         """Register ``fn`` under ``name`` (default: its import path ``module:qualname``).
 
         ``queue`` is where :meth:`rdq.Client.submit` puts its tasks unless told otherwise.
+        ``dependency`` names the service it calls: the breaker of every handler naming one
+        dependency trips together (default: its queue's ``dependency``, else a breaker of its
+        own); ``breaker`` gives it breaker settings of its own (``False``: none).
         Raises ``ConfigError`` if the name is taken by another function or is invalid."""
         if not callable(fn):
             raise ConfigError(f"{fn!r} is not callable", key="handler")
@@ -271,7 +304,13 @@ class App:
         existing = self._handlers.get(ref)
         if existing is not None and existing.fn is not fn:
             raise ConfigError(f"handler {ref!r} is already registered", key="handler")
-        handler = make_handler(ref, fn, queue)
+        check_dependency(dependency, "dependency")
+        own = _breaker_setting(breaker, self._defaults.breaker)
+        if own is not None:
+            own.validate("breaker")
+        handler = dataclasses.replace(
+            make_handler(ref, fn, queue), dependency=dependency, breaker=own
+        )
         self._handlers[ref] = handler
         self._by_function[fn] = ref
         return handler
@@ -293,6 +332,22 @@ class App:
             return handler
         ref = self._by_function.get(handler)
         return ref if ref is not None else import_path(handler)
+
+    def breaker_for(self, queue: str, ref: str) -> Breaker:
+        """The breaker settings of ``ref``'s tasks in ``queue`` (the handler's, else the
+        queue's)."""
+        handler = self._handlers.get(ref)
+        if handler is not None and handler.breaker is not None:
+            return handler.breaker
+        return self.queue_config(queue).breaker
+
+    def dependency_for(self, queue: str, ref: str) -> str | None:
+        """The dependency ``ref``'s tasks in ``queue`` call (the handler's, else the
+        queue's), or ``None``."""
+        handler = self._handlers.get(ref)
+        if handler is not None and handler.dependency is not None:
+            return handler.dependency
+        return self.queue_config(queue).dependency
 
     def handler_queue(self, ref: str) -> str | None:
         """The queue a registered handler is bound to, if any."""
@@ -353,6 +408,15 @@ class App:
 
     def _importable(self, ref: str) -> bool:
         return _under(ref.partition(":")[0], self._import_prefixes)
+
+
+def _breaker_setting(value: Breaker | bool | None, current: Breaker) -> Breaker | None:
+    """``True``/``False`` switch ``current`` on or off; a ``Breaker`` replaces it."""
+    if value is None or isinstance(value, Breaker):
+        return value
+    if isinstance(value, bool):
+        return dataclasses.replace(current, enabled=value)
+    raise ConfigError("must be an rdq.Breaker, True or False", key="breaker")
 
 
 def make_handler(name: str, fn: Callable[..., Any], queue: str | None) -> Handler:

@@ -40,11 +40,25 @@ COUNT_UNKNOWN = "the count is unknown: the store may have applied the call that 
 """Ends the ``error`` of a record whose last storage call failed in a way that leaves its
 effect unknown (its ``count`` is then a lower bound)."""
 
-Action = Literal["redrive", "purge", "cancel"]
+Action = Literal[
+    "redrive",
+    "purge",
+    "cancel",
+    "retry_now",
+    "pause",
+    "resume",
+    "breaker.open",
+    "breaker.probe",
+    "breaker.close",
+    "redrive.cancel",
+]
+"""What an operator (or, for a breaker, the engine) did. The breaker's own transitions are
+recorded with the worker's id as the actor."""
 
 
 class AuditRecord(msgspec.Struct, kw_only=True, frozen=True):
-    """One redrive, purge or cancel. ``count`` is how many tasks it acted on; ``error`` is set
+    """One operator action (redrive, purge, cancel, retry now, pause, resume) or breaker
+    transition. ``count`` is how many tasks it acted on; ``error`` is set
     when the operation failed part-way (``count`` then says how many were done before it
     failed; when the call that failed may still have been applied by the store — a timeout, a
     lost connection — ``error`` ends with :data:`COUNT_UNKNOWN` and ``count`` is only what is
@@ -110,8 +124,10 @@ class MemoryAuditSink:
 
 
 def selector_to_builtins(selector: Selector | Any) -> dict[str, Any]:
-    """The selector (a DLQ ``Selector`` or a cancel ``TaskSelector``) as plain JSON-ready
-    data, for audit records and logs."""
+    """The selector (a DLQ ``Selector``, a cancel ``TaskSelector``, or what a control action
+    names: ``{"key": …}``) as plain JSON-ready data, for audit records and logs."""
+    if isinstance(selector, dict):
+        return dict(selector)
     if selector.ids is not None:
         return {"ids": list(selector.ids)}
     return {"filter": msgspec.to_builtins(selector.filter)}

@@ -33,6 +33,7 @@ import msgspec
 
 from rdq import tracing
 from rdq.app import DEFAULT_QUEUE, App, import_path
+from rdq.config import DEPENDENCY_PREFIX
 from rdq.errors import Unsupported, ValidationError
 from rdq.plugins import open_storage
 from rdq.spi import DEFAULT_PRIORITY, Envelope, RetryOverride, Storage, limits, require
@@ -230,8 +231,17 @@ class Client:
             headers=headers,
             retry=s.retry,
             priority=priority,
+            keys=self._keys(queue, ref),
         )
         return task, wait
+
+    def _keys(self, queue: str, ref: str) -> list[str]:
+        """The task's flow-control keys: its dependency's, when the app names one (kept only
+        by stores with ``control``)."""
+        if self.app is None:
+            return []
+        dependency = self.app.dependency_for(queue, ref)
+        return [DEPENDENCY_PREFIX + dependency] if dependency is not None else []
 
     def _handler_ref(self, handler: str | Callable[..., Any]) -> str:
         if isinstance(handler, str):

@@ -21,6 +21,13 @@ The TOML layout (durations in seconds)::
     task_ttl = 86400.0
     non_retryable = ["myapp.errors:InvalidAddress", "ValueError"]
     priority = 0                 # -10..10, higher claimed first; applied at submit
+    dependency = "smtp"          # its handlers' breaker trips together
+    outage_errors = ["myapp.errors:SmtpDown"]
+
+    [queues.emails.breaker]      # or: breaker = false
+    window = 30.0                # see rdq.Breaker
+    min_calls = 10
+    threshold = 0.5
 
     [schedules.nightly-report]   # see rdq.schedules
     handler = "build_report"
@@ -47,8 +54,10 @@ from rdq.errors import ConfigError
 from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, limits
 
 __all__ = [
+    "DEPENDENCY_PREFIX",
     "Backoff",
     "BackoffKind",
+    "Breaker",
     "QueueConfig",
     "load_toml",
     "parse_config",
@@ -92,6 +101,69 @@ class Backoff:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Breaker:
+    """When a dependency counts as down, and how its tasks are held and let go again.
+
+    The breaker of a key (the handler, or the ``dependency`` a queue or handler names) *trips*
+    when, among the attempts of the last ``window`` seconds on that key — at least
+    ``min_calls`` of them —, the outage-class failures (connections refused or reset,
+    timeouts, ``rdq.RetryAfter``, ``rdq.Unavailable``, 5xx from callbacks, the types in
+    ``outage_errors``) reach ``threshold``. While *open*, no worker claims the key's tasks, and
+    a claimed one that fails so is rescheduled without using up an attempt. After ``cooldown``
+    seconds it is *half-open*: ``probes`` tasks, fleet-wide, may run; a success closes it and
+    its held tasks are let go over ``ramp`` seconds; a failure opens it again for twice the
+    cool-down, at most ``max_cooldown``. Open for longer than ``alert_after`` seconds, it
+    stays open and says so (an ERROR log line, the ``rdq_breaker_open_too_long`` gauge)."""
+
+    enabled: bool = True
+    window: float = 30.0
+    min_calls: int = 10
+    threshold: float = 0.5
+    cooldown: float = 5.0
+    max_cooldown: float = 30.0
+    probes: int = 3
+    ramp: float = 20.0
+    alert_after: float = 3600.0
+
+    @classmethod
+    def off(cls) -> Breaker:
+        """No breaker: every failure is charged to its task."""
+        return cls(enabled=False)
+
+    def validate(self, key: str) -> Breaker:
+        for name in ("window", "cooldown", "max_cooldown", "ramp", "alert_after"):
+            value = getattr(self, name)
+            if not is_number(value) or not 0 <= value < math.inf:
+                raise ConfigError("must be a non-negative number of seconds", f"{key}.{name}")
+        if self.window <= 0 or self.cooldown <= 0:
+            raise ConfigError("must be a positive number of seconds", f"{key}.window")
+        if self.max_cooldown < self.cooldown:
+            raise ConfigError("must not be smaller than cooldown", f"{key}.max_cooldown")
+        if not is_int(self.min_calls) or self.min_calls < 1:
+            raise ConfigError("must be an integer of at least 1", f"{key}.min_calls")
+        if not is_int(self.probes) or not 1 <= self.probes <= 1000:
+            raise ConfigError("must be an integer from 1 to 1000", f"{key}.probes")
+        if not is_number(self.threshold) or not 0 < self.threshold <= 1:
+            raise ConfigError("must be a fraction in (0, 1]", f"{key}.threshold")
+        if not isinstance(self.enabled, bool):
+            raise ConfigError("must be a boolean", f"{key}.enabled")
+        return self
+
+
+DEPENDENCY_PREFIX = "dep:"
+"""The key of a named dependency: ``dep:<name>``, carried by every task of its handlers."""
+
+
+def check_dependency(value: object, key: str) -> str | None:
+    """A dependency name: 1–100 characters without whitespace, or ``None``."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= 100 or any(c.isspace() for c in value):
+        raise ConfigError("must be 1-100 characters without whitespace", key=key)
+    return value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class QueueConfig:
     """How a queue's tasks are run and retried. Durations are seconds.
 
@@ -111,6 +183,13 @@ class QueueConfig:
     priority: int = 0
     """The priority of tasks submitted to this queue without one (``rdq.spi.MIN_PRIORITY``
     to ``MAX_PRIORITY``; higher is claimed first). Applied when a task is submitted."""
+    breaker: Breaker = Breaker()
+    """When a failing dependency's tasks are held instead of retried (on by default)."""
+    dependency: str | None = None
+    """The service every handler of the queue calls (a handler may name its own): their
+    breaker trips together. ``None``: each handler has a breaker of its own."""
+    outage_errors: tuple[type[BaseException], ...] = ()
+    """Exception types that mean "the dependency is down", beyond the built-in ones."""
 
     def validate(self, queue: str) -> QueueConfig:
         """Return self if every setting is valid, else raise ``ConfigError`` naming the key."""
@@ -143,9 +222,17 @@ class QueueConfig:
             raise bad("task_ttl", "must be a positive number of seconds")
         if not is_int(self.priority) or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
             raise bad("priority", f"must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}")
-        for exc_type in self.non_retryable:
-            if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
-                raise bad("non_retryable", f"{exc_type!r} is not an exception type")
+        for key, types in (
+            ("non_retryable", self.non_retryable),
+            ("outage_errors", self.outage_errors),
+        ):
+            for exc_type in types:
+                if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
+                    raise bad(key, f"{exc_type!r} is not an exception type")
+        if not isinstance(self.breaker, Breaker):
+            raise bad("breaker", "must be an rdq.Breaker")
+        self.breaker.validate(f"{prefix}.breaker")
+        check_dependency(self.dependency, f"{prefix}.dependency")
         return self
 
     def replace(self, **changes: Any) -> QueueConfig:
@@ -218,8 +305,12 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
                     f"must be a number (queue {queue or '<defaults>'!r})", key=f"{prefix}.{key}"
                 )
             changes[key] = value
-        elif key == "non_retryable":
+        elif key in ("non_retryable", "outage_errors"):
             changes[key] = tuple(_exception_types(value, f"{prefix}.{key}"))
+        elif key == "dependency":
+            changes[key] = check_dependency(value, f"{prefix}.{key}")
+        elif key == "breaker":
+            changes[key] = _breaker(value, config.breaker, f"{prefix}.{key}")
         elif key not in _BACKOFF_KEYS:
             raise ConfigError(
                 f"unknown setting (queue {queue or '<defaults>'!r})", f"{prefix}.{key}"
@@ -244,6 +335,32 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
                 )
         changes["backoff"] = Backoff(kind, float(base), float(cap))
     return dataclasses.replace(config, **changes) if changes else config
+
+
+def _breaker(value: Any, current: Breaker, key: str) -> Breaker:
+    """``breaker = false`` / ``true``, or a ``[queues.NAME.breaker]`` table of its settings."""
+    if isinstance(value, bool):
+        return dataclasses.replace(current, enabled=value)
+    if not isinstance(value, Mapping):
+        raise ConfigError("must be true, false or a table of breaker settings", key=key)
+    known = {f.name for f in dataclasses.fields(Breaker)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ConfigError("unknown breaker setting", key=f"{key}.{unknown[0]}")
+    for name, setting in value.items():
+        expected = (
+            bool if name == "enabled" else (int if name in ("min_calls", "probes") else float)
+        )
+        ok = (
+            isinstance(setting, bool)
+            if expected is bool
+            else (is_int(setting) if expected is int else is_number(setting))
+        )
+        if not ok:
+            raise ConfigError(
+                f"must be {'a boolean' if expected is bool else 'a number'}", f"{key}.{name}"
+            )
+    return dataclasses.replace(current, **dict(value)).validate(key)
 
 
 def _exception_types(value: Any, key: str) -> Iterable[type[BaseException]]:

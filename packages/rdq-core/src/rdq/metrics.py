@@ -15,8 +15,12 @@ from prometheus_client import Counter, Gauge, Histogram
 __all__ = [
     "ATTEMPTS",
     "AUDIT_FAILURES",
+    "BREAKER_OPEN_TOO_LONG",
+    "BREAKER_STATE",
+    "BREAKER_TRANSITIONS",
     "CLAIMS",
     "DEAD_LETTERED",
+    "DEFERRED",
     "DLQ_DEPTH",
     "HANDLER_DURATION",
     "IN_FLIGHT",
@@ -43,6 +47,24 @@ HANDLER_DURATION = Histogram(
 )
 STALE_CLAIMS = Counter("rdq_stale_claims", "Resolutions refused: the lease was lost.", ["queue"])
 DEAD_LETTERED = Counter("rdq_dead_lettered", "Tasks moved to the DLQ.", ["queue"])
+DEFERRED = Counter(
+    "rdq_deferred", "Attempts held while their breaker was open (no attempt used).", ["queue"]
+)
+BREAKER_STATE = Gauge(
+    "rdq_breaker_state",
+    "A breaker's state as this process last saw it: 0 closed, 1 half-open, 2 open.",
+    ["queue", "key"],
+)
+BREAKER_TRANSITIONS = Counter(
+    "rdq_breaker_transitions",
+    "Breaker transitions this process made, by the state entered.",
+    ["queue", "key", "state"],
+)
+BREAKER_OPEN_TOO_LONG = Gauge(
+    "rdq_breaker_open_too_long",
+    "1 while a breaker has been open longer than its alert_after.",
+    ["queue", "key"],
+)
 REDRIVEN = Counter("rdq_redriven", "DLQ tasks returned to their queue.", ["queue"])
 PURGED = Counter("rdq_purged", "DLQ tasks deleted.", ["queue"])
 AUDIT_FAILURES = Counter(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-__all__ = ["Permanent", "RetryAfter"]
+__all__ = ["Permanent", "RetryAfter", "Unavailable"]
 
 MAX_RETRY_DELAY = 366 * 86400.0
 """Seconds: the longest delay a retry can be scheduled out."""
@@ -23,7 +23,10 @@ class Permanent(Exception):
 class RetryAfter(Exception):
     """Raise from a handler to retry after ``delay`` instead of the backoff policy's delay.
 
-    The attempt still counts toward ``max_attempts``."""
+    It is an outage-class failure (the dependency said "not now"): it counts toward the
+    breaker of the task's key (see :class:`rdq.Breaker`), and while that breaker is open the
+    task is held without using up an attempt; otherwise the attempt counts toward
+    ``max_attempts``."""
 
     def __init__(self, delay: float | timedelta, message: str | None = None) -> None:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
@@ -32,3 +35,12 @@ class RetryAfter(Exception):
         # no retry is scheduled more than a year out (and no timestamp can overflow)
         self.delay = timedelta(seconds=min(seconds, MAX_RETRY_DELAY))
         super().__init__(message or f"retry after {seconds:g}s")
+
+
+class Unavailable(Exception):
+    """Raise from a handler when the service it calls is down (whatever the exception the
+    client library gave): an outage-class failure, like a refused connection. It counts
+    toward the breaker of the task's key, and a task that fails so during an outage of its
+    dependency is rescheduled without using up an attempt (see :class:`rdq.Breaker`).
+
+    ``raise rdq.Unavailable("payment provider answered 503") from exc``."""

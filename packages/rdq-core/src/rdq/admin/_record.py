@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rdq import audit
 from rdq.admin._selectors import TaskSelector
@@ -39,7 +39,7 @@ async def record_action(
     sinks: list[AuditSink],
     action: Action,
     queue: str,
-    selector: Selector | TaskSelector,
+    selector: Selector | TaskSelector | dict[str, Any],
     actor: str,
     reason: str | None,
     count: int,

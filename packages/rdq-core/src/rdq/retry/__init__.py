@@ -13,8 +13,10 @@ a retry when attempts are exhausted    dead-letter (the attempt keeps its outcom
 - :mod:`~rdq.retry._classify`: the table above (:func:`classify_error`, :func:`classify_timeout`);
 - :mod:`~rdq.retry._backoff`: the delay before the next attempt (:func:`backoff_delay`);
 - :mod:`~rdq.retry._overrides`: a task's own override over its queue's config (:func:`resolve`);
-- :mod:`~rdq.retry._exhaustion`: which attempts count, and the decisions made before a handler
-  runs (attempts exhausted, corrupt task, unknown handler).
+- :mod:`~rdq.retry._exhaustion`: which attempts count (a failure during an outage of its
+  dependency does not), and the decisions made before a handler runs (attempts exhausted,
+  corrupt task, unknown handler);
+- :mod:`~rdq.retry._outage`: which failures say the dependency is down.
 
 Nothing here does I/O or reads a clock: the worker (:mod:`rdq.worker`) calls these and writes
 what they decide.
@@ -46,11 +48,14 @@ from rdq.retry._decision import (
 from rdq.retry._exhaustion import (
     INTERRUPTED_UNSTARTED,
     UNCHARGED_OUTCOMES,
+    OutageWindow,
     attempts_used,
     corrupt,
     exhausted,
+    uncharged,
     unknown_handler,
 )
+from rdq.retry._outage import is_outage, is_outage_type
 from rdq.retry._overrides import resolve
 
 __all__ = [
@@ -67,6 +72,7 @@ __all__ = [
     "UNKNOWN_HANDLER",
     "Action",
     "Decision",
+    "OutageWindow",
     "attempts_used",
     "backoff_bounds",
     "backoff_delay",
@@ -77,8 +83,11 @@ __all__ = [
     "describe",
     "error_type_name",
     "exhausted",
+    "is_outage",
+    "is_outage_type",
     "resolve",
     "timeout_message",
     "truncate_message",
+    "uncharged",
     "unknown_handler",
 ]

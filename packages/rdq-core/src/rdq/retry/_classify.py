@@ -20,6 +20,7 @@ from rdq.config import QueueConfig
 from rdq.retry import _tracebacks
 from rdq.retry._backoff import backoff_delay
 from rdq.retry._decision import HANDLER_IMPORT_ERROR, TIMEOUT_ERROR, Action, Decision
+from rdq.retry._outage import is_outage
 from rdq.signals import MAX_RETRY_DELAY, Permanent, RetryAfter
 from rdq.spi import Outcome, limits
 
@@ -75,7 +76,15 @@ def classify_timeout(
 ) -> Decision:
     """A handler that ran out of time; ``where`` is where it was when its time ran out."""
     return _retry(
-        Outcome.TIMEOUT, TIMEOUT_ERROR, timeout_message(config), attempt, config, None, rng, where
+        Outcome.TIMEOUT,
+        TIMEOUT_ERROR,
+        timeout_message(config),
+        attempt,
+        config,
+        None,
+        rng,
+        where,
+        outage=True,
     )
 
 
@@ -115,6 +124,7 @@ def classify_error(
         delay,
         rng,
         trace,
+        outage=is_outage(exc, config.outage_errors),
     )
 
 
@@ -145,9 +155,12 @@ def _retry(
     delay: float | None,
     rng: random.Random | None,
     trace: str | None = None,
+    *,
+    outage: bool = False,
 ) -> Decision:
     if attempt >= config.max_attempts:
-        return Decision(Action.DEAD_LETTER, outcome, 0.0, error_type, message, trace)
+        return Decision(Action.DEAD_LETTER, outcome, 0.0, error_type, message, trace, outage)
     if delay is None:
         delay = backoff_delay(config.backoff, attempt, rng)
-    return Decision(Action.RESCHEDULE, outcome, min(delay, MAX_DELAY), error_type, message, trace)
+    capped = min(delay, MAX_DELAY)
+    return Decision(Action.RESCHEDULE, outcome, capped, error_type, message, trace, outage)

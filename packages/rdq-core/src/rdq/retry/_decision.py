@@ -47,6 +47,8 @@ class Decision(NamedTuple):
     error_type: str | None = None
     error_message: str | None = None
     traceback: str | None = None
+    outage: bool = False
+    """The failure is outage-class (see :mod:`rdq.retry._outage`): it feeds the breaker."""
 
 
 SUCCESS = Decision(Action.COMPLETE, Outcome.SUCCEEDED)

@@ -1,10 +1,16 @@
 """Which attempts count, and the decisions made before a handler runs: attempts exhausted, a
 task that does not decode, a handler nobody serves, a task claimed ahead of a shutdown.
 
-An attempt that ended INTERRUPTED (a graceful shutdown) does not use up one of the task's
-attempts: :func:`attempts_used` counts the attempts since the last redrive minus those."""
+:func:`attempts_used` counts the attempts since the last redrive minus those that use up
+none: INTERRUPTED (a graceful shutdown), DEFERRED (held while its dependency was down), and
+a failure with one of an outage's error types while the outage lasted (an outage of the
+task's breaker key, as the breaker remembers it)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
 
 from rdq.config import QueueConfig
 from rdq.retry._decision import (
@@ -15,18 +21,20 @@ from rdq.retry._decision import (
     Action,
     Decision,
 )
-from rdq.spi import Envelope, Outcome
+from rdq.spi import Attempt, Envelope, Outcome
 
 __all__ = [
     "INTERRUPTED_UNSTARTED",
     "UNCHARGED_OUTCOMES",
+    "OutageWindow",
     "attempts_used",
     "corrupt",
     "exhausted",
+    "uncharged",
     "unknown_handler",
 ]
 
-UNCHARGED_OUTCOMES = frozenset({Outcome.INTERRUPTED})
+UNCHARGED_OUTCOMES = frozenset({Outcome.INTERRUPTED, Outcome.DEFERRED})
 """Outcomes of attempts that do not use up one of the task's ``max_attempts``."""
 
 INTERRUPTED_UNSTARTED = Decision(
@@ -38,11 +46,43 @@ INTERRUPTED_UNSTARTED = Decision(
 )
 
 
-def attempts_used(task: Envelope, number: int) -> int:
+class OutageWindow(Protocol):
+    """An outage of a key: from ``start`` to ``end`` (``None`` while it lasts), with the error
+    types of the failures that made it (``rdq.flow.Outage`` is one)."""
+
+    @property
+    def start(self) -> datetime: ...
+    @property
+    def end(self) -> datetime | None: ...
+    @property
+    def error_types(self) -> Sequence[str]: ...
+
+
+def attempts_used(task: Envelope, number: int, outages: Sequence[OutageWindow] = ()) -> int:
     """How many of its attempts a task has used once attempt ``number`` (the task's
     ``attempt_count + 1``) runs: ``number`` minus the uncharged attempts since the last
     redrive."""
-    return number - _uncharged_since_redrive(task)
+    return number - uncharged(task, outages)
+
+
+def uncharged(task: Envelope, outages: Sequence[OutageWindow] = ()) -> int:
+    """How many of the task's attempts since its last redrive use up none of its attempts."""
+    count = task.attempt_count
+    if not count or not task.attempts:
+        return 0
+    return sum(1 for attempt in task.attempts[-count:] if _free(attempt, outages))
+
+
+def _free(attempt: Attempt, outages: Sequence[OutageWindow]) -> bool:
+    if attempt.outcome in UNCHARGED_OUTCOMES:
+        return True
+    if attempt.outcome not in (Outcome.FAILED, Outcome.TIMEOUT) or attempt.finished_at is None:
+        return False
+    at = attempt.finished_at
+    return any(
+        o.start <= at and (o.end is None or at <= o.end) and attempt.error_type in o.error_types
+        for o in outages
+    )
 
 
 def exhausted(task: Envelope, used: int, config: QueueConfig) -> Decision | None:
@@ -80,14 +120,6 @@ def unknown_handler(task: Envelope) -> Decision:
         f"no handler for {task.handler_ref!r} (not registered, no invoker for its "
         "scheme, not an allowed import path)",
     )
-
-
-def _uncharged_since_redrive(task: Envelope) -> int:
-    count = task.attempt_count
-    if not count or not task.attempts:
-        return 0
-    recent = task.attempts[-count:]
-    return sum(1 for a in recent if a.outcome in UNCHARGED_OUTCOMES)
 
 
 def _last_outcome(task: Envelope) -> str:

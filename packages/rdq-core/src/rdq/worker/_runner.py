@@ -29,6 +29,7 @@ from rdq.spi import Attempt, Completion, Doubling, Outcome, Status, Storage, lim
 from rdq.worker._clock import StorageClock
 from rdq.worker._completer import Completer
 from rdq.worker._deadlines import Deadlines
+from rdq.worker._flow import FlowControl
 from rdq.worker._invoke import invoke
 from rdq.worker._run import Run
 from rdq.worker._threads import HandlerThreads
@@ -56,6 +57,7 @@ class Runner:
         on_retry: Callable[[str, float], None] | None = None,
         completer: Completer[Run] | None = None,
         spawn: Callable[[Coroutine[Any, Any, None]], object] | None = None,
+        flow: FlowControl | None = None,
     ) -> None:
         """``on_retry(queue, delay)`` is told of every retry scheduled (a wake-up hint).
         With a ``completer`` (stores with ``batch_complete``) successes are recorded through
@@ -72,6 +74,8 @@ class Runner:
         self.rng = rng
         self.on_retry = on_retry
         self.completer = completer
+        self.flow = flow
+        """Breakers: an outcome feeds its key's breaker; a held task is deferred unrun."""
         self.deadlines = Deadlines(clock.mono)
         self._spawn = spawn or asyncio.ensure_future
         self._attempt_counters: dict[tuple[str, Outcome], Any] = {}
@@ -136,7 +140,8 @@ class Runner:
         run.number = task.attempt_count + 1
         if run.interrupted:  # claimed ahead, the worker stopped before it could start
             return retry.INTERRUPTED_UNSTARTED
-        run.used = retry.attempts_used(task, run.number)
+        flow = self.flow
+        run.used = retry.attempts_used(task, run.number, flow.outages(task) if flow else ())
         run.started = self.clock.now()
         if task.corrupt is not None:  # never run: what it holds is not what was written
             return retry.corrupt(task)
@@ -158,6 +163,8 @@ class Runner:
             return failed
         if target is None:
             return retry.unknown_handler(task)
+        if flow is not None and (held := flow.held(task)) is not None:
+            return flow.deferral(held)  # claimed before its breaker opened: not run
         run.ctx_fields = (self.worker_id, run.number)
         t0 = self.clock.mono()
         decision = await invoke(
@@ -166,6 +173,8 @@ class Runner:
         if decision is None or run.fenced:  # lost lease, or the outcome is already written
             return None
         self._duration(task.queue).observe(self.clock.mono() - t0)
+        if flow is not None:
+            decision = await flow.record(run, decision)
         return decision
 
     async def fence_off(self, run: Run) -> None:

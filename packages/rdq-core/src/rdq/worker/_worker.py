@@ -43,6 +43,7 @@ from rdq.logging import get_logger
 from rdq.spi import Doubling, Storage, limits
 from rdq.worker._clock import Monotonic, StorageClock
 from rdq.worker._completer import Completer
+from rdq.worker._flow import FlowControl
 from rdq.worker._heartbeat import heartbeat_loop
 from rdq.worker._maintenance import maintenance_loop
 from rdq.worker._preflight import check_storage, warn_unserved
@@ -55,6 +56,11 @@ from rdq.worker._threads import HandlerThreads
 from rdq.worker._watchdog import Watchdog
 
 __all__ = ["OUTAGE_RETRY_CAP", "OUTAGE_RETRY_FIRST", "Worker", "default_worker_id"]
+
+WOKEN_EMPTY_LIMIT = 2
+"""A store that says tasks are due but gives none to claim (they are held back by a
+control) this many times in a row is polled with the idle backoff instead, until a claim
+gets a task again."""
 
 OUTAGE_RETRY_FIRST = 0.1
 OUTAGE_RETRY_CAP = 1.0
@@ -196,6 +202,10 @@ class Worker:
         size = sum(self.app.queue_config(q).concurrency for q in self.queues)
         threads = HandlerThreads(size)
         capabilities = self.storage.capabilities()
+        flow = FlowControl(
+            self.app, self.storage, self.clock, self.queues, self.worker_id, self.log, self._rng
+        )
+        await _quietly(flow.refresh(), self.log)  # breakers as they are before the first claim
         self._held.max_freed_early = size
         runner = Runner(
             self.app,
@@ -207,6 +217,7 @@ class Worker:
             self._rng,
             on_retry=self._note_retry,
             spawn=self._side_task,
+            flow=flow,
         )
         completer: Completer[Run] | None = None
         if capabilities.batch_complete:
@@ -244,6 +255,7 @@ class Worker:
             for q in self.queues
         ]
         background = [
+            asyncio.create_task(flow.run(stopping), name="rdq-flow"),
             asyncio.create_task(
                 heartbeat_loop(
                     self.storage,
@@ -257,7 +269,7 @@ class Worker:
                     lambda: watchdog.renewing,
                 ),
                 name="rdq-heartbeat",
-            )
+            ),
         ]
         if any(self.app.schedule_queue(s) in self.queues for s in self.app.schedules.values()):
             background.append(
@@ -384,6 +396,7 @@ class Worker:
         holder = {"worker_id": self.worker_id} if self.storage.capabilities().claim_holder else {}
         idle = Doubling(self.poll_min, self.poll_max, jitter=0)
         outage = Doubling(OUTAGE_RETRY_FIRST, OUTAGE_RETRY_CAP, rng=self._rng)
+        woken_empty = 0
         while not stopping.is_set():
             config = self.app.queue_config(queue)
             state.concurrency = config.concurrency
@@ -423,20 +436,29 @@ class Worker:
                 claims_counter.inc(len(claims))
                 state.claimed([Run(claimed, config.lease, sent) for claimed in claims], asked)
                 idle.reset()
+                woken_empty = 0
                 continue
             state.claimed([], asked)
             now = self.clock.mono()
             if state.next_due <= now:
                 state.next_due = float("inf")
             until_retry = max(0.0, state.next_due - now)
-            if notify:
-                await self._idle_wait(self.storage.wait_due(queue, min(self.poll_max, until_retry)))
+            if notify and woken_empty < WOKEN_EMPTY_LIMIT:
+                woke = await self._idle_wait(
+                    self.storage.wait_due(queue, min(self.poll_max, until_retry))
+                )
+                # due, but nothing claimable: its tasks are held back (a pause, an open
+                # breaker, a limit); waiting for "due" again would spin, so poll for a while
+                quick = self.clock.mono() - now < self.poll_min
+                woken_empty = woken_empty + 1 if woke is True and quick else 0
             else:
                 await self._idle_wait(asyncio.sleep(min(idle.next(), until_retry)))
+                woken_empty = 0
 
-    async def _idle_wait(self, awaitable: Any) -> None:
-        """Await ``awaitable`` unless stop() interrupts it; swallow its errors (an outage
-        during wait_due is retried by the next claim)."""
+    async def _idle_wait(self, awaitable: Any) -> Any:
+        """Await ``awaitable`` unless stop() interrupts it and return its result (``None``
+        when interrupted or failed); swallow its errors (an outage during wait_due is retried
+        by the next claim)."""
         waiter = asyncio.ensure_future(awaitable)
         self._idle_waits.add(waiter)
         try:
@@ -445,6 +467,19 @@ class Worker:
             self._idle_waits.discard(waiter)
             if not waiter.done():
                 waiter.cancel()
-        if not waiter.cancelled() and waiter.exception() is not None:
+        if waiter.cancelled():
+            return None
+        if waiter.exception() is not None:
             metrics.STORAGE_ERRORS.labels("wait_due").inc()
             await asyncio.sleep(self.poll_min)
+            return None
+        return waiter.result()
+
+
+async def _quietly(call: Any, log: Any) -> None:
+    """Await ``call``; an error (the store is down at start) is logged and left to the loops
+    that retry."""
+    try:
+        await call
+    except Exception as exc:
+        log.warning("could not read the queues' controls at start", error=str(exc))

@@ -1,0 +1,275 @@
+"""The circuit breaker's rules, as pure functions over a key's control record.
+
+States (kept in ``Control.state["breaker"]``, decided here, stored by compare-and-set):
+
+- *closed*: claims of the key's tasks are not held (no ``breaker`` entry, or ``closed``);
+- *open*: ``gate = 0``, no claim takes them, until the cool-down has passed;
+- *half-open*: ``gate = probes``, that many claims fleet-wide, until a probe succeeds (closed)
+  or fails (open again).
+
+A trip opens the breaker for ``cooldown`` seconds; a failed probe opens it again for twice
+the last cool-down (at most ``max_cooldown``); a successful probe closes it and sets a rate
+limit on the key that starts at ``probes`` per second and doubles every fifth of ``ramp``,
+lifted once ``ramp`` has passed. Every outage is remembered as a window (start, end, the
+error types seen) for a day: an attempt that failed with one of those types inside a window
+is not charged to its task (:func:`uncharged`).
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from rdq.config import Breaker
+from rdq.spi import Control
+
+__all__ = [
+    "OUTAGE_MEMORY",
+    "BreakerState",
+    "Outage",
+    "State",
+    "Window",
+    "begin_probing",
+    "breaker_of",
+    "close",
+    "force_open",
+    "ramp",
+    "reopen",
+    "trip",
+    "with_breaker",
+]
+
+OUTAGE_MEMORY = timedelta(days=1)
+"""How long an outage window is remembered (an attempt older than that is charged)."""
+MAX_REMEMBERED = 20
+
+
+class State(enum.StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class Outage(msgspec.Struct, kw_only=True, frozen=True):
+    """One outage of a key: from ``start`` to ``end`` (``None`` while it lasts), and the error
+    types of the failures that made it."""
+
+    start: datetime
+    end: datetime | None = None
+    error_types: list[str] = []
+
+
+class BreakerState(msgspec.Struct, kw_only=True, frozen=True):
+    """What the engine keeps about one breaker, in its key's control record."""
+
+    state: State = State.CLOSED
+    since: datetime | None = None
+    """When it entered this state (store time)."""
+    until: datetime | None = None
+    """Open: when probing may begin."""
+    cooldown: float = 0.0
+    """The cool-down of this opening (seconds)."""
+    trips: int = 0
+    """Openings since it was last closed."""
+    error_type: str | None = None
+    error_message: str | None = None
+    sample_task: str | None = None
+    """A task whose failure tripped it (for the console's link)."""
+    by: str | None = None
+    """Who set this state by hand (``None``: the engine)."""
+    reason: str | None = None
+    ramp_from: datetime | None = None
+    """Closed after an outage: when the ramp began (``None``: no ramp in progress)."""
+    outages: list[Outage] = []
+
+
+def breaker_of(control: Control | None) -> BreakerState:
+    """The breaker a control record holds (closed when it holds none)."""
+    if control is None:
+        return BreakerState()
+    raw = control.state.get("breaker")
+    if raw is None:
+        return BreakerState()
+    try:
+        return msgspec.convert(raw, BreakerState)
+    except msgspec.ValidationError:  # written by a newer or a broken engine: start afresh
+        return BreakerState()
+
+
+def with_breaker(control: Control, breaker: BreakerState, **fields: Any) -> Control:
+    """``control`` holding ``breaker`` (and other fields changed)."""
+    state = dict(control.state)
+    state["breaker"] = msgspec.to_builtins(breaker)
+    return msgspec.structs.replace(control, state=state, **fields)
+
+
+class Window:
+    """One worker's recent attempts on one key: (monotonic time, outage-class?) pairs."""
+
+    __slots__ = ("_entries", "error_types", "started")
+
+    def __init__(self) -> None:
+        self._entries: collections.deque[tuple[float, bool]] = collections.deque()
+        self.error_types: set[str] = set()
+        self.started: float | None = None
+        """Monotonic time of the oldest outage-class failure in the window."""
+
+    def add(self, now: float, outage: bool, error_type: str | None, config: Breaker) -> None:
+        self._entries.append((now, outage))
+        if outage and error_type is not None:
+            self.error_types.add(error_type)
+        self._trim(now, config)
+
+    def _trim(self, now: float, config: Breaker) -> None:
+        entries = self._entries
+        while entries and entries[0][0] < now - config.window:
+            entries.popleft()
+        self.started = next((t for t, bad in entries if bad), None)
+        if self.started is None:
+            self.error_types.clear()
+
+    def trips(self, now: float, config: Breaker) -> bool:
+        """True when outage-class failures dominate the recent attempts."""
+        self._trim(now, config)
+        calls = len(self._entries)
+        if calls < config.min_calls:
+            return False
+        failures = sum(1 for _, bad in self._entries if bad)
+        return failures >= config.threshold * calls
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.error_types.clear()
+        self.started = None
+
+
+def _remembered(outages: list[Outage], now: datetime) -> list[Outage]:
+    kept = [o for o in outages if o.end is None or o.end > now - OUTAGE_MEMORY]
+    return kept[-MAX_REMEMBERED:]
+
+
+def trip(
+    control: Control,
+    now: datetime,
+    config: Breaker,
+    *,
+    started: datetime,
+    error_types: list[str],
+    error_type: str | None,
+    error_message: str | None,
+    sample_task: str | None,
+) -> Control:
+    """Open a closed breaker: its key's tasks are held for ``config.cooldown`` seconds. The
+    outage is taken to have begun at ``started`` (the oldest failure of the window)."""
+    before = breaker_of(control)
+    outages = list(before.outages)
+    if outages and outages[-1].end is None:
+        last = outages[-1]
+        outages[-1] = msgspec.structs.replace(
+            last, error_types=sorted(set(last.error_types) | set(error_types))
+        )
+    else:
+        outages.append(Outage(start=min(started, now), error_types=sorted(error_types)))
+    breaker = BreakerState(
+        state=State.OPEN,
+        since=now,
+        until=now + timedelta(seconds=config.cooldown),
+        cooldown=config.cooldown,
+        trips=1,
+        error_type=error_type,
+        error_message=error_message,
+        sample_task=sample_task,
+        outages=_remembered(outages, now),
+    )
+    return with_breaker(control, breaker, gate=0, rate=None)
+
+
+def begin_probing(control: Control, now: datetime, config: Breaker) -> Control | None:
+    """An open breaker whose cool-down has passed lets ``config.probes`` claims through
+    (``None``: it is not time yet, or it is not open)."""
+    breaker = breaker_of(control)
+    if breaker.state is not State.OPEN or breaker.by is not None:
+        return None
+    if breaker.until is not None and breaker.until > now:
+        return None
+    half = msgspec.structs.replace(breaker, state=State.HALF_OPEN, since=now, until=None)
+    return with_breaker(control, half, gate=config.probes)
+
+
+def reopen(control: Control, now: datetime, config: Breaker, error_types: list[str]) -> Control:
+    """A probe failed: open again, for twice the last cool-down (at most the cap)."""
+    breaker = breaker_of(control)
+    cooldown = min(config.max_cooldown, max(config.cooldown, breaker.cooldown * 2))
+    outages = list(breaker.outages)
+    if outages and outages[-1].end is None:
+        last = outages[-1]
+        outages[-1] = msgspec.structs.replace(
+            last, error_types=sorted(set(last.error_types) | set(error_types))
+        )
+    opened = msgspec.structs.replace(
+        breaker,
+        state=State.OPEN,
+        since=now,
+        until=now + timedelta(seconds=cooldown),
+        cooldown=cooldown,
+        trips=breaker.trips + 1,
+        outages=_remembered(outages, now),
+    )
+    return with_breaker(control, opened, gate=0)
+
+
+def close(control: Control, now: datetime, config: Breaker) -> Control:
+    """A probe succeeded (or an operator closed it): the outage is over; the key's held
+    tasks are let go at a rising rate (see :func:`ramp`)."""
+    breaker = breaker_of(control)
+    outages = list(breaker.outages)
+    if outages and outages[-1].end is None:
+        outages[-1] = msgspec.structs.replace(outages[-1], end=now)
+    closed = BreakerState(
+        state=State.CLOSED,
+        since=now,
+        ramp_from=now if config.ramp > 0 else None,
+        outages=_remembered(outages, now),
+    )
+    rate = max(1, config.probes) if config.ramp > 0 else None
+    return with_breaker(control, closed, gate=None, rate=rate, per=1.0, burst=None)
+
+
+def ramp(control: Control, now: datetime, config: Breaker) -> Control | None:
+    """The next step of a ramp in progress (``None``: nothing to change): the rate doubles
+    every fifth of ``config.ramp``; once ``config.ramp`` has passed, the limit is lifted."""
+    breaker = breaker_of(control)
+    if breaker.state is not State.CLOSED or breaker.ramp_from is None or breaker.by is not None:
+        return None
+    elapsed = (now - breaker.ramp_from).total_seconds()
+    if elapsed >= config.ramp:
+        done = msgspec.structs.replace(breaker, ramp_from=None)
+        return with_breaker(control, done, rate=None)
+    step = int(elapsed // (config.ramp / 5))
+    rate = max(1, config.probes) * 2**step
+    if control.rate == rate:
+        return None
+    return msgspec.structs.replace(control, rate=rate, per=1.0, burst=None)
+
+
+def force_open(control: Control, now: datetime, by: str, reason: str | None) -> Control:
+    """An operator holds the key's tasks until they close the breaker by hand."""
+    breaker = breaker_of(control)
+    outages = list(breaker.outages)
+    if not outages or outages[-1].end is not None:
+        outages.append(Outage(start=now))
+    forced = BreakerState(
+        state=State.OPEN,
+        since=now,
+        until=None,
+        cooldown=breaker.cooldown,
+        trips=breaker.trips,
+        by=by,
+        reason=reason,
+        outages=_remembered(outages, now),
+    )
+    return with_breaker(control, forced, gate=0, rate=None)

@@ -1,0 +1,349 @@
+"""The worker's side of flow control: it keeps the control records of its queues fresh, feeds
+each outcome to the breaker of the task's key, and makes the transitions its own outcomes and
+the clock call for (trip, probe, close, ramp), each by compare-and-set on the store's record,
+so that N workers agree and probe with one bounded total.
+
+What a transition is, is :mod:`rdq.flow`'s to say; this module only applies it. A store
+without the ``control`` capability gets breakers of this worker's own (nothing shared, and
+claims the store cannot hold back are deferred here before their handler runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import msgspec
+
+from rdq import flow, metrics
+from rdq.admin._record import record_action
+from rdq.app import App
+from rdq.audit import Action as AuditAction
+from rdq.config import Breaker
+from rdq.errors import ControlConflict
+from rdq.retry import Action, Decision
+from rdq.spi import Control, Envelope, Outcome, Storage
+from rdq.worker._clock import StorageClock
+from rdq.worker._run import Run
+
+__all__ = ["REFRESH", "FlowControl"]
+
+REFRESH = 1.0
+"""Seconds between two reads of a queue's control records (a change made elsewhere — a pause,
+another worker's trip — reaches this worker within that; the store's claim honours it at
+once anyway)."""
+ALERT_EVERY = 300.0
+"""Seconds between two ERROR lines about one breaker held open too long."""
+_STATE_GAUGE = {flow.State.CLOSED: 0, flow.State.HALF_OPEN: 1, flow.State.OPEN: 2}
+
+
+class FlowControl:
+    """Breakers and the other controls of one worker's queues."""
+
+    def __init__(
+        self,
+        app: App,
+        storage: Storage,
+        clock: StorageClock,
+        queues: Sequence[str],
+        worker_id: str,
+        log: Any,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.app = app
+        self.storage = storage
+        self.clock = clock
+        self.queues = list(queues)
+        self.worker_id = worker_id
+        self.log = log
+        self.rng = rng or random.Random()
+        self.shared = storage.capabilities().control
+        """True when the store keeps the controls (and its claims honour them)."""
+        self._controls: dict[str, dict[str, Control]] = {q: {} for q in self.queues}
+        self._windows: defaultdict[tuple[str, str], flow.Window] = defaultdict(flow.Window)
+        self._alerted: dict[tuple[str, str], float] = {}
+
+    # --- what the worker asks -------------------------------------------------------------
+
+    def breaker(self, queue: str, key: str) -> flow.BreakerState:
+        return flow.breaker_of(self._controls.get(queue, {}).get(key))
+
+    def outages(self, task: Envelope) -> list[flow.Outage]:
+        """The remembered outages of ``task``'s breaker key (its attempts that failed during
+        one are not charged)."""
+        return self.breaker(task.queue, flow.breaker_key(task)).outages
+
+    def held(self, task: Envelope) -> flow.BreakerState | None:
+        """The open breaker that holds ``task`` (claimed just before it opened, or from a
+        store that cannot hold it back), or ``None``: the task may run."""
+        if not self.app.breaker_for(task.queue, task.handler_ref).enabled:
+            return None
+        breaker = self.breaker(task.queue, flow.breaker_key(task))
+        return breaker if breaker.state is flow.State.OPEN else None
+
+    def deferral(self, breaker: flow.BreakerState, decision: Decision | None = None) -> Decision:
+        """The decision that holds a task while ``breaker`` is open: rescheduled for when it
+        may be probed (a little spread), without using up an attempt."""
+        now = self.clock.now()
+        until = breaker.until or now + timedelta(seconds=max(breaker.cooldown, 1.0))
+        wait = max(0.0, (until - now).total_seconds()) + self.rng.uniform(0, 1.0)
+        message = "held: its dependency is down (breaker open); no attempt used"
+        if decision is not None and decision.error_message:
+            message = f"{decision.error_message} — held, breaker open; no attempt used"
+        return Decision(
+            Action.RESCHEDULE,
+            Outcome.DEFERRED,
+            wait,
+            decision.error_type if decision is not None else "rdq.BreakerOpen",
+            message,
+            decision.traceback if decision is not None else None,
+            True,
+        )
+
+    async def record(self, run: Run, decision: Decision) -> Decision:
+        """Feed one outcome to its key's breaker; make the transition it calls for; return
+        the decision to write (an outage-class failure while the breaker is not closed is
+        held without using up an attempt)."""
+        task = run.claimed.task
+        config = self.app.breaker_for(task.queue, task.handler_ref)
+        if not config.enabled or decision.outcome is Outcome.DEFERRED:
+            return decision
+        key = flow.breaker_key(task)
+        queue = task.queue
+        failed = decision.action is not Action.COMPLETE
+        outage = failed and decision.outage
+        window = self._windows[(queue, key)]
+        mono = self.clock.mono()
+        window.add(mono, outage, decision.error_type, config)
+        state = self.breaker(queue, key).state
+        if state is flow.State.HALF_OPEN:  # a probe's outcome
+            if outage:
+                await self._change(
+                    queue,
+                    key,
+                    lambda c: (
+                        _when(c, flow.State.HALF_OPEN)
+                        and flow.reopen(c, self.clock.now(), config, _types(decision))
+                    ),
+                    "breaker.open",
+                    f"a probe failed: {decision.error_type}",
+                )
+            elif not failed:
+                await self._change(
+                    queue,
+                    key,
+                    lambda c: (
+                        _when(c, flow.State.HALF_OPEN) and flow.close(c, self.clock.now(), config)
+                    ),
+                    "breaker.close",
+                    "a probe succeeded",
+                )
+                window.clear()
+        elif state is flow.State.CLOSED and outage and window.trips(mono, config):
+            started = self.clock.at(window.started if window.started is not None else mono)
+            types = sorted(window.error_types | set(_types(decision)))
+            await self._change(
+                queue,
+                key,
+                lambda c: _trip(c, self.clock, config, started, types, decision, task.id),
+                "breaker.open",
+                f"outage-class failures dominate the last {config.window:g}s: "
+                f"{decision.error_type}",
+            )
+        if outage and self.breaker(queue, key).state is not flow.State.CLOSED:
+            metrics.DEFERRED.labels(queue).inc()
+            return self.deferral(self.breaker(queue, key), decision)
+        return decision
+
+    # --- keeping up with the store and the clock ---------------------------------------------
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Until ``stopping``: read the controls, then make the transitions the clock calls for
+        (an open breaker whose cool-down passed is probed; a ramp steps up), every
+        :data:`REFRESH` seconds."""
+        while not stopping.is_set():
+            try:
+                await self.refresh()
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # an outage of the store: the claims wait it out too
+                self.log.warning("flow control: cannot read the controls", error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), REFRESH)
+
+    async def refresh(self) -> None:
+        """Read every queue's control records (a store without ``control``: nothing to read)."""
+        if not self.shared:
+            return
+        for queue in self.queues:
+            found = await self.storage.list_controls(queue)
+            self._controls[queue] = {c.key: c for c in found}
+            for control in found:
+                breaker = flow.breaker_of(control)
+                if "breaker" in control.state:
+                    metrics.BREAKER_STATE.labels(queue, control.key).set(
+                        _STATE_GAUGE[breaker.state]
+                    )
+
+    async def tick(self) -> None:
+        now = self.clock.now()
+        for queue, controls in self._controls.items():
+            for key, control in list(controls.items()):
+                if "breaker" not in control.state:
+                    continue
+                breaker = flow.breaker_of(control)
+                config = self._config_of(queue, key)
+                if breaker.state is flow.State.OPEN:
+                    self._alert(queue, key, breaker, config, now)
+                    if flow.begin_probing(control, now, config) is not None:
+                        await self._change(
+                            queue,
+                            key,
+                            functools.partial(_at_now, flow.begin_probing, self.clock, config),
+                            "breaker.probe",
+                            f"cool-down of {breaker.cooldown:g}s over: {config.probes} probes",
+                        )
+                elif breaker.ramp_from is not None and flow.ramp(control, now, config) is not None:
+                    await self._change(
+                        queue, key, functools.partial(_at_now, flow.ramp, self.clock, config)
+                    )
+
+    def _alert(
+        self, queue: str, key: str, breaker: flow.BreakerState, config: Breaker, now: Any
+    ) -> None:
+        opened = breaker.outages[-1].start if breaker.outages else breaker.since
+        if opened is None:
+            return
+        held_for = (now - opened).total_seconds()
+        too_long = held_for > config.alert_after
+        metrics.BREAKER_OPEN_TOO_LONG.labels(queue, key).set(1 if too_long else 0)
+        if not too_long:
+            return
+        last = self._alerted.get((queue, key), 0.0)
+        if time.monotonic() - last < ALERT_EVERY:
+            return
+        self._alerted[(queue, key)] = time.monotonic()
+        self.log.error(
+            "breaker open too long: its tasks are held, none is dead-lettered; close it by hand "
+            "(rdq breaker close) once the dependency is back, or fix what keeps it down",
+            queue=queue,
+            key=key,
+            open_for=round(held_for),
+            error_type=breaker.error_type,
+            worker_id=self.worker_id,
+        )
+
+    def _config_of(self, queue: str, key: str) -> Breaker:
+        if key.startswith("handler:"):
+            return self.app.breaker_for(queue, key.removeprefix("handler:"))
+        return self.app.queue_config(queue).breaker
+
+    # --- compare-and-set ----------------------------------------------------------------------
+
+    async def _change(
+        self,
+        queue: str,
+        key: str,
+        change: Callable[[Control], Control | None],
+        action: AuditAction | None = None,
+        reason: str | None = None,
+    ) -> Control | None:
+        """Apply ``change`` to the key's record and store it over the version it was read at;
+        on a conflict, read it again and re-apply (another worker may have made the
+        transition already: ``change`` then gives ``None``). Audited when ``action``."""
+        controls = self._controls.setdefault(queue, {})
+        for _ in range(5):
+            current = controls.get(key) or Control(queue=queue, key=key)
+            changed = change(current)
+            if changed is None:
+                return None
+            if not self.shared:
+                stored = msgspec.structs.replace(changed, version=current.version + 1)
+                controls[key] = stored
+                break
+            try:
+                stored = await self.storage.put_control(changed, expected_version=current.version)
+            except ControlConflict as conflict:
+                if conflict.found is None:
+                    controls.pop(key, None)
+                else:
+                    controls[key] = conflict.found
+                continue
+            controls[key] = stored
+            break
+        else:
+            return None
+        breaker = flow.breaker_of(stored)
+        metrics.BREAKER_STATE.labels(queue, key).set(_STATE_GAUGE[breaker.state])
+        if action is not None:
+            metrics.BREAKER_TRANSITIONS.labels(queue, key, breaker.state.value).inc()
+            self.log.warning(
+                f"breaker {breaker.state.value.replace('_', '-')}",
+                queue=queue,
+                key=key,
+                reason=reason,
+                gate=stored.gate,
+                worker_id=self.worker_id,
+            )
+            if self.storage.capabilities().audit:
+                await record_action(
+                    self.storage,
+                    [],
+                    action,
+                    queue,
+                    {"key": key},
+                    self.worker_id,
+                    reason,
+                    0,
+                    None,
+                )
+        return stored
+
+
+def _at_now(
+    step: Callable[[Control, Any, Breaker], Control | None],
+    clock: StorageClock,
+    config: Breaker,
+    control: Control,
+) -> Control | None:
+    return step(control, clock.now(), config)
+
+
+def _when(control: Control, state: flow.State) -> Control | None:
+    """``control`` if its breaker is in ``state`` (else ``None``: the transition is moot)."""
+    return control if flow.breaker_of(control).state is state else None
+
+
+def _types(decision: Decision) -> list[str]:
+    return [decision.error_type] if decision.error_type else []
+
+
+def _trip(
+    control: Control,
+    clock: StorageClock,
+    config: Breaker,
+    started: Any,
+    types: list[str],
+    decision: Decision,
+    task_id: str,
+) -> Control | None:
+    if flow.breaker_of(control).state is not flow.State.CLOSED:
+        return None  # another worker tripped it first
+    return flow.trip(
+        control,
+        clock.now(),
+        config,
+        started=started,
+        error_types=types,
+        error_type=decision.error_type,
+        error_message=decision.error_message,
+        sample_task=task_id,
+    )
