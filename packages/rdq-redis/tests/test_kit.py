@@ -9,13 +9,13 @@ import pytest
 import pytest_asyncio
 
 from rdq import open_storage
-from rdq.spi import Capabilities, Storage
+from rdq.spi import CONTRACT_VERSION, Capabilities, Storage
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_redis import RedisStorage
 from rdq_redis.testing import put_corrupt_task
 
 EXPECTED_CAPABILITIES = Capabilities(
-    contract_version=2,
+    contract_version=CONTRACT_VERSION,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,
@@ -29,6 +29,9 @@ EXPECTED_CAPABILITIES = Capabilities(
     import_tasks=True,
     audit=True,
     reopen=True,
+    control=True,
+    worker_registry=True,
+    counters=True,
 )
 """What the Redis store advertises, on one server and on Cluster alike: everything but
 ``transactional_enqueue``."""

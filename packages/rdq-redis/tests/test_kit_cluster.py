@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import pytest_asyncio
@@ -13,13 +13,25 @@ from redis.asyncio.cluster import RedisCluster
 
 from rdq import open_storage
 from rdq.errors import IDConflict, NotFound, StorageError
-from rdq.spi import Attempt, Capabilities, Envelope, Outcome, Selector, Storage
+from rdq.spi import (
+    Attempt,
+    Capabilities,
+    Control,
+    Counts,
+    Envelope,
+    Outcome,
+    Selector,
+    Storage,
+    WorkerInfo,
+)
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_redis import RedisStorage
 from rdq_redis.testing import put_corrupt_task
 
 from .test_kit import EXPECTED_CAPABILITIES
-from .test_layout import write_layout_1
+from .test_layout import write_layout_1, write_layout_2
+
+_MINUTE = datetime(2031, 5, 6, 7, 8, tzinfo=UTC)
 
 
 class TestRedisClusterCompliance(StorageSuite):
@@ -163,3 +175,60 @@ async def test_cluster_registry_drops_a_queue_its_purges_emptied(redis_cluster_u
             async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
                 await client.unlink(key)
             await client.aclose()
+
+
+@pytest.mark.asyncio
+async def test_cluster_controls_of_queues_on_every_node_are_listed_and_forgotten(
+    redis_cluster_url: str,
+) -> None:
+    prefix = f"rdqtest-{uuid.uuid4().hex[:12]}"
+    queues = [f"ctl-{n}" for n in range(6)]  # spread over the nodes by their hash tags
+    client = RedisCluster.from_url(redis_cluster_url.split("?")[0])
+    try:
+        assert len({await client.cluster_keyslot(f"{prefix}:{{{q}}}:controls") for q in queues}) > 1
+        async with open_storage(redis_cluster_url, prefix=prefix) as store:
+            for queue in queues:
+                await store.enqueue(Envelope(id=f"{queue}-1", queue=queue, handler_ref="h"))
+                await store.put_control(
+                    Control(queue=queue, key="*", paused=True), expected_version=0
+                )
+                assert await store.claim_due(queue, 10, timedelta(minutes=5)) == []
+            listed = await store.list_controls()
+            assert [(c.queue, c.key, c.paused) for c in listed] == [(q, "*", True) for q in queues]
+            assert await store.delete_control(queues[0], "*", expected_version=1)
+            assert await client.smembers(f"{prefix}:controlled") == {q.encode() for q in queues[1:]}
+            assert len(await store.claim_due(queues[0], 10, timedelta(minutes=5))) == 1
+
+            await store.heartbeat_worker(WorkerInfo(id="w-1"))
+            await store.add_counts([Counts(queue=queues[1], minute=_MINUTE, succeeded=1)])
+        slots: dict[str, set[int]] = {"_workers": set(), "_counts": set()}
+        async for raw in client.scan_iter(match=f"{prefix}:{{_*", count=1000):
+            key = raw.decode()
+            tag = key.split("{", 1)[1].split("}", 1)[0]
+            slots.setdefault(tag, set()).add(await client.cluster_keyslot(key))
+        assert len(slots["_workers"]) == 1 and len(slots["_counts"]) == 1
+    finally:
+        async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            await client.unlink(key)
+        await client.aclose()
+
+
+@pytest.mark.asyncio
+async def test_cluster_migrate_upgrades_layout_2_keys(redis_cluster_url: str) -> None:
+    prefix = f"rdqtest-{uuid.uuid4().hex[:12]}"
+    url = f"{redis_cluster_url}&prefix={prefix}"
+    client = RedisCluster.from_url(redis_cluster_url.split("?")[0])
+    try:
+        ids = await write_layout_2(url, client, prefix, "two")
+        async with open_storage(url) as store:
+            assert await store.migrate() == ["key layout 2 -> 3"]
+            assert (await store.get(ids["p1"])).keys == ["dep:psp"]
+            await store.put_control(
+                Control(queue="two", key="dep:psp", paused=True), expected_version=0
+            )
+            claimed = await store.claim_due("two", 10, timedelta(minutes=5))
+            assert [c.task.id for c in claimed] == [ids["p2"]]
+    finally:
+        async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            await client.unlink(key)
+        await client.aclose()

@@ -1,6 +1,7 @@
 """Key layouts: data written by an older rdq-redis (layout 1: one pending and one in-flight
-set per queue, no DLQ groups, no queue registry, no version key) is refused with a clear
-error until ``migrate()`` upgrades it, and is then served as if written today."""
+set per queue, no DLQ groups, no queue registry, no version key; layout 2: a task's
+flow-control keys only inside its body) is refused with a clear error until ``migrate()``
+upgrades it, and is then served as if written today."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+import msgspec
 import pytest
 import redis.asyncio as aioredis
 
 from rdq import open_storage
 from rdq.errors import StorageError
-from rdq.spi import Attempt, Envelope, Outcome, Page, Status, TaskFilter
+from rdq.spi import Attempt, Control, Envelope, Outcome, Page, Selector, Status, TaskFilter
 from rdq_redis._codec import attempts_json, envelope_body
 from rdq_redis._keys import LAYOUT
 
@@ -64,6 +66,69 @@ async def write_layout_1(client: Any, prefix: str, queue: str) -> dict[str, str]
     return ids
 
 
+async def write_layout_2(store_url: str, client: Any, prefix: str, queue: str) -> dict[str, str]:
+    """Tasks of ``queue`` with flow-control keys as rdq-redis wrote them in layout 2 (with an
+    rdq-core that knew ``Envelope.keys``): the keys inside ``body`` only. One PENDING with a
+    key, one without, one IN_FLIGHT with two keys, one DEAD and one SUCCEEDED with a key.
+    Written by this release, then taken back to layout 2: the keys moved into the bodies, the
+    version set to 2."""
+    ids = {name: f"{queue}-{name}" for name in ("p1", "p2", "f1", "d1", "s1")}
+    keys = {"p1": ["dep:psp"], "p2": [], "f1": ["dep:psp", "tenant:a"], "d1": ["dep:psp"]}
+    keys["s1"] = ["x"]
+    async with open_storage(store_url) as store:
+        for name in ("f1", "d1", "s1", "p1", "p2"):  # claimed in this order
+            task = Envelope(id=ids[name], queue=queue, handler_ref="app:work", keys=keys[name])
+            await store.enqueue(task)
+            if name in ("f1", "d1", "s1"):
+                (claim,) = await store.claim_due(queue, 1, LEASE)
+                done = Attempt(number=1, outcome=Outcome.FAILED, error_type="Boom")
+                if name == "d1":
+                    await store.dead_letter(claim.task.id, claim.token, done)
+                elif name == "s1":
+                    await store.complete(claim.task.id, claim.token, done)
+    for name, task_id in ids.items():
+        key = f"{prefix}:{{{queue}}}:task:{task_id}"
+        body = msgspec.json.decode(await client.hget(key, "body"))
+        body["keys"] = keys[name]
+        await client.hset(key, "body", msgspec.json.encode(body))
+        await client.hdel(key, "keys")
+    await client.set(f"{prefix}:layout", "2")
+    return ids
+
+
+@pytest.mark.asyncio
+async def test_layout_2_tasks_get_their_keys_from_migrate_and_claims_honour_them(
+    redis_url: str, redis_storage_url: str, key_prefix: str
+) -> None:
+    queue = f"two-{uuid.uuid4().hex[:8]}"
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        ids = await write_layout_2(redis_storage_url, client, key_prefix, queue)
+        async with open_storage(redis_storage_url) as store:
+            with pytest.raises(StorageError, match=r"layout 2 .*rdq migrate"):
+                await store.claim_due(queue, 10, LEASE)
+            assert await store.migrate() == ["key layout 2 -> 3"]
+            assert await client.get(f"{key_prefix}:layout") == str(LAYOUT).encode()
+            base = f"{key_prefix}:{{{queue}}}:task:"
+            assert await client.hget(base + ids["p1"], "keys") == b"dep:psp"
+            assert await client.hget(base + ids["f1"], "keys") == b"dep:psp\ntenant:a"
+            assert not await client.hexists(base + ids["p2"], "keys")
+            for name, keys in (("p1", ["dep:psp"]), ("s1", ["x"]), ("p2", [])):
+                assert (await store.get(ids[name])).keys == keys
+
+            await store.put_control(
+                Control(queue=queue, key="dep:psp", paused=True), expected_version=0
+            )
+            (control,) = await store.list_controls(queue)
+            assert control.in_use == 1, "the in-flight task's keys are counted"
+            assert [c.task.id for c in await store.claim_due(queue, 10, LEASE)] == [ids["p2"]]
+            assert await store.redrive(queue, Selector.by_ids(ids["d1"])) == 1
+            assert await store.claim_due(queue, 10, LEASE) == [], "the redriven task too"
+            assert await store.migrate() == []
+    finally:
+        await client.aclose()
+
+
 @pytest.mark.asyncio
 async def test_layout_1_data_is_refused_until_migrate_upgrades_it(
     redis_url: str, redis_storage_url: str, key_prefix: str
@@ -82,7 +147,7 @@ async def test_layout_1_data_is_refused_until_migrate_upgrades_it(
             with pytest.raises(StorageError, match="rdq migrate"):
                 await bystander.list_queues()
 
-            await store.migrate()
+            assert await store.migrate() == ["key layout 1 -> 2", "key layout 2 -> 3"]
             assert await client.get(f"{key_prefix}:layout") == str(LAYOUT).encode()
             # Another store opened before the upgrade notices it without reconnecting.
             assert [s.queue for s in await bystander.list_queues()] == [queue]
@@ -109,7 +174,7 @@ async def test_layout_1_data_is_refused_until_migrate_upgrades_it(
             done, _ = await store.list_tasks(queue, TaskFilter(status=Status.SUCCEEDED), Page())
             assert [t.id for t in done] == [ids["s1"]]
 
-            await store.migrate()  # idempotent: nothing left to upgrade
+            assert await store.migrate() == []  # idempotent: nothing left to upgrade
             assert await store.dlq_groups(queue) == [group]
             assert not await client.exists(
                 f"{key_prefix}:{{{queue}}}:pending", f"{key_prefix}:{{{queue}}}:inflight"

@@ -90,7 +90,7 @@ def test_plugin_serves_redis_and_rediss_without_importing_the_driver() -> None:
 
 def test_every_script_ships_as_a_lua_file_in_the_package() -> None:
     lua = resources.files("rdq_redis") / "lua"
-    for name in ("_lib", *SCRIPT_NAMES):
+    for name in ("_lib", "_flow", *SCRIPT_NAMES):
         assert (lua / f"{name}.lua").is_file(), name
 
 

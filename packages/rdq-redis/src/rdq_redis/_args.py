@@ -32,6 +32,7 @@ from rdq_redis._codec import (
     error_arg,
     from_us,
     hash_pairs,
+    keys_text,
     score_us,
     to_us,
 )
@@ -71,7 +72,7 @@ def token_queue(token: str) -> str | None:
 
 
 def enqueue_row(task: Envelope, qk: QueueKeys, delay_us: int) -> list[Any]:
-    """The 13 per-task values ``enqueue.lua`` reads."""
+    """The 14 per-task values ``enqueue.lua`` reads."""
     last_error = task.attempts[-1].error_type if task.attempts else None
     return [
         task.queue,
@@ -87,6 +88,7 @@ def enqueue_row(task: Envelope, qk: QueueKeys, delay_us: int) -> list[Any]:
         error_arg(last_error),
         qk.wake,
         task.priority,
+        keys_text(task.keys),
     ]
 
 
@@ -114,6 +116,8 @@ def import_row(task: Envelope, qk: QueueKeys) -> list[Any]:
         fields += ["error_type", last_error]
     if task.claimed_by is not None:
         fields += ["claimed_by", task.claimed_by]
+    if task.keys:
+        fields += ["keys", keys_text(task.keys)]
     for name in TIME_FIELDS:
         at = getattr(task, name)
         if at is not None:

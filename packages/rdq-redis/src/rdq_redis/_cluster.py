@@ -1,10 +1,12 @@
-"""The id index and the queue registry on Redis Cluster, kept by the client.
+"""The id index and the queue registries on Redis Cluster, kept by the client.
 
-Each id's index entry (``<prefix>:id:{<id>}``) lives in the id's own slot, and the registry of
-queue names (``<prefix>:queues``) in another, so no script can touch them together with a
-queue's keys. On Cluster the store therefore reserves ids and registers queues before it
-admits tasks, and forgets ids (and empty queues) after purges, in steps of their own.
-docs/redis.md says what this gives up in crash and race windows.
+Each id's index entry (``<prefix>:id:{<id>}``) lives in the id's own slot, and the registries
+of queue names (``<prefix>:queues``: queues with tasks; ``<prefix>:controlled``: queues with
+control records) in others, so no script can touch them together with a queue's keys. On
+Cluster the store therefore reserves ids and registers queues before it admits tasks (or
+writes a control), and forgets ids (and empty queues) after purges (or the deletion of a
+queue's last control), in steps of their own. docs/redis.md says what this gives up in crash
+and race windows.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from rdq_redis._errors import translate_errors
 from rdq_redis._keys import QueueKeys, index_key, registry_key
 from rdq_redis._scripts import Scripts
 
-__all__ = ["admit_on_cluster", "forget_ids", "forget_queue", "register_queues", "reserve_ids"]
+__all__ = [
+    "admit_on_cluster",
+    "forget_ids",
+    "forget_queue",
+    "register_queues",
+    "reserve_ids",
+]
 
 
 async def admit_on_cluster(
@@ -91,21 +99,29 @@ async def forget_ids(client: Client, prefix: str, address: str, ids: Sequence[by
             await pipe.execute()
 
 
-async def register_queues(client: Client, prefix: str, address: str, queues: set[str]) -> None:
-    """Add ``queues`` to the registry (before their tasks are written)."""
+async def register_queues(
+    client: Client, prefix: str, address: str, queues: set[str], registry: str | None = None
+) -> None:
+    """Add ``queues`` to the registry (before their tasks, or controls, are written)."""
     if queues:
         with translate_errors(address):
-            await client.sadd(registry_key(prefix), *sorted(queues))
+            await client.sadd(registry or registry_key(prefix), *sorted(queues))
 
 
 async def forget_queue(
-    client: Client, prefix: str, address: str, queue: str, empty: Callable[[], Awaitable[bool]]
+    client: Client,
+    prefix: str,
+    address: str,
+    queue: str,
+    empty: Callable[[], Awaitable[bool]],
+    registry: str | None = None,
 ) -> None:
-    """Drop a queue a purge emptied from the registry, then check again: an enqueue that
-    registered the queue before the removal and wrote its tasks after the first check puts
-    it back here."""
+    """Drop a queue a purge emptied (or whose last control was deleted) from the registry,
+    then check again: an enqueue (a put_control) that registered the queue before the removal
+    and wrote after the first check puts it back here."""
+    key = registry or registry_key(prefix)
     with translate_errors(address):
-        await client.srem(registry_key(prefix), queue)
+        await client.srem(key, queue)
     if not await empty():
         with translate_errors(address):
-            await client.sadd(registry_key(prefix), queue)
+            await client.sadd(key, queue)

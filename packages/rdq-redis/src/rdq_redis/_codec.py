@@ -12,6 +12,9 @@ the scripts read or change:
   append to without parsing;
 - ``handler_ref`` and ``error_type`` (the last attempt's) for filters and DLQ groups,
   ``dlq_group`` (the digest of the group a DEAD task is counted in);
+- ``keys``: the task's flow-control keys (``Envelope.keys``), newline-separated (a key holds
+  no whitespace), absent when there are none; ``held``: the held set of a task a claim held
+  back (see :mod:`rdq_redis._keys`);
 - ``raw.<field>``: a stored value a script had to replace because it did not decode, kept
   for inspection.
 
@@ -57,6 +60,7 @@ __all__ = [
     "error_arg",
     "from_us",
     "hash_pairs",
+    "keys_text",
     "score_us",
     "to_us",
 ]
@@ -80,6 +84,7 @@ MANAGED_FIELDS = (
     "attempts",
     "priority",
     "claimed_by",
+    "keys",
     "corrupt",
     *TIME_FIELDS,
 )
@@ -151,6 +156,11 @@ def attempt_json(attempt: Attempt) -> bytes:
 
 def attempts_json(attempts: Sequence[Attempt]) -> bytes:
     return _encoder.encode([_stored(a) for a in attempts])
+
+
+def keys_text(keys: Sequence[str]) -> str:
+    """A task's flow-control keys as the ``keys`` field holds them ('' for none)."""
+    return "\n".join(keys)
 
 
 def error_arg(error_type: str | None) -> str:
@@ -236,6 +246,9 @@ def _from_hash(
         obj[name] = _time(fields, name, problems)
     claimed_by = fields.get(b"claimed_by")
     obj["claimed_by"] = None if claimed_by is None else claimed_by.decode("utf-8", "replace")
+    keys = fields.get(b"keys")
+    if keys is not None:  # else what the body says (layout 2 kept the keys there)
+        obj["keys"] = [k for k in keys.decode("utf-8", "replace").split("\n") if k]
     # Without attempts, a page carries the field only when it does not look like a JSON array
     # (see task_page.lua): decoded for the problem it shows, then left out.
     attempts = _attempts(fields.get(b"attempts"), problems)

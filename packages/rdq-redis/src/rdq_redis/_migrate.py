@@ -11,6 +11,7 @@ version written at once. ``migrate`` returns the upgrade it applied, if any.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from rdq.errors import StorageError
 from rdq_redis._cluster import register_queues
@@ -23,7 +24,7 @@ __all__ = ["check_layout", "check_server", "layout_error", "migrate", "stored_la
 
 _log = logging.getLogger("rdq_redis")
 _BATCH = 500
-"""DEAD tasks one migration script call groups."""
+"""Tasks one migration script call upgrades."""
 
 
 async def check_layout(client: Client, prefix: str, address: str) -> int:
@@ -73,11 +74,12 @@ async def migrate(
     client: Client, scripts: Scripts, prefix: str, address: str, *, cluster: bool
 ) -> list[str]:
     """Check the server (see :func:`check_server`), load every script and upgrade the keys
-    under ``prefix`` to the current layout. Idempotent; an interrupted upgrade resumes.
+    under ``prefix`` to the current layout, one version at a time. Idempotent; an interrupted
+    upgrade resumes.
 
-    Returns the upgrade applied (``["key layout 1 -> 2"]``), or ``[]`` when the keys were in
-    the current layout already (loading the scripts into the server's cache is no step of
-    its own: every call does it)."""
+    Returns the upgrades applied (``["key layout 1 -> 2", "key layout 2 -> 3"]``), or ``[]``
+    when the keys were in the current layout already (loading the scripts into the server's
+    cache is no step of its own: every call does it)."""
     await check_server(client, address, cluster=cluster)
     await scripts.load_all()
     version = await check_layout(client, prefix, address)
@@ -85,12 +87,27 @@ async def migrate(
         return []
     if version > LAYOUT:
         raise layout_error(version, prefix, address)
-    queues = await _stored_queues(client, prefix, address)
+    queues = sorted(await _stored_queues(client, prefix, address))
     _log.info("upgrading %d queues under prefix %r to key layout %d", len(queues), prefix, LAYOUT)
+    applied = []
+    while version < LAYOUT:
+        await _UPGRADES[version](client, scripts, prefix, address, queues, cluster)
+        with translate_errors(address):
+            await client.set(layout_key(prefix), str(version + 1))
+        applied.append(f"key layout {version} -> {version + 1}")
+        version += 1
+    return applied
+
+
+async def _upgrade_1(
+    client: Client, scripts: Scripts, prefix: str, address: str, queues: list[str], cluster: bool
+) -> None:
+    """Layout 1 -> 2: per-priority sets (layout 1 tasks are all priority 0), the DLQ group
+    sets and the queue registry."""
     if cluster:
-        await register_queues(client, prefix, address, queues)
+        await register_queues(client, prefix, address, set(queues))
     registry = "" if cluster else registry_key(prefix)
-    for queue in sorted(queues):
+    for queue in queues:
         qk = QueueKeys(prefix, queue)
         rank = 0
         while rank >= 0:
@@ -99,9 +116,31 @@ async def migrate(
                     "migrate_queue", [qk.levels], [qk.base, registry, queue, rank, _BATCH]
                 )
             )
-    with translate_errors(address):
-        await client.set(layout_key(prefix), str(LAYOUT))
-    return [f"key layout {version} -> {LAYOUT}"]
+
+
+async def _upgrade_2(
+    client: Client, scripts: Scripts, prefix: str, address: str, queues: list[str], cluster: bool
+) -> None:
+    """Layout 2 -> 3: the flow-control keys a task kept only inside its body get a field of
+    their own, for the tasks a claim may take again (PENDING, IN_FLIGHT and DEAD ones, which a
+    redrive brings back). The other structures of layout 3 (controls, lease and held sets,
+    the worker registry, counts) start empty."""
+    for queue in queues:
+        qk = QueueKeys(prefix, queue)
+        with translate_errors(address):
+            found: list[Any] = await client.zrange(qk.levels, 0, -1)
+        levels = [int(p) for p in found]
+        sets = [f"{kind}:{p}" for p in levels for kind in ("pending", "inflight")] + ["dead"]
+        for name in sets:
+            rank = 0
+            while rank >= 0:
+                rank = int(
+                    await scripts.run("migrate_keys", [qk.levels], [qk.base, name, rank, _BATCH])
+                )
+
+
+_UPGRADES = {1: _upgrade_1, 2: _upgrade_2}
+"""The upgrade from each older layout to the next."""
 
 
 async def _stored_queues(client: Client, prefix: str, address: str) -> set[str]:

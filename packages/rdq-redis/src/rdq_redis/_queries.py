@@ -1,12 +1,13 @@
 """The Lua scripts' text, read from the wheel: each script is ``lua/_lib.lua`` (the shared
-helpers) followed by ``lua/<name>.lua``. :mod:`rdq_redis._scripts` registers and runs them."""
+helpers), for the scripts that read control records ``lua/_flow.lua`` (the flow-control
+helpers), then ``lua/<name>.lua``. :mod:`rdq_redis._scripts` registers and runs them."""
 
 from __future__ import annotations
 
 import functools
 from importlib import resources
 
-__all__ = ["SCRIPT_NAMES", "script_source"]
+__all__ = ["FLOW_SCRIPTS", "SCRIPT_NAMES", "script_source"]
 
 SCRIPT_NAMES = (
     "enqueue",
@@ -27,12 +28,28 @@ SCRIPT_NAMES = (
     "audit_append",
     "audit_page",
     "migrate_queue",
+    "migrate_keys",
+    "put_control",
+    "delete_control",
+    "list_controls",
+    "retry_now",
+    "heartbeat_worker",
+    "list_workers",
+    "remove_worker",
+    "purge_workers",
+    "add_counts",
+    "read_counts",
+    "purge_counts",
 )
 """Every script the package ships (``lua/<name>.lua``)."""
+
+FLOW_SCRIPTS = frozenset({"claim_due", "next_due", "list_controls"})
+"""The scripts that read control records: ``lua/_flow.lua`` goes in front of them."""
 
 
 @functools.cache
 def script_source(name: str) -> str:
     """The full text of script ``name`` (the shared helpers first)."""
     lua = resources.files("rdq_redis") / "lua"
-    return (lua / "_lib.lua").read_text("utf-8") + (lua / f"{name}.lua").read_text("utf-8")
+    parts = ["_lib.lua", *(["_flow.lua"] if name in FLOW_SCRIPTS else []), f"{name}.lua"]
+    return "".join((lua / part).read_text("utf-8") for part in parts)

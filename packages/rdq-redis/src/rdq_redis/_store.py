@@ -12,14 +12,17 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from rdq.errors import NotConnected, NotFound, StaleClaim
+from rdq.errors import ControlConflict, NotConnected, NotFound, StaleClaim
 from rdq.spi import (
+    CONTRACT_VERSION,
     Attempt,
     AuditEntry,
     AuditFilter,
     Capabilities,
     Claimed,
     Completion,
+    Control,
+    Counts,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -29,10 +32,11 @@ from rdq.spi import (
     Status,
     StorageBase,
     TaskFilter,
+    WorkerInfo,
     fence,
 )
-from rdq_redis import _args
-from rdq_redis._cluster import admit_on_cluster, forget_ids, forget_queue
+from rdq_redis import _args, _flow
+from rdq_redis._cluster import admit_on_cluster, forget_ids, forget_queue, register_queues
 from rdq_redis._codec import (
     audit_body,
     envelope_from_hash,
@@ -44,7 +48,16 @@ from rdq_redis._codec import (
 )
 from rdq_redis._connection import Client, Connection, open_connection
 from rdq_redis._errors import translate_errors
-from rdq_redis._keys import LAYOUT, AuditKeys, QueueKeys, index_key, registry_key
+from rdq_redis._keys import (
+    LAYOUT,
+    AuditKeys,
+    CountKeys,
+    QueueKeys,
+    WorkerKeys,
+    controlled_key,
+    index_key,
+    registry_key,
+)
 from rdq_redis._migrate import check_layout, layout_error, migrate, stored_layout
 from rdq_redis._notify import Waiters
 from rdq_redis._pages import audit_page, dlq_page, task_page
@@ -56,7 +69,7 @@ __all__ = ["CAPABILITIES", "RedisStorage"]
 _PURGE_BATCH = 500
 
 CAPABILITIES = Capabilities(
-    contract_version=2,  # version 3 (control, the fleet, counts) not yet implemented
+    contract_version=CONTRACT_VERSION,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,
@@ -70,6 +83,9 @@ CAPABILITIES = Capabilities(
     import_tasks=True,
     audit=True,
     reopen=True,
+    control=True,
+    worker_registry=True,
+    counters=True,
 )
 """What the store offers, on one server and on Cluster alike: everything but
 ``enqueue_in`` (Redis has no transaction of the application's to join)."""
@@ -99,6 +115,7 @@ class RedisStorage(StorageBase):
         self._address = config.address
         self._cluster = config.cluster
         self._registry = "" if config.cluster else registry_key(config.prefix)
+        self._controlled = "" if config.cluster else controlled_key(config.prefix)
         self._session: _Session | None = None
 
     @classmethod
@@ -401,6 +418,130 @@ class RedisStorage(StorageBase):
         self, audit_filter: AuditFilter | None, page: Page
     ) -> tuple[list[AuditEntry], str | None]:
         return await audit_page(await self._ready(), AuditKeys(self._prefix), audit_filter, page)
+
+    # --- flow control (contract version 3) --------------------------------------------------
+
+    async def _list_controls(self, queue: str | None) -> list[Control]:
+        scripts = await self._ready()
+        if queue is not None:
+            queues = [queue]
+        else:
+            with translate_errors(self._address):
+                names = await self._redis().smembers(controlled_key(self._prefix))
+            queues = sorted(n.decode() if isinstance(n, bytes) else str(n) for n in names)
+        found: list[Control] = []
+        for name in queues:
+            qk = self._keys(name)
+            reply = await scripts.run("list_controls", [qk.levels], [qk.base])
+            found += _flow.controls_listed(name, reply)
+        return found
+
+    async def _put_control(self, control: Control, expected_version: int) -> Control:
+        scripts = await self._ready()
+        qk = self._keys(control.queue)
+        if self._cluster:  # registered first: a crash after it leaves a name with no control
+            await register_queues(
+                self._redis(),
+                self._prefix,
+                self._address,
+                {control.queue},
+                controlled_key(self._prefix),
+            )
+        values = _flow.control_args(control, expected_version)
+        args = [qk.base, control.key, expected_version, self._controlled, control.queue, *values]
+        reply = await scripts.run("put_control", [qk.levels], args)
+        if reply[0] != b"OK":
+            raise self._conflict(control.queue, control.key, reply)
+        return msgspec.structs.replace(
+            control,
+            state=msgspec.json.decode(values[-1]),
+            version=int(reply[1]),
+            updated_at=from_us(int(reply[2])),
+            in_use=None,
+        )
+
+    async def _delete_control(self, queue: str, key: str, expected_version: int) -> bool:
+        scripts = await self._ready()
+        qk = self._keys(queue)
+        args = [qk.base, key, expected_version, self._controlled, queue]
+        reply = await scripts.run("delete_control", [qk.levels], args)
+        if reply[0] == b"NONE":
+            return False
+        if reply[0] != b"OK":
+            raise self._conflict(queue, key, reply)
+        if self._cluster and int(reply[1]):
+            await forget_queue(
+                self._redis(),
+                self._prefix,
+                self._address,
+                queue,
+                lambda: self._has_no_control(qk),
+                controlled_key(self._prefix),
+            )
+        return True
+
+    def _conflict(self, queue: str, key: str, reply: Any) -> ControlConflict:
+        fields = hash_pairs(reply[1]) if len(reply) > 1 else {}
+        found = _flow.control_from_hash(queue, key, fields) if fields else None
+        return ControlConflict(queue, key, found)
+
+    async def _has_no_control(self, qk: QueueKeys) -> bool:
+        with translate_errors(self._address):
+            return not await self._redis().exists(qk.controls)
+
+    async def _retry_now(self, queue: str, task_ids: list[str]) -> int:
+        scripts = await self._ready()
+        qk = self._keys(queue)
+        return int(await scripts.run("retry_now", [qk.levels], [qk.base, qk.wake, *task_ids]))
+
+    # --- the fleet (contract version 3) -------------------------------------------------------
+
+    def _worker_keys(self) -> list[str]:
+        keys = WorkerKeys(self._prefix)
+        return [keys.info, keys.started, keys.seen]
+
+    async def _heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
+        scripts = await self._ready()
+        stored = _flow.worker_json(info)
+        started, seen = await scripts.run(
+            "heartbeat_worker", self._worker_keys(), [info.id, stored]
+        )
+        return msgspec.structs.replace(
+            msgspec.json.decode(stored, type=WorkerInfo),
+            started_at=from_us(int(started)),
+            seen_at=from_us(int(seen)),
+        )
+
+    async def _list_workers(self) -> list[WorkerInfo]:
+        scripts = await self._ready()
+        return _flow.workers_listed(await scripts.run("list_workers", self._worker_keys(), []))
+
+    async def _remove_worker(self, worker_id: str) -> bool:
+        scripts = await self._ready()
+        return bool(await scripts.run("remove_worker", self._worker_keys(), [worker_id]))
+
+    async def _purge_workers(self, seen_before: datetime) -> int:
+        scripts = await self._ready()
+        cutoff = to_us(seen_before)
+        return int(await scripts.run("purge_workers", self._worker_keys(), [cutoff]))
+
+    async def _add_counts(self, counts: list[Counts]) -> None:
+        scripts = await self._ready()
+        keys = CountKeys(self._prefix)
+        args = [keys.base, len(counts), *_flow.counts_args(counts)]
+        await scripts.run("add_counts", [keys.queues], args)
+
+    async def _read_counts(self, queue: str | None, since: datetime) -> list[Counts]:
+        scripts = await self._ready()
+        keys = CountKeys(self._prefix)
+        args = [keys.base, queue or "", _flow.minute_from(since)]
+        return _flow.counts_read(await scripts.run("read_counts", [keys.queues], args))
+
+    async def _purge_counts(self, before: datetime) -> int:
+        scripts = await self._ready()
+        keys = CountKeys(self._prefix)
+        args = [keys.base, _flow.minute_from(before)]
+        return int(await scripts.run("purge_counts", [keys.queues], args))
 
     # --- operations ------------------------------------------------------------------------
 

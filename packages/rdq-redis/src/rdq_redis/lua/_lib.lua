@@ -70,35 +70,133 @@ local function add_live(base, kind, p, score, id)
   redis.call('ZADD', base .. 'levels', p, p)
 end
 
--- The pending or in-flight set that holds `id` (its own priority's first, then every
--- priority: the priority field may have been edited by hand), or nil.
+-- A held set's name ('held:<p>:<key>' or 'heldlost:<p>:<key>', the key after base) as its
+-- kind ('held': PENDING, 'heldlost': IN_FLIGHT with a lapsed lease), priority and control key;
+-- nil for anything else.
+local function parse_held(name)
+  local kind, p, k = string.match(name, '^(%a+):(%-?%d+):(.+)$')
+  if (kind == 'held' or kind == 'heldlost') and k then
+    return kind, tonumber(p), k
+  end
+  return nil
+end
+
+-- The names of the held sets of one kind that may hold ids.
+local function held_names(base, kind)
+  local names = {}
+  if redis.call('EXISTS', base .. 'heldkeys') == 1 then
+    for _, name in ipairs(redis.call('SMEMBERS', base .. 'heldkeys')) do
+      if parse_held(name) == kind then
+        names[#names + 1] = name
+      end
+    end
+  end
+  return names
+end
+
+-- A task left the held set `name`: clear its mark, and forget the set once it is empty.
+local function forget_held(base, key, name)
+  redis.call('HDEL', key, 'held')
+  if redis.call('EXISTS', base .. name) == 0 then
+    redis.call('SREM', base .. 'heldkeys', name)
+  end
+end
+
+-- The set that holds live task `id` and what it says: (set, priority, 'pending' or
+-- 'inflight', the held set's name when a claim held the task back), or nil. A held task's
+-- mark is looked at first, then its own priority's sets, then every priority's (the priority
+-- field may have been edited by hand).
 local function find_live(base, key, id)
+  local held = redis.call('HGET', key, 'held')
+  if held and redis.call('ZSCORE', base .. held, id) then
+    local kind, hp = parse_held(held)
+    if kind then
+      return base .. held, hp, kind == 'held' and 'pending' or 'inflight', held
+    end
+  end
   local p = level_of(key)
   if redis.call('ZSCORE', pending_key(base, p), id) then
-    return pending_key(base, p), p
+    return pending_key(base, p), p, 'pending'
   end
   if redis.call('ZSCORE', inflight_key(base, p), id) then
-    return inflight_key(base, p), p
+    return inflight_key(base, p), p, 'inflight'
   end
   for _, q in ipairs(levels(base)) do
     if redis.call('ZSCORE', pending_key(base, q), id) then
-      return pending_key(base, q), tonumber(q)
+      return pending_key(base, q), tonumber(q), 'pending'
     end
     if redis.call('ZSCORE', inflight_key(base, q), id) then
-      return inflight_key(base, q), tonumber(q)
+      return inflight_key(base, q), tonumber(q), 'inflight'
     end
   end
   return nil
 end
 
--- Drop `id` from the pending or in-flight set that holds it; true if one did.
+-- Drop `id` from the pending, in-flight or held set that holds it; true if one did.
 local function remove_live(base, key, id)
-  local set = find_live(base, key, id)
+  local set, _, _, held = find_live(base, key, id)
   if set then
     redis.call('ZREM', set, id)
+    if held then
+      forget_held(base, key, held)
+    end
     return true
   end
   return false
+end
+
+-- The flow-control keys of a task but the queue's own '*': 'handler:' .. its handler_ref,
+-- then its keys (stored newline-separated: a key holds no whitespace).
+local function task_flow_keys(key)
+  local f = redis.call('HMGET', key, 'handler_ref', 'keys')
+  local out = {'handler:' .. (f[1] or '')}
+  if f[2] then
+    for k in string.gmatch(f[2], '[^\n]+') do
+      out[#out + 1] = k
+    end
+  end
+  return out
+end
+
+-- A task's lease ended (resolved, cancelled): take it out of the lease sets of its keys
+-- (kept only while the queue has controls). When that frees a slot a held-back task may be
+-- waiting for, wake the queue's waiters.
+local function drop_leases(base, key, id)
+  if redis.call('EXISTS', base .. 'controls') == 0 then
+    return
+  end
+  local freed = 0
+  for _, k in ipairs(task_flow_keys(key)) do
+    freed = freed + redis.call('ZREM', base .. 'lease:' .. k, id)
+  end
+  -- (The queue's own concurrency limit counts every lease: no set of its own to look at.)
+  if (freed > 0 and redis.call('EXISTS', base .. 'heldkeys') == 1)
+      or redis.call('HEXISTS', base .. 'ctl:*', 'concurrency') == 1 then
+    redis.call('PUBLISH', base .. 'wake', '1')
+  end
+end
+
+-- A task's lease moved to `expires` (extended): move it in the lease sets that hold it.
+local function move_leases(base, key, id, expires)
+  if redis.call('EXISTS', base .. 'controls') == 0 then
+    return
+  end
+  for _, k in ipairs(task_flow_keys(key)) do
+    redis.call('ZADD', base .. 'lease:' .. k, 'XX', expires, id)
+  end
+end
+
+-- A task was stored IN_FLIGHT with a lease until `expires` (imported): add it to the lease
+-- set of each of its keys that has a control record.
+local function add_leases(base, key, id, expires)
+  if redis.call('EXISTS', base .. 'controls') == 0 then
+    return
+  end
+  for _, k in ipairs(task_flow_keys(key)) do
+    if redis.call('EXISTS', base .. 'ctl:' .. k) == 1 then
+      redis.call('ZADD', base .. 'lease:' .. k, expires, id)
+    end
+  end
 end
 
 -- Forget priorities whose sets are both empty (called by claims, which visit them anyway).
@@ -211,6 +309,7 @@ local function finish_claim(base, key, id, attempt_json, error_type)
   bump_count(key, 'attempt_count')
   redis.call('HDEL', key, 'token', 'lease_expires_at', 'claimed_at', 'claimed_by')
   remove_live(base, key, id)
+  drop_leases(base, key, id)
 end
 
 -- Byte-wise a < b, the order Redis gives members of equal score. (Lua's own string '<' goes
@@ -269,7 +368,8 @@ local function queue_empty(base)
       return false
     end
   end
-  return redis.call('EXISTS', base .. 'dead', base .. 'succeeded', base .. 'cancelled') == 0
+  return redis.call('EXISTS', base .. 'dead', base .. 'succeeded', base .. 'cancelled',
+    base .. 'heldkeys') == 0
 end
 
 -- RFC 3339 text of a time in µs (days to civil date: H. Hinnant's algorithm).

@@ -14,6 +14,7 @@ for i = 2, #ARGV do
   -- The sets say what is live; the status field is only a shortcut for finished tasks.
   if not finished[status or ''] and remove_live(base, key, id) then
     redis.call('HSET', key, 'status', 'CANCELLED', 'cancelled_at', nows)
+    drop_leases(base, key, id)
     redis.call('HDEL', key, 'token', 'lease_expires_at', 'claimed_at', 'claimed_by')
     redis.call('ZADD', base .. 'cancelled', nows, id)
     n = n + 1

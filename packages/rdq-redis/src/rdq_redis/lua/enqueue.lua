@@ -7,9 +7,9 @@
 --   when the client keeps it (Cluster).
 -- KEYS, per task i: the queue's levels set, the task hash, and (indexed only) the id index
 --   key; that is 3 keys per task when indexed, else 2.
--- ARGV from 4 on, 13 values per task: queue, id, key base, body, next_at_us or '', delay_us,
+-- ARGV from 4 on, 14 values per task: queue, id, key base, body, next_at_us or '', delay_us,
 --   attempt_count, redrive_count, attempts_json, handler_ref, last error type ('' or
---   '=' .. type), wake channel, priority.
+--   '=' .. type), wake channel, priority, flow-control keys (newline-separated, '' for none).
 -- Returns {'OK', {1|0 per task}} (1 = stored, 0 = already in that queue) or
 --   {'IDCONFLICT', id, existing_queue}.
 local now = now_us()
@@ -17,7 +17,7 @@ local n = tonumber(ARGV[1])
 local indexed = ARGV[2] == '1'
 local registry = ARGV[3]
 local stride = indexed and 3 or 2
-local width = 13
+local width = 14
 local seen = {}
 local stored = {}
 for i = 1, n do
@@ -71,6 +71,9 @@ for i = 1, n do
       'created_at', fmt(now),
       'next_attempt_at', due)
     set_error_type(key, ARGV[a + 11])
+    if ARGV[a + 14] ~= '' then
+      redis.call('HSET', key, 'keys', ARGV[a + 14])
+    end
     add_live(base, 'pending', priority, due, id)
     if registry ~= '' then
       redis.call('SADD', registry, queue)

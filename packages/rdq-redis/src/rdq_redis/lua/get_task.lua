@@ -9,9 +9,9 @@ if #fields == 0 then
   return {'', fields}
 end
 local status = ''
-local set = find_live(base, key, id)
+local set, _, kind = find_live(base, key, id)
 if set then
-  status = string.find(set, base .. 'pending:', 1, true) == 1 and 'PENDING' or 'IN_FLIGHT'
+  status = kind == 'pending' and 'PENDING' or 'IN_FLIGHT'
 elseif redis.call('ZSCORE', base .. 'dead', id) then
   status = 'DEAD'
 elseif redis.call('ZSCORE', base .. 'succeeded', id) then

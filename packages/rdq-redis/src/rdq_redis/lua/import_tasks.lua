@@ -70,6 +70,8 @@ for i = 1, n do
       add_live(base, kind, p, score, id)
       if kind == 'pending' then
         redis.call('PUBLISH', ARGV[s + 7], '1')
+      else
+        add_leases(base, key, id, score)
       end
     else
       redis.call('ZADD', base .. kind, score, id)

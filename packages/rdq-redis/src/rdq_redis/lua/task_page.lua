@@ -4,9 +4,10 @@
 -- returned position.
 --
 -- A status's index is one sorted set (dead, succeeded, cancelled) or one per priority
--- (pending, in-flight), merged here; equal scores order by id bytes, which is the keyset
--- order. Sets are read by rank from the keyset position (found with ZRANK or ZCOUNT), so a
--- page costs O(log n + page) per set, however deep it is.
+-- (pending, in-flight; with the held sets of the tasks a claim held back), merged here; equal
+-- scores order by id bytes, which is the keyset order. Sets are read by rank from the keyset
+-- position (found with ZRANK or ZCOUNT), so a page costs O(log n + page) per set, however
+-- deep it is.
 --
 -- KEYS[1] the queue's levels set.
 -- ARGV: key base, status set ('pending' | 'inflight' | 'dead' | 'succeeded' | 'cancelled'),
@@ -29,6 +30,10 @@ local sets = {}
 if kind == 'pending' or kind == 'inflight' then
   for _, p in ipairs(levels(base)) do
     sets[#sets + 1] = base .. kind .. ':' .. p
+  end
+  -- the tasks a claim held back, scored the same way
+  for _, name in ipairs(held_names(base, kind == 'pending' and 'held' or 'heldlost')) do
+    sets[#sets + 1] = base .. name
   end
 else
   sets[1] = base .. kind
