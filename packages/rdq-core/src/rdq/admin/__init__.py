@@ -1,11 +1,25 @@
-"""The operator's admin layer: find, inspect, redrive, purge and cancel tasks, audited.
+"""The operator's admin layer: find, inspect, redrive, purge and cancel tasks; pause and
+resume queues, open and close breakers by hand, retry waiting tasks now, redrive at a pace —
+every action audited.
 
 :class:`TaskAdmin` is what the HTTP API, the web UI and the ``rdq`` commands share.
 :class:`TaskSelector` names the tasks a cancel acts on (ids or a task filter), as
-:class:`rdq.spi.Selector` does for redrive and purge.
+:class:`rdq.spi.Selector` does for redrive and purge. :class:`Operation` is a paced redrive.
 """
 
 from rdq.admin._admin import DLQAdmin, ProgressCallback, TaskAdmin
+from rdq.admin._controls import control_key
+from rdq.admin._pace import Operation, parse_rate, resume_orphans
 from rdq.admin._selectors import CANCELLABLE, TaskSelector
 
-__all__ = ["CANCELLABLE", "DLQAdmin", "ProgressCallback", "TaskAdmin", "TaskSelector"]
+__all__ = [
+    "CANCELLABLE",
+    "DLQAdmin",
+    "Operation",
+    "ProgressCallback",
+    "TaskAdmin",
+    "TaskSelector",
+    "control_key",
+    "parse_rate",
+    "resume_orphans",
+]

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from rdq.admin._fallback import SCAN_PAGE, list_filtered
+from rdq.admin._flow_admin import FlowAdmin
 from rdq.admin._paging import bounded_page
 from rdq.admin._record import record_action
 from rdq.admin._scan import ids_in, scan_dlq, scan_tasks
@@ -52,7 +53,7 @@ CHUNK = 500
 _log = get_logger("rdq.admin")
 
 
-class TaskAdmin:
+class TaskAdmin(FlowAdmin):
     """Operator operations over ``storage``; every redrive, purge and cancel is audited, and
     is an OpenTelemetry span when ``rdq-core[otel]`` is installed (see :meth:`redrive`).
 

@@ -243,6 +243,8 @@ def check_task_keys(value: object, field: str = "keys") -> list[str]:
         raise ValidationError("must be a list of strings", field=field)
     if len(value) > MAX_TASK_KEYS:
         raise ValidationError(f"more than {MAX_TASK_KEYS} keys", field=field)
+    if len(set(value)) != len(value):
+        raise ValidationError("must not name a key twice", field=field)
     for i, key in enumerate(value):
         where = f"{field}[{i}]"
         if not isinstance(key, str) or not 1 <= len(key) <= MAX_TASK_KEY_LENGTH:

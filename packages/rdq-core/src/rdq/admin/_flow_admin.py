@@ -1,0 +1,130 @@
+"""The flow-control half of :class:`~rdq.admin.TaskAdmin`: pauses, breakers by hand, retry
+now, paced redrives (the rules are in :mod:`rdq.admin._controls` and :mod:`rdq.admin._pace`)."""
+
+from __future__ import annotations
+
+from rdq.admin import _controls, _pace
+from rdq.admin._selectors import TaskSelector, check_task_selector
+from rdq.audit import Action, AuditSink
+from rdq.config import Breaker
+from rdq.spi import QUEUE_KEY, Control, Selector, Storage
+
+__all__ = ["FlowAdmin"]
+
+
+class FlowAdmin:
+    """Operator controls of queues, over ``self.storage``; every change audited."""
+
+    storage: Storage
+    sinks: list[AuditSink]
+
+    async def count(self, queue: str, selector: Selector, *, action: Action = "redrive") -> int:
+        raise NotImplementedError  # TaskAdmin's
+
+    async def list_controls(self, queue: str | None = None) -> list[Control]:
+        """The control records (pauses, breakers, limits, paced redrives) of ``queue`` (of
+        every queue); ``[]`` from a store without the ``control`` capability."""
+        if not self.storage.capabilities().control:
+            return []
+        return await self.storage.list_controls(queue)
+
+    async def pause(
+        self, queue: str, key: str = QUEUE_KEY, *, actor: str, reason: str | None = None
+    ) -> Control:
+        """Pause ``key`` of ``queue`` (``*``: the whole queue; ``handler:<ref>``;
+        ``dep:<name>``): no worker or node claims its tasks from the next claim on; they
+        keep their attempts and submits are still accepted. Audited."""
+        now = await self.storage.now()
+        return await _controls.set_paused(
+            self.storage, self.sinks, queue, key, True, actor=actor, reason=reason, now=now
+        )
+
+    async def resume(
+        self, queue: str, key: str = QUEUE_KEY, *, actor: str, reason: str | None = None
+    ) -> Control:
+        """Lift the pause of ``key`` of ``queue``. Audited."""
+        now = await self.storage.now()
+        return await _controls.set_paused(
+            self.storage, self.sinks, queue, key, False, actor=actor, reason=reason, now=now
+        )
+
+    async def set_breaker(
+        self,
+        queue: str,
+        key: str,
+        change: _controls.BreakerChange,
+        *,
+        actor: str,
+        reason: str | None = None,
+        config: Breaker | None = None,
+    ) -> Control:
+        """Open the breaker of ``key`` by hand (its tasks are held until it is closed by
+        hand), or close it (its held tasks are let go over the ramp). Audited."""
+        now = await self.storage.now()
+        return await _controls.force_breaker(
+            self.storage,
+            self.sinks,
+            queue,
+            key,
+            change,
+            actor=actor,
+            reason=reason,
+            now=now,
+            config=config,
+        )
+
+    async def retry_now(
+        self, queue: str, selector: TaskSelector, *, actor: str, reason: str | None = None
+    ) -> int:
+        """Make the selected PENDING tasks that wait out a backoff due now. Audited."""
+        check_task_selector(selector)
+        return await _controls.retry_now(
+            self.storage, self.sinks, queue, selector, actor=actor, reason=reason
+        )
+
+    async def start_paced_redrive(
+        self,
+        queue: str,
+        selector: Selector,
+        rate: float,
+        *,
+        actor: str,
+        reason: str | None = None,
+        driver: str | None = None,
+    ) -> _pace.Operation:
+        """Begin a redrive that returns the selected DEAD tasks at most ``rate`` per second
+        (drive it with :meth:`drive_paced_redrive`; any node or worker resumes it if its
+        driver stops)."""
+        total = await self.count(queue, selector)
+        return await _pace.start_redrive(
+            self.storage,
+            queue,
+            selector,
+            rate,
+            actor=actor,
+            reason=reason,
+            total=total,
+            driver=driver,
+        )
+
+    async def drive_paced_redrive(
+        self,
+        queue: str,
+        op_id: str,
+        *,
+        driver: str,
+        progress: _pace.Progress | None = None,
+    ) -> _pace.Operation:
+        return await _pace.drive_redrive(
+            self.storage, self.sinks, queue, op_id, driver=driver, progress=progress
+        )
+
+    async def cancel_paced_redrive(
+        self, queue: str, op_id: str, *, actor: str, reason: str | None = None
+    ) -> _pace.Operation:
+        return await _pace.cancel_redrive(
+            self.storage, self.sinks, queue, op_id, actor=actor, reason=reason
+        )
+
+    async def paced_redrives(self, queue: str | None = None) -> list[_pace.Operation]:
+        return await _pace.list_operations(self.storage, queue)
