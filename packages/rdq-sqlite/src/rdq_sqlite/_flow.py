@@ -31,6 +31,7 @@ from __future__ import annotations
 import heapq
 import math
 import sqlite3
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -66,6 +67,12 @@ MAX_SKIPS = 512
 """Candidates one claim may hold back before it returns what it has: a bound on how long one
 claim keeps the write lock. The tasks it held back are out of the way of the next claim."""
 
+HOLD_ALL_AFTER = 32
+"""Candidates one key may hold back in one claim before the claim holds every due task of the
+queue with that key in one statement (``hold_handler.sql``, ``hold_key.sql``) instead of one by
+one: a deep backlog is passed over at once, by the claim that meets it."""
+
+_HANDLER = handler_key("")  # "handler:", the prefix of every handler's key
 _encode = msgspec.json.Encoder().encode
 _decode_state = msgspec.json.Decoder(dict[str, Any]).decode
 
@@ -250,6 +257,7 @@ def pick(conn: sqlite3.Connection, queue: str, limit: int, now: int) -> list[Row
     picked: list[Row] = []
     holds: dict[str, str] = {}
     skipped = 0
+    by_key: Counter[str] = Counter()
     below = MAX_PRIORITY + 1
     while len(picked) < limit and skipped < MAX_SKIPS and gate.admits((QUEUE_KEY,)):
         tops = [(s.next_priority(below), s) for s in streams if not s.closed]
@@ -274,6 +282,9 @@ def pick(conn: sqlite3.Connection, queue: str, limit: int, now: int) -> list[Row
                 stream.closed = True  # its key holds back the rest of its tasks too
             else:
                 holds[task_id] = held_by
+                by_key[held_by] += 1
+                if by_key[held_by] == HOLD_ALL_AFTER:
+                    _hold_all(conn, queue, held_by, now)
             skipped += 1
             if skipped >= MAX_SKIPS:
                 break
@@ -289,6 +300,17 @@ def pick(conn: sqlite3.Connection, queue: str, limit: int, now: int) -> list[Row
                 {"queue": queue, "key": key, "tokens": bucket.tokens, "at": to_us(bucket.at)},
             )
     return picked
+
+
+def _hold_all(conn: sqlite3.Connection, queue: str, key: str, now: int) -> None:
+    """Hold every due task of ``queue`` in the claim index that has ``key``. Within one claim a
+    key that held a task back holds back every later one (gates, slots and tokens only go
+    down), and tasks this claim picked are released again when they are leased."""
+    if key.startswith(_HANDLER):
+        ref = key.removeprefix(_HANDLER)
+        conn.execute(SQL.hold_handler, {"queue": queue, "key": key, "now": now, "handler_ref": ref})
+    else:
+        conn.execute(SQL.hold_key, {"queue": queue, "key": key, "now": now})
 
 
 def claimable_at(conn: sqlite3.Connection, queue: str, now: int, due: int | None) -> int | None:
