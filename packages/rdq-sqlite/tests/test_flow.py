@@ -297,6 +297,25 @@ async def test_a_claim_holds_back_at_most_max_skips_and_the_next_goes_on(
     assert await claim_ids(store) == [free]
 
 
+@pytest.mark.asyncio
+async def test_a_claim_holds_a_bounded_number_of_tasks_however_deep_the_backlog(
+    store: SqliteStorage, database: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_flow, "HOLD_ALL_AFTER", 4)
+    monkeypatch.setattr(_flow, "HOLD_CHUNK", 30)
+    monkeypatch.setattr(_flow, "MAX_SKIPS", 12)
+    await fill_batch(store, 200, "a")
+    (free,) = await fill(store, 1, "b", handler=B)
+    await put(store, Control(queue="q", key=handler_key(A), paused=True))
+    before, claims = 0, 0
+    while not (claimed := await claim_ids(store)):
+        now_held = held(database)
+        assert 0 < now_held - before <= 30 + 12, "each claim holds a bounded number"
+        before, claims = now_held, claims + 1
+    assert claimed == [free]
+    assert claims >= 200 // 42 and held(database) == 200
+
+
 # --- in_use, keys ---------------------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ def plan(conn: sqlite3.Connection, statement: str, params: dict[str, object]) ->
 
 FILTER = {"error_type": None, "handler_ref": None, "lo": 0, "hi": 1}
 SCAN = {"queue": "q", "now": 1, "after_at": 0, "after_id": "", "limit": 10}
+HOLD = {"queue": "q", "key": "k", "now": 1, "chunk": 100}
 
 
 @pytest.mark.parametrize(
@@ -67,8 +68,8 @@ SCAN = {"queue": "q", "now": 1, "after_at": 0, "after_id": "", "limit": 10}
         ("held_candidates", {**SCAN, "key": "k", "priority": 0}, "task_held"),
         ("release_held", {"queue": "q", "key": "k"}, "task_held"),
         ("hold", {"id": "a", "key": "k"}, "sqlite_autoindex_task_1"),
-        ("hold_handler", {"queue": "q", "key": "k", "now": 1, "handler_ref": "m:f"}, "task_claim"),
-        ("hold_key", {"queue": "q", "key": "k", "now": 1}, "task_claim"),
+        ("hold_handler", {**HOLD, "handler_ref": "m:f"}, "task_claim"),
+        ("hold_key", HOLD, "task_claim"),
         ("retry_now", {"queue": "q", "ids": '["a"]', "now": 1}, "sqlite_autoindex_task_1"),
         ("in_use", {"queue": "q", "now": 1}, "task_status"),
     ],
