@@ -19,9 +19,10 @@ gate and visits candidates in claim order (priority, then due time, then id) fro
 A candidate that a control holds back is skipped, and held: its ``held`` column is set to the
 first of its keys that held it back, which moves it from the claim index to ``task_held``. A
 deep backlog behind a pause (or a full concurrency limit, an empty bucket, a closed gate) is
-therefore passed over once, by the claim that meets it, and not by every claim after: later
-claims read the held tasks of a key only while that key lets tasks through, and stop reading
-them at the first one it holds back. A held task another of its keys holds back moves to that
+therefore passed over once, by the claims that meet it (after :data:`HOLD_ALL_AFTER` skips
+for one key a claim holds that key's due tasks in one statement), and not by every claim
+after: later claims read the held tasks of a key only while that key lets tasks through, and
+stop reading them at the first one it holds back. A held task another of its keys holds back moves to that
 key. Claiming, rescheduling or redriving a task clears ``held``; deleting a control, or
 lifting every limit it sets, releases the tasks held under its key at once.
 """
@@ -73,8 +74,8 @@ with that key in one statement (``hold_handler.sql``, ``hold_key.sql``) instead 
 up to :data:`HOLD_CHUNK` of them: a deep backlog is passed over in a few claims."""
 
 HOLD_CHUNK = 5000
-"""Tasks one claim may hold in such statements (about 35 ms of the write lock on a laptop's
-disk): a claim stays short however deep the backlog; the next claim goes on."""
+"""Tasks one claim may hold in such statements (about 50 ms of the write lock on the
+development VM): a claim stays short however deep the backlog; the next claim goes on."""
 
 _HANDLER = handler_key("")  # "handler:", the prefix of every handler's key
 _encode = msgspec.json.Encoder().encode
