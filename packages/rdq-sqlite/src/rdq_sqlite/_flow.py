@@ -22,9 +22,10 @@ deep backlog behind a pause (or a full concurrency limit, an empty bucket, a clo
 therefore passed over once, by the claims that meet it (after :data:`HOLD_ALL_AFTER` skips
 for one key a claim holds that key's due tasks in one statement), and not by every claim
 after: later claims read the held tasks of a key only while that key lets tasks through, and
-stop reading them at the first one it holds back. A held task another of its keys holds back moves to that
-key. Claiming, rescheduling or redriving a task clears ``held``; deleting a control, or
-lifting every limit it sets, releases the tasks held under its key at once.
+stop reading them at the first one it holds back. A held task another of its keys holds back
+moves to that key. Claiming, rescheduling, redriving a task or extending its lease clears
+``held``; deleting a control, or lifting every limit it sets, releases the tasks held under
+its key at once.
 """
 
 from __future__ import annotations
