@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from rdq import open_storage
-from rdq.spi import Capabilities, Storage
+from rdq.spi import CONTRACT_VERSION, Capabilities, Storage
 from rdq_compliance import CorruptTaskWriter, StorageSuite
 from rdq_sqlite import SqliteStorage
 from rdq_sqlite.testing import put_corrupt_task
@@ -37,7 +37,7 @@ class TestSqliteFileKeepsTheContract(StorageSuite):
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
         return Capabilities(
-            contract_version=2,
+            contract_version=CONTRACT_VERSION,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
@@ -51,6 +51,9 @@ class TestSqliteFileKeepsTheContract(StorageSuite):
             import_tasks=True,
             audit=True,
             reopen=True,
+            control=True,
+            worker_registry=True,
+            counters=True,
         )
 
     @pytest.fixture
@@ -72,7 +75,7 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
         return Capabilities(
-            contract_version=2,
+            contract_version=CONTRACT_VERSION,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
@@ -86,6 +89,9 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
             import_tasks=True,
             audit=True,
             reopen=False,  # no second connection reaches it
+            control=True,
+            worker_registry=True,
+            counters=True,
         )
 
     @pytest.fixture

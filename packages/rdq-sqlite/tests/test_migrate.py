@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from rdq.errors import StorageError
-from rdq.spi import Envelope
+from rdq.spi import Attempt, Control, Envelope, Outcome, Selector, Status, handler_key
 from rdq_sqlite import SqliteStorage
-from rdq_sqlite._migrate import LATEST
+from rdq_sqlite._clock import host_now
+from rdq_sqlite._migrate import LATEST, _statements, apply_migrations
+from rdq_sqlite._queries import migrations
 
 
 def user_version(database: Path) -> int:
@@ -85,3 +88,161 @@ async def test_many_stores_connecting_and_migrating_at_once_apply_the_schema_onc
         for store in stores:
             await store.aclose()
     assert user_version(database) == LATEST
+
+
+# --- the upgrade of a populated file to version 2 (contract version 3) -------------------------
+
+_V1_INSERT = """
+INSERT INTO task (
+    id, queue, handler_ref, status, priority, payload, headers, attempt_count, redrive_count,
+    attempts, last_error_type, created_at, next_attempt_at, lease_expires_at, claimed_by,
+    claimed_at, token, completed_at, dead_lettered_at, cancelled_at, retry, format_version,
+    extra
+) VALUES (
+    :id, 'q', :handler_ref, :status, :priority, :payload, '{}', :attempt_count, 0, :attempts,
+    :last_error_type, :created_at, :next_attempt_at, :lease_expires_at, :claimed_by,
+    :claimed_at, :token, :completed_at, :dead_lettered_at, :cancelled_at, NULL, 1, :extra
+)
+"""
+
+_HOUR = 3600 * 10**6
+
+
+def _v1_file(database: Path, now: int) -> None:
+    """A database file as rdq-sqlite wrote it before version 2 (schema 0001 only), holding
+    tasks in every status: due and waiting, of two priorities, a live and a lapsed lease."""
+    conn = sqlite3.connect(database, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("BEGIN IMMEDIATE")
+    for statement in _statements(migrations()[0][2]):
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("UPDATE clock SET now_us = ?", (now,))
+    base = {
+        "handler_ref": "m:a",
+        "priority": 0,
+        "payload": '{"n": 1}',
+        "attempt_count": 0,
+        "attempts": "[]",
+        "last_error_type": None,
+        "created_at": now - _HOUR,
+        "next_attempt_at": None,
+        "lease_expires_at": None,
+        "claimed_by": None,
+        "claimed_at": None,
+        "token": None,
+        "completed_at": None,
+        "dead_lettered_at": None,
+        "cancelled_at": None,
+        "extra": '{"x_future": 1}',
+    }
+    failed = (
+        '[{"number": 1, "outcome": "PERMANENT", "error_type": "Boom", '
+        '"started_at": "2030-01-01T00:00:00Z", "finished_at": "2030-01-01T00:00:01Z"}]'
+    )
+    rows = [
+        {"id": "due-old", "status": "PENDING", "next_attempt_at": now - 3 * _HOUR // 4},
+        {"id": "due-new", "status": "PENDING", "next_attempt_at": now - _HOUR // 2},
+        {"id": "urgent", "status": "PENDING", "priority": 5, "next_attempt_at": now - 1},
+        {"id": "other", "status": "PENDING", "handler_ref": "m:b", "next_attempt_at": now - 2},
+        {"id": "later", "status": "PENDING", "next_attempt_at": now + _HOUR},
+        {
+            "id": "running",
+            "status": "IN_FLIGHT",
+            "lease_expires_at": now + _HOUR,
+            "claimed_at": now - 1,
+            "claimed_by": "w1",
+            "token": "t-running",
+        },
+        {
+            "id": "lapsed",
+            "status": "IN_FLIGHT",
+            "lease_expires_at": now - _HOUR // 4,
+            "claimed_at": now - _HOUR // 3,
+            "claimed_by": "w2",
+            "token": "t-lapsed",
+        },
+        {"id": "done", "status": "SUCCEEDED", "completed_at": now - 10, "attempt_count": 1},
+        {
+            "id": "dead",
+            "status": "DEAD",
+            "dead_lettered_at": now - 20,
+            "attempt_count": 1,
+            "attempts": failed,
+            "last_error_type": "Boom",
+        },
+        {"id": "gone", "status": "CANCELLED", "cancelled_at": now - 30},
+    ]
+    conn.executemany(_V1_INSERT, [base | row for row in rows])
+    conn.execute("COMMIT")
+    conn.close()
+
+
+@pytest.mark.asyncio
+async def test_migrate_upgrades_a_populated_version_1_file_in_place(
+    url: str, database: Path
+) -> None:
+    _v1_file(database, host_now())
+    store = SqliteStorage.from_url(url)
+    async with store:
+        with pytest.raises(StorageError, match="has schema version 1"):
+            await store.get("due-old")
+        assert await store.migrate() == ["0002_flow_control"]
+        assert await store.migrate() == []
+        assert user_version(database) == LATEST
+
+        # every task as it was, with no keys; counts per status unchanged
+        stats = await store.stats("q")
+        assert (stats.pending, stats.in_flight, stats.succeeded, stats.dlq_depth) == (5, 2, 1, 1)
+        assert stats.cancelled == 1
+        dead = await store.get("dead")
+        assert dead.keys == [] and dead.corrupt is None
+        assert [a.error_type for a in dead.attempts] == ["Boom"]
+        assert dead.extra == {"x_future": 1}
+        running = await store.get("running")
+        assert (running.status, running.claimed_by, running.keys) == (Status.IN_FLIGHT, "w1", [])
+
+        # the rebuilt claim index: priority first, then oldest due, the lapsed lease in its
+        # place (its due time is when it lapsed), nothing not yet due, nothing leased
+        claimed = await store.claim_due("q", 10, timedelta(minutes=5))
+        assert [c.task.id for c in claimed] == ["urgent", "due-old", "due-new", "lapsed", "other"]
+        lapsed = next(c.task for c in claimed if c.task.id == "lapsed")
+        assert [a.outcome for a in lapsed.attempts] == [Outcome.LEASE_EXPIRED]
+
+        # the old holder of a live lease still resolves it; controls work on the upgraded file
+        await store.complete("running", "t-running", _done())
+        assert await store.redrive("q", Selector(ids=["dead"])) == 1
+        await store.put_control(
+            Control(queue="q", key=handler_key("m:a"), paused=True), expected_version=0
+        )
+        assert await store.claim_due("q", 10, timedelta(minutes=5)) == []
+        assert await store.enqueue(Envelope(id="keyed", queue="q", handler_ref="m:b", keys=["k"]))
+        assert [c.task.id for c in await store.claim_due("q", 10, timedelta(minutes=5))] == [
+            "keyed"
+        ]
+        assert (await store.get("keyed")).keys == ["k"]
+
+
+def _done() -> Attempt:
+    at = datetime.now(UTC)
+    return Attempt(number=1, outcome=Outcome.SUCCEEDED, started_at=at, finished_at=at)
+
+
+def test_the_upgrade_rebuilds_the_claim_index_on_claim_at_and_adds_the_new_tables(
+    database: Path,
+) -> None:
+    _v1_file(database, host_now())
+    conn = sqlite3.connect(database, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        assert apply_migrations(conn, str(database)) == ["0002_flow_control"]
+        conn.execute("COMMIT")
+        schema = dict(conn.execute("SELECT name, sql FROM sqlite_master").fetchall())
+        assert "claim_at" in schema["task_claim"]
+        assert "WHERE held IS NOT NULL" in schema["task_held"]
+        assert {"control", "worker", "counts", "counts_minute"} <= set(schema)
+        assert conn.execute("SELECT count(*) FROM task WHERE keys = '[]'").fetchone()[0] == 10
+        assert conn.execute("SELECT count(*) FROM task WHERE held IS NOT NULL").fetchone() == (0,)
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        conn.close()

@@ -22,7 +22,7 @@ import time
 
 from rdq_sqlite._queries import SQL
 
-__all__ = ["MAX_HOLD", "host_now", "now_for_read", "tick"]
+__all__ = ["MAX_HOLD", "advance", "host_now", "now_for_read", "tick"]
 
 MAX_HOLD = 10 * 60 * 1_000_000
 """Microseconds the store's time stands still, at most, after the host clock steps back."""
@@ -50,7 +50,12 @@ def _store_now(host: int, latest: int) -> int:
 
 def tick(conn: sqlite3.Connection) -> int:
     """Inside a write transaction: the store's now, recorded as the latest time handed out."""
-    latest = conn.execute(SQL.clock_read).fetchone()[0]
+    return advance(conn, conn.execute(SQL.clock_read).fetchone()[0])
+
+
+def advance(conn: sqlite3.Connection, latest: int) -> int:
+    """``tick`` for a caller that read the ``clock`` row (``latest``) itself, in a statement
+    of its own (the claim reads it with the queue's controls)."""
     now = _store_now(host_now(), latest)
     if now != latest:
         conn.execute(SQL.clock_write, (now,))

@@ -25,6 +25,7 @@ __all__ = [
     "audit_id",
     "audit_params",
     "audit_seq",
+    "decode_keys",
     "dlq_filter_params",
     "encode_attempt",
     "envelope_from_row",
@@ -45,7 +46,7 @@ _SHOWN = 300  # characters of a corrupt stored value shown in ``Envelope.corrupt
 COLUMNS = (
     "id, queue, handler_ref, status, priority, payload, headers, attempt_count, redrive_count, "
     "attempts, created_at, next_attempt_at, lease_expires_at, claimed_by, claimed_at, "
-    "completed_at, dead_lettered_at, cancelled_at, retry, format_version, extra"
+    "completed_at, dead_lettered_at, cancelled_at, retry, format_version, extra, keys"
 )
 """The columns every statement that returns whole tasks selects, in this order."""
 LISTED_COLUMNS = COLUMNS.replace(
@@ -59,6 +60,7 @@ _decode_headers = msgspec.json.Decoder(dict[str, str]).decode
 _decode_attempts = msgspec.json.Decoder(list[Attempt]).decode
 _decode_retry = msgspec.json.Decoder(RetryOverride | None).decode
 _decode_extra = msgspec.json.Decoder(dict[str, Any]).decode
+_decode_keys = msgspec.json.Decoder(list[str]).decode
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 
 
@@ -105,6 +107,7 @@ def _common(task: Envelope, payload: str | None) -> dict[str, Any]:
         "retry": None if task.retry is None else _json(task.retry),
         "format_version": task.format_version,
         "extra": _extra(task),
+        "keys": _json(task.keys) if task.keys else "[]",
     }
 
 
@@ -180,6 +183,8 @@ def envelope_from_row(row: Sequence[Any]) -> Envelope:
         )
         if row[20] != "{}":
             task.extra = _decode_extra(row[20])
+        if row[21] != "[]":
+            task.keys = _decode_keys(row[21])
     except Exception:  # whatever fails (RecursionError on deep JSON too), the row is corrupt
         return _corrupt_envelope(row)
     return task
@@ -240,9 +245,21 @@ def _corrupt_envelope(row: Sequence[Any]) -> Envelope:
         retry=None if row[18] is None else field("retry", 18, _decode_retry, None),
         format_version=field("format_version", 19, _integer, 1),
         extra=field("extra", 20, _decode_extra, {}),
+        keys=field("keys", 21, _decode_keys, []),
     )
     task.corrupt = "; ".join(problems) or "the stored task does not decode"
     return task
+
+
+def decode_keys(raw: Any) -> list[str]:
+    """A task's stored ``keys`` column; a value that does not decode counts as no keys (the
+    task is corrupt and claimed as such, its queue's and handler's controls still apply)."""
+    if raw == "[]":
+        return []
+    try:
+        return _decode_keys(raw)
+    except Exception:  # a read never raises on a stored row
+        return []
 
 
 def _text(value: Any) -> str:

@@ -1,12 +1,12 @@
 """``wait_due`` support: a doorbell per database file, shared by the stores of one process.
 
-A store that makes tasks due (enqueue, reschedule, redrive, import) rings the doorbell of its
-database for those queues after its transaction commits; every ``wait_due`` waiting on one of
-them, in any store and on any event loop of this process, wakes at once. Other processes
-cannot ring it: ``wait_due`` also looks every ``watch_interval`` seconds whether anyone
-committed to the file (``PRAGMA data_version``, which reads no table) and then checks when the
-queue's next task is due. :func:`next_due` and :func:`data_version` are those two looks, run
-on the read link's connection.
+A store that makes tasks due (enqueue, reschedule, redrive, import, retry_now, a change of a
+control) rings the doorbell of its database for those queues after its transaction commits;
+every ``wait_due`` waiting on one of them, in any store and on any event loop of this process,
+wakes at once. Other processes cannot ring it: ``wait_due`` also looks every
+``watch_interval`` seconds whether anyone committed to the file (``PRAGMA data_version``,
+which reads no table) and then checks when the queue's next task is due. :func:`next_due`
+and :func:`data_version` are those two looks, run on the read link's connection.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
+from rdq_sqlite import _flow
 from rdq_sqlite._clock import now_for_read
 from rdq_sqlite._queries import SQL
 
@@ -124,6 +125,9 @@ def data_version(conn: sqlite3.Connection) -> int:
 
 
 def next_due(conn: sqlite3.Connection, queue: str) -> tuple[int, int | None, int]:
-    """``(now, earliest due time of queue or None, data_version)``, all in microseconds."""
+    """``(now, earliest time a task of queue may be claimed or None, data_version)``, all in
+    microseconds. A queue with controls counts from when they may let its tasks through
+    (:func:`rdq_sqlite._flow.claimable_at`), so a paused queue is not due."""
     due = conn.execute(SQL.next_due, {"queue": queue}).fetchone()[0]
-    return now_for_read(conn), due, data_version(conn)
+    now = now_for_read(conn)
+    return now, _flow.claimable_at(conn, queue, now, due), data_version(conn)

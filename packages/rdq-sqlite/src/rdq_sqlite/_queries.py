@@ -3,8 +3,9 @@
 ``sql/NAME.sql`` is the statement ``SQL.NAME``. Placeholders in a file stand for fragments
 several statements share: ``{columns}`` and ``{listed_columns}`` (the column lists of
 :mod:`rdq_sqlite._codec`), ``{append_attempt}`` (``attempts`` with ``:attempt`` appended, or
-left as stored when the stored value is not a JSON array) and ``{filter}`` (a DLQ or task
-filter on ``:error_type``, ``:handler_ref`` and the status time range ``:lo`` .. ``:hi``).
+left as stored when the stored value is not a JSON array), ``{filter}`` (a DLQ or task
+filter on ``:error_type``, ``:handler_ref`` and the status time range ``:lo`` .. ``:hi``) and
+``{controlled}`` (whether a claim of ``:queue`` goes through its controls).
 ``sql/migrations/NNNN_name.sql`` are the numbered migrations, applied in order by
 :mod:`rdq_sqlite._migrate`.
 """
@@ -31,6 +32,13 @@ _FRAGMENTS = {
         "CASE WHEN NOT json_valid(attempts) THEN attempts "
         "WHEN json_type(attempts) <> 'array' THEN attempts "
         "ELSE json_insert(attempts, '$[#]', json(:attempt)) END"
+    ),
+    # Whether a claim of :queue goes through its controls: a control record, or tasks a claim
+    # held back (one seek each, of the control table's key and of task_held).
+    "{controlled}": (
+        "(EXISTS (SELECT 1 FROM control WHERE queue = :queue) "
+        "OR EXISTS (SELECT 1 FROM task WHERE queue = :queue "
+        "AND held IS NOT NULL AND due_at IS NOT NULL))"
     ),
     "{filter}": (
         "(:error_type IS NULL OR last_error_type = :error_type) "

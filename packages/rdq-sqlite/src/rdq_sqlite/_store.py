@@ -18,12 +18,15 @@ import msgspec
 
 from rdq.errors import NotFound, StaleClaim, Unsupported, ValidationError
 from rdq.spi import (
+    CONTRACT_VERSION,
     Attempt,
     AuditEntry,
     AuditFilter,
     Capabilities,
     Claimed,
     Completion,
+    Control,
+    Counts,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -33,8 +36,9 @@ from rdq.spi import (
     Status,
     StorageBase,
     TaskFilter,
+    WorkerInfo,
 )
-from rdq_sqlite import _notify, _pages, _reads, _writes
+from rdq_sqlite import _fleet, _flow, _notify, _pages, _reads, _writes
 from rdq_sqlite._codec import at_us, to_us
 from rdq_sqlite._connection import Link, Mode
 from rdq_sqlite._migrate import LATEST, apply_migrations, check_version, create_if_empty
@@ -92,7 +96,7 @@ class SqliteStorage(StorageBase):
         """Everything the contract offers but ``enqueue_in``; ``notify`` unless the URL turns
         it off, ``reopen`` unless the database is in memory."""
         return Capabilities(
-            contract_version=2,  # version 3 (control, the fleet, counts) not yet implemented
+            contract_version=CONTRACT_VERSION,
             notify=self.config.notify,
             filter_pushdown=True,
             batch_enqueue=True,
@@ -106,6 +110,9 @@ class SqliteStorage(StorageBase):
             import_tasks=True,
             audit=True,
             reopen=not self.config.in_memory,
+            control=True,
+            worker_registry=True,
+            counters=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -274,6 +281,51 @@ class SqliteStorage(StorageBase):
         self, audit_filter: AuditFilter | None, page: Page
     ) -> tuple[list[AuditEntry], str | None]:
         return await self._read(_pages.audit_page, audit_filter, page)
+
+    # --- flow control ----------------------------------------------------------------------
+
+    async def _list_controls(self, queue: str | None) -> list[Control]:
+        return await self._snapshot(_flow.list_controls, queue)
+
+    async def _put_control(self, control: Control, expected_version: int) -> Control:
+        stored = await self._write(_flow.put_control, control, expected_version)
+        self._bell.ring([control.queue])  # it may let held-back tasks through
+        return stored
+
+    async def _delete_control(self, queue: str, key: str, expected_version: int) -> bool:
+        deleted = await self._write(_flow.delete_control, queue, key, expected_version)
+        if deleted:
+            self._bell.ring([queue])
+        return deleted
+
+    async def _retry_now(self, queue: str, task_ids: list[str]) -> int:
+        moved = await self._write(_flow.retry_now, queue, task_ids)
+        if moved:
+            self._bell.ring([queue])
+        return moved
+
+    # --- the fleet and counts ----------------------------------------------------------------
+
+    async def _heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
+        return await self._write(_fleet.heartbeat, info)
+
+    async def _list_workers(self) -> list[WorkerInfo]:
+        return await self._read(_fleet.list_workers)
+
+    async def _remove_worker(self, worker_id: str) -> bool:
+        return await self._write(_fleet.remove_worker, worker_id)
+
+    async def _purge_workers(self, seen_before: datetime) -> int:
+        return await self._write(_fleet.purge_workers, seen_before)
+
+    async def _add_counts(self, counts: list[Counts]) -> None:
+        await self._write(_fleet.add_counts, counts)
+
+    async def _read_counts(self, queue: str | None, since: datetime) -> list[Counts]:
+        return await self._read(_fleet.read_counts, queue, since)
+
+    async def _purge_counts(self, before: datetime) -> int:
+        return await self._write(_fleet.purge_counts, before)
 
     # --- operations ------------------------------------------------------------------------
 

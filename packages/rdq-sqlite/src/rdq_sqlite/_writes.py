@@ -29,7 +29,8 @@ from rdq.spi import (
     first_of_each_id,
     stored_flags,
 )
-from rdq_sqlite._clock import tick
+from rdq_sqlite import _flow
+from rdq_sqlite._clock import advance, tick
 from rdq_sqlite._codec import (
     audit_id,
     audit_params,
@@ -89,14 +90,11 @@ def enqueue(conn: sqlite3.Connection, tasks: Sequence[Envelope], delay_us: int) 
     return stored_flags(tasks, {task.id for task in new})
 
 
-def claim(
-    conn: sqlite3.Connection, queue: str, limit: int, lease_us: int, worker_id: str | None
-) -> list[Claimed]:
-    """Claim up to ``limit`` due tasks of ``queue``, highest priority first, then oldest due.
+def _pick(conn: sqlite3.Connection, queue: str, limit: int, now: int) -> list[tuple[Any, ...]]:
+    """Up to ``limit`` due tasks of a queue without controls, in claim order.
 
     The priorities are visited with one index seek each (only those that hold claimable
     tasks), so tasks due later never make a claim scan."""
-    now = tick(conn)
     picked: list[tuple[Any, ...]] = []
     below = MAX_PRIORITY + 1
     while len(picked) < limit:
@@ -108,6 +106,20 @@ def claim(
             SQL.claim_candidates,
             {"queue": queue, "priority": below, "now": now, "limit": limit - len(picked)},
         ).fetchall()
+    return picked
+
+
+def claim(
+    conn: sqlite3.Connection, queue: str, limit: int, lease_us: int, worker_id: str | None
+) -> list[Claimed]:
+    """Claim up to ``limit`` due tasks of ``queue``, highest priority first, then oldest due.
+
+    The clock row and whether the queue has controls (or held tasks) are one read; a queue
+    without them is claimed as it always was (:func:`_pick`), one with them through its
+    controls (:func:`rdq_sqlite._flow.pick`), in the same transaction."""
+    latest, controlled = conn.execute(SQL.claim_clock, {"queue": queue}).fetchone()
+    now = advance(conn, latest)
+    picked = (_flow.pick if controlled else _pick)(conn, queue, limit, now)
     if not picked:
         return []
     common = {"expires": now + lease_us, "now": now, "worker_id": worker_id}

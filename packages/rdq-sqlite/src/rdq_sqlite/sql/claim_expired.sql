@@ -6,6 +6,7 @@ UPDATE task SET
     claimed_by = :worker_id,
     attempt_count = attempt_count + 1,
     attempts = {append_attempt},
-    last_error_type = 'LeaseExpired'
+    last_error_type = 'LeaseExpired',
+    held = NULL
 WHERE id = :id
 RETURNING token, {columns}

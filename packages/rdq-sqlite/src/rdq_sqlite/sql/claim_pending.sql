@@ -4,6 +4,7 @@ UPDATE task SET
     token = lower(hex(randomblob(16))),
     lease_expires_at = :expires,
     claimed_at = :now,
-    claimed_by = :worker_id
+    claimed_by = :worker_id,
+    held = NULL
 WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING token, {columns}

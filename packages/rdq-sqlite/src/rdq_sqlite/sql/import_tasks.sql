@@ -3,10 +3,10 @@
 INSERT INTO task (
     id, queue, handler_ref, status, priority, payload, headers, attempt_count, redrive_count,
     attempts, last_error_type, created_at, next_attempt_at, lease_expires_at, claimed_by,
-    claimed_at, completed_at, dead_lettered_at, cancelled_at, retry, format_version, extra
+    claimed_at, completed_at, dead_lettered_at, cancelled_at, retry, format_version, extra, keys
 ) VALUES (
     :id, :queue, :handler_ref, :status, :priority, :payload, :headers, :attempt_count,
     :redrive_count, :attempts, :last_error_type, :created_at, :next_attempt_at,
     :lease_expires_at, :claimed_by, :claimed_at, :completed_at, :dead_lettered_at,
-    :cancelled_at, :retry, :format_version, :extra
+    :cancelled_at, :retry, :format_version, :extra, :keys
 )

@@ -3,5 +3,6 @@ UPDATE task SET
     attempt_count = 0,
     redrive_count = redrive_count + 1,
     next_attempt_at = :now,
-    dead_lettered_at = NULL
+    dead_lettered_at = NULL,
+    held = NULL
 WHERE id IN (SELECT value FROM json_each(:ids)) AND +queue = :queue AND +status = 'DEAD'

@@ -7,6 +7,7 @@ UPDATE task SET
     claimed_at = NULL,
     attempt_count = attempt_count + 1,
     attempts = {append_attempt},
-    last_error_type = :error_type
+    last_error_type = :error_type,
+    held = NULL
 WHERE id = :id AND status = 'IN_FLIGHT' AND token = :token
 RETURNING queue

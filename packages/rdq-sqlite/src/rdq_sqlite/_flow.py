@@ -1,0 +1,429 @@
+"""Flow control (contract version 3): control records, the claims that honour them, and what
+``wait_due`` needs to know about tasks the controls hold back.
+
+Claims decide in Python with :class:`rdq.spi.ClaimGate` (the rule as the reference store
+applies it), inside the claim's write transaction: ``BEGIN IMMEDIATE`` holds the database's
+write lock, so the controls read, the tasks leased and what the claim takes from gates and
+rate buckets are one atomic step.
+
+A claim of a queue without controls never comes here: :func:`rdq_sqlite._writes.claim` reads,
+with the clock row, whether the queue has a control record or held tasks (two index seeks)
+and otherwise claims exactly as before. With controls, :func:`pick` reads the queue's control
+records and, when one sets a concurrency limit, the live leases per key (``in_use.sql``: one
+range of the status index over the queue's live leases, never the tasks waiting), builds the
+gate and visits candidates in claim order (priority, then due time, then id) from
+
+- the claim index (tasks no claim has held back), one priority at a time, and
+- the tasks *held* under each key whose control lets tasks through now (index ``task_held``).
+
+A candidate that a control holds back is skipped, and held: its ``held`` column is set to the
+first of its keys that held it back, which moves it from the claim index to ``task_held``. A
+deep backlog behind a pause (or a full concurrency limit, an empty bucket, a closed gate) is
+therefore passed over once, by the claims that meet it (after :data:`HOLD_ALL_AFTER` skips
+for one key a claim holds that key's due tasks in one statement), and not by every claim
+after: later claims read the held tasks of a key only while that key lets tasks through, and
+stop reading them at the first one it holds back. A held task another of its keys holds back
+moves to that key. Claiming, rescheduling, redriving a task or extending its lease clears
+``held``; deleting a control, or lifting every limit it sets, releases the tasks held under
+its key at once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import sqlite3
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import msgspec
+
+from rdq.errors import ControlConflict
+from rdq.spi import (
+    MAX_PRIORITY,
+    QUEUE_KEY,
+    Bucket,
+    ClaimGate,
+    Control,
+    handler_key,
+)
+from rdq_sqlite._clock import now_for_read, tick
+from rdq_sqlite._codec import at_us, decode_keys, to_us
+from rdq_sqlite._queries import SQL
+
+__all__ = [
+    "claimable_at",
+    "delete_control",
+    "list_controls",
+    "pick",
+    "put_control",
+    "retry_now",
+]
+
+Row = tuple[Any, ...]
+"""A candidate as ``claim_scan.sql`` and ``held_candidates.sql`` select it: id, status,
+attempt_count, lease_expires_at, claimed_at, claimed_by, due time, handler_ref, keys."""
+
+MAX_SKIPS = 512
+"""Candidates one claim may hold back before it returns what it has: a bound on how long one
+claim keeps the write lock. The tasks it held back are out of the way of the next claim."""
+
+HOLD_ALL_AFTER = 32
+"""Candidates one key may hold back in one claim before the claim holds the queue's due tasks
+with that key in one statement (``hold_handler.sql``, ``hold_key.sql``) instead of one by one,
+up to :data:`HOLD_CHUNK` of them: a deep backlog is passed over in a few claims."""
+
+HOLD_CHUNK = 5000
+"""Tasks one claim may hold in such statements (about 50 ms of the write lock on the
+development VM): a claim stays short however deep the backlog; the next claim goes on."""
+
+_HANDLER = handler_key("")  # "handler:", the prefix of every handler's key
+_encode = msgspec.json.Encoder().encode
+_decode_state = msgspec.json.Decoder(dict[str, Any]).decode
+
+
+def _state(raw: str) -> dict[str, Any]:
+    try:
+        return _decode_state(raw)
+    except Exception:  # a control edited by hand: shown, never raised
+        return {"unreadable": raw}
+
+
+def _control(row: Row) -> tuple[Control, Bucket | None]:
+    """A control row as ``queue_controls.sql`` selects it, and its rate bucket."""
+    queue, key, paused, gate, concurrency, rate, per, burst, state, version, updated_at = row[:11]
+    tokens, tokens_at = row[11:13]
+    control = Control(
+        queue=queue,
+        key=key,
+        paused=bool(paused),
+        gate=gate,
+        concurrency=concurrency,
+        rate=rate,
+        per=per,
+        burst=burst,
+        state=_state(state),
+        version=version,
+        updated_at=at_us(updated_at),
+    )
+    bucket = None if tokens is None or tokens_at is None else Bucket(tokens, at_us(tokens_at))
+    return control, bucket
+
+
+def _limits(control: Control) -> bool:
+    """True when ``control`` can hold a task back."""
+    return control.paused or any(
+        value is not None for value in (control.gate, control.concurrency, control.rate)
+    )
+
+
+def _leases(conn: sqlite3.Connection, queue: str, now: int) -> dict[str, tuple[int, int]]:
+    """Per key: how many tasks of ``queue`` with the key hold a live lease at ``now``, and
+    the earliest end of those leases (microseconds)."""
+    leases: dict[str, tuple[int, int]] = {}
+    for key, count, earliest in conn.execute(SQL.in_use, {"queue": queue, "now": now}):
+        if count:
+            before_count, before_earliest = leases.get(key, (0, earliest))
+            leases[key] = (before_count + count, min(before_earliest, earliest))
+    return leases
+
+
+class _Flow:
+    """The controls of one queue at one instant: the gate, and the live leases behind it."""
+
+    def __init__(self, conn: sqlite3.Connection, queue: str, now: int) -> None:
+        self.controls: dict[str, Control] = {}
+        buckets: dict[str, Bucket] = {}
+        for row in conn.execute(SQL.queue_controls, {"queue": queue}):
+            control, bucket = _control(row)
+            self.controls[control.key] = control
+            if bucket is not None:
+                buckets[control.key] = bucket
+        limited = [c.key for c in self.controls.values() if c.concurrency is not None]
+        self.leases = _leases(conn, queue, now) if limited else {}
+        self.gate = ClaimGate(
+            self.controls,
+            buckets,
+            {key: self.leases[key][0] for key in limited if key in self.leases},
+            at_us(now),
+        )
+
+    def blocker(self, keys: Sequence[str]) -> str | None:
+        """The first of ``keys`` whose control holds a task back now, or ``None``."""
+        gate = self.gate
+        for key in keys:
+            if key in gate.controls and not gate.admits((key,)):
+                return key
+        return None
+
+    def admits_at(self, key: str, now: int) -> int | None:
+        """The earliest time (microseconds) the control of ``key`` may let a task through, as
+        far as time alone can change it: ``None`` for a pause, a closed gate or a limit of 0
+        (only a change of the control opens those)."""
+        gate = self.gate
+        control = gate.controls.get(key)
+        if control is None:
+            return now
+        left = gate.gates.get(key)
+        if control.paused or (left is not None and left < 1):
+            return None
+        at = now
+        if control.concurrency is not None and gate.in_use[key] >= control.concurrency:
+            lease = self.leases.get(key)
+            if lease is None:
+                return None
+            at = max(at, lease[1])  # the first live lease to end frees a slot
+        bucket = gate.buckets.get(key)  # refilled to now
+        if bucket is not None and bucket.tokens < 1 and control.rate:
+            wait = (1 - bucket.tokens) * control.per / control.rate
+            at = max(at, now + math.ceil(wait * 1e6))
+        return at
+
+
+def _held_keys(conn: sqlite3.Connection, queue: str) -> list[str]:
+    """The keys under which tasks of ``queue`` are held: one seek of ``task_held`` each."""
+    keys: list[str] = []
+    after = ""
+    while True:
+        key = conn.execute(SQL.held_keys, {"queue": queue, "after": after}).fetchone()[0]
+        if key is None:
+            return keys
+        keys.append(key)
+        after = key
+
+
+class _Stream:
+    """Candidates of one queue in claim order: the claim index's (``key`` None) or the tasks
+    held under ``key``; :meth:`rows` reads one priority in chunks by keyset, so it never keeps
+    a cursor open while the claim writes, and stops once the stream is :attr:`closed`."""
+
+    def __init__(self, conn: sqlite3.Connection, queue: str, key: str | None, now: int) -> None:
+        self.conn = conn
+        self.key = key
+        self.closed = False
+        self.params: dict[str, Any] = {"queue": queue, "now": now}
+        if key is not None:
+            self.params["key"] = key
+        self.top, self.scan = (
+            (SQL.claim_next_priority, SQL.claim_scan)
+            if key is None
+            else (SQL.held_priority, SQL.held_candidates)
+        )
+
+    def is_open(self) -> bool:
+        """False once the claim closed the stream (its key holds back its tasks now)."""
+        return not self.closed
+
+    def next_priority(self, below: int) -> int | None:
+        found = self.conn.execute(self.top, {**self.params, "below": below}).fetchone()
+        return None if found is None else int(found[0])
+
+    def rows(self, priority: int, first: int) -> Iterator[tuple[int, str, Row, _Stream]]:
+        after: tuple[int, str] = (-(2**63), "")
+        size = max(1, first)
+        while self.is_open():
+            chunk = self.conn.execute(
+                self.scan,
+                {
+                    **self.params,
+                    "priority": priority,
+                    "after_at": after[0],
+                    "after_id": after[1],
+                    "limit": size,
+                },
+            ).fetchall()
+            for row in chunk:
+                if not self.is_open():
+                    return
+                yield row[6], row[0], row, self
+            if len(chunk) < size:
+                return
+            after = (chunk[-1][6], chunk[-1][0])
+            size = min(size * 2, 256)
+
+
+def pick(conn: sqlite3.Connection, queue: str, limit: int, now: int) -> list[Row]:
+    """Inside the claim's write transaction: up to ``limit`` due tasks of ``queue`` that its
+    controls let through, in claim order, as ``(id, status, attempt_count,
+    lease_expires_at, claimed_at, claimed_by)``. Takes from the gates and rate buckets what
+    the claim uses and holds the candidates it skipped (see the module docstring)."""
+    flow = _Flow(conn, queue, now)
+    gate = flow.gate
+    if not gate.admits((QUEUE_KEY,)):
+        return []
+    gates = dict(gate.gates)
+    tokens = {key: bucket.tokens for key, bucket in gate.buckets.items()}
+    streams = [_Stream(conn, queue, None, now)]
+    streams += [
+        _Stream(conn, queue, key, now)
+        for key in _held_keys(conn, queue)
+        if flow.blocker((key,)) is None
+    ]
+    picked: list[Row] = []
+    holds: dict[str, str] = {}
+    skipped = 0
+    by_key: Counter[str] = Counter()
+    chunk = HOLD_CHUNK
+    below = MAX_PRIORITY + 1
+    while len(picked) < limit and skipped < MAX_SKIPS and gate.admits((QUEUE_KEY,)):
+        tops = [(s.next_priority(below), s) for s in streams if not s.closed]
+        live = [(p, s) for p, s in tops if p is not None]
+        if not live:
+            break
+        streams = [s for _, s in live]
+        below = max(p for p, _ in live)
+        level = [s.rows(below, limit - len(picked)) for p, s in live if p == below]
+        for _, task_id, row, stream in heapq.merge(*level, key=lambda c: (c[0], c[1])):
+            keys = [QUEUE_KEY, handler_key(row[7]), *decode_keys(row[8])]
+            held_by = flow.blocker(keys)
+            if held_by is None:
+                gate.take(keys)
+                picked.append(row[:6])
+                if len(picked) == limit or not gate.admits((QUEUE_KEY,)):
+                    break
+                continue
+            if held_by == QUEUE_KEY:
+                break
+            if held_by == stream.key:
+                stream.closed = True  # its key holds back the rest of its tasks too
+            else:
+                holds[task_id] = held_by
+                by_key[held_by] += 1
+                if by_key[held_by] % HOLD_ALL_AFTER == 0 and chunk > 0:
+                    chunk -= _hold_all(conn, queue, held_by, now, chunk)
+            skipped += 1
+            if skipped >= MAX_SKIPS:
+                break
+    if holds:
+        conn.executemany(SQL.hold, [{"id": i, "key": k} for i, k in holds.items()])
+    for key, left in gate.gates.items():
+        if left != gates[key]:
+            conn.execute(SQL.take_gate, {"queue": queue, "key": key, "gate": left})
+    for key, bucket in gate.buckets.items():
+        if bucket.tokens != tokens[key]:
+            conn.execute(
+                SQL.take_tokens,
+                {"queue": queue, "key": key, "tokens": bucket.tokens, "at": to_us(bucket.at)},
+            )
+    return picked
+
+
+def _hold_all(conn: sqlite3.Connection, queue: str, key: str, now: int, chunk: int) -> int:
+    """Hold up to ``chunk`` due tasks of ``queue`` in the claim index that have ``key``; how
+    many. Within one claim a key that held a task back holds back every later one (gates,
+    slots and tokens only go down); tasks this claim picked are released when leased."""
+    params = {"queue": queue, "key": key, "now": now, "chunk": chunk}
+    if key.startswith(_HANDLER):
+        params["handler_ref"] = key.removeprefix(_HANDLER)
+        return conn.execute(SQL.hold_handler, params).rowcount
+    return conn.execute(SQL.hold_key, params).rowcount
+
+
+def claimable_at(conn: sqlite3.Connection, queue: str, now: int, due: int | None) -> int | None:
+    """For ``wait_due``: the earliest time a task of ``queue`` may be claimable, given ``due``,
+    the earliest due time in the claim index. With controls, a paused (or closed, or full, or
+    rate-limited) queue is not due before its control lets tasks through, and tasks held under
+    a key count from when that key may let them through: so a worker does not spin on tasks
+    its claims would skip."""
+    if not conn.execute(SQL.queue_controlled, {"queue": queue}).fetchone()[0]:
+        return due
+    flow = _Flow(conn, queue, now)
+    opens = flow.admits_at(QUEUE_KEY, now)
+    if opens is None:
+        return None
+    times = [due] + [flow.admits_at(key, now) for key in _held_keys(conn, queue)]
+    known = [t for t in times if t is not None]
+    return max(min(known), opens) if known else None
+
+
+def list_controls(conn: sqlite3.Connection, queue: str | None) -> list[Control]:
+    """In one read snapshot: the control records of ``queue`` (of every queue for ``None``),
+    by queue then key, with ``in_use`` counted at the store's now."""
+    now = now_for_read(conn)
+    if queue is None:
+        rows = conn.execute(SQL.list_controls).fetchall()
+    else:
+        rows = conn.execute(SQL.queue_controls, {"queue": queue}).fetchall()
+    leases: dict[str, dict[str, tuple[int, int]]] = {}
+    out = []
+    for row in rows:
+        control, _ = _control(row)
+        if control.queue not in leases:
+            leases[control.queue] = _leases(conn, control.queue, now)
+        used = leases[control.queue].get(control.key)
+        out.append(msgspec.structs.replace(control, in_use=0 if used is None else used[0]))
+    return out
+
+
+def _found(conn: sqlite3.Connection, queue: str, key: str) -> Control | None:
+    row = conn.execute(SQL.get_control, {"queue": queue, "key": key}).fetchone()
+    return None if row is None else _control(row)[0]
+
+
+def put_control(conn: sqlite3.Connection, control: Control, expected_version: int) -> Control:
+    """Inside a write transaction: store ``control`` over ``expected_version`` (the version
+    is in the update's ``WHERE``); ``ControlConflict``, nothing changed, otherwise."""
+    now = tick(conn)
+    queue, key = control.queue, control.key
+    current = _found(conn, queue, key)
+    if (0 if current is None else current.version) != expected_version:
+        raise ControlConflict(queue, key, current)
+    state = _encode(control.state).decode()
+    per = float(control.per)
+    params = {
+        "queue": queue,
+        "key": key,
+        "paused": int(control.paused),
+        "gate": control.gate,
+        "concurrency": control.concurrency,
+        "rate": control.rate,
+        "per": per,
+        "burst": control.burst,
+        "state": state,
+        "now": now,
+    }
+    if current is None:
+        conn.execute(SQL.insert_control, params)
+    else:
+        refill = control.rate is None or (current.rate, current.per, current.bucket) != (
+            control.rate,
+            per,
+            control.bucket,
+        )
+        cursor = conn.execute(
+            SQL.update_control, {**params, "expected": expected_version, "refill": refill}
+        )
+        if cursor.rowcount != 1:  # cannot happen under the write lock; never a lost update
+            raise ControlConflict(queue, key, _found(conn, queue, key))
+    if not _limits(control):
+        conn.execute(SQL.release_held, {"queue": queue, "key": key})
+    return msgspec.structs.replace(
+        control,
+        per=per,
+        state=_state(state),
+        version=expected_version + 1,
+        updated_at=at_us(now),
+        in_use=None,
+    )
+
+
+def delete_control(conn: sqlite3.Connection, queue: str, key: str, expected_version: int) -> bool:
+    """Inside a write transaction: delete the control over ``expected_version`` and release
+    the tasks held under its key; False if there was none."""
+    current = _found(conn, queue, key)
+    if current is None:
+        return False
+    if current.version != expected_version:
+        raise ControlConflict(queue, key, current)
+    conn.execute(SQL.delete_control, {"queue": queue, "key": key, "expected": expected_version})
+    conn.execute(SQL.release_held, {"queue": queue, "key": key})
+    return True
+
+
+def retry_now(conn: sqlite3.Connection, queue: str, task_ids: Sequence[str]) -> int:
+    """Inside a write transaction: the listed PENDING tasks not yet due become due now."""
+    now = tick(conn)
+    ids = _encode(list(task_ids)).decode()
+    cursor = conn.execute(SQL.retry_now, {"queue": queue, "ids": ids, "now": now})
+    return cursor.rowcount

@@ -1,0 +1,1 @@
+DELETE FROM control WHERE queue = :queue AND key = :key AND version = :expected

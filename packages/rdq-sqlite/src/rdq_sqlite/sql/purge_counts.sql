@@ -1,0 +1,1 @@
+DELETE FROM counts WHERE minute < :before
