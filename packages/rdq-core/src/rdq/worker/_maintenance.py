@@ -16,6 +16,7 @@ from rdq import metrics
 from rdq.app import App
 from rdq.spi import Stats, Storage
 from rdq.worker._clock import StorageClock
+from rdq.worker._fleet import Fleet
 
 __all__ = ["maintenance_loop", "publish_stats", "purge_expired"]
 
@@ -62,9 +63,11 @@ async def maintenance_loop(
     *,
     stats_interval: float = 15.0,
     purge_interval: float = 60.0,
+    fleet: Fleet | None = None,
 ) -> None:
-    """Refresh stats every ``stats_interval`` and purge expired tasks every
-    ``purge_interval`` seconds, forever (cancel to stop). Errors are logged, not raised."""
+    """Refresh stats every ``stats_interval`` and purge expired tasks (and, with ``fleet``,
+    silent workers and old counts) every ``purge_interval`` seconds, forever (cancel to stop).
+    Errors are logged, not raised."""
     next_purge = clock.mono() + min(purge_interval, stats_interval)
     while True:
         try:
@@ -74,6 +77,8 @@ async def maintenance_loop(
                 purged = await purge_expired(app, storage, queues, clock)
                 if purged:
                     log.info("purged succeeded tasks past their task_ttl", count=purged)
+                if fleet is not None:
+                    await fleet.upkeep()
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -29,6 +29,7 @@ from rdq.spi import Attempt, Completion, Doubling, Outcome, Status, Storage, lim
 from rdq.worker._clock import StorageClock
 from rdq.worker._completer import Completer
 from rdq.worker._deadlines import Deadlines
+from rdq.worker._fleet import Fleet
 from rdq.worker._flow import FlowControl
 from rdq.worker._invoke import invoke
 from rdq.worker._run import Run
@@ -58,6 +59,7 @@ class Runner:
         completer: Completer[Run] | None = None,
         spawn: Callable[[Coroutine[Any, Any, None]], object] | None = None,
         flow: FlowControl | None = None,
+        fleet: Fleet | None = None,
     ) -> None:
         """``on_retry(queue, delay)`` is told of every retry scheduled (a wake-up hint).
         With a ``completer`` (stores with ``batch_complete``) successes are recorded through
@@ -75,6 +77,8 @@ class Runner:
         self.on_retry = on_retry
         self.completer = completer
         self.flow = flow
+        self.fleet = fleet
+        """Counts each outcome written, per queue and minute."""
         """Breakers: an outcome feeds its key's breaker; a held task is deferred unrun."""
         self.deadlines = Deadlines(clock.mono)
         self._spawn = spawn or asyncio.ensure_future
@@ -259,6 +263,9 @@ class Runner:
                 self._report_unwritten(run, attempt, exc)
                 return
         self._attempts(run.queue, decision.outcome).inc()
+        if self.fleet is not None:
+            dead = decision.action is Action.DEAD_LETTER
+            self.fleet.count(run.queue, decision.outcome, dead)
         if decision.action is Action.COMPLETE:
             return
         fields = self._fields(task.id, run.queue, run.number)
@@ -299,6 +306,8 @@ class Runner:
                 self._not_recorded(run, error)
         for queue, count in counted.items():
             self._attempts(queue, Outcome.SUCCEEDED).inc(count)
+            if self.fleet is not None:
+                self.fleet.count(queue, Outcome.SUCCEEDED, n=count)
 
     def _written_one(self, run: Run) -> None:
         if run.writing:

@@ -43,6 +43,7 @@ from rdq.logging import get_logger
 from rdq.spi import Doubling, Storage, limits
 from rdq.worker._clock import Monotonic, StorageClock
 from rdq.worker._completer import Completer
+from rdq.worker._fleet import Fleet
 from rdq.worker._flow import FlowControl
 from rdq.worker._heartbeat import heartbeat_loop
 from rdq.worker._maintenance import maintenance_loop
@@ -206,6 +207,17 @@ class Worker:
             self.app, self.storage, self.clock, self.queues, self.worker_id, self.log, self._rng
         )
         await _quietly(flow.refresh(), self.log)  # breakers as they are before the first claim
+        fleet = Fleet(
+            self.storage,
+            self.clock,
+            self.worker_id,
+            self.queues,
+            size,
+            lambda: len(self._runs),
+            self.log,
+        )
+        await _quietly(fleet.heartbeat(), self.log)  # registered before its first claim
+        leaving = asyncio.Event()
         self._held.max_freed_early = size
         runner = Runner(
             self.app,
@@ -218,6 +230,7 @@ class Worker:
             on_retry=self._note_retry,
             spawn=self._side_task,
             flow=flow,
+            fleet=fleet,
         )
         completer: Completer[Run] | None = None
         if capabilities.batch_complete:
@@ -256,6 +269,7 @@ class Worker:
         ]
         background = [
             asyncio.create_task(flow.run(stopping), name="rdq-flow"),
+            asyncio.create_task(fleet.run(leaving), name="rdq-fleet"),
             asyncio.create_task(
                 heartbeat_loop(
                     self.storage,
@@ -295,6 +309,7 @@ class Worker:
                         self.log,
                         stats_interval=self.stats_interval,
                         purge_interval=self.purge_interval,
+                        fleet=fleet,
                     ),
                     name="rdq-maintenance",
                 )
@@ -302,6 +317,8 @@ class Worker:
         self.log.info("worker started", worker_id=self.worker_id, queues=self.queues)
         try:
             await stopping.wait()
+            fleet.state = "stopping"
+            await _quietly(fleet.heartbeat(), self.log)
             await asyncio.gather(*claimers, return_exceptions=True)
             await drain(
                 self._held_runs,
@@ -327,6 +344,8 @@ class Worker:
             await asyncio.gather(*claimers, *background, return_exceptions=True)
             await watchdog.stop()
             threads.close()
+            leaving.set()
+            await fleet.leave()
             self.log.info("worker stopped", worker_id=self.worker_id)
 
     def _held_runs(self) -> list[Run]:
