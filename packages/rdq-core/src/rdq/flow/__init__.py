@@ -20,6 +20,7 @@ from rdq.flow._breaker import (
     ramp,
     reopen,
     trip,
+    widen,
     with_breaker,
 )
 from rdq.flow._keys import breaker_key, dependency_key
@@ -38,5 +39,6 @@ __all__ = [
     "ramp",
     "reopen",
     "trip",
+    "widen",
     "with_breaker",
 ]

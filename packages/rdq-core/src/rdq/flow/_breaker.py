@@ -40,6 +40,7 @@ __all__ = [
     "ramp",
     "reopen",
     "trip",
+    "widen",
     "with_breaker",
 ]
 
@@ -186,6 +187,22 @@ def trip(
         outages=_remembered(outages, now),
     )
     return with_breaker(control, breaker, gate=0, rate=None)
+
+
+def widen(control: Control, started: datetime, error_types: list[str]) -> Control | None:
+    """The outage in progress as another worker saw it: it began no later than ``started``
+    (that worker's oldest failure of it) with ``error_types`` among its errors. Failures
+    before the trip that happened on other workers are then inside the window, uncharged like
+    the rest. ``None``: nothing to widen (no outage in progress, or it already covers both)."""
+    breaker = breaker_of(control)
+    if not breaker.outages or breaker.outages[-1].end is not None:
+        return None
+    last = breaker.outages[-1]
+    types = sorted(set(last.error_types) | set(error_types))
+    if last.start <= started and types == list(last.error_types):
+        return None
+    outages = [*breaker.outages[:-1], Outage(start=min(last.start, started), error_types=types)]
+    return with_breaker(control, msgspec.structs.replace(breaker, outages=outages))
 
 
 def begin_probing(control: Control, now: datetime, config: Breaker) -> Control | None:

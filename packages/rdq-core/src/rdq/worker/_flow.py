@@ -158,6 +158,10 @@ class FlowControl:
                 f"{decision.error_type}",
             )
         if outage and self.breaker(queue, key).state is not flow.State.CLOSED:
+            if window.started is not None:  # failures here before another worker tripped it
+                started = self.clock.at(window.started)
+                types = sorted(window.error_types)
+                await self._change(queue, key, lambda c: flow.widen(c, started, types))
             metrics.DEFERRED.labels(queue).inc()
             return self.deferral(self.breaker(queue, key), decision)
         return decision

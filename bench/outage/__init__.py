@@ -1,0 +1,1 @@
+"""The outage scenario: a dependency down for a while under a backlog (python -m bench.outage)."""

@@ -1,0 +1,48 @@
+"""The application the outage scenario's ``rdq worker`` processes run.
+
+``call`` POSTs to the dependency (``OUTAGE_SERVICE``, refusing connections during the outage);
+``healthy`` calls one that stays up (``OUTAGE_HEALTHY``). Queue ``q`` as the scenario gives
+it: ``max_attempts=5``, ``Backoff.exponential(base=1, cap=10)``, concurrency 10, the breaker
+at its defaults (``OUTAGE_BREAKER=off`` turns it off, to measure what it saves).
+"""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+
+import rdq
+
+SERVICE = os.environ.get("OUTAGE_SERVICE", "http://127.0.0.1:18080/")
+HEALTHY = os.environ.get("OUTAGE_HEALTHY", "http://127.0.0.1:18081/")
+
+app = rdq.App()
+app.queue(
+    "q",
+    max_attempts=5,
+    backoff=rdq.Backoff.exponential(base=1, cap=10),
+    concurrency=10,
+    breaker=os.environ.get("OUTAGE_BREAKER", "on") != "off",
+)
+
+_client: httpx.AsyncClient | None = None
+
+
+def _http() -> httpx.AsyncClient:
+    global _client
+    if _client is None:
+        _client = httpx.AsyncClient(timeout=5.0)
+    return _client
+
+
+@app.handler("call", queue="q")
+async def call(payload: dict[str, int]) -> None:
+    response = await _http().post(SERVICE, json=payload)
+    response.raise_for_status()
+
+
+@app.handler("healthy", queue="q")
+async def healthy(payload: dict[str, int]) -> None:
+    response = await _http().post(HEALTHY, json=payload)
+    response.raise_for_status()
