@@ -17,7 +17,7 @@ import pytest_asyncio
 from pymongo import monitoring
 from pymongo.errors import AutoReconnect
 
-from rdq.errors import StorageUnavailable
+from rdq.errors import ControlConflict, StorageUnavailable
 from rdq.spi import QUEUE_KEY, Control, Envelope, handler_key
 from rdq_mongo import MongoStorage, _claims
 
@@ -273,6 +273,32 @@ async def test_a_write_of_the_same_rate_keeps_the_bucket_and_the_reservations(
     element = await _element(store, "q", "api")
     assert element["pending"] == [{"o": "x", "n": 1, "u": 1}]
     assert element["tokens"] is None, "no rate any more: no bucket"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("document", ["absent", "present"])
+async def test_of_racing_writers_of_a_first_record_exactly_one_succeeds(
+    store: MongoStorage, document: str
+) -> None:
+    if document == "present":  # the queue's document exists, holding another key
+        await store.put_control(Control(queue="q", key="other"), expected_version=0)
+
+    async def writer(n: int) -> int | None:
+        try:
+            await store.put_control(
+                Control(queue="q", key="k", state={"writer": n}), expected_version=0
+            )
+        except ControlConflict as exc:
+            assert exc.found is not None and exc.found.version == 1
+            return None
+        return n
+
+    results = await asyncio.gather(*(writer(n) for n in range(8)))
+    winners = [n for n in results if n is not None]
+    assert len(winners) == 1, winners
+    listed = {c.key: c for c in await store.list_controls("q")}
+    assert listed["k"].state == {"writer": winners[0]} and listed["k"].version == 1
+    assert len(listed) == (2 if document == "present" else 1)
 
 
 # --- listing ---------------------------------------------------------------------------------

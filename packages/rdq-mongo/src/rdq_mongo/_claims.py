@@ -66,7 +66,6 @@ __all__ = ["HOLD_MARGIN_US", "Claim"]
 HOLD_MARGIN_US = 5_000_000
 """How long past the operation timeout a claim's reservation of concurrency slots is kept
 if the claim never settles it."""
-_ROUNDS = 8
 _TAKE_ATTEMPTS = 4
 
 
@@ -213,7 +212,9 @@ class Claim:
     async def _limited(self, view: View) -> None:
         held: set[str] = set()
         current: View | None = view
-        for _ in range(_ROUNDS):
+        # Each round but the last holds a new key back or leases a task: this bound is only
+        # a safety net.
+        for _ in range(len(view.controls) + self.limit + 2):
             if current is None or not current.restricting:
                 await self._plain(None)
                 return
@@ -268,11 +269,16 @@ class Claim:
             plan = _Plan(admitted=[s for s in plan.admitted if not s], held=plan.held)
         held |= plan.held
         leased = 0
+        drained: set[frozenset[str]] = set()  # kinds of task none of which is due any more
         try:
             for keys in plan.admitted:
+                if keys in drained:
+                    continue
                 if await self._lease(view.class_scope(keys)):
                     plan.used.update(keys)
                     leased += 1
+                else:
+                    drained.add(keys)
         finally:
             if plan.totals:
                 await self.settle()

@@ -259,13 +259,13 @@ def _restricts(control: Control) -> bool:
 async def read_view(connection: Connection, queue: str) -> View | None:
     """The control records of ``queue`` and the server's now, in one read (``None`` when the
     queue has none: the common case, one indexed lookup that finds nothing)."""
-    async for doc in await connection.controls.aggregate(
+    cursor = await connection.controls.aggregate(
         [{"$match": {"_id": queue}}, {"$addFields": {"now": NOW_US}}]
-    ):
+    )
+    for doc in await cursor.to_list():
         elements = {str(e.get("key")): e for e in _elements(doc)}
-        if not elements:
-            return None
-        return View(queue=queue, now_us=int(doc["now"]), elements=elements)
+        if elements:
+            return View(queue=queue, now_us=int(doc["now"]), elements=elements)
     return None
 
 
