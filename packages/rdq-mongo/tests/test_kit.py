@@ -15,7 +15,7 @@ from rdq_mongo import MongoStorage
 from rdq_mongo.testing import put_corrupt_task
 
 EXPECTED = Capabilities(
-    contract_version=2,
+    contract_version=3,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,
@@ -29,6 +29,10 @@ EXPECTED = Capabilities(
     import_tasks=True,
     audit=True,
     reopen=True,
+    control=True,
+    worker_registry=True,
+    counters=True,
+    transactional_enqueue=False,
 )
 
 

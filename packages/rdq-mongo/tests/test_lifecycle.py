@@ -92,7 +92,7 @@ def _is_open(storage: MongoStorage) -> bool:
 
 
 EXPECTED = Capabilities(
-    contract_version=2,
+    contract_version=3,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,
@@ -106,6 +106,10 @@ EXPECTED = Capabilities(
     import_tasks=True,
     audit=True,
     reopen=True,
+    control=True,
+    worker_registry=True,
+    counters=True,
+    transactional_enqueue=False,
 )
 """What the store advertises, connected or not (``rdq_notify=off`` turns ``notify`` off)."""
 

@@ -74,7 +74,12 @@ async def test_migrate_is_idempotent(database_url: str) -> None:
         await storage.migrate()
         await storage.migrate()
         names = {index["name"] async for index in await storage._connection().tasks.list_indexes()}
-        assert names == {"_id_", "rdq_claim_by_priority", "rdq_by_status_time"}
+        assert names == {
+            "_id_",
+            "rdq_claim_by_handler",
+            "rdq_in_flight_by_key",
+            "rdq_by_status_time",
+        }
         await storage._connection().client.drop_database(storage.config.database)
 
 
@@ -86,10 +91,19 @@ async def test_migrate_names_the_steps_it_applied_and_none_once_up_to_date(
         assert isinstance(storage, MongoStorage)
         try:
             assert await storage.migrate() == [
-                "create index rdq_tasks.rdq_claim_by_priority",
+                "create collection rdq_tasks",
+                "create collection rdq_audit",
+                "create collection rdq_controls",
+                "create collection rdq_workers",
+                "create collection rdq_counts",
+                "create index rdq_tasks.rdq_claim_by_handler",
+                "create index rdq_tasks.rdq_in_flight_by_key",
                 "create index rdq_tasks.rdq_by_status_time",
                 "create index rdq_audit.rdq_audit_time",
                 "create index rdq_audit.rdq_audit_queue_time",
+                "create index rdq_workers.rdq_workers_seen",
+                "create index rdq_counts.rdq_counts_queue_minute",
+                "create index rdq_counts.rdq_counts_minute",
             ]
             assert await storage.migrate() == []
         finally:

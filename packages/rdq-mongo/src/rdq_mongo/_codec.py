@@ -9,6 +9,9 @@ Layout of one task document (collection ``<prefix>tasks``)::
     created_at, next_attempt_at, lease_expires_at, claimed_at, completed_at,
     dead_lettered_at, cancelled_at
     claimed_by       the worker id of the current claim (IN_FLIGHT only)
+    keys             the task's flow-control keys (``Envelope.keys``), only when it has some:
+                     a task without keys has no such field, so the index of the in-flight
+                     tasks by key holds only tasks that have keys
     due              when the task may be claimed: next_attempt_at while PENDING,
                      lease_expires_at while IN_FLIGHT, null otherwise
     status_at        the status time: next_attempt_at (PENDING), lease_expires_at
@@ -30,7 +33,8 @@ everywhere, NUL in keys, or integers beyond 64 bits).
 Documents written by the previous release (no ``priority``, ``claimed_by``,
 ``cancelled_at``, ``status_at`` or ``last_error_type``) read back with the defaults;
 ``migrate`` fills in ``priority``, ``status_at`` and ``last_error_type`` so that they sort,
-list and filter like new ones.
+list and filter like new ones. A document whose keys are still in its body (written before
+they had a field of their own) reads them from there until ``migrate`` moves them out.
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ _TOP_LEVEL = frozenset(
         "redrive_count",
         "attempts",
         "claimed_by",
+        "keys",
         "corrupt",
     }
     | set(TIME_FIELDS)
@@ -163,6 +168,8 @@ def envelope_to_document(task: Envelope) -> dict[str, Any]:
         "attempts": [attempt_to_document(a) for a in task.attempts],
         "claimed_by": task.claimed_by,
     }
+    if task.keys:
+        doc["keys"] = list(task.keys)
     for name in TIME_FIELDS:
         doc[name] = to_micros(getattr(task, name))
     doc["due"] = to_micros(due_of(task))
@@ -214,9 +221,11 @@ def _from_document(doc: dict[str, Any]) -> Envelope:
     else:
         if isinstance(decoded, dict):
             raw.update((key, value) for key, value in decoded.items() if key not in _TOP_LEVEL)
+            if "keys" not in doc and "keys" in decoded:  # not yet moved out by migrate
+                raw["keys"] = decoded["keys"]
         else:
             wrong("body", "not a JSON object", body)
-    for name in ("handler_ref", "attempt_count", "redrive_count", "priority", "claimed_by"):
+    for name in ("handler_ref", "attempt_count", "redrive_count", "priority", "claimed_by", "keys"):
         if doc.get(name) is not None:
             raw[name] = doc[name]
     for name in TIME_FIELDS:

@@ -32,6 +32,10 @@ class Connection:
     database: AsyncDatabase[Document]
     tasks: AsyncCollection[Document]
     audit: AsyncCollection[Document]
+    controls: AsyncCollection[Document]
+    """One document per queue that has control records (``_controls``)."""
+    workers: AsyncCollection[Document]
+    counts: AsyncCollection[Document]
     transactions: bool
     """The server runs multi-document transactions (a replica-set member or mongos)."""
     change_streams: bool
@@ -66,6 +70,9 @@ async def open_connection(config: MongoConfig) -> Connection:
         database=database,
         tasks=tasks,
         audit=database[config.audit_collection],
+        controls=database[config.controls_collection],
+        workers=database[config.workers_collection],
+        counts=database[config.counts_collection],
         transactions=replicated and hello.get("logicalSessionTimeoutMinutes") is not None,
         change_streams=replicated and config.notify,
     )

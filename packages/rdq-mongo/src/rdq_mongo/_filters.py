@@ -7,7 +7,8 @@ values in query operators (never read as paths), and wrapped in ``$literal`` ins
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ __all__ = [
     "CLAIM_SORT",
     "NOW_US",
     "STATUS_AT",
+    "Scope",
     "after_key",
     "audit_filter",
     "cancellable",
@@ -26,6 +28,7 @@ __all__ = [
     "dead_filter",
     "finished_before",
     "is_number",
+    "retry_now_filter",
     "selected_filter",
     "task_filter",
 ]
@@ -57,14 +60,44 @@ def claimed_with(task_id: str, token: str) -> Document:
     return {"_id": task_id, "token": token, "status": Status.IN_FLIGHT.value}
 
 
-def claim_filter(queue: str, claimed: Sequence[str] = ()) -> Document:
+@dataclass(frozen=True)
+class Scope:
+    """Which due tasks a claim of a queue with control records may take, by their keys:
+    none whose handler is in ``not_handlers`` or that has a key in ``not_keys`` (paused, or
+    held back by a limit); with ``handler``, only that handler's; with ``keys``, only tasks
+    that have all of them."""
+
+    not_handlers: Collection[str] = ()
+    not_keys: Collection[str] = ()
+    handler: str | None = None
+    keys: Collection[str] = ()
+
+    def apply(self, found: Document) -> Document:
+        if self.handler is not None:
+            found["handler_ref"] = self.handler
+        elif self.not_handlers:
+            found["handler_ref"] = {"$nin": sorted(self.not_handlers)}
+        keys: Document = {}
+        if self.keys:
+            keys["$all"] = sorted(self.keys)
+        if self.not_keys:
+            keys["$nin"] = sorted(self.not_keys)
+        if keys:
+            found["keys"] = keys
+        return found
+
+
+def claim_filter(queue: str, claimed: Sequence[str] = (), scope: Scope | None = None) -> Document:
     """Tasks of ``queue`` that are due by the server clock: PENDING with ``next_attempt_at``
     passed or IN_FLIGHT with the lease passed (``due`` holds whichever applies), except the
     ``claimed`` ids (those a batch already holds: a lease shorter than the batch may lapse
-    before its end, and one call must not hand out a task twice)."""
+    before its end, and one call must not hand out a task twice), and only those of
+    ``scope`` when given."""
     found: Document = {"queue": queue, "status": {"$in": _LIVE}}
     if claimed:
         found["_id"] = {"$nin": list(claimed)}
+    if scope is not None:
+        scope.apply(found)
     found["$expr"] = {"$lte": ["$due", NOW_US]}
     return found
 
@@ -73,6 +106,16 @@ def cancellable(queue: str, task_ids: Sequence[str]) -> Document:
     """The tasks of ``queue`` among ``task_ids`` that are still to run (PENDING or
     IN_FLIGHT)."""
     return {"_id": {"$in": list(task_ids)}, "queue": queue, "status": {"$in": _LIVE}}
+
+
+def retry_now_filter(queue: str, task_ids: Sequence[str]) -> Document:
+    """The PENDING tasks of ``queue`` among ``task_ids`` that are not due yet."""
+    return {
+        "_id": {"$in": list(task_ids)},
+        "queue": queue,
+        "status": Status.PENDING.value,
+        "$expr": {"$and": [is_number("$next_attempt_at"), {"$gt": ["$next_attempt_at", NOW_US]}]},
+    }
 
 
 def finished_before(queue: str, older_than: datetime) -> Document:

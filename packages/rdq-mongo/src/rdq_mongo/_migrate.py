@@ -1,25 +1,52 @@
-"""``migrate``: the indexes of rdq's collections, and the upgrade of documents written by the
-previous release.
+"""``migrate``: rdq's collections and their indexes, and the upgrade of documents written by
+earlier releases.
 
-Idempotent, and harmless when several processes run it at once: ``createIndexes`` of an
-index that exists with the same definition is a no-op, dropping an index that is already
-gone is ignored, and the upgrade only touches documents that lack the new fields.
+Idempotent, and harmless when several processes run it at once: creating a collection that
+exists is ignored, ``createIndexes`` of an index that exists with the same definition is a
+no-op, dropping an index that is already gone is ignored, and the upgrades only touch
+documents that lack the new fields (each one compare-and-set on what it read).
 """
 
 from __future__ import annotations
 
-from pymongo import ASCENDING, DESCENDING, IndexModel
-from pymongo.errors import OperationFailure
+from typing import Any
 
-from rdq.spi import STATUS_TIME_FIELDS
+import msgspec
+from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo.errors import CollectionInvalid, OperationFailure
+
+from rdq.spi import STATUS_TIME_FIELDS, Status
 from rdq_mongo._connection import Connection
 
-__all__ = ["AUDIT_INDEXES", "OLD_INDEXES", "TASK_INDEXES", "migrate"]
+__all__ = [
+    "AUDIT_INDEXES",
+    "COUNT_INDEXES",
+    "OLD_INDEXES",
+    "TASK_INDEXES",
+    "WORKER_INDEXES",
+    "migrate",
+]
 
 TASK_INDEXES = [
+    # handler_ref last: it serves no bound and no sort, but a claim that leaves paused or
+    # held-back handlers out ($nin) is decided on the index entries, without reading the
+    # documents of a backlog it skips.
     IndexModel(
-        [("queue", ASCENDING), ("status", ASCENDING), ("priority", DESCENDING), ("due", ASCENDING)],
-        name="rdq_claim_by_priority",
+        [
+            ("queue", ASCENDING),
+            ("status", ASCENDING),
+            ("priority", DESCENDING),
+            ("due", ASCENDING),
+            ("handler_ref", ASCENDING),
+        ],
+        name="rdq_claim_by_handler",
+    ),
+    # The live leases of each task key (concurrency limits, list_controls' in_use): only
+    # IN_FLIGHT tasks that have keys are in it, so tasks without keys never pay for it.
+    IndexModel(
+        [("queue", ASCENDING), ("keys", ASCENDING), ("lease_expires_at", ASCENDING)],
+        name="rdq_in_flight_by_key",
+        partialFilterExpression={"status": Status.IN_FLIGHT.value, "keys": {"$exists": True}},
     ),
     IndexModel(
         [("queue", ASCENDING), ("status", ASCENDING), ("status_at", ASCENDING), ("_id", ASCENDING)],
@@ -39,8 +66,18 @@ AUDIT_INDEXES = [
     ),
 ]
 
-OLD_INDEXES = ("rdq_claim", "rdq_dlq", "rdq_succeeded")
-"""Indexes of the previous release, replaced by the ones above."""
+WORKER_INDEXES = [IndexModel([("seen_at", ASCENDING)], name="rdq_workers_seen")]
+
+COUNT_INDEXES = [
+    IndexModel([("queue", ASCENDING), ("minute", ASCENDING)], name="rdq_counts_queue_minute"),
+    IndexModel([("minute", ASCENDING)], name="rdq_counts_minute"),
+]
+"""The counts are found by ``_id`` (``"<queue> <minute>"``) when added to; these serve
+``read_counts`` (one queue or all, by queue then minute) and ``purge_counts``."""
+
+OLD_INDEXES = ("rdq_claim", "rdq_dlq", "rdq_succeeded", "rdq_claim_by_priority")
+"""Indexes of earlier releases, replaced by the ones above (``rdq_claim_by_priority`` by
+``rdq_claim_by_handler``, which is the same with ``handler_ref`` at its end)."""
 
 _INDEX_NOT_FOUND = 27
 _STATUS_AT = {
@@ -67,14 +104,30 @@ _LAST_ERROR_TYPE = {
 
 
 async def migrate(connection: Connection) -> list[str]:
-    """Create the indexes, drop the previous release's, and give its documents the fields
-    the new queries rely on (``priority`` 0, ``status_at`` and ``last_error_type`` from the
-    fields they copy). Returns the steps that changed something, in order (``[]`` when all
-    was up to date; with concurrent runs, a step may be named by more than one).
-    Driver errors propagate."""
+    """Create the collections and their indexes, give documents of earlier releases the
+    fields the new queries rely on (``priority`` 0, ``status_at`` and ``last_error_type``
+    from the fields they copy, ``keys`` out of the body), then drop the indexes the new ones
+    replace. Returns the steps that changed something, in order (``[]`` when all was up to
+    date; with concurrent runs, a step may be named by more than one). Driver errors
+    propagate."""
     tasks = connection.tasks
     steps: list[str] = []
-    for collection, indexes in ((tasks, TASK_INDEXES), (connection.audit, AUDIT_INDEXES)):
+    existing = set(await connection.database.list_collection_names())
+    every = (tasks, connection.audit, connection.controls, connection.workers, connection.counts)
+    for collection in every:
+        if collection.name in existing:
+            continue
+        try:
+            await connection.database.create_collection(collection.name)
+        except CollectionInvalid:  # another migrate created it meanwhile
+            continue
+        steps.append(f"create collection {collection.name}")
+    for collection, indexes in (
+        (tasks, TASK_INDEXES),
+        (connection.audit, AUDIT_INDEXES),
+        (connection.workers, WORKER_INDEXES),
+        (connection.counts, COUNT_INDEXES),
+    ):
         before = {index["name"] async for index in await collection.list_indexes()}
         # Every index is created, existing ones too: one whose definition changed under the
         # same name fails loudly instead of staying as it was.
@@ -97,6 +150,9 @@ async def migrate(connection: Connection) -> list[str]:
         result = await tasks.update_many(lacking, update)
         if result.modified_count:
             steps.append(f"set {field} on {result.modified_count} task(s) of the previous release")
+    moved = await _move_keys_out_of_bodies(connection)
+    if moved:
+        steps.append(f"move keys out of the body of {moved} task(s)")
     for name in OLD_INDEXES:
         try:
             await tasks.drop_index(name)
@@ -106,3 +162,30 @@ async def migrate(connection: Connection) -> list[str]:
         else:
             steps.append(f"drop index {tasks.name}.{name}")
     return steps
+
+
+async def _move_keys_out_of_bodies(connection: Connection) -> int:
+    """Give the tasks whose ``keys`` are still in their body (written before keys had a field
+    of their own) the field ``keys`` (none when the list is empty), and take them out of the
+    body. Each update is fenced on the body it read, so a concurrent change wins."""
+    moved = 0
+    candidates = connection.tasks.find(
+        {"keys": {"$exists": False}, "body": {"$regex": '"keys":'}}, projection={"body": 1}
+    )
+    async for doc in candidates:
+        body = doc.get("body")
+        try:
+            decoded: Any = msgspec.json.decode(body) if isinstance(body, str) else None
+        except (msgspec.DecodeError, RecursionError):
+            continue  # a corrupt body stays as it is (reads report it)
+        if not isinstance(decoded, dict) or "keys" not in decoded:
+            continue  # "keys" somewhere inside the payload, not the envelope's
+        keys = decoded.pop("keys")
+        change: dict[str, Any] = {"body": msgspec.json.encode(decoded).decode("utf-8")}
+        if keys:
+            change["keys"] = keys
+        result = await connection.tasks.update_one(
+            {"_id": doc["_id"], "body": body, "keys": {"$exists": False}}, {"$set": change}
+        )
+        moved += result.modified_count
+    return moved

@@ -6,10 +6,11 @@ the server every second when the next task falls due (``POLL_SECONDS``).
 
 The stream is opened *before* the store is asked when the next task falls due, so an enqueue
 that lands between the two is never missed. Events that wake a waiter: an insert into the
-queue (an enqueue), and any update that sets a task PENDING (reschedule, redrive; the
-update does not carry the queue, so this can wake a waiter of another queue: wake-ups may be
-spurious). Tasks that become due by the passing of time (a delay or a lease running out) are
-covered by never waiting past the next due time the server reports.
+queue (an enqueue), and any update that sets a task PENDING (reschedule, redrive) or moves
+its next attempt (``retry_now``); the update does not carry the queue, so this can wake a
+waiter of another queue: wake-ups may be spurious. Tasks that become due by the passing of
+time (a delay or a lease running out) are covered by never waiting past the next due time
+the server reports.
 """
 
 from __future__ import annotations
@@ -109,6 +110,11 @@ async def wait_for_due(
                     {
                         "operationType": "update",
                         "updateDescription.updatedFields.status": Status.PENDING.value,
+                    },
+                    # retry_now: a PENDING task made due now
+                    {
+                        "operationType": "update",
+                        "updateDescription.updatedFields.next_attempt_at": {"$exists": True},
                     },
                 ]
             }

@@ -8,7 +8,7 @@ listing and count in ``_pages``, the client in ``_connection``.
 
 from __future__ import annotations
 
-import secrets
+import contextlib
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,16 +17,18 @@ from typing import Any
 
 import pymongo
 from pymongo import ReturnDocument, UpdateOne
-from pymongo.errors import PyMongoError
 
 from rdq.errors import NotConnected, NotFound, StaleClaim, StorageError
 from rdq.spi import (
+    CONTRACT_VERSION,
     Attempt,
     AuditEntry,
     AuditFilter,
     Capabilities,
     Claimed,
     Completion,
+    Control,
+    Counts,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -36,12 +38,14 @@ from rdq.spi import (
     Status,
     StorageBase,
     TaskFilter,
+    WorkerInfo,
     fence,
 )
+from rdq_mongo import _controls, _fleet, _pages
 from rdq_mongo import _filters as f
-from rdq_mongo import _pages
 from rdq_mongo import _updates as u
 from rdq_mongo._admission import Admission, admit_batch, admit_one
+from rdq_mongo._claims import HOLD_MARGIN_US, Claim
 from rdq_mongo._codec import (
     attempt_to_document,
     audit_from_document,
@@ -71,7 +75,8 @@ def _micros(delta: timedelta) -> int:
 
 class MongoStorage(StorageBase):
     """Tasks in one collection (``<prefix>tasks``) of one database, the audit trail in
-    another (``<prefix>audit``).
+    another (``<prefix>audit``), control records, the worker registry and per-minute counts
+    in three more (``<prefix>controls``, ``<prefix>workers``, ``<prefix>counts``).
 
     Build it with :meth:`from_url`; ``options`` are passed to ``pymongo.AsyncMongoClient``
     (the URL's own options win over rdq's defaults of 5 s server-selection and connect
@@ -101,12 +106,12 @@ class MongoStorage(StorageBase):
         return MongoStorage(self._config)
 
     def capabilities(self) -> Capabilities:
-        """The same on every call: every flag of the contract but ``transactional_enqueue``,
-        ``notify`` unless the URL says ``rdq_notify=off`` (``wait_due`` uses change streams
-        where the server has them, and polls the next due time every second where it does
-        not)."""
+        """The same on every call: contract version 3 with every flag but
+        ``transactional_enqueue``, ``notify`` unless the URL says ``rdq_notify=off``
+        (``wait_due`` uses change streams where the server has them, and polls the next due
+        time every second where it does not)."""
         return Capabilities(
-            contract_version=2,  # version 3 (control, the fleet, counts) not yet implemented
+            contract_version=CONTRACT_VERSION,
             notify=self._config.notify,
             filter_pushdown=True,
             batch_enqueue=True,
@@ -120,6 +125,9 @@ class MongoStorage(StorageBase):
             import_tasks=True,
             audit=True,
             reopen=True,
+            control=True,
+            worker_registry=True,
+            counters=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -179,32 +187,22 @@ class MongoStorage(StorageBase):
     async def _claim_due(
         self, queue: str, limit: int, lease: timedelta, worker_id: str | None
     ) -> list[Claimed]:
-        """One task per findAndModify, up to ``limit``, within one operation timeout. A
-        failure part-way (the timeout running out on a slow server, a lost connection) ends
-        the batch with the tasks claimed so far; it raises only when nothing was claimed."""
-        lease_us = _micros(lease)
-        claimed: list[Claimed] = []
-        with self._errors() as connection:
-            while len(claimed) < limit:
-                token = secrets.token_hex(16)
-                try:
-                    doc = await connection.tasks.find_one_and_update(
-                        f.claim_filter(queue, [c.task.id for c in claimed]),
-                        u.claim_update(token, lease_us, worker_id),
-                        sort=f.CLAIM_SORT,
-                        return_document=ReturnDocument.AFTER,
-                    )
-                except PyMongoError:
-                    if not claimed:
-                        raise
-                    # The tasks claimed so far are leased to the caller already: hand them
-                    # over rather than strand them until their leases lapse (and cost each
-                    # an attempt). The next call meets the error, if it lasts.
-                    break
-                if doc is None:
-                    break
-                claimed.append(Claimed(envelope_from_document(doc), token))
-        return claimed
+        """See ``_claims``: with no control record restricting the queue, one lookup of its
+        control document, then one task per findAndModify, up to ``limit``, within one
+        operation timeout. A failure part-way ends the batch with the tasks claimed so far;
+        it raises only when nothing was claimed."""
+        hold_us = int(self._config.timeout * 1_000_000) + HOLD_MARGIN_US
+        claim: Claim | None = None
+        try:
+            with self._errors() as connection:
+                claim = Claim(connection, queue, limit, _micros(lease), worker_id, hold_us)
+                return await claim.run()
+        finally:
+            if claim is not None and claim.owed is not None:
+                # What a claim took and did not settle (its timeout ran out, the connection
+                # failed) goes back in an operation timeout of its own, if the server answers.
+                with contextlib.suppress(StorageError), self._errors():
+                    await claim.settle()
 
     async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         with self._errors() as connection:
@@ -362,6 +360,57 @@ class MongoStorage(StorageBase):
     ) -> tuple[list[AuditEntry], str | None]:
         with self._errors() as connection:
             return await _pages.audit_page(connection, audit_filter, page)
+
+    # --- flow control ----------------------------------------------------------------------
+
+    async def _list_controls(self, queue: str | None) -> list[Control]:
+        with self._errors() as connection:
+            return await _controls.list_controls(connection, queue)
+
+    async def _put_control(self, control: Control, expected_version: int) -> Control:
+        with self._errors() as connection:
+            return await _controls.put_control(connection, control, expected_version)
+
+    async def _delete_control(self, queue: str, key: str, expected_version: int) -> bool:
+        with self._errors() as connection:
+            return await _controls.delete_control(connection, queue, key, expected_version)
+
+    async def _retry_now(self, queue: str, task_ids: list[str]) -> int:
+        with self._errors() as connection:
+            result = await connection.tasks.update_many(
+                f.retry_now_filter(queue, task_ids), u.retry_now_update()
+            )
+        return result.modified_count
+
+    # --- the fleet ---------------------------------------------------------------------------
+
+    async def _heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
+        with self._errors() as connection:
+            return await _fleet.heartbeat(connection, info)
+
+    async def _list_workers(self) -> list[WorkerInfo]:
+        with self._errors() as connection:
+            return await _fleet.list_workers(connection)
+
+    async def _remove_worker(self, worker_id: str) -> bool:
+        with self._errors() as connection:
+            return await _fleet.remove_worker(connection, worker_id)
+
+    async def _purge_workers(self, seen_before: datetime) -> int:
+        with self._errors() as connection:
+            return await _fleet.purge_workers(connection, seen_before)
+
+    async def _add_counts(self, counts: list[Counts]) -> None:
+        with self._errors() as connection:
+            await _fleet.add_counts(connection, counts)
+
+    async def _read_counts(self, queue: str | None, since: datetime) -> list[Counts]:
+        with self._errors() as connection:
+            return await _fleet.read_counts(connection, queue, since)
+
+    async def _purge_counts(self, before: datetime) -> int:
+        with self._errors() as connection:
+            return await _fleet.purge_counts(connection, before)
 
     # --- operations ------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ __all__ = [
     "redrive_update",
     "reschedule_changes",
     "resolve_update",
+    "retry_now_update",
     "upsert_unless_exists",
 ]
 
@@ -269,6 +270,12 @@ def redrive_update() -> Pipeline:
             }
         }
     ]
+
+
+def retry_now_update() -> Pipeline:
+    """Due now: ``next_attempt_at`` (and the due and status times that follow it) the
+    server's now."""
+    return [{"$set": {"next_attempt_at": NOW_US, "due": NOW_US, "status_at": NOW_US}}]
 
 
 def audit_insert(document: Document) -> Pipeline:

@@ -4,7 +4,8 @@
 
 * the database is the URL path (default ``rdq``);
 * ``rdq_prefix`` prefixes the collection names (default ``rdq_``, so tasks live in
-  ``rdq_tasks`` and the audit trail in ``rdq_audit``);
+  ``rdq_tasks``, the audit trail in ``rdq_audit``, the control records in ``rdq_controls``,
+  the worker registry in ``rdq_workers`` and the per-minute counts in ``rdq_counts``);
 * ``rdq_notify=off`` turns off change-stream wake-ups (default ``auto``: on when the server
   is a replica-set member or mongos, where change streams work);
 * ``timeout`` is the operation timeout in seconds (default
@@ -64,6 +65,18 @@ class MongoConfig:
     @property
     def audit_collection(self) -> str:
         return f"{self.prefix}audit"
+
+    @property
+    def controls_collection(self) -> str:
+        return f"{self.prefix}controls"
+
+    @property
+    def workers_collection(self) -> str:
+        return f"{self.prefix}workers"
+
+    @property
+    def counts_collection(self) -> str:
+        return f"{self.prefix}counts"
 
 
 def parse_url(url: str, **options: Any) -> MongoConfig:

@@ -1,0 +1,305 @@
+"""``claim_due``: leasing due tasks by findAndModify, honouring the queue's control records.
+
+**No record restricts the queue** (the common case): one lookup of the queue's control
+document by ``_id`` (finding none, or records that neither pause nor limit), then what the
+claim always was: one ``findAndModify`` per task, up to ``limit``, each picking the highest
+priority, oldest due task and leasing it in the same atomic step.
+
+**Pauses only**: the same loop, the filter leaving out the paused handlers (``handler_ref``
+``$nin``, in the claim index) and the tasks with a paused key (``keys`` ``$nin``). A paused
+queue (``*``) claims nothing, without touching a task.
+
+**Gates, concurrency and rate limits** (``View.limited``): rounds of
+
+1. count the live leases of each concurrency-limited key (one aggregation);
+2. peek at the next due tasks (a ``find`` of their handler and keys, the ones paused or
+   already held back in this call filtered out);
+3. decide in Python with ``rdq.spi.ClaimGate`` which of them the records let through, in
+   claim order, and how many each limited key gives: ``totals``;
+4. **take** ``totals`` in one conditional update of the queue's control document: its
+   filter checks that each record is unchanged (its write id), that each gate and refilled
+   bucket holds enough, and that live leases plus every claim's reservations plus these
+   stay within each concurrency limit, with no reservation removed since the count
+   (``seq``); the update takes from the gates and buckets and adds a reservation of
+   concurrency slots for this call. It applies whole or not at all. If it does not
+   (another claimant took first), read, count and decide again;
+5. lease, for each task let through, the best due task with **exactly its limited keys**
+   (the same ``findAndModify`` as above, filtered by those keys): any such task takes from
+   the limits what the decision counted;
+6. **settle** in one update: give back to the gates and buckets what was taken and not
+   leased (unless the record was written meanwhile), and remove this call's reservation,
+   bumping ``seq`` (its leases are now counted as leases by whoever counts next).
+
+A key that held a task back stays held back for the rest of the call (the call decides as
+of one instant, as a single atomic claim would), so the next peek leaves its tasks out:
+held-back tasks never block the others, and a deep backlog behind a limit is filtered by
+the server, not handed to the client.
+
+Why it is atomic enough: every decision is checked and applied by one single-document
+update, so racing claimants never overdraw a gate or a bucket; a reservation is made before
+its leases and removed only after them, and a claimant that counted leases before a
+reservation was removed finds ``seq`` changed and counts again, so live leases never exceed
+a concurrency limit through racing claims. A claimant that dies between take and settle
+loses the gate units and tokens it took (it errs on the side of the limit) and its
+reservation lapses after the operation timeout plus ``HOLD_MARGIN``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pymongo import ReturnDocument
+from pymongo.errors import PyMongoError
+
+from rdq.spi import QUEUE_KEY, Claimed, ClaimGate, handler_key
+from rdq_mongo import _controls as ctl
+from rdq_mongo import _filters as f
+from rdq_mongo._codec import envelope_from_document
+from rdq_mongo._connection import Connection, Document
+from rdq_mongo._controls import View
+from rdq_mongo._updates import claim_update
+
+__all__ = ["HOLD_MARGIN_US", "Claim"]
+
+HOLD_MARGIN_US = 5_000_000
+"""How long past the operation timeout a claim's reservation of concurrency slots is kept
+if the claim never settles it."""
+_TAKE_ATTEMPTS = 4
+
+
+@dataclass
+class _Plan:
+    """What one decision let through: the limited keys of each task, in claim order, what
+    they take in all, and the keys that held a task back."""
+
+    admitted: list[frozenset[str]] = field(default_factory=list)
+    totals: Counter[str] = field(default_factory=Counter)
+    held: set[str] = field(default_factory=set)
+    used: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def unused(self) -> dict[str, int]:
+        return {k: n - self.used[k] for k, n in self.totals.items()}
+
+
+def _keys_of(doc: Document) -> list[str]:
+    """Every key of a peeked task (``rdq.spi.task_keys``, each once), from what decodes."""
+    keys = [QUEUE_KEY]
+    handler = doc.get("handler_ref")
+    if isinstance(handler, str):
+        keys.append(handler_key(handler))
+    own = doc.get("keys")
+    if isinstance(own, list):
+        keys.extend(k for k in own if isinstance(k, str))
+    return list(dict.fromkeys(keys))
+
+
+def _blocking(gate: ClaimGate, keys: list[str]) -> set[str]:
+    """The keys of ``keys`` whose record lets no more task through now."""
+    out = set()
+    for key in keys:
+        control = gate.controls.get(key)
+        if control is None:
+            continue
+        bucket = gate.buckets.get(key)
+        if (
+            control.paused
+            or (key in gate.gates and (gate.gates[key] or 0) < 1)
+            or (control.concurrency is not None and gate.in_use[key] >= control.concurrency)
+            or (bucket is not None and bucket.tokens < 1)
+        ):
+            out.add(key)
+    return out
+
+
+def _decide(view: View, live: Counter[str], peeked: list[Document], held: set[str]) -> _Plan:
+    gate = view.gate(live)
+    limited = view.limited
+    plan = _Plan()
+    for doc in peeked:
+        keys = _keys_of(doc)
+        mine = frozenset(k for k in keys if k in limited)
+        if mine & (held | plan.held):
+            continue
+        if gate.admits(keys):
+            gate.take(keys)
+            plan.admitted.append(mine)
+            plan.totals.update(mine)
+        else:
+            plan.held |= _blocking(gate, keys) or set(mine)
+    return plan
+
+
+class Claim:
+    """One ``claim_due`` call. :meth:`run` claims; when it ends with a take not yet settled
+    (an error part-way), :attr:`owed` is set and :meth:`settle` should be called in a fresh
+    operation timeout."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        queue: str,
+        limit: int,
+        lease_us: int,
+        worker_id: str | None,
+        hold_us: int,
+    ) -> None:
+        self.connection = connection
+        self.queue = queue
+        self.limit = limit
+        self.lease_us = lease_us
+        self.worker_id = worker_id
+        self.hold_us = hold_us
+        self.owner = secrets.token_hex(8)
+        self.claimed: list[Claimed] = []
+        self.owed: tuple[View, _Plan] | None = None
+
+    async def run(self) -> list[Claimed]:
+        view = await ctl.read_view(self.connection, self.queue)
+        if view is None or not view.restricting:
+            await self._plain(None)
+        elif view.blocks_queue:
+            pass
+        elif not view.limited:
+            await self._plain(view.pause_scope())
+        else:
+            await self._limited(view)
+        return self.claimed
+
+    # --- leasing --------------------------------------------------------------------------
+
+    async def _lease(self, scope: f.Scope | None) -> bool:
+        """Lease the best due task of ``scope``; False when there is none."""
+        token = secrets.token_hex(16)
+        doc = await self.connection.tasks.find_one_and_update(
+            f.claim_filter(self.queue, [c.task.id for c in self.claimed], scope),
+            claim_update(token, self.lease_us, self.worker_id),
+            sort=f.CLAIM_SORT,
+            return_document=ReturnDocument.AFTER,
+        )
+        if doc is None:
+            return False
+        self.claimed.append(Claimed(envelope_from_document(doc), token))
+        return True
+
+    async def _plain(self, scope: f.Scope | None) -> None:
+        """One task per findAndModify, up to ``limit``. A failure part-way (the timeout
+        running out on a slow server, a lost connection) ends the batch with the tasks
+        claimed so far; it raises only when nothing was claimed."""
+        while len(self.claimed) < self.limit:
+            try:
+                if not await self._lease(scope):
+                    return
+            except PyMongoError:
+                if not self.claimed:
+                    raise
+                # The tasks claimed so far are leased to the caller already: hand them
+                # over rather than strand them until their leases lapse (and cost each
+                # an attempt). The next call meets the error, if it lasts.
+                return
+
+    # --- under limits ---------------------------------------------------------------------
+
+    async def _fresh_view(self) -> View | None:
+        view = await ctl.read_view(self.connection, self.queue)
+        if view is not None and view.has_expired_reservations:
+            await self.connection.controls.update_one({"_id": self.queue}, ctl.expire_update())
+            view = await ctl.read_view(self.connection, self.queue)
+        return view
+
+    async def _limited(self, view: View) -> None:
+        held: set[str] = set()
+        current: View | None = view
+        # Each round but the last holds a new key back or leases a task: this bound is only
+        # a safety net.
+        for _ in range(len(view.controls) + self.limit + 2):
+            if current is None or not current.restricting:
+                await self._plain(None)
+                return
+            if current.blocks_queue:
+                return
+            if not current.limited:
+                await self._plain(current.pause_scope(held))
+                return
+            try:
+                if not await self._round(current, held):
+                    return
+                if len(self.claimed) >= self.limit or QUEUE_KEY in held:
+                    return
+                current = await self._fresh_view()
+            except PyMongoError:
+                if not self.claimed:
+                    raise
+                return
+
+    async def _round(self, view: View, held: set[str]) -> bool:
+        """One round (see the module docstring); True when another may claim more: this one
+        held new keys back (the next peek leaves their tasks out), or leased from a full
+        peek."""
+        if view.has_expired_reservations:
+            fresh = await self._fresh_view()
+            if fresh is None or not fresh.limited:
+                return True  # the caller starts over with what it reads now
+            view = fresh
+        live = await ctl.live_leases(self.connection, self.queue, view.concurrency_keys)
+        need = self.limit - len(self.claimed)
+        cursor = self.connection.tasks.find(
+            f.claim_filter(self.queue, [c.task.id for c in self.claimed], view.pause_scope(held)),
+            projection={"handler_ref": 1, "keys": 1},
+            sort=f.CLAIM_SORT,
+            limit=need,
+        )
+        peeked = [doc async for doc in cursor]
+        if not peeked:
+            return False
+        for _ in range(_TAKE_ATTEMPTS):
+            plan = _decide(view, live, peeked, held)
+            if not plan.totals or await self._take(view, plan, live):
+                break
+            fresh = await self._fresh_view()
+            if fresh is None or not fresh.limited:
+                return True
+            view = fresh
+            live = await ctl.live_leases(self.connection, self.queue, view.concurrency_keys)
+        else:
+            # Contended past reason: hold these keys back for this call, lease the rest.
+            held |= set(plan.totals)
+            plan = _Plan(admitted=[s for s in plan.admitted if not s], held=plan.held)
+        held |= plan.held
+        leased = 0
+        drained: set[frozenset[str]] = set()  # kinds of task none of which is due any more
+        try:
+            for keys in plan.admitted:
+                if keys in drained:
+                    continue
+                if await self._lease(view.class_scope(keys)):
+                    plan.used.update(keys)
+                    leased += 1
+                else:
+                    drained.add(keys)
+        finally:
+            if plan.totals:
+                await self.settle()
+        return bool(plan.held) or (leased > 0 and len(peeked) == need)
+
+    async def _take(self, view: View, plan: _Plan, live: Counter[str]) -> bool:
+        result = await self.connection.controls.update_one(
+            ctl.take_filter(view, plan.totals, live),
+            ctl.take_update(view, plan.totals, self.owner, self.hold_us),
+        )
+        if result.matched_count:
+            self.owed = (view, plan)
+            return True
+        return False
+
+    async def settle(self) -> None:
+        """Give back what the last take did not use and remove this call's reservation."""
+        if self.owed is None:
+            return
+        view, plan = self.owed
+        update = ctl.settle_update(view, plan.unused, self.owner)
+        if update:
+            await self.connection.controls.update_one({"_id": self.queue}, update)
+        self.owed = None
