@@ -53,6 +53,7 @@ async def both(
             "0002_id_conflict",
             "0003_second_revision",
             "0004_time_range",
+            "0005_flow_control",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -214,6 +215,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0002_id_conflict",
             "0003_second_revision",
             "0004_time_range",
+            "0005_flow_control",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")
