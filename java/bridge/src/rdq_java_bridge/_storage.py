@@ -286,9 +286,7 @@ class JavaBridgeStorage(StorageBase):
         return [_wire.control_of(item) for item in await self._call("list_controls", queue=queue)]
 
     async def put_control(self, control: Control, *, expected_version: int) -> Control:
-        answer = await self._call(
-            "put_control", control=control, expected_version=expected_version
-        )
+        answer = await self._call("put_control", control=control, expected_version=expected_version)
         return _wire.control_of(answer)
 
     async def delete_control(self, queue: str, key: str, *, expected_version: int) -> bool:
