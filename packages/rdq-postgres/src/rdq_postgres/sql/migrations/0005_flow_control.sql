@@ -81,11 +81,15 @@ $$;
 -- step).
 CREATE FUNCTION {schema}.claim_controlled(q text, n bigint, lease_us bigint, worker text)
 RETURNS TABLE (claimed {schema}.task, claimed_due_at timestamptz)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE
+-- plan the cursor below for its first rows: a claim reads a handful of them
+SET cursor_tuple_fraction = 0.001
+AS $$
 DECLARE
     started timestamptz := now();
     c record;
     r record;
+    candidates refcursor;
     blocked text[] := '{}';          -- keys that let nothing through (paused, used up)
     limited text[] := '{}';          -- keys that let some through
     budget bigint[] := '{}';         -- how many more tasks with limited[i] this claim may take
@@ -164,7 +168,9 @@ BEGIN
             dues := dues || r.due_at;
         END LOOP;
     ELSE
-        FOR r IN
+        -- a cursor, planned to read the first rows fast: the claim index in order, as far as
+        -- the claim goes (never all due tasks, and no sort)
+        OPEN candidates FOR
             SELECT t.id, t.handler_ref, t.keys, t.due_at
             FROM {schema}.task AS t
             WHERE t.priority = ANY ('{10,9,8,7,6,5,4,3,2,1,0,-1,-2,-3,-4,-5,-6,-7,-8,-9,-10}'::smallint[])
@@ -173,8 +179,10 @@ BEGIN
               AND t.due_at <= started
               AND NOT (('handler:' || t.handler_ref) = ANY (blocked))
               AND NOT (t.keys && blocked)
-            ORDER BY t.priority DESC, t.due_at
+            ORDER BY t.priority DESC, t.due_at;
         LOOP
+            FETCH candidates INTO r;
+            EXIT WHEN NOT FOUND;
             fits := true;
             FOR i IN 1 .. cardinality(limited) LOOP
                 IF taken[i] >= budget[i] AND (limited[i] = '*'
@@ -201,6 +209,7 @@ BEGIN
             -- the queue's own limit used up: nothing behind can be taken
             EXIT WHEN queue_limit IS NOT NULL AND taken[queue_limit] >= budget[queue_limit];
         END LOOP;
+        CLOSE candidates;
         -- what the claim took from gates and buckets (no change of version)
         FOR i IN 1 .. cardinality(limited) LOOP
             CONTINUE WHEN taken[i] = 0;
