@@ -1,7 +1,8 @@
 """How the claim honours control records on PostgreSQL (the kit checks the promises; these
-check how): a queue no control restricts is claimed by the plain statement, never through
-``claim_controlled()``; the controlled claim leases exactly as the plain one; held-back tasks,
-however many, never stop it; a task held back by one key takes no room of its others."""
+check how): a queue no control restricts is claimed by the plain statement (``claim.sql``),
+one that a control restricts by ``claim_controlled.sql``; the controlled claim leases
+exactly as the plain one; held-back tasks, however many, never stop it; a task held back by
+one key takes no room of its others."""
 
 from __future__ import annotations
 
@@ -42,27 +43,44 @@ async def _explain_claim(storage: PostgresStorage, postgres_url: str, queue: str
 
 
 @pytest.mark.asyncio
-async def test_a_queue_without_restricting_controls_never_calls_claim_controlled(
+async def test_a_queue_without_restricting_controls_is_claimed_by_the_plain_statement(
     storage: PostgresStorage, postgres_url: str
 ) -> None:
+    """claim.sql checks the queue once, before its scan (a one-time filter); it refuses a
+    queue that a control restricts (RQ423), which the store then claims with
+    claim_controlled.sql until that says no control restricts it any more."""
     await storage.enqueue_batch(
-        [Envelope(id=f"t{i}", queue="q", handler_ref="a") for i in range(3)]
+        [Envelope(id=f"t{i}", queue="q", handler_ref="a") for i in range(6)]
     )
     plan = await _explain_claim(storage, postgres_url, "q")
-    assert "Function Scan on claim_controlled h (never executed)" in plan, plan
+    assert "One-Time Filter: " in plan and ".unrestricted('q'::text)" in plan, plan
     # a control that restricts nothing (a breaker's state, say) keeps the plain claim
     await storage.put_control(
         Control(queue="q", key="dep:x", state={"breaker": "closed"}), expected_version=0
     )
-    assert "(never executed)" in await _explain_claim(storage, postgres_url, "q")
+    await _explain_claim(storage, postgres_url, "q")
     # another queue's pause does not concern this one
     await storage.put_control(
         Control(queue="other", key=QUEUE_KEY, paused=True), expected_version=0
     )
-    assert "(never executed)" in await _explain_claim(storage, postgres_url, "q")
-    await storage.put_control(Control(queue="q", key="dep:y", paused=True), expected_version=0)
-    plan = await _explain_claim(storage, postgres_url, "q")
-    assert "Function Scan on claim_controlled h (actual" in plan, plan
+    await _explain_claim(storage, postgres_url, "q")
+    assert len(await storage.claim_due("q", 1, LEASE)) == 1
+    assert storage._controlled == set()
+
+    pause = await storage.put_control(
+        Control(queue="q", key="dep:y", paused=True), expected_version=0
+    )
+    with pytest.raises(asyncpg.PostgresError) as refused:
+        await _explain_claim(storage, postgres_url, "q")
+    assert refused.value.sqlstate == "RQ423"
+    assert len(await storage.claim_due("q", 2, LEASE)) == 2
+    assert storage._controlled == {"q"}, "the store remembers the queue has controls"
+    assert len(await storage.claim_due("q", 1, LEASE)) == 1
+    await storage.delete_control("q", "dep:y", expected_version=pause.version)
+    assert len(await storage.claim_due("q", 1, LEASE)) == 1, "claim_controlled.sql, one last time"
+    assert storage._controlled == set()
+    assert len(await storage.claim_due("q", 5, LEASE)) == 1
+    assert await storage.claim_due("q", 5, LEASE) == []
 
 
 @pytest.mark.asyncio

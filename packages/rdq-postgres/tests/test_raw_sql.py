@@ -1,9 +1,9 @@
 """The cross-language contract: a worker with nothing but SQL admits, claims and resolves tasks.
 
-The statements below are the ones ``docs/postgres-schema.md`` documents (the claim honours
-the control records of its queue, written by either side); they are written out
-here on purpose (not loaded from the plugin), so a change to the schema that breaks foreign
-workers breaks this test."""
+The statements below are the ones ``docs/postgres-schema.md`` documents (the claim of a queue
+with controls is ``claim_controlled()``, which honours those written by either side); they
+are written out here on purpose (not loaded from the plugin), so a change to the schema that
+breaks foreign workers breaks this test."""
 
 from __future__ import annotations
 
@@ -19,65 +19,71 @@ LEASE_US = 30_000_000
 """A 30-second lease, as the claim takes it: whole microseconds."""
 
 CLAIM = """
-WITH controlled AS MATERIALIZED (
-    SELECT EXISTS (
-        SELECT FROM {s}.control AS c
-        WHERE c.queue = $1
-          AND (c.paused OR c.gate IS NOT NULL OR c.concurrency IS NOT NULL OR c.rate IS NOT NULL)
-    ) AS yes
-),
-due AS (
+WITH due AS (
     SELECT id, due_at
     FROM {s}.task
     WHERE priority = ANY ('{{10,9,8,7,6,5,4,3,2,1,0,-1,-2,-3,-4,-5,-6,-7,-8,-9,-10}}'::smallint[])
       AND queue = $1
       AND status IN ('PENDING', 'IN_FLIGHT')
       AND due_at <= now()
-      AND NOT (SELECT yes FROM controlled)
+      AND {s}.unrestricted($1)
     ORDER BY priority DESC, due_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
-),
-claimed AS (
-    UPDATE {s}.task AS t
-    SET status = 'IN_FLIGHT',
-        token = gen_random_uuid()::text,
-        claimed_at = now(),
-        claimed_by = $4,
-        lease_expires_at = now() + $3::bigint * interval '1 microsecond',
-        attempt_count = t.attempt_count + CASE WHEN t.status = 'IN_FLIGHT' THEN 1 ELSE 0 END,
-        error_type = CASE WHEN t.status = 'IN_FLIGHT' THEN 'LeaseExpired' ELSE t.error_type END,
-        attempts = CASE
-            WHEN t.status = 'IN_FLIGHT' THEN {s}.append_attempt(CASE
-                WHEN json_typeof(t.attempts) = 'array' THEN t.attempts ELSE '[]' END,
-                json_build_object(
-                    'number', t.attempt_count + 1,
-                    'outcome', 'LEASE_EXPIRED',
-                    'error_type', 'LeaseExpired',
-                    'error_message', 'lease expired at ' || {s}.rfc3339(t.lease_expires_at)
-                        || ' before the attempt was resolved',
-                    'started_at', {s}.rfc3339(t.claimed_at),
-                    'finished_at', {s}.rfc3339(now()),
-                    'worker_id', t.claimed_by))
-            ELSE t.attempts
-        END,
-        quarantine = CASE WHEN t.status = 'IN_FLIGHT' AND json_typeof(t.attempts) <> 'array'
-            THEN {s}.quarantine_add(t.quarantine, 'attempts', t.attempts) ELSE t.quarantine END
-    FROM due
-    WHERE t.id = due.id
-    RETURNING t.id, t.token, t.handler_ref, t.payload::text AS payload, t.headers, t.priority,
-              t.keys, t.attempt_count, t.attempts, t.lease_expires_at, t.retry, t.quarantine,
-              due.due_at
 )
-SELECT * FROM claimed
-UNION ALL
-SELECT (h.claimed).id, (h.claimed).token, (h.claimed).handler_ref,
-       (h.claimed).payload::text, (h.claimed).headers, (h.claimed).priority, (h.claimed).keys,
-       (h.claimed).attempt_count, (h.claimed).attempts, (h.claimed).lease_expires_at,
-       (h.claimed).retry, (h.claimed).quarantine, h.claimed_due_at
-FROM {s}.claim_controlled($1, $2, $3, $4) AS h
-WHERE (SELECT yes FROM controlled)
+UPDATE {s}.task AS t
+SET status = 'IN_FLIGHT',
+    token = gen_random_uuid()::text,
+    claimed_at = now(),
+    claimed_by = $4,
+    lease_expires_at = now() + $3::bigint * interval '1 microsecond',
+    attempt_count = t.attempt_count + CASE WHEN t.status = 'IN_FLIGHT' THEN 1 ELSE 0 END,
+    error_type = CASE WHEN t.status = 'IN_FLIGHT' THEN 'LeaseExpired' ELSE t.error_type END,
+    attempts = CASE
+        WHEN t.status = 'IN_FLIGHT' THEN {s}.append_attempt(CASE
+            WHEN json_typeof(t.attempts) = 'array' THEN t.attempts ELSE '[]' END,
+            json_build_object(
+                'number', t.attempt_count + 1,
+                'outcome', 'LEASE_EXPIRED',
+                'error_type', 'LeaseExpired',
+                'error_message', 'lease expired at ' || {s}.rfc3339(t.lease_expires_at)
+                    || ' before the attempt was resolved',
+                'started_at', {s}.rfc3339(t.claimed_at),
+                'finished_at', {s}.rfc3339(now()),
+                'worker_id', t.claimed_by))
+        ELSE t.attempts
+    END,
+    quarantine = CASE WHEN t.status = 'IN_FLIGHT' AND json_typeof(t.attempts) <> 'array'
+        THEN {s}.quarantine_add(t.quarantine, 'attempts', t.attempts) ELSE t.quarantine END
+FROM due
+WHERE t.id = due.id
+RETURNING t.id, t.token, t.handler_ref, t.payload::text AS payload, t.headers, t.priority,
+          t.keys, t.attempt_count, t.attempts, t.lease_expires_at, t.retry, t.quarantine,
+          due.due_at
 """
+
+CLAIM_CONTROLLED = """
+SELECT (h.claimed).id, (h.claimed).token, (h.claimed).handler_ref,
+       (h.claimed).payload::text AS payload, (h.claimed).headers, (h.claimed).priority,
+       (h.claimed).keys, (h.claimed).attempt_count, (h.claimed).attempts,
+       (h.claimed).lease_expires_at, (h.claimed).retry, (h.claimed).quarantine,
+       h.claimed_due_at AS due_at
+FROM {s}.claim_controlled($1, $2, $3, $4) AS h
+"""
+
+
+async def sql_claim(
+    conn: asyncpg.Connection, s: str, queue: str, limit: int, worker: str | None
+) -> list[asyncpg.Record]:
+    """A foreign worker's claim: CLAIM, and CLAIM_CONTROLLED for a queue CLAIM refuses
+    (SQLSTATE RQ423: a control restricts it)."""
+    try:
+        return await conn.fetch(CLAIM.format(s=s), queue, limit, LEASE_US, worker)
+    except asyncpg.PostgresError as exc:
+        if exc.sqlstate != "RQ423":
+            raise
+    return await conn.fetch(CLAIM_CONTROLLED.format(s=s), queue, limit, LEASE_US, worker)
+
 
 COMPLETE = """
 UPDATE {s}.task
@@ -227,11 +233,13 @@ async def test_the_sql_claim_honours_the_controls_either_side_writes(
         await conn.execute(PUT_CONTROL.format(s=s), "flow", "handler:app:job", False, 2)
         (paused,) = [c for c in await storage.list_controls("flow") if c.key == "dep:x"]
         await storage.delete_control("flow", "dep:x", expected_version=paused.version)
-        claim = CLAIM.format(s=s)
-        rows = await conn.fetch(claim, "flow", 10, LEASE_US, "sql-worker")
+        with pytest.raises(asyncpg.PostgresError) as refused:
+            await conn.fetch(CLAIM.format(s=s), "flow", 10, LEASE_US, "sql-worker")
+        assert refused.value.sqlstate == "RQ423", "the plain claim refuses a controlled queue"
+        rows = await sql_claim(conn, s, "flow", 10, "sql-worker")
         assert sorted(r["id"] for r in rows) == ["k0", "k1"], "the gate of 2"
         assert all(r["keys"] == ["dep:x"] for r in rows)
-        assert await conn.fetch(claim, "flow", 10, LEASE_US, "sql-worker") == []
+        assert await sql_claim(conn, s, "flow", 10, "sql-worker") == []
     finally:
         await conn.close()
     (gate,) = await storage.list_controls("flow")

@@ -2,9 +2,10 @@
 
 Every operation is one SQL statement in autocommit (one round trip): due-ness, leases and
 timestamps come from the database clock, claims use ``FOR UPDATE SKIP LOCKED`` and every
-post-claim mutation is fenced on the claim token in its ``WHERE`` clause. The claim honours
-the queue's control records in the same statement (``claim_controlled()``, called only for a
-queue that has one). ``StorageBase``
+post-claim mutation is fenced on the claim token in its ``WHERE`` clause. A queue that a
+control restricts is claimed with ``claim_controlled.sql`` instead, which honours the
+controls in its one statement (``claim.sql`` refuses such a queue; the store remembers which
+queues it refused). ``StorageBase``
 checks that the store is open and validates every argument; each ``_operation`` here is the
 statement and the reading of its result.
 """
@@ -57,7 +58,7 @@ from rdq_postgres._codec import (
     stats_from_row,
 )
 from rdq_postgres._connection import Database
-from rdq_postgres._errors import translate_errors
+from rdq_postgres._errors import QueueControlled, translate_errors
 from rdq_postgres._migrate import apply_migrations
 from rdq_postgres._notify import Announcer, DueListener
 from rdq_postgres._outbox import driver_errors, runner_for
@@ -106,6 +107,9 @@ class PostgresStorage(StorageBase):
         self._listener = DueListener(self._db.connect_one, self.config.channel)
         self._announcer = Announcer(self._notify, interval=self.config.notify_interval)
         self._capabilities = msgspec.structs.replace(CAPABILITIES, notify=self.config.notify)
+        self._controlled: set[str] = set()
+        """Queues claim.sql refused (a control restricts them): claimed with
+        claim_controlled.sql until it says that none does any more."""
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresStorage:
@@ -207,9 +211,17 @@ class PostgresStorage(StorageBase):
     async def _claim_due(
         self, queue: str, limit: int, lease: timedelta, worker_id: str | None
     ) -> list[Claimed]:
-        rows = await self._db.fetch(
-            self._sql.claim, queue=queue, limit=limit, lease_us=micros(lease), worker_id=worker_id
-        )
+        values = {"queue": queue, "limit": limit, "lease_us": micros(lease), "worker_id": worker_id}
+        if queue not in self._controlled:
+            try:
+                rows = await self._db.fetch(self._sql.claim, **values)
+            except QueueControlled:
+                self._controlled.add(queue)
+        if queue in self._controlled:
+            rows = await self._db.fetch(self._sql.claim_controlled, **values)
+            if not rows[0]["controlled"]:
+                self._controlled.discard(queue)
+            rows = [row for row in rows if row["id"] is not None]
         if len(rows) > 1:
             # the claim order (RETURNING has none); ties stay as they came: the order of ids
             # is the database's, never compared here

@@ -5,9 +5,11 @@
 --   counting the live leases of a key;
 -- * control: one record per (queue, key) that claims honour — a pause, a gate, a concurrency
 --   limit, a rate limit with its token bucket — and state of the engine's own;
+-- * unrestricted(queue): claim.sql's check that no control restricts the queue (it raises
+--   SQLSTATE RQ423 for one that does);
 -- * live_leases(queue, key): how many tasks with the key hold a live lease now;
--- * claim_controlled(...): the claim of a queue that has controls (claim.sql calls it only
---   for such a queue; every other claim runs as before);
+-- * claim_controlled(...): the claim of a queue that has controls (claim_controlled.sql, for
+--   a queue claim.sql refuses; every other claim runs as before);
 -- * worker: the worker registry; counts: attempts ended per queue and minute.
 --
 -- Every step adds: a column with a constant default is recorded in the catalog (no table
@@ -45,6 +47,25 @@ CREATE TABLE {schema}.control (
 -- Does a control restrict the claims of a queue? (claim.sql asks at every claim: one probe.)
 CREATE INDEX control_restricting_idx ON {schema}.control (queue)
     WHERE paused OR gate IS NOT NULL OR concurrency IS NOT NULL OR rate IS NOT NULL;
+
+-- True when no control restricts the claims of queue q (none paused, no gate, no limit; a
+-- control holding only state restricts nothing); else it raises SQLSTATE RQ423, DETAIL
+-- {"queue": q}: such a queue is claimed with claim_controlled(). claim.sql's one-time filter,
+-- evaluated before its scan: a function call to plan and one index probe to run.
+CREATE FUNCTION {schema}.unrestricted(q text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF EXISTS (
+        SELECT FROM {schema}.control AS c
+        WHERE c.queue = q
+          AND (c.paused OR c.gate IS NOT NULL OR c.concurrency IS NOT NULL OR c.rate IS NOT NULL)
+    ) THEN
+        RAISE EXCEPTION 'queue % has controls: claim it with claim_controlled()', q
+            USING ERRCODE = 'RQ423', DETAIL = json_build_object('queue', q)::text;
+    END IF;
+    RETURN true;
+END
+$$;
 
 -- How many tasks of queue q with key k hold a live lease (IN_FLIGHT, lease_expires_at after
 -- now()): '*' every task of the queue, 'handler:<ref>' those of that handler, any other key

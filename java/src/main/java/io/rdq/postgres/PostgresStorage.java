@@ -52,9 +52,11 @@ import java.util.concurrent.TimeoutException;
 /**
  * The storage contract on PostgreSQL over JDBC, on the same tables as rdq's Python plugin
  * (docs/postgres-schema.md). Every operation is one statement in autocommit: due-ness, leases
- * and timestamps come from the database clock, claims use {@code FOR UPDATE SKIP LOCKED} and
- * honour the queue's control records in the same statement, and every change after a claim is
- * fenced on the claim token in its {@code WHERE} clause. The SQL
+ * and timestamps come from the database clock, claims use {@code FOR UPDATE SKIP LOCKED}, and
+ * every change after a claim is fenced on the claim token in its {@code WHERE} clause. A queue
+ * that a control restricts is claimed by {@code claim_controlled.sql}, which honours the
+ * controls in its one statement ({@code claim.sql} refuses such a queue with SQLSTATE RQ423;
+ * the store remembers which queues it refused). The SQL
  * is the Python plugin's, in the {@code sql/} resources beside this class (see {@link Sql}).
  *
  * <pre>{@code
@@ -72,6 +74,9 @@ public final class PostgresStorage implements Storage {
     private volatile ConnectionPool pool;
     private volatile Announcer announcer;
     private volatile boolean closed;
+    /** Queues claim.sql refused (a control restricts them): claimed with claim_controlled.sql
+     * until it says that none does any more. */
+    private final Set<String> controlled = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
     public PostgresStorage(PostgresConfig config) {
         this.config = config;
@@ -396,9 +401,48 @@ public final class PostgresStorage implements Storage {
         Limits.checkLimit(limit, "limit");
         Limits.checkLease(lease, "lease");
         record Row(Claimed claimed, Instant dueAt) {}
-        List<Row> rows = query("claim", Params.of().set("queue", queue).set("limit", limit)
-                .set("lease_us", Times.micros(lease)).set("worker_id", workerId), rs -> new Row(
-                        new Claimed(Rows.envelope(rs), rs.getString("token")), Rows.instant(rs, "claimed_due_at")));
+        Params params = Params.of().set("queue", queue).set("limit", limit)
+                .set("lease_us", Times.micros(lease)).set("worker_id", workerId);
+        RowMapper<Row> row = rs -> new Row(new Claimed(Rows.envelope(rs), rs.getString("token")),
+                Rows.instant(rs, "claimed_due_at"));
+        List<Row> rows = null;
+        if (!controlled.contains(queue)) {
+            rows = with(conn -> {
+                try (PreparedStatement ps = params.prepare(conn, sql.get("claim")); ResultSet rs = ps.executeQuery()) {
+                    List<Row> out = new ArrayList<>();
+                    while (rs.next()) {
+                        out.add(row.map(rs));
+                    }
+                    return out;
+                } catch (SQLException e) {
+                    if (Errors.CONTROLLED.equals(e.getSQLState())) {
+                        return null; // a control restricts the queue
+                    }
+                    throw e;
+                }
+            });
+            if (rows == null) {
+                controlled.add(queue);
+            }
+        }
+        if (rows == null) {
+            boolean[] still = {true};
+            rows = with(conn -> {
+                try (PreparedStatement ps = params.prepare(conn, sql.get("claim_controlled")); ResultSet rs = ps.executeQuery()) {
+                    List<Row> out = new ArrayList<>();
+                    while (rs.next()) {
+                        still[0] = rs.getBoolean("controlled");
+                        if (rs.getString("id") != null) {
+                            out.add(row.map(rs));
+                        }
+                    }
+                    return out;
+                }
+            });
+            if (!still[0]) {
+                controlled.remove(queue);
+            }
+        }
         // UPDATE ... RETURNING has no order: hand the claims out in the claim order; ties stay
         // as they came (the order of ids is the database's, never compared here)
         List<Row> sorted = new ArrayList<>(rows);
