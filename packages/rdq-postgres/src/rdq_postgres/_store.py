@@ -212,12 +212,13 @@ class PostgresStorage(StorageBase):
         self, queue: str, limit: int, lease: timedelta, worker_id: str | None
     ) -> list[Claimed]:
         values = {"queue": queue, "limit": limit, "lease_us": micros(lease), "worker_id": worker_id}
+        rows: list[asyncpg.Record] | None = None
         if queue not in self._controlled:
             try:
                 rows = await self._db.fetch(self._sql.claim, **values)
             except QueueControlled:
                 self._controlled.add(queue)
-        if queue in self._controlled:
+        if rows is None:  # a control restricts the queue (or did at its last claim)
             rows = await self._db.fetch(self._sql.claim_controlled, **values)
             if not rows[0]["controlled"]:
                 self._controlled.discard(queue)
