@@ -13,8 +13,8 @@ import pytest
 import pytest_asyncio
 
 from rdq import open_storage
-from rdq.errors import StorageError
-from rdq.spi import Attempt, Envelope, Outcome, Storage
+from rdq.errors import ControlConflict, StorageError
+from rdq.spi import Attempt, Control, Counts, Envelope, Outcome, Storage, WorkerInfo
 from rdq_java_bridge import BridgeServer, JavaBridgeStorage
 
 from .conftest import drop_schema
@@ -53,6 +53,7 @@ async def both(
             "0002_id_conflict",
             "0003_second_revision",
             "0004_time_range",
+            "0005_flow_control",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -214,7 +215,47 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0002_id_conflict",
             "0003_second_revision",
             "0004_time_range",
+            "0005_flow_control",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")
         assert (claimed.task.id, claimed.task.payload, claimed.task.claimed_by) == ("old", [1], "w")
+
+
+@pytest.mark.asyncio
+async def test_keys_controls_workers_and_counts_are_the_same_rows_in_both_languages(
+    both: tuple[Storage, Storage],
+) -> None:
+    """Contract version 3 across the bindings: keys either writes the other reads; a control
+    either writes holds back the other's claims and is fenced on one version; workers and
+    counts either records the other lists."""
+    java, python = both
+    await python.enqueue(Envelope(id="py", queue="q", handler_ref="h", keys=["dep:x", "t:ä"]))
+    await java.enqueue_batch([Envelope(id="jv", queue="q", handler_ref="h", keys=["dep:x"])])
+    await java.enqueue(Envelope(id="free", queue="q", handler_ref="h"))
+    assert (await java.get("py")).keys == ["dep:x", "t:ä"]
+    assert (await python.get("jv")).keys == ["dep:x"]
+    paused = await python.put_control(
+        Control(queue="q", key="dep:x", paused=True, state={"by": "py"}), expected_version=0
+    )
+    assert [c.task.id for c in await java.claim_due("q", 10, LEASE)] == ["free"]
+    with pytest.raises(ControlConflict) as caught:
+        await java.put_control(Control(queue="q", key="dep:x"), expected_version=0)
+    assert caught.value.found is not None and caught.value.found.state == {"by": "py"}
+    gated = await java.put_control(
+        Control(queue="q", key="dep:x", gate=1), expected_version=paused.version
+    )
+    assert gated.version == 2
+    (claimed,) = await python.claim_due("q", 10, LEASE)
+    assert claimed.task.id in ("py", "jv") and claimed.task.keys[0] == "dep:x"
+    (listed,) = await java.list_controls("q")
+    assert (listed.gate, listed.version, listed.in_use) == (0, 2, 1)
+    await java.heartbeat_worker(WorkerInfo(id="jv-worker", queues=["q"], extra={"lang": "java"}))
+    (worker,) = [w for w in await python.list_workers() if w.id == "jv-worker"]
+    assert (worker.queues, worker.extra) == (["q"], {"lang": "java"})
+    minute = datetime(2031, 5, 6, 7, 8, tzinfo=UTC)
+    await java.add_counts([Counts(queue="q", minute=minute, succeeded=2)])
+    await python.add_counts([Counts(queue="q", minute=minute, succeeded=1, deferred=4)])
+    assert await java.read_counts("q", minute) == [
+        Counts(queue="q", minute=minute, succeeded=3, deferred=4)
+    ]

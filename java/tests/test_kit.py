@@ -25,7 +25,7 @@ class TestJavaKeepsTheContract(StorageSuite):
         ``transactional_enqueue`` (the binding has no ``enqueueIn``); ``reopen`` is the
         bridge's (a second bridge session)."""
         return Capabilities(
-            contract_version=2,
+            contract_version=3,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
@@ -38,6 +38,9 @@ class TestJavaKeepsTheContract(StorageSuite):
             queue_listing=True,
             import_tasks=True,
             audit=True,
+            control=True,
+            worker_registry=True,
+            counters=True,
             reopen=True,
         )
 

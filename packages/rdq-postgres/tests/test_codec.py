@@ -41,6 +41,7 @@ def row(**overrides: Any) -> dict[str, Any]:
         "dead_lettered_at": None,
         "retry": '{"max_attempts":3}',
         "priority": 3,
+        "keys": ["dep:psp", "tenant:ä-1"],
         "claimed_by": "w:1",
         "claimed_at": AT,
         "cancelled_at": None,
@@ -54,7 +55,7 @@ def row(**overrides: Any) -> dict[str, Any]:
 COMMON_ROWS = [
     row(),
     row(attempts="[]", attempt_count=0, retry=None, headers="{}", status="PENDING"),
-    row(payload="null", extra=None),
+    row(payload="null", extra=None, keys=[]),
     row(status="SUCCEEDED", completed_at=AT, lease_expires_at=None),
     row(status="CANCELLED", cancelled_at=AT, claimed_by=None, claimed_at=None, priority=-10),
 ]

@@ -60,7 +60,7 @@ class TestPostgresKeepsTheContract(StorageSuite):
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
         return Capabilities(
-            contract_version=2,
+            contract_version=3,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
@@ -73,6 +73,9 @@ class TestPostgresKeepsTheContract(StorageSuite):
             queue_listing=True,
             import_tasks=True,
             audit=True,
+            control=True,
+            worker_registry=True,
+            counters=True,
             reopen=True,
             transactional_enqueue=True,
         )

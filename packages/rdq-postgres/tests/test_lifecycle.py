@@ -75,7 +75,7 @@ async def test_connect_after_aclose_reopens_and_keeps_the_tasks(
 def test_capabilities_are_pinned() -> None:
     store = PostgresStorage.from_url("postgresql://db/app")
     assert store.capabilities() == Capabilities(
-        contract_version=2,
+        contract_version=3,
         notify=True,
         filter_pushdown=True,
         batch_enqueue=True,
@@ -88,12 +88,15 @@ def test_capabilities_are_pinned() -> None:
         queue_listing=True,
         import_tasks=True,
         audit=True,
+        control=True,
+        worker_registry=True,
+        counters=True,
         reopen=True,
         transactional_enqueue=True,
     )
     quiet = PostgresStorage.from_url("postgresql://db/app?notify=false")
     assert quiet.capabilities() == Capabilities(
-        contract_version=2,
+        contract_version=3,
         notify=False,
         filter_pushdown=True,
         batch_enqueue=True,
@@ -106,6 +109,9 @@ def test_capabilities_are_pinned() -> None:
         queue_listing=True,
         import_tasks=True,
         audit=True,
+        control=True,
+        worker_registry=True,
+        counters=True,
         reopen=True,
         transactional_enqueue=True,
     )

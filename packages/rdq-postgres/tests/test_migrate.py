@@ -66,6 +66,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0002_id_conflict",
             "0003_second_revision",
             "0004_time_range",
+            "0005_flow_control",
         ]
         assert await store.migrate() == []
 
@@ -115,6 +116,7 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0002_id_conflict",
             "0003_second_revision",
             "0004_time_range",
+            "0005_flow_control",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -245,6 +247,75 @@ async def test_upgrading_to_version_4_keeps_times_outside_years_1_to_9999_in_qua
             assert [c.task.id for c in claimed] == ["first", "fine", "far"]
             with pytest.raises(asyncpg.CheckViolationError):
                 await conn.execute(f"UPDATE {s}.task SET created_at = 'infinity' WHERE id = 'fine'")
+    finally:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()
+
+
+@pytest.mark.asyncio
+async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claims_honour_controls(
+    postgres_url: str,
+) -> None:
+    """Migration 0005 upgrades in place: the tasks a version-4 schema holds, in every status
+    and mid-lease, read back unchanged with no keys; the claim, a held lease and its slot, the
+    control records and tasks with keys all work on the upgraded schema."""
+    from rdq.spi import QUEUE_KEY, Attempt, Control, Envelope, Outcome
+
+    schema = f"m_{secrets.token_hex(5)}"
+    conn = await asyncpg.connect(postgres_url)
+    store = PostgresStorage.from_url(f"{postgres_url}?schema={schema}")
+    s = f'"{schema}"'
+    try:
+        await _schema_at(conn, schema, 4)
+        await conn.execute(
+            f"INSERT INTO {s}.task (id, queue, handler_ref, payload, status, next_attempt_at,"
+            " priority) SELECT 'p-' || n, 'q', 'job', json_build_object('n', n), 'PENDING',"
+            " now() - n * interval '1 second', n % 3 FROM generate_series(1, 500) AS n"
+        )
+        await conn.execute(
+            f"INSERT INTO {s}.task (id, queue, handler_ref, status, lease_expires_at,"
+            " claimed_at, claimed_by, token, next_attempt_at) VALUES ('held', 'q', 'job',"
+            " 'IN_FLIGHT', now() + interval '1 hour', now(), 'w-1', 'tok', now())"
+        )
+        await conn.execute(
+            f"INSERT INTO {s}.task (id, queue, handler_ref, status, dead_lettered_at,"
+            " error_type, attempts, attempt_count) VALUES ('dead', 'q', 'job', 'DEAD', now(),"
+            """ 'E', '[{"number":1,"outcome":"FAILED","error_type":"E"}]', 1)"""
+        )
+        before = {
+            r["id"]: dict(r)
+            for r in await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task")
+        }
+        async with store:
+            assert await store.migrate() == ["0005_flow_control"]
+            after = {
+                r["id"]: dict(r)
+                for r in await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task")
+            }
+            assert after == before
+            assert await conn.fetchval(f"SELECT count(*) FROM {s}.task WHERE keys <> '{{}}'") == 0
+            dead = await store.get("dead")
+            assert (dead.status, dead.keys, dead.corrupt, dead.attempts[0].error_type) == (
+                "DEAD",
+                [],
+                None,
+                "E",
+            )
+            # the lease held across the upgrade still fences, and takes a slot of the queue
+            limit = await store.put_control(
+                Control(queue="q", key=QUEUE_KEY, concurrency=3), expected_version=0
+            )
+            (listed,) = await store.list_controls("q")
+            assert listed.in_use == 1
+            claimed = await store.claim_due("q", 10, timedelta(minutes=5))
+            assert len(claimed) == 2, "3 slots, one held since before the upgrade"
+            assert [c.task.priority for c in claimed] == [2, 2]
+            await store.complete("held", "tok", Attempt(number=1, outcome=Outcome.SUCCEEDED))
+            await store.delete_control("q", QUEUE_KEY, expected_version=limit.version)
+            task = Envelope(id="new-keyed", queue="q", handler_ref="job", keys=["dep:x"])
+            assert await store.enqueue(task)
+            assert (await store.get("new-keyed")).keys == ["dep:x"]
+            assert len(await store.claim_due("q", 1000, timedelta(minutes=5))) == 499
     finally:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await conn.close()

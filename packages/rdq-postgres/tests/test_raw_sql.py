@@ -1,8 +1,9 @@
 """The cross-language contract: a worker with nothing but SQL admits, claims and resolves tasks.
 
-The statements below are the ones ``docs/postgres-schema.md`` documents; they are written out
-here on purpose (not loaded from the plugin), so a change to the schema that breaks foreign
-workers breaks this test."""
+The statements below are the ones ``docs/postgres-schema.md`` documents (the claim of a queue
+with controls is ``claim_controlled()``, which honours those written by either side); they
+are written out here on purpose (not loaded from the plugin), so a change to the schema that
+breaks foreign workers breaks this test."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ WITH due AS (
       AND queue = $1
       AND status IN ('PENDING', 'IN_FLIGHT')
       AND due_at <= now()
+      AND {s}.unrestricted($1)
     ORDER BY priority DESC, due_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -56,8 +58,32 @@ SET status = 'IN_FLIGHT',
 FROM due
 WHERE t.id = due.id
 RETURNING t.id, t.token, t.handler_ref, t.payload::text AS payload, t.headers, t.priority,
-          t.attempt_count, t.attempts, t.lease_expires_at, t.retry, t.quarantine, due.due_at
+          t.keys, t.attempt_count, t.attempts, t.lease_expires_at, t.retry, t.quarantine,
+          due.due_at
 """
+
+CLAIM_CONTROLLED = """
+SELECT (h.claimed).id, (h.claimed).token, (h.claimed).handler_ref,
+       (h.claimed).payload::text AS payload, (h.claimed).headers, (h.claimed).priority,
+       (h.claimed).keys, (h.claimed).attempt_count, (h.claimed).attempts,
+       (h.claimed).lease_expires_at, (h.claimed).retry, (h.claimed).quarantine,
+       h.claimed_due_at AS due_at
+FROM {s}.claim_controlled($1, $2, $3, $4) AS h
+"""
+
+
+async def sql_claim(
+    conn: asyncpg.Connection, s: str, queue: str, limit: int, worker: str | None
+) -> list[asyncpg.Record]:
+    """A foreign worker's claim: CLAIM, and CLAIM_CONTROLLED for a queue CLAIM refuses
+    (SQLSTATE RQ423: a control restricts it)."""
+    try:
+        return await conn.fetch(CLAIM.format(s=s), queue, limit, LEASE_US, worker)
+    except asyncpg.PostgresError as exc:
+        if exc.sqlstate != "RQ423":
+            raise
+    return await conn.fetch(CLAIM_CONTROLLED.format(s=s), queue, limit, LEASE_US, worker)
+
 
 COMPLETE = """
 UPDATE {s}.task
@@ -72,11 +98,17 @@ WHERE id = $1 AND token = $2 AND status = 'IN_FLIGHT'
 """
 
 ENQUEUE = """
-INSERT INTO {s}.task (id, queue, handler_ref, payload, headers, status, priority,
+INSERT INTO {s}.task (id, queue, handler_ref, payload, headers, status, priority, keys,
                       next_attempt_at)
-VALUES ($1, $2, $3, $4::json, '{{}}', 'PENDING', $5,
+VALUES ($1, $2, $3, $4::json, '{{}}', 'PENDING', $5, $6::text[],
         now())
 ON CONFLICT (id) DO NOTHING
+"""
+
+PUT_CONTROL = """
+INSERT INTO {s}.control (queue, key, paused, gate, version)
+VALUES ($1, $2, $3, $4, 1)
+ON CONFLICT (queue, key) DO NOTHING
 """
 
 CANCEL = """
@@ -125,9 +157,9 @@ async def test_a_plain_sql_worker_claims_and_completes(
         )
         # ...and tasks admitted with SQL are claimed by the Python store, by priority.
         enqueue = ENQUEUE.format(s=s)
-        await conn.execute(enqueue, "from-sql-low", "mixed", "app:job", '{"n": 2}', -3)
-        await conn.execute(enqueue, "from-sql-high", "mixed", "app:job", '{"n": 3}', 7)
-        await conn.execute(enqueue, "to-cancel", "other", "app:job", "null", 0)
+        await conn.execute(enqueue, "from-sql-low", "mixed", "app:job", '{"n": 2}', -3, [])
+        await conn.execute(enqueue, "from-sql-high", "mixed", "app:job", '{"n": 3}', 7, ["k"])
+        await conn.execute(enqueue, "to-cancel", "other", "app:job", "null", 0, [])
         assert await conn.execute(CANCEL.format(s=s), "other", ["to-cancel"]) == "UPDATE 1"
         audit = await conn.fetchrow(
             AUDIT.format(s=s), "sql-tool", "cancel", "other", '{"ids": ["to-cancel"]}', 1, "x", None
@@ -144,9 +176,9 @@ async def test_a_plain_sql_worker_claims_and_completes(
     assert done.attempt_count == 1
 
     claimed = await storage.claim_due("mixed", 10, timedelta(seconds=5))
-    assert [(c.task.id, c.task.payload, c.task.priority) for c in claimed] == [
-        ("from-sql-high", {"n": 3}, 7),
-        ("from-sql-low", {"n": 2}, -3),
+    assert [(c.task.id, c.task.payload, c.task.priority, c.task.keys) for c in claimed] == [
+        ("from-sql-high", {"n": 3}, 7, ["k"]),
+        ("from-sql-low", {"n": 2}, -3, []),
     ]
     assert (await storage.get("to-cancel")).status == Status.CANCELLED
     [entry], _ = await storage.list_audit(None, Page())
@@ -180,3 +212,35 @@ async def test_a_lapsed_lease_claimed_with_sql_names_its_holder(
         first.task.claimed_at,
     )
     assert task.claimed_by == "sql-worker"
+
+
+@pytest.mark.asyncio
+async def test_the_sql_claim_honours_the_controls_either_side_writes(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    """A pause and a gate written with SQL hold back the Python store's claims; a pause the
+    Python store writes holds back the SQL claim, which takes what the gate lets through."""
+    s = f'"{schema}"'
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        enqueue = ENQUEUE.format(s=s)
+        for n in range(3):
+            await conn.execute(enqueue, f"k{n}", "flow", "app:job", "null", 0, ["dep:x"])
+            await conn.execute(enqueue, f"f{n}", "flow", "app:other", "null", 0, [])
+        await conn.execute(PUT_CONTROL.format(s=s), "flow", "dep:x", True, None)
+        claimed = await storage.claim_due("flow", 10, timedelta(seconds=30))
+        assert sorted(c.task.id for c in claimed) == ["f0", "f1", "f2"]
+        await conn.execute(PUT_CONTROL.format(s=s), "flow", "handler:app:job", False, 2)
+        (paused,) = [c for c in await storage.list_controls("flow") if c.key == "dep:x"]
+        await storage.delete_control("flow", "dep:x", expected_version=paused.version)
+        with pytest.raises(asyncpg.PostgresError) as refused:
+            await conn.fetch(CLAIM.format(s=s), "flow", 10, LEASE_US, "sql-worker")
+        assert refused.value.sqlstate == "RQ423", "the plain claim refuses a controlled queue"
+        rows = await sql_claim(conn, s, "flow", 10, "sql-worker")
+        assert sorted(r["id"] for r in rows) == ["k0", "k1"], "the gate of 2"
+        assert all(r["keys"] == ["dep:x"] for r in rows)
+        assert await sql_claim(conn, s, "flow", 10, "sql-worker") == []
+    finally:
+        await conn.close()
+    (gate,) = await storage.list_controls("flow")
+    assert (gate.key, gate.gate, gate.version, gate.in_use) == ("handler:app:job", 0, 1, 2)

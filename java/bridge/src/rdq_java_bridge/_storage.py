@@ -19,6 +19,8 @@ from rdq.spi import (
     Capabilities,
     Claimed,
     Completion,
+    Control,
+    Counts,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -27,6 +29,7 @@ from rdq.spi import (
     Stats,
     StorageBase,
     TaskFilter,
+    WorkerInfo,
 )
 from rdq_java_bridge import _wire
 from rdq_java_bridge._process import java_command
@@ -276,3 +279,42 @@ class JavaBridgeStorage(StorageBase):
 
     async def wait_due(self, queue: str, timeout: float) -> bool:
         return bool(await self._call("wait_due", queue=queue, timeout=timeout))
+
+    # --- contract version 3: flow control, the fleet, counts ----------------------------------
+
+    async def list_controls(self, queue: str | None = None) -> list[Control]:
+        return [_wire.control_of(item) for item in await self._call("list_controls", queue=queue)]
+
+    async def put_control(self, control: Control, *, expected_version: int) -> Control:
+        answer = await self._call("put_control", control=control, expected_version=expected_version)
+        return _wire.control_of(answer)
+
+    async def delete_control(self, queue: str, key: str, *, expected_version: int) -> bool:
+        answer = await self._call(
+            "delete_control", queue=queue, key=key, expected_version=expected_version
+        )
+        return bool(answer)
+
+    async def retry_now(self, queue: str, task_ids: Sequence[str]) -> int:
+        return int(await self._call("retry_now", queue=queue, task_ids=list(task_ids)))
+
+    async def heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
+        return _wire.worker_of(await self._call("heartbeat_worker", info=info))
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return [_wire.worker_of(item) for item in await self._call("list_workers")]
+
+    async def remove_worker(self, worker_id: str) -> bool:
+        return bool(await self._call("remove_worker", worker_id=worker_id))
+
+    async def purge_workers(self, seen_before: datetime) -> int:
+        return int(await self._call("purge_workers", seen_before=seen_before))
+
+    async def add_counts(self, counts: Sequence[Counts]) -> None:
+        await self._call("add_counts", counts=list(counts))
+
+    async def read_counts(self, queue: str | None, since: datetime) -> list[Counts]:
+        return _wire.counts_of(await self._call("read_counts", queue=queue, since=since))
+
+    async def purge_counts(self, before: datetime) -> int:
+        return int(await self._call("purge_counts", before=before))

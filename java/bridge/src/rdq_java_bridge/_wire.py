@@ -14,6 +14,7 @@ import msgspec
 
 from rdq.errors import (
     ConfigError,
+    ControlConflict,
     IDConflict,
     NotConnected,
     NotFound,
@@ -27,20 +28,26 @@ from rdq.errors import (
 from rdq.spi import (
     AuditEntry,
     Claimed,
+    Control,
+    Counts,
     DLQGroup,
     Envelope,
     Stats,
+    WorkerInfo,
     envelope_from_builtins,
     envelope_to_builtins,
 )
 
 __all__ = [
     "claimed",
+    "control_of",
+    "counts_of",
     "datetime_of",
     "encode_arg",
     "envelope",
     "error_of",
     "page_of",
+    "worker_of",
 ]
 
 
@@ -103,6 +110,18 @@ def audit_of(value: Any) -> AuditEntry:
     return msgspec.convert(value, AuditEntry)
 
 
+def control_of(value: Any) -> Control:
+    return msgspec.convert(value, Control)
+
+
+def worker_of(value: Any) -> WorkerInfo:
+    return msgspec.convert(value, WorkerInfo)
+
+
+def counts_of(value: Any) -> list[Counts]:
+    return msgspec.convert(value, list[Counts])
+
+
 def error_of(error: dict[str, Any]) -> BaseException:
     """The rdq exception an error answer stands for."""
     kind = error.get("kind")
@@ -119,6 +138,11 @@ def error_of(error: dict[str, Any]) -> BaseException:
         return StaleCursor(error["reason"])
     if kind == "IDConflict":
         return IDConflict(error["task_id"], error["existing_queue"])
+    if kind == "ControlConflict":
+        found = error.get("found")
+        return ControlConflict(
+            error["queue"], error["key"], None if found is None else control_of(found)
+        )
     if kind == "NotConnected":
         return NotConnected("JavaBridgeStorage", closed=bool(error.get("closed")))
     if kind == "StorageUnavailable":

@@ -18,6 +18,7 @@ from rdq_postgres._codec import (
     encode_json,
     enqueue_args,
     import_args,
+    joined_keys,
     micros,
 )
 from rdq_postgres._queries import Queries, Statement
@@ -67,6 +68,7 @@ def admission(sql: Queries, tasks: Sequence[Envelope], delay: timedelta | None) 
             "format_version": FORMAT_VERSION,
             "delay_us": micros(delay),
             "priorities": _compact([task.priority for task in unique]),
+            "keys": _compact([joined_keys(task.keys) for task in unique]),
         }
         return Admission(unique, sql.enqueue_batch_fresh, values)
     values = _columns(ENQUEUE_ARRAYS, [enqueue_args(task) for task in unique])
@@ -101,8 +103,8 @@ def _compact(values: list[Any]) -> list[Any]:
 
 def _fresh(task: Envelope) -> bool:
     """True if ``task`` is new (what ``Client.submit`` builds): stored by
-    ``enqueue_batch_fresh`` with constants for everything but names, priority, payload and
-    headers."""
+    ``enqueue_batch_fresh`` with constants for everything but names, priority, keys, payload
+    and headers."""
     return (
         task.attempt_count == 0
         and task.redrive_count == 0

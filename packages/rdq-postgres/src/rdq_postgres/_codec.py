@@ -69,6 +69,7 @@ _COLUMNS = (
     "completed_at",
     "dead_lettered_at",
     "priority",
+    "keys",
     "claimed_by",
     "claimed_at",
     "cancelled_at",
@@ -84,6 +85,8 @@ _TIME_COLUMNS = (
     "cancelled_at",
 )
 _MICROSECOND = timedelta(microseconds=1)
+KEY_SEPARATOR = "\x1f"
+"""Between the keys of a task in a statement's argument (``chr(31)`` in the SQL)."""
 _RAW_SHOWN = 2000
 """At most this many characters of a bad stored value are quoted in ``Envelope.corrupt``."""
 
@@ -145,12 +148,13 @@ def _unknown(task: Envelope) -> dict[str, Any]:
 ENQUEUE_FIELDS = (
     "id", "queue", "handler_ref", "payload", "headers", "attempt_count", "redrive_count",
     "attempts", "error_type", "next_attempt_at", "retry", "format_version", "extra", "priority",
+    "keys",
 )
 """The parameters of enqueue.sql that :func:`enqueue_args` gives, in its order."""
 ENQUEUE_ARRAYS = (
     "ids", "queues", "handler_refs", "payloads", "headers", "attempt_counts", "redrive_counts",
     "attempts", "error_types", "next_attempt_ats", "retries", "format_versions", "extras",
-    "priorities",
+    "priorities", "keys",
 )
 """The array parameters of enqueue_batch.sql and enqueue_in.sql: one per field of
 :data:`ENQUEUE_FIELDS`, in its order."""
@@ -158,7 +162,7 @@ IMPORT_ARRAYS = (
     "ids", "queues", "handler_refs", "payloads", "headers", "statuses", "attempt_counts",
     "redrive_counts", "attempts", "error_types", "created_ats", "next_attempt_ats",
     "lease_expires_ats", "completed_ats", "dead_lettered_ats", "cancelled_ats", "retries",
-    "priorities", "claimed_bys", "claimed_ats", "format_versions", "extras",
+    "priorities", "claimed_bys", "claimed_ats", "format_versions", "extras", "keys",
 )
 """The array parameters of import_tasks.sql, in the order of :func:`import_args`."""
 # fmt: on
@@ -183,6 +187,7 @@ def enqueue_args(task: Envelope, payload: str | None = None) -> tuple[Any, ...]:
         task.format_version,
         _json(_unknown(task)),
         task.priority,
+        joined_keys(task.keys),
     )
 
 
@@ -212,7 +217,14 @@ def import_args(task: Envelope) -> tuple[Any, ...]:
         task.claimed_at,
         task.format_version,
         _json(_unknown(task)),
+        joined_keys(task.keys),
     )
+
+
+def joined_keys(keys: Sequence[str]) -> str:
+    """A task's keys as the admission statements take them: joined by U+001F, a character no
+    key holds (``""`` for none; the statements split them with ``string_to_array``)."""
+    return KEY_SEPARATOR.join(keys)
 
 
 def attempt_args(attempt: Attempt) -> tuple[str, str | None]:
@@ -259,6 +271,7 @@ def _envelope_from_typed_row(row: asyncpg.Record) -> Envelope:
         dead_lettered_at=row["dead_lettered_at"],
         retry=None if retry is None else _decode_retry(retry),
         priority=row["priority"],
+        keys=row["keys"],
         claimed_by=row["claimed_by"],
         claimed_at=row["claimed_at"],
         cancelled_at=row["cancelled_at"],

@@ -11,10 +11,26 @@ import msgspec
 
 from rdq.errors import IDConflict, RdqError, StorageError, StorageUnavailable
 
-__all__ = ["ID_CONFLICT", "id_conflict", "is_unavailable", "translate_errors"]
+__all__ = [
+    "CONTROLLED",
+    "ID_CONFLICT",
+    "QueueControlled",
+    "id_conflict",
+    "is_unavailable",
+    "translate_errors",
+]
 
 ID_CONFLICT = "RQ409"
 """The SQLSTATE of ``id_conflict()`` (migration 0002): a batch's id is in another queue."""
+CONTROLLED = "RQ423"
+"""The SQLSTATE of ``unrestricted()`` (migration 0005): claim.sql refuses a queue that a
+control restricts; claim_controlled.sql claims it."""
+
+
+class QueueControlled(StorageError):
+    """claim.sql refused the queue: a control restricts its claims (the store then claims
+    with claim_controlled.sql; never raised to callers)."""
+
 
 # SQLSTATE classes and codes that mean "the server is not there (now)": retry later. 57014
 # is a statement cancelled by the server's statement_timeout (the operation timeout).
@@ -104,6 +120,8 @@ def _translated(exc: Exception, endpoint: str, on_lost: Callable[[], None] | Non
         if on_lost is not None and not _timed_out(exc):
             on_lost()
         return StorageUnavailable(f"PostgreSQL at {endpoint} is unavailable: {_reason(exc)}")
+    if isinstance(exc, asyncpg.PostgresError) and exc.sqlstate == CONTROLLED:
+        return QueueControlled(f"PostgreSQL at {endpoint}: {_reason(exc)}")
     if isinstance(exc, asyncpg.PostgresError) and exc.sqlstate == ID_CONFLICT:
         detail = getattr(exc, "detail", None)
         return id_conflict(detail, endpoint, f"{type(exc).__name__}: {exc}")

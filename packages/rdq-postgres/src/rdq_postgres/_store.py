@@ -2,7 +2,10 @@
 
 Every operation is one SQL statement in autocommit (one round trip): due-ness, leases and
 timestamps come from the database clock, claims use ``FOR UPDATE SKIP LOCKED`` and every
-post-claim mutation is fenced on the claim token in its ``WHERE`` clause. ``StorageBase``
+post-claim mutation is fenced on the claim token in its ``WHERE`` clause. A queue that a
+control restricts is claimed with ``claim_controlled.sql`` instead, which honours the
+controls in its one statement (``claim.sql`` refuses such a queue; the store remembers which
+queues it refused). ``StorageBase``
 checks that the store is open and validates every argument; each ``_operation`` here is the
 statement and the reading of its result.
 """
@@ -18,12 +21,15 @@ import msgspec
 
 from rdq.errors import IDConflict, NotFound, StaleClaim
 from rdq.spi import (
+    CONTRACT_VERSION,
     Attempt,
     AuditEntry,
     AuditFilter,
     Capabilities,
     Claimed,
     Completion,
+    Control,
+    Counts,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -32,11 +38,13 @@ from rdq.spi import (
     Stats,
     StorageBase,
     TaskFilter,
+    WorkerInfo,
     fence,
     group_order,
     limits,
     stored_flags,
 )
+from rdq_postgres import _flow
 from rdq_postgres._admission import Admission, admission, admission_in, importing
 from rdq_postgres._codec import (
     ENQUEUE_FIELDS,
@@ -50,7 +58,7 @@ from rdq_postgres._codec import (
     stats_from_row,
 )
 from rdq_postgres._connection import Database
-from rdq_postgres._errors import translate_errors
+from rdq_postgres._errors import QueueControlled, translate_errors
 from rdq_postgres._migrate import apply_migrations
 from rdq_postgres._notify import Announcer, DueListener
 from rdq_postgres._outbox import driver_errors, runner_for
@@ -61,7 +69,7 @@ from rdq_postgres._url import PostgresConfig, parse_url
 __all__ = ["CAPABILITIES", "PostgresStorage"]
 
 CAPABILITIES = Capabilities(
-    contract_version=2,  # version 3 (control, the fleet, counts) not yet implemented
+    contract_version=CONTRACT_VERSION,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,
@@ -74,6 +82,9 @@ CAPABILITIES = Capabilities(
     queue_listing=True,
     import_tasks=True,
     audit=True,
+    control=True,
+    worker_registry=True,
+    counters=True,
     reopen=True,
     transactional_enqueue=True,
 )
@@ -96,6 +107,9 @@ class PostgresStorage(StorageBase):
         self._listener = DueListener(self._db.connect_one, self.config.channel)
         self._announcer = Announcer(self._notify, interval=self.config.notify_interval)
         self._capabilities = msgspec.structs.replace(CAPABILITIES, notify=self.config.notify)
+        self._controlled: set[str] = set()
+        """Queues claim.sql refused (a control restricts them): claimed with
+        claim_controlled.sql until it says that none does any more."""
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresStorage:
@@ -197,9 +211,18 @@ class PostgresStorage(StorageBase):
     async def _claim_due(
         self, queue: str, limit: int, lease: timedelta, worker_id: str | None
     ) -> list[Claimed]:
-        rows = await self._db.fetch(
-            self._sql.claim, queue=queue, limit=limit, lease_us=micros(lease), worker_id=worker_id
-        )
+        values = {"queue": queue, "limit": limit, "lease_us": micros(lease), "worker_id": worker_id}
+        rows: list[asyncpg.Record] | None = None
+        if queue not in self._controlled:
+            try:
+                rows = await self._db.fetch(self._sql.claim, **values)
+            except QueueControlled:
+                self._controlled.add(queue)
+        if rows is None:  # a control restricts the queue (or did at its last claim)
+            rows = await self._db.fetch(self._sql.claim_controlled, **values)
+            if not rows[0]["controlled"]:
+                self._controlled.discard(queue)
+            rows = [row for row in rows if row["id"] is not None]
         if len(rows) > 1:
             # the claim order (RETURNING has none); ties stay as they came: the order of ids
             # is the database's, never compared here
@@ -351,6 +374,46 @@ class PostgresStorage(StorageBase):
         self, audit_filter: AuditFilter | None, page: Page
     ) -> tuple[list[AuditEntry], str | None]:
         return await audit_page(self._db, self._sql, audit_filter, page)
+
+    # --- flow control ----------------------------------------------------------------------
+
+    async def _list_controls(self, queue: str | None) -> list[Control]:
+        return await _flow.list_controls(self._db, self._sql, queue)
+
+    async def _put_control(self, control: Control, expected_version: int) -> Control:
+        return await _flow.put_control(self._db, self._sql, control, expected_version)
+
+    async def _delete_control(self, queue: str, key: str, expected_version: int) -> bool:
+        return await _flow.delete_control(self._db, self._sql, queue, key, expected_version)
+
+    async def _retry_now(self, queue: str, task_ids: list[str]) -> int:
+        moved = await self._db.execute(self._sql.retry_now, queue=queue, ids=task_ids)
+        if moved:
+            self._announce(queue)
+        return moved
+
+    # --- the fleet and counts ----------------------------------------------------------------
+
+    async def _heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
+        return await _flow.heartbeat_worker(self._db, self._sql, info)
+
+    async def _list_workers(self) -> list[WorkerInfo]:
+        return await _flow.list_workers(self._db, self._sql)
+
+    async def _remove_worker(self, worker_id: str) -> bool:
+        return bool(await self._db.execute(self._sql.remove_worker, id=worker_id))
+
+    async def _purge_workers(self, seen_before: datetime) -> int:
+        return await self._db.execute(self._sql.purge_workers, seen_before=seen_before)
+
+    async def _add_counts(self, counts: list[Counts]) -> None:
+        await _flow.add_counts(self._db, self._sql, counts)
+
+    async def _read_counts(self, queue: str | None, since: datetime) -> list[Counts]:
+        return await _flow.read_counts(self._db, self._sql, queue, since)
+
+    async def _purge_counts(self, before: datetime) -> int:
+        return await self._db.execute(self._sql.purge_counts, before=before)
 
     # --- operations ------------------------------------------------------------------------
 

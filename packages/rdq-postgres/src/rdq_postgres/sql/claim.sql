@@ -6,6 +6,9 @@
 -- the database clock (the transaction start: run it in autocommit). Locked rows are skipped,
 -- never waited on. `priority = ANY (every priority)` lets task_claim_priority_idx serve the
 -- ORDER BY in one index scan that reads due entries only.
+-- unrestricted() is a one-time filter, evaluated before the scan: for a queue that a control
+-- restricts (a pause, a gate, a concurrency or rate limit) it raises SQLSTATE RQ423 and the
+-- claim is claim_controlled.sql's; for every other queue it costs one index probe.
 WITH due AS (
     SELECT id, due_at
     FROM {schema}.task
@@ -13,6 +16,7 @@ WITH due AS (
       AND queue = :queue
       AND status IN ('PENDING', 'IN_FLIGHT')
       AND due_at <= now()
+      AND {schema}.unrestricted(:queue)
     ORDER BY priority DESC, due_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -46,6 +50,6 @@ FROM due
 WHERE t.id = due.id
 RETURNING t.id, t.queue, t.handler_ref, t.payload, t.headers, t.status, t.attempt_count,
           t.redrive_count, t.attempts, t.created_at, t.next_attempt_at, t.lease_expires_at,
-          t.completed_at, t.dead_lettered_at, t.retry, t.priority, t.claimed_by, t.claimed_at,
+          t.completed_at, t.dead_lettered_at, t.retry, t.priority, t.keys, t.claimed_by, t.claimed_at,
           t.cancelled_at, t.format_version, t.extra, t.quarantine, t.token,
           due.due_at AS claimed_due_at

@@ -1,15 +1,17 @@
 -- Admit one task: a row back if it was inserted, none if the id exists (then
 -- existing_queue.sql tells whether in the same queue or another). Due at :next_attempt_at if
--- given, else at now() + :delay_us microseconds.
+-- given, else at now() + :delay_us microseconds. :keys: the task's keys joined by U+001F (a
+-- character no key holds; '' for none).
 INSERT INTO {schema}.task (
     id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
-    attempts, error_type, created_at, next_attempt_at, retry, format_version, extra, priority
+    attempts, error_type, created_at, next_attempt_at, retry, format_version, extra, priority,
+    keys
 )
 VALUES (
     :id, :queue, :handler_ref, :payload::json, :headers::json, 'PENDING', :attempt_count,
     :redrive_count, :attempts::json, :error_type, now(),
     COALESCE(:next_attempt_at::timestamptz, now() + :delay_us::bigint * interval '1 microsecond'),
-    :retry::json, :format_version, :extra::json, :priority
+    :retry::json, :format_version, :extra::json, :priority, string_to_array(:keys::text, chr(31))
 )
 ON CONFLICT (id) DO NOTHING
 RETURNING queue

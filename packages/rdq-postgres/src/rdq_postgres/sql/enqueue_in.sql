@@ -9,22 +9,23 @@ WITH input AS (
         :ids::text[], :queues::text[], :handler_refs::text[], :payloads::json[],
         :headers::json[], :attempt_counts::integer[], :redrive_counts::integer[],
         :attempts::json[], :error_types::text[], :next_attempt_ats::timestamptz[],
-        :retries::json[], :format_versions::integer[], :extras::json[], :priorities::smallint[]
+        :retries::json[], :format_versions::integer[], :extras::json[], :priorities::smallint[],
+        :keys::text[]
     ) WITH ORDINALITY AS i(
         id, queue, handler_ref, payload, headers, attempt_count, redrive_count, attempts,
-        error_type, next_attempt_at, retry, format_version, extra, priority, n
+        error_type, next_attempt_at, retry, format_version, extra, priority, keys, n
     )
 ),
 ins AS (
     INSERT INTO {schema}.task (
         id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
         attempts, error_type, created_at, next_attempt_at, retry, format_version, extra,
-        priority
+        priority, keys
     )
     SELECT i.id, i.queue, i.handler_ref, i.payload, i.headers, 'PENDING', i.attempt_count,
            i.redrive_count, i.attempts, i.error_type, now(),
            COALESCE(i.next_attempt_at, now() + :delay_us::bigint * interval '1 microsecond'),
-           i.retry, i.format_version, i.extra, i.priority
+           i.retry, i.format_version, i.extra, i.priority, string_to_array(i.keys, chr(31))
     FROM input AS i
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING

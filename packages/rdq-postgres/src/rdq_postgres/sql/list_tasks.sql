@@ -5,7 +5,7 @@
 SELECT id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
        CASE WHEN :with_attempts THEN attempts ELSE '[]'::json END AS attempts, created_at,
        next_attempt_at, lease_expires_at, completed_at, dead_lettered_at, retry,
-       priority, claimed_by, claimed_at, cancelled_at, format_version, quarantine, extra,
+       priority, keys, claimed_by, claimed_at, cancelled_at, format_version, quarantine, extra,
        {at} AS listed_at
 FROM {schema}.task
 WHERE queue = :queue AND status = '{status}'

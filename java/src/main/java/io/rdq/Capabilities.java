@@ -10,7 +10,9 @@ package io.rdq;
  * highest priority first), {@code claimHolder} (claims keep the worker id), {@code cancel},
  * {@code taskListing} ({@link Storage#listTasks}), {@code queueListing}
  * ({@link Storage#listQueues}), {@code importTasks} and {@code audit}
- * ({@link Storage#appendAudit}, {@link Storage#listAudit}).
+ * ({@link Storage#appendAudit}, {@link Storage#listAudit}); and those of contract version 3:
+ * {@code control} (control records that claims honour, {@link Storage#retryNow}),
+ * {@code workerRegistry} and {@code counters}.
  */
 public record Capabilities(
         int contractVersion,
@@ -25,7 +27,10 @@ public record Capabilities(
         boolean taskListing,
         boolean queueListing,
         boolean importTasks,
-        boolean audit) {
+        boolean audit,
+        boolean control,
+        boolean workerRegistry,
+        boolean counters) {
     /** The contract version this binding implements ({@code rdq.spi.CONTRACT_VERSION}). */
-    public static final int CONTRACT_VERSION = 2;
+    public static final int CONTRACT_VERSION = 3;
 }

@@ -16,7 +16,9 @@ import java.util.Objects;
  * there. {@code extra} holds fields a newer producer wrote that this version does not know;
  * they are kept and returned as written. {@code corrupt} is set only on a task read back whose
  * stored form does not decode: it says what is wrong, and the fields that did not decode hold
- * their defaults.
+ * their defaults. {@code keys} (contract version 3) are the task's flow-control keys beyond its
+ * queue's ({@code *}) and its handler's ({@code handler:<handlerRef>}): a claim honours the
+ * control records of every one of them.
  */
 public record Envelope(
         String id,
@@ -35,6 +37,7 @@ public record Envelope(
         Instant deadLetteredAt,
         RetryOverride retry,
         int priority,
+        List<String> keys,
         String claimedBy,
         Instant claimedAt,
         Instant cancelledAt,
@@ -53,6 +56,7 @@ public record Envelope(
         headers = headers == null ? Map.of() : Collections.unmodifiableMap(new LinkedHashMap<>(headers));
         status = status == null ? Status.PENDING : status;
         attempts = attempts == null ? List.of() : List.copyOf(attempts);
+        keys = keys == null ? List.of() : List.copyOf(keys);
         extra = extra == null ? Map.of() : Collections.unmodifiableMap(new LinkedHashMap<>(extra));
     }
 
@@ -104,6 +108,7 @@ public record Envelope(
         private Instant deadLetteredAt;
         private RetryOverride retry;
         private int priority = DEFAULT_PRIORITY;
+        private List<String> keys = List.of();
         private String claimedBy;
         private Instant claimedAt;
         private Instant cancelledAt;
@@ -132,6 +137,7 @@ public record Envelope(
             deadLetteredAt = e.deadLetteredAt;
             retry = e.retry;
             priority = e.priority;
+            keys = e.keys;
             claimedBy = e.claimedBy;
             claimedAt = e.claimedAt;
             cancelledAt = e.cancelledAt;
@@ -156,6 +162,7 @@ public record Envelope(
         public Builder deadLetteredAt(Instant value) { deadLetteredAt = value; return this; }
         public Builder retry(RetryOverride value) { retry = value; return this; }
         public Builder priority(int value) { priority = value; return this; }
+        public Builder keys(List<String> value) { keys = value; return this; }
         public Builder claimedBy(String value) { claimedBy = value; return this; }
         public Builder claimedAt(Instant value) { claimedAt = value; return this; }
         public Builder cancelledAt(Instant value) { cancelledAt = value; return this; }
@@ -166,7 +173,7 @@ public record Envelope(
         public Envelope build() {
             return new Envelope(id, queue, handlerRef, payload, headers, status, attemptCount, redriveCount,
                     attempts, createdAt, nextAttemptAt, leaseExpiresAt, completedAt, deadLetteredAt, retry,
-                    priority, claimedBy, claimedAt, cancelledAt, corrupt, formatVersion, extra);
+                    priority, keys, claimedBy, claimedAt, cancelledAt, corrupt, formatVersion, extra);
         }
     }
 }

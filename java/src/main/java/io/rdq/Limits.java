@@ -35,6 +35,13 @@ public final class Limits {
     public static final int MAX_TRACEBACK_LENGTH = 32768;
     public static final int MAX_AUDIT_WORD_LENGTH = 200;
     public static final int MAX_AUDIT_REASON_LENGTH = 2000;
+    public static final int MAX_TASK_KEYS = 8;
+    public static final int MAX_TASK_KEY_LENGTH = 200;
+    /** A control's key: {@code *}, {@code handler:<handlerRef>} or a task key. */
+    public static final int MAX_CONTROL_KEY_LENGTH = 1100;
+    public static final int MAX_CONTROL_STATE_BYTES = 64 * 1024;
+    public static final int MAX_WORKER_QUEUES = 1000;
+    public static final int MAX_COUNTS = 1000;
     public static final double DEFAULT_OPERATION_TIMEOUT = 10.0;
     public static final long EXACT_COUNT_THRESHOLD = 10_000;
 
@@ -234,6 +241,7 @@ public final class Limits {
             throw new ValidationException("redrive_count", "must not be negative");
         }
         checkPriority(task.priority(), "priority");
+        checkTaskKeys(task.keys(), "keys");
         checkTime(task.nextAttemptAt(), "next_attempt_at");
         if (task.corrupt() != null) {
             throw new ValidationException("corrupt", "a task read back as corrupt cannot be stored");
@@ -250,6 +258,151 @@ public final class Limits {
             checkAttempt(task.attempts().get(i), "attempts[" + i + "]");
         }
         return task;
+    }
+
+    private static boolean printable(String value) {
+        return value.codePoints().noneMatch(c -> Character.isWhitespace(c) || Character.isSpaceChar(c) || c < 0x20 || c == 0x7f);
+    }
+
+    /** A task's flow-control keys: at most {@link #MAX_TASK_KEYS}, each 1-200 characters without
+     * whitespace or control characters, none of them {@code *} or {@code handler:...} (keys every
+     * task has already). */
+    public static List<String> checkTaskKeys(List<String> keys, String field) {
+        if (keys == null) {
+            throw new ValidationException(field, "must be a list of strings");
+        }
+        if (keys.size() > MAX_TASK_KEYS) {
+            throw new ValidationException(field, "more than " + MAX_TASK_KEYS + " keys");
+        }
+        for (int i = 0; i < keys.size(); i++) {
+            String key = keys.get(i);
+            String where = field + "[" + i + "]";
+            if (key == null || key.isEmpty() || key.length() > MAX_TASK_KEY_LENGTH) {
+                throw new ValidationException(where, "must be 1-" + MAX_TASK_KEY_LENGTH + " characters");
+            }
+            if (!printable(key)) {
+                throw new ValidationException(where, "must not contain whitespace or control characters");
+            }
+            if (key.equals("*") || key.startsWith("handler:")) {
+                throw new ValidationException(where, "'*' and 'handler:...' are every task's keys already");
+            }
+        }
+        return keys;
+    }
+
+    /** A control's key: {@code *}, {@code handler:<handlerRef>}, or a task key. */
+    public static String checkControlKey(String key, String field) {
+        if (key == null || key.isEmpty() || key.length() > MAX_CONTROL_KEY_LENGTH) {
+            throw new ValidationException(field, "must be 1-" + MAX_CONTROL_KEY_LENGTH + " characters");
+        }
+        if (!printable(key)) {
+            throw new ValidationException(field, "must not contain whitespace or control characters");
+        }
+        return key;
+    }
+
+    /** A control to store: its queue and key, the limits it sets (each null or within range),
+     * and state that is a JSON object within {@link #MAX_CONTROL_STATE_BYTES}. */
+    public static Control checkControl(Control control, String field) {
+        if (control == null) {
+            throw new ValidationException(field, "must be a control");
+        }
+        checkQueue(control.queue(), field + ".queue");
+        checkControlKey(control.key(), field + ".key");
+        Object[][] numbers = {{"gate", control.gate(), 0L}, {"concurrency", control.concurrency(), 0L},
+            {"rate", control.rate(), 1L}, {"burst", control.burst(), 1L}};
+        for (Object[] n : numbers) {
+            if (n[1] != null && (Long) n[1] < (Long) n[2]) {
+                throw new ValidationException(field + "." + n[0], "must be an integer of at least " + n[2] + ", or None");
+            }
+        }
+        double per = control.per();
+        if (!(per > 0 && per <= 86_400)) {
+            throw new ValidationException(field + ".per", "must be a number of seconds in (0, 86400]");
+        }
+        RawJson state = control.state();
+        if (!state.text().strip().startsWith("{")) {
+            throw new ValidationException(field + ".state", "must be an object");
+        }
+        checkDepth(state, field + ".state");
+        int size = state.text().getBytes(StandardCharsets.UTF_8).length;
+        if (size > MAX_CONTROL_STATE_BYTES) {
+            throw new ValidationException(field + ".state", "is " + size + " bytes encoded; the limit is " + MAX_CONTROL_STATE_BYTES);
+        }
+        return control;
+    }
+
+    /** A control version a caller expects: 0 (none yet) or more. */
+    public static long checkVersion(long version, String field) {
+        if (version < 0) {
+            throw new ValidationException(field, "must be a non-negative integer");
+        }
+        return version;
+    }
+
+    /** A worker's registration: a valid id, texts and numbers in range, its queues valid. */
+    public static WorkerInfo checkWorkerInfo(WorkerInfo info, String field) {
+        if (info == null) {
+            throw new ValidationException(field, "must be a worker registration");
+        }
+        if (checkWorkerId(info.id(), field + ".id") == null) {
+            throw new ValidationException(field + ".id", "must be a worker id");
+        }
+        checkText(info.host(), MAX_AUDIT_WORD_LENGTH, field + ".host");
+        checkText(info.version(), MAX_AUDIT_WORD_LENGTH, field + ".version");
+        checkText(info.state(), MAX_AUDIT_WORD_LENGTH, field + ".state");
+        Object[][] numbers = {{"pid", info.pid()}, {"concurrency", info.concurrency()}, {"held", info.held()}};
+        for (Object[] n : numbers) {
+            if ((Long) n[1] < 0) {
+                throw new ValidationException(field + "." + n[0], "must be a non-negative integer");
+            }
+        }
+        double beat = info.heartbeat();
+        if (!(beat > 0 && beat <= 3600)) {
+            throw new ValidationException(field + ".heartbeat", "must be a number of seconds in (0, 3600]");
+        }
+        if (info.queues().size() > MAX_WORKER_QUEUES) {
+            throw new ValidationException(field + ".queues", "must be a list of at most " + MAX_WORKER_QUEUES);
+        }
+        for (int i = 0; i < info.queues().size(); i++) {
+            checkQueue(info.queues().get(i), field + ".queues[" + i + "]");
+        }
+        if (!info.extra().text().strip().startsWith("{")) {
+            throw new ValidationException(field + ".extra", "must be an object");
+        }
+        checkDepth(info.extra(), field + ".extra");
+        return info;
+    }
+
+    /** Counts to add: at most {@link #MAX_COUNTS} entries, each of a valid queue, a whole
+     * minute and non-negative numbers. */
+    public static List<Counts> checkCounts(List<Counts> counts, String field) {
+        if (counts == null) {
+            throw new ValidationException(field, "must be a list of counts");
+        }
+        if (counts.size() > MAX_COUNTS) {
+            throw new ValidationException(field, "more than " + MAX_COUNTS + " entries");
+        }
+        for (int i = 0; i < counts.size(); i++) {
+            String where = field + "[" + i + "]";
+            Counts entry = counts.get(i);
+            if (entry == null) {
+                throw new ValidationException(where, "must be counts");
+            }
+            checkQueue(entry.queue(), where + ".queue");
+            Instant minute = checkInstant(entry.minute(), where + ".minute");
+            if (minute.getEpochSecond() % 60 != 0 || minute.getNano() != 0) {
+                throw new ValidationException(where + ".minute", "must be a whole minute");
+            }
+            Object[][] numbers = {{"succeeded", entry.succeeded()}, {"failed", entry.failed()},
+                {"dead", entry.dead()}, {"deferred", entry.deferred()}};
+            for (Object[] n : numbers) {
+                if ((Long) n[1] < 0) {
+                    throw new ValidationException(where + "." + n[0], "must be a non-negative integer");
+                }
+            }
+        }
+        return counts;
     }
 
     /** A JSON value that nests arrays and objects at most {@link #MAX_DEPTH} levels deep. */

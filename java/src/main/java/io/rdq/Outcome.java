@@ -7,5 +7,8 @@ public enum Outcome {
     TIMEOUT,
     PERMANENT,
     LEASE_EXPIRED,
-    INTERRUPTED
+    INTERRUPTED,
+    /** The engine rescheduled the attempt because the task's dependency was down: it uses up
+     * none of the task's attempts (contract version 3). */
+    DEFERRED
 }

@@ -109,6 +109,52 @@ public interface Storage extends AutoCloseable {
 
     Capabilities capabilities();
 
+    // --- flow control (contract version 3, capability control) ------------------------------
+
+    /** The control records of {@code queue} (every queue when null), by queue then key, each
+     * with {@code inUse}: the tasks with its key that hold a live lease now. */
+    List<Control> listControls(String queue);
+
+    /** Write {@code control} if the stored one of its (queue, key) has version
+     * {@code expectedVersion} (0: none yet); returns it as stored (version one more,
+     * {@code updatedAt} the store's now). A change of rate, per or burst refills the bucket.
+     * Throws {@link ControlConflictException} (nothing changed) when the version differs: of
+     * racing writers of one version exactly one succeeds. */
+    Control putControl(Control control, long expectedVersion);
+
+    /** Delete the control of (queue, key) if its version is {@code expectedVersion}; true if
+     * one was deleted, false if there was none; {@link ControlConflictException} otherwise. */
+    boolean deleteControl(String queue, String key, long expectedVersion);
+
+    /** Make the listed PENDING tasks of {@code queue} that are not yet due due now; returns how
+     * many were moved (an id given twice counts once). */
+    int retryNow(String queue, List<String> taskIds);
+
+    // --- the fleet and counts (contract version 3) ------------------------------------------
+
+    /** Store {@code info} under its id with {@code seenAt} the store's now, and
+     * {@code startedAt} the store's now at the first heartbeat of the id; returns it as stored. */
+    WorkerInfo heartbeatWorker(WorkerInfo info);
+
+    /** Every registered worker, by id. */
+    List<WorkerInfo> listWorkers();
+
+    /** Forget a worker; true if it was registered. */
+    boolean removeWorker(String workerId);
+
+    /** Forget the workers last seen before {@code seenBefore}; returns how many. */
+    int purgeWorkers(Instant seenBefore);
+
+    /** Add each entry to the counts of its (queue, minute), atomically. */
+    void addCounts(List<Counts> counts);
+
+    /** The counts of {@code queue} (every queue when null) of the minutes from {@code since}
+     * on, by queue then minute. */
+    List<Counts> readCounts(String queue, Instant since);
+
+    /** Delete the counts of the minutes before {@code before}; returns how many entries. */
+    int purgeCounts(Instant before);
+
     /** Block until a task of {@code queue} may be due or {@code timeout} passes; true when woken. */
     boolean waitDue(String queue, Duration timeout);
 }

@@ -30,6 +30,40 @@ class LimitsTest {
     }
 
     @Test
+    void keysControlsWorkersAndCountsNameTheSameFieldsAsThePythonChecks() {
+        Envelope ok = Envelope.of("t-1", "q", "h:fn", RawJson.of("{}"));
+        Limits.checkTask(ok.toBuilder().keys(java.util.List.of("dep:psp", "tenant:\u00e4-1")).build());
+        for (String bad : new String[] {"*", "handler:x", "has space", "x".repeat(201), ""}) {
+            assertEquals("keys[0]", field(() -> Limits.checkTask(ok.toBuilder().keys(java.util.List.of(bad)).build())));
+        }
+        assertEquals("keys", field(() -> Limits.checkTask(ok.toBuilder()
+                .keys(java.util.Collections.nCopies(9, "k")).build())));
+        Control control = Control.of("q", "k");
+        Limits.checkControl(control, "control");
+        assertEquals("control.key", field(() -> Limits.checkControl(Control.of("q", "has space"), "control")));
+        assertEquals("control.gate", field(() -> Limits.checkControl(
+                new Control("q", "k", false, -1L, null, null, 1.0, null, null, 0, null, null), "control")));
+        assertEquals("control.rate", field(() -> Limits.checkControl(
+                new Control("q", "k", false, null, null, 0L, 1.0, null, null, 0, null, null), "control")));
+        assertEquals("control.per", field(() -> Limits.checkControl(
+                new Control("q", "k", false, null, null, null, 0.0, null, null, 0, null, null), "control")));
+        assertEquals("control.state", field(() -> Limits.checkControl(
+                new Control("q", "k", false, null, null, null, 1.0, null, RawJson.of("[1]"), 0, null, null), "control")));
+        assertEquals("expected_version", field(() -> Limits.checkVersion(-1, "expected_version")));
+        assertEquals("info.id", field(() -> Limits.checkWorkerInfo(WorkerInfo.of(""), "info")));
+        assertEquals("info.queues[0]", field(() -> Limits.checkWorkerInfo(new WorkerInfo("w", "h", 1, "v",
+                java.util.List.of("has space"), 0, 0, "running", 10.0, null, null, null), "info")));
+        assertEquals("info.heartbeat", field(() -> Limits.checkWorkerInfo(new WorkerInfo("w", "h", 1, "v",
+                java.util.List.of(), 0, 0, "running", 0.0, null, null, null), "info")));
+        Instant minute = Instant.parse("2031-05-06T07:08:00Z");
+        Limits.checkCounts(java.util.List.of(new Counts("q", minute, 1, 0, 0, 0)), "counts");
+        assertEquals("counts[0].minute", field(() -> Limits.checkCounts(
+                java.util.List.of(new Counts("q", minute.plusSeconds(1), 1, 0, 0, 0)), "counts")));
+        assertEquals("counts[0].failed", field(() -> Limits.checkCounts(
+                java.util.List.of(new Counts("q", minute, 0, -1, 0, 0)), "counts")));
+    }
+
+    @Test
     void payloadsAndUnknownFieldsNestAtMost64Levels() {
         Envelope ok = Envelope.of("t-1", "q", "h:fn", RawJson.of("{}"));
         String deepest = "[".repeat(Limits.MAX_DEPTH) + "\"[[{{\"" + "]".repeat(Limits.MAX_DEPTH);

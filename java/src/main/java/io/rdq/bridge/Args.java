@@ -5,6 +5,8 @@ import io.rdq.Attempt;
 import io.rdq.AuditEntry;
 import io.rdq.AuditFilter;
 import io.rdq.Completion;
+import io.rdq.Control;
+import io.rdq.Counts;
 import io.rdq.DlqFilter;
 import io.rdq.Envelope;
 import io.rdq.PageRequest;
@@ -13,6 +15,7 @@ import io.rdq.Selector;
 import io.rdq.Status;
 import io.rdq.TaskFilter;
 import io.rdq.ValidationException;
+import io.rdq.WorkerInfo;
 import io.rdq.json.EnvelopeJson;
 import io.rdq.json.EnvelopeJson.JsonReader;
 import io.rdq.json.Times;
@@ -87,6 +90,19 @@ final class Args {
         }
     }
 
+    long longValue(String name) {
+        try (JsonReader r = reader(name)) {
+            return r.longValue(name);
+        }
+    }
+
+    Instant optionalInstant(String name) {
+        if (isNull(name)) {
+            return null;
+        }
+        return instant(name);
+    }
+
     Instant instant(String name) {
         if (isNull(name)) {
             throw new ValidationException(name, "must be a datetime");
@@ -149,6 +165,130 @@ final class Args {
             out.add(r.string(field + "[" + out.size() + "]"));
         }
         return out;
+    }
+
+    private static Long optionalLong(JsonReader r, String field) {
+        return r.token() == JsonToken.VALUE_NULL ? null : r.longValue(field);
+    }
+
+    private static RawJson object(JsonReader r, String field) {
+        if (r.token() != JsonToken.START_OBJECT) {
+            throw new ValidationException(field, "must be an object");
+        }
+        return r.raw();
+    }
+
+    /** A control record ({@code in_use} is the store's and ignored). */
+    Control control(String name) {
+        try (JsonReader r = reader(name)) {
+            if (r.token() != JsonToken.START_OBJECT) {
+                throw new ValidationException(name, "must be a control");
+            }
+            String queue = null;
+            String key = null;
+            boolean paused = false;
+            Long gate = null;
+            Long concurrency = null;
+            Long rate = null;
+            double per = 1.0;
+            Long burst = null;
+            RawJson state = null;
+            long version = 0;
+            Instant updatedAt = null;
+            while (r.next() == JsonToken.FIELD_NAME) {
+                String field = r.name();
+                r.next();
+                String at = name + "." + field;
+                switch (field) {
+                    case "queue" -> queue = r.string(at);
+                    case "key" -> key = r.string(at);
+                    case "paused" -> paused = r.bool(at);
+                    case "gate" -> gate = optionalLong(r, at);
+                    case "concurrency" -> concurrency = optionalLong(r, at);
+                    case "rate" -> rate = optionalLong(r, at);
+                    case "per" -> per = r.number(at);
+                    case "burst" -> burst = optionalLong(r, at);
+                    case "state" -> state = object(r, at);
+                    case "version" -> version = r.longValue(at);
+                    case "updated_at" -> updatedAt = r.instant(at);
+                    default -> r.skip();
+                }
+            }
+            return new Control(queue, key, paused, gate, concurrency, rate, per, burst, state, version, updatedAt, null);
+        }
+    }
+
+    /** A worker's registration ({@code started_at} and {@code seen_at} are the store's). */
+    WorkerInfo workerInfo(String name) {
+        try (JsonReader r = reader(name)) {
+            if (r.token() != JsonToken.START_OBJECT) {
+                throw new ValidationException(name, "must be a worker registration");
+            }
+            String id = null;
+            String host = "";
+            long pid = 0;
+            String version = "";
+            List<String> queues = List.of();
+            long concurrency = 0;
+            long held = 0;
+            String state = "running";
+            double heartbeat = 10.0;
+            RawJson extra = null;
+            while (r.next() == JsonToken.FIELD_NAME) {
+                String field = r.name();
+                r.next();
+                String at = name + "." + field;
+                switch (field) {
+                    case "id" -> id = r.string(at);
+                    case "host" -> host = r.string(at);
+                    case "pid" -> pid = r.longValue(at);
+                    case "version" -> version = r.string(at);
+                    case "queues" -> queues = strings(r, at);
+                    case "concurrency" -> concurrency = r.longValue(at);
+                    case "held" -> held = r.longValue(at);
+                    case "state" -> state = r.string(at);
+                    case "heartbeat" -> heartbeat = r.number(at);
+                    case "extra" -> extra = object(r, at);
+                    default -> r.skip();
+                }
+            }
+            return new WorkerInfo(id, host, pid, version, queues, concurrency, held, state, heartbeat, null, null, extra);
+        }
+    }
+
+    /** Per-minute counts to add. */
+    List<Counts> counts(String name) {
+        try (JsonReader r = reader(name)) {
+            if (r.token() != JsonToken.START_ARRAY) {
+                throw new ValidationException(name, "must be a list of counts");
+            }
+            List<Counts> out = new ArrayList<>();
+            while (r.next() != JsonToken.END_ARRAY) {
+                String where = name + "[" + out.size() + "]";
+                if (r.token() != JsonToken.START_OBJECT) {
+                    throw new ValidationException(where, "must be counts");
+                }
+                String queue = null;
+                Instant minute = null;
+                long[] numbers = new long[4];
+                while (r.next() == JsonToken.FIELD_NAME) {
+                    String field = r.name();
+                    r.next();
+                    String at = where + "." + field;
+                    switch (field) {
+                        case "queue" -> queue = r.string(at);
+                        case "minute" -> minute = r.instant(at);
+                        case "succeeded" -> numbers[0] = r.longValue(at);
+                        case "failed" -> numbers[1] = r.longValue(at);
+                        case "dead" -> numbers[2] = r.longValue(at);
+                        case "deferred" -> numbers[3] = r.longValue(at);
+                        default -> r.skip();
+                    }
+                }
+                out.add(new Counts(queue, minute, numbers[0], numbers[1], numbers[2], numbers[3]));
+            }
+            return out;
+        }
     }
 
     List<Completion> completions(String name) {

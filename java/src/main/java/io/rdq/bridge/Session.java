@@ -5,6 +5,9 @@ import com.fasterxml.jackson.core.JsonToken;
 import io.rdq.AuditEntry;
 import io.rdq.Capabilities;
 import io.rdq.ConfigException;
+import io.rdq.Control;
+import io.rdq.ControlConflictException;
+import io.rdq.Counts;
 import io.rdq.DlqGroup;
 import io.rdq.Envelope;
 import io.rdq.IdConflictException;
@@ -19,6 +22,7 @@ import io.rdq.Storage;
 import io.rdq.StorageException;
 import io.rdq.StorageUnavailableException;
 import io.rdq.ValidationException;
+import io.rdq.WorkerInfo;
 import io.rdq.json.EnvelopeJson;
 import io.rdq.json.EnvelopeJson.JsonReader;
 import io.rdq.json.Times;
@@ -251,6 +255,46 @@ final class Session implements Runnable {
                 }
                 g.writeBoolean(store().waitDue(a.string("queue"), java.time.Duration.ofNanos((long) (seconds * 1e9))));
             }
+            case "list_controls" -> {
+                g.writeStartArray();
+                for (Control c : store().listControls(a.optionalString("queue"))) {
+                    control(g, c);
+                }
+                g.writeEndArray();
+            }
+            case "put_control" -> control(g, store().putControl(a.control("control"), a.longValue("expected_version")));
+            case "delete_control" -> g.writeBoolean(store().deleteControl(a.string("queue"), a.string("key"),
+                    a.longValue("expected_version")));
+            case "retry_now" -> g.writeNumber(store().retryNow(a.string("queue"), a.strings("task_ids")));
+            case "heartbeat_worker" -> worker(g, store().heartbeatWorker(a.workerInfo("info")));
+            case "list_workers" -> {
+                g.writeStartArray();
+                for (WorkerInfo w : store().listWorkers()) {
+                    worker(g, w);
+                }
+                g.writeEndArray();
+            }
+            case "remove_worker" -> g.writeBoolean(store().removeWorker(a.optionalString("worker_id")));
+            case "purge_workers" -> g.writeNumber(store().purgeWorkers(a.optionalInstant("seen_before")));
+            case "add_counts" -> {
+                store().addCounts(a.counts("counts"));
+                g.writeNull();
+            }
+            case "read_counts" -> {
+                g.writeStartArray();
+                for (Counts c : store().readCounts(a.optionalString("queue"), a.optionalInstant("since"))) {
+                    g.writeStartObject();
+                    g.writeStringField("queue", c.queue());
+                    EnvelopeJson.time(g, "minute", c.minute());
+                    g.writeNumberField("succeeded", c.succeeded());
+                    g.writeNumberField("failed", c.failed());
+                    g.writeNumberField("dead", c.dead());
+                    g.writeNumberField("deferred", c.deferred());
+                    g.writeEndObject();
+                }
+                g.writeEndArray();
+            }
+            case "purge_counts" -> g.writeNumber(store().purgeCounts(a.optionalInstant("before")));
             default -> throw new UnsupportedOperationException("unknown operation " + op);
         }
     }
@@ -290,6 +334,58 @@ final class Session implements Runnable {
         g.writeBooleanField("queue_listing", c.queueListing());
         g.writeBooleanField("import_tasks", c.importTasks());
         g.writeBooleanField("audit", c.audit());
+        g.writeBooleanField("control", c.control());
+        g.writeBooleanField("worker_registry", c.workerRegistry());
+        g.writeBooleanField("counters", c.counters());
+        g.writeEndObject();
+    }
+
+    private static void nullableNumber(JsonGenerator g, String name, Long value) throws IOException {
+        if (value == null) {
+            g.writeNullField(name);
+        } else {
+            g.writeNumberField(name, value);
+        }
+    }
+
+    static void control(JsonGenerator g, Control c) throws IOException {
+        g.writeStartObject();
+        g.writeStringField("queue", c.queue());
+        g.writeStringField("key", c.key());
+        g.writeBooleanField("paused", c.paused());
+        nullableNumber(g, "gate", c.gate());
+        nullableNumber(g, "concurrency", c.concurrency());
+        nullableNumber(g, "rate", c.rate());
+        g.writeNumberField("per", c.per());
+        nullableNumber(g, "burst", c.burst());
+        g.writeFieldName("state");
+        g.writeRawValue(c.state().text());
+        g.writeNumberField("version", c.version());
+        EnvelopeJson.time(g, "updated_at", c.updatedAt());
+        nullableNumber(g, "in_use", c.inUse());
+        g.writeEndObject();
+    }
+
+    private static void worker(JsonGenerator g, WorkerInfo w) throws IOException {
+        g.writeStartObject();
+        g.writeStringField("id", w.id());
+        g.writeStringField("host", w.host());
+        g.writeNumberField("pid", w.pid());
+        g.writeStringField("version", w.version());
+        g.writeFieldName("queues");
+        g.writeStartArray();
+        for (String queue : w.queues()) {
+            g.writeString(queue);
+        }
+        g.writeEndArray();
+        g.writeNumberField("concurrency", w.concurrency());
+        g.writeNumberField("held", w.held());
+        g.writeStringField("state", w.state());
+        g.writeNumberField("heartbeat", w.heartbeat());
+        EnvelopeJson.time(g, "started_at", w.startedAt());
+        EnvelopeJson.time(g, "seen_at", w.seenAt());
+        g.writeFieldName("extra");
+        g.writeRawValue(w.extra().text());
         g.writeEndObject();
     }
 
@@ -356,6 +452,16 @@ final class Session implements Runnable {
             g.writeStringField("kind", "IDConflict");
             g.writeStringField("task_id", c.taskId());
             g.writeStringField("existing_queue", c.existingQueue());
+        } else if (e instanceof ControlConflictException c) {
+            g.writeStringField("kind", "ControlConflict");
+            g.writeStringField("queue", c.queue());
+            g.writeStringField("key", c.key());
+            if (c.found() == null) {
+                g.writeNullField("found");
+            } else {
+                g.writeFieldName("found");
+                control(g, c.found());
+            }
         } else if (e instanceof NotConnectedException n) {
             g.writeStringField("kind", "NotConnected");
             g.writeBooleanField("closed", n.closed());

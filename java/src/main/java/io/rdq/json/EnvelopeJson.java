@@ -35,7 +35,7 @@ public final class EnvelopeJson {
     public static final Set<String> KNOWN = Set.of(
             "id", "queue", "handler_ref", "payload", "headers", "status", "attempt_count", "redrive_count",
             "attempts", "created_at", "next_attempt_at", "lease_expires_at", "completed_at", "dead_lettered_at",
-            "retry", "priority", "claimed_by", "claimed_at", "cancelled_at", "corrupt", "format_version");
+            "retry", "priority", "keys", "claimed_by", "claimed_at", "cancelled_at", "corrupt", "format_version");
 
     private EnvelopeJson() {}
 
@@ -132,6 +132,12 @@ public final class EnvelopeJson {
         g.writeFieldName("retry");
         write(g, t.retry());
         g.writeNumberField("priority", t.priority());
+        g.writeFieldName("keys");
+        g.writeStartArray();
+        for (String key : t.keys()) {
+            g.writeString(key);
+        }
+        g.writeEndArray();
         text(g, "claimed_by", t.claimedBy());
         time(g, "claimed_at", t.claimedAt());
         time(g, "cancelled_at", t.cancelledAt());
@@ -244,6 +250,7 @@ public final class EnvelopeJson {
                 case "dead_lettered_at" -> b.deadLetteredAt(r.instant(field));
                 case "retry" -> b.retry(readRetry(r, field));
                 case "priority" -> b.priority(r.integer(field));
+                case "keys" -> b.keys(readStrings(r, field));
                 case "claimed_by" -> b.claimedBy(r.optionalString(field));
                 case "claimed_at" -> b.claimedAt(r.instant(field));
                 case "cancelled_at" -> b.cancelledAt(r.instant(field));
@@ -262,6 +269,18 @@ public final class EnvelopeJson {
             throw new ValidationException(path + "handler_ref", "missing required field");
         }
         return b.id(id).queue(queue).handlerRef(handlerRef).extra(extra).build();
+    }
+
+    /** A JSON array of strings ({@code field[i]} names a bad element). */
+    public static List<String> readStrings(JsonReader r, String field) {
+        if (r.token() != JsonToken.START_ARRAY) {
+            throw new ValidationException(field, "must be a list of strings");
+        }
+        List<String> out = new ArrayList<>();
+        while (r.next() != JsonToken.END_ARRAY) {
+            out.add(r.string(field + "[" + out.size() + "]"));
+        }
+        return out;
     }
 
     static Map<String, String> readHeaders(JsonReader r, String field) {

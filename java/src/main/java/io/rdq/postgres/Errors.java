@@ -10,6 +10,9 @@ import java.util.Map;
 final class Errors {
     /** Raised by id_conflict() (migration 0002): DETAIL is {"id": ..., "queue": ...}. */
     static final String ID_CONFLICT = "RQ409";
+    /** Raised by unrestricted() (migration 0005): claim.sql refuses a queue a control
+     * restricts; claim_controlled.sql claims it. */
+    static final String CONTROLLED = "RQ423";
 
     // SQLSTATE classes and codes meaning "the server is not there (now)", and 57014: the
     // statement ran past the operation timeout (statement_timeout).

@@ -50,6 +50,8 @@ final class Params {
             ps.setInt(i, n);
         } else if (value instanceof Long n) {
             ps.setLong(i, n);
+        } else if (value instanceof Double d) {
+            ps.setDouble(i, d);
         } else if (value instanceof Boolean b) {
             ps.setBoolean(i, b);
         } else if (value instanceof Instant at) {
@@ -59,6 +61,9 @@ final class Params {
             ps.setArray(i, array);
         } else if (value instanceof Integer[] numbers) {
             Array array = conn.createArrayOf("integer", numbers);
+            ps.setArray(i, array);
+        } else if (value instanceof Long[] numbers) {
+            Array array = conn.createArrayOf("bigint", numbers);
             ps.setArray(i, array);
         } else {
             throw new IllegalArgumentException("cannot bind a " + value.getClass().getSimpleName());

@@ -6,6 +6,9 @@ import io.rdq.AuditFilter;
 import io.rdq.Capabilities;
 import io.rdq.Claimed;
 import io.rdq.Completion;
+import io.rdq.Control;
+import io.rdq.ControlConflictException;
+import io.rdq.Counts;
 import io.rdq.Cursors;
 import io.rdq.DlqFilter;
 import io.rdq.DlqGroup;
@@ -23,6 +26,7 @@ import io.rdq.StorageException;
 import io.rdq.StorageUnavailableException;
 import io.rdq.TaskFilter;
 import io.rdq.ValidationException;
+import io.rdq.WorkerInfo;
 import io.rdq.json.EnvelopeJson;
 import io.rdq.json.Times;
 import java.sql.Connection;
@@ -49,7 +53,10 @@ import java.util.concurrent.TimeoutException;
  * The storage contract on PostgreSQL over JDBC, on the same tables as rdq's Python plugin
  * (docs/postgres-schema.md). Every operation is one statement in autocommit: due-ness, leases
  * and timestamps come from the database clock, claims use {@code FOR UPDATE SKIP LOCKED}, and
- * every change after a claim is fenced on the claim token in its {@code WHERE} clause. The SQL
+ * every change after a claim is fenced on the claim token in its {@code WHERE} clause. A queue
+ * that a control restricts is claimed by {@code claim_controlled.sql}, which honours the
+ * controls in its one statement ({@code claim.sql} refuses such a queue with SQLSTATE RQ423;
+ * the store remembers which queues it refused). The SQL
  * is the Python plugin's, in the {@code sql/} resources beside this class (see {@link Sql}).
  *
  * <pre>{@code
@@ -67,6 +74,9 @@ public final class PostgresStorage implements Storage {
     private volatile ConnectionPool pool;
     private volatile Announcer announcer;
     private volatile boolean closed;
+    /** Queues claim.sql refused (a control restricts them): claimed with claim_controlled.sql
+     * until it says that none does any more. */
+    private final Set<String> controlled = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
     public PostgresStorage(PostgresConfig config) {
         this.config = config;
@@ -227,7 +237,10 @@ public final class PostgresStorage implements Storage {
                 true, // task listing
                 true, // queue listing
                 true, // import tasks
-                true); // audit
+                true, // audit
+                true, // control
+                true, // worker registry
+                true); // counters
     }
 
     private void announce(String queue) {
@@ -277,7 +290,8 @@ public final class PostgresStorage implements Storage {
                 .set("retry", task.retry() == null ? null : EnvelopeJson.encodeRetry(task.retry()))
                 .set("format_version", task.formatVersion())
                 .set("extra", EnvelopeJson.encodeExtra(unknownFields(task)))
-                .set("priority", task.priority());
+                .set("priority", task.priority())
+                .set("keys", joinedKeys(task.keys()));
         if (!query("enqueue", params, rs -> rs.getString(1)).isEmpty()) {
             announce(task.queue());
             return true;
@@ -323,6 +337,7 @@ public final class PostgresStorage implements Storage {
         Integer[] formats = new Integer[n];
         String[] extras = new String[n];
         Integer[] priorities = new Integer[n];
+        String[] keys = new String[n];
         for (int i = 0; i < n; i++) {
             Envelope t = items.get(i);
             ids[i] = t.id();
@@ -339,12 +354,13 @@ public final class PostgresStorage implements Storage {
             formats[i] = t.formatVersion();
             extras[i] = EnvelopeJson.encodeExtra(unknownFields(t));
             priorities[i] = t.priority();
+            keys[i] = joinedKeys(t.keys());
         }
         Params params = Params.of().set("ids", ids).set("queues", queues).set("handler_refs", refs)
                 .set("payloads", payloads).set("headers", headers).set("attempt_counts", attemptCounts)
                 .set("redrive_counts", redriveCounts).set("attempts", attempts).set("error_types", errorTypes)
                 .set("next_attempt_ats", nextAts).set("retries", retries).set("format_versions", formats)
-                .set("extras", extras).set("priorities", priorities)
+                .set("extras", extras).set("priorities", priorities).set("keys", keys)
                 .set("delay_us", delay == null ? 0L : Times.micros(delay));
         Set<String> present = new HashSet<>(queryOne("enqueue_batch", params, rs -> strings(rs, "present")));
         Set<String> stored = new HashSet<>();
@@ -359,6 +375,12 @@ public final class PostgresStorage implements Storage {
             result.add(stored.remove(t.id()));
         }
         return result;
+    }
+
+    /** A task's keys as the admission statements take them: joined by U+001F, a character no
+     * key holds ({@code ""} for none). */
+    static String joinedKeys(List<String> keys) {
+        return String.join("\u001f", keys);
     }
 
     private static List<String> strings(ResultSet rs, String column) throws SQLException {
@@ -379,9 +401,48 @@ public final class PostgresStorage implements Storage {
         Limits.checkLimit(limit, "limit");
         Limits.checkLease(lease, "lease");
         record Row(Claimed claimed, Instant dueAt) {}
-        List<Row> rows = query("claim", Params.of().set("queue", queue).set("limit", limit)
-                .set("lease_us", Times.micros(lease)).set("worker_id", workerId), rs -> new Row(
-                        new Claimed(Rows.envelope(rs), rs.getString("token")), Rows.instant(rs, "claimed_due_at")));
+        Params params = Params.of().set("queue", queue).set("limit", limit)
+                .set("lease_us", Times.micros(lease)).set("worker_id", workerId);
+        RowMapper<Row> row = rs -> new Row(new Claimed(Rows.envelope(rs), rs.getString("token")),
+                Rows.instant(rs, "claimed_due_at"));
+        List<Row> rows = null;
+        if (!controlled.contains(queue)) {
+            rows = with(conn -> {
+                try (PreparedStatement ps = params.prepare(conn, sql.get("claim")); ResultSet rs = ps.executeQuery()) {
+                    List<Row> out = new ArrayList<>();
+                    while (rs.next()) {
+                        out.add(row.map(rs));
+                    }
+                    return out;
+                } catch (SQLException e) {
+                    if (Errors.CONTROLLED.equals(e.getSQLState())) {
+                        return null; // a control restricts the queue
+                    }
+                    throw e;
+                }
+            });
+            if (rows == null) {
+                controlled.add(queue);
+            }
+        }
+        if (rows == null) {
+            boolean[] still = {true};
+            rows = with(conn -> {
+                try (PreparedStatement ps = params.prepare(conn, sql.get("claim_controlled")); ResultSet rs = ps.executeQuery()) {
+                    List<Row> out = new ArrayList<>();
+                    while (rs.next()) {
+                        still[0] = rs.getBoolean("controlled");
+                        if (rs.getString("id") != null) {
+                            out.add(row.map(rs));
+                        }
+                    }
+                    return out;
+                }
+            });
+            if (!still[0]) {
+                controlled.remove(queue);
+            }
+        }
         // UPDATE ... RETURNING has no order: hand the claims out in the claim order; ties stay
         // as they came (the order of ids is the database's, never compared here)
         List<Row> sorted = new ArrayList<>(rows);
@@ -693,7 +754,8 @@ public final class PostgresStorage implements Storage {
                 .set("claimed_bys", column(items, Envelope::claimedBy))
                 .set("claimed_ats", column(items, t -> time(t.claimedAt())))
                 .set("format_versions", items.stream().map(Envelope::formatVersion).toArray(Integer[]::new))
-                .set("extras", column(items, t -> EnvelopeJson.encodeExtra(unknownFields(t))));
+                .set("extras", column(items, t -> EnvelopeJson.encodeExtra(unknownFields(t))))
+                .set("keys", column(items, t -> joinedKeys(t.keys())));
         Set<String> present = new HashSet<>(queryOne("import_tasks", params, rs -> strings(rs, "present")));
         Set<String> stored = new HashSet<>();
         for (Envelope t : items) {
@@ -763,6 +825,166 @@ public final class PostgresStorage implements Storage {
         }
         AuditEntry last = entries.get(entries.size() - 1);
         return new Page<>(entries, Cursors.encode(scope, last.time(), last.id()));
+    }
+
+    // --- flow control ---------------------------------------------------------------------
+
+    private static Control control(ResultSet rs) throws SQLException {
+        String state = rs.getString("state");
+        return new Control(rs.getString("queue"), rs.getString("key"), rs.getBoolean("paused"),
+                optionalLong(rs, "gate"), optionalLong(rs, "concurrency"), optionalLong(rs, "rate"),
+                rs.getDouble("per"), optionalLong(rs, "burst"),
+                state == null || !state.strip().startsWith("{") ? null : io.rdq.RawJson.trusted(state),
+                rs.getLong("version"), Rows.instant(rs, "updated_at"), rs.getLong("in_use"));
+    }
+
+    private static Long optionalLong(ResultSet rs, String column) throws SQLException {
+        long value = rs.getLong(column);
+        return rs.wasNull() ? null : value;
+    }
+
+    private List<Control> controls(String queue, String key) {
+        return query("list_controls", Params.of().set("queue", queue).set("key", key), PostgresStorage::control);
+    }
+
+    @Override
+    public List<Control> listControls(String queue) {
+        ready();
+        if (queue != null) {
+            Limits.checkQueue(queue);
+        }
+        return controls(queue, null);
+    }
+
+    @Override
+    public Control putControl(Control control, long expectedVersion) {
+        ready();
+        Limits.checkControl(control, "control");
+        Limits.checkVersion(expectedVersion, "expected_version");
+        record Row(long version, Instant at) {}
+        List<Row> rows = query("put_control", Params.of().set("queue", control.queue()).set("key", control.key())
+                .set("paused", control.paused()).set("gate", control.gate()).set("concurrency", control.concurrency())
+                .set("rate", control.rate()).set("per", control.per()).set("burst", control.burst())
+                .set("state", control.state().text()).set("expected_version", expectedVersion),
+                rs -> new Row(rs.getLong("version"), Rows.instant(rs, "updated_at")));
+        if (rows.isEmpty()) {
+            List<Control> found = controls(control.queue(), control.key());
+            throw new ControlConflictException(control.queue(), control.key(), found.isEmpty() ? null : found.get(0));
+        }
+        return control.stored(rows.get(0).version(), rows.get(0).at());
+    }
+
+    @Override
+    public boolean deleteControl(String queue, String key, long expectedVersion) {
+        ready();
+        Limits.checkQueue(queue);
+        Limits.checkControlKey(key, "key");
+        Limits.checkVersion(expectedVersion, "expected_version");
+        long deleted = queryOne("delete_control", Params.of().set("queue", queue).set("key", key)
+                .set("expected_version", expectedVersion), rs -> rs.getLong("deleted"));
+        if (deleted > 0) {
+            return true;
+        }
+        List<Control> found = controls(queue, key);
+        if (!found.isEmpty()) {
+            throw new ControlConflictException(queue, key, found.get(0));
+        }
+        return false;
+    }
+
+    @Override
+    public int retryNow(String queue, List<String> taskIds) {
+        ready();
+        Limits.checkQueue(queue);
+        Limits.checkCancelIds(taskIds);
+        String[] ids = new java.util.LinkedHashSet<>(taskIds).toArray(String[]::new);
+        if (ids.length == 0) {
+            return 0;
+        }
+        int moved = update("retry_now", Params.of().set("queue", queue).set("ids", ids));
+        if (moved > 0) {
+            announce(queue);
+        }
+        return moved;
+    }
+
+    // --- the fleet and counts ----------------------------------------------------------------
+
+    @Override
+    public WorkerInfo heartbeatWorker(WorkerInfo info) {
+        ready();
+        Limits.checkWorkerInfo(info, "info");
+        record Row(Instant started, Instant seen) {}
+        Row row = queryOne("heartbeat_worker", Params.of().set("id", info.id()).set("host", text(info.host()))
+                .set("pid", info.pid()).set("version", text(info.version()))
+                .set("queues", info.queues().toArray(String[]::new)).set("concurrency", info.concurrency())
+                .set("held", info.held()).set("state", text(info.state())).set("heartbeat", info.heartbeat())
+                .set("extra", info.extra().text()),
+                rs -> new Row(Rows.instant(rs, "started_at"), Rows.instant(rs, "seen_at")));
+        return info.seen(row.started(), row.seen());
+    }
+
+    @Override
+    public List<WorkerInfo> listWorkers() {
+        ready();
+        return query("list_workers", Params.of(), rs -> {
+            String extra = rs.getString("extra");
+            return new WorkerInfo(rs.getString("id"), rs.getString("host"), rs.getLong("pid"), rs.getString("version"),
+                    Rows.strings(rs, "queues"), rs.getLong("concurrency"), rs.getLong("held"), rs.getString("state"),
+                    rs.getDouble("heartbeat"), Rows.instant(rs, "started_at"), Rows.instant(rs, "seen_at"),
+                    extra == null || !extra.strip().startsWith("{") ? null : io.rdq.RawJson.trusted(extra));
+        });
+    }
+
+    @Override
+    public boolean removeWorker(String workerId) {
+        ready();
+        if (Limits.checkWorkerId(workerId, "worker_id") == null) {
+            throw new ValidationException("worker_id", "must be a worker id");
+        }
+        return update("remove_worker", Params.of().set("id", workerId)) > 0;
+    }
+
+    @Override
+    public int purgeWorkers(Instant seenBefore) {
+        ready();
+        Limits.checkInstant(seenBefore, "seen_before");
+        return update("purge_workers", Params.of().set("seen_before", seenBefore));
+    }
+
+    @Override
+    public void addCounts(List<Counts> counts) {
+        ready();
+        Limits.checkCounts(counts, "counts");
+        if (counts.isEmpty()) {
+            return;
+        }
+        update("add_counts", Params.of()
+                .set("queues", counts.stream().map(Counts::queue).toArray(String[]::new))
+                .set("minutes", counts.stream().map(c -> Times.format(c.minute())).toArray(String[]::new))
+                .set("succeeded", counts.stream().map(Counts::succeeded).toArray(Long[]::new))
+                .set("failed", counts.stream().map(Counts::failed).toArray(Long[]::new))
+                .set("dead", counts.stream().map(Counts::dead).toArray(Long[]::new))
+                .set("deferred", counts.stream().map(Counts::deferred).toArray(Long[]::new)));
+    }
+
+    @Override
+    public List<Counts> readCounts(String queue, Instant since) {
+        ready();
+        if (queue != null) {
+            Limits.checkQueue(queue);
+        }
+        Limits.checkInstant(since, "since");
+        return query("read_counts", Params.of().set("queue", queue).set("since", since), rs -> new Counts(
+                rs.getString("queue"), Rows.instant(rs, "minute"), rs.getLong("succeeded"), rs.getLong("failed"),
+                rs.getLong("dead"), rs.getLong("deferred")));
+    }
+
+    @Override
+    public int purgeCounts(Instant before) {
+        ready();
+        Limits.checkInstant(before, "before");
+        return update("purge_counts", Params.of().set("before", before));
     }
 
     // --- operations -----------------------------------------------------------------------

@@ -52,6 +52,7 @@ final class Rows {
             decode(problems, "retry", retry, EnvelopeJson::decodeRetry, b::retry);
         }
         b.priority(rs.getInt("priority"));
+        b.keys(strings(rs, "keys"));
         b.claimedBy(rs.getString("claimed_by"));
         b.claimedAt(time(problems, rs, "claimed_at"));
         b.cancelledAt(time(problems, rs, "cancelled_at"));
@@ -100,6 +101,15 @@ final class Rows {
             return null;
         }
         return at;
+    }
+
+    /** A {@code text[]} column as a list (empty for NULL). */
+    static List<String> strings(ResultSet rs, String column) throws SQLException {
+        java.sql.Array array = rs.getArray(column);
+        if (array == null) {
+            return List.of();
+        }
+        return java.util.Arrays.asList((String[]) array.getArray());
     }
 
     private static String shown(String text) {

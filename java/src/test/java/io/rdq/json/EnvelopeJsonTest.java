@@ -44,7 +44,7 @@ class EnvelopeJsonTest {
                 + "\"2026-11-30T01:02:03.000004Z\",\"finished_at\":\"2026-11-30T01:02:03.000004Z\",\"worker_id\":\"w\","
                 + "\"traceback\":null}],\"created_at\":\"2026-11-30T01:02:03.000004Z\",\"next_attempt_at\":null,"
                 + "\"lease_expires_at\":null,\"completed_at\":null,\"dead_lettered_at\":null,\"retry\":{\"max_attempts\":3,"
-                + "\"base\":1.5},\"priority\":0,\"claimed_by\":null,\"claimed_at\":null,\"cancelled_at\":null,"
+                + "\"base\":1.5},\"priority\":0,\"keys\":[],\"claimed_by\":null,\"claimed_at\":null,\"cancelled_at\":null,"
                 + "\"corrupt\":null,\"format_version\":1}", EnvelopeJson.encode(task));
     }
 

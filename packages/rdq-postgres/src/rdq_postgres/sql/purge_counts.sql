@@ -1,0 +1,2 @@
+-- Delete the counts of the minutes before :before.
+DELETE FROM {schema}.counts WHERE minute < :before

@@ -1,0 +1,2 @@
+-- Forget the worker :id.
+DELETE FROM {schema}.worker WHERE id = :id

@@ -1,0 +1,5 @@
+-- Make the PENDING tasks of :queue among :ids that are not yet due due now (an operator's
+-- "retry now"; no attempt is used up). The others are left alone.
+UPDATE {schema}.task
+SET next_attempt_at = now()
+WHERE queue = :queue AND id = ANY (:ids::text[]) AND status = 'PENDING' AND next_attempt_at > now()
