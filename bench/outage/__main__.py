@@ -2,7 +2,9 @@
 dependency over HTTP that refuses connections for the first ``--outage`` seconds, then answers.
 
     python -m bench.outage --storage sqlite:////tmp/outage.db --outage 60
-    python -m bench.outage --storage postgresql://… --outage 10 --healthy 2000
+    python -m bench.outage --storage postgresql --outage 10 --healthy 2000
+
+``--storage postgresql`` (no URL) runs on the test suite's durable throwaway cluster.
 
 It prints: tasks dead-lettered, calls that reached the dead service (refused connections are
 counted by the service's accept loop, which is closed during the outage: so it counts
@@ -24,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 import rdq
+from bench._servers import postgres
 from rdq import flow, retry
 from rdq.spi import Page, Status, TaskFilter
 
@@ -40,6 +43,7 @@ class Service:
         self.up_at = up_at
         self.refused = 0
         self.served = 0
+        self.served_at: list[float] = []
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
@@ -64,6 +68,7 @@ class Service:
                 if length:
                     await reader.readexactly(length)
                 self.served += 1
+                self.served_at.append(time.monotonic())
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -74,6 +79,13 @@ class Service:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+
+
+def _interleaved(first: list[rdq.Submission], second: list[rdq.Submission]) -> list[rdq.Submission]:
+    """Both lists in one, evenly mixed (each keeps its order)."""
+    keyed = [(i / len(first), s) for i, s in enumerate(first)] if first else []
+    keyed += [((i + 0.5) / len(second), s) for i, s in enumerate(second)] if second else []
+    return [s for _, s in sorted(keyed, key=lambda pair: pair[0])]
 
 
 def _free_port() -> int:
@@ -113,6 +125,15 @@ async def main() -> None:
     parser.add_argument("--breaker", choices=["on", "off"], default="on")
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
+    if args.storage == "postgresql":
+        with postgres(None) as url:
+            args.storage = url
+            await scenario(args)
+    else:
+        await scenario(args)
+
+
+async def scenario(args: argparse.Namespace) -> None:
 
     down_port, up_port = _free_port(), _free_port()
     start = time.monotonic()
@@ -130,23 +151,16 @@ async def main() -> None:
     async with rdq.open_storage(args.storage) as storage:
         await storage.migrate()
         client = rdq.Client(storage)
-        await client.submit_many(
-            [rdq.Submission("call", {"n": i}, queue="q") for i in range(args.tasks)]
-        )
-        if args.healthy:
-            await client.submit_many(
-                [rdq.Submission("healthy", {"n": i}, queue="q") for i in range(args.healthy)]
-            )
+        calls = [rdq.Submission("call", {"n": i}, queue="q") for i in range(args.tasks)]
+        healthy_ones = [rdq.Submission("healthy", {"n": i}, queue="q") for i in range(args.healthy)]
+        await client.submit_many(_interleaved(calls, healthy_ones))
         workers = [await _spawn_worker(n, args.storage, env) for n in range(args.workers)]
         began = time.monotonic()
         service.up_at = began + args.outage
-        healthy_done_at = None
         last = None
         try:
             while time.monotonic() - began < args.timeout:
                 stats = await storage.stats("q")
-                if args.healthy and healthy_done_at is None and healthy.served >= args.healthy:
-                    healthy_done_at = time.monotonic() - began
                 if stats.pending == 0 and stats.in_flight == 0:
                     last = time.monotonic() - began
                     break
@@ -182,9 +196,14 @@ async def main() -> None:
     if last is not None:
         print(f"last task done     {last - args.outage:.1f} s after the service came back")
     print(f"attempts used      {dict(sorted(used.items()))} (per task, the outage not counted)")
-    if args.healthy and healthy_done_at is not None:
-        rate = args.healthy / healthy_done_at
-        print(f"healthy handler    {args.healthy} tasks in {healthy_done_at:.1f} s ({rate:.0f}/s)")
+    if healthy.served_at:
+        first = healthy.served_at[0]
+        end = healthy.served_at[-1]
+        if args.outage:
+            end = min(end, began + args.outage)
+        done = sum(1 for t in healthy.served_at if t <= end)
+        during = "during the outage" if args.outage else "(no outage)"
+        print(f"healthy handler    {done / (end - first):.0f} tasks/s {during}, {done} tasks")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from collections import Counter
 from contextlib import AsyncExitStack
 from typing import Any
 
+import msgspec
 import pytest
 
 import rdq
@@ -220,3 +221,57 @@ async def test_with_the_breaker_off_every_failure_is_charged() -> None:
         stats = await storage.stats("q")
         assert await storage.list_controls("q") == []
     assert stats.dlq_depth == 50 and service.calls["down"] == 150
+
+
+async def test_an_outage_beside_a_healthy_handler_ends_with_every_task_done() -> None:
+    """The outage scenario with a healthy handler's tasks mixed in, on two workers: whichever
+    worker the store lets a probe through to runs it, even when its view of the breaker is a
+    refresh behind (still open), so the breaker closes once the service is back."""
+    service = Service(up_at=60.0)
+    app = outage_app(service)
+
+    @app.handler("healthy", queue="q")
+    async def healthy(payload: object) -> None:
+        await asyncio.sleep(0.01)
+
+    async with virtual_store() as storage:
+        client = rdq.Client(storage, app)
+        await client.submit_many(
+            [rdq.Submission("call" if i % 2 else "healthy", i) for i in range(4000)]
+        )
+        async with AsyncExitStack() as stack:
+            for _ in range(2):
+                await stack.enter_async_context(worker(app, storage))
+            done = await drained(storage)
+        stats = await storage.stats("q")
+    assert stats.dlq_depth == 0 and stats.succeeded == 4000
+    assert done - 60.0 <= 60.0, f"the last task succeeded {done - 60:.0f}s after recovery"
+
+
+async def test_a_half_open_breaker_whose_probes_never_came_back_probes_again() -> None:
+    """The probes were taken by a worker that died: once the probe window has passed, the
+    next worker lets ``probes`` more through, and the breaker closes on their success."""
+    service = Service(up_at=0.0)
+    app = outage_app(service)
+    async with virtual_store() as storage:
+        await rdq.Client(storage, app).submit_many([rdq.Submission("call", i) for i in range(50)])
+        now = await storage.now()
+        opened = flow.trip(
+            rdq.spi.Control(queue="q", key="handler:call"),
+            now,
+            rdq.Breaker(cooldown=0),
+            started=now,
+            error_types=["ConnectionRefusedError"],
+            error_type="ConnectionRefusedError",
+            error_message="refused",
+            sample_task=None,
+        )
+        probing = flow.begin_probing(opened, now, rdq.Breaker(cooldown=0))
+        assert probing is not None
+        await storage.put_control(msgspec.structs.replace(probing, gate=0), expected_version=0)
+        async with worker(app, storage):
+            done = await drained(storage)
+        (control,) = await storage.list_controls("q")
+    assert flow.breaker_of(control).state is flow.State.CLOSED
+    window = flow.probe_window(rdq.Breaker())
+    assert window <= done <= window + rdq.Breaker().ramp + 10.0, done

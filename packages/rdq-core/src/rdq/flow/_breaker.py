@@ -5,7 +5,8 @@ States (kept in ``Control.state["breaker"]``, decided here, stored by compare-an
 - *closed*: claims of the key's tasks are not held (no ``breaker`` entry, or ``closed``);
 - *open*: ``gate = 0``, no claim takes them, until the cool-down has passed;
 - *half-open*: ``gate = probes``, that many claims fleet-wide, until a probe succeeds (closed)
-  or fails (open again).
+  or fails (open again); when none has come back within the longest cool-down (its worker
+  died, say), ``probes`` more (:func:`reprobe`).
 
 A trip opens the breaker for ``cooldown`` seconds; a failed probe opens it again for twice
 the last cool-down (at most ``max_cooldown``); a successful probe closes it and sets a rate
@@ -37,8 +38,10 @@ __all__ = [
     "breaker_of",
     "close",
     "force_open",
+    "probe_window",
     "ramp",
     "reopen",
+    "reprobe",
     "trip",
     "widen",
     "with_breaker",
@@ -215,6 +218,25 @@ def begin_probing(control: Control, now: datetime, config: Breaker) -> Control |
         return None
     half = msgspec.structs.replace(breaker, state=State.HALF_OPEN, since=now, until=None)
     return with_breaker(control, half, gate=config.probes)
+
+
+def probe_window(config: Breaker) -> float:
+    """Seconds a half-open breaker waits for one of its probes to come back before it lets
+    ``probes`` more through (a probe whose worker died, or that was handed back unrun, must
+    not keep the key held for ever): the longest cool-down."""
+    return max(config.cooldown, config.max_cooldown)
+
+
+def reprobe(control: Control, now: datetime, config: Breaker) -> Control | None:
+    """A half-open breaker none of whose probes came back within :func:`probe_window`: a new
+    half-open window with ``config.probes`` more (``None``: not half-open, or not yet)."""
+    breaker = breaker_of(control)
+    if breaker.state is not State.HALF_OPEN or breaker.by is not None or breaker.since is None:
+        return None
+    if (now - breaker.since).total_seconds() < probe_window(config):
+        return None
+    renewed = msgspec.structs.replace(breaker, since=now)
+    return with_breaker(control, renewed, gate=config.probes)
 
 
 def reopen(control: Control, now: datetime, config: Breaker, error_types: list[str]) -> Control:

@@ -11,6 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rdq.spi import Storage
 
 __all__ = ["Monotonic", "StorageClock"]
 
@@ -45,6 +49,14 @@ class StorageClock:
         ``received_mono`` (local monotonic readings around the call)."""
         self._estimate = (storage_time, (sent_mono + received_mono) / 2.0)
         self._observed = True
+
+    async def calibrate(self, storage: Storage) -> None:
+        """Read the storage's clock once (before the first claim, whose lease would teach it
+        too: a worker that can claim nothing yet — its queue's breaker is open — still writes
+        breaker transitions in storage time)."""
+        sent = self.mono()
+        storage_time = await storage.now()
+        self.observe(storage_time, sent, self.mono())
 
     def observe_claim(
         self, lease_expires_at: datetime | None, lease: timedelta, sent: float, received: float

@@ -86,7 +86,11 @@ class FlowControl:
         if not self.app.breaker_for(task.queue, task.handler_ref).enabled:
             return None
         breaker = self.breaker(task.queue, flow.breaker_key(task))
-        return breaker if breaker.state is flow.State.OPEN else None
+        if breaker.state is not flow.State.OPEN:
+            return None
+        if self.shared and _claimed_since(task, breaker):
+            return None  # the store let it through as a probe; this worker's view is behind
+        return breaker
 
     def deferral(self, breaker: flow.BreakerState, decision: Decision | None = None) -> Decision:
         """The decision that holds a task while ``breaker`` is open: rescheduled for when it
@@ -123,6 +127,13 @@ class FlowControl:
         mono = self.clock.mono()
         window.add(mono, outage, decision.error_type, config)
         state = self.breaker(queue, key).state
+        if (
+            state is flow.State.OPEN
+            and self.shared
+            and _claimed_since(task, self.breaker(queue, key))
+        ):
+            await self._read(queue)  # a probe run on a stale view: its outcome is the probe's
+            state = self.breaker(queue, key).state
         if state is flow.State.HALF_OPEN:  # a probe's outcome
             if outage:
                 await self._change(
@@ -188,14 +199,15 @@ class FlowControl:
         if not self.shared:
             return
         for queue in self.queues:
-            found = await self.storage.list_controls(queue)
-            self._controls[queue] = {c.key: c for c in found}
-            for control in found:
-                breaker = flow.breaker_of(control)
-                if "breaker" in control.state:
-                    metrics.BREAKER_STATE.labels(queue, control.key).set(
-                        _STATE_GAUGE[breaker.state]
-                    )
+            await self._read(queue)
+
+    async def _read(self, queue: str) -> None:
+        found = await self.storage.list_controls(queue)
+        self._controls[queue] = {c.key: c for c in found}
+        for control in found:
+            if "breaker" in control.state:
+                state = flow.breaker_of(control).state
+                metrics.BREAKER_STATE.labels(queue, control.key).set(_STATE_GAUGE[state])
 
     async def tick(self) -> None:
         now = self.clock.now()
@@ -215,6 +227,15 @@ class FlowControl:
                             "breaker.probe",
                             f"cool-down of {breaker.cooldown:g}s over: {config.probes} probes",
                         )
+                elif flow.reprobe(control, now, config) is not None:
+                    await self._change(
+                        queue,
+                        key,
+                        functools.partial(_at_now, flow.reprobe, self.clock, config),
+                        "breaker.probe",
+                        f"no probe came back within {flow.probe_window(config):g}s: "
+                        f"{config.probes} more",
+                    )
                 elif breaker.ramp_from is not None and flow.ramp(control, now, config) is not None:
                     await self._change(
                         queue, key, functools.partial(_at_now, flow.ramp, self.clock, config)
@@ -319,6 +340,16 @@ def _at_now(
     control: Control,
 ) -> Control | None:
     return step(control, clock.now(), config)
+
+
+def _claimed_since(task: Envelope, breaker: flow.BreakerState) -> bool:
+    """True when ``task`` was claimed after ``breaker`` entered its state (an open breaker's
+    task claimed since then can only be a probe the store let through)."""
+    return (
+        task.claimed_at is not None
+        and breaker.since is not None
+        and task.claimed_at >= breaker.since
+    )
 
 
 def _when(control: Control, state: flow.State) -> Control | None:

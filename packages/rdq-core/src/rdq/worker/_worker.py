@@ -206,6 +206,7 @@ class Worker:
         flow = FlowControl(
             self.app, self.storage, self.clock, self.queues, self.worker_id, self.log, self._rng
         )
+        await _quietly(self.clock.calibrate(self.storage), self.log)
         await _quietly(flow.refresh(), self.log)  # breakers as they are before the first claim
         fleet = Fleet(
             self.storage,
@@ -501,4 +502,4 @@ async def _quietly(call: Any, log: Any) -> None:
     try:
         await call
     except Exception as exc:
-        log.warning("could not read the queues' controls at start", error=str(exc))
+        log.warning("a read before the first claim failed; the loops retry it", error=str(exc))
