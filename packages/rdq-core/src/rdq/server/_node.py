@@ -12,6 +12,7 @@ from rdq.audit import AuditSink, JsonLinesAuditSink
 from rdq.errors import StorageUnavailable
 from rdq.server._auth import Authenticator
 from rdq.server._settings import ServerSettings
+from rdq.server._upkeep import NodeUpkeep, node_id
 from rdq.spi import ForwardingStorage, Stats, Storage
 
 T = TypeVar("T")
@@ -41,6 +42,9 @@ class Node:
         if settings.audit_log:
             sinks.append(JsonLinesAuditSink(settings.audit_log))
         self.admin = TaskAdmin(self.storage, sinks=sinks)
+        self.id = node_id()
+        """The node's id in the worker registry and as the driver of paced redrives."""
+        self.upkeep = NodeUpkeep(self)
 
     async def queues(self) -> list[Stats]:
         """Every queue the store holds tasks for, and the queues this node works (even when
@@ -56,7 +60,19 @@ class Node:
 
 
 READS = frozenset(
-    {"get", "stats", "list_tasks", "dlq_list", "list_queues", "dlq_groups", "list_audit", "now"}
+    {
+        "get",
+        "stats",
+        "list_tasks",
+        "dlq_list",
+        "list_queues",
+        "dlq_groups",
+        "list_audit",
+        "now",
+        "list_controls",
+        "list_workers",
+        "read_counts",
+    }
 )
 """The operations a node bounds by ``request_timeout``. Mutations (submit, redrive, purge,
 cancel, the audit entry) are bounded by the store's own ``timeout`` only: cutting one short on
