@@ -17,7 +17,6 @@ from litestar.params import JSONBody, PathParameter, QueryParameter
 
 from rdq.admin import Operation, TaskSelector, control_key
 from rdq.admin._views import BreakerView, breaker_view, control_builtins, held_by
-from rdq.config import Breaker
 from rdq.errors import Unsupported, ValidationError
 from rdq.server._api_common import (
     QueuePath,
@@ -180,18 +179,6 @@ async def list_breakers(
     return BreakerList(breakers=[breaker_doc(b) for b in found])
 
 
-def _breaker_config(node: Node, queue: str) -> Breaker | None:
-    """The queue's breaker settings, when the node's application declares the queue (its
-    ramp applies when a breaker is closed by hand)."""
-    app = node.engine_app
-    if app is None or queue not in app.queues:
-        return None
-    try:
-        return app.queue_config(queue).breaker
-    except Exception:
-        return None
-
-
 def _breaker_key(key: str, field: str) -> str:
     limits.check_control_key(key, field)
     if not key.startswith(("handler:", "dep:")):
@@ -210,7 +197,7 @@ async def _set_breaker(
         "open" if change == "open" else "close",
         actor=principal_owner(request),
         reason=reason,
-        config=_breaker_config(node, queue),
+        config=node.breaker_config(queue),
     )
     view = breaker_view(control)
     held, more = await held_by(node.storage, queue, key)

@@ -9,6 +9,7 @@ from typing import TypeVar
 from rdq.admin import TaskAdmin
 from rdq.app import App
 from rdq.audit import AuditSink, JsonLinesAuditSink
+from rdq.config import Breaker
 from rdq.errors import StorageUnavailable
 from rdq.server._auth import Authenticator
 from rdq.server._settings import ServerSettings
@@ -45,6 +46,17 @@ class Node:
         self.id = node_id()
         """The node's id in the worker registry and as the driver of paced redrives."""
         self.upkeep = NodeUpkeep(self)
+
+    def breaker_config(self, queue: str) -> Breaker | None:
+        """The breaker settings of ``queue`` when the node's application declares it (its
+        ramp applies when a breaker is closed by hand); ``None``: the defaults."""
+        app = self.engine_app
+        if app is None or queue not in app.queues:
+            return None
+        try:
+            return app.queue_config(queue).breaker
+        except Exception:
+            return None
 
     async def queues(self) -> list[Stats]:
         """Every queue the store holds tasks for, and the queues this node works (even when
