@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "breakers": ("_flow:breakers", "List the breakers: open ones, what tripped them, held tasks."),
     "breaker": ("_flow:breaker", "Open or close a breaker by hand."),
     "workers": ("_flow:workers", "List the workers and nodes: live or silent, what they hold."),
-    "audit": ("_audit:audit", "Read the audit trail of redrives, purges and cancels."),
+    "audit": ("_audit:audit", "Read the audit trail: every operator action, and breakers' own."),
     "copy": ("_copy:copy", "Copy every task, with its history, to another store."),
     "schedules": ("_schedules:schedules", "List an application's schedules and their next tick."),
 }
