@@ -1,6 +1,7 @@
 """The console in a real headless Chromium: triage an outage from the overview to a group
-redrive and the audit page, live refresh that keeps scroll and selection, the keyboard, and
-every page readable at 390 px and on a 27" screen.
+redrive and the audit page; a dependency down, from the breaker banner to closing it by hand
+and a paced redrive; live refresh that keeps scroll and selection, the keyboard, and every
+page readable at 390 px, 1400 px and on a 27" screen.
 
 Needs Debian's ``chromium`` at /usr/bin/chromium (Playwright drives it; no browser download).
 """
@@ -18,9 +19,11 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from rdq import flow
 from rdq.audit import MemoryAuditSink
+from rdq.config import Breaker
 from rdq.server import create_app
-from rdq.spi import Attempt, Envelope, Outcome, Status
+from rdq.spi import Attempt, Control, Counts, Envelope, Outcome, Status, WorkerInfo
 from rdq_memory import MemoryStorage
 
 from .conftest import ADMIN_TOKEN, node_settings, running_node
@@ -39,6 +42,7 @@ CHROMIUM_ARGS = [
 PATIENCE_MS = 60_000
 """How long an action or expectation may wait for the page before the test fails."""
 PHONE = {"width": 390, "height": 844}
+LAPTOP = {"width": 1400, "height": 900}
 DESKTOP = {"width": 2560, "height": 1440}  # a 27" screen
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio]
@@ -267,9 +271,11 @@ async def test_pages_fit_a_phone_and_a_big_screen(browser: Any, tmp_path: Path) 
         store_clock.behind = timedelta(0)
         assert task.lease_expires_at is not None
         assert task.lease_expires_at < datetime.now(UTC) - timedelta(minutes=59)
+        await _outage(store, "q" * 60, f"handler:{long_handler}", f"{'q' * 60}-0001")
+        await store.heartbeat_worker(WorkerInfo(id="w" * 120, queues=["q" * 60], heartbeat=5))
         app = create_app(node_settings(), storage=store)
         async with running_node(app) as base_url:
-            for name, viewport in (("phone", PHONE), ("desktop", DESKTOP)):
+            for name, viewport in (("phone", PHONE), ("laptop", LAPTOP), ("desktop", DESKTOP)):
                 page = await _log_in(browser, base_url, viewport)
                 paths = [
                     "/ui",
@@ -279,6 +285,8 @@ async def test_pages_fit_a_phone_and_a_big_screen(browser: Any, tmp_path: Path) 
                     f"/ui/tasks/{'q' * 60}-0001",
                     f"/ui/tasks/{task.id}",
                     f"/ui/queues/{'q' * 60}/confirm?state=dead&scope=filter&action=redrive",
+                    f"/ui/queues/{'q' * 60}/control?do=close&key=handler%3A{long_handler}",
+                    "/ui/workers",
                     "/ui/audit",
                 ]
                 for path in paths:
@@ -293,6 +301,7 @@ async def test_pages_load_without_browser_errors(browser: Any) -> None:
     resource, a script error, a CSP refusal)."""
     async with MemoryStorage() as store:
         await _dead(store, "q", [("h", "Boom", 2)])
+        await _outage(store, "q", "handler:h", "q-0001")
         async with running_node(create_app(node_settings(), storage=store)) as base_url:
             context = await browser.new_context(viewport=PHONE)
             page = await context.new_page()
@@ -303,7 +312,116 @@ async def test_pages_load_without_browser_errors(browser: Any) -> None:
             await page.fill("#token", ADMIN_TOKEN)
             await page.click("button[type=submit]")
             await page.wait_for_url(f"{base_url}/ui")
-            for path in ("/ui/queues/q?state=dead", "/ui/tasks/q-0001", "/ui/audit"):
+            for path in (
+                "/ui/queues/q?state=dead",
+                "/ui/tasks/q-0001",
+                "/ui/audit",
+                "/ui/workers",
+                "/ui/queues/q/control?do=pause&key=%2A",
+            ):
                 await page.goto(base_url + path)
                 await page.wait_for_load_state("networkidle")
             assert errors == []
+
+
+async def _outage(store: MemoryStorage, queue: str, key: str, sample: str) -> None:
+    """The breaker of ``key`` open (tripped by ``sample``), and an hour of rates."""
+    now = await store.now()
+    tripped = flow.trip(
+        Control(queue=queue, key=key),
+        now,
+        Breaker(cooldown=600),
+        started=now - timedelta(minutes=4),
+        error_types=["payments.gateway.GatewayDown"],
+        error_type="payments.gateway.GatewayDown",
+        error_message="502 Bad Gateway from psp.example",
+        sample_task=sample,
+    )
+    await store.put_control(tripped, expected_version=0)
+    minute = now.replace(second=0, microsecond=0)
+    await store.add_counts(
+        [
+            Counts(
+                queue=queue,
+                minute=minute - timedelta(minutes=m),
+                succeeded=40 if m > 5 else 2,
+                failed=0 if m > 5 else 20,
+                dead=0 if m > 5 else 3,
+                deferred=0 if m > 5 else 30,
+            )
+            for m in range(60)
+        ]
+    )
+
+
+async def test_a_dependency_goes_down_from_the_banner_to_a_paced_redrive(
+    browser: Any, tmp_path: Path
+) -> None:
+    """The operator's steps of docs/operations.md, "A dependency goes down": the banner names
+    the open breaker and links the task that tripped it; the queue's controls close it by
+    hand; what died before it tripped is redriven at a pace, followed, and audited."""
+    from playwright.async_api import expect
+
+    queue = f"pay-{uuid.uuid4().hex[:6]}"
+    sink = MemoryAuditSink()
+    async with MemoryStorage() as store:
+        await _dead(store, queue, [("charge_card", "GatewayDown", 12)])
+        await _outage(store, queue, "handler:charge_card", f"{queue}-0001")
+        for n in range(6):
+            await store.enqueue(
+                Envelope(id=f"{queue}-w{n}", queue=queue, handler_ref="charge_card"),
+                delay=timedelta(minutes=5),
+            )
+        await store.heartbeat_worker(WorkerInfo(id="web-1:1:aa", queues=[queue], heartbeat=60))
+        app = create_app(node_settings(queues=[queue]), storage=store, audit_sinks=[sink])
+        async with running_node(app) as base_url:
+            for viewport in (LAPTOP, PHONE):
+                page = await _log_in(browser, base_url, viewport)
+                banner = page.locator("#alerts .alert")
+                await expect(banner).to_have_count(1)
+                await expect(banner).to_contain_text("Breaker of handler charge_card")
+                await expect(banner).to_contain_text("6 task(s) held")
+                await expect(banner.locator("a.sample-link")).to_have_attribute(
+                    "href", f"/ui/tasks/{queue}-0001"
+                )
+                row = page.locator("#queues tbody tr", has_text=queue)
+                await expect(row.locator("svg.spark polyline")).to_have_count(3)
+                await _fits(page)
+                await page.screenshot(path=str(tmp_path / f"overview-{viewport['width']}.png"))
+                await page.context.close()
+
+            page = await _log_in(browser, base_url, LAPTOP)
+            await page.locator("#alerts a", has_text=queue).click()
+            controls = page.locator("#controls")
+            await expect(controls).to_contain_text("6 task(s) held")
+            await expect(page.locator("#rates figure.chart rect.f-dead")).not_to_have_count(0)
+            await controls.locator("a", has_text="Close…").click()
+            await expect(page.locator("#summary")).to_contain_text("6 task(s) held are let go")
+            await page.fill("#reason", "PSP back (INC-812)")
+            await page.click("#confirm button[type=submit]")
+            await expect(page.locator(".flash")).to_contain_text("Breaker closed")
+            await expect(page.locator("#alerts .alert")).to_have_count(0)
+
+            await page.locator("#tabs a", has_text="Dead").click()
+            await page.locator("a", has_text="Redrive all…").click()
+            await expect(page.locator("#summary")).to_contain_text("12")
+            await page.fill("#reason", "died before the breaker tripped")
+            await page.fill("#rate", "4")
+            await page.click("#confirm button[type=submit]")
+            await expect(page.locator(".flash")).to_contain_text("Paced redrive of 12 task(s)")
+            progress = page.locator("#redrives li").first
+            await expect(progress.locator("progress")).to_be_visible()
+            await expect(progress).to_contain_text("12 of 12 returned")  # the page refreshes
+            await expect(progress).to_contain_text("done")
+            await _fits(page)
+            await page.screenshot(path=str(tmp_path / "queue-1400.png"), full_page=True)
+
+            await page.click("nav.nav a:text-is('Workers')")
+            await expect(page.locator("#workers tbody tr", has_text="web-1:1:aa")).to_contain_text(
+                "live"
+            )
+        assert (await store.stats(queue)).dlq_depth == 0
+        assert [(r.action, r.count) for r in sink.records] == [
+            ("breaker.close", 0),
+            ("redrive", 12),
+        ]

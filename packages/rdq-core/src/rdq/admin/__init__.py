@@ -11,15 +11,20 @@ from rdq.admin._admin import DLQAdmin, ProgressCallback, TaskAdmin
 from rdq.admin._controls import control_key
 from rdq.admin._pace import Operation, parse_rate, resume_orphans
 from rdq.admin._selectors import CANCELLABLE, TaskSelector
+from rdq.admin._views import BreakerView, PauseView, WorkerView, key_kind
 
 __all__ = [
     "CANCELLABLE",
+    "BreakerView",
     "DLQAdmin",
     "Operation",
+    "PauseView",
     "ProgressCallback",
     "TaskAdmin",
     "TaskSelector",
+    "WorkerView",
     "control_key",
+    "key_kind",
     "parse_rate",
     "resume_orphans",
 ]

@@ -1,13 +1,17 @@
 """The flow-control half of :class:`~rdq.admin.TaskAdmin`: pauses, breakers by hand, retry
-now, paced redrives (the rules are in :mod:`rdq.admin._controls` and :mod:`rdq.admin._pace`)."""
+now, paced redrives (the rules are in :mod:`rdq.admin._controls` and :mod:`rdq.admin._pace`),
+and what the surfaces show of them and of the fleet (:mod:`rdq.admin._views`)."""
 
 from __future__ import annotations
 
-from rdq.admin import _controls, _pace
+from datetime import datetime
+
+from rdq.admin import _controls, _pace, _views
 from rdq.admin._selectors import TaskSelector, check_task_selector
 from rdq.audit import Action, AuditSink
 from rdq.config import Breaker
-from rdq.spi import QUEUE_KEY, Control, Selector, Storage
+from rdq.errors import NotFound
+from rdq.spi import QUEUE_KEY, Control, Counts, Selector, Storage
 
 __all__ = ["FlowAdmin"]
 
@@ -128,3 +132,47 @@ class FlowAdmin:
 
     async def paced_redrives(self, queue: str | None = None) -> list[_pace.Operation]:
         return await _pace.list_operations(self.storage, queue)
+
+    async def paced_redrive(self, queue: str, op_id: str) -> _pace.Operation:
+        """One paced redrive of ``queue``; ``NotFound`` when it has none of that id."""
+        for op in await _pace.list_operations(self.storage, queue):
+            if op.id == op_id:
+                return op
+        raise NotFound(f"no paced redrive {op_id!r} in queue {queue!r}")
+
+    # --- what the surfaces show ------------------------------------------------------------
+
+    async def controls(self, queue: str) -> list[Control]:
+        """The control records of ``queue`` (its pauses, breakers, limits; not its paced
+        redrives), by key. ``Unsupported`` without ``control``."""
+        return await _views.control_list(self.storage, queue)
+
+    async def breakers(
+        self, queue: str | None = None, *, count_held: bool = True
+    ) -> list[_views.BreakerView]:
+        """Every breaker of ``queue`` (of every queue) with a state: open, half-open, then
+        closed ones. ``Unsupported`` from a store without the ``control`` capability."""
+        return await _views.breaker_views(self.storage, queue, count_held=count_held)
+
+    async def pauses(
+        self, queue: str | None = None, *, count_held: bool = True
+    ) -> list[_views.PauseView]:
+        """Every paused key of ``queue`` (of every queue). ``Unsupported`` without
+        ``control``."""
+        return await _views.pause_views(self.storage, queue, count_held=count_held)
+
+    async def workers(self) -> tuple[datetime, list[_views.WorkerView]]:
+        """The store's now and every registered worker, judged live or silent by it.
+        ``Unsupported`` without ``worker_registry``."""
+        return await _views.worker_views(self.storage)
+
+    async def rates(
+        self, queue: str | None = None, minutes: int = 60
+    ) -> tuple[datetime, dict[str, list[Counts]]]:
+        """The store's now and the per-minute counts of the last ``minutes`` minutes, per
+        queue, zeros filled in. ``Unsupported`` without ``counters``."""
+        return await _views.rate_series(self.storage, queue, minutes)
+
+    async def count_retry_now(self, queue: str, selector: TaskSelector) -> int:
+        """How many of the selected PENDING tasks :meth:`retry_now` would make due now."""
+        return await _views.count_retry_now(self.storage, queue, selector)

@@ -1,12 +1,13 @@
-"""``rdq audit``: read the audit trail of redrives, purges and cancels."""
+"""``rdq audit``: read the audit trail of every operator action (and of breakers' own)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
 import click
 
+from rdq.audit import Action
 from rdq.cli._common import echo_json, json_option, run_async
 from rdq.cli._options import AWARE, open_target, target_options
 from rdq.cli._render import print_audit
@@ -16,7 +17,7 @@ from rdq.spi import AuditFilter
 
 @click.command()
 @click.option("--queue", help="Only actions on this queue.")
-@click.option("--action", type=click.Choice(["redrive", "purge", "cancel"]), help="Only these.")
+@click.option("--action", type=click.Choice(list(get_args(Action))), help="Only these.")
 @click.option("--actor", help="Only actions by this actor (a token's owner, or user@host).")
 @click.option("--after", type=AWARE, metavar="TIME", help="At or after TIME (RFC 3339).")
 @click.option("--before", type=AWARE, metavar="TIME", help="Before TIME (RFC 3339).")

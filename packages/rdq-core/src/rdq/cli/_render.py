@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -18,16 +19,28 @@ from rdq.cli._targets import Action, Target
 
 __all__ = [
     "age",
+    "ago",
+    "ask",
     "confirm_and_act",
     "print_audit",
+    "print_breakers",
     "print_groups",
     "print_queues",
+    "print_redrives",
     "print_task",
     "print_tasks",
+    "print_workers",
 ]
 
 console = Console()
-_DONE = {"redrive": "redriven", "purge": "purged", "cancel": "cancelled"}
+_DONE = {
+    "redrive": "redriven",
+    "purge": "purged",
+    "cancel": "cancelled",
+    "retry_now": "made due now",
+}
+_SAY = {"retry_now": "retry now"}
+"""How a verb reads in a sentence (the others read as they are written)."""
 
 
 def age(seconds: float | None) -> str:
@@ -185,15 +198,14 @@ async def confirm_and_act(target: Target, action: Action, yes: bool, as_json: bo
     """Count the selection (a dry run), ask (unless ``yes``), act with a progress bar, report."""
     dry = Action(action.verb, action.queue, action.selector, dry_run=True, reason=action.reason)
     count = await target.act(dry)
+    say = _SAY.get(action.verb, action.verb)
     if action.dry_run or count == 0:
         _report(action, count, True, as_json)
         return
     if not yes:
         if not sys.stdin.isatty():
-            raise click.UsageError(
-                f"{action.verb} of {count} tasks needs --yes when not interactive"
-            )
-        click.confirm(f"{action.verb} {count} task(s) of queue {action.queue}?", abort=True)
+            raise click.UsageError(f"{say} of {count} tasks needs --yes when not interactive")
+        click.confirm(f"{say} {count} task(s) of queue {action.queue}?", abort=True)
         if action.reason is None:
             asked = "Reason (kept in the audit trail)"
             reason = click.prompt(asked, default="", show_default=False)
@@ -209,7 +221,8 @@ def _report(action: Action, count: int, dry_run: bool, as_json: bool) -> None:
             {"action": action.verb, "queue": action.queue, "count": count, "dry_run": dry_run}
         )
     elif dry_run:
-        click.echo(f"{action.verb} would act on {count} task(s) of queue {action.queue} (dry run)")
+        say = _SAY.get(action.verb, action.verb)
+        click.echo(f"{say} would act on {count} task(s) of queue {action.queue} (dry run)")
     else:
         click.echo(f"{count} task(s) of queue {action.queue} {_DONE[action.verb]}")
 
@@ -241,3 +254,134 @@ class _ProgressBar:
     def __exit__(self, *exc: object) -> None:
         if self.enabled:
             self._progress.stop()
+
+
+# --- flow control and the fleet ----------------------------------------------------------------
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return None
+
+
+def ago(value: Any, now: Any = None) -> str:
+    """``3m ago`` (or ``in 20s``) from an ISO time, judged against ``now`` (this machine's
+    clock when not given)."""
+    at = _time(value)
+    if at is None:
+        return "-"
+    seconds = ((_time(now) or datetime.now(UTC)) - at).total_seconds()
+    if abs(seconds) < 1:
+        return "now"
+    return f"{age(seconds)} ago" if seconds > 0 else f"in {age(-seconds)}"
+
+
+def held_text(row: dict[str, Any]) -> str:
+    held = row.get("held")
+    if held is None:
+        return "-"
+    return f"{held}+" if row.get("held_more") else str(held)
+
+
+_STATE = {"open": "[red]open[/red]", "half_open": "[yellow]half-open[/yellow]", "closed": "closed"}
+
+
+def print_breakers(rows: list[dict[str, Any]], unsupported: str | None) -> None:
+    if unsupported:
+        console.print(f"no breakers to show: {unsupported}", markup=False, highlight=False)
+        return
+    table = Table(title="breakers")
+    for column in ("queue", "key", "state", "since", "error", "held"):
+        table.add_column(
+            column,
+            overflow="fold",
+            justify="right" if column == "held" else "left",
+            no_wrap=column == "held",
+        )
+    for b in rows:
+        state = _STATE.get(b["state"], b["state"])
+        if b["state"] == "open" and b.get("by"):
+            state += f" by {b['by']}"
+        elif b["state"] == "open" and b.get("until"):
+            state += f", probes {ago(b['until'])}"
+        elif b["state"] == "half_open" and b.get("probes_left") is not None:
+            state += f", {b['probes_left']} probe(s) left"
+        elif b["state"] == "closed" and b.get("rate"):
+            state += f", ramping at {b['rate']}/s"
+        error = " ".join(x for x in (b.get("error_type"), b.get("error_message")) if x)
+        if b.get("sample_task"):
+            error += f" (e.g. {b['sample_task']})"
+        table.add_row(b["queue"], b["key"], state, ago(b.get("since")), error or "-", held_text(b))
+    console.print(table)
+    if not rows:
+        console.print("no breaker has tripped")
+    elif any(b["state"] != "closed" for b in rows):
+        console.print("close one by hand: rdq breaker close KEY --queue QUEUE --reason …")
+
+
+def print_workers(rows: list[dict[str, Any]], unsupported: str | None) -> None:
+    if unsupported:
+        console.print(f"no workers to show: {unsupported}", markup=False, highlight=False)
+        return
+    table = Table(title="workers")
+    for column in ("id", "host", "state", "seen", "queues", "held"):
+        table.add_column(
+            column,
+            overflow="fold",
+            justify="right" if column == "held" else "left",
+            no_wrap=column == "held",
+        )
+    for w in rows:
+        if w["status"] == "live":
+            state = "[green]live[/green]"
+        else:
+            state = f"[red]silent[/red] for {age(w['silent_for'])}"
+        if w.get("state") == "stopping":
+            state += ", stopping"
+        if w.get("kind") == "node":
+            state += " (node)"
+        seen = "now" if w["silent_for"] < 1 else f"{age(w['silent_for'])} ago"
+        held = f"{w['held']}/{w['concurrency']}" if w.get("kind") != "node" else "-"
+        table.add_row(w["id"], w["host"], state, seen, ", ".join(w["queues"]) or "-", held)
+    console.print(table)
+    if not rows:
+        console.print("no worker is registered on this store")
+
+
+def print_redrives(rows: list[dict[str, Any]], unsupported: str | None) -> None:
+    if unsupported:
+        console.print(f"no paced redrives to show: {unsupported}", markup=False, highlight=False)
+        return
+    table = Table(title="paced redrives (newest first)")
+    for column in ("id", "queue", "status", "progress", "started", "by", "reason"):
+        table.add_column(column, overflow="fold", no_wrap=column in ("id", "progress"))
+    for op in rows:
+        table.add_row(
+            op["id"],
+            op["queue"],
+            op["status"],
+            f"{op['done']}/{op['total']} at {op['rate']:g}/s",
+            ago(op.get("started_at")),
+            op.get("actor") or "-",
+            op.get("reason") or "",
+        )
+    console.print(table)
+    if not rows:
+        console.print("no paced redrive on this store")
+    elif any(op["status"] == "running" for op in rows):
+        console.print("cancel one: rdq dlq redrive --cancel ID --queue QUEUE")
+
+
+def ask(what: str, yes: bool) -> None:
+    """Confirm ``what`` (unless ``yes``); refuse without a terminal to ask on."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise click.UsageError(f"{what} needs --yes when not interactive")
+    click.confirm(f"{what}?", abort=True)

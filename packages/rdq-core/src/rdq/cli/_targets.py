@@ -32,8 +32,15 @@ __all__ = [
 ]
 
 Progress = Callable[[int, int | None], None] | None
-Verb = Literal["redrive", "purge", "cancel"]
-_VERBS: tuple[Verb, ...] = ("redrive", "purge", "cancel")
+OpProgress = Callable[[dict[str, Any]], None] | None
+"""Called with a paced redrive (as ``GET /v1/queues/{q}/redrives/{id}`` answers it) as it
+goes."""
+Verb = Literal["redrive", "purge", "cancel", "retry_now"]
+_VERBS: tuple[Verb, ...] = ("redrive", "purge", "cancel", "retry_now")
+Listed = tuple[list[dict[str, Any]], str | None]
+"""Rows, and what the store lacks (``None`` when it offers what the listing needs)."""
+FOLLOW_EVERY = 0.5
+"""Seconds between two looks at a paced redrive a node drives."""
 _HTTP_ID_CHUNK = 1000
 
 
@@ -55,8 +62,8 @@ class Listing:
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """A redrive or purge (``selector`` a :class:`Selector`) or a cancel (``selector`` a
-    :class:`TaskSelector`)."""
+    """A redrive or purge (``selector`` a :class:`Selector`) or a cancel or retry now
+    (``selector`` a :class:`TaskSelector`)."""
 
     verb: Verb
     queue: str
@@ -67,7 +74,7 @@ class Action:
     def __post_init__(self) -> None:
         if self.verb not in _VERBS:
             raise ValidationError(f"must be one of {', '.join(_VERBS)}", field="action")
-        wanted = TaskSelector if self.verb == "cancel" else Selector
+        wanted = TaskSelector if self.verb in ("cancel", "retry_now") else Selector
         if not isinstance(self.selector, wanted):
             raise ValidationError(f"{self.verb} needs a {wanted.__name__}", field="selector")
 
@@ -112,6 +119,62 @@ class Target(abc.ABC):
     @abc.abstractmethod
     async def audit(self, query: AuditQuery) -> tuple[list[dict[str, Any]], str | None]: ...
 
+    # --- flow control and the fleet --------------------------------------------------------
+
+    @abc.abstractmethod
+    async def controls(self, queue: str) -> Listed: ...
+
+    @abc.abstractmethod
+    async def set_paused(
+        self,
+        queue: str,
+        handler: str | None,
+        dependency: str | None,
+        paused: bool,
+        reason: str | None,
+    ) -> dict[str, Any]:
+        """Pause (or resume) a handler, a dependency, or the whole queue; the control after."""
+
+    @abc.abstractmethod
+    async def breakers(self, queue: str | None) -> Listed: ...
+
+    @abc.abstractmethod
+    async def set_breaker(
+        self, queue: str, key: str, change: Literal["open", "close"], reason: str | None
+    ) -> dict[str, Any]:
+        """Open or close the breaker of ``key`` by hand; the breaker after."""
+
+    @abc.abstractmethod
+    async def workers(self) -> tuple[list[dict[str, Any]], str | None, str | None]:
+        """The workers, the store's now (ISO text) and what the store lacks."""
+
+    @abc.abstractmethod
+    async def redrives(self, queue: str | None) -> Listed: ...
+
+    @abc.abstractmethod
+    async def start_paced(
+        self, queue: str, selector: Selector, rate: float, reason: str | None, detach: bool
+    ) -> dict[str, Any]:
+        """Start a paced redrive: driven by whoever follows it (:meth:`follow`), or, with
+        ``detach``, left to a node (through a node: that node drives it either way)."""
+
+    @abc.abstractmethod
+    async def follow(self, op: dict[str, Any], progress: OpProgress = None) -> dict[str, Any]:
+        """Until the paced redrive ``op`` is finished: drive it here (on a store) or watch
+        the node drive it; return it as it ended."""
+
+    @abc.abstractmethod
+    async def cancel_redrive(
+        self, queue: str, op_id: str, reason: str | None
+    ) -> dict[str, Any]: ...
+
+    async def drivers(self, op: dict[str, Any]) -> list[str]:
+        """Who will drive the detached paced redrive ``op``: the live nodes on the store."""
+        rows, _, unsupported = await self.workers()
+        if unsupported is not None:
+            return []
+        return [w["id"] for w in rows if w["kind"] == "node" and w["status"] == "live"]
+
 
 class DirectTarget(Target):
     """Acts on a store through :class:`rdq.admin.TaskAdmin` (audited as ``actor``)."""
@@ -125,6 +188,7 @@ class DirectTarget(Target):
         sinks: list[AuditSink] = [JsonLinesAuditSink(audit_log)] if audit_log else []
         self._admin = TaskAdmin(self._storage, sinks=sinks)
         self._actor = actor
+        self._driver = f"cli:{_host_pid()}"
 
     async def __aenter__(self) -> Self:
         await self._storage.connect()
@@ -174,6 +238,12 @@ class DirectTarget(Target):
             "dry_run": action.dry_run,
             "progress": progress,
         }
+        if action.verb == "retry_now" and isinstance(action.selector, TaskSelector):
+            if action.dry_run:
+                return await self._admin.count_retry_now(action.queue, action.selector)
+            return await self._admin.retry_now(
+                action.queue, action.selector, actor=self._actor, reason=action.reason
+            )
         if isinstance(action.selector, TaskSelector):
             return await self._admin.cancel(action.queue, action.selector, **common)
         if action.verb == "redrive":
@@ -187,6 +257,99 @@ class DirectTarget(Target):
             query.filter, Page(limit=query.limit, cursor=query.cursor)
         )
         return [msgspec.to_builtins(e) for e in entries], cursor
+
+    async def controls(self, queue: str) -> Listed:
+        from rdq.admin._views import control_builtins
+        from rdq.errors import Unsupported
+
+        try:
+            found = await self._admin.controls(queue)
+        except Unsupported as exc:
+            return [], str(exc)
+        return [control_builtins(c) for c in found], None
+
+    async def set_paused(
+        self,
+        queue: str,
+        handler: str | None,
+        dependency: str | None,
+        paused: bool,
+        reason: str | None,
+    ) -> dict[str, Any]:
+        from rdq.admin import control_key
+        from rdq.admin._views import control_builtins
+
+        key = control_key(handler=handler, dependency=dependency)
+        run = self._admin.pause if paused else self._admin.resume
+        return control_builtins(await run(queue, key, actor=self._actor, reason=reason))
+
+    async def breakers(self, queue: str | None) -> Listed:
+        from rdq.errors import Unsupported
+
+        try:
+            found = await self._admin.breakers(queue)
+        except Unsupported as exc:
+            return [], str(exc)
+        return [msgspec.to_builtins(b) for b in found], None
+
+    async def set_breaker(
+        self, queue: str, key: str, change: Literal["open", "close"], reason: str | None
+    ) -> dict[str, Any]:
+        from rdq.admin._views import breaker_view, held_by
+
+        control = await self._admin.set_breaker(
+            queue, key, change, actor=self._actor, reason=reason
+        )
+        held, more = await held_by(self._storage, queue, key)
+        view = msgspec.structs.replace(breaker_view(control), held=held, held_more=more)
+        return dict(msgspec.to_builtins(view))
+
+    async def workers(self) -> tuple[list[dict[str, Any]], str | None, str | None]:
+        from rdq.errors import Unsupported
+
+        try:
+            now, found = await self._admin.workers()
+        except Unsupported as exc:
+            return [], None, str(exc)
+        return [msgspec.to_builtins(w) for w in found], msgspec.to_builtins(now), None
+
+    async def redrives(self, queue: str | None) -> Listed:
+        from rdq.errors import Unsupported
+        from rdq.spi import require
+
+        try:
+            require(self._storage, "control", "paced redrives")
+        except Unsupported as exc:
+            return [], str(exc)
+        return [msgspec.to_builtins(op) for op in await self._admin.paced_redrives(queue)], None
+
+    async def start_paced(
+        self, queue: str, selector: Selector, rate: float, reason: str | None, detach: bool
+    ) -> dict[str, Any]:
+        op = await self._admin.start_paced_redrive(
+            queue,
+            selector,
+            rate,
+            actor=self._actor,
+            reason=reason,
+            driver=None if detach else self._driver,
+        )
+        return dict(msgspec.to_builtins(op))
+
+    async def follow(self, op: dict[str, Any], progress: OpProgress = None) -> dict[str, Any]:
+        def report(current: Any) -> None:
+            if progress is not None:
+                progress(msgspec.to_builtins(current))
+
+        ended = await self._admin.drive_paced_redrive(
+            op["queue"], op["id"], driver=self._driver, progress=report
+        )
+        return dict(msgspec.to_builtins(ended))
+
+    async def cancel_redrive(self, queue: str, op_id: str, reason: str | None) -> dict[str, Any]:
+        await self._admin.paced_redrive(queue, op_id)  # NotFound: "no paced redrive …"
+        op = await self._admin.cancel_paced_redrive(queue, op_id, actor=self._actor, reason=reason)
+        return dict(msgspec.to_builtins(op))
 
 
 class HttpTarget(Target):
@@ -266,6 +429,8 @@ class HttpTarget(Target):
     async def act(self, action: Action, progress: Progress = None) -> int:
         if action.verb == "cancel":
             path = f"/v1/queues/{_seg(action.queue)}/tasks/cancel"
+        elif action.verb == "retry_now":
+            path = f"/v1/queues/{_seg(action.queue)}/retry-now"
         else:
             path = f"/v1/queues/{_seg(action.queue)}/dlq/{action.verb}"
         extra: dict[str, Any] = {"dry_run": action.dry_run}
@@ -273,7 +438,10 @@ class HttpTarget(Target):
             extra["reason"] = action.reason
         selector = action.selector
         if selector.filter is not None:
-            body = {"filter": msgspec.to_builtins(selector.filter), **extra}
+            chosen = dict(msgspec.to_builtins(selector.filter))
+            if action.verb == "retry_now":
+                chosen.pop("status", None)  # PENDING, always
+            body = {"filter": chosen, **extra}
             count: int = await self._call("POST", path, key="count", json=body)
             if progress is not None:
                 progress(count, count)
@@ -294,6 +462,92 @@ class HttpTarget(Target):
             params["cursor"] = query.cursor
         body = await self._call("GET", "/v1/audit", params=params)
         return body["entries"], body["next_cursor"]
+
+    async def _listed(self, path: str, key: str, **kwargs: Any) -> Listed:
+        body = await self._call("GET", path, **kwargs)
+        return body[key], body.get("unsupported")
+
+    async def controls(self, queue: str) -> Listed:
+        return await self._listed(f"/v1/queues/{_seg(queue)}/controls", "controls")
+
+    async def set_paused(
+        self,
+        queue: str,
+        handler: str | None,
+        dependency: str | None,
+        paused: bool,
+        reason: str | None,
+    ) -> dict[str, Any]:
+        body = {"handler": handler, "dependency": dependency, "reason": reason}
+        path = f"/v1/queues/{_seg(queue)}/{'pause' if paused else 'resume'}"
+        control: dict[str, Any] = await self._call(
+            "POST", path, json={k: v for k, v in body.items() if v is not None}
+        )
+        return control
+
+    async def breakers(self, queue: str | None) -> Listed:
+        params = {"queue": queue} if queue else {}
+        return await self._listed("/v1/breakers", "breakers", params=params)
+
+    async def set_breaker(
+        self, queue: str, key: str, change: Literal["open", "close"], reason: str | None
+    ) -> dict[str, Any]:
+        body = {"key": key, **({"reason": reason} if reason else {})}
+        path = f"/v1/queues/{_seg(queue)}/breakers/{change}"
+        breaker: dict[str, Any] = await self._call("POST", path, json=body)
+        return breaker
+
+    async def workers(self) -> tuple[list[dict[str, Any]], str | None, str | None]:
+        body = await self._call("GET", "/v1/workers")
+        return body["workers"], body.get("as_of"), body.get("unsupported")
+
+    async def redrives(self, queue: str | None) -> Listed:
+        path = f"/v1/queues/{_seg(queue)}/redrives" if queue else "/v1/redrives"
+        return await self._listed(path, "redrives")
+
+    async def start_paced(
+        self, queue: str, selector: Selector, rate: float, reason: str | None, detach: bool
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"rate": rate}
+        if selector.ids is not None:
+            body["ids"] = list(selector.ids)
+        else:
+            body["filter"] = msgspec.to_builtins(selector.filter)
+        if reason:
+            body["reason"] = reason
+        path = f"/v1/queues/{_seg(queue)}/dlq/redrive"
+        op: dict[str, Any] = await self._call("POST", path, key="operation", json=body)
+        return op
+
+    async def follow(self, op: dict[str, Any], progress: OpProgress = None) -> dict[str, Any]:
+        import asyncio
+
+        path = f"/v1/queues/{_seg(op['queue'])}/redrives/{_seg(op['id'])}"
+        while True:
+            op = await self._call("GET", path)
+            if progress is not None:
+                progress(op)
+            if op["status"] != "running":
+                return op
+            await asyncio.sleep(FOLLOW_EVERY)
+
+    async def cancel_redrive(self, queue: str, op_id: str, reason: str | None) -> dict[str, Any]:
+        path = f"/v1/queues/{_seg(queue)}/redrives/{_seg(op_id)}/cancel"
+        op: dict[str, Any] = await self._call(
+            "POST", path, json={"reason": reason} if reason else {}
+        )
+        return op
+
+    async def drivers(self, op: dict[str, Any]) -> list[str]:
+        return [op["driver"]] if op.get("driver") else await super().drivers(op)
+
+
+def _host_pid() -> str:
+    import os
+    import secrets
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
 def _seg(text: str) -> str:

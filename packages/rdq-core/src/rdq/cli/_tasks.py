@@ -1,4 +1,4 @@
-"""``rdq tasks list|show|cancel``: every task of a queue, in any status."""
+"""``rdq tasks list|show|cancel|retry-now``: every task of a queue, in any status."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ _STATUSES = [s.value for s in Status]
 
 @click.group()
 def tasks() -> None:
-    """Find tasks in any status, inspect them, cancel pending or running ones."""
+    """Find tasks in any status, inspect them, cancel pending or running ones, retry waiting
+    ones now."""
 
 
 def task_filter(
@@ -168,6 +169,50 @@ async def cancel(
     else:
         selector = TaskSelector(filter=task_filter(status, error_type, handler_ref, after, before))
     action = Action("cancel", queue, selector, dry_run=dry_run, reason=reason)
+    target = open_target(storage_url, server_url, token, actor=actor, audit_log=audit_log)
+    async with target:
+        await confirm_and_act(target, action, yes, as_json)
+
+
+@tasks.command("retry-now")
+@click.argument("queue")
+@click.argument("ids", nargs=-1)
+@filter_options("Due")
+@action_options("Every PENDING task of QUEUE.")
+@actor_options
+@target_options
+@json_option
+@run_async
+async def retry_now(
+    queue: str,
+    ids: tuple[str, ...],
+    error_type: str | None,
+    handler_ref: str | None,
+    after: datetime | None,
+    before: datetime | None,
+    everything: bool,
+    dry_run: bool,
+    reason: str | None,
+    yes: bool,
+    actor: str | None,
+    audit_log: str | None,
+    storage_url: str | None,
+    server_url: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """Make PENDING tasks of QUEUE that wait out a backoff due now: by IDS, by filter
+    (--handler-ref, --error-type, …), or --all. Asks for confirmation (--yes to skip);
+    --dry-run only counts."""
+    filtered = any(v is not None for v in (error_type, handler_ref, after, before))
+    check_selection(ids, filtered, everything, "--handler-ref")
+    if ids:
+        selector = TaskSelector(ids=list(ids))
+    else:
+        selector = TaskSelector(
+            filter=task_filter("PENDING", error_type, handler_ref, after, before)
+        )
+    action = Action("retry_now", queue, selector, dry_run=dry_run, reason=reason)
     target = open_target(storage_url, server_url, token, actor=actor, audit_log=audit_log)
     async with target:
         await confirm_and_act(target, action, yes, as_json)

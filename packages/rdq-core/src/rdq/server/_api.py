@@ -1,4 +1,5 @@
-"""The HTTP/JSON API v1: tasks, queues, the DLQ, the audit trail, operational endpoints."""
+"""The HTTP/JSON API v1: tasks, queues, the DLQ, flow control (pauses, breakers, retry now,
+paced redrives), the fleet (workers, rates), the audit trail, operational endpoints."""
 
 from __future__ import annotations
 
@@ -10,6 +11,19 @@ from litestar.handlers.base import BaseRouteHandler
 
 from rdq.errors import ValidationError
 from rdq.server._api_dlq import dlq_groups, list_dlq, purge, redrive
+from rdq.server._api_fleet import list_workers, queue_rates
+from rdq.server._api_flow import (
+    breaker_handlers,
+    cancel_redrive,
+    get_redrive,
+    list_breakers,
+    list_controls,
+    list_redrives,
+    pause,
+    queue_redrives,
+    resume,
+    retry_now,
+)
 from rdq.server._api_ops import healthz, list_audit, list_queues, metrics, queue_stats, readyz
 from rdq.server._api_tasks import cancel_tasks, get_task, list_tasks, submit_task
 from rdq.server._node import Node
@@ -83,6 +97,18 @@ api_handlers = [
     dlq_groups,
     redrive,
     purge,
+    list_controls,
+    pause,
+    resume,
+    list_breakers,
+    *breaker_handlers,
+    retry_now,
+    list_redrives,
+    queue_redrives,
+    get_redrive,
+    cancel_redrive,
+    list_workers,
+    queue_rates,
     list_audit,
     healthz,
     readyz,

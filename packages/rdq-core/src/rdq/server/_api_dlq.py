@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from litestar import Request, get, post
 from litestar.params import JSONBody, QueryParameter
 
+from rdq.admin import parse_rate
 from rdq.audit import Action
 from rdq.server._api_common import (
     Cursor,
@@ -21,7 +22,14 @@ from rdq.server._api_common import (
     task_body,
 )
 from rdq.server._body import check_time, json_body
-from rdq.server._models import ActionRequest, ActionResult, DLQPage, GroupDoc, GroupList
+from rdq.server._models import (
+    ActionRequest,
+    ActionResult,
+    DLQPage,
+    GroupDoc,
+    GroupList,
+    RedriveRequest,
+)
 from rdq.spi import DLQFilter, Page, Selector, limits
 
 __all__ = ["dlq_groups", "list_dlq", "purge", "redrive"]
@@ -119,7 +127,7 @@ def _filter(
     )
 
 
-def _selector(data: ActionRequest) -> Selector:
+def _selector(data: ActionRequest | RedriveRequest) -> Selector:
     chosen = selection(data.ids, data.filter)
     if isinstance(chosen, list):
         return Selector(ids=list(chosen))
@@ -149,19 +157,41 @@ async def _act(
 @post(
     "/v1/queues/{queue:str}/dlq/redrive",
     opt={"right": "admin"},
-    before_request=json_body(ActionRequest),
+    before_request=json_body(RedriveRequest),
     status_code=200,
     summary="Return dead-lettered tasks to their queue",
     description="Select by `ids` or `filter` (exactly one of them; both or neither is a 422; "
-    "an empty filter selects the whole DLQ). `dry_run` only counts. Every redrive is audited "
-    "with the token's owner.",
-    responses=errors(400, 413, 415, 422),
+    "an empty filter selects the whole DLQ). `dry_run` only counts. With a `rate` (tasks per "
+    'second, or `"600/min"`), the redrive is paced: the answer holds the `operation` it '
+    "started (follow it at `/v1/queues/{queue}/redrives/{id}`), which this node drives and "
+    "any node takes over if this one stops; by ids it takes at most 1000. Every redrive is "
+    "audited with the token's owner.",
+    responses=errors(400, 413, 415, 422, 501),
     tags=["dlq"],
 )
 async def redrive(
-    request: Request[Any, Any, Any], queue: QueuePath, data: JSONBody[ActionRequest]
+    request: Request[Any, Any, Any], queue: QueuePath, data: JSONBody[RedriveRequest]
 ) -> ActionResult:
-    return await _act(request, "redrive", queue, data)
+    if data.rate is None:
+        plain = ActionRequest(
+            ids=data.ids, filter=data.filter, dry_run=data.dry_run, reason=data.reason
+        )
+        return await _act(request, "redrive", queue, plain)
+    rate = parse_rate(data.rate if isinstance(data.rate, str) else f"{data.rate!r}")
+    node = node_of(request)
+    limits.check_queue(queue)
+    selector = _selector(data)
+    if data.dry_run:
+        return action_result("redrive", queue, await node.admin.count(queue, selector), True)
+    op = await node.admin.start_paced_redrive(
+        queue, selector, rate, actor=principal_owner(request), reason=data.reason, driver=node.id
+    )
+    node.upkeep.drive(queue, op.id)
+    from rdq.server._api_flow import operation_doc
+
+    result = action_result("redrive", queue, op.total, False)
+    result.operation = operation_doc(op)
+    return result
 
 
 @post(

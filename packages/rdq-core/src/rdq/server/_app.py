@@ -72,6 +72,7 @@ def create_app(
             node = Node(settings, store, audit_sinks=audit_sinks, engine_app=engine_app)
             app.state.node = node
             _warn_about(settings, node, engine_app)
+            await stack.enter_async_context(_upkeep(node))
             if settings.work and settings.queues:
                 await stack.enter_async_context(_working(settings, store, engine_app))
             _log.info("node started", queues=settings.queues, work=settings.work)
@@ -119,6 +120,20 @@ async def _working(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await invoker.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _upkeep(node: Node) -> AsyncIterator[None]:
+    """Run the node's upkeep (its registration, paced redrives) until the block exits."""
+    stopping = asyncio.Event()
+    task = asyncio.create_task(node.upkeep.run(stopping), name="rdq-node-upkeep")
+    try:
+        yield
+    finally:
+        stopping.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await node.upkeep.close()
 
 
 async def _nosniff(message: Message, scope: Scope) -> None:

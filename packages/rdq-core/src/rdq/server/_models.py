@@ -17,18 +17,36 @@ __all__ = [
     "AttemptDoc",
     "AuditDoc",
     "AuditPage",
+    "BreakerDoc",
+    "BreakerList",
+    "BreakerRequest",
     "CancelRequest",
+    "ControlDoc",
+    "ControlList",
     "DLQPage",
     "FilterRequest",
     "GroupDoc",
     "GroupList",
+    "MinuteDoc",
+    "OperationDoc",
+    "OutageDoc",
+    "PauseDoc",
+    "PauseRequest",
+    "PendingFilterRequest",
     "QueueList",
+    "RateList",
+    "ReasonRequest",
+    "RedriveList",
+    "RedriveRequest",
+    "RetryNowRequest",
     "RetryRequest",
     "StatsDoc",
     "SubmitRequest",
     "TaskDoc",
     "TaskFilterRequest",
     "TaskPage",
+    "WorkerDoc",
+    "WorkerList",
 ]
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9._\-:@+=~]+$"
@@ -211,11 +229,40 @@ class CancelRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     reason: Reason | None = None
 
 
-class ActionResult(msgspec.Struct, kw_only=True):
+class OperationDoc(msgspec.Struct, kw_only=True):
+    """A paced redrive: it returns the DEAD tasks it selected at most ``rate`` per second,
+    driven by one node (or ``rdq dlq redrive --rate`` in the foreground) at a time; another
+    takes it over when its driver stops renewing ``driver_until``."""
+
+    id: str
+    queue: str
+    rate: float
+    """Tasks per second at most."""
+    total: int
+    """How many it selected when it began: it never returns more."""
+    done: int
+    """How many it returned so far."""
+    status: Literal["running", "done", "cancelled", "failed"]
+    filter: dict[str, Any] | None = None
+    ids: list[str] | None = None
+    actor: str
+    reason: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    driver: str | None = None
+    driver_until: datetime | None = None
+    error: str | None = None
+    cancelled_by: str | None = None
+
+
+class ActionResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     action: str
     queue: str
     count: int
     dry_run: bool
+    operation: OperationDoc | None = None
+    """A redrive with a ``rate``: the paced redrive it started (``count`` is its total);
+    absent otherwise."""
 
 
 class AuditDoc(msgspec.Struct, kw_only=True):
@@ -236,3 +283,200 @@ class AuditPage(msgspec.Struct, kw_only=True):
     entries: list[AuditDoc]
     """Newest first."""
     next_cursor: str | None
+
+
+# --- flow control and the fleet -----------------------------------------------------------
+
+Name = Annotated[
+    str,
+    Meta(min_length=1, max_length=limits.MAX_HANDLER_REF_LENGTH, pattern=r"^[^\s\x00-\x1f\x7f]+$"),
+]
+ControlKey = Annotated[
+    str,
+    Meta(min_length=1, max_length=limits.MAX_CONTROL_KEY_LENGTH, pattern=r"^[^\s\x00-\x1f\x7f]+$"),
+]
+Rate = Annotated[float, Meta(gt=0, le=100_000)] | Annotated[str, Meta(min_length=1, max_length=32)]
+
+
+class PauseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What to pause or resume: a ``handler`` (its ``handler_ref``), a ``dependency`` (its
+    name), or, with neither, the whole queue."""
+
+    handler: Name | None = None
+    dependency: Name | None = None
+    reason: Reason | None = None
+
+
+class ReasonRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    reason: Reason | None = None
+
+
+class BreakerRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The breaker to open or close by its ``key`` (as ``GET /v1/breakers`` lists it), or by
+    its ``handler`` or ``dependency`` — exactly one of the three."""
+
+    key: ControlKey | None = None
+    handler: Name | None = None
+    dependency: Name | None = None
+    reason: Reason | None = None
+
+
+class PendingFilterRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """PENDING tasks (the only ones a retry now makes due)."""
+
+    error_type: ErrorType | None = None
+    handler_ref: FilterHandlerRef | None = None
+    after: datetime | None = None
+    """Due at or after this."""
+    before: datetime | None = None
+
+
+class RetryNowRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Select PENDING tasks by ``ids`` or by ``filter`` (exactly one of them); those waiting
+    out a backoff become due now. ``dry_run`` only counts them."""
+
+    ids: Annotated[list[TaskId], Meta(max_length=limits.MAX_SELECTOR_IDS)] | None = None
+    filter: PendingFilterRequest | None = None
+    dry_run: bool = False
+    reason: Reason | None = None
+
+
+class RedriveRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Select DLQ tasks by ``ids`` or by ``filter`` (exactly one of them). ``dry_run`` only
+    counts. ``rate`` (tasks per second, or text such as ``"50/s"``, ``"600/min"``) starts a
+    paced redrive that the node drives instead of returning them all at once."""
+
+    ids: Annotated[list[TaskId], Meta(max_length=limits.MAX_SELECTOR_IDS)] | None = None
+    filter: FilterRequest | None = None
+    dry_run: bool = False
+    reason: Reason | None = None
+    rate: Rate | None = None
+
+
+class OutageDoc(msgspec.Struct, kw_only=True):
+    start: datetime
+    end: datetime | None = None
+    """Null while it lasts."""
+    error_types: list[str] = []
+
+
+class BreakerDoc(msgspec.Struct, kw_only=True):
+    """A breaker: ``open`` holds its key's tasks (until ``until``, or until closed by hand
+    when ``by`` names who opened it), ``half_open`` lets ``probes_left`` more claims through
+    fleet-wide, ``closed`` lets them go (at ``rate`` per second while it ramps up)."""
+
+    queue: str
+    key: str
+    state: Literal["closed", "open", "half_open"]
+    since: datetime | None = None
+    until: datetime | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    sample_task: str | None = None
+    by: str | None = None
+    reason: str | None = None
+    trips: int = 0
+    probes_left: int | None = None
+    rate: int | None = None
+    held: int | None = None
+    """PENDING tasks of the key, when cheap to count (the queue's, a handler's on a store
+    that filters itself); null otherwise."""
+    held_more: bool = False
+    """``held`` is a lower bound."""
+    outages: list[OutageDoc] = []
+
+
+class BreakerList(msgspec.Struct, kw_only=True):
+    breakers: list[BreakerDoc]
+    """Open ones first, then half-open, then closed."""
+    unsupported: str | None = None
+    """Set when the store keeps no control records: what it lacks (the list is empty)."""
+
+
+class PauseDoc(msgspec.Struct, kw_only=True):
+    by: str | None = None
+    reason: str | None = None
+    at: str | None = None
+
+
+class ControlDoc(msgspec.Struct, kw_only=True):
+    """A control record of a queue: its pause, its breaker, its limits."""
+
+    queue: str
+    key: str
+    """``*`` (the whole queue), ``handler:<ref>``, ``dep:<name>``, or another task key."""
+    kind: Literal["queue", "handler", "dependency", "key"]
+    paused: bool
+    pause: PauseDoc | None = None
+    gate: int | None = None
+    concurrency: int | None = None
+    rate: int | None = None
+    per: float = 1.0
+    burst: int | None = None
+    in_use: int | None = None
+    """Tasks of the key that hold a live lease now."""
+    breaker: BreakerDoc | None = None
+    version: int
+    updated_at: datetime | None = None
+
+
+class ControlList(msgspec.Struct, kw_only=True):
+    queue: str
+    controls: list[ControlDoc]
+    unsupported: str | None = None
+    """Set when the store keeps no control records: what it lacks."""
+
+
+class RedriveList(msgspec.Struct, kw_only=True):
+    redrives: list[OperationDoc]
+    """Newest first, running and finished."""
+    unsupported: str | None = None
+
+
+class WorkerDoc(msgspec.Struct, kw_only=True):
+    """A registered worker, or a node's own registration (``kind`` ``node``), judged by the
+    store's clock: ``live`` when seen within two of its heartbeats, else ``silent``."""
+
+    id: str
+    kind: Literal["worker", "node"]
+    host: str
+    pid: int
+    version: str
+    queues: list[str]
+    concurrency: int
+    held: int
+    """Tasks it held at its last heartbeat."""
+    state: str
+    """``running``, or ``stopping`` once it stopped claiming."""
+    heartbeat: float
+    started_at: datetime | None = None
+    seen_at: datetime | None = None
+    status: Literal["live", "silent"]
+    silent_for: float
+    """Seconds since its last heartbeat."""
+
+
+class WorkerList(msgspec.Struct, kw_only=True):
+    workers: list[WorkerDoc]
+    """Live ones first."""
+    as_of: datetime | None = None
+    """The store's now, that ``status`` and ``silent_for`` are judged by."""
+    unsupported: str | None = None
+
+
+class MinuteDoc(msgspec.Struct, kw_only=True):
+    minute: datetime
+    succeeded: int
+    failed: int
+    """Attempts that failed and will be retried."""
+    dead: int
+    deferred: int
+    """Attempts held back by a breaker or a pause (no attempt used up)."""
+
+
+class RateList(msgspec.Struct, kw_only=True):
+    queue: str
+    minutes: list[MinuteDoc]
+    """One per minute, oldest first, ending with the current one."""
+    as_of: datetime | None = None
+    unsupported: str | None = None

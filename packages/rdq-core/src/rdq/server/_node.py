@@ -9,9 +9,11 @@ from typing import TypeVar
 from rdq.admin import TaskAdmin
 from rdq.app import App
 from rdq.audit import AuditSink, JsonLinesAuditSink
+from rdq.config import Breaker
 from rdq.errors import StorageUnavailable
 from rdq.server._auth import Authenticator
 from rdq.server._settings import ServerSettings
+from rdq.server._upkeep import NodeUpkeep, node_id
 from rdq.spi import ForwardingStorage, Stats, Storage
 
 T = TypeVar("T")
@@ -41,6 +43,20 @@ class Node:
         if settings.audit_log:
             sinks.append(JsonLinesAuditSink(settings.audit_log))
         self.admin = TaskAdmin(self.storage, sinks=sinks)
+        self.id = node_id()
+        """The node's id in the worker registry and as the driver of paced redrives."""
+        self.upkeep = NodeUpkeep(self)
+
+    def breaker_config(self, queue: str) -> Breaker | None:
+        """The breaker settings of ``queue`` when the node's application declares it (its
+        ramp applies when a breaker is closed by hand); ``None``: the defaults."""
+        app = self.engine_app
+        if app is None or queue not in app.queues:
+            return None
+        try:
+            return app.queue_config(queue).breaker
+        except Exception:
+            return None
 
     async def queues(self) -> list[Stats]:
         """Every queue the store holds tasks for, and the queues this node works (even when
@@ -56,7 +72,19 @@ class Node:
 
 
 READS = frozenset(
-    {"get", "stats", "list_tasks", "dlq_list", "list_queues", "dlq_groups", "list_audit", "now"}
+    {
+        "get",
+        "stats",
+        "list_tasks",
+        "dlq_list",
+        "list_queues",
+        "dlq_groups",
+        "list_audit",
+        "now",
+        "list_controls",
+        "list_workers",
+        "read_counts",
+    }
 )
 """The operations a node bounds by ``request_timeout``. Mutations (submit, redrive, purge,
 cancel, the audit entry) are bounded by the store's own ``timeout`` only: cutting one short on

@@ -59,6 +59,10 @@ def refine(app: Litestar) -> None:
     _headers(schemas.get("SubmitRequest"))
     _exactly_one(schemas.get("ActionRequest"), "FilterRequest")
     _exactly_one(schemas.get("CancelRequest"), "TaskFilterRequest")
+    _exactly_one(schemas.get("RedriveRequest"), "FilterRequest")
+    _exactly_one(schemas.get("RetryNowRequest"), "PendingFilterRequest")
+    _rate(schemas.get("RedriveRequest"))
+    _one_name(schemas.get("BreakerRequest"), "key", "handler", "dependency")
     for name in _models.__all__:
         model = getattr(_models, name)
         schema = schemas.get(name)
@@ -134,4 +138,39 @@ def _exactly_one(schema: Schema | None, filter_schema: str) -> None:
     ]
     schema.description = (
         (schema.description or "") + " Give exactly one of `ids` (non-empty) and `filter`."
+    ).strip()
+
+
+def _rate(schema: Schema | None) -> None:
+    """``rate``: tasks per second (above 0, at most 100,000) or text such as ``"50/s"``."""
+    if schema is None or not schema.properties:
+        return
+    schema.properties["rate"] = Schema(
+        one_of=[
+            Schema(type=OpenAPIType.NUMBER, exclusive_minimum=0, maximum=100_000),
+            Schema(type=OpenAPIType.STRING, min_length=1, max_length=32),
+            Schema(type=OpenAPIType.NULL),
+        ],
+        description="Tasks per second, or text: `50/s`, `600/min`, `3000/h`.",
+    )
+
+
+def _one_name(schema: Schema | None, *names: str) -> None:
+    """Exactly one of ``names`` is a string; the others are absent or null."""
+    if schema is None or not schema.properties:
+        return
+    null = Schema(type=OpenAPIType.NULL)
+    alternatives: list[Schema | Reference] = []
+    for name in names:
+        given = schema.properties[name]
+        chosen = given.one_of[0] if isinstance(given, Schema) and given.one_of else given
+        alternatives.append(
+            Schema(
+                required=[name],
+                properties={n: (chosen if n == name else null) for n in names},
+            )
+        )
+    schema.one_of = alternatives
+    schema.description = (
+        (schema.description or "") + f" Give exactly one of {', '.join(names)}."
     ).strip()

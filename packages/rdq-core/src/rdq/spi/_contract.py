@@ -149,7 +149,11 @@ def supports(capabilities: Capabilities, name: str) -> bool:
 
 def require(store: object, name: str, needed_for: str | None = None) -> None:
     """Raise :class:`~rdq.errors.Unsupported` unless ``store`` (a :class:`~rdq.spi.Storage`)
-    advertises the capability ``name``."""
+    advertises the capability ``name``; the error names the store a
+    :class:`~rdq.spi.ForwardingStorage` forwards to, not the wrapper."""
     capabilities = store.capabilities()  # type: ignore[attr-defined]
     if not supports(capabilities, name):
-        raise Unsupported(type(store).__name__, name, needed_for)
+        named = store
+        while hasattr(named, "inner") and hasattr(named, "_forward"):  # a ForwardingStorage
+            named = named.inner
+        raise Unsupported(type(named).__name__, name, needed_for)

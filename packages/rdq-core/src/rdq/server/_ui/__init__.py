@@ -3,15 +3,17 @@ small script (``static/console.js``) that refreshes them in place.
 
 Log in once with a token (``read`` to browse, ``admin`` to act); the node answers with an
 HttpOnly, SameSite=Strict session cookie (see :mod:`rdq.server._auth`). Every POST form carries
-the session's CSRF token. Redrive, purge and cancel go through a confirmation page that shows
-how many tasks would be touched (a dry run) and asks for a reason; they are audited under the
-token's owner.
+the session's CSRF token. Redrive (at once or at a pace), purge, cancel and retry now go
+through a confirmation page that shows how many tasks would be touched (a dry run) and asks for
+a reason; so do pause, resume, breakers opened or closed by hand and a paced redrive's cancel
+(with the tasks they hold or let go). All are audited under the token's owner.
 """
 
 from litestar import Router
 
 from rdq.server._ui._actions import act, confirm
 from rdq.server._ui._common import jinja_filters, ui_error
+from rdq.server._ui._controls import control_act, control_confirm, workers_page
 from rdq.server._ui._login import login, login_form, logout
 from rdq.server._ui._pages import audit_page, overview, queue_page, search, task_page
 
@@ -30,6 +32,9 @@ ui_router = Router(
         audit_page,
         confirm,
         act,
+        control_confirm,
+        control_act,
+        workers_page,
     ],
     exception_handlers={Exception: ui_error},
     include_in_schema=False,

@@ -1,6 +1,6 @@
-"""Redrive, purge and cancel from the console: always through a confirmation page that shows
-how many tasks the action would touch (a dry run) and asks for a reason; audited under the
-token's owner."""
+"""Redrive (at once or at a pace), purge, cancel and retry now from the console: always
+through a confirmation page that shows how many tasks the action would touch (a dry run) and
+asks for a reason; audited under the token's owner. A paced redrive is driven by this node."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 from litestar import Request, get, post
 from litestar.response import Redirect, Template
 
-from rdq.admin import TaskSelector
+from rdq.admin import TaskSelector, parse_rate
+from rdq.admin._pace import MAX_IDS as MAX_PACED_IDS
 from rdq.audit import Action
 from rdq.server._ui._common import (
     UIError,
@@ -36,7 +37,7 @@ __all__ = ["act", "confirm"]
 
 _ALLOWED: dict[Status, tuple[Action, ...]] = {
     Status.DEAD: ("redrive", "purge"),
-    Status.PENDING: ("cancel",),
+    Status.PENDING: ("cancel", "retry_now"),
     Status.IN_FLIGHT: ("cancel",),
     Status.CANCELLED: ("purge",),
 }
@@ -55,7 +56,7 @@ def _action(state: State, value: Any, by_ids: bool) -> Action:
 def _selector(
     action: Action, state: State, ids: list[str], filters: dict[str, str | None]
 ) -> Selector | TaskSelector:
-    if action == "cancel":
+    if action in ("cancel", "retry_now"):
         if ids:
             return TaskSelector(ids=ids)
         return TaskSelector(filter=task_filter(state, filters))
@@ -87,10 +88,13 @@ async def confirm(request: Request[Any, Any, Any], queue: PathText) -> Template:
     filters = {} if ids else filters_of(params)
     selector = _selector(action, state, ids, filters or dict.fromkeys(FILTER_KEYS))
     admin = node_of(request).admin
-    if isinstance(selector, TaskSelector):
+    if action == "retry_now" and isinstance(selector, TaskSelector):
+        count = await admin.count_retry_now(queue, selector)
+    elif isinstance(selector, TaskSelector):
         count = await admin.count_cancel(queue, selector)
     else:
         count = await admin.count(queue, selector, action=action)
+    paced = action == "redrive" and admin.storage.capabilities().control
     return page(
         request,
         "confirm.html",
@@ -103,6 +107,7 @@ async def confirm(request: Request[Any, Any, Any], queue: PathText) -> Template:
         filter_fields=[(k, v) for k, v in filters.items() if v],
         description=_describe(state, ids, filters or dict.fromkeys(FILTER_KEYS)),
         back_url=queue_url(queue, state=state.key, **{k: v for k, v in filters.items() if v}),
+        paced=paced and (not ids or len(ids) <= MAX_PACED_IDS),
     )
 
 
@@ -125,9 +130,20 @@ async def act(request: Request[Any, Any, Any], queue: PathText) -> Redirect:
     if reason is None:
         raise UIError(422, "give a reason: it is kept in the audit record")
     selector = _selector(action, state, ids, filters)
-    admin = node_of(request).admin
+    node = node_of(request)
+    admin = node.admin
     actor = principal.owner
-    if isinstance(selector, TaskSelector):
+    rate = text(form.get("rate"))
+    if rate is not None and action == "redrive" and isinstance(selector, Selector):
+        op = await admin.start_paced_redrive(
+            queue, selector, parse_rate(rate), actor=actor, reason=reason, driver=node.id
+        )
+        node.upkeep.drive(queue, op.id)
+        target = queue_url(queue, state=state.key, done="paced", count=str(op.total))
+        return Redirect(target + "#controls", status_code=303)
+    if action == "retry_now" and isinstance(selector, TaskSelector):
+        count = await admin.retry_now(queue, selector, actor=actor, reason=reason)
+    elif isinstance(selector, TaskSelector):
         count = await admin.cancel(queue, selector, actor=actor, reason=reason)
     elif action == "redrive":
         count = await admin.redrive(queue, selector, actor=actor, reason=reason)

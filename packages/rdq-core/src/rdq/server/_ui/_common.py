@@ -15,6 +15,7 @@ from rdq.server._auth import Principal
 from rdq.server._body import check_time
 from rdq.server._errors import to_api_error
 from rdq.server._node import Node
+from rdq.server._ui._fleet import key_label, span
 
 __all__ = [
     "LOGIN_COOKIE",
@@ -42,6 +43,13 @@ _FLASH = {
     "redrive": "{count} task(s) redriven.",
     "purge": "{count} task(s) purged.",
     "cancel": "{count} task(s) cancelled.",
+    "retry_now": "{count} task(s) made due now.",
+    "paced": "Paced redrive of {count} task(s) started: its progress is under Controls.",
+    "pause": "Paused: no worker claims these tasks until they are resumed.",
+    "resume": "Resumed: the tasks are claimed again.",
+    "open": "Breaker opened: its tasks are held until it is closed by hand.",
+    "close": "Breaker closed: its held tasks are let go over the ramp.",
+    "cancel-redrive": "Paced redrive cancelled after {count} task(s); the rest stay in the DLQ.",
 }
 _HEADERS = {
     "Cache-Control": "no-store",
@@ -219,6 +227,14 @@ def _ago(value: Any, now: datetime | None = None) -> str:
     return f"{_age(seconds)} ago" if seconds > 0 else f"in {_age(-seconds)}"
 
 
+def _elapsed(value: Any, now: datetime | None = None) -> str:
+    """``13 min``: how long ago ``value`` was (``–`` for the future or nothing)."""
+    at = _as_time(value)
+    if at is None:
+        return "–"
+    return span(max(((now or datetime.now(UTC)) - at).total_seconds(), 0.0))
+
+
 def _duration(attempt: dict[str, Any]) -> str:
     started, finished = _as_time(attempt.get("started_at")), _as_time(attempt.get("finished_at"))
     if started is None or finished is None:
@@ -247,4 +263,7 @@ jinja_filters = {
     "duration": _duration,
     "count": _count,
     "queue_url": queue_url,
+    "span": span,
+    "elapsed": _elapsed,
+    "key_label": key_label,
 }

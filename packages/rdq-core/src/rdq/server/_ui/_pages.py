@@ -4,6 +4,7 @@ id; the audit trail."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
@@ -15,7 +16,16 @@ from litestar.response import Redirect, Template
 from rdq.errors import NotFound, StaleCursor, ValidationError
 from rdq.retry import resolve
 from rdq.server._node import Node
+from rdq.server._ui._charts import bar_chart, sparkline, summary
 from rdq.server._ui._common import node_of, page, parse_time, queue_url, session, text
+from rdq.server._ui._fleet import (
+    Fleet,
+    fleet_of,
+    flow_of,
+    holder_note,
+    rates_of,
+    silent_holdings,
+)
 from rdq.spi import (
     AuditFilter,
     DLQFilter,
@@ -25,6 +35,7 @@ from rdq.spi import (
     TaskFilter,
     envelope_to_builtins,
     limits,
+    task_keys,
 )
 
 __all__ = ["STATES", "audit_page", "overview", "queue_page", "search", "task_page"]
@@ -57,11 +68,22 @@ FILTER_KEYS = ("error_type", "handler_ref", "after", "before")
 @get("/", include_in_schema=False)
 async def overview(request: Request[Any, Any, Any]) -> Template:
     principal, _ = session(request)
-    queues = [msgspec.to_builtins(s) for s in await node_of(request).queues()]
+    node = node_of(request)
+    queues = [msgspec.to_builtins(s) for s in await node.queues()]
     totals = {
         name: sum(q[name] for q in queues)
         for name in ("pending", "in_flight", "dlq_depth", "succeeded", "cancelled")
     }
+    flow = await flow_of(node)
+    fleet = await fleet_of(node)
+    series, rates_unsupported = await rates_of(node)
+    for q in queues:
+        counts = series.get(q["queue"])
+        q["spark"] = sparkline(counts) if counts else None
+        q["dead_recent"] = summary(counts, RECENT_MINUTES)["dead"] if counts else 0
+        q["unserved"] = _unserved(q, fleet)
+    silent = await silent_holdings(node, fleet, [(q["queue"], q["in_flight"]) for q in queues])
+    groups, groups_note = await _top_groups(node, queues, fleet.now)
     return page(
         request,
         "overview.html",
@@ -69,8 +91,54 @@ async def overview(request: Request[Any, Any, Any]) -> Template:
         queues=queues,
         totals=totals,
         states=STATES,
+        flow=flow,
+        fleet=fleet,
+        silent=silent,
+        rates_unsupported=rates_unsupported,
+        recent_minutes=RECENT_MINUTES,
+        groups=groups,
+        groups_note=groups_note,
         live=True,
     )
+
+
+RECENT_MINUTES = 15
+"""The overview's "dead in the last … min"."""
+TOP_GROUPS = 8
+GROUP_QUEUES = 20
+"""The overview groups the DLQs of at most this many queues (the deepest)."""
+
+
+def _unserved(stats: dict[str, Any], fleet: Fleet) -> bool:
+    """The queue has due tasks and no live worker claims from it (known only from a store
+    with a worker registry)."""
+    return (
+        fleet.known
+        and stats.get("oldest_pending_age") is not None
+        and not fleet.serving(stats["queue"])
+    )
+
+
+async def _top_groups(
+    node: Node, queues: list[dict[str, Any]], now: datetime | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The largest DLQ groups across queues, those with a task dead in the last hour first
+    (only from a store that groups in the backend: the others page through the DLQ)."""
+    if not node.storage.capabilities().group_pushdown:
+        return [], "This store groups the DLQ by reading it: open a queue's Dead tab."
+    deepest = sorted((q for q in queues if q["dlq_depth"]), key=lambda q: -q["dlq_depth"])
+    found: list[dict[str, Any]] = []
+    for q in deepest[:GROUP_QUEUES]:
+        for group in await node.admin.dlq_groups(q["queue"]):
+            found.append({"queue": q["queue"], **msgspec.to_builtins(group)})
+    since = (now or datetime.now(UTC)) - timedelta(hours=1)
+
+    def rank(group: dict[str, Any]) -> tuple[bool, int]:
+        last = datetime.fromisoformat(group["last_dead_lettered_at"].replace("Z", "+00:00"))
+        group["recent"] = last >= since
+        return (not group["recent"], -group["count"])
+
+    return sorted(found, key=rank)[:TOP_GROUPS], None
 
 
 def state_of(value: str | None) -> State:
@@ -129,6 +197,21 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
     if state.status == Status.DEAD:
         groups = [msgspec.to_builtins(g) for g in await node.admin.dlq_groups(queue)]
         await _add_samples(node, queue, groups)
+    flow = await flow_of(node, queue)
+    fleet = await fleet_of(node)
+    holding = {p.key: "paused" for p in flow.pauses}
+    holding.update({b.key: f"breaker {b.state.replace('_', '-')}" for b in flow.tripped})
+    for task in tasks:
+        task["silent"] = holder_note(task, fleet)
+        if task.get("status") == "PENDING" and holding:
+            keys = ["*", f"handler:{task.get('handler_ref')}", *(task.get("keys") or [])]
+            task["held_by"] = next(((k, holding[k]) for k in keys if k in holding), None)
+    series, rates_unsupported = await rates_of(node, queue)
+    redrives = []
+    if flow.unsupported is None:
+        found_ops = await node.admin.paced_redrives(queue)
+        running = [op for op in found_ops if not op.finished]
+        redrives = running + [op for op in found_ops if op.finished][: max(0, 3 - len(running))]
     kept = {k: v for k, v in filters.items() if v}
     tabs = [
         {"state": s, "count": stats.get(s.stat, 0), "url": queue_url(queue, state=s.key, **kept)}
@@ -154,6 +237,14 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         else None,
         confirm_url=f"/ui/queues/{quote(queue, safe='')}/confirm",
         all_query=urlencode({"state": state.key, "scope": "filter", **kept}),
+        flow=flow,
+        fleet=fleet,
+        unserved=_unserved(stats, fleet),
+        serving=fleet.serving(queue),
+        chart=bar_chart(series[queue]) if queue in series else None,
+        rates_unsupported=rates_unsupported,
+        redrives=[msgspec.to_builtins(op) for op in redrives],
+        control_url=f"/ui/queues/{quote(queue, safe='')}/control",
         live=True,
     )
 
@@ -211,17 +302,49 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
     payload = msgspec.json.format(msgspec.json.encode(envelope.payload), indent=2).decode()
     known = set(Envelope.__struct_fields__) - {"extra"}
     extra = {k: v for k, v in task.items() if k not in known}
+    fleet = await fleet_of(node)
     return page(
         request,
         "task.html",
         principal=principal,
         task=task,
+        silent=holder_note(task, fleet),
+        holds=await _holds(node, envelope),
+        retry_waits=await _waits(node, envelope, fleet.now),
         payload=payload,
         extra=msgspec.json.format(msgspec.json.encode(extra), indent=2).decode() if extra else "",
         attempts=list(reversed(task.get("attempts") or [])),
         attempts_left=_attempts_left(node, envelope),
         live=envelope.status in (Status.PENDING, Status.IN_FLIGHT),
     )
+
+
+async def _holds(node: Node, task: Envelope) -> list[dict[str, Any]]:
+    """The pauses and open or half-open breakers that hold a PENDING task back."""
+    if task.status is not Status.PENDING:
+        return []
+    flow = await flow_of(node, task.queue)
+    keys = set(task_keys(task))
+    held: list[dict[str, Any]] = [
+        {"kind": "pause", "key": p.key, "by": p.by, "reason": p.reason, "since": p.at}
+        for p in flow.pauses
+        if p.key in keys
+    ]
+    held += [
+        {"kind": b.state, "key": b.key, "by": b.by, "reason": b.reason, "since": b.since}
+        for b in flow.tripped
+        if b.key in keys
+    ]
+    return held
+
+
+async def _waits(node: Node, task: Envelope, now: datetime | None) -> bool:
+    """The task is PENDING and waits out a backoff that a "retry now" can cut short."""
+    if task.status is not Status.PENDING or task.next_attempt_at is None:
+        return False
+    if not node.storage.capabilities().control:
+        return False
+    return task.next_attempt_at > (now or await node.storage.now())
 
 
 def _attempts_left(node: Node, task: Envelope) -> int | None:

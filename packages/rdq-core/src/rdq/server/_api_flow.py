@@ -1,0 +1,388 @@
+"""The API's flow-control endpoints: a queue's controls, pause and resume, breakers (listed,
+opened and closed by hand), retry now, and paced redrives (listed, followed, cancelled).
+
+Listings answer 200 with ``unsupported`` set (and nothing listed) from a store without the
+``control`` capability, so a client can say what the store lacks; actions answer 501
+``not_implemented`` naming it. Every action is audited by the admin layer with the token's
+owner.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Request, get, post
+from litestar.params import JSONBody, PathParameter, QueryParameter
+
+from rdq.admin import Operation, TaskSelector, control_key
+from rdq.admin._views import BreakerView, breaker_view, control_builtins, held_by
+from rdq.errors import Unsupported, ValidationError
+from rdq.server._api_common import (
+    QueuePath,
+    action_result,
+    errors,
+    node_of,
+    principal_owner,
+    selection,
+)
+from rdq.server._body import check_time, json_body
+from rdq.server._models import (
+    ActionResult,
+    BreakerDoc,
+    BreakerList,
+    BreakerRequest,
+    ControlDoc,
+    ControlList,
+    OperationDoc,
+    PauseRequest,
+    ReasonRequest,
+    RedriveList,
+    RetryNowRequest,
+)
+from rdq.server._node import Node
+from rdq.spi import Control, Status, TaskFilter, limits, require
+
+__all__ = [
+    "breaker_handlers",
+    "cancel_redrive",
+    "get_redrive",
+    "list_breakers",
+    "list_controls",
+    "list_redrives",
+    "pause",
+    "queue_redrives",
+    "resume",
+    "retry_now",
+]
+
+KeyPath = Annotated[
+    str,
+    PathParameter(
+        min_length=1,
+        max_length=limits.MAX_CONTROL_KEY_LENGTH,
+        pattern=r"^[^\s\x00-\x1f\x7f/]+$",
+        description="`handler:<ref>` or `dep:<name>` (URL-encoded); a key holding a `/` (a "
+        "callback URL's handler) is named in the body of `/breakers/open` instead",
+    ),
+]
+OpPath = Annotated[str, PathParameter(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9]+$")]
+
+
+def control_doc(control: Control) -> ControlDoc:
+    return msgspec.convert(control_builtins(control), ControlDoc)
+
+
+def breaker_doc(view: BreakerView) -> BreakerDoc:
+    return msgspec.convert(msgspec.to_builtins(view), BreakerDoc)
+
+
+def operation_doc(op: Operation) -> OperationDoc:
+    return msgspec.convert(msgspec.to_builtins(op), OperationDoc)
+
+
+# --- controls, pause, resume ----------------------------------------------------------------
+
+
+@get(
+    "/v1/queues/{queue:str}/controls",
+    opt={"right": "read"},
+    summary="A queue's controls: its pauses, breakers and limits",
+    description="Every control record of the queue (paced redrives are listed by "
+    "`/redrives`), by key. A store without the `control` capability answers an empty list "
+    "with `unsupported` saying so.",
+    responses=errors(422),
+    tags=["flow"],
+)
+async def list_controls(request: Request[Any, Any, Any], queue: QueuePath) -> ControlList:
+    try:
+        found = await node_of(request).admin.controls(queue)
+    except Unsupported as exc:
+        return ControlList(queue=queue, controls=[], unsupported=str(exc))
+    return ControlList(queue=queue, controls=[control_doc(c) for c in found])
+
+
+def _key(data: PauseRequest | BreakerRequest) -> str:
+    """The key a pause or breaker request names; a 422 naming the field otherwise."""
+    if data.handler is not None and data.dependency is not None:
+        raise ValidationError("name a handler or a dependency, not both", field="dependency")
+    return control_key(handler=data.handler, dependency=data.dependency)
+
+
+async def _pause(
+    request: Request[Any, Any, Any], queue: str, data: PauseRequest, paused: bool
+) -> ControlDoc:
+    admin = node_of(request).admin
+    limits.check_queue(queue)
+    key = _key(data)
+    run = admin.pause if paused else admin.resume
+    control = await run(queue, key, actor=principal_owner(request), reason=data.reason)
+    return control_doc(control)
+
+
+@post(
+    "/v1/queues/{queue:str}/pause",
+    opt={"right": "admin"},
+    before_request=json_body(PauseRequest),
+    status_code=200,
+    summary="Pause a queue, a handler or a dependency",
+    description="With neither `handler` nor `dependency`, the whole queue. No worker or node "
+    "claims the paused tasks from its next claim on; they keep their attempts and submits are "
+    "still accepted. Pausing what is paused changes nothing. Audited.",
+    responses=errors(400, 413, 415, 422, 501),
+    tags=["flow"],
+)
+async def pause(
+    request: Request[Any, Any, Any], queue: QueuePath, data: JSONBody[PauseRequest]
+) -> ControlDoc:
+    return await _pause(request, queue, data, True)
+
+
+@post(
+    "/v1/queues/{queue:str}/resume",
+    opt={"right": "admin"},
+    before_request=json_body(PauseRequest),
+    status_code=200,
+    summary="Lift a pause",
+    description="Names what to resume as `pause` does. Audited.",
+    responses=errors(400, 413, 415, 422, 501),
+    tags=["flow"],
+)
+async def resume(
+    request: Request[Any, Any, Any], queue: QueuePath, data: JSONBody[PauseRequest]
+) -> ControlDoc:
+    return await _pause(request, queue, data, False)
+
+
+# --- breakers -------------------------------------------------------------------------------
+
+
+@get(
+    "/v1/breakers",
+    opt={"right": "read"},
+    summary="Every breaker of every queue",
+    description="Open ones first, then half-open, then closed ones that remember an outage. "
+    "`held` counts the PENDING tasks an open or half-open breaker holds when that is cheap "
+    "(a handler's, on a store that filters itself); `probes_left` is how many more claims a "
+    "half-open one lets through fleet-wide.",
+    responses=errors(422),
+    tags=["flow"],
+)
+async def list_breakers(
+    request: Request[Any, Any, Any],
+    queue: Annotated[str | None, QueryParameter(max_length=limits.MAX_QUEUE_LENGTH)] = None,
+) -> BreakerList:
+    try:
+        found = await node_of(request).admin.breakers(queue or None)
+    except Unsupported as exc:
+        return BreakerList(breakers=[], unsupported=str(exc))
+    return BreakerList(breakers=[breaker_doc(b) for b in found])
+
+
+def _breaker_key(key: str, field: str) -> str:
+    limits.check_control_key(key, field)
+    if not key.startswith(("handler:", "dep:")):
+        raise ValidationError("a breaker's key is handler:<ref> or dep:<name>", field=field)
+    return key
+
+
+async def _set_breaker(
+    request: Request[Any, Any, Any], queue: str, key: str, change: str, reason: str | None
+) -> BreakerDoc:
+    node = node_of(request)
+    limits.check_queue(queue)
+    control = await node.admin.set_breaker(
+        queue,
+        key,
+        "open" if change == "open" else "close",
+        actor=principal_owner(request),
+        reason=reason,
+        config=node.breaker_config(queue),
+    )
+    view = breaker_view(control)
+    held, more = await held_by(node.storage, queue, key)
+    return breaker_doc(msgspec.structs.replace(view, held=held, held_more=more))
+
+
+_BY_HAND = {
+    "open": "Open a breaker by hand: its key's tasks are held until it is closed by hand (the "
+    "engine does not probe it).",
+    "close": "Close a breaker (open or half-open, by the engine or by hand): the outage is "
+    "over and its held tasks are let go over the ramp. Closing a closed breaker changes "
+    "nothing.",
+}
+
+
+def _by_path(change: str) -> Any:
+    @post(
+        f"/v1/queues/{{queue:str}}/breakers/{{key:str}}/{change}",
+        opt={"right": "admin"},
+        before_request=json_body(ReasonRequest),
+        status_code=200,
+        summary=f"{change.capitalize()} a breaker by hand",
+        description=_BY_HAND[change] + " A key holding a `/` (the handler of a callback URL) "
+        f"is named in the body of `/breakers/{change}` instead. Audited.",
+        responses=errors(400, 413, 415, 422, 501),
+        tags=["flow"],
+        name=f"breaker-{change}-by-path",
+    )
+    async def handler(
+        request: Request[Any, Any, Any],
+        queue: QueuePath,
+        key: KeyPath,
+        data: JSONBody[ReasonRequest],
+    ) -> BreakerDoc:
+        return await _set_breaker(request, queue, _breaker_key(key, "key"), change, data.reason)
+
+    return handler
+
+
+def _by_body(change: str) -> Any:
+    @post(
+        f"/v1/queues/{{queue:str}}/breakers/{change}",
+        opt={"right": "admin"},
+        before_request=json_body(BreakerRequest),
+        status_code=200,
+        summary=f"{change.capitalize()} a breaker named in the body",
+        description=_BY_HAND[change] + " Name it by exactly one of `key` (as listed by "
+        "`/v1/breakers`), `handler` and `dependency`. Audited.",
+        responses=errors(400, 413, 415, 422, 501),
+        tags=["flow"],
+        name=f"breaker-{change}-by-body",
+    )
+    async def handler(
+        request: Request[Any, Any, Any], queue: QueuePath, data: JSONBody[BreakerRequest]
+    ) -> BreakerDoc:
+        named = [n for n in ("key", "handler", "dependency") if getattr(data, n) is not None]
+        if len(named) != 1:
+            raise ValidationError("give exactly one of key, handler and dependency", "key")
+        key = data.key if data.key is not None else _key(data)
+        return await _set_breaker(request, queue, _breaker_key(key, named[0]), change, data.reason)
+
+    return handler
+
+
+breaker_handlers = [_by_path("open"), _by_path("close"), _by_body("open"), _by_body("close")]
+
+
+# --- retry now ------------------------------------------------------------------------------
+
+
+@post(
+    "/v1/queues/{queue:str}/retry-now",
+    opt={"right": "admin"},
+    before_request=json_body(RetryNowRequest),
+    status_code=200,
+    summary="Make waiting PENDING tasks due now",
+    description="Select by `ids` or `filter` (exactly one of them); the selected PENDING "
+    "tasks that wait out a backoff become due at once (others are left alone). `dry_run` "
+    "only counts them. Audited.",
+    responses=errors(400, 413, 415, 422, 501),
+    tags=["flow"],
+)
+async def retry_now(
+    request: Request[Any, Any, Any], queue: QueuePath, data: JSONBody[RetryNowRequest]
+) -> ActionResult:
+    admin = node_of(request).admin
+    limits.check_queue(queue)
+    chosen = selection(data.ids, data.filter)
+    if isinstance(chosen, list):
+        selector = TaskSelector(ids=list(chosen))
+    else:
+        selector = TaskSelector(
+            filter=TaskFilter(
+                status=Status.PENDING,
+                error_type=chosen.error_type,
+                handler_ref=chosen.handler_ref,
+                after=check_time(chosen.after, "filter.after"),
+                before=check_time(chosen.before, "filter.before"),
+            )
+        )
+    if data.dry_run:
+        count = await admin.count_retry_now(queue, selector)
+    else:
+        count = await admin.retry_now(
+            queue, selector, actor=principal_owner(request), reason=data.reason
+        )
+    return action_result("retry_now", queue, count, data.dry_run)
+
+
+# --- paced redrives -------------------------------------------------------------------------
+
+
+async def _redrives(node: Node, queue: str | None) -> RedriveList:
+    try:
+        require(node.storage, "control", "paced redrives")
+        found = await node.admin.paced_redrives(queue)
+    except Unsupported as exc:
+        return RedriveList(redrives=[], unsupported=str(exc))
+    return RedriveList(redrives=[operation_doc(op) for op in found])
+
+
+@get(
+    "/v1/redrives",
+    opt={"right": "read"},
+    summary="Every paced redrive of every queue",
+    description="Running and finished ones, newest first, with their progress (`done` of "
+    "`total`) and who drives them.",
+    responses=errors(),
+    tags=["flow"],
+)
+async def list_redrives(request: Request[Any, Any, Any]) -> RedriveList:
+    return await _redrives(node_of(request), None)
+
+
+@get(
+    "/v1/queues/{queue:str}/redrives",
+    opt={"right": "read"},
+    summary="The paced redrives of a queue",
+    responses=errors(422),
+    tags=["flow"],
+)
+async def queue_redrives(request: Request[Any, Any, Any], queue: QueuePath) -> RedriveList:
+    limits.check_queue(queue)
+    return await _redrives(node_of(request), queue)
+
+
+@get(
+    "/v1/queues/{queue:str}/redrives/{op_id:str}",
+    opt={"right": "read"},
+    summary="One paced redrive, with its progress",
+    responses=errors(404, 422, 501),
+    tags=["flow"],
+)
+async def get_redrive(
+    request: Request[Any, Any, Any], queue: QueuePath, op_id: OpPath
+) -> OperationDoc:
+    node = node_of(request)
+    limits.check_queue(queue)
+    require(node.storage, "control", "paced redrives")
+    return operation_doc(await node.admin.paced_redrive(queue, op_id))
+
+
+@post(
+    "/v1/queues/{queue:str}/redrives/{op_id:str}/cancel",
+    opt={"right": "admin"},
+    before_request=json_body(ReasonRequest),
+    status_code=200,
+    summary="Cancel a paced redrive",
+    description="It stops at its next tick (within a second, wherever it is driven); the "
+    "tasks not yet returned stay in the DLQ. Cancelling a finished one changes nothing. "
+    "Audited with how many were returned.",
+    responses=errors(400, 404, 413, 415, 422, 501),
+    tags=["flow"],
+)
+async def cancel_redrive(
+    request: Request[Any, Any, Any],
+    queue: QueuePath,
+    op_id: OpPath,
+    data: JSONBody[ReasonRequest],
+) -> OperationDoc:
+    node = node_of(request)
+    limits.check_queue(queue)
+    require(node.storage, "control", "paced redrives")
+    await node.admin.paced_redrive(queue, op_id)  # NotFound: a 404
+    op = await node.admin.cancel_paced_redrive(
+        queue, op_id, actor=principal_owner(request), reason=data.reason
+    )
+    return operation_doc(op)
