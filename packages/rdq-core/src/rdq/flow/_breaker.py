@@ -136,6 +136,12 @@ class Window:
         if self.started is None:
             self.error_types.clear()
 
+    def first_failure(self, now: float, config: Breaker) -> float | None:
+        """Monotonic time of the oldest outage-class failure of the last ``config.window``
+        seconds (``None``: none)."""
+        self._trim(now, config)
+        return self.started
+
     def trips(self, now: float, config: Breaker) -> bool:
         """True when outage-class failures dominate the recent attempts."""
         self._trim(now, config)

@@ -29,7 +29,7 @@ from rdq.audit import Action as AuditAction
 from rdq.config import Breaker
 from rdq.errors import ControlConflict
 from rdq.retry import Action, Decision
-from rdq.spi import Control, Envelope, Outcome, Storage
+from rdq.spi import Control, Envelope, Outcome, Storage, task_keys
 from rdq.worker._clock import StorageClock
 from rdq.worker._run import Run
 
@@ -80,9 +80,22 @@ class FlowControl:
         one are not charged)."""
         return self.breaker(task.queue, flow.breaker_key(task)).outages
 
-    def held(self, task: Envelope) -> flow.BreakerState | None:
-        """The open breaker that holds ``task`` (claimed just before it opened, or from a
-        store that cannot hold it back), or ``None``: the task may run."""
+    def hold(self, task: Envelope) -> Decision | None:
+        """The decision that hands ``task`` back unrun, or ``None``: it may run. A task is held
+        when a key of it is paused (claimed just before the pause) or its breaker is open
+        (claimed just before it opened, or from a store that cannot hold it back); held, it
+        uses up no attempt."""
+        controls = self._controls.get(task.queue, {})
+        for key in task_keys(task):
+            control = controls.get(key)
+            if control is not None and control.paused and not self._let_through(task, control):
+                return Decision(
+                    Action.RESCHEDULE,
+                    Outcome.DEFERRED,
+                    0.0,
+                    "rdq.Paused",
+                    f"held: {key} of queue {task.queue} is paused; no attempt used",
+                )
         if not self.app.breaker_for(task.queue, task.handler_ref).enabled:
             return None
         breaker = self.breaker(task.queue, flow.breaker_key(task))
@@ -90,7 +103,17 @@ class FlowControl:
             return None
         if self.shared and _claimed_since(task, breaker):
             return None  # the store let it through as a probe; this worker's view is behind
-        return breaker
+        return self.deferral(breaker)
+
+    def _let_through(self, task: Envelope, control: Control) -> bool:
+        """True when the store claimed ``task`` after ``control`` last changed: it honoured a
+        newer record than this worker's (a pause lifted since), so the task may run."""
+        return (
+            self.shared
+            and task.claimed_at is not None
+            and control.updated_at is not None
+            and task.claimed_at > control.updated_at
+        )
 
     def deferral(self, breaker: flow.BreakerState, decision: Decision | None = None) -> Decision:
         """The decision that holds a task while ``breaker`` is open: rescheduled for when it
@@ -169,10 +192,7 @@ class FlowControl:
                 f"{decision.error_type}",
             )
         if outage and self.breaker(queue, key).state is not flow.State.CLOSED:
-            if window.started is not None:  # failures here before another worker tripped it
-                started = self.clock.at(window.started)
-                types = sorted(window.error_types)
-                await self._change(queue, key, lambda c: flow.widen(c, started, types))
+            await self._widen(queue, key, config)
             metrics.DEFERRED.labels(queue).inc()
             return self.deferral(self.breaker(queue, key), decision)
         return decision
@@ -217,6 +237,8 @@ class FlowControl:
                     continue
                 breaker = flow.breaker_of(control)
                 config = self._config_of(queue, key)
+                if breaker.state is not flow.State.CLOSED:
+                    await self._widen(queue, key, config)
                 if breaker.state is flow.State.OPEN:
                     self._alert(queue, key, breaker, config, now)
                     if flow.begin_probing(control, now, config) is not None:
@@ -240,6 +262,17 @@ class FlowControl:
                     await self._change(
                         queue, key, functools.partial(_at_now, flow.ramp, self.clock, config)
                     )
+
+    async def _widen(self, queue: str, key: str, config: Breaker) -> None:
+        """Widen the key's outage in progress back to this worker's oldest failure of it
+        (failures here before another worker tripped it are then uncharged too)."""
+        window = self._windows.get((queue, key))
+        first = None if window is None else window.first_failure(self.clock.mono(), config)
+        if window is None or first is None:
+            return
+        started = self.clock.at(first)
+        types = sorted(window.error_types)
+        await self._change(queue, key, lambda c: flow.widen(c, started, types))
 
     def _alert(
         self, queue: str, key: str, breaker: flow.BreakerState, config: Breaker, now: Any

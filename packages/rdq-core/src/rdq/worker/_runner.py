@@ -167,8 +167,8 @@ class Runner:
             return failed
         if target is None:
             return retry.unknown_handler(task)
-        if flow is not None and (held := flow.held(task)) is not None:
-            return flow.deferral(held)  # claimed before its breaker opened: not run
+        if flow is not None and (held := flow.hold(task)) is not None:
+            return held  # claimed just before a pause or its breaker opened: not run
         run.ctx_fields = (self.worker_id, run.number)
         t0 = self.clock.mono()
         decision = await invoke(
