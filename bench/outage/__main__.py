@@ -28,7 +28,7 @@ from pathlib import Path
 import rdq
 from bench._servers import postgres
 from rdq import flow, retry
-from rdq.spi import Page, Status, TaskFilter
+from rdq.spi import Envelope, Page, Status, TaskFilter
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -173,6 +173,7 @@ async def scenario(args: argparse.Namespace) -> None:
         controls = await storage.list_controls("q") if storage.capabilities().control else []
         outages = [o for c in controls for o in flow.breaker_of(c).outages]
         used: Counter[int] = Counter()
+        charged: list[Envelope] = []
         cursor = None
         while True:
             tasks, cursor = await storage.list_tasks(
@@ -181,7 +182,10 @@ async def scenario(args: argparse.Namespace) -> None:
                 Page(limit=1000, cursor=cursor, include_attempts=True),
             )
             for task in tasks:
-                used[retry.attempts_used(task, task.attempt_count, outages)] += 1
+                n = retry.attempts_used(task, task.attempt_count, outages)
+                used[n] += 1
+                if n > 1 and len(charged) < 5:
+                    charged.append(task)
             if cursor is None:
                 break
     await service.stop()
@@ -196,6 +200,13 @@ async def scenario(args: argparse.Namespace) -> None:
     if last is not None:
         print(f"last task done     {last - args.outage:.1f} s after the service came back")
     print(f"attempts used      {dict(sorted(used.items()))} (per task, the outage not counted)")
+    for task in charged:  # why a task was charged: its attempts beside the outages
+        print(f"charged            {task.id}:")
+        for a in task.attempts:
+            print(f"                   {a.outcome.value} {a.error_type} at {a.finished_at}")
+    if charged:
+        for o in outages:
+            print(f"outage             {o.start} .. {o.end} {list(o.error_types)}")
     if healthy.served_at:
         first = healthy.served_at[0]
         end = healthy.served_at[-1]

@@ -112,18 +112,20 @@ def with_breaker(control: Control, breaker: BreakerState, **fields: Any) -> Cont
 
 
 class Window:
-    """One worker's recent attempts on one key: (monotonic time, outage-class?) pairs."""
+    """One worker's recent attempts on one key: (monotonic time, outage-class?, store time)
+    of each; the store time is the attempt's ``finished_at``, so an outage that begins at the
+    first failure covers that failure exactly."""
 
-    __slots__ = ("_entries", "error_types", "started")
+    __slots__ = ("_entries", "error_types")
 
     def __init__(self) -> None:
-        self._entries: collections.deque[tuple[float, bool]] = collections.deque()
+        self._entries: collections.deque[tuple[float, bool, datetime]] = collections.deque()
         self.error_types: set[str] = set()
-        self.started: float | None = None
-        """Monotonic time of the oldest outage-class failure in the window."""
 
-    def add(self, now: float, outage: bool, error_type: str | None, config: Breaker) -> None:
-        self._entries.append((now, outage))
+    def add(
+        self, now: float, outage: bool, error_type: str | None, config: Breaker, at: datetime
+    ) -> None:
+        self._entries.append((now, outage, at))
         if outage and error_type is not None:
             self.error_types.add(error_type)
         self._trim(now, config)
@@ -132,15 +134,14 @@ class Window:
         entries = self._entries
         while entries and entries[0][0] < now - config.window:
             entries.popleft()
-        self.started = next((t for t, bad in entries if bad), None)
-        if self.started is None:
+        if not any(bad for _, bad, _ in entries):
             self.error_types.clear()
 
-    def first_failure(self, now: float, config: Breaker) -> float | None:
-        """Monotonic time of the oldest outage-class failure of the last ``config.window``
-        seconds (``None``: none)."""
+    def first_failure(self, now: float, config: Breaker) -> datetime | None:
+        """When the oldest outage-class failure of the last ``config.window`` seconds ended
+        (store time; ``None``: none)."""
         self._trim(now, config)
-        return self.started
+        return next((at for _, bad, at in self._entries if bad), None)
 
     def trips(self, now: float, config: Breaker) -> bool:
         """True when outage-class failures dominate the recent attempts."""
@@ -148,13 +149,12 @@ class Window:
         calls = len(self._entries)
         if calls < config.min_calls:
             return False
-        failures = sum(1 for _, bad in self._entries if bad)
+        failures = sum(1 for _, bad, _ in self._entries if bad)
         return failures >= config.threshold * calls
 
     def clear(self) -> None:
         self._entries.clear()
         self.error_types.clear()
-        self.started = None
 
 
 def _remembered(outages: list[Outage], now: datetime) -> list[Outage]:

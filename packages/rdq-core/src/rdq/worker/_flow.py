@@ -148,7 +148,7 @@ class FlowControl:
         outage = failed and decision.outage
         window = self._windows[(queue, key)]
         mono = self.clock.mono()
-        window.add(mono, outage, decision.error_type, config)
+        window.add(mono, outage, decision.error_type, config, run.finished or self.clock.now())
         state = self.breaker(queue, key).state
         if (
             state is flow.State.OPEN
@@ -181,7 +181,7 @@ class FlowControl:
                 )
                 window.clear()
         elif state is flow.State.CLOSED and outage and window.trips(mono, config):
-            started = self.clock.at(window.started if window.started is not None else mono)
+            started = window.first_failure(mono, config) or self.clock.now()
             types = sorted(window.error_types | set(_types(decision)))
             await self._change(
                 queue,
@@ -267,10 +267,9 @@ class FlowControl:
         """Widen the key's outage in progress back to this worker's oldest failure of it
         (failures here before another worker tripped it are then uncharged too)."""
         window = self._windows.get((queue, key))
-        first = None if window is None else window.first_failure(self.clock.mono(), config)
-        if window is None or first is None:
+        started = None if window is None else window.first_failure(self.clock.mono(), config)
+        if window is None or started is None:
             return
-        started = self.clock.at(first)
         types = sorted(window.error_types)
         await self._change(queue, key, lambda c: flow.widen(c, started, types))
 

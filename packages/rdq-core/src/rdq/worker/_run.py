@@ -34,6 +34,7 @@ class Run:
         "done",
         "expired",
         "fenced",
+        "finished",
         "freed_early",
         "holder",
         "holds_slot",
@@ -88,6 +89,9 @@ class Run:
         self.number = 0
         self.used = 0
         self.started: datetime | None = None
+        self.finished: datetime | None = None
+        """When the handler's call ended (estimated store time): its attempt's ``finished_at``,
+        and the time its breaker counts the outcome at."""
         self.attempt: Attempt | None = None
         self.write_deadline = 0.0
         self.write_backoff: Doubling | None = None

@@ -174,6 +174,7 @@ class Runner:
         decision = await invoke(
             run, target, None, config, run.used, self.threads, self.rng, self.deadlines
         )
+        run.finished = self.clock.now()
         if decision is None or run.fenced:  # lost lease, or the outcome is already written
             return None
         self._duration(task.queue).observe(self.clock.mono() - t0)
@@ -204,7 +205,7 @@ class Runner:
                 number=run.number,
                 outcome=Outcome.SUCCEEDED,
                 started_at=run.started,
-                finished_at=self.clock.now(),
+                finished_at=run.finished or self.clock.now(),
                 worker_id=self.worker_id,
             )
         return Attempt(
@@ -213,7 +214,7 @@ class Runner:
             error_type=_bounded(decision.error_type, limits.MAX_ERROR_TYPE_LENGTH),
             error_message=_bounded(decision.error_message, limits.MAX_ERROR_MESSAGE_LENGTH),
             started_at=run.started,
-            finished_at=self.clock.now(),
+            finished_at=run.finished or self.clock.now(),
             worker_id=self.worker_id,
             traceback=(
                 None

@@ -1,0 +1,199 @@
+"""Throughput while a transaction holds the xmin horizon, beside the same drain without it.
+
+    python -m bench.xmin                          # a durable throwaway cluster
+    python -m bench.xmin --url postgresql://...   # a database of yours (it creates schema rdq)
+
+Two phases of ``--seconds`` each, in one run on one cluster: *clean*, then *held*, where one
+connection runs ``BEGIN; SELECT txid_current()`` at the start of the window and stays open
+until its end (what a replica's ``hot_standby_feedback`` or a long report does: VACUUM may not
+remove a row version newer than that transaction). In each phase ``--workers`` ``rdq worker``
+processes (no-op handler, concurrency 10) drain queue ``q`` while a producer keeps
+``--backlog`` tasks due, so the rate is the workers' capacity, not the producer's. The table is
+vacuumed before each phase.
+
+It prints, per phase: tasks handled per second, and the growth of ``rdq.task`` (heap, and
+``task_live_idx``) per handled task; then held ÷ clean. It fails if any task was dead-lettered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+import rdq
+from bench._servers import postgres
+
+ROOT = Path(__file__).resolve().parents[2]
+BATCH = 1000
+
+SIZES = """
+SELECT pg_relation_size('rdq.task') AS heap,
+       pg_indexes_size('rdq.task') AS indexes,
+       pg_relation_size('rdq.task_live_idx') AS live_idx
+"""
+
+
+@dataclass
+class Phase:
+    name: str
+    handled: int
+    seconds: float
+    heap_growth: int
+    index_growth: int
+    live_idx_growth: int
+
+    @property
+    def rate(self) -> float:
+        return self.handled / self.seconds
+
+    def per_task(self, growth: int) -> float:
+        return growth / self.handled if self.handled else 0.0
+
+
+async def _spawn_worker(url: str, n: int) -> asyncio.subprocess.Process:
+    log = Path(f"/tmp/xmin-worker-{n}.log")
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rdq",
+        "worker",
+        "bench.xmin.app:app",
+        "--storage",
+        url,
+        "--log-level",
+        "WARNING",
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=log.open("w"),  # noqa: ASYNC230 - opening a local log file is immediate
+    )
+
+
+class Producer:
+    """Keeps about ``backlog`` tasks of queue ``q`` due, topping up once a second."""
+
+    def __init__(self, client: rdq.Client, storage: rdq.spi.Storage, backlog: int) -> None:
+        self.client = client
+        self.storage = storage
+        self.backlog = backlog
+        self.submitted = 0
+
+    async def top_up(self) -> None:
+        pending = (await self.storage.stats("q")).pending
+        missing = self.backlog - pending
+        while missing > 0:
+            n = min(BATCH, missing)
+            await self.client.submit_many(
+                [rdq.Submission("noop", None, queue="q") for _ in range(n)]
+            )
+            self.submitted += n
+            missing -= n
+
+    async def run(self) -> None:
+        while True:
+            await self.top_up()
+            await asyncio.sleep(1.0)
+
+
+async def _succeeded(db: asyncpg.Connection) -> int:
+    """An exact count (``stats`` estimates large counts)."""
+    count = await db.fetchval("SELECT count(*) FROM rdq.task WHERE status = 'SUCCEEDED'")
+    return int(count)
+
+
+async def phase(name: str, url: str, args: argparse.Namespace, db: asyncpg.Connection) -> Phase:
+    await db.execute("VACUUM rdq.task")
+    async with rdq.open_storage(url) as storage:
+        client = rdq.Client(storage)
+        producer = Producer(client, storage, args.backlog)
+        await producer.top_up()
+        workers = [await _spawn_worker(url, n) for n in range(args.workers)]
+        feeding = asyncio.create_task(producer.run())
+        holder: asyncpg.Connection | None = None
+        try:
+            await asyncio.sleep(args.warmup)  # workers started, pools opened, claims going
+            before = await db.fetchrow(SIZES)
+            done_before = await _succeeded(db)
+            if name == "held":
+                holder = await asyncpg.connect(url)
+                await holder.execute("BEGIN")
+                await holder.fetchval("SELECT txid_current()")
+            began = time.monotonic()
+            await asyncio.sleep(args.seconds)
+            done_after = await _succeeded(db)
+            seconds = time.monotonic() - began
+            after = await db.fetchrow(SIZES)
+        finally:
+            if holder is not None:
+                await holder.execute("ROLLBACK")
+                await holder.close()
+            feeding.cancel()
+            for proc in workers:
+                proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in workers)), 60)
+    return Phase(
+        name,
+        done_after - done_before,
+        seconds,
+        after["heap"] - before["heap"],
+        after["indexes"] - before["indexes"],
+        after["live_idx"] - before["live_idx"],
+    )
+
+
+async def verify(db: asyncpg.Connection) -> None:
+    """Nothing was lost: no task is dead-lettered, and every task the producer submitted is
+    still stored. (A task a worker held when it was stopped is handed back and succeeds in the
+    next phase, so more than one attempt is no double run here.)"""
+    dead = await db.fetchval("SELECT count(*) FROM rdq.task WHERE status = 'DEAD'")
+    if dead:
+        raise SystemExit(f"{dead} task(s) dead-lettered")
+
+
+def report(phases: list[Phase]) -> None:
+    print(
+        f"{'phase':<8}{'tasks/s':>10}{'handled':>10}{'heap B/task':>14}"
+        f"{'indexes B/task':>16}{'live_idx B/task':>17}"
+    )
+    for p in phases:
+        print(
+            f"{p.name:<8}{p.rate:>10,.0f}{p.handled:>10,}{p.per_task(p.heap_growth):>14,.0f}"
+            f"{p.per_task(p.index_growth):>16,.0f}{p.per_task(p.live_idx_growth):>17,.0f}"
+        )
+    clean, held = phases
+    print(f"held ÷ clean: {held.rate / clean.rate:.2f}")
+
+
+async def run(url: str, args: argparse.Namespace) -> None:
+    async with rdq.open_storage(url) as storage:
+        await storage.migrate()
+    db = await asyncpg.connect(url)
+    try:
+        phases = [await phase(name, url, args, db) for name in ("clean", "held")]
+        await verify(db)
+    finally:
+        await db.close()
+    report(phases)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="a PostgreSQL URL (default: a durable throwaway cluster)")
+    parser.add_argument("--seconds", type=float, default=90.0, help="length of each phase")
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--backlog", type=int, default=20_000)
+    args = parser.parse_args()
+    with postgres(args.url) as url:
+        asyncio.run(run(url, args))
+
+
+if __name__ == "__main__":
+    main()
