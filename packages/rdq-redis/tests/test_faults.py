@@ -196,18 +196,6 @@ async def _fill_until_refused(store: Storage, raw: aioredis.Redis) -> list[str]:
 
 
 @pytest.mark.asyncio
-async def test_migrate_warns_when_the_server_may_evict_tasks(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    with own_server("--maxmemory-policy", "allkeys-lru") as server:
-        async with open_storage(server.url) as store:
-            with caplog.at_level("WARNING", logger="rdq_redis"):
-                await store.migrate()
-    assert "allkeys-lru" in caplog.text
-    assert "noeviction" in caplog.text
-
-
-@pytest.mark.asyncio
 async def test_migrate_is_quiet_under_noeviction(caplog: pytest.LogCaptureFixture) -> None:
     with own_server("--maxmemory-policy", "noeviction") as server:
         async with open_storage(server.url) as store:

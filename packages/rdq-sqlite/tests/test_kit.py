@@ -54,6 +54,7 @@ class TestSqliteFileKeepsTheContract(StorageSuite):
             control=True,
             worker_registry=True,
             counters=True,
+            backup=True,
         )
 
     @pytest.fixture
@@ -92,6 +93,7 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
             control=True,
             worker_registry=True,
             counters=True,
+            backup=True,
         )
 
     @pytest.fixture

@@ -26,8 +26,9 @@ accepts the request when any entry matches one of its secrets and the timestamp 
 
 Against SSRF, nothing is called unless its host is on the allow-list, and the host name is
 resolved by the node: if any address it resolves to is private, loopback, link-local or
-otherwise not globally routable (an IPv4 address embedded in an IPv6 one is judged as the
-IPv4 address), the call is refused unless that address lies in an explicitly allowed network.
+otherwise not globally routable (an IPv4 address embedded in an IPv6 one — mapped,
+compatible, NAT64, 6to4 — is judged as the IPv4 address; Teredo is refused), the call is
+refused unless that address lies in an explicitly allowed network.
 The request then goes to the very address that was checked (the ``Host`` header and TLS
 server name keep the original host), so a DNS answer that changes between the check and the
 connection (DNS rebinding) cannot redirect it.

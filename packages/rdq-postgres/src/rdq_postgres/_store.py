@@ -13,6 +13,7 @@ statement and the reading of its result.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -124,8 +125,13 @@ class PostgresStorage(StorageBase):
         return self._capabilities
 
     def reopen(self) -> PostgresStorage:
-        """A second store on the same data, with connections of its own."""
-        return PostgresStorage(self.config)
+        """A second store on the same data, with connections of its own (the worker's lease
+        thread uses it). It keeps at most one connection open up front whatever ``pool_min``
+        says and opens the others on demand, so it holds only what its callers use at once
+        (the lease thread: two, docs/sizing.md)."""
+        return PostgresStorage(
+            dataclasses.replace(self.config, pool_min=min(self.config.pool_min, 1))
+        )
 
     # --- lifecycle -------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ from rdq_redis._codec import (
 )
 from rdq_redis._connection import Client, Connection, open_connection
 from rdq_redis._errors import translate_errors
+from rdq_redis._eviction import check_eviction
 from rdq_redis._keys import (
     LAYOUT,
     AuditKeys,
@@ -58,7 +59,7 @@ from rdq_redis._keys import (
     index_key,
     registry_key,
 )
-from rdq_redis._migrate import check_layout, layout_error, migrate, stored_layout
+from rdq_redis._migrate import check_layout, migrate, older_layout_error, stored_layout
 from rdq_redis._notify import Waiters
 from rdq_redis._pages import audit_page, dlq_page, task_page
 from rdq_redis._scripts import Scripts
@@ -140,6 +141,7 @@ class RedisStorage(StorageBase):
             client = connection.client
             scripts = Scripts(client, self._address)
             waiters = Waiters(client, self._next_due, self._address)
+            await check_eviction(client, self._address, allow=self._config.allow_eviction)
             layout = await check_layout(client, self._prefix, self._address)
         except BaseException:
             await connection.aclose()
@@ -166,7 +168,9 @@ class RedisStorage(StorageBase):
             client = session.connection.client
             found = await stored_layout(client, self._prefix, self._address)
             if found != LAYOUT:
-                raise layout_error(found or session.layout, self._prefix, self._address)
+                raise await older_layout_error(
+                    client, found or session.layout, self._prefix, self._address
+                )
             session.layout = found
         return session.scripts
 
@@ -174,9 +178,9 @@ class RedisStorage(StorageBase):
         return self._live().connection.client
 
     async def _migrate(self) -> list[str]:
-        """Redis has no schema: check the server (version; a WARNING on logger ``rdq_redis``
-        if it may evict keys, which would lose tasks), load every script into its cache and
-        upgrade keys of an older layout."""
+        """Redis has no schema: check the server's version, load every script into its cache
+        and upgrade keys of an older layout. (Whether the server may evict keys is checked at
+        every open: see :mod:`rdq_redis._eviction`.)"""
         session = self._live()
         client = session.connection.client
         applied = await migrate(

@@ -2,12 +2,13 @@
 
 ``redis://[[user]:password@]host[:port][/db][?prefix=rdq&cluster=false&timeout=10&<redis-py
 options>]``: ``prefix`` (the first part of every key name), ``cluster`` (talk to a Redis
-Cluster through redis-py's ``RedisCluster``; the URL names any one node) and ``timeout`` (the
+Cluster through redis-py's ``RedisCluster``; the URL names any one node), ``timeout`` (the
 operation timeout in seconds: the default of redis-py's ``socket_timeout`` and
-``socket_connect_timeout``) are rdq's own options; every other query option goes to
-redis-py's ``from_url`` (``socket_timeout``, ``socket_connect_timeout``, ``max_connections``,
-``health_check_interval``, ``ssl_cert_reqs``, ...). Keyword options given to
-``open_storage`` win over the URL.
+``socket_connect_timeout``) and ``allow_eviction`` (open even on a server whose
+``maxmemory-policy`` may evict keys, see :mod:`rdq_redis._eviction`) are rdq's own options;
+every other query option goes to redis-py's ``from_url`` (``socket_timeout``,
+``socket_connect_timeout``, ``max_connections``, ``health_check_interval``, ``ssl_cert_reqs``,
+...). Keyword options given to ``open_storage`` win over the URL.
 
 With ``sentinel_master=NAME`` the hosts are Redis Sentinels, several separated by commas
 (``redis://:pw@s1:26379,s2:26379,s3:26379/0?sentinel_master=mymaster``); the store follows
@@ -47,6 +48,9 @@ class RedisConfig:
     sentinel_master: str | None = None
     sentinels: list[tuple[str, int]] = field(default_factory=list)
     sentinel_options: dict[str, Any] = field(default_factory=dict)
+    allow_eviction: bool = False
+    """Open even on a server whose ``maxmemory-policy`` may evict keys (a WARNING at every
+    open instead of a ``StorageError``; see :mod:`rdq_redis._eviction`)."""
 
 
 def parse_url(url: str, **options: Any) -> RedisConfig:
@@ -71,6 +75,7 @@ def parse_url(url: str, **options: Any) -> RedisConfig:
     host = parts.hostname or "localhost"
     prefix = check_prefix(options.pop("prefix", query.pop("prefix", DEFAULT_PREFIX)))
     cluster = _flag(options.pop("cluster", query.pop("cluster", False)))
+    allow_eviction = _allow_eviction(options, query)
     timeout = _timeout(options, query)
     driver_url = urlunsplit(parts._replace(query=urlencode(query)))
     defaults = _DEFAULTS | dict.fromkeys(_TIMEOUTS, timeout)
@@ -83,6 +88,7 @@ def parse_url(url: str, **options: Any) -> RedisConfig:
         cluster=cluster,
         timeout=timeout,
         client_options=client_options,
+        allow_eviction=allow_eviction,
     )
 
 
@@ -94,6 +100,7 @@ def _sentinel_config(
     prefix = check_prefix(options.pop("prefix", query.pop("prefix", DEFAULT_PREFIX)))
     if _flag(options.pop("cluster", query.pop("cluster", False))):
         raise ConfigError("sentinel_master and cluster exclude each other", key="cluster")
+    allow_eviction = _allow_eviction(options, query)
     timeout = _timeout(options, query)
     userinfo, _, hostlist = parts.netloc.rpartition("@")
     user, _, password = userinfo.partition(":")
@@ -135,7 +142,16 @@ def _sentinel_config(
         sentinel_master=master,
         sentinels=sentinels,
         sentinel_options=sentinel_options,
+        allow_eviction=allow_eviction,
     )
+
+
+def _allow_eviction(options: dict[str, Any], query: dict[str, str]) -> bool:
+    raw = options.pop("allow_eviction", query.pop("allow_eviction", False))
+    try:
+        return _flag(raw)
+    except ConfigError as exc:
+        raise ConfigError(str(exc), key="allow_eviction") from None
 
 
 def _timeout(options: dict[str, Any], query: dict[str, str]) -> float:

@@ -9,7 +9,9 @@ doorbell (:mod:`._notify`) for the queues a write made due.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -22,6 +24,7 @@ from rdq.spi import (
     Attempt,
     AuditEntry,
     AuditFilter,
+    Backup,
     Capabilities,
     Claimed,
     Completion,
@@ -38,7 +41,7 @@ from rdq.spi import (
     TaskFilter,
     WorkerInfo,
 )
-from rdq_sqlite import _fleet, _flow, _notify, _pages, _reads, _writes
+from rdq_sqlite import _backup, _fleet, _flow, _notify, _pages, _reads, _writes
 from rdq_sqlite._codec import at_us, to_us
 from rdq_sqlite._connection import Link, Mode
 from rdq_sqlite._migrate import LATEST, apply_migrations, check_version, create_if_empty
@@ -113,6 +116,7 @@ class SqliteStorage(StorageBase):
             control=True,
             worker_registry=True,
             counters=True,
+            backup=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -170,6 +174,38 @@ class SqliteStorage(StorageBase):
         _, reader = self._links()
         await self._ensure_schema(reader)
         return await reader.call(lambda conn: operation(conn, *args, **kwargs), Mode.READ)
+
+    async def _backup(self, target: str, overwrite: bool) -> Backup:
+        """A checked copy of the database at ``target`` (see :mod:`._backup`), written on a
+        connection of its own so the store's reads go on beside it (an in-memory database has
+        only its one connection)."""
+        began = time.monotonic()
+        writer, _ = self._links()
+        await self._ensure_schema(writer)
+        path = await asyncio.to_thread(_backup.check_target, target, self.config.path, overwrite)
+        partial = _backup.partial_of(path)
+        link = writer if self.config.in_memory else Link(self.config, "backup")
+        try:
+            if link is not writer:
+                await link.open()
+            version = await link.call(
+                lambda conn: _backup.write_copy(conn, partial), Mode.PLAIN, timeout=None
+            )
+        except BaseException:
+            await asyncio.to_thread(partial.unlink, missing_ok=True)
+            raise
+        finally:
+            if link is not writer:
+                await link.close()
+        tasks, checks = await asyncio.to_thread(_backup.verify, partial, version)
+        size = await asyncio.to_thread(_backup.place, partial, path, overwrite)
+        return Backup(
+            target=str(path),
+            size=size,
+            tasks=tasks,
+            checks=checks,
+            seconds=time.monotonic() - began,
+        )
 
     async def _migrate(self) -> list[str]:
         """Create or upgrade the schema (idempotent; concurrent migrators apply each

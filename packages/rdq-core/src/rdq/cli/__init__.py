@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "workers": ("_flow:workers", "List the workers and nodes: live or silent, what they hold."),
     "audit": ("_audit:audit", "Read the audit trail: every operator action, and breakers' own."),
     "copy": ("_copy:copy", "Copy every task, with its history, to another store."),
+    "backup": ("_backup:backup", "Write a checked copy of the store to a file (SQLite)."),
     "schedules": ("_schedules:schedules", "List an application's schedules and their next tick."),
 }
 

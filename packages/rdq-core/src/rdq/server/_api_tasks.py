@@ -6,7 +6,6 @@ import uuid
 from datetime import timedelta
 from typing import Annotated, Any
 
-import msgspec
 from litestar import Request, Response, get, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, PathParameter, QueryParameter
@@ -65,8 +64,9 @@ _KNOWN_FIELDS = frozenset(SubmitRequest.__struct_fields__) | {"format_version"}
     summary="Submit a task",
     description="201 when stored, 200 when the same id already exists in the same queue "
     "(nothing changes; the stored task is returned to tokens with the read right, the "
-    "submitted one to others), 409 when it exists in another queue. Unknown fields are kept "
-    "and count towards the payload's 1 MiB limit; payloads nest at most 64 levels.",
+    "submitted one to others), 409 when it exists in another queue. The payload's JSON may "
+    "take 1 MiB (1048576 bytes); unknown fields are kept and, as the JSON object they form, "
+    "count towards that limit; payloads nest at most 64 levels.",
     responses={
         200: ResponseSpec(
             data_container=TaskDoc, description="Already submitted", generate_examples=False
@@ -103,13 +103,7 @@ async def submit_task(
     raw["queue"] = data.queue
     task = envelope_from_builtins(raw)
     limits.check_task(task)
-    size = len(msgspec.json.encode(task.payload)) + len(msgspec.json.encode(task.extra))
-    if size > limits.MAX_PAYLOAD_BYTES:
-        raise ValidationError(
-            f"with the unknown fields, is {size} bytes encoded; the limit is "
-            f"{limits.MAX_PAYLOAD_BYTES}",
-            field="payload",
-        )
+    limits.check_submitted_size(task)
     if is_callback_ref(task.handler_ref):
         try:
             check_callback_url(task.handler_ref, node.settings.callbacks)

@@ -17,7 +17,7 @@ from litestar.types import Message, Scope
 import rdq.metrics  # noqa: F401 - registers the metrics /metrics serves
 from rdq.app import App
 from rdq.audit import AuditSink
-from rdq.errors import ConfigError
+from rdq.errors import ConfigError, RdqError
 from rdq.logging import get_logger
 from rdq.plugins import open_storage
 from rdq.server._api import api_handlers, known_query_guard, principal_guard
@@ -66,7 +66,12 @@ def create_app(
             store = storage
             if store is None:
                 url = settings.storage or ""
-                store = await stack.enter_async_context(open_storage(url))
+                try:
+                    store = await stack.enter_async_context(open_storage(url))
+                except RdqError as exc:
+                    # One line an operator reads first, above the server's traceback.
+                    _log.error("the node cannot open its storage", error=str(exc))
+                    raise
             if settings.migrate:
                 await store.migrate()
             node = Node(settings, store, audit_sinks=audit_sinks, engine_app=engine_app)

@@ -30,6 +30,7 @@ from rdq.callbacks import (
     sign,
 )
 from rdq.logging import get_logger
+from rdq.server._addresses import address_allowed, embedded_ipv4
 from rdq.signals import Permanent, RetryAfter
 from rdq.spi import Envelope, encode_envelope
 
@@ -154,22 +155,20 @@ class HttpCallbackInvoker:
                 raise CallbackUnreachable(f"{host!r} resolves to no address")
         for text in addresses:
             address = ipaddress.ip_address(text.split("%")[0])
-            if not self._address_allowed(address):
+            if not address_allowed(address, self._networks):
                 # The address goes to the node's log only: the message is stored with the
                 # task, where every reader of the DLQ would learn the internal network.
-                _log.warning("callback blocked", host=host, address=str(address))
+                carried = embedded_ipv4(address)
+                _log.warning(
+                    "callback blocked",
+                    host=host,
+                    address=str(address),
+                    **({"carries": [str(v4) for v4 in carried]} if carried else {}),
+                )
                 raise CallbackBlocked(
                     f"{host!r} resolves to a non-public address that allow_networks does not allow"
                 )
         return addresses[0].split("%")[0]
-
-    def _address_allowed(self, address: IPAddress) -> bool:
-        mapped = getattr(address, "ipv4_mapped", None)
-        if mapped is not None:
-            address = mapped
-        if address.is_global and not address.is_multicast:
-            return True
-        return any(address.version == net.version and address in net for net in self._networks)
 
 
 async def _read_some(response: httpx.Response) -> bytes:

@@ -43,6 +43,7 @@ from rdq.spi._models import (
     Attempt,
     AuditEntry,
     AuditFilter,
+    Backup,
     Capabilities,
     Claimed,
     Completion,
@@ -235,6 +236,14 @@ class StorageBase(abc.ABC):
             return []
         return await self._run(self._enqueue_in(connection, checked, delay))
 
+    async def backup(self, target: str, *, overwrite: bool = False) -> Backup:
+        """Checks the store is open and ``target`` is a path, then ``_backup``; unbounded by
+        the operation timeout (a copy of a large store takes as long as it takes)."""
+        self._check_open()
+        if not isinstance(target, str) or not target.strip():
+            raise ValidationError("must name a file", field="target")
+        return await self._backup(target, overwrite)
+
     async def _enqueue(self, task: Envelope, delay: timedelta | None) -> bool:
         raise NotImplementedError("enqueue")
 
@@ -243,6 +252,9 @@ class StorageBase(abc.ABC):
 
     async def _import_tasks(self, tasks: list[Envelope]) -> list[bool]:
         raise self._unsupported("import_tasks")
+
+    async def _backup(self, target: str, overwrite: bool) -> Backup:
+        raise self._unsupported("backup")
 
     async def _enqueue_in(
         self, connection: object, tasks: list[Envelope], delay: timedelta | None

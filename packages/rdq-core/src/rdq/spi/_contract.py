@@ -135,6 +135,7 @@ FEATURES: dict[str, Feature] = {
             ("enqueue_in",),
             "submitting inside the application's transaction is refused",
         ),
+        Feature("backup", 3, "feature", ("backup",), "rdq backup is refused"),
     )
 }
 """Every capability flag, in the order :class:`~rdq.spi.Capabilities` declares them."""

@@ -240,6 +240,26 @@ class Capabilities(msgspec.Struct, kw_only=True, frozen=True):
     transactional_enqueue: bool = False
     """``enqueue_in(connection, tasks)`` admits tasks inside an application's own
     transaction."""
+    backup: bool = False
+    """``backup(target)`` writes a consistent copy of the store's data to a file while the
+    store keeps serving (``rdq backup``)."""
+
+
+class Backup(msgspec.Struct, kw_only=True, frozen=True):
+    """What ``backup(target)`` wrote, and how the copy was checked."""
+
+    target: str
+    """The file the copy was written to."""
+    size: int
+    """Its size in bytes."""
+    tasks: dict[str, int]
+    """How many tasks of each status the copy holds (statuses it holds none of are left
+    out), counted in the copy itself."""
+    checks: list[str]
+    """What the copy was checked with and what each check answered (all passed: a copy that
+    fails one is never left at ``target``)."""
+    seconds: float
+    """How long writing and checking the copy took."""
 
 
 class Completion(msgspec.Struct, frozen=True):

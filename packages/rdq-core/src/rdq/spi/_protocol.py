@@ -50,6 +50,7 @@ from rdq.spi._models import (
     Attempt,
     AuditEntry,
     AuditFilter,
+    Backup,
     Capabilities,
     Claimed,
     Completion,
@@ -377,3 +378,12 @@ class Storage(Protocol):
         """(``reopen``) A new, unconnected store on the same data with connections of its
         own (usable from another thread's event loop), or ``None`` when this store cannot be
         opened twice."""
+
+    async def backup(self, target: str, *, overwrite: bool = False) -> Backup:
+        """(``backup``) Write a copy of the store's data to the file ``target`` while the store
+        keeps serving: one consistent snapshot that holds every task acknowledged before the
+        call began. The copy is written beside ``target`` as ``<target>.partial``, checked,
+        and only then put in place, so ``target`` is either absent, the old file, or a checked
+        copy; the operation timeout does not bound it. ``ValidationError`` (field ``target``)
+        when ``target`` exists and ``overwrite`` is false; ``StorageError`` when the copy
+        fails a check (nothing is left behind)."""

@@ -17,6 +17,7 @@ from rdq.spi._models import (
     Attempt,
     AuditEntry,
     AuditFilter,
+    Backup,
     Capabilities,
     Claimed,
     Completion,
@@ -102,6 +103,9 @@ class ForwardingStorage:
 
     async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
         return await self._forward("import_tasks", lambda: self.inner.import_tasks(tasks))
+
+    async def backup(self, target: str, *, overwrite: bool = False) -> Backup:
+        return await self._forward("backup", lambda: self.inner.backup(target, overwrite=overwrite))
 
     async def claim_due(
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
@@ -246,6 +250,7 @@ _OPTIONAL = {
     "add_counts": "counters",
     "read_counts": "counters",
     "purge_counts": "counters",
+    "backup": "backup",
 }
 """Operations a bare store of an earlier contract may lack, and their capability."""
 

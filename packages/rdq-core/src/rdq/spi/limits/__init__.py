@@ -9,7 +9,9 @@ queue name             1–100 characters of ``A–Z a–z 0–9 . _ - :``, star
 handler_ref            1–1024 characters, no whitespace or control characters
 headers                at most 64; names 1–128 characters, values at most 4096
 payload                at most 1 MiB once encoded as JSON, nesting arrays and objects at most
-                       64 levels deep (``MAX_DEPTH``; unknown fields in ``extra`` too)
+                       64 levels deep (``MAX_DEPTH``; unknown fields in ``extra`` too);
+                       at submit through the API the unknown fields' JSON object counts
+                       towards the 1 MiB (``check_submitted_size``)
 retry override         ``max_attempts`` an integer, ``backoff`` a string, ``base``/``cap``/
                        ``timeout`` finite numbers (each may be ``None``)
 limit                  1–1000 (``claim_due``, pages, ``import_tasks``)
@@ -67,6 +69,7 @@ from rdq.spi.limits._fields import (
     check_priority,
     check_queue,
     check_retry,
+    check_submitted_size,
     check_task,
     check_task_id,
     check_task_keys,
@@ -153,6 +156,7 @@ __all__ = [
     "check_resolution",
     "check_retry",
     "check_selector",
+    "check_submitted_size",
     "check_task",
     "check_task_filter",
     "check_task_id",

@@ -227,12 +227,31 @@ def check_task(task: object) -> Envelope:
         check_depth(value, name)
     if task.corrupt is not None:
         raise ValidationError("a task read back as corrupt cannot be stored", field="corrupt")
-    size = len(_encoded(task.payload, "payload", MAX_DEPTH))
-    if size > MAX_PAYLOAD_BYTES:
-        raise ValidationError(
-            f"is {size} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}", field="payload"
-        )
+    _check_payload_bytes(len(_encoded(task.payload, "payload", MAX_DEPTH)), unknown=False)
     return task
+
+
+def check_submitted_size(task: Envelope) -> None:
+    """The size rule of a submitted task (the HTTP API's ``POST /v1/tasks``, where a caller
+    may add fields rdq does not know): the payload's JSON plus, only when the task carries
+    unknown fields, the JSON object they form, at most ``MAX_PAYLOAD_BYTES``.
+
+    A task without unknown fields — every task the Python client submits — is held to its
+    payload's bytes alone, exactly what :func:`check_task` limits, so a payload the client
+    accepts at the limit is accepted by the API too."""
+    size = len(_encode_json(task.payload))
+    if task.extra:
+        size += len(_encode_json(task.extra))
+    _check_payload_bytes(size, unknown=bool(task.extra))
+
+
+def _check_payload_bytes(size: int, *, unknown: bool) -> None:
+    if size > MAX_PAYLOAD_BYTES:
+        counted = "with the unknown fields, " if unknown else ""
+        raise ValidationError(
+            f"{counted}is {size} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}",
+            field="payload",
+        )
 
 
 def check_task_keys(value: object, field: str = "keys") -> list[str]:
