@@ -8,8 +8,9 @@ connection runs ``BEGIN; SELECT txid_current()`` at the start of the window and 
 until its end (what a replica's ``hot_standby_feedback`` or a long report does: VACUUM may not
 remove a row version newer than that transaction). In each phase ``--workers`` ``rdq worker``
 processes (no-op handler, concurrency 10) drain queue ``q`` while a producer keeps
-``--backlog`` tasks due, so the rate is the workers' capacity, not the producer's. The table is
-vacuumed before each phase.
+``--backlog`` tasks due, so the rate is the workers' capacity, not the producer's. Each phase
+starts from an empty table (``TRUNCATE rdq.task CASCADE``: run it on a database of its own), so
+its growth per task compares with the other's.
 
 It prints, per phase: tasks handled per second, and the growth of ``rdq.task`` (heap, and
 ``task_live_idx``) per handled task; then held ÷ clean. It fails if any task was dead-lettered.
@@ -79,14 +80,14 @@ async def _spawn_worker(url: str, n: int) -> asyncio.subprocess.Process:
 class Producer:
     """Keeps about ``backlog`` tasks of queue ``q`` due, topping up once a second."""
 
-    def __init__(self, client: rdq.Client, storage: rdq.spi.Storage, backlog: int) -> None:
+    def __init__(self, client: rdq.Client, db: asyncpg.Connection, backlog: int) -> None:
         self.client = client
-        self.storage = storage
+        self.db = db  # a connection of its own: exact counts (stats estimates large ones)
         self.backlog = backlog
         self.submitted = 0
 
     async def top_up(self) -> None:
-        pending = (await self.storage.stats("q")).pending
+        pending = await self.db.fetchval("SELECT count(*) FROM rdq.task WHERE status = 'PENDING'")
         missing = self.backlog - pending
         while missing > 0:
             n = min(BATCH, missing)
@@ -109,10 +110,13 @@ async def _succeeded(db: asyncpg.Connection) -> int:
 
 
 async def phase(name: str, url: str, args: argparse.Namespace, db: asyncpg.Connection) -> Phase:
-    await db.execute("VACUUM rdq.task")
+    # each phase from an empty table, so both grow from the same start
+    await db.execute("TRUNCATE rdq.task CASCADE")
+    await db.execute("VACUUM ANALYZE rdq.task")
     async with rdq.open_storage(url) as storage:
         client = rdq.Client(storage)
-        producer = Producer(client, storage, args.backlog)
+        counting = await asyncpg.connect(url)
+        producer = Producer(client, counting, args.backlog)
         await producer.top_up()
         workers = [await _spawn_worker(url, n) for n in range(args.workers)]
         feeding = asyncio.create_task(producer.run())
@@ -135,6 +139,8 @@ async def phase(name: str, url: str, args: argparse.Namespace, db: asyncpg.Conne
                 await holder.execute("ROLLBACK")
                 await holder.close()
             feeding.cancel()
+            await asyncio.gather(feeding, return_exceptions=True)
+            await counting.close()
             for proc in workers:
                 proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(asyncio.gather(*(p.wait() for p in workers)), 60)
