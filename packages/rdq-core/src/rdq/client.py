@@ -257,16 +257,18 @@ class Client:
 
 
 def task_keys_for(app: App, task: Envelope) -> Envelope:
-    """``task`` with its flow-control keys: its dependency's, when the app names one, and
-    those its limits give it (see :mod:`rdq.limiting`; kept only by stores with
+    """``task`` with its flow-control keys added: its dependency's, when the app names one,
+    and those its limits give it (see :mod:`rdq.limiting`; kept only by stores with
     ``control``). ``ValidationError`` (field ``limits.<name>``) when a limit's key function
     fails on it."""
+    keys = list(task.keys)
     dependency = app.dependency_for(task.queue, task.handler_ref)
-    keys = [DEPENDENCY_PREFIX + dependency] if dependency is not None else []
+    if dependency is not None and DEPENDENCY_PREFIX + dependency not in keys:
+        keys.append(DEPENDENCY_PREFIX + dependency)
     plan = app.limit_plan(task.queue)
     if plan.keyers:
         keys += [k for k in plan.keys_of(task) if k not in keys]
-    return msgspec.structs.replace(task, keys=keys) if keys else task
+    return msgspec.structs.replace(task, keys=keys) if keys != task.keys else task
 
 
 def _unknown_handler(app: App, ref: str) -> str:

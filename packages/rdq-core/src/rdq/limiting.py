@@ -48,14 +48,17 @@ from rdq.spi import QUEUE_KEY, Envelope, handler_key, limits
 
 __all__ = [
     "LIMIT_PREFIX",
+    "MAX_VALUE_KEYS",
     "Concurrency",
     "KeyFunction",
     "KeyedLimit",
     "Limit",
     "LimitPlan",
     "Rate",
+    "check_limits",
     "field_value",
     "named_key",
+    "per_second",
     "plan_limits",
     "value_key",
     "value_of",

@@ -15,6 +15,7 @@ written it yet. What the workers declare wins over what a submitter wrote (see
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 from rdq import flow
@@ -56,8 +57,6 @@ class LimitControls:
             control = flow.declare(Control(queue=queue, key=key), spec, None, SUBMITTER)
             if control is None:  # pragma: no cover - a new record always changes
                 continue
-            try:
+            with contextlib.suppress(ControlConflict):  # another submitter or a worker was first
                 await storage.put_control(control, expected_version=0)
-            except ControlConflict:
-                pass  # it exists: another submitter or a worker wrote it first
             self._known.add((queue, key))

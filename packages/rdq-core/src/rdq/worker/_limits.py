@@ -17,6 +17,7 @@ enforce:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Awaitable, Callable
@@ -104,8 +105,8 @@ class LimitKeeper:
         gauges. ``controls``: the queue's records as just read."""
         plan = self.app.limit_plan(queue)
         at = self.declared_at
-        for key, spec in plan.exact.items():
-            await self._declare(queue, key, spec, controls.get(key), at)
+        for key, exact in plan.exact.items():
+            await self._declare(queue, key, exact, controls.get(key), at)
         for control in list(controls.values()):
             if control.key in plan.exact:
                 continue
@@ -155,12 +156,10 @@ class LimitKeeper:
             return
         self.log.info("limit lifted", queue=queue, key=control.key, worker_id=self.worker_id)
         if _empty(stored):
-            try:
+            with contextlib.suppress(ControlConflict):  # changed meanwhile: it stays
                 await self.storage.delete_control(
                     queue, control.key, expected_version=stored.version
                 )
-            except ControlConflict:
-                pass  # changed meanwhile (paused, declared again): it stays
 
     def _owns(self, queue: str, stored: flow.LimitState | None) -> bool:
         """True when this worker's app may lift ``stored``: it declares the queue, or has a
@@ -232,10 +231,8 @@ def publish_limits(queue: str, views: list[LimitView]) -> None:
     names = {v.name for v in views}
     for gone in _PUBLISHED.get(queue, set()) - names:
         for gauge in _GAUGES:
-            try:
+            with contextlib.suppress(KeyError):
                 gauge.remove(queue, gone)
-            except KeyError:
-                pass
     _PUBLISHED[queue] = names
     for view in views:
         labels = (queue, view.name)
