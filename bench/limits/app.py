@@ -11,8 +11,9 @@ Queue ``LIMITS_QUEUE`` (concurrency ``LIMITS_CONCURRENCY`` per worker) with the 
 
 ``LIMITS_LEASE``: the queue's lease (default 30 s). Handler ``run`` sleeps
 ``payload["sleep"]`` seconds and appends the monotonic times it began and ended
-(``CLOCK_MONOTONIC``, one clock for every process of the machine) to a file of its process's
-own in ``LIMITS_STAMPS``: what the handlers saw, read by the benchmark afterwards.
+(``CLOCK_MONOTONIC``, one clock for every process of the machine), and when the store claimed
+the task (its clock), to a file of its process's own in ``LIMITS_STAMPS``: what the handlers
+saw, read by the benchmark afterwards.
 """
 
 from __future__ import annotations
@@ -65,12 +66,13 @@ def _out() -> Any:
     return _stamps
 
 
-async def run(payload: dict[str, float]) -> None:
+async def run(payload: dict[str, float], ctx: rdq.TaskContext) -> None:
     began = time.monotonic()
     pause = payload.get("sleep", 0.0)
     if pause:
         await asyncio.sleep(pause)
-    _out().write(f"{began:.6f} {time.monotonic():.6f}\n")
+    claimed = ctx.task.claimed_at.timestamp() if ctx.task.claimed_at is not None else 0.0
+    _out().write(f"{began:.6f} {time.monotonic():.6f} {claimed:.6f}\n")
 
 
 app = build_app(
