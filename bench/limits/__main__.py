@@ -330,6 +330,12 @@ async def kill(storage: Storage, url: str, args: argparse.Namespace) -> None:
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
         killed = time.monotonic()
+        killed_at = await storage.now()
+        left, _ = await storage.list_tasks(
+            queue, TaskFilter(status=Status.IN_FLIGHT), Page(limit=1000)
+        )
+        lapse = max(t.lease_expires_at for t in left if t.lease_expires_at is not None)
+        lapsed_after = (lapse - killed_at).total_seconds()
         most = 0
         while True:
             held = await _holders(storage, queue)
@@ -349,6 +355,7 @@ async def kill(storage: Storage, url: str, args: argparse.Namespace) -> None:
                 proc.wait(timeout=30)
     print(f"\nConcurrency(10), a worker holding the ten slots kill -9'd (lease {lease:g} s)")
     print(f"  before the kill                   {dict(before)} (the other worker: nothing)")
+    print(f"  the dead worker's leases lapsed   {lapsed_after:.2f} s after the kill (store)")
     print(f"  slots back with the other worker  {back:.2f} s after the kill")
     print(f"  most slots held after the kill    {max(most, sum(after.values()))} (limit 10)")
     assert holder in before
