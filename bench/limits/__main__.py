@@ -9,11 +9,14 @@ Phases (``--phases``, default all):
 - ``cost``: drain ``--tasks`` no-op tasks with ``--processes`` workers, without limits and with
   a limit that never binds (a concurrency limit, a rate limit), the modes interleaved in each of
   ``--repeat`` rounds; the drain's steady rate (between the 10th and the 90th percentile of the
-  completions, so the workers' start and the last ones running dry do not count);
+  completions, so the workers' start and the last ones running dry do not count), and over the
+  last 9,000 tasks claimed the rate and the CPU per task of the worker processes and of the
+  PostgreSQL server's processes (from /proc: a figure the machine's other load disturbs
+  less than a rate);
 - ``concurrency``: ``Concurrency(20, key="psp")`` with 8 workers of concurrency 10 each (80
-  slots, 20 allowed) and tasks of 50 ms: the most handlers that ran at once, as they saw it
-  (each handler writes when it began and ended), their mean, and the most ``in_use`` the
-  store's control reported when polled every 50 ms;
+  slots, 20 allowed) and tasks of 50 ms (``--task-seconds``): the most handlers that ran at
+  once, as they saw it (each handler writes when it began and ended), their mean, and the most
+  ``in_use`` the store's control reported when polled every 50 ms;
 - ``rate``: ``Rate(50, per=1.0, key="psp")`` (burst 5, the default) with 8 workers: the most
   handler starts in any one second window, and the rate over the run;
 - ``kill``: ``Concurrency(10)``, a worker holding all ten slots with tasks that run for an
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import secrets
 import signal
@@ -39,8 +43,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import asyncpg
+
 import rdq
 from bench._servers import postgres
+from bench.e2e.cluster import process_tree_cpu
 from bench.limits._measure import (
     busiest_window,
     mean_at_once,
@@ -65,6 +72,10 @@ class Run:
     """When the store claimed each task, by its clock (seconds since the epoch)."""
     store_in_use: int = 0
     seconds: float = 0.0
+    window: tuple[int, float, float, float] | None = None
+    """Over the drain's middle — from when at most ``--cpu-from`` tasks were left pending to
+    when none was — (tasks claimed, seconds, CPU seconds of the worker processes, CPU
+    seconds of the PostgreSQL server's processes; ``nan`` when not known)."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -124,6 +135,8 @@ async def run_once(
     tasks: int,
     sleep: float,
     timeout: float,
+    postmaster: int | None = None,
+    cpu_from: int = 0,
 ) -> Run:
     """Submit ``tasks`` tasks to a fresh queue, drain them with ``processes`` workers of
     ``mode``'s app, and read what the handlers wrote."""
@@ -146,10 +159,22 @@ async def run_once(
     workers = [_spawn(url, env, stamps / f"worker-{i}.log") for i in range(processes)]
     began = time.monotonic()
     result = Run([])
+    mark: tuple[int, float, float, float] | None = None
+
+    def sample(pending: int) -> tuple[int, float, float, float]:
+        used = sum(process_tree_cpu(w.pid) for w in workers)
+        server = process_tree_cpu(postmaster) if postmaster is not None else math.nan
+        return pending, time.monotonic(), used, server
+
     try:
         while True:
             stats = await storage.stats(queue)  # counts this small are exact (a succeeded
-            if stats.pending == 0 and stats.in_flight == 0:  # count above 10,000 is not)
+            if mark is None and stats.pending <= cpu_from:  # count above 10,000 is not)
+                mark = sample(stats.pending)
+            elif mark is not None and stats.pending == 0 and result.window is None:
+                _, at, used, server = sample(0)
+                result.window = (mark[0], at - mark[1], used - mark[2], server - mark[3])
+            if stats.pending == 0 and stats.in_flight == 0:
                 break
             if time.monotonic() - began > timeout:
                 raise SystemExit(f"{mode}: {stats.pending} still pending after {timeout} s")
@@ -175,6 +200,11 @@ async def run_once(
 
 async def cost(storage: Storage, url: str, args: argparse.Namespace) -> None:
     rates: dict[str, list[float]] = {mode: [] for mode in COST_MODES}
+    middle: dict[str, list[float]] = {mode: [] for mode in COST_MODES}
+    workers_cpu: dict[str, list[float]] = {mode: [] for mode in COST_MODES}
+    server_cpu: dict[str, list[float]] = {mode: [] for mode in COST_MODES}
+    postmaster = await _postmaster(url)
+    cpu_from = min(9_000, int(args.tasks * 0.9))
     for round_ in range(args.repeat):
         order = COST_MODES[round_ % len(COST_MODES) :] + COST_MODES[: round_ % len(COST_MODES)]
         for mode in order:
@@ -188,20 +218,62 @@ async def cost(storage: Storage, url: str, args: argparse.Namespace) -> None:
                 tasks=args.tasks,
                 sleep=0.0,
                 timeout=args.timeout,
+                postmaster=postmaster,
+                cpu_from=cpu_from,
             )
             rate = steady_rate([e for _, e in run.intervals])
             rates[mode].append(rate)
-            print(f"  cost round {round_ + 1} {mode:<18} {rate:8.0f} tasks/s", file=sys.stderr)
-    base = median(rates["none"])
+            line = f"  cost round {round_ + 1} {mode:<18} {rate:8.0f} tasks/s"
+            if run.window is not None:
+                claimed, seconds, used, server = run.window
+                workers_cpu[mode].append(1e6 * used / claimed)
+                server_cpu[mode].append(1e6 * server / claimed)
+                middle[mode].append(claimed / seconds)
+                line += (
+                    f", middle {claimed / seconds:6.0f} tasks/s, CPU per task "
+                    f"{1e6 * used / claimed:.0f} + {1e6 * server / claimed:.0f} µs"
+                )
+            print(line, file=sys.stderr)
     print(
         f"\ndrain, {args.tasks} no-op tasks, {args.processes} rdq worker processes x "
         f"concurrency {args.concurrency}, {args.repeat} rounds (median; every round)"
     )
+    _compare("steady rate, tasks/s", rates, "{:.0f}")
+    if all(middle.values()):
+        print(f"over the last {cpu_from} tasks claimed:")
+        _compare("rate, tasks/s", middle, "{:.0f}")
+        _compare("worker CPU per task, µs", workers_cpu, "{:.1f}")
+        _compare("PostgreSQL CPU per task, µs", server_cpu, "{:.1f}")
+        both = {
+            m: [w + p for w, p in zip(workers_cpu[m], server_cpu[m], strict=True)]
+            for m in COST_MODES
+        }
+        _compare("both, µs", both, "{:.1f}")
+
+
+def _compare(title: str, values: dict[str, list[float]], form: str) -> None:
+    """One line per mode: its median, the change from ``none``'s, every round."""
+    print(f"  {title}")
+    base = median(values["none"])
     for mode in COST_MODES:
-        m = median(rates[mode])
-        change = "" if mode == "none" else f"  {100 * (m - base) / base:+.1f} %"
-        rounds = ", ".join(f"{r:.0f}" for r in rates[mode])
-        print(f"  {mode:<18} {m:8.0f} tasks/s{change:<10}  ({rounds})")
+        m = median(values[mode])
+        change = "" if mode == "none" else f"{100 * (m - base) / base:+.1f} %"
+        rounds = ", ".join(form.format(v) for v in values[mode])
+        print(f"    {mode:<18} {form.format(m):>8} {change:>9}  ({rounds})")
+
+
+async def _postmaster(url: str) -> int | None:
+    """The process id of the PostgreSQL server at ``url`` when it runs on this machine and
+    the URL's user may read its data directory's name (else ``None``: no server CPU)."""
+    try:
+        conn = await asyncpg.connect(url)
+        try:
+            datadir = await conn.fetchval("SHOW data_directory")
+        finally:
+            await conn.close()
+        return int((Path(datadir) / "postmaster.pid").read_text().split()[0])
+    except (OSError, asyncpg.PostgresError, ValueError):
+        return None
 
 
 async def concurrency(storage: Storage, url: str, args: argparse.Namespace) -> None:
@@ -214,12 +286,13 @@ async def concurrency(storage: Storage, url: str, args: argparse.Namespace) -> N
         processes=8,
         concurrency=10,
         tasks=args.concurrency_tasks,
-        sleep=0.05,
+        sleep=args.task_seconds,
         timeout=args.timeout,
     )
+    ms = f"{1000 * args.task_seconds:g} ms"
     print(
         f"\nConcurrency({limit}, key='psp'), 8 rdq worker processes x concurrency 10, "
-        f"{args.concurrency_tasks} tasks of 50 ms"
+        f"{args.concurrency_tasks} tasks of {ms}"
     )
     print(f"  most handlers running at once     {most_at_once(run.intervals)} (limit {limit})")
     ends = [e for _, e in run.intervals]
@@ -230,7 +303,10 @@ async def concurrency(storage: Storage, url: str, args: argparse.Namespace) -> N
     )
     print(f"  most in_use the store reported    {run.store_in_use} (polled every 50 ms)")
     drain = steady_rate(ends)
-    print(f"  drain, steady                     {drain:.0f} tasks/s (limit / 50 ms: {limit * 20})")
+    print(
+        f"  drain, steady                     {drain:.0f} tasks/s "
+        f"(limit / {ms}: {limit / args.task_seconds:.0f})"
+    )
 
 
 def _on_one_clock(run: Run) -> list[float]:
@@ -378,6 +454,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=20, help="per worker, cost phase")
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--concurrency-tasks", type=int, default=3000)
+    parser.add_argument("--task-seconds", type=float, default=0.05, help="concurrency phase")
     parser.add_argument("--rate", type=int, default=50)
     parser.add_argument("--rate-tasks", type=int, default=750)
     parser.add_argument("--lease", type=float, default=5.0, help="lease of the kill phase")
