@@ -6,13 +6,14 @@ that must fail against it."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
 
 import msgspec
 
 from kit_broken_stores import _Broken
-from rdq.spi import ClaimGate, Control, Counts, Envelope, Status, WorkerInfo
+from rdq.spi import Bucket, ClaimGate, Control, Counts, Envelope, Status, WorkerInfo
 from rdq_memory import _flow
 
 # --- compare-and-set ------------------------------------------------------------------------
@@ -138,6 +139,67 @@ class CountsLapsedLeasesAsHeld(_Broken):
         return gate
 
 
+class IgnoresConcurrencyOfTheQueueAndHandlers(_Broken):
+    """Honours a concurrency limit of a task key, not of ``*`` or ``handler:<ref>``."""
+
+    def _claim_gate(self, queue: str, now: datetime) -> ClaimGate | None:
+        gate = super()._claim_gate(queue, now)
+        if gate is not None:
+            gate.controls = {
+                k: msgspec.structs.replace(c, concurrency=None)
+                if k == "*" or k.startswith("handler:")
+                else c
+                for k, c in gate.controls.items()
+            }
+        return gate
+
+
+class ChecksOnlyTheFirstLimitedKey(_Broken):
+    """Lets a task through when its first limited key has room, whatever its others say."""
+
+    def _claim_gate(self, queue: str, now: datetime) -> ClaimGate | None:
+        gate = super()._claim_gate(queue, now)
+        if gate is None:
+            return None
+
+        class FirstOnly(ClaimGate):
+            def admits(self, keys: Iterable[str]) -> bool:
+                first = [k for k in keys if k in self.controls][:1]
+                return super().admits(first)
+
+        broken = FirstOnly({}, {}, {}, now)
+        broken.__dict__.update(gate.__dict__)
+        return broken
+
+
+class KeepsTheSlotOfAFailedAttempt(_Broken):
+    """Frees a task's concurrency slots when it completes, not when it is rescheduled or
+    dead-lettered."""
+
+    leaked: Counter[str]
+
+    async def _resolved(self, task_id: str) -> None:
+        if not hasattr(self, "leaked"):
+            self.leaked = Counter()
+        record = self._state.tasks.get(task_id)
+        if record is not None:
+            self.leaked.update(record.task.keys)
+
+    async def _reschedule(self, task_id, token, attempt, next_at):  # type: ignore[no-untyped-def]
+        await super()._reschedule(task_id, token, attempt, next_at)
+        await self._resolved(task_id)
+
+    async def _dead_letter(self, task_id, token, attempt):  # type: ignore[no-untyped-def]
+        await super()._dead_letter(task_id, token, attempt)
+        await self._resolved(task_id)
+
+    def _claim_gate(self, queue: str, now: datetime) -> ClaimGate | None:
+        gate = super()._claim_gate(queue, now)
+        if gate is not None:
+            gate.in_use.update(getattr(self, "leaked", Counter()))
+        return gate
+
+
 class ReportsNoUse(_Broken):
     async def _list_controls(self, queue: str | None) -> list[Control]:
         return [msgspec.structs.replace(c, in_use=0) for c in await super()._list_controls(queue)]
@@ -160,6 +222,21 @@ class BucketHoldsAWholePeriod(_Broken):
             for key, bucket in gate.buckets.items():
                 bucket.tokens = max(bucket.tokens, float(gate.controls[key].rate or 0))
         return gate
+
+
+class SpendsABucketReadBeforeTheClaim(_Broken):
+    """Reads the rate buckets, yields, then claims from what it read: claims made meanwhile
+    spend the same tokens again (one claimant at a time sees nothing wrong)."""
+
+    async def _claim_due(self, queue, limit, lease, worker_id):  # type: ignore[no-untyped-def]
+        with self._state.lock:
+            seen = {
+                k: Bucket(b.tokens, b.at) for k, b in self._state.buckets.get(queue, {}).items()
+            }
+        await asyncio.sleep(0.01)
+        with self._state.lock:
+            self._state.buckets.setdefault(queue, {}).update(seen)
+        return await super()._claim_due(queue, limit, lease, worker_id)
 
 
 class KeepsTheBucketWhenTheRateChanges(_Broken):
@@ -268,9 +345,21 @@ BROKEN_STORES: dict[type, list[str]] = {
     CountsLapsedLeasesAsHeld: [
         "test_a_concurrency_slot_comes_back_on_resolution_and_when_a_lease_lapses"
     ],
+    IgnoresConcurrencyOfTheQueueAndHandlers: [
+        "test_a_concurrency_limit_of_the_queue_or_a_handler_counts_every_task_of_it"
+    ],
+    ChecksOnlyTheFirstLimitedKey: [
+        "test_a_task_with_several_limited_keys_needs_and_takes_a_slot_of_each"
+    ],
+    KeepsTheSlotOfAFailedAttempt: [
+        "test_a_concurrency_slot_comes_back_when_its_task_is_rescheduled_or_dead_lettered"
+    ],
     ReportsNoUse: ["test_a_concurrency_limit_is_never_exceeded_by_concurrent_claimants"],
     IgnoresRates: ["test_a_rate_limit_holds_over_any_window_of_its_period"],
     BucketHoldsAWholePeriod: ["test_a_rate_limit_holds_over_any_window_of_its_period"],
+    SpendsABucketReadBeforeTheClaim: [
+        "test_a_rate_limit_holds_over_any_window_under_concurrent_claimants"
+    ],
     KeepsTheBucketWhenTheRateChanges: ["test_a_change_of_rate_refills_the_bucket"],
     RetryNowMovesRunningTasks: ["test_retry_now_makes_waiting_tasks_due_and_ignores_the_others"],
     DropsTheTaskKeys: ["test_a_task_keeps_its_keys_through_every_change_of_status"],

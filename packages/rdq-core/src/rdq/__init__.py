@@ -34,6 +34,7 @@ from rdq.errors import (
     StorageUnavailable,
     ValidationError,
 )
+from rdq.limiting import Concurrency, Rate
 from rdq.plugins import installed_backends, open_storage
 from rdq.signals import Permanent, RetryAfter, Unavailable
 from rdq.spi import RetryOverride
@@ -47,12 +48,14 @@ __all__ = [
     "BackoffKind",
     "Breaker",
     "Client",
+    "Concurrency",
     "ConfigError",
     "Handler",
     "IDConflict",
     "NotFound",
     "Permanent",
     "QueueConfig",
+    "Rate",
     "RdqError",
     "RetryAfter",
     "RetryOverride",

@@ -55,8 +55,10 @@ from rdq.config import (
     read_toml,
 )
 from rdq.errors import ConfigError, ValidationError
+from rdq.limiting import Limit, LimitPlan, check_limits, plan_limits
 from rdq.schedules import CatchUp, Schedule, parse_schedules
-from rdq.spi import Envelope, limits
+from rdq.spi import Envelope
+from rdq.spi import limits as contract
 
 __all__ = ["App", "Handler", "HandlerImportError", "SchemeInvoker", "TaskContext", "load_app"]
 
@@ -109,6 +111,8 @@ class Handler:
     """The service it calls (its breaker is that dependency's); ``None``: its queue's."""
     breaker: Breaker | None = None
     """Its own breaker settings; ``None``: its queue's."""
+    limits: tuple[Limit, ...] = ()
+    """Its limits (see :mod:`rdq.limiting`): they hold in its queue."""
 
 
 class App:
@@ -129,6 +133,10 @@ class App:
         self._imported: dict[str, Handler] = {}
         self._schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
+        self._plans: dict[str, LimitPlan] = {}
+        self.revision = 0
+        """Counts the changes of queues and handlers (a worker re-reads its limits when it
+        moves)."""
 
     # --- queues ------------------------------------------------------------------------------
 
@@ -153,12 +161,14 @@ class App:
         breaker: Breaker | bool | None = None,
         dependency: str | None = None,
         outage_errors: tuple[type[BaseException], ...] | list[type[BaseException]] | None = None,
+        limits: list[Limit] | tuple[Limit, ...] | None = None,
     ) -> QueueConfig:
         """Declare (or re-configure) queue ``name``; settings not given keep the queue's current
-        value (or the defaults). Applies to tasks already waiting. Raises ``ConfigError`` naming
-        the key and queue for invalid settings."""
+        value (or the defaults). Applies to tasks already waiting; ``limits`` (see
+        :mod:`rdq.limiting`) to tasks submitted from now on where a limit gives them a key.
+        Raises ``ConfigError`` naming the key and queue for invalid settings."""
         try:
-            limits.check_queue(name)
+            contract.check_queue(name)
         except ValidationError as exc:
             raise ConfigError(f"invalid queue name: {exc.message}", key="queue") from None
         base = config or self._queues.get(name, self._defaults)
@@ -176,11 +186,14 @@ class App:
                 ("breaker", _breaker_setting(breaker, base.breaker)),
                 ("dependency", dependency),
                 ("outage_errors", tuple(outage_errors) if outage_errors is not None else None),
+                ("limits", tuple(limits) if limits is not None else None),
             )
             if value is not None
         }
         resolved = base.replace(**changes).validate(name)
+        _plan(name, resolved, self._handlers)  # ConfigError when its limits disagree
         self._queues[name] = resolved
+        self._changed()
         return resolved
 
     def load_config(self, path: str | Path) -> None:
@@ -194,10 +207,13 @@ class App:
         all of it is valid."""
         defaults, queues = parse_config(data, self._defaults)
         schedules = parse_schedules(data.get("schedules", {}))
+        for name, config in queues.items():
+            _plan(name, config, self._handlers)
         self._defaults = defaults
         self._queues.update(queues)
         for schedule in schedules:
             self._schedules[schedule.name] = schedule
+        self._changed()
 
     # --- schedules ---------------------------------------------------------------------------
 
@@ -246,6 +262,22 @@ class App:
         """The current config of queue ``name`` (the defaults if it was not declared)."""
         return self._queues.get(name, self._defaults)
 
+    def limit_plan(self, queue: str) -> LimitPlan:
+        """The limits of ``queue``: its own and those of the handlers bound to it (see
+        :mod:`rdq.limiting`)."""
+        plan = self._plans.get(queue)
+        if plan is None:
+            plan = self._plans[queue] = _plan(queue, self.queue_config(queue), self._handlers)
+        return plan
+
+    def declares_queue(self, queue: str) -> bool:
+        """True if ``queue`` was declared (in code or a config file), not only served."""
+        return queue in self._queues
+
+    def _changed(self) -> None:
+        self._plans = {}
+        self.revision += 1
+
     @property
     def queues(self) -> list[str]:
         """Declared queues and the queues registered handlers are bound to (``"default"`` for
@@ -264,11 +296,14 @@ class App:
         queue: str | None = None,
         dependency: str | None = None,
         breaker: Breaker | bool | None = None,
+        limits: list[Limit] | tuple[Limit, ...] | None = None,
     ) -> Callable[[F], F]:
         """Decorator form of :meth:`register`."""
 
         def decorate(fn: F) -> F:
-            self.register(name, fn, queue=queue, dependency=dependency, breaker=breaker)
+            self.register(
+                name, fn, queue=queue, dependency=dependency, breaker=breaker, limits=limits
+            )
             return fn
 
         return decorate
@@ -281,24 +316,26 @@ class App:
         queue: str | None = None,
         dependency: str | None = None,
         breaker: Breaker | bool | None = None,
+        limits: list[Limit] | tuple[Limit, ...] | None = None,
     ) -> Handler:
         """Register ``fn`` under ``name`` (default: its import path ``module:qualname``).
 
         ``queue`` is where :meth:`rdq.Client.submit` puts its tasks unless told otherwise.
         ``dependency`` names the service it calls: the breaker of every handler naming one
         dependency trips together (default: its queue's ``dependency``, else a breaker of its
-        own); ``breaker`` gives it breaker settings of its own (``False``: none).
+        own); ``breaker`` gives it breaker settings of its own (``False``: none). ``limits``
+        (see :mod:`rdq.limiting`) hold for its tasks in its queue across the fleet.
         Raises ``ConfigError`` if the name is taken by another function or is invalid."""
         if not callable(fn):
             raise ConfigError(f"{fn!r} is not callable", key="handler")
         ref = name or import_path(fn)
         try:
-            limits.check_task(Envelope(id="x", queue="q", handler_ref=ref))
+            contract.check_task(Envelope(id="x", queue="q", handler_ref=ref))
         except ValidationError as exc:
             raise ConfigError(f"invalid handler name {ref!r}: {exc.message}", key="handler")
         if queue is not None:
             try:
-                limits.check_queue(queue)
+                contract.check_queue(queue)
             except ValidationError as exc:
                 raise ConfigError(f"invalid queue name: {exc.message}", key="queue") from None
         existing = self._handlers.get(ref)
@@ -308,11 +345,15 @@ class App:
         own = _breaker_setting(breaker, self._defaults.breaker)
         if own is not None:
             own.validate("breaker")
+        own_limits = _handler_limits(ref, limits)
         handler = dataclasses.replace(
-            make_handler(ref, fn, queue), dependency=dependency, breaker=own
+            make_handler(ref, fn, queue), dependency=dependency, breaker=own, limits=own_limits
         )
+        home = queue if queue is not None else DEFAULT_QUEUE
+        _plan(home, self.queue_config(home), {**self._handlers, ref: handler})
         self._handlers[ref] = handler
         self._by_function[fn] = ref
+        self._changed()
         return handler
 
     def register_scheme(self, scheme: str, invoker: SchemeInvoker) -> None:
@@ -408,6 +449,25 @@ class App:
 
     def _importable(self, ref: str) -> bool:
         return _under(ref.partition(":")[0], self._import_prefixes)
+
+
+def _handler_limits(ref: str, value: object) -> tuple[Limit, ...]:
+    """A handler's limits, each scoped to its tasks."""
+    scoped = []
+    for i, limit in enumerate(check_limits(value, "limits")):
+        if limit.handler is not None and limit.handler != ref:
+            raise ConfigError(f"is a limit of handler {limit.handler!r}", key=f"limits[{i}]")
+        scoped.append(dataclasses.replace(limit, handler=ref))
+    return tuple(scoped)
+
+
+def _plan(queue: str, config: QueueConfig, handlers: Mapping[str, Handler]) -> LimitPlan:
+    declared: list[tuple[str, Limit]] = [("queue", limit) for limit in config.limits]
+    for ref, handler in handlers.items():
+        home = handler.queue if handler.queue is not None else DEFAULT_QUEUE
+        if home == queue:
+            declared += [(f"handler:{ref}", limit) for limit in handler.limits]
+    return plan_limits(queue, declared)
 
 
 def _breaker_setting(value: Breaker | bool | None, current: Breaker) -> Breaker | None:

@@ -36,9 +36,10 @@ from rdq.app import DEFAULT_QUEUE, App, import_path
 from rdq.config import DEPENDENCY_PREFIX
 from rdq.errors import Unsupported, ValidationError
 from rdq.plugins import open_storage
+from rdq.provision import LimitControls
 from rdq.spi import DEFAULT_PRIORITY, Envelope, RetryOverride, Storage, limits, require
 
-__all__ = ["Client", "Submission", "Submitted", "SyncClient"]
+__all__ = ["Client", "Submission", "Submitted", "SyncClient", "task_keys_for"]
 
 T = TypeVar("T")
 
@@ -79,6 +80,7 @@ class Client:
     def __init__(self, storage: Storage, app: App | None = None) -> None:
         self.storage = storage
         self.app = app
+        self._limit_controls = LimitControls()
 
     @classmethod
     @asynccontextmanager
@@ -127,6 +129,7 @@ class Client:
             id if id is not None else _new_ids(1)[0],
             tracing.trace_headers(),
         )
+        await self._provision([task])
         if connection is not None:
             [created] = await self._enqueue_in(connection, [task], wait)
         else:
@@ -146,6 +149,7 @@ class Client:
         built = [self._envelope(s, s.id if s.id is not None else ids.pop(), trace) for s in items]
         if not built:
             return []
+        await self._provision([task for task, _ in built])
         created: list[bool] = [False] * len(built)
         if connection is not None or self.storage.capabilities().batch_enqueue:
             groups: dict[timedelta | None, list[int]] = {}
@@ -178,6 +182,12 @@ class Client:
     async def get(self, task_id: str) -> Envelope:
         """The task with its full history. ``NotFound`` if there is none."""
         return await self.storage.get(task_id)
+
+    async def _provision(self, tasks: list[Envelope]) -> None:
+        """Create the control record of each limit key of ``tasks`` that has none yet (see
+        :mod:`rdq.provision`), before any of them is stored."""
+        if self.app is not None and any(task.keys for task in tasks):
+            await self._limit_controls.ensure(self.storage, self.app, tasks)
 
     async def _enqueue_in(
         self, connection: object, tasks: list[Envelope], delay: timedelta | None
@@ -231,17 +241,10 @@ class Client:
             headers=headers,
             retry=s.retry,
             priority=priority,
-            keys=self._keys(queue, ref),
         )
+        if self.app is not None:
+            task = task_keys_for(self.app, task)
         return task, wait
-
-    def _keys(self, queue: str, ref: str) -> list[str]:
-        """The task's flow-control keys: its dependency's, when the app names one (kept only
-        by stores with ``control``)."""
-        if self.app is None:
-            return []
-        dependency = self.app.dependency_for(queue, ref)
-        return [DEPENDENCY_PREFIX + dependency] if dependency is not None else []
 
     def _handler_ref(self, handler: str | Callable[..., Any]) -> str:
         if isinstance(handler, str):
@@ -251,6 +254,21 @@ class Client:
         if callable(handler):
             return import_path(handler)
         raise ValidationError("must be a handler name or function", field="handler_ref")
+
+
+def task_keys_for(app: App, task: Envelope) -> Envelope:
+    """``task`` with its flow-control keys added: its dependency's, when the app names one,
+    and those its limits give it (see :mod:`rdq.limiting`; kept only by stores with
+    ``control``). ``ValidationError`` (field ``limits.<name>``) when a limit's key function
+    fails on it."""
+    keys = list(task.keys)
+    dependency = app.dependency_for(task.queue, task.handler_ref)
+    if dependency is not None and DEPENDENCY_PREFIX + dependency not in keys:
+        keys.append(DEPENDENCY_PREFIX + dependency)
+    plan = app.limit_plan(task.queue)
+    if plan.keyers:
+        keys += [k for k in plan.keys_of(task) if k not in keys]
+    return msgspec.structs.replace(task, keys=keys) if keys != task.keys else task
 
 
 def _unknown_handler(app: App, ref: str) -> str:

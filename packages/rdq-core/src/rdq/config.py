@@ -29,6 +29,21 @@ The TOML layout (durations in seconds)::
     min_calls = 10
     threshold = 0.5
 
+    [[queues.emails.limits]]     # see rdq.limiting: held by the store's claims, fleet-wide
+    concurrency = 20             # at most 20 running at once
+    key = "smtp"                 # the tasks with key limit:smtp (default: the whole queue)
+
+    [[queues.emails.limits]]
+    rate = 50                    # at most 50 claims per second
+    per = 1.0
+    burst = 5
+    handler = "send_email"       # only this handler's tasks
+
+    [[queues.emails.limits]]
+    concurrency = 5
+    name = "tenant"              # per value of a field of the task: limit:tenant:<value>
+    value = "payload.tenant"
+
     [schedules.nightly-report]   # see rdq.schedules
     handler = "build_report"
     cron = "0 3 * * *"
@@ -51,6 +66,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from rdq.errors import ConfigError
+from rdq.limiting import Concurrency, Limit, Rate, check_limits, field_value
 from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, limits
 
 __all__ = [
@@ -190,6 +206,9 @@ class QueueConfig:
     breaker trips together. ``None``: each handler has a breaker of its own."""
     outage_errors: tuple[type[BaseException], ...] = ()
     """Exception types that mean "the dependency is down", beyond the built-in ones."""
+    limits: tuple[Limit, ...] = ()
+    """Concurrency and rate limits of the queue's tasks that hold across the fleet (see
+    :mod:`rdq.limiting`); a queue's only, never the defaults'."""
 
     def validate(self, queue: str) -> QueueConfig:
         """Return self if every setting is valid, else raise ``ConfigError`` naming the key."""
@@ -233,6 +252,9 @@ class QueueConfig:
             raise bad("breaker", "must be an rdq.Breaker")
         self.breaker.validate(f"{prefix}.breaker")
         check_dependency(self.dependency, f"{prefix}.dependency")
+        check_limits(self.limits, f"{prefix}.limits")
+        if self.limits and not queue:
+            raise ConfigError("limits belong to a queue, not the defaults", key=f"{prefix}.limits")
         return self
 
     def replace(self, **changes: Any) -> QueueConfig:
@@ -311,6 +333,8 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
             changes[key] = check_dependency(value, f"{prefix}.{key}")
         elif key == "breaker":
             changes[key] = _breaker(value, config.breaker, f"{prefix}.{key}")
+        elif key == "limits":
+            changes[key] = tuple(_limits(value, f"{prefix}.{key}"))
         elif key not in _BACKOFF_KEYS:
             raise ConfigError(
                 f"unknown setting (queue {queue or '<defaults>'!r})", f"{prefix}.{key}"
@@ -361,6 +385,67 @@ def _breaker(value: Any, current: Breaker, key: str) -> Breaker:
                 f"must be {'a boolean' if expected is bool else 'a number'}", f"{key}.{name}"
             )
     return dataclasses.replace(current, **dict(value)).validate(key)
+
+
+_LIMIT_SETTINGS = {
+    "concurrency": int,
+    "rate": int,
+    "per": float,
+    "burst": int,
+    "key": str,
+    "name": str,
+    "value": str,
+    "handler": str,
+    "adaptive": bool,
+}
+
+
+def _limits(value: Any, key: str) -> Iterable[Limit]:
+    """``[[queues.NAME.limits]]`` tables: each a ``concurrency`` or a ``rate`` (with ``per``,
+    ``burst``, ``adaptive``), keyed by nothing (the queue, or ``handler``'s tasks), a ``key``
+    name, or a ``name`` and the ``value`` field of the task it is per."""
+    if not isinstance(value, list):
+        raise ConfigError("must be a list of tables ([[queues.NAME.limits]])", key=key)
+    for i, raw in enumerate(value):
+        where = f"{key}[{i}]"
+        if not isinstance(raw, Mapping):
+            raise ConfigError("must be a table", key=where)
+        unknown = sorted(set(raw) - set(_LIMIT_SETTINGS))
+        if unknown:
+            raise ConfigError("unknown limit setting", key=f"{where}.{unknown[0]}")
+        for name, setting in raw.items():
+            expected = _LIMIT_SETTINGS[name]
+            ok = {
+                int: is_int(setting),
+                float: is_number(setting),
+                bool: isinstance(setting, bool),
+                str: isinstance(setting, str),
+            }[expected]
+            if not ok:
+                what = {int: "an integer", float: "a number", bool: "a boolean", str: "text"}
+                raise ConfigError(f"must be {what[expected]}", key=f"{where}.{name}")
+        if ("concurrency" in raw) == ("rate" in raw):
+            raise ConfigError("give concurrency or rate (one limit per table)", key=where)
+        if "value" in raw and "key" in raw:
+            raise ConfigError("give key (a name) or value (a field of the task)", key=where)
+        try:
+            keyed: Any = field_value(raw["value"]) if "value" in raw else raw.get("key")
+        except ConfigError as exc:
+            raise ConfigError(exc.message, key=f"{where}.value") from None
+        common = {"key": keyed, "name": raw.get("name"), "handler": raw.get("handler")}
+        if "concurrency" in raw:
+            extra = sorted({"per", "burst", "adaptive"} & set(raw))
+            if extra:
+                raise ConfigError("is a setting of a rate limit", key=f"{where}.{extra[0]}")
+            yield Concurrency(raw["concurrency"], **common).validate(where)
+        else:
+            yield Rate(
+                raw["rate"],
+                per=float(raw.get("per", 1.0)),
+                burst=raw.get("burst"),
+                adaptive=raw.get("adaptive", True),
+                **common,
+            ).validate(where)
 
 
 def _exception_types(value: Any, key: str) -> Iterable[type[BaseException]]:

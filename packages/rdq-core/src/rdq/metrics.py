@@ -24,6 +24,13 @@ __all__ = [
     "DLQ_DEPTH",
     "HANDLER_DURATION",
     "IN_FLIGHT",
+    "LIMIT_CONCURRENCY",
+    "LIMIT_IN_USE",
+    "LIMIT_KEYS",
+    "LIMIT_LOWERED",
+    "LIMIT_RATE",
+    "LIMIT_SATURATED",
+    "LIMIT_WAITING",
     "LOOP_STALLS",
     "LOOP_STALL_SECONDS",
     "OLDEST_PENDING_AGE",
@@ -64,6 +71,40 @@ BREAKER_OPEN_TOO_LONG = Gauge(
     "rdq_breaker_open_too_long",
     "1 while a breaker has been open longer than its alert_after.",
     ["queue", "key"],
+)
+LIMIT_CONCURRENCY = Gauge(
+    "rdq_limit_concurrency",
+    "A declared concurrency limit: tasks of its key (of each value) that may hold a claim.",
+    ["queue", "limit"],
+)
+LIMIT_IN_USE = Gauge(
+    "rdq_limit_in_use",
+    "Tasks with a limit's key (any value) holding a live lease, as the store counts them.",
+    ["queue", "limit"],
+)
+LIMIT_SATURATED = Gauge(
+    "rdq_limit_saturated",
+    "Keys of a limit at their concurrency limit (of a per-value limit: values).",
+    ["queue", "limit"],
+)
+LIMIT_KEYS = Gauge(
+    "rdq_limit_keys", "Control records of a limit (one, or one per value).", ["queue", "limit"]
+)
+LIMIT_RATE = Gauge(
+    "rdq_limit_rate",
+    "Claims per second a rate limit lets through now (lowered or ramping included; of a "
+    "per-value limit: the declared rate of each value).",
+    ["queue", "limit"],
+)
+LIMIT_WAITING = Gauge(
+    "rdq_limit_waiting",
+    "Due PENDING tasks with a limit's key, of the first 1,000 due (at the last count).",
+    ["queue", "limit"],
+)
+LIMIT_LOWERED = Counter(
+    "rdq_limit_lowered",
+    "Rate limits this process lowered because a handler raised rdq.RetryAfter.",
+    ["queue", "limit"],
 )
 REDRIVEN = Counter("rdq_redriven", "DLQ tasks returned to their queue.", ["queue"])
 PURGED = Counter("rdq_purged", "DLQ tasks deleted.", ["queue"])

@@ -60,10 +60,11 @@ class ControlClauses:
     """``put_control`` writes a control record only over the version the caller read (of
     racing writers exactly one succeeds), and ``claim_due`` honours every control of a task's
     keys (``*``, ``handler:<ref>``, ``task.keys``) in the claim itself: a paused key's tasks
-    are not claimed, a gate lets exactly that many claims through, a concurrency limit is
-    never exceeded by concurrent claimants and a lapsed lease frees its slot, a rate limit
-    holds over any window; held-back tasks never block the others. ``retry_now`` makes
-    waiting tasks due; tasks keep their ``keys``."""
+    are not claimed, a gate lets exactly that many claims through, a concurrency limit — of a
+    task key, the queue's or a handler's, each of a task's keys at once — is never exceeded
+    by concurrent claimants, every resolution and a lapsed lease free its slot, a rate limit
+    holds over any window, of one claimant or many; held-back tasks never block the others.
+    ``retry_now`` makes waiting tasks due; tasks keep their ``keys``."""
 
     capability = "control"
     since = 3
@@ -247,6 +248,94 @@ class ControlClauses:
         await clock_passes(storage, expires)  # a dead worker's lease: its slot is free again
         again = await storage.claim_due(queue, 10, LONG_LEASE)
         assert len(again) == 1, "a lapsed lease's slot is free again"
+
+    @pytest.mark.asyncio
+    async def test_a_concurrency_limit_of_the_queue_or_a_handler_counts_every_task_of_it(
+        self, storage: Storage, queue: str
+    ) -> None:
+        """The queue's key and a handler's are every task's without being in ``keys``."""
+        of_a = await _fill(storage, queue, 12, handler_ref=A)
+        of_b = await _fill(storage, queue, 12, handler_ref=B)
+        await storage.put_control(
+            Control(queue=queue, key=handler_key(A), concurrency=2), expected_version=0
+        )
+        await storage.put_control(
+            Control(queue=queue, key=QUEUE_KEY, concurrency=5), expected_version=0
+        )
+        results = await asyncio.gather(
+            *(storage.claim_due(queue, 3, LONG_LEASE) for _ in range(CLAIMANTS))
+        )
+        claimed = [c.task.id for r in results for c in r]
+        assert len(claimed) == len(set(claimed)) == 5, f"the queue's 5 slots, not {len(claimed)}"
+        assert len(set(claimed) & set(of_a)) <= 2, "handler a's 2 slots"
+        assert len(set(claimed) & set(of_b)) >= 3, "b's tasks are not held back by a's limit"
+        in_use = {c.key: c.in_use for c in await storage.list_controls(queue)}
+        assert in_use == {QUEUE_KEY: 5, handler_key(A): len(set(claimed) & set(of_a))}
+
+    @pytest.mark.asyncio
+    async def test_a_task_with_several_limited_keys_needs_and_takes_a_slot_of_each(
+        self, storage: Storage, queue: str
+    ) -> None:
+        first = await _fill(storage, queue, 6, keys=["psp", "tenant:t1"])
+        last = await _fill(storage, queue, 6, keys=["tenant:t2", "psp"])
+        psp_only = await _fill(storage, queue, 6, keys=["psp"])
+        for key, limit in (("tenant:t1", 1), ("tenant:t2", 1), ("psp", 4)):
+            await storage.put_control(
+                Control(queue=queue, key=key, concurrency=limit), expected_version=0
+            )
+        results = await asyncio.gather(
+            *(storage.claim_due(queue, 2, LONG_LEASE) for _ in range(CLAIMANTS))
+        )
+        claimed = {c.task.id for r in results for c in r}
+        assert len(claimed & set(first)) == 1, "tenant t1's one slot, whatever the key order"
+        assert len(claimed & set(last)) == 1, "tenant t2's one slot"
+        assert len(claimed) == 4, "psp's four slots, two of them taken by the tenants' tasks"
+        assert len(claimed & set(psp_only)) == 2
+        in_use = {c.key: c.in_use for c in await storage.list_controls(queue)}
+        assert in_use == {"psp": 4, "tenant:t1": 1, "tenant:t2": 1}
+
+    @pytest.mark.asyncio
+    async def test_a_concurrency_slot_comes_back_when_its_task_is_rescheduled_or_dead_lettered(
+        self, storage: Storage, queue: str
+    ) -> None:
+        await _fill(storage, queue, 5, keys=["psp"])
+        await storage.put_control(
+            Control(queue=queue, key="psp", concurrency=2), expected_version=0
+        )
+        failed, dead = await storage.claim_due(queue, 10, LONG_LEASE)
+        assert await storage.claim_due(queue, 10, LONG_LEASE) == []
+        later = await storage.now() + timedelta(hours=1)
+        await storage.reschedule(failed.task.id, failed.token, attempt(1), later)
+        await storage.dead_letter(dead.task.id, dead.token, attempt(1, Outcome.PERMANENT))
+        again = await storage.claim_due(queue, 10, LONG_LEASE)
+        assert len(again) == 2, "both slots are free once their tasks were resolved"
+        (control,) = await storage.list_controls(queue)
+        assert control.in_use == 2
+
+    @pytest.mark.asyncio
+    async def test_a_rate_limit_holds_over_any_window_under_concurrent_claimants(
+        self, storage: Storage, queue: str
+    ) -> None:
+        await _fill(storage, queue, 60, keys=["api"])
+        await storage.put_control(
+            Control(queue=queue, key="api", rate=5, per=1.0, burst=2), expected_version=0
+        )
+        start = await storage.now()
+        stamps: list[datetime] = []
+
+        async def claimant() -> None:
+            while (await storage.now() - start).total_seconds() <= 2.2:
+                for claimed in await storage.claim_due(queue, 3, LONG_LEASE):
+                    expires = claimed.task.lease_expires_at
+                    assert expires is not None
+                    stamps.append(expires - LONG_LEASE)
+                await asyncio.sleep(0.01)
+
+        await asyncio.gather(*(claimant() for _ in range(CLAIMANTS)))
+        for t in stamps:
+            window = [s for s in stamps if t <= s < t + timedelta(seconds=1.0)]
+            assert len(window) <= 5 + 2, f"{len(window)} claims in one second: rate 5, burst 2"
+        assert len(stamps) >= 5, f"refilled as the store's clock runs: {len(stamps)} in 2 s"
 
     @pytest.mark.asyncio
     async def test_a_rate_limit_holds_over_any_window_of_its_period(

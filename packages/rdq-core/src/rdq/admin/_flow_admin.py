@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from rdq.admin import _controls, _pace, _views
+from rdq.admin import _controls, _limit_views, _pace, _views
 from rdq.admin._selectors import TaskSelector, check_task_selector
 from rdq.audit import Action, AuditSink
 from rdq.config import Breaker
@@ -160,6 +160,14 @@ class FlowAdmin:
         """Every paused key of ``queue`` (of every queue). ``Unsupported`` without
         ``control``."""
         return await _views.pause_views(self.storage, queue, count_held=count_held)
+
+    async def limits(
+        self, queue: str | None = None, *, count_waiting: bool = True
+    ) -> list[_limit_views.LimitView]:
+        """Every declared limit of ``queue`` (of every queue), with its use now and, with
+        ``count_waiting``, the due tasks that wait on it. ``Unsupported`` without
+        ``control``."""
+        return await _limit_views.limit_views(self.storage, queue, waiting=count_waiting)
 
     async def workers(self) -> tuple[datetime, list[_views.WorkerView]]:
         """The store's now and every registered worker, judged live or silent by it.

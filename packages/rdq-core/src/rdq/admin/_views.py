@@ -21,6 +21,8 @@ from rdq.admin._pace import OP_PREFIX
 from rdq.admin._scan import scan_tasks
 from rdq.admin._selectors import TaskSelector, check_task_selector
 from rdq.errors import NotFound, ValidationError
+from rdq.flow._compose import LIMIT_STATE, LOWERED_STATE
+from rdq.limiting import LIMIT_PREFIX
 from rdq.spi import (
     QUEUE_KEY,
     Control,
@@ -130,13 +132,16 @@ class WorkerView(msgspec.Struct, kw_only=True, frozen=True):
 
 
 def key_kind(key: str) -> str:
-    """``queue``, ``handler``, ``dependency`` or ``key`` (another task key)."""
+    """``queue``, ``handler``, ``dependency``, ``limit`` (a named or per-value limit's) or
+    ``key`` (another task key)."""
     if key == QUEUE_KEY:
         return "queue"
     if key.startswith("handler:"):
         return "handler"
     if key.startswith("dep:"):
         return "dependency"
+    if key.startswith(LIMIT_PREFIX):
+        return "limit"
     return "key"
 
 
@@ -156,6 +161,8 @@ def control_builtins(control: Control) -> dict[str, Any]:
         "per": control.per,
         "burst": control.burst,
         "in_use": control.in_use,
+        "limit": control.state.get(LIMIT_STATE),
+        "lowered": control.state.get(LOWERED_STATE),
         "breaker": (
             msgspec.to_builtins(breaker_view(control)) if "breaker" in control.state else None
         ),

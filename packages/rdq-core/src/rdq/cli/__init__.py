@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "queue": ("_flow:queue", "Pause and resume a queue, a handler or a dependency."),
     "breakers": ("_flow:breakers", "List the breakers: open ones, what tripped them, held tasks."),
     "breaker": ("_flow:breaker", "Open or close a breaker by hand."),
+    "limits": (
+        "_flow:limits",
+        "List the limits held across the fleet: in use, rate now, what waits.",
+    ),
     "workers": ("_flow:workers", "List the workers and nodes: live or silent, what they hold."),
     "audit": ("_audit:audit", "Read the audit trail: every operator action, and breakers' own."),
     "copy": ("_copy:copy", "Copy every task, with its history, to another store."),

@@ -1,4 +1,5 @@
-"""``rdq queue pause|resume``, ``rdq breakers``, ``rdq breaker open|close``, ``rdq workers``:
+"""``rdq queue pause|resume``, ``rdq breakers``, ``rdq breaker open|close``, ``rdq limits``,
+``rdq workers``:
 flow control and the fleet, on a store directly (``--storage``) or through a node
 (``--server``). Pauses and breakers set by hand are audited as ``rdq dlq redrive`` is."""
 
@@ -10,9 +11,16 @@ import click
 
 from rdq.cli._common import echo_json, json_option, run_async
 from rdq.cli._options import actor_options, open_target, target_options
-from rdq.cli._render import ask, console, held_text, print_breakers, print_workers
+from rdq.cli._render import (
+    ask,
+    console,
+    held_text,
+    print_breakers,
+    print_limits,
+    print_workers,
+)
 
-__all__ = ["breaker", "breakers", "queue", "workers"]
+__all__ = ["breaker", "breakers", "limits", "queue", "workers"]
 
 
 @click.group()
@@ -107,6 +115,29 @@ async def breakers(
         echo_json({"breakers": rows, "unsupported": unsupported})
     else:
         print_breakers(rows, unsupported)
+
+
+@click.command()
+@click.argument("queue_name", metavar="[QUEUE]", required=False)
+@target_options
+@json_option
+@run_async
+async def limits(
+    queue_name: str | None,
+    storage_url: str | None,
+    server_url: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """List the limits of QUEUE (of every queue) that hold across the fleet: each one, how
+    many tasks of its key hold a claim now, its rate now (lowered after a RetryAfter), and
+    the due tasks that wait with its key."""
+    async with open_target(storage_url, server_url, token) as target:
+        rows, unsupported = await target.limits(queue_name)
+    if as_json:
+        echo_json({"limits": rows, "unsupported": unsupported})
+    else:
+        print_limits(rows, unsupported)
 
 
 @click.group()

@@ -25,6 +25,7 @@ __all__ = [
     "print_audit",
     "print_breakers",
     "print_groups",
+    "print_limits",
     "print_queues",
     "print_redrives",
     "print_task",
@@ -323,6 +324,77 @@ def print_breakers(rows: list[dict[str, Any]], unsupported: str | None) -> None:
         console.print("no breaker has tripped")
     elif any(b["state"] != "closed" for b in rows):
         console.print("close one by hand: rdq breaker close KEY --queue QUEUE --reason …")
+
+
+def _rate_text(rate: int | None, per: float) -> str:
+    if rate is None:
+        return "-"
+    return f"{rate}/s" if per == 1 else f"{rate}/{per:g}s"
+
+
+def limit_label(row: dict[str, Any]) -> str:
+    """``the whole queue``, ``handler charge``, ``psp``, ``tenant (per value)``."""
+    if row["kind"] == "queue":
+        return "the whole queue"
+    if row["kind"] == "handler":
+        return "handler " + str(row["name"]).removeprefix("handler:")
+    if row["kind"] == "value":
+        return f"{row['name']} (per value)"
+    return str(row["name"])
+
+
+def print_limits(rows: list[dict[str, Any]], unsupported: str | None) -> None:
+    if unsupported:
+        console.print(f"no limits to show: {unsupported}", markup=False, highlight=False)
+        return
+    table = Table(title="limits (held by the store's claims, fleet-wide)")
+    for column in ("queue", "limit", "concurrency", "in use", "rate", "now", "waiting"):
+        table.add_column(
+            column,
+            overflow="fold",
+            justify="right" if column in ("concurrency", "in use", "waiting") else "left",
+        )
+    for row in rows:
+        per_value = row["kind"] == "value"
+        concurrency = row.get("concurrency")
+        in_use = str(row["in_use"])
+        if per_value:
+            in_use += f" over {row['keys']} value(s), {row['saturated']} full"
+        elif concurrency is not None and row["in_use"] >= concurrency:
+            in_use += " (full)"
+        now = "-"
+        if row.get("lowered_until"):
+            now = (
+                f"[yellow]{_rate_text(row.get('current_rate'), row.get('current_per', 1.0))}"
+                f"[/yellow] until {ago(row['lowered_until'])}"
+            )
+        elif per_value and row.get("lowered"):
+            now = f"[yellow]lowered for {row['lowered']} value(s)[/yellow]"
+        elif not per_value and row.get("current_rate") != row.get("rate"):
+            now = _rate_text(row.get("current_rate"), row.get("current_per", 1.0))
+        waiting = held_text({"held": row.get("waiting"), "held_more": row.get("waiting_more")})
+        table.add_row(
+            row["queue"],
+            limit_label(row),
+            "-" if concurrency is None else str(concurrency),
+            in_use,
+            _rate_text(row.get("rate"), row.get("per", 1.0)),
+            now,
+            waiting,
+        )
+        for value in row.get("values") or []:
+            table.add_row(
+                "",
+                f"  {row['name']}={value['value']}",
+                "",
+                str(value["in_use"]),
+                "",
+                f"until {ago(value['lowered_until'])}" if value.get("lowered_until") else "",
+                "",
+            )
+    console.print(table)
+    if not rows:
+        console.print("no limit is declared (rdq.Concurrency / rdq.Rate on a queue or handler)")
 
 
 def print_workers(rows: list[dict[str, Any]], unsupported: str | None) -> None:

@@ -139,6 +139,10 @@ class Target(abc.ABC):
     async def breakers(self, queue: str | None) -> Listed: ...
 
     @abc.abstractmethod
+    async def limits(self, queue: str | None) -> Listed:
+        """The declared limits of ``queue`` (of every queue), with their use and what waits."""
+
+    @abc.abstractmethod
     async def set_breaker(
         self, queue: str, key: str, change: Literal["open", "close"], reason: str | None
     ) -> dict[str, Any]:
@@ -291,6 +295,15 @@ class DirectTarget(Target):
         except Unsupported as exc:
             return [], str(exc)
         return [msgspec.to_builtins(b) for b in found], None
+
+    async def limits(self, queue: str | None) -> Listed:
+        from rdq.errors import Unsupported
+
+        try:
+            found = await self._admin.limits(queue)
+        except Unsupported as exc:
+            return [], str(exc)
+        return [msgspec.to_builtins(v) for v in found], None
 
     async def set_breaker(
         self, queue: str, key: str, change: Literal["open", "close"], reason: str | None
@@ -488,6 +501,11 @@ class HttpTarget(Target):
     async def breakers(self, queue: str | None) -> Listed:
         params = {"queue": queue} if queue else {}
         return await self._listed("/v1/breakers", "breakers", params=params)
+
+    async def limits(self, queue: str | None) -> Listed:
+        if queue:
+            return await self._listed(f"/v1/queues/{_seg(queue)}/limits", "limits")
+        return await self._listed("/v1/limits", "limits")
 
     async def set_breaker(
         self, queue: str, key: str, change: Literal["open", "close"], reason: str | None

@@ -11,9 +11,11 @@ States (kept in ``Control.state["breaker"]``, decided here, stored by compare-an
 A trip opens the breaker for ``cooldown`` seconds; a failed probe opens it again for twice
 the last cool-down (at most ``max_cooldown``); a successful probe closes it and sets a rate
 limit on the key that starts at ``probes`` per second and doubles every fifth of ``ramp``,
-lifted once ``ramp`` has passed. Every outage is remembered as a window (start, end, the
-error types seen) for a day: an attempt that failed with one of those types inside a window
-is not charged to its task (:func:`uncharged`).
+lifted once ``ramp`` has passed (the ramp's rate is kept as ``ramp_rate``; the key's rate is
+the slower of it and a rate limit declared for the key, see :func:`rdq.flow.compose`).
+Every outage is remembered as a window (start, end, the error types seen) for a day: an
+attempt that failed with one of those types inside a window is not charged to its task
+(:func:`uncharged`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import msgspec
 
 from rdq.config import Breaker
+from rdq.flow._compose import compose
 from rdq.spi import Control
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
     "force_open",
     "probe_window",
     "ramp",
+    "ramp_rate_of",
     "reopen",
     "reprobe",
     "trip",
@@ -88,6 +92,8 @@ class BreakerState(msgspec.Struct, kw_only=True, frozen=True):
     reason: str | None = None
     ramp_from: datetime | None = None
     """Closed after an outage: when the ramp began (``None``: no ramp in progress)."""
+    ramp_rate: int | None = None
+    """The ramp's rate now (claims per second), while one is in progress."""
     outages: list[Outage] = []
 
 
@@ -109,6 +115,15 @@ def with_breaker(control: Control, breaker: BreakerState, **fields: Any) -> Cont
     state = dict(control.state)
     state["breaker"] = msgspec.to_builtins(breaker)
     return msgspec.structs.replace(control, state=state, **fields)
+
+
+def ramp_rate_of(control: Control | None) -> int | None:
+    """The rate of the ramp in progress on ``control``'s key (``None``: none). A ramp begun
+    by an engine that kept its rate only in ``Control.rate`` is read from there."""
+    breaker = breaker_of(control)
+    if control is None or breaker.state is not State.CLOSED or breaker.ramp_from is None:
+        return None
+    return breaker.ramp_rate if breaker.ramp_rate is not None else control.rate
 
 
 class Window:
@@ -195,7 +210,7 @@ def trip(
         sample_task=sample_task,
         outages=_remembered(outages, now),
     )
-    return with_breaker(control, breaker, gate=0, rate=None)
+    return compose(with_breaker(control, breaker, gate=0), None)
 
 
 def widen(control: Control, started: datetime, error_types: list[str]) -> Control | None:
@@ -274,14 +289,15 @@ def close(control: Control, now: datetime, config: Breaker) -> Control:
     outages = list(breaker.outages)
     if outages and outages[-1].end is None:
         outages[-1] = msgspec.structs.replace(outages[-1], end=now)
+    rate = max(1, config.probes) if config.ramp > 0 else None
     closed = BreakerState(
         state=State.CLOSED,
         since=now,
-        ramp_from=now if config.ramp > 0 else None,
+        ramp_from=now if rate is not None else None,
+        ramp_rate=rate,
         outages=_remembered(outages, now),
     )
-    rate = max(1, config.probes) if config.ramp > 0 else None
-    return with_breaker(control, closed, gate=None, rate=rate, per=1.0, burst=None)
+    return compose(with_breaker(control, closed, gate=None), rate)
 
 
 def ramp(control: Control, now: datetime, config: Breaker) -> Control | None:
@@ -292,13 +308,13 @@ def ramp(control: Control, now: datetime, config: Breaker) -> Control | None:
         return None
     elapsed = (now - breaker.ramp_from).total_seconds()
     if elapsed >= config.ramp:
-        done = msgspec.structs.replace(breaker, ramp_from=None)
-        return with_breaker(control, done, rate=None)
+        done = msgspec.structs.replace(breaker, ramp_from=None, ramp_rate=None)
+        return compose(with_breaker(control, done), None)
     step = int(elapsed // (config.ramp / 5))
     rate = max(1, config.probes) * 2**step
-    if control.rate == rate:
+    if ramp_rate_of(control) == rate:
         return None
-    return msgspec.structs.replace(control, rate=rate, per=1.0, burst=None)
+    return compose(with_breaker(control, msgspec.structs.replace(breaker, ramp_rate=rate)), rate)
 
 
 def force_open(control: Control, now: datetime, by: str, reason: str | None) -> Control:
@@ -317,4 +333,4 @@ def force_open(control: Control, now: datetime, by: str, reason: str | None) -> 
         reason=reason,
         outages=_remembered(outages, now),
     )
-    return with_breaker(control, forced, gate=0, rate=None)
+    return compose(with_breaker(control, forced, gate=0), None)

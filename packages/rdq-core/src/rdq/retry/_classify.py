@@ -125,6 +125,7 @@ def classify_error(
         rng,
         trace,
         outage=is_outage(exc, config.outage_errors),
+        retry_after=delay,
     )
 
 
@@ -157,10 +158,15 @@ def _retry(
     trace: str | None = None,
     *,
     outage: bool = False,
+    retry_after: float | None = None,
 ) -> Decision:
     if attempt >= config.max_attempts:
-        return Decision(Action.DEAD_LETTER, outcome, 0.0, error_type, message, trace, outage)
+        return Decision(
+            Action.DEAD_LETTER, outcome, 0.0, error_type, message, trace, outage, retry_after
+        )
     if delay is None:
         delay = backoff_delay(config.backoff, attempt, rng)
     capped = min(delay, MAX_DELAY)
-    return Decision(Action.RESCHEDULE, outcome, capped, error_type, message, trace, outage)
+    return Decision(
+        Action.RESCHEDULE, outcome, capped, error_type, message, trace, outage, retry_after
+    )

@@ -49,6 +49,9 @@ class Decision(NamedTuple):
     traceback: str | None = None
     outage: bool = False
     """The failure is outage-class (see :mod:`rdq.retry._outage`): it feeds the breaker."""
+    retry_after: float | None = None
+    """Seconds the handler asked to wait with ``rdq.RetryAfter`` (it lowers an adaptive rate
+    limit of the task's keys for that long, see :func:`rdq.flow.lower`)."""
 
 
 SUCCESS = Decision(Action.COMPLETE, Outcome.SUCCEEDED)

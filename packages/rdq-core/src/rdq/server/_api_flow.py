@@ -15,7 +15,7 @@ import msgspec
 from litestar import Request, get, post
 from litestar.params import JSONBody, PathParameter, QueryParameter
 
-from rdq.admin import Operation, TaskSelector, control_key
+from rdq.admin import LimitView, Operation, TaskSelector, control_key
 from rdq.admin._views import BreakerView, breaker_view, control_builtins, held_by
 from rdq.errors import Unsupported, ValidationError
 from rdq.server._api_common import (
@@ -34,6 +34,8 @@ from rdq.server._models import (
     BreakerRequest,
     ControlDoc,
     ControlList,
+    LimitDoc,
+    LimitList,
     OperationDoc,
     PauseRequest,
     ReasonRequest,
@@ -49,8 +51,10 @@ __all__ = [
     "get_redrive",
     "list_breakers",
     "list_controls",
+    "list_limits",
     "list_redrives",
     "pause",
+    "queue_limits",
     "queue_redrives",
     "resume",
     "retry_now",
@@ -77,6 +81,10 @@ def breaker_doc(view: BreakerView) -> BreakerDoc:
     return msgspec.convert(msgspec.to_builtins(view), BreakerDoc)
 
 
+def limit_doc(view: LimitView) -> LimitDoc:
+    return msgspec.convert(msgspec.to_builtins(view), LimitDoc)
+
+
 def operation_doc(op: Operation) -> OperationDoc:
     return msgspec.convert(msgspec.to_builtins(op), OperationDoc)
 
@@ -100,6 +108,51 @@ async def list_controls(request: Request[Any, Any, Any], queue: QueuePath) -> Co
     except Unsupported as exc:
         return ControlList(queue=queue, controls=[], unsupported=str(exc))
     return ControlList(queue=queue, controls=[control_doc(c) for c in found])
+
+
+_LIMITS_DESCRIPTION = (
+    "Each limit the engine declared (a queue's, a handler's, a named key's, a per-value "
+    "limit's with its busiest values), as the store enforces it now: `in_use` tasks of its "
+    "key hold a live lease, `saturated` keys are at their concurrency limit, `current_rate` "
+    "is the rate now (lowered after a RetryAfter until `lowered_until`, or ramping after an "
+    "outage), `waiting` due tasks carry its key (of the first 1,000 due). A store without the "
+    "`control` capability answers an empty list with `unsupported` saying so."
+)
+
+
+async def _limits(request: Request[Any, Any, Any], queue: str | None) -> LimitList:
+    try:
+        found = await node_of(request).admin.limits(queue)
+    except Unsupported as exc:
+        return LimitList(limits=[], unsupported=str(exc))
+    return LimitList(limits=[limit_doc(v) for v in found])
+
+
+@get(
+    "/v1/queues/{queue:str}/limits",
+    opt={"right": "read"},
+    summary="A queue's limits: each one, its use now, what waits on it",
+    description=_LIMITS_DESCRIPTION,
+    responses=errors(422),
+    tags=["flow"],
+)
+async def queue_limits(request: Request[Any, Any, Any], queue: QueuePath) -> LimitList:
+    return await _limits(request, queue)
+
+
+@get(
+    "/v1/limits",
+    opt={"right": "read"},
+    summary="Every limit of every queue",
+    description=_LIMITS_DESCRIPTION,
+    responses=errors(422),
+    tags=["flow"],
+)
+async def list_limits(
+    request: Request[Any, Any, Any],
+    queue: Annotated[str | None, QueryParameter(max_length=limits.MAX_QUEUE_LENGTH)] = None,
+) -> LimitList:
+    return await _limits(request, queue or None)
 
 
 def _key(data: PauseRequest | BreakerRequest) -> str:

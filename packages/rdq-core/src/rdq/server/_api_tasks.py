@@ -12,6 +12,7 @@ from litestar.params import JSONBody, PathParameter, QueryParameter
 
 from rdq.admin import TaskSelector
 from rdq.callbacks import CallbackBlocked, check_callback_url, is_callback_ref
+from rdq.client import task_keys_for
 from rdq.errors import IDConflict, ValidationError
 from rdq.server._api_common import (
     Cursor,
@@ -102,6 +103,9 @@ async def submit_task(
     raw["id"] = data.id or uuid.uuid4().hex
     raw["queue"] = data.queue
     task = envelope_from_builtins(raw)
+    app = node.engine_app
+    if app is not None:  # the keys its dependency and limits give it, as a Client would
+        task = task_keys_for(app, task)
     limits.check_task(task)
     limits.check_submitted_size(task)
     if is_callback_ref(task.handler_ref):
@@ -111,6 +115,8 @@ async def submit_task(
             raise ApiError(422, "validation_error", str(exc), "handler_ref") from None
     delay = timedelta(seconds=data.delay) if data.delay else None
     may_read = request.state.principal.can("read")
+    if app is not None:
+        await node.limit_controls.ensure(node.storage, app, [task])
     try:
         stored = await node.storage.enqueue(task, delay=delay)
     except IDConflict:

@@ -399,13 +399,40 @@ class PauseDoc(msgspec.Struct, kw_only=True):
     at: str | None = None
 
 
+class DeclaredLimitDoc(msgspec.Struct, kw_only=True):
+    """What the engine declared for a control's key (see ``LimitDoc``), by whom."""
+
+    name: str
+    per_value: bool = False
+    concurrency: int | None = None
+    rate: int | None = None
+    per: float = 1.0
+    burst: int | None = None
+    adaptive: bool = False
+    sources: list[str] = []
+    declared_at: datetime | None = None
+    by: str = ""
+
+
+class LoweredDoc(msgspec.Struct, kw_only=True):
+    """A rate lowered after a handler raised ``rdq.RetryAfter``, until ``until``."""
+
+    rate: int
+    per: float = 1.0
+    since: datetime
+    until: datetime
+    halvings: int = 1
+    error: str | None = None
+
+
 class ControlDoc(msgspec.Struct, kw_only=True):
     """A control record of a queue: its pause, its breaker, its limits."""
 
     queue: str
     key: str
-    """``*`` (the whole queue), ``handler:<ref>``, ``dep:<name>``, or another task key."""
-    kind: Literal["queue", "handler", "dependency", "key"]
+    """``*`` (the whole queue), ``handler:<ref>``, ``dep:<name>``, ``limit:<name>`` or
+    ``limit:<name>:<value>`` (a declared limit's), or another task key."""
+    kind: Literal["queue", "handler", "dependency", "limit", "key"]
     paused: bool
     pause: PauseDoc | None = None
     gate: int | None = None
@@ -415,9 +442,65 @@ class ControlDoc(msgspec.Struct, kw_only=True):
     burst: int | None = None
     in_use: int | None = None
     """Tasks of the key that hold a live lease now."""
+    limit: DeclaredLimitDoc | None = None
+    """The limits the engine declared for the key (``concurrency`` and ``rate`` above are
+    what the store enforces: the declared ones, a rate lowered or ramping)."""
+    lowered: LoweredDoc | None = None
     breaker: BreakerDoc | None = None
     version: int
     updated_at: datetime | None = None
+
+
+class LimitValueDoc(msgspec.Struct, kw_only=True):
+    """One value of a per-value limit."""
+
+    key: str
+    value: str
+    in_use: int = 0
+    concurrency: int | None = None
+    rate: int | None = None
+    per: float = 1.0
+    lowered_until: datetime | None = None
+
+
+class LimitDoc(msgspec.Struct, kw_only=True):
+    """A declared limit of a queue, held by the store's claims across the fleet: at most
+    ``concurrency`` tasks of its key (of each value) hold a claim at once, at most ``rate``
+    claims per ``per`` seconds (``burst`` at once). ``in_use``: tasks with the key holding a
+    live lease now; ``saturated``: keys at their concurrency limit; ``waiting``: due PENDING
+    tasks with the key (of the first 1,000 due; ``waiting_more``: at least); ``current_rate``:
+    the rate enforced now (lowered after a ``RetryAfter`` until ``lowered_until``, or ramping
+    after an outage)."""
+
+    queue: str
+    name: str
+    key: str
+    kind: Literal["queue", "handler", "key", "value"]
+    concurrency: int | None = None
+    rate: int | None = None
+    per: float = 1.0
+    burst: int | None = None
+    adaptive: bool = False
+    in_use: int = 0
+    keys: int = 1
+    saturated: int = 0
+    lowered: int = 0
+    current_rate: int | None = None
+    current_per: float = 1.0
+    lowered_until: datetime | None = None
+    waiting: int | None = None
+    waiting_more: bool = False
+    values: list[LimitValueDoc] = []
+    """A per-value limit's busiest values (at most 20)."""
+    declared_by: str = ""
+    declared_at: datetime | None = None
+
+
+class LimitList(msgspec.Struct, kw_only=True):
+    limits: list[LimitDoc]
+    """By queue, then name."""
+    unsupported: str | None = None
+    """Set when the store keeps no control records: what it lacks (the list is empty)."""
 
 
 class ControlList(msgspec.Struct, kw_only=True):

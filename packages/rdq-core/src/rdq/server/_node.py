@@ -11,6 +11,7 @@ from rdq.app import App
 from rdq.audit import AuditSink, JsonLinesAuditSink
 from rdq.config import Breaker
 from rdq.errors import StorageUnavailable
+from rdq.provision import LimitControls
 from rdq.server._auth import Authenticator
 from rdq.server._settings import ServerSettings
 from rdq.server._upkeep import NodeUpkeep, node_id
@@ -46,6 +47,8 @@ class Node:
         self.id = node_id()
         """The node's id in the worker registry and as the driver of paced redrives."""
         self.upkeep = NodeUpkeep(self)
+        self.limit_controls = LimitControls()
+        """The limit keys whose control records submits through this node know exist."""
 
     def breaker_config(self, queue: str) -> Breaker | None:
         """The breaker settings of ``queue`` when the node's application declares it (its

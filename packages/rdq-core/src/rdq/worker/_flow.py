@@ -1,7 +1,8 @@
 """The worker's side of flow control: it keeps the control records of its queues fresh, feeds
 each outcome to the breaker of the task's key, and makes the transitions its own outcomes and
 the clock call for (trip, probe, close, ramp), each by compare-and-set on the store's record,
-so that N workers agree and probe with one bounded total.
+so that N workers agree and probe with one bounded total. The declared limits of its queues
+are kept in the same records, by :class:`~rdq.worker._limits.LimitKeeper`, at each refresh.
 
 What a transition is, is :mod:`rdq.flow`'s to say; this module only applies it. A store
 without the ``control`` capability gets breakers of this worker's own (nothing shared, and
@@ -31,6 +32,7 @@ from rdq.errors import ControlConflict
 from rdq.retry import Action, Decision
 from rdq.spi import Control, Envelope, Outcome, Storage, task_keys
 from rdq.worker._clock import StorageClock
+from rdq.worker._limits import LimitKeeper
 from rdq.worker._run import Run
 
 __all__ = ["REFRESH", "FlowControl"]
@@ -69,6 +71,8 @@ class FlowControl:
         self._controls: dict[str, dict[str, Control]] = {q: {} for q in self.queues}
         self._windows: defaultdict[tuple[str, str], flow.Window] = defaultdict(flow.Window)
         self._alerted: dict[tuple[str, str], float] = {}
+        self.limits = LimitKeeper(app, storage, clock, worker_id, log, self.apply)
+        """The declared limits of the queues, kept in the same records."""
 
     # --- what the worker asks -------------------------------------------------------------
 
@@ -139,6 +143,8 @@ class FlowControl:
         the decision to write (an outage-class failure while the breaker is not closed is
         held without using up an attempt)."""
         task = run.claimed.task
+        if self.shared and decision.retry_after is not None:
+            await self.limits.record(task, decision)
         config = self.app.breaker_for(task.queue, task.handler_ref)
         if not config.enabled or decision.outcome is Outcome.DEFERRED:
             return decision
@@ -215,11 +221,14 @@ class FlowControl:
                 await asyncio.wait_for(stopping.wait(), REFRESH)
 
     async def refresh(self) -> None:
-        """Read every queue's control records (a store without ``control``: nothing to read)."""
+        """Read every queue's control records and bring their limits in line with the app's
+        (a store without ``control``: nothing to read, and declared limits are not held)."""
         if not self.shared:
+            self.limits.warn_unenforced(self.queues)
             return
         for queue in self.queues:
             await self._read(queue)
+            await self.limits.reconcile(queue, self._controls[queue])
 
     async def _read(self, queue: str) -> None:
         found = await self.storage.list_controls(queue)
@@ -305,17 +314,13 @@ class FlowControl:
 
     # --- compare-and-set ----------------------------------------------------------------------
 
-    async def _change(
-        self,
-        queue: str,
-        key: str,
-        change: Callable[[Control], Control | None],
-        action: AuditAction | None = None,
-        reason: str | None = None,
+    async def apply(
+        self, queue: str, key: str, change: Callable[[Control], Control | None]
     ) -> Control | None:
         """Apply ``change`` to the key's record and store it over the version it was read at;
         on a conflict, read it again and re-apply (another worker may have made the
-        transition already: ``change`` then gives ``None``). Audited when ``action``."""
+        transition already: ``change`` then gives ``None``). The record as stored, or
+        ``None`` when nothing changed."""
         controls = self._controls.setdefault(queue, {})
         for _ in range(5):
             current = controls.get(key) or Control(queue=queue, key=key)
@@ -325,18 +330,34 @@ class FlowControl:
             if not self.shared:
                 stored = msgspec.structs.replace(changed, version=current.version + 1)
                 controls[key] = stored
-                break
+                return stored
             try:
-                stored = await self.storage.put_control(changed, expected_version=current.version)
+                stored = await self.storage.put_control(
+                    msgspec.structs.replace(changed, in_use=None),
+                    expected_version=current.version,
+                )
             except ControlConflict as conflict:
                 if conflict.found is None:
                     controls.pop(key, None)
                 else:
                     controls[key] = conflict.found
                 continue
-            controls[key] = stored
-            break
-        else:
+            controls[key] = msgspec.structs.replace(stored, in_use=current.in_use)
+            return stored
+        return None
+
+    async def _change(
+        self,
+        queue: str,
+        key: str,
+        change: Callable[[Control], Control | None],
+        action: AuditAction | None = None,
+        reason: str | None = None,
+    ) -> Control | None:
+        """Apply ``change`` to the key's breaker (see :meth:`apply`) and report the new
+        state. Audited when ``action``."""
+        stored = await self.apply(queue, key, change)
+        if stored is None:
             return None
         breaker = flow.breaker_of(stored)
         metrics.BREAKER_STATE.labels(queue, key).set(_STATE_GAUGE[breaker.state])

@@ -13,10 +13,12 @@ from datetime import timedelta
 from typing import Any
 
 from rdq import metrics
+from rdq.admin._limit_views import count_waiting, limit_views_of
 from rdq.app import App
 from rdq.spi import Stats, Storage
 from rdq.worker._clock import StorageClock
 from rdq.worker._fleet import Fleet
+from rdq.worker._limits import publish_limits
 
 __all__ = ["maintenance_loop", "publish_stats", "purge_expired"]
 
@@ -37,6 +39,18 @@ async def refresh_stats(storage: Storage, queues: Sequence[str], clock: StorageC
         stats = await storage.stats(queue)
         clock.observe(stats.as_of, sent, clock.mono())
         publish_stats(stats)
+
+
+async def refresh_limits(app: App, storage: Storage, queues: Sequence[str]) -> None:
+    """Count what waits on each declared limit of ``queues`` into the gauges (one page of due
+    tasks per queue that has limits; nothing without ``control``)."""
+    if not storage.capabilities().control:
+        return
+    for queue in queues:
+        if app.limit_plan(queue).empty:
+            continue
+        views = limit_views_of(queue, await storage.list_controls(queue))
+        publish_limits(queue, await count_waiting(storage, queue, views))
 
 
 async def purge_expired(
@@ -72,6 +86,7 @@ async def maintenance_loop(
     while True:
         try:
             await refresh_stats(storage, queues, clock)
+            await refresh_limits(app, storage, queues)
             if clock.mono() >= next_purge:
                 next_purge = clock.mono() + purge_interval
                 purged = await purge_expired(app, storage, queues, clock)

@@ -148,6 +148,7 @@ class Worker:
         self._idle_waits: set[asyncio.Future[Any]] = set()
         self._side_tasks: set[asyncio.Task[None]] = set()
         """Fencing writes and abandon reports: awaited (briefly) before the worker stops."""
+        self._flow: FlowControl | None = None
 
     # --- control -----------------------------------------------------------------------------
 
@@ -203,7 +204,7 @@ class Worker:
         size = sum(self.app.queue_config(q).concurrency for q in self.queues)
         threads = HandlerThreads(size)
         capabilities = self.storage.capabilities()
-        flow = FlowControl(
+        flow = self._flow = FlowControl(
             self.app, self.storage, self.clock, self.queues, self.worker_id, self.log, self._rng
         )
         await _quietly(self.clock.calibrate(self.storage), self.log)
@@ -463,6 +464,8 @@ class Worker:
             if state.next_due <= now:
                 state.next_due = float("inf")
             until_retry = max(0.0, state.next_due - now)
+            if await self._wait_for_limits(state, min(idle.next(), until_retry)):
+                continue
             if notify and woken_empty < WOKEN_EMPTY_LIMIT:
                 woke = await self._idle_wait(
                     self.storage.wait_due(queue, min(self.poll_max, until_retry))
@@ -474,6 +477,23 @@ class Worker:
             else:
                 await self._idle_wait(asyncio.sleep(min(idle.next(), until_retry)))
                 woken_empty = 0
+
+    async def _wait_for_limits(self, state: QueueSlots, pause: float) -> bool:
+        """After a claim that came back empty from a queue with limits: wait until one of
+        this worker's own tasks of the queue ends (it frees a slot of the limits its task
+        held) or, for a rate limit, until its bucket has refilled — each at most ``pause``.
+        False when the queue has no limits (wait as for an empty queue)."""
+        limits = self._flow.limits if self._flow is not None else None
+        if limits is None or not limits.limited(state.name):
+            return False
+        pause = min(pause, limits.refill_time(state.name))
+        if state.busy:
+            await state.wait(state.claim_size() + 1, pause)
+            return True
+        if pause == float("inf"):
+            return False
+        await self._idle_wait(asyncio.sleep(pause))
+        return True
 
     async def _idle_wait(self, awaitable: Any) -> Any:
         """Await ``awaitable`` unless stop() interrupts it and return its result (``None``

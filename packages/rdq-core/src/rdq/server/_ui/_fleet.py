@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rdq.admin import BreakerView, PauseView, WorkerView
+from rdq.admin import BreakerView, LimitView, PauseView, WorkerView
 from rdq.errors import Unsupported
+from rdq.limiting import LIMIT_PREFIX, value_of
 from rdq.server._node import Node
 from rdq.spi import Counts, Page, Status, TaskFilter
 
@@ -21,6 +22,7 @@ __all__ = [
     "flow_of",
     "holder_note",
     "key_label",
+    "limits_of",
     "rates_of",
     "silent_holdings",
     "span",
@@ -52,6 +54,9 @@ def key_label(key: str) -> str:
         return "handler " + key.removeprefix("handler:")
     if key.startswith("dep:"):
         return "dependency " + key.removeprefix("dep:")
+    if key.startswith(LIMIT_PREFIX):
+        name, per_value, _ = key.removeprefix(LIMIT_PREFIX).partition(":")
+        return f"{name} {value_of(key)}" if per_value else f"limit {name}"
     return "key " + key
 
 
@@ -115,6 +120,35 @@ async def flow_of(node: Node, queue: str | None = None) -> Flow:
     except Unsupported as exc:
         return Flow(unsupported=str(exc))
     return Flow(breakers=breakers, pauses=pauses)
+
+
+@dataclass
+class Limits:
+    """The declared limits of a queue (``unsupported``: the store keeps no controls)."""
+
+    limits: list[LimitView] = field(default_factory=list)
+    unsupported: str | None = None
+
+    def full(self) -> dict[str, str]:
+        """The keys at their concurrency limit now, each with what to say of a task that
+        waits on it (``limit psp full: 20 of 20``)."""
+        found: dict[str, str] = {}
+        for view in self.limits:
+            if view.concurrency is None:
+                continue
+            if view.kind != "value" and view.in_use >= view.concurrency:
+                found[view.key] = f"limit full: {view.in_use} of {view.concurrency}"
+            for value in view.values:
+                if value.in_use >= view.concurrency:
+                    found[value.key] = f"limit full: {value.in_use} of {view.concurrency}"
+        return found
+
+
+async def limits_of(node: Node, queue: str) -> Limits:
+    try:
+        return Limits(limits=await node.admin.limits(queue))
+    except Unsupported as exc:
+        return Limits(unsupported=str(exc))
 
 
 async def rates_of(

@@ -23,6 +23,7 @@ from rdq.server._ui._fleet import (
     fleet_of,
     flow_of,
     holder_note,
+    limits_of,
     rates_of,
     silent_holdings,
 )
@@ -199,7 +200,9 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         await _add_samples(node, queue, groups)
     flow = await flow_of(node, queue)
     fleet = await fleet_of(node)
-    holding = {p.key: "paused" for p in flow.pauses}
+    declared = await limits_of(node, queue)
+    holding = declared.full()
+    holding.update({p.key: "paused" for p in flow.pauses})
     holding.update({b.key: f"breaker {b.state.replace('_', '-')}" for b in flow.tripped})
     for task in tasks:
         task["silent"] = holder_note(task, fleet)
@@ -238,6 +241,7 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         confirm_url=f"/ui/queues/{quote(queue, safe='')}/confirm",
         all_query=urlencode({"state": state.key, "scope": "filter", **kept}),
         flow=flow,
+        limits=declared,
         fleet=fleet,
         unserved=_unserved(stats, fleet),
         serving=fleet.serving(queue),
