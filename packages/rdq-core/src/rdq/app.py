@@ -153,10 +153,13 @@ class App:
         breaker: Breaker | bool | None = None,
         dependency: str | None = None,
         outage_errors: tuple[type[BaseException], ...] | list[type[BaseException]] | None = None,
+        fair: str | None = None,
+        priority_aging: float | None = None,
     ) -> QueueConfig:
         """Declare (or re-configure) queue ``name``; settings not given keep the queue's current
         value (or the defaults). Applies to tasks already waiting. Raises ``ConfigError`` naming
-        the key and queue for invalid settings."""
+        the key and queue for invalid settings. ``fair`` and ``priority_aging`` set the order
+        its tasks are claimed in (see :class:`~rdq.config.QueueConfig`)."""
         try:
             limits.check_queue(name)
         except ValidationError as exc:
@@ -176,6 +179,8 @@ class App:
                 ("breaker", _breaker_setting(breaker, base.breaker)),
                 ("dependency", dependency),
                 ("outage_errors", tuple(outage_errors) if outage_errors is not None else None),
+                ("fair", fair),
+                ("priority_aging", priority_aging),
             )
             if value is not None
         }

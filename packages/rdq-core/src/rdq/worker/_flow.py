@@ -31,6 +31,7 @@ from rdq.errors import ControlConflict
 from rdq.retry import Action, Decision
 from rdq.spi import Control, Envelope, Outcome, Storage
 from rdq.worker._clock import StorageClock
+from rdq.worker._order import DeclaredOrder
 from rdq.worker._run import Run
 
 __all__ = ["REFRESH", "FlowControl"]
@@ -69,6 +70,8 @@ class FlowControl:
         self._controls: dict[str, dict[str, Control]] = {q: {} for q in self.queues}
         self._windows: defaultdict[tuple[str, str], flow.Window] = defaultdict(flow.Window)
         self._alerted: dict[tuple[str, str], float] = {}
+        self.declared: DeclaredOrder | None = None
+        """The claim order the queue configs declare, written at a refresh until it is."""
 
     # --- what the worker asks -------------------------------------------------------------
 
@@ -186,6 +189,8 @@ class FlowControl:
         while not stopping.is_set():
             try:
                 await self.refresh()
+                if self.declared is not None and self.declared.pending:
+                    await self.declared.apply()
                 await self.tick()
             except asyncio.CancelledError:
                 raise
