@@ -54,6 +54,8 @@ class TestSqliteFileKeepsTheContract(StorageSuite):
             control=True,
             worker_registry=True,
             counters=True,
+            fair_shares=True,
+            priority_aging=True,
         )
 
     @pytest.fixture
@@ -92,6 +94,8 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
             control=True,
             worker_registry=True,
             counters=True,
+            fair_shares=True,
+            priority_aging=True,
         )
 
     @pytest.fixture

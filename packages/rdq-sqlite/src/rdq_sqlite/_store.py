@@ -113,6 +113,8 @@ class SqliteStorage(StorageBase):
             control=True,
             worker_registry=True,
             counters=True,
+            fair_shares=True,
+            priority_aging=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
