@@ -48,6 +48,9 @@ RETURNS TABLE (claimed {schema}.task, claimed_due_at timestamptz, claimed_rank b
 LANGUAGE plpgsql VOLATILE
 -- plan the cursor below for its first rows: a claim reads a handful of them
 SET cursor_tuple_fraction = 0.001
+-- a fair or aged claim sorts every due task of the queue: in memory, not on disk, for a
+-- backlog of about 100,000 (a sort node takes this much only when it needs it)
+SET work_mem = '32MB'
 AS $$
 DECLARE
     started timestamptz := now();
@@ -69,6 +72,8 @@ DECLARE
     tokens double precision;
     fair_prefix text;                -- the queue's fair shares: its groups' key prefix
     aging_s double precision;        -- the queue's priority aging: seconds per step
+    r_handler text;                  -- the candidate's handler_ref and keys
+    r_keys text[];
 BEGIN
     FOR c IN
         SELECT k.key, k.paused, k.gate, k.concurrency, k.rate, k.per, k.burst, k.bucket_tokens,
@@ -155,21 +160,28 @@ BEGIN
             -- task's group (its first key starting with fair_prefix, '' without one; one group
             -- when the queue is not fair), then by aged due time (due_at less priority × aging_s
             -- seconds; the same for all without aging), priority, due time. Every due task that
-            -- no blocked key holds back is ranked: a sort of them all.
+            -- no blocked key holds back is ranked: a sort of them all, kept narrow (the
+            -- handler and keys of the few candidates visited are read in the loop below).
             OPEN candidates FOR
-                SELECT o.id, o.handler_ref, o.keys, o.due_at
+                SELECT o.id, NULL::text AS handler_ref, NULL::text[] AS keys, o.due_at
                 FROM (
-                    SELECT g.*, row_number() OVER (
+                    SELECT g.id, g.due_at, g.aged, g.priority, row_number() OVER (
                         PARTITION BY g.grp ORDER BY g.aged, g.priority DESC, g.due_at) AS rank
                     FROM (
-                        SELECT t.id, t.handler_ref, t.keys, t.due_at, t.priority,
+                        SELECT t.id, t.due_at, t.priority,
                                t.due_at - t.priority * aging_s * interval '1 second' AS aged,
-                               coalesce((
-                                   SELECT u.k FROM unnest(t.keys) WITH ORDINALITY AS u(k, o)
-                                   WHERE starts_with(u.k, fair_prefix)
-                                   ORDER BY u.o LIMIT 1), '') AS grp
+                               CASE
+                                   WHEN fair_prefix IS NULL THEN ''
+                                   -- most tasks: the first key is the group's
+                                   WHEN starts_with(t.keys[1], fair_prefix) THEN t.keys[1]
+                                   ELSE coalesce((
+                                       SELECT u.k FROM unnest(t.keys) WITH ORDINALITY AS u(k, o)
+                                       WHERE starts_with(u.k, fair_prefix)
+                                       ORDER BY u.o LIMIT 1), '')
+                               END AS grp
                         FROM {schema}.task AS t
-                        WHERE t.queue = q
+                        WHERE t.priority = ANY ('{10,9,8,7,6,5,4,3,2,1,0,-1,-2,-3,-4,-5,-6,-7,-8,-9,-10}'::smallint[])
+                          AND t.queue = q
                           AND t.status IN ('PENDING', 'IN_FLIGHT')
                           AND t.due_at <= started
                           AND NOT (('handler:' || t.handler_ref) = ANY (blocked))
@@ -181,10 +193,16 @@ BEGIN
         LOOP
             FETCH candidates INTO r;
             EXIT WHEN NOT FOUND;
+            r_handler := r.handler_ref;
+            r_keys := r.keys;
+            IF r_handler IS NULL AND cardinality(limited) > 0 THEN  -- from the ordered cursor
+                SELECT t.handler_ref, t.keys INTO r_handler, r_keys
+                FROM {schema}.task AS t WHERE t.id = r.id;
+            END IF;
             fits := true;
             FOR i IN 1 .. cardinality(limited) LOOP
                 IF taken[i] >= budget[i] AND (limited[i] = '*'
-                        OR limited[i] = 'handler:' || r.handler_ref OR limited[i] = ANY (r.keys)) THEN
+                        OR limited[i] = 'handler:' || r_handler OR limited[i] = ANY (r_keys)) THEN
                     fits := false;
                     EXIT;
                 END IF;
@@ -196,8 +214,8 @@ BEGIN
             FOR UPDATE SKIP LOCKED;
             CONTINUE WHEN NOT FOUND;
             FOR i IN 1 .. cardinality(limited) LOOP
-                IF limited[i] = '*' OR limited[i] = 'handler:' || r.handler_ref
-                        OR limited[i] = ANY (r.keys) THEN
+                IF limited[i] = '*' OR limited[i] = 'handler:' || r_handler
+                        OR limited[i] = ANY (r_keys) THEN
                     taken[i] := taken[i] + 1;
                 END IF;
             END LOOP;
