@@ -54,6 +54,7 @@ async def both(
             "0003_second_revision",
             "0004_time_range",
             "0005_flow_control",
+            "0006_claim_order",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -216,6 +217,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0003_second_revision",
             "0004_time_range",
             "0005_flow_control",
+            "0006_claim_order",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")
@@ -259,3 +261,44 @@ async def test_keys_controls_workers_and_counts_are_the_same_rows_in_both_langua
     assert await java.read_counts("q", minute) == [
         Counts(queue="q", minute=minute, succeeded=3, deferred=4)
     ]
+
+
+@pytest.mark.asyncio
+async def test_a_queue_python_makes_fair_and_aged_is_claimed_in_that_order_by_java(
+    both: tuple[Storage, Storage],
+) -> None:
+    """Contract version 4 across the bindings: the `*` control's fair and aging that either
+    writes the other lists, and Java's claims follow them."""
+    java, python = both
+    now = await python.now()
+    deep = [
+        Envelope(
+            id=f"deep-{n}",
+            queue="fq",
+            handler_ref="h",
+            keys=["tenant:deep"],
+            next_attempt_at=now - timedelta(seconds=600 - n),
+        )
+        for n in range(6)
+    ]
+    shallow = Envelope(
+        id="shallow",
+        queue="fq",
+        handler_ref="h",
+        keys=["tenant:shallow"],
+        next_attempt_at=now - timedelta(seconds=1),
+    )
+    await python.enqueue_batch([*deep, shallow])
+    written = await python.put_control(
+        Control(queue="fq", key="*", fair="tenant:", aging=30.0), expected_version=0
+    )
+    (listed,) = await java.list_controls("fq")
+    assert (listed.fair, listed.aging, listed.version) == ("tenant:", 30.0, written.version)
+    assert [c.task.id for c in await java.claim_due("fq", 3, LEASE)] == [
+        "deep-0",
+        "shallow",
+        "deep-1",
+    ]
+    strict = await java.put_control(Control(queue="fq", key="*"), expected_version=1)
+    (seen,) = await python.list_controls("fq")
+    assert (seen.fair, seen.aging, seen.version) == (None, None, strict.version)

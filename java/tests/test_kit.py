@@ -25,7 +25,7 @@ class TestJavaKeepsTheContract(StorageSuite):
         ``transactional_enqueue`` (the binding has no ``enqueueIn``); ``reopen`` is the
         bridge's (a second bridge session)."""
         return Capabilities(
-            contract_version=3,
+            contract_version=4,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
@@ -41,6 +41,8 @@ class TestJavaKeepsTheContract(StorageSuite):
             control=True,
             worker_registry=True,
             counters=True,
+            fair_shares=True,
+            priority_aging=True,
             reopen=True,
         )
 

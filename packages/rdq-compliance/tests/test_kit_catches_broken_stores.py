@@ -26,6 +26,7 @@ BROKEN_MODULES = (
     "kit_broken_leases",
     "kit_broken_promises",
     "kit_broken_flow",
+    "kit_broken_order",
 )
 """The modules beside this file that hold broken stores (``BROKEN_STORES`` in each)."""
 

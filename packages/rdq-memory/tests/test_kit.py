@@ -36,7 +36,7 @@ class TestMemoryStoreKeepsTheContract(StorageSuite):
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
         return Capabilities(
-            contract_version=3,
+            contract_version=4,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
@@ -53,4 +53,6 @@ class TestMemoryStoreKeepsTheContract(StorageSuite):
             control=True,
             worker_registry=True,
             counters=True,
+            fair_shares=True,
+            priority_aging=True,
         )

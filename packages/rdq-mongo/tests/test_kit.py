@@ -15,7 +15,7 @@ from rdq_mongo import MongoStorage
 from rdq_mongo.testing import put_corrupt_task
 
 EXPECTED = Capabilities(
-    contract_version=3,
+    contract_version=4,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,

@@ -92,7 +92,7 @@ def _is_open(storage: MongoStorage) -> bool:
 
 
 EXPECTED = Capabilities(
-    contract_version=3,
+    contract_version=4,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,

@@ -60,7 +60,7 @@ class TestPostgresKeepsTheContract(StorageSuite):
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
         return Capabilities(
-            contract_version=3,
+            contract_version=4,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
@@ -76,6 +76,8 @@ class TestPostgresKeepsTheContract(StorageSuite):
             control=True,
             worker_registry=True,
             counters=True,
+            fair_shares=True,
+            priority_aging=True,
             reopen=True,
             transactional_enqueue=True,
         )

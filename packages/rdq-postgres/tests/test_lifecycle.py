@@ -75,7 +75,7 @@ async def test_connect_after_aclose_reopens_and_keeps_the_tasks(
 def test_capabilities_are_pinned() -> None:
     store = PostgresStorage.from_url("postgresql://db/app")
     assert store.capabilities() == Capabilities(
-        contract_version=3,
+        contract_version=4,
         notify=True,
         filter_pushdown=True,
         batch_enqueue=True,
@@ -91,12 +91,14 @@ def test_capabilities_are_pinned() -> None:
         control=True,
         worker_registry=True,
         counters=True,
+        fair_shares=True,
+        priority_aging=True,
         reopen=True,
         transactional_enqueue=True,
     )
     quiet = PostgresStorage.from_url("postgresql://db/app?notify=false")
     assert quiet.capabilities() == Capabilities(
-        contract_version=3,
+        contract_version=4,
         notify=False,
         filter_pushdown=True,
         batch_enqueue=True,
@@ -112,6 +114,8 @@ def test_capabilities_are_pinned() -> None:
         control=True,
         worker_registry=True,
         counters=True,
+        fair_shares=True,
+        priority_aging=True,
         reopen=True,
         transactional_enqueue=True,
     )

@@ -55,6 +55,8 @@ class TestSqliteFileKeepsTheContract(StorageSuite):
             worker_registry=True,
             counters=True,
             backup=True,
+            fair_shares=True,
+            priority_aging=True,
         )
 
     @pytest.fixture
@@ -94,6 +96,8 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
             worker_registry=True,
             counters=True,
             backup=True,
+            fair_shares=True,
+            priority_aging=True,
         )
 
     @pytest.fixture

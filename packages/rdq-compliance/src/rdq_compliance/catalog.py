@@ -34,6 +34,8 @@ TITLES = {
     "ImportClauses": "Import",
     "AuditClauses": "The audit trail",
     "ControlClauses": "Control records: pauses, gates, limits (capability control)",
+    "FairShareClauses": "Fair shares among a queue's groups (capability fair_shares)",
+    "AgingClauses": "Priority aging (capability priority_aging)",
     "WorkerRegistryClauses": "The worker registry (capability worker_registry)",
     "CountClauses": "Counts per queue and minute (capability counters)",
     "OperationClauses": "get, stats and purge_succeeded",

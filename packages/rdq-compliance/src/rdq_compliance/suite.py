@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rdq_compliance._fixtures import SuiteFixtures
 from rdq_compliance.clauses.admission import AdmissionClauses
+from rdq_compliance.clauses.aging import AgingClauses
 from rdq_compliance.clauses.audit import AuditClauses
 from rdq_compliance.clauses.cancel import CancelClauses
 from rdq_compliance.clauses.capabilities import CapabilityClauses
@@ -13,6 +14,7 @@ from rdq_compliance.clauses.control import ControlClauses
 from rdq_compliance.clauses.corrupt import CorruptTaskClauses
 from rdq_compliance.clauses.crash import CrashClauses
 from rdq_compliance.clauses.dlq import DLQClauses, DLQFilterClauses
+from rdq_compliance.clauses.fairness import FairShareClauses
 from rdq_compliance.clauses.fencing import FencingClauses
 from rdq_compliance.clauses.fleet import CountClauses, WorkerRegistryClauses
 from rdq_compliance.clauses.groups import DLQGroupClauses
@@ -49,6 +51,8 @@ class StorageSuite(
     ImportClauses,
     AuditClauses,
     ControlClauses,
+    FairShareClauses,
+    AgingClauses,
     WorkerRegistryClauses,
     CountClauses,
     OperationClauses,

@@ -162,11 +162,15 @@ class App:
         dependency: str | None = None,
         outage_errors: tuple[type[BaseException], ...] | list[type[BaseException]] | None = None,
         limits: list[Limit] | tuple[Limit, ...] | None = None,
+        fair: str | None = None,
+        priority_aging: float | None = None,
     ) -> QueueConfig:
         """Declare (or re-configure) queue ``name``; settings not given keep the queue's current
         value (or the defaults). Applies to tasks already waiting; ``limits`` (see
         :mod:`rdq.limiting`) to tasks submitted from now on where a limit gives them a key.
-        Raises ``ConfigError`` naming the key and queue for invalid settings."""
+        ``fair`` and ``priority_aging`` set the order its tasks are claimed in (see
+        :class:`~rdq.config.QueueConfig`). Raises ``ConfigError`` naming the key and queue for
+        invalid settings."""
         try:
             contract.check_queue(name)
         except ValidationError as exc:
@@ -187,6 +191,8 @@ class App:
                 ("dependency", dependency),
                 ("outage_errors", tuple(outage_errors) if outage_errors is not None else None),
                 ("limits", tuple(limits) if limits is not None else None),
+                ("fair", fair),
+                ("priority_aging", priority_aging),
             )
             if value is not None
         }

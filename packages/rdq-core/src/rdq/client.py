@@ -60,6 +60,9 @@ class Submission:
     retry: RetryOverride | None = None
     priority: int | None = None
     """-10..10, higher claimed first; None: the queue's configured default (0 without an app)."""
+    keys: Sequence[str] = ()
+    """The task's own flow-control keys (``tenant:acme``): what pauses, limits and a fair
+    queue's shares (its ``fair`` prefix) go by, beside the dependency key the app adds."""
     check_handler: bool = True
     """With an app attached, refuse a handler it does not know (see :meth:`Client.submit`)."""
 
@@ -100,6 +103,7 @@ class Client:
         headers: dict[str, str] | None = None,
         retry: RetryOverride | None = None,
         priority: int | None = None,
+        keys: Sequence[str] = (),
         check_handler: bool = True,
         connection: object | None = None,
     ) -> Submitted:
@@ -108,7 +112,8 @@ class Client:
         of the application, in a transaction) the task is stored by that transaction: it
         exists once it commits and never if it rolls back (stores with the capability
         ``transactional_enqueue``, i.e. PostgreSQL; ``Unsupported`` for others). A priority other
-        than 0 needs a store with ``priorities`` (``Unsupported`` otherwise).
+        than 0 needs a store with ``priorities`` (``Unsupported`` otherwise). ``keys`` are the
+        task's own flow-control keys (``["tenant:acme"]``; see :class:`Submission`).
 
         Raises ``ValidationError`` (naming the field) for bad input — with an app attached, a
         handler it does not know, unless ``check_handler=False`` (for tasks that another
@@ -124,6 +129,7 @@ class Client:
                 headers=headers,
                 retry=retry,
                 priority=priority,
+                keys=keys,
                 check_handler=check_handler,
             ),
             id if id is not None else _new_ids(1)[0],
@@ -217,6 +223,8 @@ class Client:
             raise ValidationError("must be seconds or a timedelta", field="delay")
         if wait is not None and wait < timedelta(0):
             raise ValidationError("must not be negative", field="delay")
+        if isinstance(s.keys, str | bytes):
+            raise ValidationError("must be a list of keys, not one string", field="keys")
         if s.retry is not None and not isinstance(s.retry, RetryOverride):
             raise ValidationError("must be an rdq.spi.RetryOverride", field="retry")
         headers = dict(s.headers) if s.headers else {}
@@ -241,6 +249,7 @@ class Client:
             headers=headers,
             retry=s.retry,
             priority=priority,
+            keys=list(dict.fromkeys(s.keys)),
         )
         if self.app is not None:
             task = task_keys_for(self.app, task)

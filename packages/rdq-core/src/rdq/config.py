@@ -23,6 +23,8 @@ The TOML layout (durations in seconds)::
     priority = 0                 # -10..10, higher claimed first; applied at submit
     dependency = "smtp"          # its handlers' breaker trips together
     outage_errors = ["myapp.errors:SmtpDown"]
+    fair = "tenant:"             # claims shared among the tasks' tenant:… keys
+    priority_aging = 60.0        # a minute of waiting is worth one step of priority
 
     [queues.emails.breaker]      # or: breaker = false
     window = 30.0                # see rdq.Breaker
@@ -209,6 +211,16 @@ class QueueConfig:
     limits: tuple[Limit, ...] = ()
     """Concurrency and rate limits of the queue's tasks that hold across the fleet (see
     :mod:`rdq.limiting`); a queue's only, never the defaults'."""
+    fair: str | None = None
+    """Share the queue's claims among the groups of its tasks: a task's group is its first key
+    that starts with this prefix (``"tenant:"``: ``tenant:acme``), the tasks without one are a
+    group of their own. ``""``: declared not fair; ``None``: not declared here (what the store
+    holds stands). Written to the store by the workers that serve the queue (capability
+    ``fair_shares``)."""
+    priority_aging: float | None = None
+    """Seconds of waiting worth one step of priority, so that no priority waits for ever
+    behind a stream of higher ones. ``0``: declared strict; ``None``: not declared here (the
+    default order is strict). Written to the store like ``fair`` (``priority_aging``)."""
 
     def validate(self, queue: str) -> QueueConfig:
         """Return self if every setting is valid, else raise ``ConfigError`` naming the key."""
@@ -255,7 +267,30 @@ class QueueConfig:
         check_limits(self.limits, f"{prefix}.limits")
         if self.limits and not queue:
             raise ConfigError("limits belong to a queue, not the defaults", key=f"{prefix}.limits")
+        if self.fair is not None and (
+            not isinstance(self.fair, str)
+            or len(self.fair) > limits.MAX_TASK_KEY_LENGTH
+            or any(c.isspace() or not c.isprintable() for c in self.fair)
+        ):
+            raise bad(
+                "fair",
+                f"must be a key prefix of at most {limits.MAX_TASK_KEY_LENGTH} characters "
+                "without whitespace ('' for none)",
+            )
+        aging = self.priority_aging
+        if aging is not None and (not is_number(aging) or not 0 <= aging <= limits.MAX_AGING):
+            raise bad(
+                "priority_aging", f"must be seconds from 0 to {limits.MAX_AGING:g} (0: strict)"
+            )
         return self
+
+    @property
+    def claim_order(self) -> tuple[str | None, float | None] | None:
+        """What the queue's config declares its claims' order to be, as the store keeps it
+        (``Control.fair``, ``Control.aging``), or ``None`` when it declares nothing."""
+        if self.fair is None and self.priority_aging is None:
+            return None
+        return (self.fair or None, self.priority_aging or None)
 
     def replace(self, **changes: Any) -> QueueConfig:
         """A copy with ``changes`` applied (not validated)."""
@@ -331,6 +366,17 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
             changes[key] = tuple(_exception_types(value, f"{prefix}.{key}"))
         elif key == "dependency":
             changes[key] = check_dependency(value, f"{prefix}.{key}")
+        elif key == "fair":
+            if not isinstance(value, str):
+                raise ConfigError("must be a key prefix ('' for none)", key=f"{prefix}.{key}")
+            changes[key] = value
+        elif key == "priority_aging":
+            if not is_number(value):
+                raise ConfigError(
+                    f"must be a number of seconds (queue {queue or '<defaults>'!r})",
+                    key=f"{prefix}.{key}",
+                )
+            changes[key] = float(value)
         elif key == "breaker":
             changes[key] = _breaker(value, config.breaker, f"{prefix}.{key}")
         elif key == "limits":

@@ -19,7 +19,7 @@ from rdq.spi import Envelope, Status, Storage
 from rdq_compliance.testing import eventually
 
 BACKENDS = os.environ.get("RDQ_ENGINE_BACKENDS", "memory,postgres").split(",")
-"""The backends the engine tests run on; ``RDQ_ENGINE_BACKENDS=memory,postgres,redis,mongo``
+"""The backends the engine tests run on; ``RDQ_ENGINE_BACKENDS=memory,postgres,redis,mongo,sqlite``
 adds the others."""
 
 
@@ -32,6 +32,8 @@ def backend(request: pytest.FixtureRequest) -> str:
 def storage_url(backend: str, request: pytest.FixtureRequest) -> str:
     if backend == "memory":
         return f"memory://engine-{uuid.uuid4().hex}"
+    if backend == "sqlite":
+        return f"sqlite:///{request.getfixturevalue('tmp_path')}/engine.db"
     return str(request.getfixturevalue(f"{backend}_url"))
 
 

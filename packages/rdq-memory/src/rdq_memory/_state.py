@@ -12,7 +12,7 @@ import bisect
 import heapq
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -27,9 +27,10 @@ from rdq.spi import (
     Stats,
     Status,
     WorkerInfo,
+    fair_group,
 )
 
-__all__ = ["MemoryState", "QueueIndex", "Record", "Waiter"]
+__all__ = ["Heaps", "MemoryState", "QueueIndex", "Record", "Waiter"]
 
 _versions = itertools.count()
 """Record versions, unique across every record of the process: an id purged and admitted
@@ -60,14 +61,33 @@ DueEntry = tuple[datetime, str, int]
 id's record was deleted: a record admitted later under the same id has a new version)."""
 
 
+Heaps = dict[int, list[DueEntry]]
+"""Per priority, a lazily-pruned heap of the due times of PENDING and IN_FLIGHT tasks."""
+
+
 @dataclass
 class QueueIndex:
-    """Per-queue indexes: the ids of every task of the queue; per priority, a lazily-pruned
-    heap of due times of PENDING and IN_FLIGHT tasks; the DLQ sorted by (dead_lettered_at, id)."""
+    """Per-queue indexes: the ids of every task of the queue; the heaps of its live tasks'
+    due times — ``due`` for a queue that is not fair, else ``groups``, one set of heaps per
+    group of ``fair`` (the queue's fairness prefix, ``None``: not fair); the DLQ sorted by
+    (dead_lettered_at, id)."""
 
     ids: set[str] = field(default_factory=set)
-    due: dict[int, list[DueEntry]] = field(default_factory=dict)
+    due: Heaps = field(default_factory=dict)
     dlq: list[tuple[datetime, str]] = field(default_factory=list)
+    fair: str | None = None
+    groups: dict[str, Heaps] = field(default_factory=dict)
+    group_of: Callable[[Sequence[str], str], str] = fair_group
+    """A task's group from its keys and ``fair`` (``rdq.spi.fair_group``)."""
+
+    def heaps_of(self, task: Envelope) -> Heaps:
+        """The heaps a live task of this queue is indexed in."""
+        if self.fair is None:
+            return self.due
+        return self.groups.setdefault(self.group_of(task.keys, self.fair), {})
+
+    def every_heap(self) -> list[list[DueEntry]]:
+        return [*self.due.values(), *(h for g in self.groups.values() for h in g.values())]
 
 
 @dataclass
@@ -125,8 +145,18 @@ class MemoryState:
             return
         if due is None:
             raise StorageError(f"task {task.id!r} is {task.status} without a due time")
-        heap = self.index(task.queue).due.setdefault(task.priority, [])
+        heap = self.index(task.queue).heaps_of(task).setdefault(task.priority, [])
         heapq.heappush(heap, (due, task.id, record.version))
+
+    def regroup(self, queue: str, fair: str | None) -> QueueIndex:
+        """Index the live tasks of ``queue`` for fair shares over ``fair`` (``None``: as one
+        queue), if they are not already."""
+        idx = self.index(queue)
+        if idx.fair != fair:
+            idx.fair, idx.due, idx.groups = fair, {}, {}
+            for record in self.of_queue(queue):
+                self.schedule(record)
+        return idx
 
     def live(self, entry: DueEntry) -> Record | None:
         """The record a heap entry stands for, if the entry is still current."""
@@ -136,7 +166,7 @@ class MemoryState:
     def next_due(self, queue: str) -> datetime | None:
         """The earliest due time of ``queue`` (prunes stale heap entries)."""
         earliest: datetime | None = None
-        for heap in self.index(queue).due.values():
+        for heap in self.index(queue).every_heap():
             while heap and self.live(heap[0]) is None:
                 heapq.heappop(heap)
             if heap and (earliest is None or heap[0][0] < earliest):

@@ -6,6 +6,7 @@ import heapq
 import secrets
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,12 +15,14 @@ import msgspec
 from rdq.errors import ConfigError, NotFound, StaleClaim
 from rdq.spi import (
     CONTRACT_VERSION,
+    QUEUE_KEY,
     Attempt,
     AuditEntry,
     AuditFilter,
     Capabilities,
     Claimed,
     ClaimGate,
+    ClaimOrder,
     Completion,
     Control,
     Counts,
@@ -41,8 +44,9 @@ from rdq.spi import (
 from rdq_memory import _flow
 from rdq_memory._codec import copy_in, read
 from rdq_memory._notify import wait_due
+from rdq_memory._order import Candidates
 from rdq_memory._pages import audit_page, dlq_groups, dlq_page, task_page
-from rdq_memory._state import DueEntry, MemoryState, Record
+from rdq_memory._state import DueEntry, MemoryState, QueueIndex, Record
 from rdq_memory._url import Clock, MemoryConfig, parse_url
 
 __all__ = ["MemoryStorage", "forget_named_stores"]
@@ -165,7 +169,14 @@ class MemoryStorage(StorageBase):
             gate = self._claim_gate(queue, now)
             if gate is not None and _flow.blocked_queue(gate):
                 return claimed
-            heaps = state.index(queue).due
+            order = self._claim_order(queue)
+            index = state.regroup(queue, order.fair)
+            if not order.strict:
+                self._claim_in_order(index, order, gate, now, limit, lease, worker_id, claimed)
+                if gate is not None:
+                    _flow.keep_gate(state, queue, gate)
+                return claimed
+            heaps = index.due
             held_back: list[tuple[int, DueEntry]] = []
             for priority in sorted(heaps, reverse=True):
                 heap = heaps[priority]
@@ -193,6 +204,51 @@ class MemoryStorage(StorageBase):
     def _claim_gate(self, queue: str, now: datetime) -> ClaimGate | None:
         """The controls a claim of ``queue`` goes through (``None``: nothing restricts it)."""
         return _flow.claim_gate(self._state, queue, now)
+
+    def _claim_order(self, queue: str) -> ClaimOrder:
+        """The order the queue's own control asks for (strict without one)."""
+        return ClaimOrder.of(self._state.controls.get(queue, {}).get(QUEUE_KEY))
+
+    def _candidates(
+        self,
+        index: QueueIndex,
+        order: ClaimOrder,
+        now: datetime,
+        closed: Callable[[Envelope], bool],
+    ) -> Candidates:
+        """The due tasks of ``index``'s queue in ``order``, read lazily."""
+        return Candidates(self._state, index, order, now, closed)
+
+    def _claim_in_order(
+        self,
+        index: QueueIndex,
+        order: ClaimOrder,
+        gate: ClaimGate | None,
+        now: datetime,
+        limit: int,
+        lease: timedelta,
+        worker_id: str | None,
+        claimed: list[Claimed],
+    ) -> None:
+        """Claim up to ``limit`` due tasks in ``order`` (aged, fair), the controls honoured."""
+
+        def closed(task: Envelope) -> bool:
+            return gate is not None and gate.closed_from_start(task_keys(task))
+
+        candidates = self._candidates(index, order, now, closed)
+        try:
+            for record in candidates:
+                if len(claimed) == limit:
+                    break
+                if gate is not None:
+                    keys = task_keys(record.task)
+                    if not gate.admits(keys):  # a limit used up by the tasks before it
+                        continue
+                    gate.take(keys)
+                self._claim(record, now, lease, worker_id)
+                claimed.append(Claimed(read(record), record.token or ""))
+        finally:
+            candidates.restore()
 
     def _claim(self, record: Record, now: datetime, lease: timedelta, worker: str | None) -> None:
         task = record.task
@@ -470,6 +526,8 @@ CAPABILITIES = Capabilities(
     control=True,
     worker_registry=True,
     counters=True,
+    fair_shares=True,
+    priority_aging=True,
 )
 """Everything the contract offers but ``enqueue_in`` (there is no application transaction in
 process memory)."""

@@ -56,6 +56,8 @@ def _control(row: asyncpg.Record) -> Control:
         rate=row["rate"],
         per=row["per"],
         burst=row["burst"],
+        fair=row["fair"],
+        aging=row["aging"],
         state=_object(row["state"]),
         version=row["version"],
         updated_at=row["updated_at"],
@@ -86,6 +88,8 @@ async def put_control(
         rate=control.rate,
         per=float(control.per),
         burst=control.burst,
+        fair=control.fair,
+        aging=None if control.aging is None else float(control.aging),
         state=encode_json(control.state),
         expected_version=expected_version,
     )

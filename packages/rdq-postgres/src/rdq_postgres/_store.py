@@ -86,6 +86,8 @@ CAPABILITIES = Capabilities(
     control=True,
     worker_registry=True,
     counters=True,
+    fair_shares=True,
+    priority_aging=True,
     reopen=True,
     transactional_enqueue=True,
 )
@@ -229,7 +231,8 @@ class PostgresStorage(StorageBase):
             if not rows[0]["controlled"]:
                 self._controlled.discard(queue)
             rows = [row for row in rows if row["id"] is not None]
-        if len(rows) > 1:
+            rows.sort(key=lambda r: r["claimed_rank"])  # the claim order it took them in
+        elif len(rows) > 1:
             # the claim order (RETURNING has none); ties stay as they came: the order of ids
             # is the database's, never compared here
             rows.sort(key=lambda r: (-r["priority"], r["claimed_due_at"]))

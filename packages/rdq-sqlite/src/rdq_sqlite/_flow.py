@@ -45,6 +45,7 @@ from rdq.spi import (
     QUEUE_KEY,
     Bucket,
     ClaimGate,
+    ClaimOrder,
     Control,
     handler_key,
 )
@@ -93,7 +94,7 @@ def _state(raw: str) -> dict[str, Any]:
 def _control(row: Row) -> tuple[Control, Bucket | None]:
     """A control row as ``queue_controls.sql`` selects it, and its rate bucket."""
     queue, key, paused, gate, concurrency, rate, per, burst, state, version, updated_at = row[:11]
-    tokens, tokens_at = row[11:13]
+    tokens, tokens_at, fair, aging = row[11:15]
     control = Control(
         queue=queue,
         key=key,
@@ -103,6 +104,8 @@ def _control(row: Row) -> tuple[Control, Bucket | None]:
         rate=rate,
         per=per,
         burst=burst,
+        fair=fair,
+        aging=aging,
         state=_state(state),
         version=version,
         updated_at=at_us(updated_at),
@@ -254,6 +257,11 @@ def pick(conn: sqlite3.Connection, queue: str, limit: int, now: int) -> list[Row
         return []
     gates = dict(gate.gates)
     tokens = {key: bucket.tokens for key, bucket in gate.buckets.items()}
+    order = ClaimOrder.of(flow.controls.get(QUEUE_KEY))
+    if not order.strict:
+        in_order = _pick_in_order(conn, queue, limit, now, gate, order)
+        _take(conn, queue, gate, gates, tokens)
+        return in_order
     streams = [_Stream(conn, queue, None, now)]
     streams += [
         _Stream(conn, queue, key, now)
@@ -297,6 +305,47 @@ def pick(conn: sqlite3.Connection, queue: str, limit: int, now: int) -> list[Row
                 break
     if holds:
         conn.executemany(SQL.hold, [{"id": i, "key": k} for i, k in holds.items()])
+    _take(conn, queue, gate, gates, tokens)
+    return picked
+
+
+def _pick_in_order(
+    conn: sqlite3.Connection, queue: str, limit: int, now: int, gate: ClaimGate, order: ClaimOrder
+) -> list[Row]:
+    """``pick`` for a queue whose own control asks for fair shares or priority aging: every
+    due task (held or not) that no control holds back from the start, arranged by
+    :meth:`ClaimOrder.arrange`, taken in that order while the controls let each through (a
+    task a limit used up by the tasks before it holds back is skipped where it stands). Holds
+    nothing: the order ranks every due task at every claim."""
+    candidates = []
+    for row in conn.execute(SQL.ordered_candidates, {"queue": queue, "now": now}):
+        keys = [QUEUE_KEY, handler_key(row[7]), *decode_keys(row[8])]
+        if not gate.closed_from_start(keys):
+            candidates.append((row, keys))
+    picked: list[Row] = []
+    for row, keys in order.arrange(
+        candidates,
+        priority=lambda c: int(c[0][9]),
+        due=lambda c: at_us(c[0][6]),
+        keys=lambda c: c[1][2:],
+    ):
+        if not gate.admits(keys):
+            continue
+        gate.take(keys)
+        picked.append(row[:6])
+        if len(picked) == limit or not gate.admits((QUEUE_KEY,)):
+            break
+    return picked
+
+
+def _take(
+    conn: sqlite3.Connection,
+    queue: str,
+    gate: ClaimGate,
+    gates: dict[str, int],
+    tokens: dict[str, float],
+) -> None:
+    """Write back what the claim took from the gates and rate buckets."""
     for key, left in gate.gates.items():
         if left != gates[key]:
             conn.execute(SQL.take_gate, {"queue": queue, "key": key, "gate": left})
@@ -306,7 +355,6 @@ def pick(conn: sqlite3.Connection, queue: str, limit: int, now: int) -> list[Row
                 SQL.take_tokens,
                 {"queue": queue, "key": key, "tokens": bucket.tokens, "at": to_us(bucket.at)},
             )
-    return picked
 
 
 def _hold_all(conn: sqlite3.Connection, queue: str, key: str, now: int, chunk: int) -> int:
@@ -380,6 +428,8 @@ def put_control(conn: sqlite3.Connection, control: Control, expected_version: in
         "rate": control.rate,
         "per": per,
         "burst": control.burst,
+        "fair": control.fair,
+        "aging": None if control.aging is None else float(control.aging),
         "state": state,
         "now": now,
     }

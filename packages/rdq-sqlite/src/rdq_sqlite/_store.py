@@ -117,6 +117,8 @@ class SqliteStorage(StorageBase):
             worker_registry=True,
             counters=True,
             backup=True,
+            fair_shares=True,
+            priority_aging=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------

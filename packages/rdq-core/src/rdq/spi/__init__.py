@@ -10,7 +10,8 @@
 - helpers: :mod:`limits` (the input limits), the envelope codec, keyset cursors
   (:class:`DLQCursor`, :class:`KeysetCursor`) and :func:`page_of`, :func:`fence`,
   :func:`first_of_each_id`, :func:`stored_flags`, :func:`group_order`; :class:`Doubling`,
-  the backoff of every retry loop;
+  the backoff of every retry loop; :class:`ClaimGate` and :class:`ClaimOrder`, the rules of a
+  claim for stores that decide claims in Python;
 - registration: :data:`hookimpl` and the hook :func:`rdq_storage_factory` (entry-point group
   ``rdq.storage``).
 
@@ -64,6 +65,15 @@ from rdq.spi._models import (
     TaskFilter,
     status_time,
 )
+from rdq.spi._order import (
+    NO_GROUP,
+    ClaimOrder,
+    OrderKey,
+    aged_due,
+    fair_group,
+    merged,
+    ranked,
+)
 from rdq.spi._pacing import Doubling
 from rdq.spi._protocol import Storage
 from rdq.spi._proxy import ForwardingStorage, adapt
@@ -92,6 +102,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
+    "NO_GROUP",
     "QUEUE_KEY",
     "STATUS_TIME_FIELDS",
     "Attempt",
@@ -101,6 +112,7 @@ __all__ = [
     "Bucket",
     "Capabilities",
     "ClaimGate",
+    "ClaimOrder",
     "Claimed",
     "Completion",
     "Control",
@@ -118,6 +130,7 @@ __all__ = [
     "KeysetCursor",
     "NotConnected",
     "NotFound",
+    "OrderKey",
     "Outcome",
     "Page",
     "RetryOverride",
@@ -137,18 +150,22 @@ __all__ = [
     "ValidationError",
     "WorkerInfo",
     "adapt",
+    "aged_due",
     "audit_scope",
     "decode_envelope",
     "encode_envelope",
     "envelope_from_builtins",
     "envelope_to_builtins",
+    "fair_group",
     "fence",
     "first_of_each_id",
     "group_order",
     "handler_key",
     "hookimpl",
     "limits",
+    "merged",
     "page_of",
+    "ranked",
     "rdq_register_storage",
     "rdq_storage_factory",
     "refill",

@@ -459,6 +459,11 @@ class StorageBase(abc.ABC):
         self._check_open()
         limits.check_control(control)
         limits.check_version(expected_version)
+        capabilities = self.capabilities()
+        if control.fair is not None and not capabilities.fair_shares:
+            raise self._unsupported("fair_shares")
+        if control.aging is not None and not capabilities.priority_aging:
+            raise self._unsupported("priority_aging")
         return await self._run(self._put_control(control, expected_version))
 
     async def delete_control(self, queue: str, key: str, *, expected_version: int) -> bool:

@@ -22,7 +22,7 @@ from rdq.spi._models import Capabilities
 
 __all__ = ["CONTRACT_VERSION", "FEATURES", "Feature", "require", "supports"]
 
-CONTRACT_VERSION = 3
+CONTRACT_VERSION = 4
 """The contract version this release of rdq defines."""
 
 
@@ -120,6 +120,20 @@ FEATURES: dict[str, Feature] = {
             "feature",
             ("add_counts", "read_counts", "purge_counts"),
             "no rates over time (counts only)",
+        ),
+        Feature(
+            "fair_shares",
+            4,
+            "feature",
+            ("claim_due", "put_control"),
+            "a queue cannot be made fair: claims follow priority and due time only",
+        ),
+        Feature(
+            "priority_aging",
+            4,
+            "feature",
+            ("claim_due", "put_control"),
+            "priorities are strict: a steady stream of higher ones holds lower ones back",
         ),
         Feature(
             "reopen",

@@ -68,6 +68,22 @@ class Control(msgspec.Struct, kw_only=True, frozen=True):
     A task that a control holds back is skipped, never waited on: the claim goes on with the
     tasks behind it.
 
+    Two settings belong to the queue's own control (key ``*``) only, and change the order a
+    claim takes due tasks in (contract version 4, see :class:`~rdq.spi.ClaimOrder`):
+
+    - ``fair`` (capability ``fair_shares``): a key prefix (``"tenant:"``). The queue's due
+      tasks are shared among their *groups*: a task's group is its first key that starts with
+      ``fair`` (``tenant:acme``), and the tasks without such a key are one group of their own.
+      A claim takes every group's first task (in the order below) before any group's second,
+      and so on: a group's next task waits behind at most one task of each other group, however
+      deep their backlogs. ``None``: no groups.
+    - ``aging`` (capability ``priority_aging``): seconds of waiting worth one step of priority.
+      Tasks are taken oldest *aged due time* first — the due time less ``priority × aging``
+      seconds — so a task of priority ``p`` due at ``d`` goes before every task of priority
+      ``q`` that became due after ``d + (q − p) × aging``: no priority waits for ever behind a
+      stream of higher ones. ``None`` (the default): strict priorities, highest first, oldest
+      due first within one.
+
     ``state`` is the engine's (a breaker's window and cool-down, who paused and why) and is
     stored as given. ``version`` and ``updated_at`` are the store's: every ``put_control``
     sets ``version`` to one more than before (1 for a new control) and ``updated_at`` to the
@@ -82,6 +98,8 @@ class Control(msgspec.Struct, kw_only=True, frozen=True):
     rate: int | None = None
     per: float = 1.0
     burst: int | None = None
+    fair: str | None = None
+    aging: float | None = None
     state: dict[str, Any] = {}
     version: int = 0
     updated_at: datetime | None = None

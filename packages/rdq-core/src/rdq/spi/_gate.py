@@ -57,6 +57,9 @@ class ClaimGate:
         }
         self.in_use: Counter[str] = Counter(in_use)
         self.paused = frozenset(k for k, c in self.controls.items() if c.paused)
+        self.closed = frozenset(k for k in self.controls if not self._room(k))
+        """The keys that let no task through at the start of the claim (paused, a gate or a
+        bucket at zero, every slot taken): a fair claim ranks none of their tasks."""
 
     @property
     def idle(self) -> bool:
@@ -75,21 +78,23 @@ class ClaimGate:
 
     def admits(self, keys: Iterable[str]) -> bool:
         """True if every control of ``keys`` lets one more task through now."""
-        for key in keys:
-            control = self.controls.get(key)
-            if control is None:
-                continue
-            if control.paused:
-                return False
-            gate = self.gates.get(key)
-            if gate is not None and gate < 1:
-                return False
-            if control.concurrency is not None and self.in_use[key] >= control.concurrency:
-                return False
-            bucket = self.buckets.get(key)
-            if bucket is not None and bucket.tokens < 1:
-                return False
-        return True
+        return all(key not in self.controls or self._room(key) for key in keys)
+
+    def closed_from_start(self, keys: Iterable[str]) -> bool:
+        """True if a control of ``keys`` let no task through when the claim began."""
+        return not self.closed.isdisjoint(keys)
+
+    def _room(self, key: str) -> bool:
+        control = self.controls[key]
+        if control.paused:
+            return False
+        gate = self.gates.get(key)
+        if gate is not None and gate < 1:
+            return False
+        if control.concurrency is not None and self.in_use[key] >= control.concurrency:
+            return False
+        bucket = self.buckets.get(key)
+        return bucket is None or bucket.tokens >= 1
 
     def take(self, keys: Iterable[str]) -> None:
         """One task with ``keys`` was claimed: take it from every gate, slot and bucket."""

@@ -233,6 +233,13 @@ class Capabilities(msgspec.Struct, kw_only=True, frozen=True):
     counters: bool = False
     """``add_counts``, ``read_counts``, ``purge_counts``: attempts ended per queue and minute."""
 
+    # --- contract version 4 -------------------------------------------------------------------
+    fair_shares: bool = False
+    """Claims share a queue among the groups of its due tasks when its ``*`` control names a
+    ``fair`` key prefix (see :class:`~rdq.spi.ClaimOrder`)."""
+    priority_aging: bool = False
+    """Claims order a queue by aged due time when its ``*`` control sets ``aging``."""
+
     # --- announced optional operations ----------------------------------------------------------
     reopen: bool = False
     """``reopen()`` builds a second store on the same data, with connections of its own (the

@@ -124,7 +124,10 @@ class Storage(Protocol):
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
     ) -> list[Claimed]:
         """Atomically claim up to ``limit`` due tasks of ``queue``: highest ``priority``
-        first, and within one priority oldest due first.
+        first, and within one priority oldest due first — or, when the queue's own control
+        (key ``*``) asks for it, by aged due time (``aging``, capability ``priority_aging``)
+        and shared among the groups of its tasks (``fair``, capability ``fair_shares``): see
+        :class:`~rdq.spi.ClaimOrder`.
 
         Due means PENDING with ``next_attempt_at <= now`` or IN_FLIGHT with
         ``lease_expires_at <= now`` (a lost lease), by the store's clock, compared at
@@ -324,6 +327,10 @@ class Storage(Protocol):
         ``expected_version`` (0: there is none yet), atomically; return it as stored, with
         ``version`` one more than before and ``updated_at`` the store's now (``in_use`` is
         not stored). A change of ``rate``, ``per`` or ``burst`` refills the rate bucket.
+        ``fair`` and ``aging`` (the queue's own control only) need ``fair_shares`` and
+        ``priority_aging``: a store without the capability raises ``Unsupported`` naming it,
+        storing nothing; from the write on, claims follow the new order, for tasks that
+        were waiting already as for new ones.
         Raises :class:`~rdq.errors.ControlConflict` (changing nothing) when the version is not
         the expected one: of many callers that read one version, exactly one succeeds."""
 

@@ -33,6 +33,7 @@ from rdq.retry import Action, Decision
 from rdq.spi import Control, Envelope, Outcome, Storage, task_keys
 from rdq.worker._clock import StorageClock
 from rdq.worker._limits import LimitKeeper
+from rdq.worker._order import DeclaredOrder
 from rdq.worker._run import Run
 
 __all__ = ["REFRESH", "FlowControl"]
@@ -73,6 +74,8 @@ class FlowControl:
         self._alerted: dict[tuple[str, str], float] = {}
         self.limits = LimitKeeper(app, storage, clock, worker_id, log, self.apply)
         """The declared limits of the queues, kept in the same records."""
+        self.declared: DeclaredOrder | None = None
+        """The claim order the queue configs declare, written at a refresh until it is."""
 
     # --- what the worker asks -------------------------------------------------------------
 
@@ -212,6 +215,8 @@ class FlowControl:
         while not stopping.is_set():
             try:
                 await self.refresh()
+                if self.declared is not None and self.declared.pending:
+                    await self.declared.apply()
                 await self.tick()
             except asyncio.CancelledError:
                 raise

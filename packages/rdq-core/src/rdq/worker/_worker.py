@@ -47,6 +47,7 @@ from rdq.worker._fleet import Fleet
 from rdq.worker._flow import FlowControl
 from rdq.worker._heartbeat import heartbeat_loop
 from rdq.worker._maintenance import maintenance_loop
+from rdq.worker._order import DeclaredOrder
 from rdq.worker._preflight import check_storage, warn_unserved
 from rdq.worker._run import Run
 from rdq.worker._runner import Runner
@@ -201,6 +202,8 @@ class Worker:
             stopping.set()
         await check_storage(self.storage, self.queues[0])
         warn_unserved(self.app, self.queues, self.log, self.worker_id)
+        declared = DeclaredOrder(self.app, self.storage, self.queues, self.log)
+        declared.check()
         size = sum(self.app.queue_config(q).concurrency for q in self.queues)
         threads = HandlerThreads(size)
         capabilities = self.storage.capabilities()
@@ -209,6 +212,8 @@ class Worker:
         )
         await _quietly(self.clock.calibrate(self.storage), self.log)
         await _quietly(flow.refresh(), self.log)  # breakers as they are before the first claim
+        flow.declared = declared  # written before the first claim, or at a refresh after it
+        await _quietly(declared.apply(), self.log)
         fleet = Fleet(
             self.storage,
             self.clock,

@@ -1,6 +1,7 @@
 -- The control records of :queue (every queue when NULL; only :key's when :key is not NULL),
 -- by queue then key, each with in_use: the tasks with its key that hold a live lease now.
-SELECT c.queue, c.key, c.paused, c.gate, c.concurrency, c.rate, c.per, c.burst, c.state,
+SELECT c.queue, c.key, c.paused, c.gate, c.concurrency, c.rate, c.per, c.burst, c.fair,
+       c.aging, c.state,
        c.version, c.updated_at, {schema}.live_leases(c.queue, c.key) AS in_use
 FROM {schema}.control AS c
 WHERE (:queue::text IS NULL OR c.queue = :queue::text)

@@ -7,10 +7,12 @@
 -- starts full again (bucket_at is read only beside bucket_tokens).
 WITH inserted AS (
     INSERT INTO {schema}.control AS c (
-        queue, key, paused, gate, concurrency, rate, per, burst, state, version, updated_at
+        queue, key, paused, gate, concurrency, rate, per, burst, fair, aging, state, version,
+        updated_at
     )
     SELECT :queue::text, :key::text, :paused::boolean, :gate::bigint, :concurrency::bigint,
-           :rate::bigint, :per::double precision, :burst::bigint, :state::json, 1, now()
+           :rate::bigint, :per::double precision, :burst::bigint, :fair::text,
+           :aging::double precision, :state::json, 1, now()
     WHERE :expected_version::bigint = 0
     ON CONFLICT (queue, key) DO NOTHING
     RETURNING c.version, c.updated_at
@@ -23,6 +25,8 @@ updated AS (
         rate = :rate::bigint,
         per = :per::double precision,
         burst = :burst::bigint,
+        fair = :fair::text,
+        aging = :aging::double precision,
         state = :state::json,
         version = c.version + 1,
         updated_at = now(),

@@ -1,4 +1,4 @@
 SELECT queue, key, paused, gate, concurrency, rate, per, burst, state, version, updated_at,
-    tokens, tokens_at
+    tokens, tokens_at, fair, aging
 FROM control
 WHERE queue = :queue AND key = :key

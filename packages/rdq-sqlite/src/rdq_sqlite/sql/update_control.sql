@@ -7,6 +7,8 @@ UPDATE control SET
     rate = :rate,
     per = :per,
     burst = :burst,
+    fair = :fair,
+    aging = :aging,
     state = :state,
     version = version + 1,
     updated_at = :now,

@@ -12,7 +12,9 @@ package io.rdq;
  * ({@link Storage#listQueues}), {@code importTasks} and {@code audit}
  * ({@link Storage#appendAudit}, {@link Storage#listAudit}); and those of contract version 3:
  * {@code control} (control records that claims honour, {@link Storage#retryNow}),
- * {@code workerRegistry} and {@code counters}.
+ * {@code workerRegistry} and {@code counters}; and those of contract version 4:
+ * {@code fairShares} and {@code priorityAging} (claims in the order a queue's own control
+ * asks for: {@link Control#fair()}, {@link Control#aging()}).
  */
 public record Capabilities(
         int contractVersion,
@@ -30,7 +32,9 @@ public record Capabilities(
         boolean audit,
         boolean control,
         boolean workerRegistry,
-        boolean counters) {
+        boolean counters,
+        boolean fairShares,
+        boolean priorityAging) {
     /** The contract version this binding implements ({@code rdq.spi.CONTRACT_VERSION}). */
-    public static final int CONTRACT_VERSION = 3;
+    public static final int CONTRACT_VERSION = 4;
 }

@@ -316,6 +316,7 @@ public final class Limits {
                 throw new ValidationException(field + "." + n[0], "must be an integer of at least " + n[2] + ", or None");
             }
         }
+        checkOrder(control, field);
         double per = control.per();
         if (!(per > 0 && per <= 86_400)) {
             throw new ValidationException(field + ".per", "must be a number of seconds in (0, 86400]");
@@ -330,6 +331,29 @@ public final class Limits {
             throw new ValidationException(field + ".state", "is " + size + " bytes encoded; the limit is " + MAX_CONTROL_STATE_BYTES);
         }
         return control;
+    }
+
+    /** The most seconds of waiting {@code Control.aging} may make worth one step of priority. */
+    public static final double MAX_AGING = 86_400;
+
+    /** {@code fair} and {@code aging}: settings of the queue's own control (key {@code *})
+     * only; {@code fair} a key prefix (1-200 characters without whitespace), {@code aging}
+     * seconds in (0, 86400]. */
+    private static void checkOrder(Control control, String field) {
+        if ((control.fair() != null || control.aging() != null) && !"*".equals(control.key())) {
+            String name = control.fair() != null ? "fair" : "aging";
+            throw new ValidationException(field + "." + name,
+                    "is a setting of the queue's own control (key '*'), not of a key's");
+        }
+        String fair = control.fair();
+        if (fair != null && (fair.isEmpty() || fair.length() > MAX_TASK_KEY_LENGTH || !printable(fair))) {
+            throw new ValidationException(field + ".fair", "must be a key prefix of 1-" + MAX_TASK_KEY_LENGTH
+                    + " characters without whitespace, or None");
+        }
+        Double aging = control.aging();
+        if (aging != null && !(aging > 0 && aging <= MAX_AGING)) {
+            throw new ValidationException(field + ".aging", "must be a number of seconds in (0, 86400], or None");
+        }
     }
 
     /** A control version a caller expects: 0 (none yet) or more. */

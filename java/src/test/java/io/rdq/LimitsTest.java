@@ -42,13 +42,21 @@ class LimitsTest {
         Limits.checkControl(control, "control");
         assertEquals("control.key", field(() -> Limits.checkControl(Control.of("q", "has space"), "control")));
         assertEquals("control.gate", field(() -> Limits.checkControl(
-                new Control("q", "k", false, -1L, null, null, 1.0, null, null, 0, null, null), "control")));
+                new Control("q", "k", false, -1L, null, null, 1.0, null, null, null, null, 0, null, null), "control")));
         assertEquals("control.rate", field(() -> Limits.checkControl(
-                new Control("q", "k", false, null, null, 0L, 1.0, null, null, 0, null, null), "control")));
+                new Control("q", "k", false, null, null, 0L, 1.0, null, null, null, null, 0, null, null), "control")));
         assertEquals("control.per", field(() -> Limits.checkControl(
-                new Control("q", "k", false, null, null, null, 0.0, null, null, 0, null, null), "control")));
+                new Control("q", "k", false, null, null, null, 0.0, null, null, null, null, 0, null, null), "control")));
         assertEquals("control.state", field(() -> Limits.checkControl(
-                new Control("q", "k", false, null, null, null, 1.0, null, RawJson.of("[1]"), 0, null, null), "control")));
+                new Control("q", "k", false, null, null, null, 1.0, null, null, null, RawJson.of("[1]"), 0, null, null), "control")));
+        Limits.checkControl(new Control("q", "*", false, null, null, null, 1.0, null, "tenant:", 60.0, null, 0, null,
+                null), "control");
+        assertEquals("control.fair", field(() -> Limits.checkControl(
+                new Control("q", "k", false, null, null, null, 1.0, null, "tenant:", null, null, 0, null, null), "control")));
+        assertEquals("control.fair", field(() -> Limits.checkControl(
+                new Control("q", "*", false, null, null, null, 1.0, null, "a b", null, null, 0, null, null), "control")));
+        assertEquals("control.aging", field(() -> Limits.checkControl(
+                new Control("q", "*", false, null, null, null, 1.0, null, null, 0.0, null, 0, null, null), "control")));
         assertEquals("expected_version", field(() -> Limits.checkVersion(-1, "expected_version")));
         assertEquals("info.id", field(() -> Limits.checkWorkerInfo(WorkerInfo.of(""), "info")));
         assertEquals("info.queues[0]", field(() -> Limits.checkWorkerInfo(new WorkerInfo("w", "h", 1, "v",

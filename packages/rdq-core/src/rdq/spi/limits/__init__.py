@@ -23,7 +23,9 @@ task keys              at most 8, each 1–200 characters without whitespace, no
                        ``handler:…``
 control                key 1–1100 characters without whitespace; ``gate``/``concurrency``
                        ≥ 0, ``rate``/``burst`` ≥ 1 or ``None``; ``per`` in (0, 86 400] s;
-                       ``state`` at most 64 KiB encoded
+                       ``state`` at most 64 KiB encoded; ``fair`` (a key prefix, 1–200
+                       characters without whitespace) and ``aging`` (in (0, 86 400] s) on the
+                       queue's own control (key ``*``) only
 worker info            a worker id; ``pid``/``concurrency``/``held`` ≥ 0; at most 1 000
                        queues; ``heartbeat`` in (0, 3 600] s
 counts                 at most 1 000 entries per call, each of a whole minute
@@ -79,6 +81,7 @@ from rdq.spi.limits._fields import (
 from rdq.spi.limits._values import (
     DEFAULT_OPERATION_TIMEOUT,
     EXACT_COUNT_THRESHOLD,
+    MAX_AGING,
     MAX_AUDIT_REASON_LENGTH,
     MAX_AUDIT_WORD_LENGTH,
     MAX_CONTROL_KEY_LENGTH,
@@ -108,6 +111,7 @@ from rdq.spi.limits._values import (
 __all__ = [
     "DEFAULT_OPERATION_TIMEOUT",
     "EXACT_COUNT_THRESHOLD",
+    "MAX_AGING",
     "MAX_AUDIT_REASON_LENGTH",
     "MAX_AUDIT_WORD_LENGTH",
     "MAX_CONTROL_KEY_LENGTH",

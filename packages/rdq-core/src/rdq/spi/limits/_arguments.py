@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rdq.errors import ValidationError
-from rdq.spi._flow import Control, Counts, WorkerInfo
+from rdq.spi._flow import QUEUE_KEY, Control, Counts, WorkerInfo
 from rdq.spi._models import (
     STATUS_TIME_FIELDS,
     AuditEntry,
@@ -34,6 +34,8 @@ from rdq.spi.limits._fields import (
     check_worker_id,
 )
 from rdq.spi.limits._values import (
+    _KEY_RE,
+    MAX_AGING,
     MAX_AUDIT_REASON_LENGTH,
     MAX_AUDIT_WORD_LENGTH,
     MAX_CONTROL_STATE_BYTES,
@@ -42,6 +44,7 @@ from rdq.spi.limits._values import (
     MAX_ERROR_MESSAGE_LENGTH,
     MAX_LIMIT,
     MAX_SELECTOR_IDS,
+    MAX_TASK_KEY_LENGTH,
     MAX_WORKER_QUEUES,
 )
 
@@ -225,6 +228,7 @@ def check_control(value: object, field: str = "control") -> Control:
     per = value.per
     if isinstance(per, bool) or not isinstance(per, int | float) or not 0 < per <= 86_400:
         raise ValidationError("must be a number of seconds in (0, 86400]", field=f"{field}.per")
+    _check_order(value, field)
     if not isinstance(value.state, dict):
         raise ValidationError("must be an object", field=f"{field}.state")
     encoded = _encoded(value.state, f"{field}.state", MAX_DEPTH)
@@ -234,6 +238,34 @@ def check_control(value: object, field: str = "control") -> Control:
             field=f"{field}.state",
         )
     return value
+
+
+def _check_order(value: Control, field: str) -> None:
+    """``fair`` and ``aging``: settings of the queue's own control (key ``*``) only; ``fair``
+    a key prefix (1–200 characters without whitespace), ``aging`` seconds in (0, 86400]."""
+    fair, aging = value.fair, value.aging
+    if (fair is not None or aging is not None) and value.key != QUEUE_KEY:
+        name = "fair" if fair is not None else "aging"
+        raise ValidationError(
+            f"is a setting of the queue's own control (key {QUEUE_KEY!r}), not of a key's",
+            field=f"{field}.{name}",
+        )
+    if fair is not None and (
+        not isinstance(fair, str)
+        or not 1 <= len(fair) <= MAX_TASK_KEY_LENGTH
+        or not _KEY_RE.fullmatch(fair)
+    ):
+        raise ValidationError(
+            f"must be a key prefix of 1-{MAX_TASK_KEY_LENGTH} characters without whitespace, "
+            "or None",
+            field=f"{field}.fair",
+        )
+    if aging is not None and (
+        isinstance(aging, bool) or not isinstance(aging, int | float) or not 0 < aging <= MAX_AGING
+    ):
+        raise ValidationError(
+            f"must be a number of seconds in (0, {MAX_AGING:g}], or None", field=f"{field}.aging"
+        )
 
 
 def check_version(value: object, field: str = "expected_version") -> int:

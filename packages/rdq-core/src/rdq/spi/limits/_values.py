@@ -32,6 +32,9 @@ MAX_TASK_KEY_LENGTH = 200
 MAX_CONTROL_KEY_LENGTH = 1100
 """A control's key: ``*``, ``handler:<handler_ref>`` or a task key."""
 MAX_CONTROL_STATE_BYTES = 64 * 1024
+MAX_AGING = 86_400.0
+"""The most seconds of waiting one step of priority may be worth (a day: twenty steps, the
+whole range of priorities, in twenty days)."""
 MAX_WORKER_QUEUES = 1000
 MAX_COUNTS = 1000
 DEFAULT_OPERATION_TIMEOUT = 10.0

@@ -192,6 +192,8 @@ final class Args {
             Long rate = null;
             double per = 1.0;
             Long burst = null;
+            String fair = null;
+            Double aging = null;
             RawJson state = null;
             long version = 0;
             Instant updatedAt = null;
@@ -208,13 +210,16 @@ final class Args {
                     case "rate" -> rate = optionalLong(r, at);
                     case "per" -> per = r.number(at);
                     case "burst" -> burst = optionalLong(r, at);
+                    case "fair" -> fair = r.token() == JsonToken.VALUE_NULL ? null : r.string(at);
+                    case "aging" -> aging = r.token() == JsonToken.VALUE_NULL ? null : r.number(at);
                     case "state" -> state = object(r, at);
                     case "version" -> version = r.longValue(at);
                     case "updated_at" -> updatedAt = r.instant(at);
                     default -> r.skip();
                 }
             }
-            return new Control(queue, key, paused, gate, concurrency, rate, per, burst, state, version, updatedAt, null);
+            return new Control(queue, key, paused, gate, concurrency, rate, per, burst, fair, aging, state, version,
+                    updatedAt, null);
         }
     }
 

@@ -337,6 +337,8 @@ final class Session implements Runnable {
         g.writeBooleanField("control", c.control());
         g.writeBooleanField("worker_registry", c.workerRegistry());
         g.writeBooleanField("counters", c.counters());
+        g.writeBooleanField("fair_shares", c.fairShares());
+        g.writeBooleanField("priority_aging", c.priorityAging());
         g.writeEndObject();
     }
 
@@ -358,6 +360,16 @@ final class Session implements Runnable {
         nullableNumber(g, "rate", c.rate());
         g.writeNumberField("per", c.per());
         nullableNumber(g, "burst", c.burst());
+        if (c.fair() == null) {
+            g.writeNullField("fair");
+        } else {
+            g.writeStringField("fair", c.fair());
+        }
+        if (c.aging() == null) {
+            g.writeNullField("aging");
+        } else {
+            g.writeNumberField("aging", c.aging());
+        }
         g.writeFieldName("state");
         g.writeRawValue(c.state().text());
         g.writeNumberField("version", c.version());

@@ -240,7 +240,9 @@ public final class PostgresStorage implements Storage {
                 true, // audit
                 true, // control
                 true, // worker registry
-                true); // counters
+                true, // counters
+                true, // fair shares
+                true); // priority aging
     }
 
     private void announce(String queue) {
@@ -400,11 +402,14 @@ public final class PostgresStorage implements Storage {
         Limits.checkWorkerId(workerId, "worker_id");
         Limits.checkLimit(limit, "limit");
         Limits.checkLease(lease, "lease");
-        record Row(Claimed claimed, Instant dueAt) {}
+        record Row(Claimed claimed, Instant dueAt, long rank) {}
         Params params = Params.of().set("queue", queue).set("limit", limit)
                 .set("lease_us", Times.micros(lease)).set("worker_id", workerId);
         RowMapper<Row> row = rs -> new Row(new Claimed(Rows.envelope(rs), rs.getString("token")),
-                Rows.instant(rs, "claimed_due_at"));
+                Rows.instant(rs, "claimed_due_at"), 0);
+        // claim_controlled.sql says where each claim stands in the queue's claim order
+        RowMapper<Row> ranked = rs -> new Row(new Claimed(Rows.envelope(rs), rs.getString("token")),
+                Rows.instant(rs, "claimed_due_at"), rs.getLong("claimed_rank"));
         List<Row> rows = null;
         if (!controlled.contains(queue)) {
             rows = with(conn -> {
@@ -433,7 +438,7 @@ public final class PostgresStorage implements Storage {
                     while (rs.next()) {
                         still[0] = rs.getBoolean("controlled");
                         if (rs.getString("id") != null) {
-                            out.add(row.map(rs));
+                            out.add(ranked.map(rs));
                         }
                     }
                     return out;
@@ -442,6 +447,10 @@ public final class PostgresStorage implements Storage {
             if (!still[0]) {
                 controlled.remove(queue);
             }
+            // in the order claim_controlled() took them: the queue's claim order (fair, aged)
+            List<Row> inOrder = new ArrayList<>(rows);
+            inOrder.sort(Comparator.comparingLong(Row::rank));
+            return inOrder.stream().map(Row::claimed).toList();
         }
         // UPDATE ... RETURNING has no order: hand the claims out in the claim order; ties stay
         // as they came (the order of ids is the database's, never compared here)
@@ -833,9 +842,14 @@ public final class PostgresStorage implements Storage {
         String state = rs.getString("state");
         return new Control(rs.getString("queue"), rs.getString("key"), rs.getBoolean("paused"),
                 optionalLong(rs, "gate"), optionalLong(rs, "concurrency"), optionalLong(rs, "rate"),
-                rs.getDouble("per"), optionalLong(rs, "burst"),
+                rs.getDouble("per"), optionalLong(rs, "burst"), rs.getString("fair"), optionalDouble(rs, "aging"),
                 state == null || !state.strip().startsWith("{") ? null : io.rdq.RawJson.trusted(state),
                 rs.getLong("version"), Rows.instant(rs, "updated_at"), rs.getLong("in_use"));
+    }
+
+    private static Double optionalDouble(ResultSet rs, String column) throws SQLException {
+        double value = rs.getDouble(column);
+        return rs.wasNull() ? null : value;
     }
 
     private static Long optionalLong(ResultSet rs, String column) throws SQLException {
@@ -865,6 +879,7 @@ public final class PostgresStorage implements Storage {
         List<Row> rows = query("put_control", Params.of().set("queue", control.queue()).set("key", control.key())
                 .set("paused", control.paused()).set("gate", control.gate()).set("concurrency", control.concurrency())
                 .set("rate", control.rate()).set("per", control.per()).set("burst", control.burst())
+                .set("fair", control.fair()).set("aging", control.aging())
                 .set("state", control.state().text()).set("expected_version", expectedVersion),
                 rs -> new Row(rs.getLong("version"), Rows.instant(rs, "updated_at")));
         if (rows.isEmpty()) {
