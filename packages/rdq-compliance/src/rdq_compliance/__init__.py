@@ -23,6 +23,7 @@ if "pytest" in sys.modules:
         "rdq_compliance.clauses",
         "rdq_compliance._support",
         "rdq_compliance.stateful",
+        "rdq_compliance._machine_base",
         "rdq_compliance.model",
     )
 

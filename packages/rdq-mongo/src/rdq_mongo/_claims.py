@@ -54,11 +54,12 @@ from pymongo import ReturnDocument
 from pymongo.errors import PyMongoError
 
 from rdq.spi import QUEUE_KEY, Claimed, ClaimGate, handler_key
-from rdq_mongo import _controls as ctl
+from rdq_mongo import _control_view as ctl
 from rdq_mongo import _filters as f
 from rdq_mongo._codec import envelope_from_document
 from rdq_mongo._connection import Connection, Document
-from rdq_mongo._controls import View
+from rdq_mongo._control_view import View
+from rdq_mongo._controls import live_leases
 from rdq_mongo._updates import claim_update
 
 __all__ = ["HOLD_MARGIN_US", "Claim"]
@@ -243,7 +244,7 @@ class Claim:
             if fresh is None or not fresh.limited:
                 return True  # the caller starts over with what it reads now
             view = fresh
-        live = await ctl.live_leases(self.connection, self.queue, view.concurrency_keys)
+        live = await live_leases(self.connection, self.queue, view.concurrency_keys)
         need = self.limit - len(self.claimed)
         cursor = self.connection.tasks.find(
             f.claim_filter(self.queue, [c.task.id for c in self.claimed], view.pause_scope(held)),
@@ -262,7 +263,7 @@ class Claim:
             if fresh is None or not fresh.limited:
                 return True
             view = fresh
-            live = await ctl.live_leases(self.connection, self.queue, view.concurrency_keys)
+            live = await live_leases(self.connection, self.queue, view.concurrency_keys)
         else:
             # Contended past reason: hold these keys back for this call, lease the rest.
             held |= set(plan.totals)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
@@ -11,9 +12,11 @@ from redis.backoff import NoBackoff
 from rdq_redis._errors import translate_errors
 from rdq_redis._url import RedisConfig
 
-__all__ = ["Client", "Connection", "open_connection"]
+__all__ = ["Client", "Connection", "LiveClient", "open_connection"]
 
 Client = Redis | RedisCluster
+LiveClient = Callable[[], Client]
+"""An open store's client, looked up at each use (``NotConnected`` once the store closed)."""
 
 
 class Connection:

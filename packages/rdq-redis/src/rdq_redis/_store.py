@@ -1,18 +1,21 @@
 """``RedisStorage``: the storage contract on Redis, every mutation one Lua script.
 
 :class:`~rdq.spi.StorageBase` checks that the store is open and validates every argument; the
-``_operations`` here run the scripts (see :mod:`rdq_redis._args` for their arguments)."""
+``_operations`` here run the scripts (see :mod:`rdq_redis._args` for their arguments); those of
+contract version 3 are in :mod:`rdq_redis._controls` (control records) and
+:mod:`rdq_redis._fleet` (the worker registry and the counts), what a fenced script's refusal
+means in :mod:`rdq_redis._fencing`."""
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any
 
 import msgspec
 
-from rdq.errors import ControlConflict, NotConnected, NotFound, StaleClaim
+from rdq.errors import NotConnected, NotFound, StaleClaim
 from rdq.spi import (
     CONTRACT_VERSION,
     Attempt,
@@ -33,10 +36,9 @@ from rdq.spi import (
     StorageBase,
     TaskFilter,
     WorkerInfo,
-    fence,
 )
-from rdq_redis import _args, _flow
-from rdq_redis._cluster import admit_on_cluster, forget_ids, forget_queue, register_queues
+from rdq_redis import _args, _controls, _fencing, _fleet
+from rdq_redis._cluster import admit_on_cluster, forget_ids, forget_queue
 from rdq_redis._codec import (
     audit_body,
     envelope_from_hash,
@@ -49,16 +51,7 @@ from rdq_redis._codec import (
 from rdq_redis._connection import Client, Connection, open_connection
 from rdq_redis._errors import translate_errors
 from rdq_redis._eviction import check_eviction
-from rdq_redis._keys import (
-    LAYOUT,
-    AuditKeys,
-    CountKeys,
-    QueueKeys,
-    WorkerKeys,
-    controlled_key,
-    index_key,
-    registry_key,
-)
+from rdq_redis._keys import LAYOUT, AuditKeys, QueueKeys, registry_key
 from rdq_redis._migrate import check_layout, migrate, older_layout_error, stored_layout
 from rdq_redis._notify import Waiters
 from rdq_redis._pages import audit_page, dlq_page, task_page
@@ -116,7 +109,6 @@ class RedisStorage(StorageBase):
         self._address = config.address
         self._cluster = config.cluster
         self._registry = "" if config.cluster else registry_key(config.prefix)
-        self._controlled = "" if config.cluster else controlled_key(config.prefix)
         self._session: _Session | None = None
 
     @classmethod
@@ -245,11 +237,11 @@ class RedisStorage(StorageBase):
 
     async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         scripts = await self._ready()
-        qk = await self._claim_keys(task_id, token)
+        qk = await _fencing.claim_keys(self._redis, self._config, task_id, token)
         reply = await scripts.run(
             "extend_lease", [qk.levels], [qk.base, task_id, token, _args.micros(lease)]
         )
-        await self._fence(task_id, reply[0])
+        await _fencing.check(self._redis, self._config, task_id, reply[0])
         return from_us(int(reply[1]))
 
     # --- resolution ------------------------------------------------------------------------
@@ -269,10 +261,10 @@ class RedisStorage(StorageBase):
         self, task_id: str, token: str, attempt: Attempt, status: str, next_at_us: str = ""
     ) -> None:
         scripts = await self._ready()
-        qk = await self._claim_keys(task_id, token)
+        qk = await _fencing.claim_keys(self._redis, self._config, task_id, token)
         args = _args.resolve_args(qk, task_id, token, status, attempt, next_at_us)
         reply = await scripts.run("resolve", [qk.levels], args)
-        await self._fence(task_id, reply[0])
+        await _fencing.check(self._redis, self._config, task_id, reply[0])
 
     async def _complete_many(
         self, completions: list[Completion]
@@ -289,41 +281,15 @@ class RedisStorage(StorageBase):
         results: list[StaleClaim | NotFound | None] = []
         for item, outcome in zip(completions, outcomes, strict=True):
             try:
-                await self._fence(item.task_id, outcome)
+                await _fencing.check(self._redis, self._config, item.task_id, outcome)
             except (StaleClaim, NotFound) as exc:
                 results.append(exc)
             else:
                 results.append(None)
         return results
 
-    async def _claim_keys(self, task_id: str, token: str) -> QueueKeys:
-        """The keys of the queue a claim token names (a foreign token names any queue: the
-        script then finds no such task there and the index decides)."""
-        queue = _args.token_queue(token)
-        if queue is None:
-            await self._refused(task_id, None)
-        return self._keys(queue)
-
-    async def _fence(self, task_id: str, outcome: bytes | None) -> None:
-        """The answer of a fenced script (``OK``, ``STALE`` or ``NOTFOUND``; ``None`` when no
-        script ran): nothing when it applied, else the error (:func:`rdq.spi.fence`)."""
-        if outcome != b"OK":
-            await self._refused(task_id, outcome)
-
-    async def _refused(self, task_id: str, outcome: bytes | None) -> NoReturn:
-        """Raise the error for a claim that did not hold: ``StaleClaim`` when the script saw
-        another token, else (the task is not in the queue the token names) what the id index
-        says: ``StaleClaim`` if the task exists elsewhere, ``NotFound`` if it does not."""
-        found = outcome == b"STALE" or await self._queue_of(task_id) is not None
-        fence(task_id, found=found, applied=False)
-        raise AssertionError("fence() raises for a call that did not apply")
-
     async def _queue_of(self, task_id: str) -> str | None:
-        with translate_errors(self._address):
-            queue = await self._redis().get(index_key(self._prefix, task_id))
-        if isinstance(queue, bytes):
-            return queue.decode()
-        return queue
+        return await _fencing.queue_of(self._redis, self._config, task_id)
 
     # --- DLQ -------------------------------------------------------------------------------
 
@@ -423,129 +389,50 @@ class RedisStorage(StorageBase):
     ) -> tuple[list[AuditEntry], str | None]:
         return await audit_page(await self._ready(), AuditKeys(self._prefix), audit_filter, page)
 
-    # --- flow control (contract version 3) --------------------------------------------------
+    # --- flow control (contract version 3, in _controls) -----------------------------------
 
     async def _list_controls(self, queue: str | None) -> list[Control]:
-        scripts = await self._ready()
-        if queue is not None:
-            queues = [queue]
-        else:
-            with translate_errors(self._address):
-                names = await self._redis().smembers(controlled_key(self._prefix))
-            queues = sorted(n.decode() if isinstance(n, bytes) else str(n) for n in names)
-        found: list[Control] = []
-        for name in queues:
-            qk = self._keys(name)
-            reply = await scripts.run("list_controls", [qk.levels], [qk.base])
-            found += _flow.controls_listed(name, reply)
-        return found
+        return await _controls.list_controls(await self._ready(), self._redis, self._config, queue)
 
     async def _put_control(self, control: Control, expected_version: int) -> Control:
         scripts = await self._ready()
-        qk = self._keys(control.queue)
-        if self._cluster:  # registered first: a crash after it leaves a name with no control
-            await register_queues(
-                self._redis(),
-                self._prefix,
-                self._address,
-                {control.queue},
-                controlled_key(self._prefix),
-            )
-        values = _flow.control_args(control, expected_version)
-        args = [qk.base, control.key, expected_version, self._controlled, control.queue, *values]
-        reply = await scripts.run("put_control", [qk.levels], args)
-        if reply[0] != b"OK":
-            raise self._conflict(control.queue, control.key, reply)
-        return msgspec.structs.replace(
-            control,
-            state=msgspec.json.decode(values[-1]),
-            version=int(reply[1]),
-            updated_at=from_us(int(reply[2])),
-            in_use=None,
+        return await _controls.put_control(
+            scripts, self._redis, self._config, control, expected_version
         )
 
     async def _delete_control(self, queue: str, key: str, expected_version: int) -> bool:
         scripts = await self._ready()
-        qk = self._keys(queue)
-        args = [qk.base, key, expected_version, self._controlled, queue]
-        reply = await scripts.run("delete_control", [qk.levels], args)
-        if reply[0] == b"NONE":
-            return False
-        if reply[0] != b"OK":
-            raise self._conflict(queue, key, reply)
-        if self._cluster and int(reply[1]):
-            await forget_queue(
-                self._redis(),
-                self._prefix,
-                self._address,
-                queue,
-                lambda: self._has_no_control(qk),
-                controlled_key(self._prefix),
-            )
-        return True
-
-    def _conflict(self, queue: str, key: str, reply: Any) -> ControlConflict:
-        fields = hash_pairs(reply[1]) if len(reply) > 1 else {}
-        found = _flow.control_from_hash(queue, key, fields) if fields else None
-        return ControlConflict(queue, key, found)
-
-    async def _has_no_control(self, qk: QueueKeys) -> bool:
-        with translate_errors(self._address):
-            return not await self._redis().exists(qk.controls)
+        return await _controls.delete_control(
+            scripts, self._redis, self._config, queue, key, expected_version
+        )
 
     async def _retry_now(self, queue: str, task_ids: list[str]) -> int:
         scripts = await self._ready()
         qk = self._keys(queue)
         return int(await scripts.run("retry_now", [qk.levels], [qk.base, qk.wake, *task_ids]))
 
-    # --- the fleet (contract version 3) -------------------------------------------------------
-
-    def _worker_keys(self) -> list[str]:
-        keys = WorkerKeys(self._prefix)
-        return [keys.info, keys.started, keys.seen]
+    # --- the fleet and counts (contract version 3, in _fleet) --------------------------------
 
     async def _heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
-        scripts = await self._ready()
-        stored = _flow.worker_json(info)
-        started, seen = await scripts.run(
-            "heartbeat_worker", self._worker_keys(), [info.id, stored]
-        )
-        return msgspec.structs.replace(
-            msgspec.json.decode(stored, type=WorkerInfo),
-            started_at=from_us(int(started)),
-            seen_at=from_us(int(seen)),
-        )
+        return await _fleet.heartbeat_worker(await self._ready(), self._prefix, info)
 
     async def _list_workers(self) -> list[WorkerInfo]:
-        scripts = await self._ready()
-        return _flow.workers_listed(await scripts.run("list_workers", self._worker_keys(), []))
+        return await _fleet.list_workers(await self._ready(), self._prefix)
 
     async def _remove_worker(self, worker_id: str) -> bool:
-        scripts = await self._ready()
-        return bool(await scripts.run("remove_worker", self._worker_keys(), [worker_id]))
+        return await _fleet.remove_worker(await self._ready(), self._prefix, worker_id)
 
     async def _purge_workers(self, seen_before: datetime) -> int:
-        scripts = await self._ready()
-        cutoff = to_us(seen_before)
-        return int(await scripts.run("purge_workers", self._worker_keys(), [cutoff]))
+        return await _fleet.purge_workers(await self._ready(), self._prefix, seen_before)
 
     async def _add_counts(self, counts: list[Counts]) -> None:
-        scripts = await self._ready()
-        keys = CountKeys(self._prefix)
-        args = [keys.base, len(counts), *_flow.counts_args(counts)]
-        await scripts.run("add_counts", [keys.queues], args)
+        await _fleet.add_counts(await self._ready(), self._prefix, counts)
 
     async def _read_counts(self, queue: str | None, since: datetime) -> list[Counts]:
-        scripts = await self._ready()
-        keys = CountKeys(self._prefix)
-        args = [keys.base, queue or "", _flow.minute_from(since)]
-        return _flow.counts_read(await scripts.run("read_counts", [keys.queues], args))
+        return await _fleet.read_counts(await self._ready(), self._prefix, queue, since)
 
     async def _purge_counts(self, before: datetime) -> int:
-        scripts = await self._ready()
-        keys = CountKeys(self._prefix)
-        args = [keys.base, _flow.minute_from(before)]
-        return int(await scripts.run("purge_counts", [keys.queues], args))
+        return await _fleet.purge_counts(await self._ready(), self._prefix, before)
 
     # --- operations ------------------------------------------------------------------------
 
