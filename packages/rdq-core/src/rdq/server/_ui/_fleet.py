@@ -147,13 +147,16 @@ async def silent_holdings(
     node: Node, fleet: Fleet, queues: list[tuple[str, int]]
 ) -> list[dict[str, Any]]:
     """The IN_FLIGHT tasks that silent workers hold, in the queues given as (name, tasks in
-    flight) — nothing is read when no worker is silent."""
+    flight) — only in the queues a silent worker said it served (every queue when one named
+    none), and nothing is read when no worker is silent."""
     silent = {w.id for w in fleet.silent_workers}
     if not silent:
         return []
+    everywhere = any(not w.queues for w in fleet.silent_workers)
+    served = {q for w in fleet.silent_workers for q in w.queues}
     held: list[dict[str, Any]] = []
     for queue, in_flight in queues:
-        if not in_flight:
+        if not in_flight or not (everywhere or queue in served):
             continue
         try:
             tasks, _ = await node.admin.list_tasks(
