@@ -148,7 +148,8 @@ async def load_postgres(url: str, rows: int, queues: int) -> None:
 
 
 async def surroundings(store: Storage) -> None:
-    """Workers (one silent), an open breaker, a paused queue and an hour of counts."""
+    """Workers (one silent), an open breaker, a paused queue and an hour of counts (tasks
+    died in two queues in the last 20 minutes)."""
     silent = WorkerInfo(
         id="bench-host:9:gone", host="bench-host", pid=9, queues=["q01"], heartbeat=1
     )
@@ -180,8 +181,15 @@ async def surroundings(store: Storage) -> None:
     await store.put_control(tripped, expected_version=0)
     await TaskAdmin(store).pause("q03", actor="bench", reason="maintenance")
     minute = now.replace(second=0, microsecond=0)
+    incident = ("q00", "q05")  # tasks died there in the last hour: the overview groups them
     counts = [
-        Counts(queue=f"q{q:02d}", minute=minute - timedelta(minutes=m), succeeded=40, failed=2)
+        Counts(
+            queue=f"q{q:02d}",
+            minute=minute - timedelta(minutes=m),
+            succeeded=40,
+            failed=2,
+            dead=3 if f"q{q:02d}" in incident and m < 20 else 0,
+        )
         for q in range(20)
         for m in range(60)
     ]

@@ -3,6 +3,7 @@ trail. (Search is in ``_search``.)"""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -30,6 +31,7 @@ from rdq.server._ui._fleet import (
 from rdq.server._ui._paging import DEFAULT_SIZE, SIZES, paging_of
 from rdq.spi import (
     AuditFilter,
+    Counts,
     DLQFilter,
     Envelope,
     Page,
@@ -70,21 +72,25 @@ FILTER_KEYS = ("error_type", "handler_ref", "after", "before")
 async def overview(request: Request[Any, Any, Any]) -> Template:
     principal, _ = session(request)
     node = node_of(request)
-    queues = [msgspec.to_builtins(s) for s in await node.queues()]
+    # independent reads at once: the page takes as long as the slowest, not their sum
+    flow, fleet, (series, rates_unsupported) = await asyncio.gather(
+        flow_of(node), fleet_of(node), rates_of(node)
+    )
+    stats, silent, (groups, groups_note) = await asyncio.gather(
+        node.queues(), silent_holdings(node, fleet), _top_groups(node, series, fleet.now)
+    )
+    queues = [msgspec.to_builtins(s) for s in stats]
     totals = {
         name: sum(q[name] for q in queues)
         for name in ("pending", "in_flight", "dlq_depth", "succeeded", "cancelled")
     }
-    flow = await flow_of(node)
-    fleet = await fleet_of(node)
-    series, rates_unsupported = await rates_of(node)
     for q in queues:
         counts = series.get(q["queue"])
         q["spark"] = sparkline(counts) if counts else None
         q["dead_recent"] = summary(counts, RECENT_MINUTES)["dead"] if counts else 0
         q["unserved"] = _unserved(q, fleet)
-    silent = await silent_holdings(node, fleet, [(q["queue"], q["in_flight"]) for q in queues])
-    groups, groups_note = await _top_groups(node, queues, fleet.now)
+    if rates_unsupported is not None and groups_note is None:  # no counts: the deepest DLQs
+        groups, groups_note = await _deepest_groups(node, queues, fleet.now)
     return page(
         request,
         "overview.html",
@@ -106,8 +112,9 @@ async def overview(request: Request[Any, Any, Any]) -> Template:
 RECENT_MINUTES = 15
 """The overview's "dead in the last … min"."""
 TOP_GROUPS = 8
-GROUP_QUEUES = 20
-"""The overview groups the DLQs of at most this many queues (the deepest)."""
+GROUP_QUEUES = 5
+"""The overview groups the DLQs of at most this many queues: those where the most tasks died
+in the last hour (every DLQ is grouped by reading it, so the page does not group them all)."""
 
 
 def _unserved(stats: dict[str, Any], fleet: Fleet) -> bool:
@@ -121,17 +128,38 @@ def _unserved(stats: dict[str, Any], fleet: Fleet) -> bool:
 
 
 async def _top_groups(
-    node: Node, queues: list[dict[str, Any]], now: datetime | None
+    node: Node, series: dict[str, list[Counts]], now: datetime | None
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """The largest DLQ groups across queues, those with a task dead in the last hour first
-    (only from a store that groups in the backend: the others page through the DLQ)."""
+    """The largest DLQ groups of the queues where the most tasks died in the last hour (by
+    the store's per-minute counts), those with a task dead in the last hour first. Only from
+    a store that groups in the backend (the others page through the DLQ); none without counts
+    (see :func:`_deepest_groups`)."""
     if not node.storage.capabilities().group_pushdown:
         return [], "This store groups the DLQ by reading it: open a queue's Dead tab."
+    if not series:
+        return [], None
+    dead = {queue: summary(counts)["dead"] for queue, counts in series.items()}
+    chosen = sorted((q for q in dead if dead[q]), key=lambda q: -dead[q])[:GROUP_QUEUES]
+    if not chosen:
+        return [], "No task died in the last hour."
+    return await _groups_of(node, chosen, now), None
+
+
+async def _deepest_groups(
+    node: Node, queues: list[dict[str, Any]], now: datetime | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """For a store without per-minute counts: the groups of the deepest DLQs."""
     deepest = sorted((q for q in queues if q["dlq_depth"]), key=lambda q: -q["dlq_depth"])
-    found: list[dict[str, Any]] = []
-    for q in deepest[:GROUP_QUEUES]:
-        for group in await node.admin.dlq_groups(q["queue"]):
-            found.append({"queue": q["queue"], **msgspec.to_builtins(group)})
+    return await _groups_of(node, [q["queue"] for q in deepest[:GROUP_QUEUES]], now), None
+
+
+async def _groups_of(node: Node, queues: list[str], now: datetime | None) -> list[dict[str, Any]]:
+    grouped = await asyncio.gather(*(node.admin.dlq_groups(q) for q in queues))
+    found = [
+        {"queue": queue, **msgspec.to_builtins(g)}
+        for queue, groups in zip(queues, grouped, strict=True)
+        for g in groups
+    ]
     since = (now or datetime.now(UTC)) - timedelta(hours=1)
 
     def rank(group: dict[str, Any]) -> tuple[bool, int]:
@@ -139,7 +167,7 @@ async def _top_groups(
         group["recent"] = last >= since
         return (not group["recent"], -group["count"])
 
-    return sorted(found, key=rank)[:TOP_GROUPS], None
+    return sorted(found, key=rank)[:TOP_GROUPS]
 
 
 def state_of(value: str | None) -> State:
