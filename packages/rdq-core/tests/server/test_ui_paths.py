@@ -225,3 +225,13 @@ async def test_a_prefix_search_says_how_far_it_read(
     words = _words(page.text)
     assert page.status_code == 404 and "Read 30 of 100 task(s)" in words
     assert "others may match" in words and "Name the queue" in words
+
+
+@pytest.mark.asyncio
+async def test_every_colour_of_both_schemes_is_a_value(client: Client) -> None:
+    """A custom property defined as itself (``--fail: var(--fail)``) is invalid: whatever
+    uses it is drawn in no colour (the failed line of a sparkline, a table head)."""
+    css = (await client.get("/ui/static/console.css")).text
+    defined = re.findall(r"--([a-z-]+):\s*([^;]+);", css)
+    assert defined
+    assert [name for name, value in defined if f"var(--{name})" in value] == []
