@@ -235,3 +235,18 @@ async def test_every_colour_of_both_schemes_is_a_value(client: Client) -> None:
     defined = re.findall(r"--([a-z-]+):\s*([^;]+);", css)
     assert defined
     assert [name for name, value in defined if f"var(--{name})" in value] == []
+
+
+@pytest.mark.asyncio
+async def test_dead_tasks_no_count_has_seen_yet_are_grouped_on_the_overview(
+    client: Client, memory_store: MemoryStorage
+) -> None:
+    """Tasks dead-lettered before any worker's per-minute counts reached the store (flushed
+    every ten seconds), or long ago: the overview groups the deepest DLQs, never "none"."""
+    await _dead(memory_store, "payments", ["d1", "d2", "d3"])
+    await _log_in(client)
+    html = (await client.get("/ui")).text
+    section = html[html.index('id="top-groups"') :]
+    assert "No task is dead-lettered" not in section
+    assert "(of the deepest DLQs)" in section
+    assert re.search(r'id="error-groups".*?>3</a>.*?payments', section, re.S), section

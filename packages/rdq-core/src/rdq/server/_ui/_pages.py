@@ -89,7 +89,10 @@ async def overview(request: Request[Any, Any, Any]) -> Template:
         q["spark"] = sparkline(counts) if counts else None
         q["dead_recent"] = summary(counts, RECENT_MINUTES)["dead"] if counts else 0
         q["unserved"] = _unserved(q, fleet)
-    if rates_unsupported is not None and groups_note is None:  # no counts: the deepest DLQs
+    # No counts, or none of a recent death (not yet flushed, or only old dead): the deepest
+    # DLQs, so that dead tasks are never summed up as none.
+    deepest = not groups and groups_note is None and totals["dlq_depth"] > 0
+    if deepest:
         groups, groups_note = await _deepest_groups(node, queues, fleet.now)
     return page(
         request,
@@ -105,6 +108,7 @@ async def overview(request: Request[Any, Any, Any]) -> Template:
         recent_minutes=RECENT_MINUTES,
         groups=groups,
         groups_note=groups_note,
+        groups_deepest=deepest,
         live=True,
     )
 
@@ -141,7 +145,7 @@ async def _top_groups(
     dead = {queue: summary(counts)["dead"] for queue, counts in series.items()}
     chosen = sorted((q for q in dead if dead[q]), key=lambda q: -dead[q])[:GROUP_QUEUES]
     if not chosen:
-        return [], "No task died in the last hour."
+        return [], None  # the overview groups the deepest DLQs, if any
     return await _groups_of(node, chosen, now), None
 
 
