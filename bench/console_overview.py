@@ -20,8 +20,8 @@ counts for every queue.
 It starts ``rdq server --no-work`` on the store, logs in, and times ``--repeat`` requests each
 of ``GET /ui`` (the overview page, every part of it) and ``GET /v1/queues`` (the API's
 overview), after two of each to warm up; it prints the median, the 90th percentile and the
-worst, and ``uptime`` before and after. Figures: BENCHMARKS.md, "The console's overview on a
-big store".
+worst, and ``uptime`` before and after; ``--parts`` then times each of the overview's reads
+alone. Figures: BENCHMARKS.md, "The console's overview on a big store".
 """
 
 from __future__ import annotations
@@ -265,6 +265,36 @@ def _figures(samples: list[float]) -> str:
     )
 
 
+async def parts(url: str, repeat: int) -> None:
+    """Each read of the overview alone, through a node's own objects in this process (where
+    the page's time goes; the page runs them two groups at a time)."""
+    from rdq.server import ServerSettings, TokenSpec
+    from rdq.server._node import Node
+    from rdq.server._ui import _fleet, _pages
+
+    async with rdq.open_storage(url) as store:
+        token = TokenSpec(owner="bench", rights=["read"], token=secrets.token_urlsafe(24))
+        node = Node(ServerSettings(tokens=[token]), store)
+        fleet = await _fleet.fleet_of(node)
+        series, _ = await _fleet.rates_of(node)
+        reads: dict[str, Any] = {
+            "breakers and pauses, held counted": lambda: _fleet.flow_of(node),
+            "workers": lambda: _fleet.fleet_of(node),
+            "per-minute counts, 60 min": lambda: _fleet.rates_of(node),
+            "every queue's stats": node.queues,
+            "a silent worker's tasks": lambda: _fleet.silent_holdings(node, fleet),
+            "top error groups": lambda: _pages._top_groups(node, series, fleet.now),
+        }
+        print()
+        for name, read in reads.items():
+            samples = []
+            for _ in range(repeat):
+                started = time.perf_counter()
+                await read()
+                samples.append((time.perf_counter() - started) * 1000)
+            print(f"{name:<36} median {statistics.median(samples):7.1f} ms")
+
+
 def measure(url: str, repeat: int) -> None:
     token = secrets.token_urlsafe(24)
     with node(url, token) as base, httpx.Client(base_url=base, timeout=120) as client:
@@ -315,6 +345,7 @@ def main() -> None:
     parser.add_argument("--queues", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--keep", type=Path, help="directory for the SQLite file (kept)")
+    parser.add_argument("--parts", action="store_true", help="also time each read alone")
     args = parser.parse_args()
     print(
         "uptime before:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -337,6 +368,8 @@ def main() -> None:
 
         asyncio.run(prepare())
         measure(url, args.repeat)
+        if args.parts:
+            asyncio.run(parts(url, args.repeat))
     print(
         "uptime after:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     )
