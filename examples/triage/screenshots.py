@@ -146,7 +146,8 @@ async def walk_fleet(base: str, token: str, out: Path) -> None:
             await _shot(page, f"fleet-overview{suffix}.png", out, full=True)
             await page.goto(f"{base}/ui/workers")
             await _shot(page, f"fleet-workers{suffix}.png", out, full=True)
-            await page.goto(f"{base}/ui/queues/exports?state=running")
+            tasks = "#tasks-wrap" if suffix else ""  # on a phone the tasks are below
+            await page.goto(f"{base}/ui/queues/exports?state=running{tasks}")
             await page.wait_for_selector("#tasks tbody tr.silent")
             await _shot(page, f"fleet-stuck{suffix}.png", out)
             await page.goto(f"{base}/ui/queues/invoices")
