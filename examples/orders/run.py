@@ -1,13 +1,16 @@
 """Submit a few orders and work them in one process, then show where each task ended.
 
-python examples/orders/run.py                       # in memory
-RDQ_STORAGE_URL=postgresql://user@localhost/shop python examples/orders/run.py
+python examples/orders/run.py                       # in ./rdq.db (or memory:// without rdq-sqlite)
+RDQ_STORAGE=postgresql://user@localhost/shop python examples/orders/run.py
+
+The store is chosen as every rdq command chooses it (rdq.storage_url): RDQ_STORAGE, else the
+SQLite file rdq.db in the working directory; without rdq-sqlite this example, which works its
+tasks in the same process, falls back to memory:// and says so.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
@@ -58,4 +61,4 @@ async def main(url: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(os.environ.get("RDQ_STORAGE_URL", "memory://"))))
+    sys.exit(asyncio.run(main(rdq.storage_url(or_memory=True))))

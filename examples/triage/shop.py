@@ -1,7 +1,8 @@
 """The shop whose payment provider goes down: the application of the triage walkthrough
 (docs/operations.md, "A real triage").
 
-Three handlers on the queue ``payments`` (and a slow newsletter on ``emails``):
+Three handlers on the queue ``payments`` (and a slow newsletter on ``emails``, long exports on
+``exports``):
 
 * ``payments.charge_card`` charges an order through the payment gateway;
 * ``payments.refund`` refunds one through the same gateway;
@@ -33,6 +34,9 @@ app.queue(
 # A short lease, renewed every third of it while a send runs: a send cancelled from the
 # console is let go within seconds.
 app.queue("emails", max_attempts=3, timeout=120.0, lease=6.0, concurrency=5)
+# Nightly exports: long jobs, twenty at a time per worker, each holding a lease of a minute
+# (renewed while it runs): a worker killed mid-export leaves its tasks held until then.
+app.queue("exports", max_attempts=3, timeout=900.0, lease=60.0, concurrency=20)
 
 
 class GatewayDown(Exception):
@@ -79,6 +83,12 @@ async def refund(order: dict[str, Any]) -> None:
 async def newsletter(issue: dict[str, Any]) -> None:
     """A slow send: each one holds its worker slot for a while."""
     await asyncio.sleep(issue.get("seconds", 60))
+
+
+@app.handler("exports.csv", queue="exports")
+async def export_csv(job: dict[str, Any]) -> None:
+    """A long export: it holds its worker slot for minutes."""
+    await asyncio.sleep(job.get("seconds", 300))
 
 
 @app.handler("payments.send_receipt", queue="payments")

@@ -232,3 +232,57 @@ async def test_rdq_server_without_storage_serves_from_the_default_store(tmp_path
         await asyncio.wait_for(node.wait(), 30)
     async with SqliteStorage.from_url(f"sqlite:///{tmp_path / 'rdq.db'}") as store:
         assert await store.list_queues() == []
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "orders"
+
+
+def _example(script: str, cwd: Path, **env: str) -> tuple[str, str]:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / script)],
+        cwd=cwd,
+        env={**clean_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout, done.stderr
+
+
+async def _task(path: Path, task_id: str) -> Status:
+    async with SqliteStorage.from_url(f"sqlite:///{path}") as store:
+        return (await store.get(task_id)).status
+
+
+def test_the_submit_example_stores_where_rdq_storage_says(tmp_path: Path) -> None:
+    named = tmp_path / "named.db"
+    out, _ = _example("submit.py", tmp_path, RDQ_STORAGE=f"sqlite:///{named}")
+    assert out.strip() == "task order-42 stored"
+    assert asyncio.run(_task(named, "order-42")) == Status.PENDING
+    assert not (tmp_path / "rdq.db").exists()
+    out, _ = _example("submit.py", tmp_path, RDQ_STORAGE=f"sqlite:///{named}")
+    assert out.strip() == "task order-42 already there"  # the same store, not a fresh one
+
+
+def test_the_submit_example_without_a_store_uses_rdq_db_and_says_so(tmp_path: Path) -> None:
+    out, err = _example("submit.py", tmp_path)
+    assert out.strip() == "task order-42 stored"
+    assert "using sqlite:///./rdq.db" in err
+    assert asyncio.run(_task(tmp_path / "rdq.db", "order-42")) == Status.PENDING
+
+
+def test_the_run_example_works_its_tasks_in_the_store_rdq_storage_names(tmp_path: Path) -> None:
+    named = tmp_path / "shop.db"
+    out, err = _example("run.py", tmp_path, RDQ_STORAGE=f"sqlite:///{named}")
+    assert "no storage named" not in err and "memory://" not in err
+    assert len(out.splitlines()) == 9
+
+    async def finished() -> int:
+        async with SqliteStorage.from_url(f"sqlite:///{named}") as store:
+            payments, emails = await store.stats("payments"), await store.stats("emails")
+            return sum(s.succeeded + s.dlq_depth for s in (payments, emails))
+
+    assert asyncio.run(finished()) == 9

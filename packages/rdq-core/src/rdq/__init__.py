@@ -20,6 +20,7 @@ worker.
 
 from typing import TYPE_CHECKING, Any
 
+from rdq._storage_url import storage_url
 from rdq.app import App, Handler, SchemeInvoker, TaskContext
 from rdq.client import Client, Submission, Submitted, SyncClient
 from rdq.config import Backoff, BackoffKind, Breaker, QueueConfig
@@ -73,6 +74,7 @@ __all__ = [
     "Worker",
     "installed_backends",
     "open_storage",
+    "storage_url",
 ]
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "AuditSink",
     "JsonLinesAuditSink",
     "MemoryAuditSink",
+    "describe_selector",
     "log_record",
     "selector_to_builtins",
 ]
@@ -131,6 +132,26 @@ def selector_to_builtins(selector: Selector | Any) -> dict[str, Any]:
     if selector.ids is not None:
         return {"ids": list(selector.ids)}
     return {"filter": msgspec.to_builtins(selector.filter)}
+
+
+def describe_selector(selector: dict[str, Any]) -> str:
+    """A stored selector in words, for a table: ``error_type=X handler_ref=Y``,
+    ``3 id(s): a, b, c``, ``key handler:charge``, ``op 5f1f9b at 20/s, everything``."""
+    words: list[str] = []
+    if "key" in selector:
+        words.append(f"key {selector['key']}")
+    if "op" in selector:
+        words.append(
+            f"op {selector['op']}" + (f" at {selector['rate']}" if "rate" in selector else "")
+        )
+    ids = selector.get("ids")
+    if isinstance(ids, list):
+        shown = ", ".join(str(i) for i in ids[:3]) + (", …" if len(ids) > 3 else "")
+        words.append(f"{len(ids)} id(s): {shown}")
+    chosen = selector.get("filter")
+    if isinstance(chosen, dict):
+        words.append(" ".join(f"{k}={v}" for k, v in sorted(chosen.items())) or "everything")
+    return ", ".join(words) or "-"
 
 
 def now_utc() -> datetime:

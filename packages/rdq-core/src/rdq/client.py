@@ -32,6 +32,7 @@ from typing import Any, Self, TypeVar
 import msgspec
 
 from rdq import tracing
+from rdq._storage_url import storage_url
 from rdq.app import DEFAULT_QUEUE, App, import_path
 from rdq.config import DEPENDENCY_PREFIX
 from rdq.errors import Unsupported, ValidationError
@@ -87,9 +88,16 @@ class Client:
 
     @classmethod
     @asynccontextmanager
-    async def open(cls, url: str, app: App | None = None, **options: Any) -> AsyncIterator[Client]:
-        """Open and connect the store for ``url``, yield a client, close the store after."""
-        async with open_storage(url, **options) as storage:
+    async def open(
+        cls, url: str | None = None, app: App | None = None, **options: Any
+    ) -> AsyncIterator[Client]:
+        """Open and connect the store for ``url``, yield a client, close the store after.
+
+        Without ``url``: the store ``RDQ_STORAGE`` names, else ``sqlite:///./rdq.db`` (said on
+        standard error), as every ``rdq`` command chooses (:func:`rdq.storage_url`); never
+        ``memory://`` unless named, so a task reported stored is in a store that outlives the
+        process."""
+        async with open_storage(storage_url(url), **options) as storage:
             yield cls(storage, app)
 
     async def submit(
@@ -312,9 +320,10 @@ class SyncClient:
 
     It runs a private event loop in a daemon thread and forwards each call to a
     :class:`Client` on it; the semantics and errors are the same. Use it as a context manager
-    or call :meth:`close`."""
+    or call :meth:`close`. Without ``url`` it chooses the store as :meth:`Client.open` does."""
 
-    def __init__(self, url: str, app: App | None = None, **options: Any) -> None:
+    def __init__(self, url: str | None = None, app: App | None = None, **options: Any) -> None:
+        url = storage_url(url)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="rdq-sync-client", daemon=True

@@ -190,3 +190,51 @@ def test_rdq_server_imports_its_app_from_the_current_directory_like_rdq_worker(
     assert missing.returncode == 1
     (line,) = missing.stderr.decode().strip().splitlines()
     assert line.startswith("Error: app: cannot import 'nowhere'"), line
+
+
+def test_rdq_server_with_an_app_works_the_apps_queues_without_being_told(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "twoqueues.py").write_text(
+        "import rdq\n"
+        "app = rdq.App()\n"
+        "app.queue('shop', max_attempts=2)\n"
+        "@app.handler('ship', queue='shop')\n"
+        "async def ship(payload):\n"
+        "    return None\n"
+        "@app.handler('mail', queue='mail')\n"
+        "def mail(payload):\n"
+        "    return None\n"
+    )
+    port = _free_port()
+    env = {**os.environ, "RDQ_SERVER_TOKENS": f"ops:read+submit+admin:{TOKEN}"}
+    env.pop("PYTHONPATH", None)
+    process = subprocess.Popen(
+        [RDQ, "server", "--storage", "memory://", "--port", str(port), "--app", "twoqueues:app"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        _wait_ready(url, process)
+        for task_id, queue, handler in [("s1", "shop", "ship"), ("m1", "mail", "mail")]:
+            body = {"id": task_id, "queue": queue, "handler_ref": handler}
+            response = httpx.post(
+                f"{url}/v1/tasks", headers=headers, json=body, timeout=HTTP_TIMEOUT
+            )
+            assert response.status_code == 201, response.text
+        deadline = time.monotonic() + 60
+        while {_status(url, "s1", headers), _status(url, "m1", headers)} != {"SUCCEEDED"}:
+            assert time.monotonic() < deadline, "the node did not work the app's queues"
+            time.sleep(0.1)
+        listed = httpx.get(f"{url}/v1/queues", headers=headers, timeout=HTTP_TIMEOUT).json()
+        assert [q["queue"] for q in listed["queues"]] == ["mail", "shop"]  # not 'default'
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    lines = [json.loads(line) for line in stderr.decode().splitlines()]
+    (listening,) = [line for line in lines if line["event"] == "listening"]
+    assert listening["works"] == ["mail", "shop"]

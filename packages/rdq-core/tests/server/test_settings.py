@@ -138,3 +138,28 @@ async def test_tokens_never_reach_the_logs(
     text = repr(logs) + printed.out + printed.err
     assert any(entry.get("audit") for entry in logs)
     assert ADMIN_TOKEN not in text and wrong not in text
+
+
+def test_a_node_works_the_queues_named_else_its_apps_else_default() -> None:
+    from rdq import App
+    from rdq.server import worked_queues
+
+    app = App()
+    app.queue("payments")
+
+    @app.handler("mail", queue="emails")
+    def mail(payload: object) -> None: ...
+
+    unnamed, _ = load_settings(None, {"storage": "memory://"}, env={})
+    named, _ = load_settings(None, {"storage": "memory://", "queues": ["hooks"]}, env={})
+    assert worked_queues(unnamed, app) == ["emails", "payments"]
+    assert worked_queues(named, app) == ["hooks"]
+    assert worked_queues(unnamed, None) == worked_queues(unnamed, App()) == ["default"]
+
+
+def test_rdq_storage_names_the_nodes_store_before_the_older_name() -> None:
+    both = {"RDQ_STORAGE": "memory://new", "RDQ_STORAGE_URL": "memory://old"}
+    assert load_settings(None, env=both)[0].storage == "memory://new"
+    assert load_settings(None, env={"RDQ_STORAGE_URL": "memory://old"})[0].storage == (
+        "memory://old"
+    )

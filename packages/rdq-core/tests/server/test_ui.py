@@ -66,9 +66,12 @@ def _csrf(html: str) -> str:
 
 @pytest.mark.asyncio
 async def test_pages_need_a_session(client: Client) -> None:
-    for path in ("/ui", "/ui/queues/default", "/ui/tasks/x", "/ui/audit", "/ui/search?q=x"):
+    response = await client.get("/ui", follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == "/ui/login"
+    for path in ("/ui/queues/default", "/ui/tasks/x", "/ui/audit", "/ui/search?q=x"):
         response = await client.get(path, follow_redirects=False)
-        assert response.status_code == 303 and response.headers["location"] == "/ui/login", path
+        assert response.status_code == 303, path
+        assert response.headers["location"].startswith("/ui/login?next="), path
     form = await client.get("/ui/login")
     bad = await client.post(
         "/ui/login", data={"token": "nope-nope-nope-nope", "login_csrf": _login_nonce(form.text)}
@@ -217,12 +220,15 @@ async def test_search_and_the_task_page(client: Client, memory_store: MemoryStor
     found = await client.get("/ui/search", params={"q": " t1 "}, follow_redirects=False)
     assert found.status_code == 303 and found.headers["location"] == "/ui/tasks/t1"
     missing = await client.get("/ui/search", params={"q": "t2"})
-    assert missing.status_code == 404 and "No task has the id" in missing.text
+    assert missing.status_code == 404
+    assert "No task’s id starts with t2" in _words(missing.text)
     bad = await client.get("/ui/search", params={"q": "no spaces allowed"})
     assert bad.status_code == 422
     task = await client.get("/ui/tasks/t1")
     assert "Dead-lettered" in task.text and "KeyError" in task.text
-    assert '<details class="tb">' in task.text, "tracebacks are folded"
+    assert '<details class="tb" id="traceback">' in task.text, "tracebacks are folded"
+    linked = await client.get("/ui/tasks/t1", params={"traceback": "open"})
+    assert '<details class="tb" id="traceback" open>' in linked.text, "unless linked open"
     assert "&lt;img src=x" in task.text and "<img src=x" not in task.text
 
 
@@ -290,8 +296,12 @@ async def test_each_group_shows_a_sample_of_its_error(
     page = await client.get("/ui/queues/default", params={"state": "dead"})
     groups = page.text.split('id="groups"', 1)[1].split("</table>", 1)[0]
     assert groups.count('class="sample-link"') == 2
-    assert 'href="/ui/tasks/t1" class="sample-link">traceback →' in groups
+    assert 'href="/ui/tasks/t1?traceback=open#traceback" class="sample-link">traceback →' in groups
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in groups, "the sample message, escaped"
+
+
+def _words(html: str) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
 
 
 @pytest.mark.asyncio
@@ -308,8 +318,43 @@ async def test_attempts_left_only_for_queues_the_node_knows(memory_store: Memory
     node = create_app(node_settings(), storage=memory_store, engine_app=app)
     async with AsyncTestClient(node) as client:
         await _login(client, READ_TOKEN)
-        assert "4 attempt(s) left" in (await client.get("/ui/tasks/known")).text
-        assert "attempt(s) left" not in (await client.get("/ui/tasks/unknown")).text
+        known = _words((await client.get("/ui/tasks/known")).text)
+        assert "it will be attempt #1, the 1st of its 4; 3 more after it." in known
+        assert "of its" not in _words((await client.get("/ui/tasks/unknown")).text)
+
+
+@pytest.mark.asyncio
+async def test_attempts_left_count_as_the_engine_does(memory_store: MemoryStorage) -> None:
+    """The first of 5 attempts, running, leaves 4 after it; an attempt that used none (a
+    DEFERRED one, held while a dependency was down) is not counted, as rdq.retry counts."""
+    import rdq
+    from rdq.server import create_app
+
+    from .conftest import node_settings
+
+    app = rdq.App()
+    app.queue("pay", max_attempts=5)
+    for task_id in ("first", "held-once", "last"):
+        await memory_store.enqueue(Envelope(id=task_id, queue="pay", handler_ref="h"))
+    claims = {c.task.id: c for c in await memory_store.claim_due("pay", 3, timedelta(seconds=60))}
+    now = datetime.now(UTC)
+    deferred = Attempt(number=1, outcome=Outcome.DEFERRED, started_at=now, finished_at=now)
+    later = now + timedelta(hours=1)
+    await memory_store.reschedule("held-once", claims["held-once"].token, deferred, later)
+    for n in range(1, 5):
+        failed = Attempt(number=n, outcome=Outcome.FAILED, error_type="E", finished_at=now)
+        await memory_store.reschedule("last", claims["last"].token, failed, now)
+        claims["last"] = (await memory_store.claim_due("pay", 1, timedelta(seconds=60)))[0]
+    node = create_app(node_settings(), storage=memory_store, engine_app=app)
+    async with AsyncTestClient(node) as client:
+        await _login(client, READ_TOKEN)
+        first = _words((await client.get("/ui/tasks/first")).text)
+        assert "This is attempt #1, the 1st of its 5; 4 more after it." in first
+        held = _words((await client.get("/ui/tasks/held-once")).text)
+        assert "it will be attempt #2, the 1st of its 5 counted" in held
+        assert "1 earlier one(s) not counted" in held and "4 more after it." in held
+        last = _words((await client.get("/ui/tasks/last")).text)
+        assert "This is attempt #5, the 5th of its 5; the last: if it fails" in last
 
 
 @pytest.mark.asyncio

@@ -216,7 +216,11 @@ async def test_search_by_id_with_the_keyboard(browser: Any) -> None:
             await page.keyboard.press("/")
             await page.keyboard.type("order-43")
             await page.keyboard.press("Enter")
-            await expect(page.locator(".error")).to_contain_text("No task has the id")
+            await expect(page.locator("#found-h")).to_contain_text("No task’s id starts with")
+            await page.keyboard.press("/")
+            await page.keyboard.type("order-")  # the start of an id: its one match opens
+            await page.keyboard.press("Enter")
+            await expect(page.locator("h1")).to_contain_text("order-42")
             # Every control of a queue page is reachable with Tab.
             await page.goto(f"{base_url}/ui/queues/q")
             reached: set[str] = set()
@@ -382,7 +386,7 @@ async def test_a_dependency_goes_down_from_the_banner_to_a_paced_redrive(
                 await expect(banner).to_contain_text("Breaker of handler charge_card")
                 await expect(banner).to_contain_text("6 task(s) held")
                 await expect(banner.locator("a.sample-link")).to_have_attribute(
-                    "href", f"/ui/tasks/{queue}-0001"
+                    "href", f"/ui/tasks/{queue}-0001?traceback=open#traceback"
                 )
                 row = page.locator("#queues tbody tr", has_text=queue)
                 await expect(row.locator("svg.spark polyline")).to_have_count(3)

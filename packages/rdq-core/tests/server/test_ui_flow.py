@@ -123,7 +123,9 @@ async def test_the_overview_shows_what_is_held_and_the_last_hour(scene: Any) -> 
     words = _text(html)
     assert "Breaker of handler charge in pay 5 task(s) held" in words
     assert "GatewayDown 502 from psp" in words
-    assert 'href="/ui/tasks/pay-0"' in html, "the error links to the task that tripped it"
+    assert 'href="/ui/tasks/pay-0?traceback=open#traceback"' in html, (
+        "the error links to the traceback of the task that tripped it"
+    )
     assert "paused dependency smtp in mail" in words
     assert "by bob" in words and "relay maintenance" in words
     assert re.search(r'data-count="total:silent">1<', html), "a task held by a silent worker"

@@ -62,12 +62,26 @@ def _unavailable(name: str, help_text: str, reason: str) -> click.Command:
     return click.Command(name, callback=run, help=f"{help_text} (unavailable: {reason})")
 
 
+LOG_LEVEL_KEY = "rdq.log_level"
+"""Where ``rdq --log-level`` leaves its choice (the root context's ``meta``)."""
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="rdq-core", prog_name="rdq")
-def main() -> None:
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    envvar="RDQ_LOG_LEVEL",
+    default=None,
+    help="Log lines (to stderr) from this level up (env RDQ_LOG_LEVEL; default warning: an "
+    "action prints its summary only). rdq worker has its own --log-level.",
+)
+@click.pass_context
+def main(ctx: click.Context, log_level: str | None) -> None:
     """rdq: a durable retry and dead-letter queue.
 
     Every command that touches storage takes --storage URL (or RDQ_STORAGE):
     sqlite:///rdq.db, postgresql://…, redis://…, mongodb://…, memory://. With none named,
     commands use sqlite:///./rdq.db (the file rdq.db in the working directory) and say so.
     """
+    ctx.meta[LOG_LEVEL_KEY] = log_level

@@ -1,23 +1,19 @@
-"""The store a command uses when none is named: ``sqlite:///./rdq.db``.
+"""The ``--storage`` option and the store a command uses when none is named.
 
-``--storage URL`` wins, then ``RDQ_STORAGE``, then ``RDQ_STORAGE_URL`` (the older name); with
-none of them, a command uses the SQLite file ``rdq.db`` in the working directory (created on
-first use, schema included) and says so on standard error.
+The rule is :func:`rdq.storage_url`'s, shared with ``rdq.Client.open()``, ``rdq.SyncClient()``
+and the examples: ``--storage URL`` wins, then ``RDQ_STORAGE``, then ``RDQ_STORAGE_URL`` (the
+older name); with none of them, the SQLite file ``rdq.db`` in the working directory (created on
+first use, schema included), said on standard error.
 """
 
 from __future__ import annotations
 
-import os
-
 import click
 
+from rdq._storage_url import DEFAULT_STORAGE, STORAGE_ENV, storage_url
+from rdq.errors import ConfigError
+
 __all__ = ["DEFAULT_STORAGE", "STORAGE_ENV", "chosen_storage", "storage_option"]
-
-DEFAULT_STORAGE = "sqlite:///./rdq.db"
-"""The store used when no storage is named: a durable file in the working directory."""
-
-STORAGE_ENV = ("RDQ_STORAGE", "RDQ_STORAGE_URL")
-"""The environment variables naming the store, the first set one wins."""
 
 storage_option = click.option(
     "--storage",
@@ -34,18 +30,8 @@ def chosen_storage(url: str | None) -> str:
     """``url`` if one was named, else :data:`DEFAULT_STORAGE`, announced on standard error.
 
     Raises ``click.ClickException`` when the default is needed but rdq-sqlite is missing."""
-    if url:
-        return url
-    from rdq.plugins import plugins
-
-    if "sqlite" not in plugins().schemes():
-        raise click.ClickException(
-            f"no storage named, and the default ({DEFAULT_STORAGE}) needs rdq-sqlite: "
-            "pip install rdq-sqlite, or name a store with --storage URL or RDQ_STORAGE"
-        )
-    path = os.path.abspath("rdq.db")
-    click.echo(
-        f"rdq: no storage named (--storage or RDQ_STORAGE); using {DEFAULT_STORAGE} ({path})",
-        err=True,
-    )
-    return DEFAULT_STORAGE
+    try:
+        # click has read the environment into ``url`` already: only the default is left.
+        return storage_url(url, env={}, say=lambda text: click.echo(text, err=True))
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None

@@ -253,7 +253,8 @@ async def run_demo(console: Console, storage_url: str = "memory://") -> None:
         if not in_memory:
             raise
         raise click.ClickException(
-            "rdq demo runs on the in-memory store: pip install rdq-memory"
+            "rdq demo runs on the in-memory store: pip install rdq-memory (from a checkout of rdq: "
+            "pip install ./packages/rdq-memory)"
         ) from None
     submissions = SUBMISSIONS
     if not in_memory:  # a store that keeps tasks: this run's ids are its own

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 import socket
 import sys
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Any
 
 import click
 
+from rdq.cli import LOG_LEVEL_KEY
 from rdq.cli._default import DEFAULT_STORAGE, STORAGE_ENV, chosen_storage
 from rdq.cli._targets import DirectTarget, HttpTarget, Target
 
@@ -192,10 +194,19 @@ class _CurrentStderr:
 
 
 def _log_to_stderr() -> None:
-    """Audit and storage log lines go to stderr, so ``--json`` output stays parseable."""
+    """Log lines go to stderr, so ``--json`` output stays parseable, and only from WARNING
+    up unless asked (``rdq --log-level info …`` or ``RDQ_LOG_LEVEL``): an action prints its
+    summary and nothing else (its audit entry is in the store's trail, ``rdq audit``)."""
     from rdq import logging as rdq_logging
 
-    rdq_logging.configure(stream=_CurrentStderr())
+    rdq_logging.configure(stream=_CurrentStderr(), level=log_level())
+
+
+def log_level() -> str:
+    """The level ``rdq --log-level`` (or ``RDQ_LOG_LEVEL``) asked for, else WARNING."""
+    context = click.get_current_context(silent=True)
+    asked = context.find_root().meta.get(LOG_LEVEL_KEY) if context is not None else None
+    return str(asked or os.environ.get("RDQ_LOG_LEVEL") or "WARNING")
 
 
 def _default_actor() -> str:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
+from rdq.audit import describe_selector
 from rdq.cli._common import echo_json
 from rdq.cli._targets import Action, Target
 
@@ -175,24 +176,35 @@ def print_groups(queue: str, groups: list[dict[str, Any]]) -> None:
 
 
 def print_audit(entries: list[dict[str, Any]], cursor: str | None) -> None:
+    """The trail as a table of four columns whose cells break between words: the time (date
+    above clock), who, what (action, queue, tasks) and the selection in words above the
+    reason — so an 80-column terminal folds a word only when it is wider than its column."""
     table = Table(title="audit trail (newest first)")
-    for column in ("time", "actor", "action", "queue", "count", "selection", "reason"):
-        table.add_column(column, overflow="fold")
+    table.add_column("time", no_wrap=True)
+    table.add_column("actor", overflow="fold")
+    table.add_column("action", overflow="fold")
+    table.add_column("selection · reason", overflow="fold", ratio=1)
     for e in entries:
-        selection = msgspec.json.encode(e.get("selector") or {}).decode()
-        count = str(e["count"]) + (" (failed)" if e.get("error") else "")
+        failed = " (failed part-way)" if e.get("error") else ""
+        reason = e.get("reason")
         table.add_row(
-            str(e.get("time") or "-"),
+            _audit_time(e.get("time")),
             e["actor"],
-            e["action"],
-            e["queue"],
-            count,
-            selection[:200],
-            e.get("reason") or "",
+            f"{e['action']}\n{e['queue']}\n{e['count']:,} task(s){failed}",
+            describe_selector(e.get("selector") or {}) + (f"\n“{reason}”" if reason else ""),
         )
     console.print(table)
     if cursor:
         console.print(f"older: --cursor {cursor}")
+
+
+def _audit_time(value: Any) -> str:
+    """``2026-03-02`` above ``09:14:03Z`` (seconds are enough in a table; ``--json`` has the
+    rest)."""
+    if not isinstance(value, str) or "T" not in value:
+        return str(value or "-")
+    day, clock = value.split("T", 1)
+    return f"{day}\n{clock[:8]}Z"
 
 
 async def confirm_and_act(target: Target, action: Action, yes: bool, as_json: bool) -> None:

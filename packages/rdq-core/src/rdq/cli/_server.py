@@ -40,12 +40,18 @@ from rdq.errors import RdqError
     help="A bearer token, rights joined by + (read, submit, admin). Repeatable. "
     "Prefer RDQ_SERVER_TOKENS or the config file: flags show in process lists.",
 )
-@click.option("--queue", "queues", multiple=True, help="A queue this node works. Repeatable.")
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    help="A queue this node works (repeatable); default: the --app's queues, else 'default'.",
+)
 @click.option(
     "--app",
     "app_ref",
     metavar="MODULE:ATTR",
-    help="An rdq.App whose handlers and queue configs this node also uses.",
+    help="An rdq.App whose handlers and queue configs this node also uses; without --queue "
+    "the node works its queues, as rdq worker does.",
 )
 @click.option("--work/--no-work", default=None, help="Run a worker beside the API (default on).")
 @click.option(
@@ -100,10 +106,11 @@ def server(
 
         from rdq import logging as rdq_logging
         from rdq.app import App, load_app
-        from rdq.server import create_app, load_settings, parse_token_flag
+        from rdq.server import create_app, load_settings, parse_token_flag, worked_queues
     except ModuleNotFoundError as exc:
         raise click.ClickException(
-            f"the server needs the 'server' extra: pip install 'rdq-core[server]' ({exc})"
+            "the server needs the 'server' extra: pip install 'rdq-core[server]' (from a "
+            f"checkout of rdq: pip install './packages/rdq-core[server]') ({exc})"
         ) from None
     try:
         overrides: dict[str, Any] = {
@@ -134,10 +141,12 @@ def server(
     except RdqError as exc:
         raise click.ClickException(str(exc)) from None
     url = f"http://{settings.host}:{settings.port}"
+    works = worked_queues(settings, engine_app) if settings.work else []
     if json_logs:
-        structlog.get_logger("rdq.server").info("listening", url=url, ui=f"{url}/ui")
+        structlog.get_logger("rdq.server").info("listening", url=url, ui=f"{url}/ui", works=works)
     else:
-        click.echo(f"rdq server on {url} (UI at /ui)", err=True)
+        named = ", ".join(works) or "no queue (--no-work)"
+        click.echo(f"rdq server on {url} (UI at /ui); works {named}", err=True)
     uvicorn.run(
         app,
         host=settings.host,

@@ -7,7 +7,13 @@ HTTP callback tasks with :class:`HttpCallbackInvoker`.
 
 from rdq.server._app import create_app
 from rdq.server._callbacks import HttpCallbackInvoker
-from rdq.server._settings import ServerSettings, TokenSpec, load_settings, parse_token_flag
+from rdq.server._settings import (
+    ServerSettings,
+    TokenSpec,
+    load_settings,
+    parse_token_flag,
+    worked_queues,
+)
 
 __all__ = [
     "HttpCallbackInvoker",
@@ -16,4 +22,5 @@ __all__ = [
     "create_app",
     "load_settings",
     "parse_token_flag",
+    "worked_queues",
 ]

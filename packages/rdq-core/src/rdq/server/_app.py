@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+import msgspec
 from litestar import Litestar
 from litestar.datastructures import MutableScopeHeaders
 from litestar.plugins.jinja import JinjaTemplateEngine
@@ -25,7 +26,7 @@ from rdq.server._callbacks import HttpCallbackInvoker
 from rdq.server._errors import exception_handlers
 from rdq.server._node import Node
 from rdq.server._openapi import openapi_config, refine
-from rdq.server._settings import ServerSettings
+from rdq.server._settings import ServerSettings, worked_queues
 from rdq.server._ui import jinja_filters, ui_router
 from rdq.spi import Storage
 from rdq.worker import Worker
@@ -48,17 +49,19 @@ def create_app(
     ``storage`` is used as given (already connected, and left open) if passed; otherwise the
     node opens ``settings.storage`` at startup and closes it at shutdown. When
     ``settings.work`` is set the node also runs an :class:`rdq.Worker` on
-    ``settings.queues``, with HTTP callbacks registered for ``http``/``https`` handler refs
-    on ``engine_app`` (a fresh :class:`rdq.App` if not given); that worker also runs the
-    app's schedules whose queue is among ``settings.queues`` (one task per tick, however many
-    nodes and workers share the store). Raises ``ConfigError`` when no token is configured."""
+    ``settings.queues`` (none named: ``engine_app``'s queues, else ``default``), with HTTP
+    callbacks registered for ``http``/``https`` handler refs on ``engine_app`` (a fresh
+    :class:`rdq.App` if not given); that worker also runs the app's schedules whose queue is
+    among ``settings.queues`` (one task per tick, however many nodes and workers share the
+    store). Raises ``ConfigError`` when no token is configured."""
     if not settings.tokens:
         raise ConfigError(
             "configure at least one token (--token, RDQ_SERVER_TOKENS or [[server.tokens]])",
             key="server.tokens",
         )
     if storage is None and not settings.storage:
-        raise ConfigError("no storage URL (--storage or RDQ_STORAGE_URL)", key="server.storage")
+        raise ConfigError("no storage URL (--storage or RDQ_STORAGE)", key="server.storage")
+    settings = msgspec.structs.replace(settings, queues=worked_queues(settings, engine_app))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

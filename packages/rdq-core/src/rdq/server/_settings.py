@@ -7,7 +7,7 @@ and workers share the store, each tick is one task (see :mod:`rdq.schedules`)::
 
     [server]
     storage = "postgresql://rdq@db/rdq"
-    queues = ["webhooks"]                 # queues this node works (and lists)
+    queues = ["webhooks"]                 # queues this node works and lists (default: the app's)
     audit_log = "/var/log/rdq/audit.jsonl"
     open_metrics = false                  # /metrics needs a token with "read"
 
@@ -35,6 +35,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from rdq._storage_url import named_storage
+from rdq.app import DEFAULT_QUEUE, App
 from rdq.callbacks import CallbackSettings
 from rdq.errors import ConfigError
 
@@ -45,6 +47,7 @@ __all__ = [
     "TokenSpec",
     "load_settings",
     "parse_token_flag",
+    "worked_queues",
 ]
 
 Right = Literal["read", "submit", "admin"]
@@ -112,8 +115,11 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True):
     host: str = "127.0.0.1"
     port: int = 8080
     tokens: list[TokenSpec] = []
-    queues: list[str] = msgspec.field(default_factory=lambda: ["default"])
-    """Queues this node works (runs their tasks' handlers and callbacks) and lists."""
+    queues: list[str] = []
+    """Queues this node works (runs their tasks' handlers and callbacks) and lists. Empty (the
+    default): the queues of the node's application, as ``rdq worker`` works them (declared,
+    configured or bound to a handler: :attr:`rdq.App.queues`), else ``["default"]``; see
+    :func:`worked_queues`."""
     work: bool = True
     """Run a worker beside the API."""
     migrate: bool = False
@@ -216,8 +222,8 @@ def load_settings(
     (command-line flags; ``None`` values are ignored). Returns the settings and the engine
     part of the file (``defaults``/``queues``/``schedules`` tables) for ``App.configure``.
 
-    Environment: ``RDQ_STORAGE_URL``, ``RDQ_SERVER_TOKENS`` (space-separated
-    ``OWNER:RIGHTS:TOKEN``), ``RDQ_CALLBACK_SECRET``, ``RDQ_AUDIT_LOG``,
+    Environment: ``RDQ_STORAGE`` (or the older ``RDQ_STORAGE_URL``), ``RDQ_SERVER_TOKENS``
+    (space-separated ``OWNER:RIGHTS:TOKEN``), ``RDQ_CALLBACK_SECRET``, ``RDQ_AUDIT_LOG``,
     ``RDQ_SESSION_SECRET``.
     Raises ``ConfigError`` naming the key."""
     env = dict(os.environ) if env is None else env
@@ -239,8 +245,9 @@ def load_settings(
         if not secret:
             raise ConfigError(f"environment variable {secrets_env} is not set", "callbacks")
         callbacks["secrets"] = [secret, *callbacks.get("secrets", [])]
-    if "RDQ_STORAGE_URL" in env and "storage" not in data:
-        data["storage"] = env["RDQ_STORAGE_URL"]
+    named = named_storage(env)
+    if named and "storage" not in data:
+        data["storage"] = named
     if env.get("RDQ_SESSION_SECRET") and "session_secret" not in data:
         data["session_secret"] = env["RDQ_SESSION_SECRET"]
     if env.get("RDQ_AUDIT_LOG") and "audit_log" not in data:
@@ -269,3 +276,11 @@ def load_settings(
     for i, spec in enumerate(settings.tokens):
         spec.digest(f"server.tokens[{i}]")
     return settings, engine
+
+
+def worked_queues(settings: ServerSettings, app: App | None) -> list[str]:
+    """The queues a node works: those its settings name (``--queue``, ``queues``), else its
+    application's (``--app``, and the file's ``[queues.NAME]`` tables), else ``default``."""
+    if settings.queues:
+        return list(settings.queues)
+    return (app.queues if app is not None else []) or [DEFAULT_QUEUE]

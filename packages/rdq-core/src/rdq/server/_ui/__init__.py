@@ -15,7 +15,8 @@ from rdq.server._ui._actions import act, confirm
 from rdq.server._ui._common import jinja_filters, ui_error
 from rdq.server._ui._controls import control_act, control_confirm, workers_page
 from rdq.server._ui._login import login, login_form, logout
-from rdq.server._ui._pages import audit_page, overview, queue_page, search, task_page
+from rdq.server._ui._pages import audit_page, overview, queue_page, task_page
+from rdq.server._ui._search import search
 
 __all__ = ["jinja_filters", "ui_router"]
 

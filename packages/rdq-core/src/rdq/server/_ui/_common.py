@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from litestar import Request, Response
 from litestar.datastructures import Cookie
@@ -25,11 +25,13 @@ __all__ = [
     "check_csrf",
     "cookie",
     "jinja_filters",
+    "login_url",
     "node_of",
     "page",
     "parse_time",
     "queue_url",
     "require_admin",
+    "safe_next",
     "session",
     "text",
     "ui_error",
@@ -168,9 +170,37 @@ def parse_time(value: str | None, field: str) -> datetime | None:
     return check_time(parsed, field)
 
 
+def safe_next(value: Any) -> str | None:
+    """``value`` if it names a console page of this node (a path under ``/ui``, with its
+    query), else None: after a login the browser goes back to the page it was sent to, never
+    to another site (``//evil.example``, ``https://…``, ``/\\evil``) nor to the login itself."""
+    if not isinstance(value, str) or len(value) > 4096 or not value.startswith("/ui"):
+        return None
+    if "\\" in value or not value.isprintable():
+        return None
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc or parts.fragment:
+        return None
+    if parts.path != "/ui" and not parts.path.startswith("/ui/"):
+        return None
+    if parts.path in ("/ui/login", "/ui/logout"):
+        return None
+    return value
+
+
+def login_url(request: Request[Any, Any, Any]) -> str:
+    """The login page, told to come back to this request's page when it is one a browser
+    can return to (a GET of a console page)."""
+    query = request.url.query
+    target = safe_next(request.url.path + (f"?{query}" if query else ""))
+    if request.method != "GET" or target is None or target == "/ui":
+        return "/ui/login"
+    return f"/ui/login?{urlencode({'next': target})}"
+
+
 def ui_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     if isinstance(exc, LoginRequired):
-        return Redirect("/ui/login", status_code=303)
+        return Redirect(login_url(request), status_code=303)
     if isinstance(exc, UIError):
         status, message = exc.status, exc.message
     else:
@@ -255,6 +285,13 @@ def _count(stats: dict[str, Any], name: str) -> str:
     return f"~{value:,}" if name in (stats.get("estimated") or ()) else f"{value:,}"
 
 
+def _ordinal(value: Any) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``11th``, ``22nd``."""
+    n = int(value)
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 jinja_filters = {
     "age": _age,
     "when": _when,
@@ -266,4 +303,5 @@ jinja_filters = {
     "span": span,
     "elapsed": _elapsed,
     "key_label": key_label,
+    "ordinal": _ordinal,
 }

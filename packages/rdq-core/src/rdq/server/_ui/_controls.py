@@ -167,8 +167,7 @@ async def workers_page(request: Request[Any, Any, Any]) -> Template:
     principal, _ = session(request)
     node = node_of(request)
     fleet = await fleet_of(node)
-    queues = [(s.queue, s.in_flight) for s in await node.queues()]
-    silent = await silent_holdings(node, fleet, queues)
+    silent = await silent_holdings(node, fleet)
     held: dict[str, list[dict[str, Any]]] = {}
     for task in silent:
         held.setdefault(task["worker"], []).append(task)

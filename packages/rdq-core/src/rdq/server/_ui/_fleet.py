@@ -5,6 +5,7 @@ sentence saying what it lacks (``unsupported``), never an error page."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -13,7 +14,7 @@ from rdq.admin import BreakerView, LimitView, PauseView, WorkerView
 from rdq.errors import Unsupported
 from rdq.limiting import LIMIT_PREFIX, value_of
 from rdq.server._node import Node
-from rdq.spi import Counts, Page, Status, TaskFilter
+from rdq.spi import Counts, Envelope, Page, Status, TaskFilter
 
 __all__ = [
     "Fleet",
@@ -177,24 +178,20 @@ def holder_note(task: dict[str, Any], fleet: Fleet) -> dict[str, Any] | None:
     return {"worker": worker.id, "silent_for": worker.silent_for, "lease_in": lease_in}
 
 
-async def silent_holdings(
-    node: Node, fleet: Fleet, queues: list[tuple[str, int]]
-) -> list[dict[str, Any]]:
-    """The IN_FLIGHT tasks that silent workers hold, in the queues given as (name, tasks in
-    flight) — nothing is read when no worker is silent."""
+async def silent_holdings(node: Node, fleet: Fleet) -> list[dict[str, Any]]:
+    """The IN_FLIGHT tasks that silent workers hold: a page of each queue a silent worker
+    said it served (of every queue when one named none); nothing is read when no worker is
+    silent."""
     silent = {w.id for w in fleet.silent_workers}
     if not silent:
         return []
+    if any(not w.queues for w in fleet.silent_workers):
+        queues = [s.queue for s in await node.queues() if s.in_flight]
+    else:
+        queues = sorted({q for w in fleet.silent_workers for q in w.queues})
+    pages = await asyncio.gather(*(_in_flight(node, queue) for queue in queues))
     held: list[dict[str, Any]] = []
-    for queue, in_flight in queues:
-        if not in_flight:
-            continue
-        try:
-            tasks, _ = await node.admin.list_tasks(
-                queue, TaskFilter(status=Status.IN_FLIGHT), Page(limit=SILENT_SCAN_LIMIT)
-            )
-        except NotImplementedError:
-            continue
+    for queue, tasks in zip(queues, pages, strict=True):
         for task in tasks:
             if task.claimed_by in silent:
                 note = holder_note(
@@ -207,3 +204,13 @@ async def silent_holdings(
                 )
                 held.append({"id": task.id, "queue": queue, **(note or {})})
     return held
+
+
+async def _in_flight(node: Node, queue: str) -> list[Envelope]:
+    try:
+        tasks, _ = await node.admin.list_tasks(
+            queue, TaskFilter(status=Status.IN_FLIGHT), Page(limit=SILENT_SCAN_LIMIT)
+        )
+    except NotImplementedError:
+        return []
+    return tasks

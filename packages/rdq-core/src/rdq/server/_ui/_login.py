@@ -17,6 +17,7 @@ from rdq.server._ui._common import (
     cookie,
     node_of,
     page,
+    safe_next,
     session,
 )
 
@@ -25,8 +26,10 @@ __all__ = ["login", "login_form", "logout"]
 
 @get("/login", include_in_schema=False)
 async def login_form(request: Request[Any, Any, Any]) -> Template:
+    """The login form; ``next`` (a console page, see ``safe_next``) is where it leads."""
     nonce = secrets.token_urlsafe(24)
-    response = page(request, "login.html", login_csrf=nonce)
+    target = safe_next(request.query_params.get("next"))
+    response = page(request, "login.html", login_csrf=nonce, next=target)
     response.cookies.append(cookie(request, LOGIN_COOKIE, nonce, 3600))
     return response
 
@@ -39,16 +42,24 @@ async def login(request: Request[Any, Any, Any]) -> Response[Any]:
     if not (isinstance(offered, str) and expected and hmac.compare_digest(offered, expected)):
         raise UIError(403, "the login form has expired or did not come from this page; reload it")
     token = form.get("token")
+    target = safe_next(form.get("next"))
     node = node_of(request)
     principal = node.auth.authenticate(token if isinstance(token, str) else None)
     if principal is None:
         return page(
-            request, "login.html", status=401, error="That token is not valid.", login_csrf=offered
+            request,
+            "login.html",
+            status=401,
+            error="That token is not valid.",
+            login_csrf=offered,
+            next=target,
         )
     value = node.auth.new_session(principal)
     max_age = int(node.settings.session_hours * 3600)
     response: Response[Any] = Redirect(
-        "/ui", status_code=303, cookies=[cookie(request, SESSION_COOKIE, value, max_age)]
+        target or "/ui",
+        status_code=303,
+        cookies=[cookie(request, SESSION_COOKIE, value, max_age)],
     )
     response.delete_cookie(LOGIN_COOKIE, path="/ui")
     return response

@@ -1,8 +1,9 @@
-"""The console's pages: overview → queue (states as tabs, the DLQ grouped) → task; search by
-id; the audit trail."""
+"""The console's pages: overview → queue (states as tabs, the DLQ grouped) → task; the audit
+trail. (Search is in ``_search``.)"""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -11,10 +12,11 @@ from urllib.parse import quote, urlencode
 import msgspec
 from litestar import Request, get
 from litestar.params import PathParameter
-from litestar.response import Redirect, Template
+from litestar.response import Template
 
+from rdq import flow
 from rdq.errors import NotFound, StaleCursor, ValidationError
-from rdq.retry import resolve
+from rdq.retry import attempts_used, resolve
 from rdq.server._node import Node
 from rdq.server._ui._charts import bar_chart, sparkline, summary
 from rdq.server._ui._common import node_of, page, parse_time, queue_url, session, text
@@ -27,8 +29,10 @@ from rdq.server._ui._fleet import (
     rates_of,
     silent_holdings,
 )
+from rdq.server._ui._paging import DEFAULT_SIZE, SIZES, paging_of
 from rdq.spi import (
     AuditFilter,
+    Counts,
     DLQFilter,
     Envelope,
     Page,
@@ -39,10 +43,9 @@ from rdq.spi import (
     task_keys,
 )
 
-__all__ = ["STATES", "audit_page", "overview", "queue_page", "search", "task_page"]
+__all__ = ["STATES", "audit_page", "overview", "queue_page", "task_page"]
 
 PathText = Annotated[str, PathParameter(max_length=1024)]
-PAGE_SIZE = 50
 
 
 @dataclass(frozen=True)
@@ -70,21 +73,28 @@ FILTER_KEYS = ("error_type", "handler_ref", "after", "before")
 async def overview(request: Request[Any, Any, Any]) -> Template:
     principal, _ = session(request)
     node = node_of(request)
-    queues = [msgspec.to_builtins(s) for s in await node.queues()]
+    # independent reads at once: the page takes as long as the slowest, not their sum
+    flow, fleet, (series, rates_unsupported) = await asyncio.gather(
+        flow_of(node), fleet_of(node), rates_of(node)
+    )
+    stats, silent, (groups, groups_note) = await asyncio.gather(
+        node.queues(), silent_holdings(node, fleet), _top_groups(node, series, fleet.now)
+    )
+    queues = [msgspec.to_builtins(s) for s in stats]
     totals = {
         name: sum(q[name] for q in queues)
         for name in ("pending", "in_flight", "dlq_depth", "succeeded", "cancelled")
     }
-    flow = await flow_of(node)
-    fleet = await fleet_of(node)
-    series, rates_unsupported = await rates_of(node)
     for q in queues:
         counts = series.get(q["queue"])
         q["spark"] = sparkline(counts) if counts else None
         q["dead_recent"] = summary(counts, RECENT_MINUTES)["dead"] if counts else 0
         q["unserved"] = _unserved(q, fleet)
-    silent = await silent_holdings(node, fleet, [(q["queue"], q["in_flight"]) for q in queues])
-    groups, groups_note = await _top_groups(node, queues, fleet.now)
+    # No counts, or none of a recent death (not yet flushed, or only old dead): the deepest
+    # DLQs, so that dead tasks are never summed up as none.
+    deepest = not groups and groups_note is None and totals["dlq_depth"] > 0
+    if deepest:
+        groups, groups_note = await _deepest_groups(node, queues, fleet.now)
     return page(
         request,
         "overview.html",
@@ -99,6 +109,7 @@ async def overview(request: Request[Any, Any, Any]) -> Template:
         recent_minutes=RECENT_MINUTES,
         groups=groups,
         groups_note=groups_note,
+        groups_deepest=deepest,
         live=True,
     )
 
@@ -106,8 +117,9 @@ async def overview(request: Request[Any, Any, Any]) -> Template:
 RECENT_MINUTES = 15
 """The overview's "dead in the last … min"."""
 TOP_GROUPS = 8
-GROUP_QUEUES = 20
-"""The overview groups the DLQs of at most this many queues (the deepest)."""
+GROUP_QUEUES = 5
+"""The overview groups the DLQs of at most this many queues: those where the most tasks died
+in the last hour (every DLQ is grouped by reading it, so the page does not group them all)."""
 
 
 def _unserved(stats: dict[str, Any], fleet: Fleet) -> bool:
@@ -121,17 +133,38 @@ def _unserved(stats: dict[str, Any], fleet: Fleet) -> bool:
 
 
 async def _top_groups(
-    node: Node, queues: list[dict[str, Any]], now: datetime | None
+    node: Node, series: dict[str, list[Counts]], now: datetime | None
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """The largest DLQ groups across queues, those with a task dead in the last hour first
-    (only from a store that groups in the backend: the others page through the DLQ)."""
+    """The largest DLQ groups of the queues where the most tasks died in the last hour (by
+    the store's per-minute counts), those with a task dead in the last hour first. Only from
+    a store that groups in the backend (the others page through the DLQ); none without counts
+    (see :func:`_deepest_groups`)."""
     if not node.storage.capabilities().group_pushdown:
         return [], "This store groups the DLQ by reading it: open a queue's Dead tab."
+    if not series:
+        return [], None
+    dead = {queue: summary(counts)["dead"] for queue, counts in series.items()}
+    chosen = sorted((q for q in dead if dead[q]), key=lambda q: -dead[q])[:GROUP_QUEUES]
+    if not chosen:
+        return [], None  # the overview groups the deepest DLQs, if any
+    return await _groups_of(node, chosen, now), None
+
+
+async def _deepest_groups(
+    node: Node, queues: list[dict[str, Any]], now: datetime | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """For a store without per-minute counts: the groups of the deepest DLQs."""
     deepest = sorted((q for q in queues if q["dlq_depth"]), key=lambda q: -q["dlq_depth"])
-    found: list[dict[str, Any]] = []
-    for q in deepest[:GROUP_QUEUES]:
-        for group in await node.admin.dlq_groups(q["queue"]):
-            found.append({"queue": q["queue"], **msgspec.to_builtins(group)})
+    return await _groups_of(node, [q["queue"] for q in deepest[:GROUP_QUEUES]], now), None
+
+
+async def _groups_of(node: Node, queues: list[str], now: datetime | None) -> list[dict[str, Any]]:
+    grouped = await asyncio.gather(*(node.admin.dlq_groups(q) for q in queues))
+    found = [
+        {"queue": queue, **msgspec.to_builtins(g)}
+        for queue, groups in zip(queues, grouped, strict=True)
+        for g in groups
+    ]
     since = (now or datetime.now(UTC)) - timedelta(hours=1)
 
     def rank(group: dict[str, Any]) -> tuple[bool, int]:
@@ -139,11 +172,18 @@ async def _top_groups(
         group["recent"] = last >= since
         return (not group["recent"], -group["count"])
 
-    return sorted(found, key=rank)[:TOP_GROUPS], None
+    return sorted(found, key=rank)[:TOP_GROUPS]
 
 
 def state_of(value: str | None) -> State:
     return _BY_KEY.get((value or "pending").lower(), STATES[0])
+
+
+def busiest_state(stats: dict[str, Any]) -> State:
+    """The tab a queue opens on when none is asked for: Dead when its DLQ holds tasks (what
+    an operator comes for), else the first state that holds any, else Pending."""
+    order = (_BY_KEY["dead"], *(s for s in STATES if s.key != "dead"))
+    return next((s for s in order if stats.get(s.stat)), STATES[0])
 
 
 def filters_of(params: Any) -> dict[str, str | None]:
@@ -174,10 +214,10 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
     principal, _ = session(request)
     node = node_of(request)
     params = request.query_params
-    state = state_of(params.get("state"))
     filters = filters_of(params)
     cursor = text(params.get("cursor"))
-    error: str | None = None
+    paging = paging_of(params, cursor is not None)
+    error: str | None = paging.error
     tasks: list[dict[str, Any]] = []
     next_cursor: str | None = None
     groups: list[dict[str, Any]] = []
@@ -187,9 +227,12 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         message = f"queue: {exc.message}"
         return page(request, "error.html", 422, principal=principal, message=message)
     stats = msgspec.to_builtins(await node.admin.stats(queue))
+    state = state_of(params.get("state")) if params.get("state") else busiest_state(stats)
     try:
         selected = task_filter(state, filters)
-        found, next_cursor = await _list(node, queue, state, selected, filters, cursor)
+        found, next_cursor = await _list(
+            node, queue, state, selected, filters, Page(limit=paging.size, cursor=cursor)
+        )
         tasks = [envelope_to_builtins(t) for t in found]
     except (ValidationError, StaleCursor) as exc:
         error = f"{exc.field}: {exc.message}" if isinstance(exc, ValidationError) else str(exc)
@@ -216,10 +259,13 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         running = [op for op in found_ops if not op.finished]
         redrives = running + [op for op in found_ops if op.finished][: max(0, 3 - len(running))]
     kept = {k: v for k, v in filters.items() if v}
+    sized = {**kept, **paging.params()}
     tabs = [
-        {"state": s, "count": stats.get(s.stat, 0), "url": queue_url(queue, state=s.key, **kept)}
+        {"state": s, "count": stats.get(s.stat, 0), "url": queue_url(queue, state=s.key, **sized)}
         for s in STATES
     ]
+    total = None if kept else stats.get(state.stat)
+    estimated = state.stat in (stats.get("estimated") or ())
     return page(
         request,
         "queue.html",
@@ -234,10 +280,23 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         groups=groups,
         error=error,
         cursor=cursor,
-        first_url=queue_url(queue, state=state.key, **kept),
-        next_url=queue_url(queue, state=state.key, cursor=next_cursor, **kept)
+        first_url=queue_url(queue, state=state.key, **sized),
+        next_url=queue_url(
+            queue,
+            state=state.key,
+            cursor=next_cursor,
+            **kept,
+            **paging.params(at=paging.at + len(tasks)),
+        )
         if next_cursor
         else None,
+        position=paging.position(len(tasks), total, estimated, next_cursor is not None),
+        sizes=[
+            (n, queue_url(queue, state=state.key, **kept, size=n if n != DEFAULT_SIZE else None))
+            for n in SIZES
+        ],
+        size=paging.size,
+        default_size=DEFAULT_SIZE,
         confirm_url=f"/ui/queues/{quote(queue, safe='')}/confirm",
         all_query=urlencode({"state": state.key, "scope": "filter", **kept}),
         flow=flow,
@@ -282,9 +341,9 @@ async def _list(
     state: State,
     selected: TaskFilter,
     filters: dict[str, str | None],
-    cursor: str | None,
+    asked: Page,
 ) -> tuple[list[Envelope], str | None]:
-    page_ = Page(limit=PAGE_SIZE, cursor=cursor, include_attempts=True)
+    page_ = Page(limit=asked.limit, cursor=asked.cursor, include_attempts=True)
     budget = node.settings.max_page_bytes
     if state.status == Status.DEAD:
         chosen = dlq_filter(filters)
@@ -318,7 +377,11 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
         payload=payload,
         extra=msgspec.json.format(msgspec.json.encode(extra), indent=2).decode() if extra else "",
         attempts=list(reversed(task.get("attempts") or [])),
-        attempts_left=_attempts_left(node, envelope),
+        newest_traceback=next(
+            (i for i, a in enumerate(reversed(envelope.attempts)) if a.traceback), None
+        ),
+        open_traceback=request.query_params.get("traceback") == "open",
+        attempts_left=await _attempts_left(node, envelope),
         live=envelope.status in (Status.PENDING, Status.IN_FLIGHT),
     )
 
@@ -351,9 +414,14 @@ async def _waits(node: Node, task: Envelope, now: datetime | None) -> bool:
     return task.next_attempt_at > (now or await node.storage.now())
 
 
-def _attempts_left(node: Node, task: Envelope) -> int | None:
-    """How many attempts the task has left, when the node knows its queue's config: the queue
-    is declared in the node's application (``--app``, the config file) or worked by the node."""
+async def _attempts_left(node: Node, task: Envelope) -> dict[str, int] | None:
+    """What the task's attempts come to, counted as the engine counts them
+    (``rdq.retry.attempts_used``: since the last redrive, not counting INTERRUPTED and
+    DEFERRED attempts nor failures during an outage of its breaker's key): ``number`` (the
+    attempt that runs now or next), ``used`` (of ``max_attempts``, once that one runs),
+    ``left`` (after it) and ``uncharged``. Known only when the node knows the queue's
+    config: it is declared in the node's application (``--app``, the config file) or
+    worked by the node."""
     app = node.engine_app
     if app is None or task.status not in (Status.PENDING, Status.IN_FLIGHT):
         return None
@@ -364,24 +432,17 @@ def _attempts_left(node: Node, task: Envelope) -> int | None:
         config = resolve(app.queue_config(task.queue), task.retry)
     except Exception:
         return None
-    return max(config.max_attempts - task.attempt_count, 0)
-
-
-@get("/search", include_in_schema=False)
-async def search(request: Request[Any, Any, Any]) -> Template | Redirect:
-    principal, _ = session(request)
-    query = text(request.query_params.get("q")) or ""
-    if not query:
-        return page(request, "search.html", principal=principal, query="")
-    try:
-        await node_of(request).admin.get(query)
-    except ValidationError as exc:
-        return page(
-            request, "search.html", 422, principal=principal, query=query, error=exc.message
-        )
-    except NotFound:
-        return page(request, "search.html", 404, principal=principal, query=query, not_found=True)
-    return Redirect(f"/ui/tasks/{quote(query, safe='')}", status_code=303)
+    key = flow.breaker_key(task)
+    breaker = next((b for b in (await flow_of(node, task.queue)).breakers if b.key == key), None)
+    number = task.attempt_count + 1
+    used = attempts_used(task, number, breaker.outages if breaker else ())
+    return {
+        "number": number,
+        "used": used,
+        "max": config.max_attempts,
+        "left": max(config.max_attempts - used, 0),
+        "uncharged": number - used,
+    }
 
 
 @get("/audit", include_in_schema=False)
@@ -390,21 +451,27 @@ async def audit_page(request: Request[Any, Any, Any]) -> Template:
     params = request.query_params
     wanted = {k: text(params.get(k)) for k in ("queue", "action", "actor")}
     cursor = text(params.get("cursor"))
+    paging = paging_of(params, cursor is not None)
     entries: list[dict[str, Any]] = []
     next_cursor: str | None = None
-    error: str | None = None
+    error: str | None = paging.error
     try:
         audit_filter = AuditFilter(
             queue=wanted["queue"], action=wanted["action"], actor=wanted["actor"]
         )
         found, next_cursor = await node_of(request).admin.list_audit(
             audit_filter if audit_filter != AuditFilter() else None,
-            Page(limit=PAGE_SIZE, cursor=cursor),
+            Page(limit=paging.size, cursor=cursor),
         )
         entries = [msgspec.to_builtins(e) for e in found]
     except (ValidationError, StaleCursor) as exc:
         error = str(exc)
     kept = {k: v for k, v in wanted.items() if v}
+
+    def url(**params: str | None) -> str:
+        chosen = {k: v for k, v in params.items() if v}
+        return "/ui/audit" + (f"?{urlencode(chosen)}" if chosen else "")
+
     return page(
         request,
         "audit.html",
@@ -413,7 +480,12 @@ async def audit_page(request: Request[Any, Any, Any]) -> Template:
         wanted=wanted,
         error=error,
         cursor=cursor,
-        first_url="/ui/audit" + (f"?{urlencode(kept)}" if kept else ""),
-        next_url=f"/ui/audit?{urlencode({**kept, 'cursor': next_cursor})}" if next_cursor else None,
+        first_url=url(**kept, **paging.params()),
+        next_url=url(**kept, cursor=next_cursor, **paging.params(at=paging.at + len(entries)))
+        if next_cursor
+        else None,
+        position=paging.position(len(entries), None, False, next_cursor is not None),
+        sizes=[(n, url(**kept, size=str(n) if n != DEFAULT_SIZE else None)) for n in SIZES],
+        size=paging.size,
         live=cursor is None,
     )
