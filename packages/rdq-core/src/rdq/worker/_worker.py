@@ -64,9 +64,12 @@ control) this many times in a row is polled with the idle backoff instead, until
 gets a task again."""
 
 OUTAGE_RETRY_FIRST = 0.1
-OUTAGE_RETRY_CAP = 1.0
+OUTAGE_RETRY_CAP = 0.5
 """Seconds between claims while the store is unreachable: doubling from the first to the cap,
-so a worker finds a store that came back within about a second."""
+each drawn with jitter within ±50 %, so a worker finds a store that came back within 0.75 s
+(``python -m bench.recovery``). A refused claim costs the store a refused connection, so two a
+second per queue and worker is cheap; a longer cap would be paid in latency after every
+outage."""
 
 
 def default_worker_id() -> str:
