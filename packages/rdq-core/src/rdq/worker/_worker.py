@@ -54,6 +54,7 @@ from rdq.worker._scheduler import schedule_loop
 from rdq.worker._shutdown import INTERRUPT_WAIT, drain
 from rdq.worker._slots import Held, QueueSlots
 from rdq.worker._threads import HandlerThreads
+from rdq.worker._trim import MemoryTrim
 from rdq.worker._watchdog import Watchdog
 
 __all__ = ["OUTAGE_RETRY_CAP", "OUTAGE_RETRY_FIRST", "Worker", "default_worker_id"]
@@ -143,6 +144,7 @@ class Worker:
         self._rng = rng
         self._held = Held()
         self._runs = self._held.runs
+        self._trim = MemoryTrim(mono=self.clock.mono)
         self._states: dict[str, QueueSlots] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
@@ -457,11 +459,15 @@ class Worker:
                 received = self.clock.mono()
                 self.clock.observe_claim(claims[0].task.lease_expires_at, lease, sent, received)
                 claims_counter.inc(len(claims))
+                self._trim.worked()
                 state.claimed([Run(claimed, config.lease, sent) for claimed in claims], asked)
+                claims = []  # the runs hold the tasks now: not this loop while it waits
                 idle.reset()
                 woken_empty = 0
                 continue
             state.claimed([], asked)
+            if not self._runs:
+                self._trim.idle()  # give memory freed by the work back (glibc)
             now = self.clock.mono()
             if state.next_due <= now:
                 state.next_due = float("inf")
