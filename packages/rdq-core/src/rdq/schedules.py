@@ -6,17 +6,19 @@ same id, and the store keeps one task per id, so a tick runs once however many w
 on it.
 
 Ticks: a cron expression (5 fields, parsed by cronsim) in the schedule's time zone, with
-cron's rules across daylight-saving changes (a time skipped by the spring change runs right
-after it, a time repeated by the autumn change runs once); or ``every`` — a fixed interval,
-with ticks at whole multiples of it since 1970-01-01T00:00Z (``every=timedelta(hours=1)``
-ticks on the hour, UTC).
+cron's rules across daylight-saving changes (see :mod:`rdq._crontime`: at fixed times, a time
+skipped by the spring change runs right after it, a time repeated by the autumn change runs
+once); or ``every`` — a fixed interval, with ticks at whole multiples of it since
+1970-01-01T00:00Z (``every=timedelta(hours=1)`` ticks on the hour, UTC).
 
-A tick is *on time* when a worker enqueues it within ``grace`` seconds (default 60) of its
-time. Ticks that passed while no worker could enqueue them (all were down, or the store was
-unreachable) are *missed*: with ``catch_up="last"`` (default) the most recent missed tick is
-enqueued once — only while it is younger than its queue's ``task_ttl``, since that is how long
-the task that records it ran is kept — and earlier missed ticks are dropped; with
-``catch_up="skip"`` missed ticks are dropped and the schedule resumes at its next tick.
+A scheduler only ever enqueues the most recent tick that has passed: ticks superseded by a
+later one while no worker could enqueue them (all were down, or the store was unreachable)
+are dropped — a periodic task means "do the work now", and a burst of passed ticks adds
+nothing. That tick is *on time* when it is at most ``grace`` seconds (default 60) old, and is
+enqueued; older it is *missed*: with ``catch_up="last"`` (default) it is enqueued once all the
+same — only while it is younger than its queue's ``task_ttl``, since that is how long the task
+that records it ran is kept — and with ``catch_up="skip"`` it is dropped; the schedule resumes
+at its next tick.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import msgspec
 from cronsim import CronSim, CronSimError
 
+from rdq import _crontime
 from rdq.errors import ConfigError, ValidationError
 from rdq.spi import limits
 
@@ -54,7 +57,6 @@ MAX_SLEEP = 30.0
 """Seconds a scheduler sleeps at most before it reads the storage clock again."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_TINY = timedelta(microseconds=1)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -133,22 +135,14 @@ class Schedule:
             step = self.every
             count = (now - _EPOCH) // step
             return _EPOCH + count * step
-        try:
-            tick = next(CronSim(self.cron or "", (now + _TINY).astimezone(self.zone), reverse=True))
-        except StopIteration:
-            return None
-        return tick.astimezone(UTC)
+        return _crontime.last_tick(self.cron or "", self.zone, now)
 
     def next_tick(self, now: datetime) -> datetime | None:
         """The first tick after ``now`` (UTC), or None if there is none."""
         if self.every is not None:
             last = self.last_tick(now)
             return (last or _EPOCH) + self.every
-        try:
-            tick = next(CronSim(self.cron or "", now.astimezone(self.zone)))
-        except StopIteration:
-            return None
-        return tick.astimezone(UTC)
+        return _crontime.next_tick(self.cron or "", self.zone, now)
 
     def task_id(self, tick: datetime) -> str:
         """The id of the task of ``tick``: the same on every worker."""

@@ -4,6 +4,7 @@ form and ``rdq schedules``."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -224,7 +225,7 @@ async def tasks_of(storage: Storage, queue: str) -> set[str]:
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("catch_up", ["last", "skip"])
-async def test_ticks_missed_while_no_worker_ran_follow_the_catch_up_policy(catch_up: str):
+async def test_a_stop_longer_than_grace_follows_the_catch_up_policy(catch_up: str):
     """A worker runs a 2-second schedule, stops; 60 s pass on the storage clock (30 ticks)
     with no worker; a worker starts 1 s past a tick (grace 0.5 s, so that tick is missed).
     "last" enqueues the latest missed tick once and drops the others; "skip" drops them all.
@@ -266,6 +267,53 @@ async def test_ticks_missed_while_no_worker_ran_follow_the_catch_up_policy(catch
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("catch_up", ["last", "skip"])
+async def test_a_stop_within_grace_enqueues_the_latest_tick_of_the_gap_only(catch_up: str):
+    """A 2-second schedule with grace 60 s; every worker stops for 15 s on the storage clock
+    (7 ticks pass, each within grace of a worker's restart). The restarted worker enqueues the
+    latest of them, on time, under either policy; the 6 it superseded are dropped."""
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    app = rdq.App()
+    app.queue(queue)
+
+    @app.handler("job", queue=queue)
+    async def job(payload: object) -> None:
+        return None
+
+    schedule = app.schedule(
+        "two-seconds", job, every=timedelta(seconds=2), grace=60, catch_up=catch_up
+    )
+    offset = [0.0]
+    async with rdq.open_storage(f"memory://grace-{queue}", clock=fake_clock(offset)) as storage:
+        phase(offset, 2.0, 0.2)
+        stopped = await storage.now()
+        first_tick = schedule.last_tick(stopped)
+        assert first_tick is not None
+        async with running(fast_worker(app, storage)):
+            await wait_task(storage, schedule.task_id(first_tick), Status.SUCCEEDED)
+        before = await tasks_of(storage, queue)
+        offset[0] += 15.0  # downtime
+        phase(offset, 2.0, 1.0)
+        restart = await storage.now()
+        latest = schedule.last_tick(restart)
+        assert latest is not None
+        gap = ticks(schedule, latest_tick_of(schedule, before), restart)
+        assert len(gap) >= 7 and gap[-1] == latest
+        assert all((restart - tick).total_seconds() < 60 for tick in gap)
+        following = latest + timedelta(seconds=2)
+        async with running(fast_worker(app, storage)):
+            await wait_task(storage, schedule.task_id(following), Status.SUCCEEDED)
+        after = await tasks_of(storage, queue)
+    assert after - before == {schedule.task_id(latest), schedule.task_id(following)}
+
+
+def latest_tick_of(schedule: Schedule, task_ids: set[str]) -> datetime:
+    """The latest tick whose task (of ``schedule``) is among ``task_ids``."""
+    stamps = [task_id.removeprefix(f"schedule:{schedule.name}:") for task_id in task_ids]
+    return max(datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC) for stamp in stamps)
+
+
+@pytest.mark.asyncio
 async def test_a_worker_ticks_by_the_storage_clock_across_a_dst_change():
     """The storage clock reads 01:59:59.5 CET on 2026-03-29, just before Berlin skips
     02:00-03:00: a 02:30 daily schedule ticks right after the change, at 01:00Z."""
@@ -287,6 +335,53 @@ async def test_a_worker_ticks_by_the_storage_clock_across_a_dst_change():
         assert time.monotonic() - started < 20
     assert task.headers["rdq-schedule-tick"] == "2026-03-29T01:00:00+00:00"
     assert schedule.next_tick(utc(2026, 3, 29, 1)) == utc(2026, 3, 30, 0, 30)
+
+
+@pytest.mark.asyncio
+async def test_a_worker_started_in_the_repeated_hour_neither_repeats_a_tick_nor_spins():
+    """Berlin, 2026-10-25: a worker runs the 02:30 tick (02:30 CEST, 00:30Z) and stops; another
+    starts at 01:10Z, 02:10 CET, in the hour the change repeats. The day's tick has run: it
+    enqueues no other (not the previous day's, which the store no longer holds, as a
+    catch-up), and its scheduler sleeps until the next tick instead of reading the storage
+    clock over and over."""
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    ran: list[str] = []
+
+    def berlin_app(catch_up: str) -> rdq.App:
+        app = rdq.App()
+        app.queue(queue, task_ttl=7 * 86400)
+
+        @app.handler("tick", queue=queue)
+        async def tick(payload: object, ctx: rdq.TaskContext) -> None:
+            ran.append(ctx.task_id)
+
+        app.schedule("berlin", tick, cron="30 2 * * *", tz="Europe/Berlin", catch_up=catch_up)
+        return app
+
+    offset = [(utc(2026, 10, 25, 0, 29, 59, 500000) - datetime.now(UTC)).total_seconds()]
+    reads = [0]
+    clock = fake_clock(offset)
+
+    def counted() -> datetime:
+        reads[0] += 1
+        return clock()
+
+    today = "schedule:berlin:20261025T003000Z"
+    async with rdq.open_storage(f"memory://fold-{queue}", clock=counted) as storage:
+        # "skip": the first worker drops the previous day's tick, so the store holds today's
+        async with running(fast_worker(berlin_app("skip"), storage)):
+            await wait_task(storage, today, Status.SUCCEEDED)
+        assert await tasks_of(storage, queue) == {today}
+        offset[0] += 40 * 60.0
+        async with running(fast_worker(berlin_app("last"), storage)):
+            await asyncio.sleep(0.5)
+            reads[0] = 0
+            await asyncio.sleep(1.5)
+            reads_in_window = reads[0]
+            await asyncio.sleep(0.5)
+        assert await tasks_of(storage, queue) == {today}
+    assert ran == [today]
+    assert reads_in_window < 40, reads_in_window  # a loop at its 10 ms floor reads ~150 times
 
 
 # --- rdq schedules -------------------------------------------------------------------------

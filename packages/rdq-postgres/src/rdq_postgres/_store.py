@@ -236,7 +236,14 @@ class PostgresStorage(StorageBase):
             # the claim order (RETURNING has none); ties stay as they came: the order of ids
             # is the database's, never compared here
             rows.sort(key=lambda r: (-r["priority"], r["claimed_due_at"]))
-        return [Claimed(envelope_from_row(row), row["token"]) for row in rows]
+        # each row is let go once decoded, so a batch of large payloads is not held twice
+        # (raw and decoded) until the last is decoded
+        rows.reverse()
+        claimed = []
+        while rows:
+            row = rows.pop()
+            claimed.append(Claimed(envelope_from_row(row), row["token"]))
+        return claimed
 
     async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         row = await self._db.fetchrow(

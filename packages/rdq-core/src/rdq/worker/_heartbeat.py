@@ -101,17 +101,37 @@ async def heartbeat_loop(
     ``shortest_lease()`` is the shortest lease a new claim may get, so a fresh claim is never
     missed for long."""
     while True:
-        now = clock.mono()
-        tick = min(MAX_TICK, shortest_lease() / 6.0)
-        live: list[Run] = []
-        for run in runs():
-            if run.done or run.lost or run.fenced:
-                continue
-            if run.deadline + FENCE_AFTER < now and not run.resolving:
-                fence(run)  # the handler did not stop when its timeout cancelled it
-                continue
-            live.append(run)
-        due, tick = due_for_renewal(live, now, tick)
-        if due and not renewed_elsewhere():
-            await asyncio.gather(*(renew(storage, clock, run, worker_id, log, lost) for run in due))
+        # one round in a call of its own, so that no run is referenced while the loop sleeps
+        # (a finished task's payload is freed at once, not a tick later)
+        tick = await _round(
+            storage, clock, runs, worker_id, log, shortest_lease, fence, lost, renewed_elsewhere
+        )
         await asyncio.sleep(tick)
+
+
+async def _round(
+    storage: Storage,
+    clock: StorageClock,
+    runs: Callable[[], Iterable[Run]],
+    worker_id: str,
+    log: Any,
+    shortest_lease: Callable[[], float],
+    fence: Callable[[Run], None],
+    lost: LostLease,
+    renewed_elsewhere: Callable[[], bool],
+) -> float:
+    """Fence and renew what is due now; the seconds until the next round."""
+    now = clock.mono()
+    tick = min(MAX_TICK, shortest_lease() / 6.0)
+    live: list[Run] = []
+    for run in runs():
+        if run.done or run.lost or run.fenced:
+            continue
+        if run.deadline + FENCE_AFTER < now and not run.resolving:
+            fence(run)  # the handler did not stop when its timeout cancelled it
+            continue
+        live.append(run)
+    due, tick = due_for_renewal(live, now, tick)
+    if due and not renewed_elsewhere():
+        await asyncio.gather(*(renew(storage, clock, run, worker_id, log, lost) for run in due))
+    return tick

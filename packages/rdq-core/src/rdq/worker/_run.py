@@ -15,6 +15,7 @@ from rdq.config import QueueConfig
 from rdq.spi import Attempt, Claimed, Doubling
 
 if TYPE_CHECKING:
+    from rdq.worker._deadlines import Watch
     from rdq.worker._threads import Call
 
 __all__ = ["Holder", "Run"]
@@ -75,8 +76,8 @@ class Run:
         """The success is with the completer, waiting for its batched write."""
         self.deadline = math.inf
         """Monotonic time by which an awaited handler must have ended (timeout included)."""
-        self.timing = False
-        """The deadline is being watched (the handler runs)."""
+        self.timing: Watch | None = None
+        """The deadline's entry while it is watched (the handler runs)."""
         self.expired = False
         """The deadline passed and the handler's task was cancelled for it."""
         self.where: str | None = None

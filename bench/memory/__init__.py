@@ -1,0 +1,1 @@
+"""Worker memory with large payloads in flight (python -m bench.memory)."""
