@@ -32,7 +32,6 @@ import signal
 import socket
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 from rdq import metrics
@@ -40,7 +39,8 @@ from rdq.app import App
 from rdq.client import Client
 from rdq.errors import ConfigError
 from rdq.logging import get_logger
-from rdq.spi import Doubling, Storage, limits
+from rdq.spi import Storage, limits
+from rdq.worker._claiming import OUTAGE_RETRY_CAP, OUTAGE_RETRY_FIRST, ClaimLoops
 from rdq.worker._clock import Monotonic, StorageClock
 from rdq.worker._completer import Completer
 from rdq.worker._fleet import Fleet
@@ -60,26 +60,13 @@ from rdq.worker._watchdog import Watchdog
 
 __all__ = ["OUTAGE_RETRY_CAP", "OUTAGE_RETRY_FIRST", "Worker", "default_worker_id"]
 
-WOKEN_EMPTY_LIMIT = 2
-"""A store that says tasks are due but gives none to claim (they are held back by a
-control) this many times in a row is polled with the idle backoff instead, until a claim
-gets a task again."""
-
-OUTAGE_RETRY_FIRST = 0.1
-OUTAGE_RETRY_CAP = 0.5
-"""Seconds between claims while the store is unreachable: doubling from the first to the cap,
-each drawn with jitter within ±50 %, so a worker finds a store that came back within 0.75 s
-(``python -m bench.recovery``). A refused claim costs the store a refused connection, so two a
-second per queue and worker is cheap; a longer cap would be paid in latency after every
-outage."""
-
 
 def default_worker_id() -> str:
     """``host:pid:random`` — unique per process (and per Worker object)."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-class Worker:
+class Worker(ClaimLoops):
     """Runs the tasks of an :class:`rdq.App`'s queues from ``storage``."""
 
     def __init__(
@@ -401,133 +388,6 @@ class Worker:
         state = self._states.get(queue)
         if state is not None:
             state.next_due = min(state.next_due, self.clock.mono() + delay)
-
-    # --- claiming ----------------------------------------------------------------------------
-
-    async def _claim_loop(
-        self, state: QueueSlots, runner: Runner, notify: bool, stopping: asyncio.Event
-    ) -> None:
-        """Claim for one queue until stop; a bug in one round is logged, never fatal."""
-        while not stopping.is_set():
-            try:
-                await self._claim_rounds(state, notify, stopping)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                self.log.exception(
-                    "claim loop failed; restarting it", worker_id=self.worker_id, queue=state.name
-                )
-                await self._idle_wait(asyncio.sleep(1.0))
-
-    async def _claim_rounds(self, state: QueueSlots, notify: bool, stopping: asyncio.Event) -> None:
-        queue = state.name
-        claims_counter = metrics.CLAIMS.labels(queue)
-        # claims name this worker where the store keeps a claim's holder (a store written for
-        # contract version 1 takes no worker_id)
-        holder = {"worker_id": self.worker_id} if self.storage.capabilities().claim_holder else {}
-        idle = Doubling(self.poll_min, self.poll_max, jitter=0)
-        outage = Doubling(OUTAGE_RETRY_FIRST, OUTAGE_RETRY_CAP, rng=self._rng)
-        woken_empty = 0
-        while not stopping.is_set():
-            config = self.app.queue_config(queue)
-            state.concurrency = config.concurrency
-            size = state.claim_size()
-            if state.busy:
-                wants = state.worth_claiming()
-                if size < wants:
-                    # wait for a bigger batch, but not with an idle slot for long
-                    await state.wait(wants, self.poll_min)
-                    size = state.claim_size()
-                    if size <= 0 or stopping.is_set():
-                        continue
-            asked = min(size, limits.MAX_LIMIT)
-            lease = timedelta(seconds=config.lease)
-            sent = self.clock.mono()
-            try:
-                claims = await self.storage.claim_due(queue, asked, lease, **holder)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                metrics.STORAGE_ERRORS.labels("claim_due").inc()
-                pause = outage.next()
-                self.log.warning(
-                    "claiming failed; backing off",
-                    worker_id=self.worker_id,
-                    queue=queue,
-                    error=str(exc),
-                    error_type=type(exc).__name__,
-                    retry_in=round(pause, 2),
-                )
-                await self._idle_wait(asyncio.sleep(pause))
-                continue
-            outage.reset()
-            if claims:
-                received = self.clock.mono()
-                self.clock.observe_claim(claims[0].task.lease_expires_at, lease, sent, received)
-                claims_counter.inc(len(claims))
-                self._trim.worked()
-                state.claimed([Run(claimed, config.lease, sent) for claimed in claims], asked)
-                claims = []  # the runs hold the tasks now: not this loop while it waits
-                idle.reset()
-                woken_empty = 0
-                continue
-            state.claimed([], asked)
-            if not self._runs:
-                self._trim.idle()  # give memory freed by the work back (glibc)
-            now = self.clock.mono()
-            if state.next_due <= now:
-                state.next_due = float("inf")
-            until_retry = max(0.0, state.next_due - now)
-            if await self._wait_for_limits(state, min(idle.next(), until_retry)):
-                continue
-            if notify and woken_empty < WOKEN_EMPTY_LIMIT:
-                woke = await self._idle_wait(
-                    self.storage.wait_due(queue, min(self.poll_max, until_retry))
-                )
-                # due, but nothing claimable: its tasks are held back (a pause, an open
-                # breaker, a limit); waiting for "due" again would spin, so poll for a while
-                quick = self.clock.mono() - now < self.poll_min
-                woken_empty = woken_empty + 1 if woke is True and quick else 0
-            else:
-                await self._idle_wait(asyncio.sleep(min(idle.next(), until_retry)))
-                woken_empty = 0
-
-    async def _wait_for_limits(self, state: QueueSlots, pause: float) -> bool:
-        """After a claim that came back empty from a queue with limits: wait until one of
-        this worker's own tasks of the queue ends (it frees a slot of the limits its task
-        held) or, for a rate limit, until its bucket has refilled — each at most ``pause``.
-        False when the queue has no limits (wait as for an empty queue)."""
-        limits = self._flow.limits if self._flow is not None else None
-        if limits is None or not limits.limited(state.name):
-            return False
-        pause = min(pause, limits.refill_time(state.name))
-        if state.busy:
-            await state.wait(state.claim_size() + 1, pause)
-            return True
-        if pause == float("inf"):
-            return False
-        await self._idle_wait(asyncio.sleep(pause))
-        return True
-
-    async def _idle_wait(self, awaitable: Any) -> Any:
-        """Await ``awaitable`` unless stop() interrupts it and return its result (``None``
-        when interrupted or failed); swallow its errors (an outage during wait_due is retried
-        by the next claim)."""
-        waiter = asyncio.ensure_future(awaitable)
-        self._idle_waits.add(waiter)
-        try:
-            await asyncio.wait([waiter])
-        finally:
-            self._idle_waits.discard(waiter)
-            if not waiter.done():
-                waiter.cancel()
-        if waiter.cancelled():
-            return None
-        if waiter.exception() is not None:
-            metrics.STORAGE_ERRORS.labels("wait_due").inc()
-            await asyncio.sleep(self.poll_min)
-            return None
-        return waiter.result()
 
 
 async def _quietly(call: Any, log: Any) -> None:
