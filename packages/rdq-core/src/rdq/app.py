@@ -44,7 +44,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rdq.config import Backoff, Breaker, QueueConfig, parse_config, read_toml
+from rdq.config import (
+    Backoff,
+    Breaker,
+    QueueConfig,
+    check_dependency,
+    parse_config,
+    read_toml,
+)
 from rdq.errors import ConfigError, ValidationError
 from rdq.handlers import (
     Handler,
@@ -52,12 +59,11 @@ from rdq.handlers import (
     SchemeInvoker,
     TaskContext,
     import_handler,
-    import_path,
     is_under,
-    make_handler,
 )
+from rdq.handlers import import_path as import_path
+from rdq.handlers import make_handler as make_handler
 from rdq.limiting import Limit, LimitPlan, check_limits, plan_limits
-from rdq.queue_settings import check_dependency
 from rdq.schedules import CatchUp, Schedule, parse_schedules
 from rdq.spi import Envelope
 from rdq.spi import limits as contract

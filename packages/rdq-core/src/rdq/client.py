@@ -32,10 +32,9 @@ from typing import Any, Self, TypeVar
 import msgspec
 
 from rdq import tracing
-from rdq.app import DEFAULT_QUEUE, App
+from rdq.app import DEFAULT_QUEUE, App, import_path
 from rdq.config import DEPENDENCY_PREFIX
 from rdq.errors import Unsupported, ValidationError
-from rdq.handlers import import_path
 from rdq.plugins import open_storage
 from rdq.provision import LimitControls
 from rdq.spi import DEFAULT_PRIORITY, Envelope, RetryOverride, Storage, limits, require

@@ -76,10 +76,11 @@ from rdq.queue_settings import (
     BackoffKind,
     Breaker,
     QueueConfig,
-    check_dependency,
-    is_int,
-    is_number,
 )
+from rdq.queue_settings import check_dependency as check_dependency
+from rdq.queue_settings import is_int as is_int
+from rdq.queue_settings import is_number as is_number
+from rdq.queue_settings import seconds_or as seconds_or
 from rdq.spi import limits
 
 __all__ = [

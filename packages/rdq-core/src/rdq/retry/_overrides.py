@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import Any
 
-from rdq.queue_settings import Backoff, BackoffKind, QueueConfig, is_int, is_number, seconds_or
+from rdq.config import Backoff, BackoffKind, QueueConfig, is_int, is_number, seconds_or
 from rdq.spi import RetryOverride
 
 __all__ = ["resolve"]
