@@ -1,93 +1,53 @@
-"""``MemoryStorage``: every rule of the storage contract, in process memory."""
+"""``MemoryStorage``: every rule of the storage contract, in process memory.
+
+The store is built in layers: :mod:`rdq_memory._core` (the state and the clock),
+:mod:`rdq_memory._claiming` (claims), :mod:`rdq_memory._fleet` (flow control, the worker
+registry, the counts) and this module (admission, resolution, the DLQ, listings, the audit
+trail, stats, and the store's capabilities).
+"""
 
 from __future__ import annotations
 
-import heapq
-import secrets
-import threading
 import uuid
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
-from rdq.errors import ConfigError, NotFound, StaleClaim
+from rdq.errors import NotFound, StaleClaim
 from rdq.spi import (
     CONTRACT_VERSION,
-    QUEUE_KEY,
     Attempt,
     AuditEntry,
     AuditFilter,
     Capabilities,
-    Claimed,
-    ClaimGate,
-    ClaimOrder,
     Completion,
-    Control,
-    Counts,
     DLQFilter,
     DLQGroup,
     Envelope,
-    Outcome,
     Page,
     Selector,
     Stats,
     Status,
-    StorageBase,
     TaskFilter,
-    WorkerInfo,
-    limits,
     status_time,
-    task_keys,
 )
-from rdq_memory import _flow
+from rdq_memory._claiming import ClaimOperations
 from rdq_memory._codec import copy_in, read
+from rdq_memory._core import forget_named_stores
+from rdq_memory._fleet import FleetOperations
 from rdq_memory._notify import wait_due
-from rdq_memory._order import Candidates
 from rdq_memory._pages import audit_page, dlq_groups, dlq_page, task_page
-from rdq_memory._state import DueEntry, MemoryState, QueueIndex, Record
-from rdq_memory._url import Clock, MemoryConfig, parse_url
+from rdq_memory._state import Record
+from rdq_memory._url import parse_url
 
 __all__ = ["MemoryStorage", "forget_named_stores"]
 
-_named: dict[str, MemoryState] = {}
-_named_lock = threading.Lock()
 
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def forget_named_stores() -> None:
-    """Drop every named store of this process (for tests)."""
-    with _named_lock:
-        _named.clear()
-
-
-class MemoryStorage(StorageBase):
+class MemoryStorage(ClaimOperations, FleetOperations):
     """The reference store. ``clock`` is the storage clock (injectable for tests); it must
     return timezone-aware datetimes. ``state`` shares the tasks of another store (what
     :meth:`reopen` does)."""
-
-    def __init__(
-        self,
-        *,
-        name: str | None = None,
-        clock: Clock | None = None,
-        timeout: float = limits.DEFAULT_OPERATION_TIMEOUT,
-        state: MemoryState | None = None,
-    ) -> None:
-        if state is not None:
-            self._state = state
-        elif name:
-            with _named_lock:
-                self._state = _named.setdefault(name, MemoryState())
-        else:
-            self._state = MemoryState()
-        self._name = name
-        self._clock: Clock = clock or _utc_now
-        self.config = MemoryConfig(name=name, timeout=timeout, clock=clock)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MemoryStorage:
@@ -97,12 +57,6 @@ class MemoryStorage(StorageBase):
     def __repr__(self) -> str:
         return f"MemoryStorage(name={self._name!r})"
 
-    @property
-    def state(self) -> MemoryState:
-        """The tasks, leases and audit entries this store holds (shared with its reopened
-        stores and, for a named store, every store of that name)."""
-        return self._state
-
     def capabilities(self) -> Capabilities:
         return CAPABILITIES
 
@@ -111,12 +65,6 @@ class MemoryStorage(StorageBase):
         return MemoryStorage(
             name=self._name, clock=self.config.clock, timeout=self.config.timeout, state=self._state
         )
-
-    def _clock_now(self) -> datetime:
-        now = self._clock()
-        if now.tzinfo is None:
-            raise ConfigError("the memory store's clock returned a naive datetime", key="clock")
-        return now
 
     async def _now(self) -> datetime:
         return self._clock_now()
@@ -156,125 +104,6 @@ class MemoryStorage(StorageBase):
                     state.add(Record(task))
                     state.wake(task.queue)
             return stored
-
-    # --- claiming --------------------------------------------------------------------------
-
-    async def _claim_due(
-        self, queue: str, limit: int, lease: timedelta, worker_id: str | None
-    ) -> list[Claimed]:
-        state = self._state
-        claimed: list[Claimed] = []
-        with state.lock:
-            now = self._clock_now()
-            gate = self._claim_gate(queue, now)
-            if gate is not None and _flow.blocked_queue(gate):
-                return claimed
-            order = self._claim_order(queue)
-            index = state.regroup(queue, order.fair)
-            if not order.strict:
-                self._claim_in_order(index, order, gate, now, limit, lease, worker_id, claimed)
-                if gate is not None:
-                    _flow.keep_gate(state, queue, gate)
-                return claimed
-            heaps = index.due
-            held_back: list[tuple[int, DueEntry]] = []
-            for priority in sorted(heaps, reverse=True):
-                heap = heaps[priority]
-                while heap and len(claimed) < limit and heap[0][0] <= now:
-                    entry = heapq.heappop(heap)
-                    record = state.live(entry)
-                    if record is None:
-                        continue
-                    if gate is not None:
-                        keys = task_keys(record.task)
-                        if not gate.admits(keys):  # skipped, never waited on
-                            held_back.append((priority, entry))
-                            continue
-                        gate.take(keys)
-                    self._claim(record, now, lease, worker_id)
-                    claimed.append(Claimed(read(record), record.token or ""))
-                if len(claimed) == limit:
-                    break
-            for priority, entry in held_back:
-                heapq.heappush(heaps[priority], entry)
-            if gate is not None:
-                _flow.keep_gate(state, queue, gate)
-        return claimed
-
-    def _claim_gate(self, queue: str, now: datetime) -> ClaimGate | None:
-        """The controls a claim of ``queue`` goes through (``None``: nothing restricts it)."""
-        return _flow.claim_gate(self._state, queue, now)
-
-    def _claim_order(self, queue: str) -> ClaimOrder:
-        """The order the queue's own control asks for (strict without one)."""
-        return ClaimOrder.of(self._state.controls.get(queue, {}).get(QUEUE_KEY))
-
-    def _candidates(
-        self,
-        index: QueueIndex,
-        order: ClaimOrder,
-        now: datetime,
-        closed: Callable[[Envelope], bool],
-    ) -> Candidates:
-        """The due tasks of ``index``'s queue in ``order``, read lazily."""
-        return Candidates(self._state, index, order, now, closed)
-
-    def _claim_in_order(
-        self,
-        index: QueueIndex,
-        order: ClaimOrder,
-        gate: ClaimGate | None,
-        now: datetime,
-        limit: int,
-        lease: timedelta,
-        worker_id: str | None,
-        claimed: list[Claimed],
-    ) -> None:
-        """Claim up to ``limit`` due tasks in ``order`` (aged, fair), the controls honoured."""
-
-        def closed(task: Envelope) -> bool:
-            return gate is not None and gate.closed_from_start(task_keys(task))
-
-        candidates = self._candidates(index, order, now, closed)
-        try:
-            for record in candidates:
-                if len(claimed) == limit:
-                    break
-                if gate is not None:
-                    keys = task_keys(record.task)
-                    if not gate.admits(keys):  # a limit used up by the tasks before it
-                        continue
-                    gate.take(keys)
-                self._claim(record, now, lease, worker_id)
-                claimed.append(Claimed(read(record), record.token or ""))
-        finally:
-            candidates.restore()
-
-    def _claim(self, record: Record, now: datetime, lease: timedelta, worker: str | None) -> None:
-        task = record.task
-        if task.status == Status.IN_FLIGHT:  # a lapsed lease: record it, count it
-            task.attempts.append(
-                Attempt(
-                    number=task.attempt_count + 1,
-                    outcome=Outcome.LEASE_EXPIRED,
-                    error_type="LeaseExpired",
-                    error_message=(
-                        f"the lease expired at {_iso(task.lease_expires_at)} before the "
-                        "attempt was resolved"
-                    ),
-                    started_at=task.claimed_at,
-                    finished_at=now,
-                    worker_id=task.claimed_by,
-                )
-            )
-            task.attempt_count += 1
-        task.status = Status.IN_FLIGHT
-        task.lease_expires_at = now + lease
-        task.claimed_at = now
-        task.claimed_by = worker
-        record.token = secrets.token_hex(16)
-        record.bump()
-        self._state.schedule(record)
 
     async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         state = self._state
@@ -434,56 +263,6 @@ class MemoryStorage(StorageBase):
     ) -> tuple[list[AuditEntry], str | None]:
         return audit_page(self._state, audit_filter, page)
 
-    # --- flow control, the fleet and the counts --------------------------------------------
-
-    async def _list_controls(self, queue: str | None) -> list[Control]:
-        with self._state.lock:
-            return _flow.list_controls(self._state, queue, self._clock_now())
-
-    async def _put_control(self, control: Control, expected_version: int) -> Control:
-        with self._state.lock:
-            stored = _flow.put_control(self._state, control, expected_version, self._clock_now())
-            self._state.wake(control.queue)  # a control lifted may make tasks claimable
-            return stored
-
-    async def _delete_control(self, queue: str, key: str, expected_version: int) -> bool:
-        with self._state.lock:
-            deleted = _flow.delete_control(self._state, queue, key, expected_version)
-            self._state.wake(queue)
-            return deleted
-
-    async def _retry_now(self, queue: str, task_ids: list[str]) -> int:
-        with self._state.lock:
-            return _flow.retry_now(self._state, queue, task_ids, self._clock_now())
-
-    async def _heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
-        with self._state.lock:
-            return _flow.heartbeat(self._state, info, self._clock_now())
-
-    async def _list_workers(self) -> list[WorkerInfo]:
-        with self._state.lock:
-            return [self._state.workers[i] for i in sorted(self._state.workers)]
-
-    async def _remove_worker(self, worker_id: str) -> bool:
-        with self._state.lock:
-            return self._state.workers.pop(worker_id, None) is not None
-
-    async def _purge_workers(self, seen_before: datetime) -> int:
-        with self._state.lock:
-            return _flow.purge_workers(self._state, seen_before)
-
-    async def _add_counts(self, counts: list[Counts]) -> None:
-        with self._state.lock:
-            _flow.add_counts(self._state, counts)
-
-    async def _read_counts(self, queue: str | None, since: datetime) -> list[Counts]:
-        with self._state.lock:
-            return _flow.read_counts(self._state, queue, since)
-
-    async def _purge_counts(self, before: datetime) -> int:
-        with self._state.lock:
-            return _flow.purge_counts(self._state, before)
-
     # --- operations ------------------------------------------------------------------------
 
     async def _stats(self, queue: str) -> Stats:
@@ -551,7 +330,3 @@ def _release(record: Record) -> None:
     task.claimed_at = None
     record.token = None
     record.bump()
-
-
-def _iso(at: datetime | None) -> str:
-    return at.isoformat() if at else "?"

@@ -14,7 +14,9 @@ import click
 
 from rdq.cli import LOG_LEVEL_KEY
 from rdq.cli._default import DEFAULT_STORAGE, STORAGE_ENV, chosen_storage
-from rdq.cli._targets import DirectTarget, HttpTarget, Target
+from rdq.cli._direct_target import DirectTarget
+from rdq.cli._http_target import HttpTarget
+from rdq.cli._targets import Target
 
 __all__ = [
     "AWARE",

@@ -18,33 +18,27 @@ naming the capability the store does not advertise.
 
 A store written before this template overrode the public operations themselves; it keeps
 working: an ``_operation`` whose public operation a subclass overrides is not required of it.
+
+The template is in layers: :mod:`rdq.spi._lifecycle` (opening, closing, the open check and the
+operation timeout), :mod:`rdq.spi._flow_operations` (flow control, the worker registry and the
+counters of contract versions 3 and 4) and this module (the rest of the operations, and the
+check that a store implements those of version 1).
 """
 
 from __future__ import annotations
 
-import abc
-import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from types import TracebackType
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self
 
-from rdq.errors import (
-    NotConnected,
-    NotFound,
-    StaleClaim,
-    StorageUnavailable,
-    Unsupported,
-    ValidationError,
-)
+from rdq.errors import NotFound, StaleClaim, ValidationError
 from rdq.spi import defaults, limits
-from rdq.spi._flow import Control, Counts, WorkerInfo
+from rdq.spi._flow_operations import FlowOperations
 from rdq.spi._models import (
     Attempt,
     AuditEntry,
     AuditFilter,
     Backup,
-    Capabilities,
     Claimed,
     Completion,
     DLQFilter,
@@ -58,8 +52,6 @@ from rdq.spi._models import (
 from rdq.spi._protocol import Storage
 
 __all__ = ["StorageBase"]
-
-T = TypeVar("T")
 
 _VERSION_1 = (
     "enqueue",
@@ -78,25 +70,13 @@ _VERSION_1 = (
 """The operations every store implements (a store without one cannot be instantiated)."""
 
 
-class StorageBase(abc.ABC):
+class StorageBase(FlowOperations):
     """A base for stores: lifecycle, validation, the operation timeout, and defaults for the
     operations added after contract version 1 (see the module docstring).
 
     Subclasses implement the abstract ``_operations`` and :meth:`capabilities`, put their
     connection set-up in :meth:`_open` and tear-down in :meth:`_close`, and set
     :attr:`operation_timeout` unless their driver bounds every call itself."""
-
-    operation_timeout: float | None = None
-    """Seconds each operation but ``migrate`` and ``wait_due`` may take before it raises
-    ``StorageUnavailable`` (``None``: the store bounds its own calls, as every first-party
-    store's driver does)."""
-
-    _opened: bool = False
-    _closed: bool = False
-    _lifecycle_lock: asyncio.Lock | None = None
-    _base_lifecycle: ClassVar[bool] = True
-    """False for a store that overrides ``connect``/``aclose`` itself (written for contract
-    version 1): the base then cannot tell whether it is open and does not check."""
 
     _unimplemented: ClassVar[tuple[str, ...]] = _VERSION_1
 
@@ -120,74 +100,6 @@ class StorageBase(abc.ABC):
                 f"its template hook for {missing} (contract version 1 needs each)"
             )
         return super().__new__(cls)
-
-    # --- lifecycle -------------------------------------------------------------------------
-
-    async def __aenter__(self) -> Self:
-        await self.connect()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def connect(self) -> None:
-        """Open the store (``_open``) unless it is open already."""
-        if self._lifecycle_lock is None:
-            self._lifecycle_lock = asyncio.Lock()
-        async with self._lifecycle_lock:
-            if self._opened:
-                return
-            await self._open()
-            self._opened, self._closed = True, False
-
-    async def aclose(self) -> None:
-        """Close the store (``_close``) if it is open; a no-op otherwise. A ``connect`` under
-        way is waited for, so the store ends closed whichever call came first."""
-        if self._lifecycle_lock is None:
-            self._lifecycle_lock = asyncio.Lock()
-        async with self._lifecycle_lock:
-            if not self._opened:
-                return
-            self._opened, self._closed = False, True
-            await self._close()
-
-    @property
-    def is_open(self) -> bool:
-        """True between ``connect`` and ``aclose``."""
-        return self._opened
-
-    def _check_open(self) -> None:
-        """Raise ``NotConnected`` unless the store is open."""
-        if not self._opened and self._base_lifecycle:
-            raise NotConnected(type(self).__name__, closed=self._closed)
-
-    async def _open(self) -> None:  # noqa: B027 - optional hook
-        """Open connections (no-op by default). Raise ``StorageUnavailable`` when the backend
-        cannot be reached."""
-
-    async def _close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections (no-op by default). Must not raise."""
-
-    async def _run(self, call: Awaitable[T]) -> T:
-        """Await ``call`` within :attr:`operation_timeout`; past it, ``StorageUnavailable``."""
-        timeout = self.operation_timeout
-        if timeout is None:
-            return await call
-        try:
-            async with asyncio.timeout(timeout):
-                return await call
-        except TimeoutError as exc:
-            raise StorageUnavailable(
-                f"{self!r}: no answer within the operation timeout ({timeout:g} s)"
-            ) from exc
-
-    def _unsupported(self, capability: str) -> Unsupported:
-        return Unsupported(type(self).__name__, capability)
 
     # --- the schema ------------------------------------------------------------------------
 
@@ -447,114 +359,6 @@ class StorageBase(abc.ABC):
     ) -> tuple[list[AuditEntry], str | None]:
         raise self._unsupported("audit")
 
-    # --- flow control (contract version 3) --------------------------------------------------
-
-    async def list_controls(self, queue: str | None = None) -> list[Control]:
-        self._check_open()
-        if queue is not None:
-            limits.check_queue(queue)
-        return await self._run(self._list_controls(queue))
-
-    async def put_control(self, control: Control, *, expected_version: int) -> Control:
-        self._check_open()
-        limits.check_control(control)
-        limits.check_version(expected_version)
-        capabilities = self.capabilities()
-        if control.fair is not None and not capabilities.fair_shares:
-            raise self._unsupported("fair_shares")
-        if control.aging is not None and not capabilities.priority_aging:
-            raise self._unsupported("priority_aging")
-        return await self._run(self._put_control(control, expected_version))
-
-    async def delete_control(self, queue: str, key: str, *, expected_version: int) -> bool:
-        self._check_open()
-        limits.check_queue(queue)
-        limits.check_control_key(key)
-        limits.check_version(expected_version)
-        return await self._run(self._delete_control(queue, key, expected_version))
-
-    async def retry_now(self, queue: str, task_ids: Sequence[str]) -> int:
-        self._check_open()
-        limits.check_queue(queue)
-        ids = list(dict.fromkeys(limits.check_ids(task_ids)))
-        if not ids:
-            return 0
-        return await self._run(self._retry_now(queue, ids))
-
-    async def _list_controls(self, queue: str | None) -> list[Control]:
-        raise self._unsupported("control")
-
-    async def _put_control(self, control: Control, expected_version: int) -> Control:
-        raise self._unsupported("control")
-
-    async def _delete_control(self, queue: str, key: str, expected_version: int) -> bool:
-        raise self._unsupported("control")
-
-    async def _retry_now(self, queue: str, task_ids: list[str]) -> int:
-        """``task_ids``: valid, each once."""
-        raise self._unsupported("control")
-
-    # --- the fleet (contract version 3) -------------------------------------------------------
-
-    async def heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
-        self._check_open()
-        limits.check_worker_info(info)
-        return await self._run(self._heartbeat_worker(info))
-
-    async def list_workers(self) -> list[WorkerInfo]:
-        self._check_open()
-        return await self._run(self._list_workers())
-
-    async def remove_worker(self, worker_id: str) -> bool:
-        self._check_open()
-        if limits.check_worker_id(worker_id) is None:
-            raise ValidationError("must be a worker id", field="worker_id")
-        return await self._run(self._remove_worker(worker_id))
-
-    async def purge_workers(self, seen_before: datetime) -> int:
-        self._check_open()
-        limits.check_aware(seen_before, "seen_before")
-        return await self._run(self._purge_workers(seen_before))
-
-    async def add_counts(self, counts: Sequence[Counts]) -> None:
-        self._check_open()
-        checked = limits.check_counts(counts)
-        if checked:
-            await self._run(self._add_counts(checked))
-
-    async def read_counts(self, queue: str | None, since: datetime) -> list[Counts]:
-        self._check_open()
-        if queue is not None:
-            limits.check_queue(queue)
-        limits.check_aware(since, "since")
-        return await self._run(self._read_counts(queue, since))
-
-    async def purge_counts(self, before: datetime) -> int:
-        self._check_open()
-        limits.check_aware(before, "before")
-        return await self._run(self._purge_counts(before))
-
-    async def _heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
-        raise self._unsupported("worker_registry")
-
-    async def _list_workers(self) -> list[WorkerInfo]:
-        raise self._unsupported("worker_registry")
-
-    async def _remove_worker(self, worker_id: str) -> bool:
-        raise self._unsupported("worker_registry")
-
-    async def _purge_workers(self, seen_before: datetime) -> int:
-        raise self._unsupported("worker_registry")
-
-    async def _add_counts(self, counts: list[Counts]) -> None:
-        raise self._unsupported("counters")
-
-    async def _read_counts(self, queue: str | None, since: datetime) -> list[Counts]:
-        raise self._unsupported("counters")
-
-    async def _purge_counts(self, before: datetime) -> int:
-        raise self._unsupported("counters")
-
     # --- operations ------------------------------------------------------------------------
 
     async def now(self) -> datetime:
@@ -578,9 +382,6 @@ class StorageBase(abc.ABC):
         limits.check_queue(queue)
         limits.check_wait(timeout)
         return await self._wait_due(queue, float(timeout))
-
-    @abc.abstractmethod
-    def capabilities(self) -> Capabilities: ...
 
     def reopen(self) -> Storage | None:
         """``None`` by default (no second store); override it and advertise ``reopen``."""

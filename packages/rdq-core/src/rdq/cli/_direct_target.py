@@ -1,0 +1,222 @@
+"""``DirectTarget``: the operator commands acting on a store directly, through
+:class:`rdq.admin.TaskAdmin` (every change audited as the operator).
+
+A paced redrive started here is driven by the command that follows it, unless it is left to a
+node (``detach``). The drivers and admin modules are imported when a command first needs them,
+so that ``rdq --help`` stays quick.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import msgspec
+
+from rdq.admin import TaskSelector
+from rdq.cli._targets import (
+    Action,
+    AuditQuery,
+    Listed,
+    Listing,
+    OpProgress,
+    Progress,
+    Target,
+    TargetError,
+)
+from rdq.spi import Selector, TaskFilter
+
+__all__ = ["DirectTarget"]
+
+
+class DirectTarget(Target):
+    """Acts on a store through :class:`rdq.admin.TaskAdmin` (audited as ``actor``)."""
+
+    def __init__(self, storage_url: str, *, actor: str, audit_log: str | None = None) -> None:
+        from rdq.admin import TaskAdmin
+        from rdq.audit import AuditSink, JsonLinesAuditSink
+        from rdq.plugins import open_storage
+
+        self._storage = open_storage(storage_url)
+        sinks: list[AuditSink] = [JsonLinesAuditSink(audit_log)] if audit_log else []
+        self._admin = TaskAdmin(self._storage, sinks=sinks)
+        self._actor = actor
+        self._driver = f"cli:{_host_pid()}"
+
+    async def __aenter__(self) -> Self:
+        await self._storage.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._storage.aclose()
+
+    async def stats(self, queues: list[str]) -> list[dict[str, Any]]:
+        if queues:
+            return [msgspec.to_builtins(await self._admin.stats(q)) for q in queues]
+        try:
+            found = await self._admin.list_queues()
+        except NotImplementedError:
+            raise TargetError("this store cannot list its queues yet: name them") from None
+        return [msgspec.to_builtins(s) for s in found]
+
+    async def get(self, task_id: str) -> dict[str, Any]:
+        from rdq.spi import envelope_to_builtins
+
+        return envelope_to_builtins(await self._admin.get(task_id))
+
+    async def page(self, listing: Listing) -> tuple[list[dict[str, Any]], str | None]:
+        from rdq.spi import Page, envelope_to_builtins
+
+        page = Page(
+            limit=listing.limit, cursor=listing.cursor, include_attempts=listing.include_attempts
+        )
+        if isinstance(listing.filter, TaskFilter):
+            tasks, cursor = await self._admin.list_tasks(listing.queue, listing.filter, page)
+        else:
+            tasks, cursor = await self._admin.list_dlq(listing.queue, listing.filter, page)
+        return [envelope_to_builtins(t) for t in tasks], cursor
+
+    async def groups(self, queue: str) -> list[dict[str, Any]]:
+        return [msgspec.to_builtins(g) for g in await self._admin.dlq_groups(queue)]
+
+    async def act(self, action: Action, progress: Progress = None) -> int:
+        common: dict[str, Any] = {
+            "actor": self._actor,
+            "reason": action.reason,
+            "dry_run": action.dry_run,
+            "progress": progress,
+        }
+        if action.verb == "retry_now" and isinstance(action.selector, TaskSelector):
+            if action.dry_run:
+                return await self._admin.count_retry_now(action.queue, action.selector)
+            return await self._admin.retry_now(
+                action.queue, action.selector, actor=self._actor, reason=action.reason
+            )
+        if isinstance(action.selector, TaskSelector):
+            return await self._admin.cancel(action.queue, action.selector, **common)
+        if action.verb == "redrive":
+            return await self._admin.redrive(action.queue, action.selector, **common)
+        return await self._admin.purge(action.queue, action.selector, **common)
+
+    async def audit(self, query: AuditQuery) -> tuple[list[dict[str, Any]], str | None]:
+        from rdq.spi import Page
+
+        entries, cursor = await self._admin.list_audit(
+            query.filter, Page(limit=query.limit, cursor=query.cursor)
+        )
+        return [msgspec.to_builtins(e) for e in entries], cursor
+
+    async def controls(self, queue: str) -> Listed:
+        from rdq.admin._views import control_builtins
+        from rdq.errors import Unsupported
+
+        try:
+            found = await self._admin.controls(queue)
+        except Unsupported as exc:
+            return [], str(exc)
+        return [control_builtins(c) for c in found], None
+
+    async def set_paused(
+        self,
+        queue: str,
+        handler: str | None,
+        dependency: str | None,
+        paused: bool,
+        reason: str | None,
+    ) -> dict[str, Any]:
+        from rdq.admin import control_key
+        from rdq.admin._views import control_builtins
+
+        key = control_key(handler=handler, dependency=dependency)
+        run = self._admin.pause if paused else self._admin.resume
+        return control_builtins(await run(queue, key, actor=self._actor, reason=reason))
+
+    async def breakers(self, queue: str | None) -> Listed:
+        from rdq.errors import Unsupported
+
+        try:
+            found = await self._admin.breakers(queue)
+        except Unsupported as exc:
+            return [], str(exc)
+        return [msgspec.to_builtins(b) for b in found], None
+
+    async def limits(self, queue: str | None) -> Listed:
+        from rdq.errors import Unsupported
+
+        try:
+            found = await self._admin.limits(queue)
+        except Unsupported as exc:
+            return [], str(exc)
+        return [msgspec.to_builtins(v) for v in found], None
+
+    async def set_breaker(
+        self, queue: str, key: str, change: Literal["open", "close"], reason: str | None
+    ) -> dict[str, Any]:
+        from rdq.admin._views import breaker_view, held_by
+
+        control = await self._admin.set_breaker(
+            queue, key, change, actor=self._actor, reason=reason
+        )
+        held, more = await held_by(self._storage, queue, key)
+        view = msgspec.structs.replace(breaker_view(control), held=held, held_more=more)
+        return dict(msgspec.to_builtins(view))
+
+    async def workers(self) -> tuple[list[dict[str, Any]], str | None, str | None]:
+        from rdq.errors import Unsupported
+
+        try:
+            now, found = await self._admin.workers()
+        except Unsupported as exc:
+            return [], None, str(exc)
+        return [msgspec.to_builtins(w) for w in found], msgspec.to_builtins(now), None
+
+    async def redrives(self, queue: str | None) -> Listed:
+        from rdq.errors import Unsupported
+        from rdq.spi import require
+
+        try:
+            require(self._storage, "control", "paced redrives")
+        except Unsupported as exc:
+            return [], str(exc)
+        return [msgspec.to_builtins(op) for op in await self._admin.paced_redrives(queue)], None
+
+    async def start_paced(
+        self, queue: str, selector: Selector, rate: float, reason: str | None, detach: bool
+    ) -> dict[str, Any]:
+        op = await self._admin.start_paced_redrive(
+            queue,
+            selector,
+            rate,
+            actor=self._actor,
+            reason=reason,
+            driver=None if detach else self._driver,
+        )
+        return dict(msgspec.to_builtins(op))
+
+    async def follow(self, op: dict[str, Any], progress: OpProgress = None) -> dict[str, Any]:
+        def report(current: Any) -> None:
+            if progress is not None:
+                progress(msgspec.to_builtins(current))
+
+        ended = await self._admin.drive_paced_redrive(
+            op["queue"], op["id"], driver=self._driver, progress=report
+        )
+        return dict(msgspec.to_builtins(ended))
+
+    async def cancel_redrive(self, queue: str, op_id: str, reason: str | None) -> dict[str, Any]:
+        await self._admin.paced_redrive(queue, op_id)  # NotFound: "no paced redrive …"
+        op = await self._admin.cancel_paced_redrive(queue, op_id, actor=self._actor, reason=reason)
+        return dict(msgspec.to_builtins(op))
+
+
+def _host_pid() -> str:
+    import os
+    import secrets
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"

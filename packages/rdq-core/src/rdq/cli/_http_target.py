@@ -1,0 +1,248 @@
+"""``HttpTarget``: the operator commands acting through a server node's HTTP API.
+
+Each operation is one request (a cancel or retry of many ids is sent in chunks of
+``_HTTP_ID_CHUNK``); an error the node answers becomes :class:`~rdq.cli._targets.TargetError`
+with its code, message and field. A paced redrive is driven by the node and watched here.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Literal
+from urllib.parse import quote
+
+import msgspec
+
+from rdq.cli._targets import (
+    Action,
+    AuditQuery,
+    Listed,
+    Listing,
+    OpProgress,
+    Progress,
+    Target,
+    TargetError,
+)
+from rdq.spi import Selector, TaskFilter
+
+__all__ = ["HttpTarget"]
+
+FOLLOW_EVERY = 0.5
+"""Seconds between two looks at a paced redrive a node drives."""
+_HTTP_ID_CHUNK = 1000
+
+
+class HttpTarget(Target):
+    """Acts through a server node's HTTP API with a bearer token."""
+
+    def __init__(self, server_url: str, token: str) -> None:
+        import httpx
+
+        self._url = server_url.rstrip("/")
+        self._http = httpx.AsyncClient(
+            base_url=self._url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=120.0,
+        )
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, *, key: str | None = None, **kwargs: Any) -> Any:
+        """The JSON answer (its ``key`` when given); one clear ``TargetError`` otherwise."""
+        import httpx
+
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise TargetError(f"cannot reach {self._url}: {exc or type(exc).__name__}") from None
+        if response.status_code >= 400 and _is_rdq_error(response):
+            raise TargetError(_describe(response))
+        try:
+            if response.status_code >= 400:
+                raise ValueError(response.status_code)
+            body = response.json()
+            return body if key is None else body[key]
+        except (ValueError, KeyError, TypeError):
+            kind = response.headers.get("content-type", "no content type").split(";")[0]
+            raise TargetError(
+                f"{self._url} does not answer like an rdq server node "
+                f"(HTTP {response.status_code}, {kind}, for {method} {path})"
+            ) from None
+
+    async def stats(self, queues: list[str]) -> list[dict[str, Any]]:
+        if not queues:
+            rows: list[dict[str, Any]] = await self._call("GET", "/v1/queues", key="queues")
+            return rows
+        return [await self._call("GET", f"/v1/queues/{_seg(q)}/stats") for q in queues]
+
+    async def get(self, task_id: str) -> dict[str, Any]:
+        task = await self._call("GET", f"/v1/tasks/{_seg(task_id)}")
+        if not isinstance(task, dict) or "id" not in task:
+            raise TargetError(f"{self._url} does not answer like an rdq server node")
+        return task
+
+    async def page(self, listing: Listing) -> tuple[list[dict[str, Any]], str | None]:
+        params: dict[str, Any] = dict(msgspec.to_builtins(listing.filter or {}))
+        params["limit"] = listing.limit
+        params["include_attempts"] = "true" if listing.include_attempts else "false"
+        if listing.cursor:
+            params["cursor"] = listing.cursor
+        if isinstance(listing.filter, TaskFilter):
+            path = f"/v1/queues/{_seg(listing.queue)}/tasks"
+        else:
+            path = f"/v1/queues/{_seg(listing.queue)}/dlq"
+        body = await self._call("GET", path, params=params)
+        return body["tasks"], body["next_cursor"]
+
+    async def groups(self, queue: str) -> list[dict[str, Any]]:
+        groups: list[dict[str, Any]] = await self._call(
+            "GET", f"/v1/queues/{_seg(queue)}/dlq/groups", key="groups"
+        )
+        return groups
+
+    async def act(self, action: Action, progress: Progress = None) -> int:
+        if action.verb == "cancel":
+            path = f"/v1/queues/{_seg(action.queue)}/tasks/cancel"
+        elif action.verb == "retry_now":
+            path = f"/v1/queues/{_seg(action.queue)}/retry-now"
+        else:
+            path = f"/v1/queues/{_seg(action.queue)}/dlq/{action.verb}"
+        extra: dict[str, Any] = {"dry_run": action.dry_run}
+        if action.reason:
+            extra["reason"] = action.reason
+        selector = action.selector
+        if selector.filter is not None:
+            chosen = dict(msgspec.to_builtins(selector.filter))
+            if action.verb == "retry_now":
+                chosen.pop("status", None)  # PENDING, always
+            body = {"filter": chosen, **extra}
+            count: int = await self._call("POST", path, key="count", json=body)
+            if progress is not None:
+                progress(count, count)
+            return count
+        ids = list(selector.ids or [])
+        total = 0
+        for start in range(0, len(ids), _HTTP_ID_CHUNK):
+            chunk = ids[start : start + _HTTP_ID_CHUNK]
+            total += await self._call("POST", path, key="count", json={"ids": chunk, **extra})
+            if progress is not None:
+                progress(min(start + _HTTP_ID_CHUNK, len(ids)), len(ids))
+        return total
+
+    async def audit(self, query: AuditQuery) -> tuple[list[dict[str, Any]], str | None]:
+        params: dict[str, Any] = dict(msgspec.to_builtins(query.filter or {}))
+        params["limit"] = query.limit
+        if query.cursor:
+            params["cursor"] = query.cursor
+        body = await self._call("GET", "/v1/audit", params=params)
+        return body["entries"], body["next_cursor"]
+
+    async def _listed(self, path: str, key: str, **kwargs: Any) -> Listed:
+        body = await self._call("GET", path, **kwargs)
+        return body[key], body.get("unsupported")
+
+    async def controls(self, queue: str) -> Listed:
+        return await self._listed(f"/v1/queues/{_seg(queue)}/controls", "controls")
+
+    async def set_paused(
+        self,
+        queue: str,
+        handler: str | None,
+        dependency: str | None,
+        paused: bool,
+        reason: str | None,
+    ) -> dict[str, Any]:
+        body = {"handler": handler, "dependency": dependency, "reason": reason}
+        path = f"/v1/queues/{_seg(queue)}/{'pause' if paused else 'resume'}"
+        control: dict[str, Any] = await self._call(
+            "POST", path, json={k: v for k, v in body.items() if v is not None}
+        )
+        return control
+
+    async def breakers(self, queue: str | None) -> Listed:
+        params = {"queue": queue} if queue else {}
+        return await self._listed("/v1/breakers", "breakers", params=params)
+
+    async def limits(self, queue: str | None) -> Listed:
+        if queue:
+            return await self._listed(f"/v1/queues/{_seg(queue)}/limits", "limits")
+        return await self._listed("/v1/limits", "limits")
+
+    async def set_breaker(
+        self, queue: str, key: str, change: Literal["open", "close"], reason: str | None
+    ) -> dict[str, Any]:
+        body = {"key": key, **({"reason": reason} if reason else {})}
+        path = f"/v1/queues/{_seg(queue)}/breakers/{change}"
+        breaker: dict[str, Any] = await self._call("POST", path, json=body)
+        return breaker
+
+    async def workers(self) -> tuple[list[dict[str, Any]], str | None, str | None]:
+        body = await self._call("GET", "/v1/workers")
+        return body["workers"], body.get("as_of"), body.get("unsupported")
+
+    async def redrives(self, queue: str | None) -> Listed:
+        path = f"/v1/queues/{_seg(queue)}/redrives" if queue else "/v1/redrives"
+        return await self._listed(path, "redrives")
+
+    async def start_paced(
+        self, queue: str, selector: Selector, rate: float, reason: str | None, detach: bool
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"rate": rate}
+        if selector.ids is not None:
+            body["ids"] = list(selector.ids)
+        else:
+            body["filter"] = msgspec.to_builtins(selector.filter)
+        if reason:
+            body["reason"] = reason
+        path = f"/v1/queues/{_seg(queue)}/dlq/redrive"
+        op: dict[str, Any] = await self._call("POST", path, key="operation", json=body)
+        return op
+
+    async def follow(self, op: dict[str, Any], progress: OpProgress = None) -> dict[str, Any]:
+        import asyncio
+
+        path = f"/v1/queues/{_seg(op['queue'])}/redrives/{_seg(op['id'])}"
+        while True:
+            op = await self._call("GET", path)
+            if progress is not None:
+                progress(op)
+            if op["status"] != "running":
+                return op
+            await asyncio.sleep(FOLLOW_EVERY)
+
+    async def cancel_redrive(self, queue: str, op_id: str, reason: str | None) -> dict[str, Any]:
+        path = f"/v1/queues/{_seg(queue)}/redrives/{_seg(op_id)}/cancel"
+        op: dict[str, Any] = await self._call(
+            "POST", path, json={"reason": reason} if reason else {}
+        )
+        return op
+
+    async def drivers(self, op: dict[str, Any]) -> list[str]:
+        return [op["driver"]] if op.get("driver") else await super().drivers(op)
+
+
+def _seg(text: str) -> str:
+    """``text`` as one URL path segment."""
+    return quote(text, safe="")
+
+
+def _is_rdq_error(response: Any) -> bool:
+    try:
+        error = response.json()["error"]
+        return isinstance(error, dict) and "code" in error
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+def _describe(response: Any) -> str:
+    error = response.json()["error"]
+    text = f"{error['code']}: {error['message']}"
+    if error.get("field"):
+        text += f" (field {error['field']})"
+    return f"server answered HTTP {response.status_code}: {text}"

@@ -1,0 +1,258 @@
+"""The settings of a queue: :class:`QueueConfig` and the policies it holds (:class:`Backoff`,
+:class:`Breaker`), each able to check itself (``validate`` raises
+:class:`~rdq.errors.ConfigError` naming the key), and the small checks they share.
+
+These are the values the engine reads at claim time; where they come from (code, a mapping or
+a TOML file) is :mod:`rdq.config`, which re-exports them and is where users import them from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from typing import Any, TypeGuard
+
+from rdq.errors import ConfigError
+from rdq.limiting import Limit, check_limits
+from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, limits
+
+__all__ = [
+    "DEPENDENCY_PREFIX",
+    "Backoff",
+    "BackoffKind",
+    "Breaker",
+    "QueueConfig",
+    "check_dependency",
+    "is_int",
+    "is_number",
+    "seconds_or",
+]
+
+
+class BackoffKind(enum.StrEnum):
+    """How the delay before the next attempt grows."""
+
+    EXPONENTIAL = "exponential"
+    """``uniform(0, min(cap, base * 2**(n-1)))``: exponential with full jitter."""
+    FIXED = "fixed"
+    """Always ``base``."""
+    LINEAR = "linear"
+    """``min(cap, base * n)``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backoff:
+    """A backoff policy. Build one with :meth:`exponential`, :meth:`fixed` or :meth:`linear`."""
+
+    kind: BackoffKind = BackoffKind.EXPONENTIAL
+    base: float = 1.0
+    cap: float = 300.0
+
+    @classmethod
+    def exponential(cls, base: float = 1.0, cap: float = 300.0) -> Backoff:
+        """Exponential growth from ``base`` seconds, capped at ``cap``, with full jitter."""
+        return cls(BackoffKind.EXPONENTIAL, float(base), float(cap))
+
+    @classmethod
+    def fixed(cls, delay: float) -> Backoff:
+        """The same ``delay`` seconds before every retry."""
+        return cls(BackoffKind.FIXED, float(delay), float(delay))
+
+    @classmethod
+    def linear(cls, base: float = 1.0, cap: float = 300.0) -> Backoff:
+        """``base * n`` seconds before retry ``n``, capped at ``cap``."""
+        return cls(BackoffKind.LINEAR, float(base), float(cap))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Breaker:
+    """When a dependency counts as down, and how its tasks are held and let go again.
+
+    The breaker of a key (the handler, or the ``dependency`` a queue or handler names) *trips*
+    when, among the attempts of the last ``window`` seconds on that key — at least
+    ``min_calls`` of them —, the outage-class failures (connections refused or reset,
+    timeouts, ``rdq.RetryAfter``, ``rdq.Unavailable``, 5xx from callbacks, the types in
+    ``outage_errors``) reach ``threshold``. While *open*, no worker claims the key's tasks, and
+    a claimed one that fails so is rescheduled without using up an attempt. After ``cooldown``
+    seconds it is *half-open*: ``probes`` tasks, fleet-wide, may run; a success closes it and
+    its held tasks are let go over ``ramp`` seconds; a failure opens it again for twice the
+    cool-down, at most ``max_cooldown``. Open for longer than ``alert_after`` seconds, it
+    stays open and says so (an ERROR log line, the ``rdq_breaker_open_too_long`` gauge)."""
+
+    enabled: bool = True
+    window: float = 30.0
+    min_calls: int = 10
+    threshold: float = 0.5
+    cooldown: float = 5.0
+    max_cooldown: float = 30.0
+    probes: int = 3
+    ramp: float = 20.0
+    alert_after: float = 3600.0
+
+    @classmethod
+    def off(cls) -> Breaker:
+        """No breaker: every failure is charged to its task."""
+        return cls(enabled=False)
+
+    def validate(self, key: str) -> Breaker:
+        for name in ("window", "cooldown", "max_cooldown", "ramp", "alert_after"):
+            value = getattr(self, name)
+            if not is_number(value) or not 0 <= value < math.inf:
+                raise ConfigError("must be a non-negative number of seconds", f"{key}.{name}")
+        if self.window <= 0 or self.cooldown <= 0:
+            raise ConfigError("must be a positive number of seconds", f"{key}.window")
+        if self.max_cooldown < self.cooldown:
+            raise ConfigError("must not be smaller than cooldown", f"{key}.max_cooldown")
+        if not is_int(self.min_calls) or self.min_calls < 1:
+            raise ConfigError("must be an integer of at least 1", f"{key}.min_calls")
+        if not is_int(self.probes) or not 1 <= self.probes <= 1000:
+            raise ConfigError("must be an integer from 1 to 1000", f"{key}.probes")
+        if not is_number(self.threshold) or not 0 < self.threshold <= 1:
+            raise ConfigError("must be a fraction in (0, 1]", f"{key}.threshold")
+        if not isinstance(self.enabled, bool):
+            raise ConfigError("must be a boolean", f"{key}.enabled")
+        return self
+
+
+DEPENDENCY_PREFIX = "dep:"
+"""The key of a named dependency: ``dep:<name>``, carried by every task of its handlers."""
+
+
+def check_dependency(value: object, key: str) -> str | None:
+    """A dependency name: 1–100 characters without whitespace, or ``None``."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= 100 or any(c.isspace() for c in value):
+        raise ConfigError("must be 1-100 characters without whitespace", key=key)
+    return value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """How a queue's tasks are run and retried. Durations are seconds.
+
+    ``max_attempts`` counts every attempt (the first one included); ``timeout`` bounds one
+    handler call; ``lease`` is the claim lease the worker heartbeats while a handler runs;
+    ``concurrency`` bounds the handlers one worker runs at once for this queue; ``task_ttl``
+    is how long succeeded tasks are kept; ``non_retryable`` lists exception types that
+    dead-letter a task at once; ``priority`` is the default priority of its tasks."""
+
+    max_attempts: int = 5
+    backoff: Backoff = Backoff()
+    timeout: float = 60.0
+    lease: float = 30.0
+    concurrency: int = 10
+    task_ttl: float = 7 * 86400.0
+    non_retryable: tuple[type[BaseException], ...] = ()
+    priority: int = 0
+    """The priority of tasks submitted to this queue without one (``rdq.spi.MIN_PRIORITY``
+    to ``MAX_PRIORITY``; higher is claimed first). Applied when a task is submitted."""
+    breaker: Breaker = Breaker()
+    """When a failing dependency's tasks are held instead of retried (on by default)."""
+    dependency: str | None = None
+    """The service every handler of the queue calls (a handler may name its own): their
+    breaker trips together. ``None``: each handler has a breaker of its own."""
+    outage_errors: tuple[type[BaseException], ...] = ()
+    """Exception types that mean "the dependency is down", beyond the built-in ones."""
+    limits: tuple[Limit, ...] = ()
+    """Concurrency and rate limits of the queue's tasks that hold across the fleet (see
+    :mod:`rdq.limiting`); a queue's only, never the defaults'."""
+    fair: str | None = None
+    """Share the queue's claims among the groups of its tasks: a task's group is its first key
+    that starts with this prefix (``"tenant:"``: ``tenant:acme``), the tasks without one are a
+    group of their own. ``""``: declared not fair; ``None``: not declared here (what the store
+    holds stands). Written to the store by the workers that serve the queue (capability
+    ``fair_shares``)."""
+    priority_aging: float | None = None
+    """Seconds of waiting worth one step of priority, so that no priority waits for ever
+    behind a stream of higher ones. ``0``: declared strict; ``None``: not declared here (the
+    default order is strict). Written to the store like ``fair`` (``priority_aging``)."""
+
+    def validate(self, queue: str) -> QueueConfig:
+        """Return self if every setting is valid, else raise ``ConfigError`` naming the key."""
+        prefix = f"queues.{queue}" if queue else "defaults"
+
+        def bad(key: str, message: str) -> ConfigError:
+            return ConfigError(
+                f"{message} (queue {queue or '<defaults>'!r})", key=f"{prefix}.{key}"
+            )
+
+        if not is_int(self.max_attempts) or self.max_attempts < 1:
+            raise bad("max_attempts", "must be an integer of at least 1")
+        if not isinstance(self.backoff, Backoff):
+            raise bad("backoff", "must be an rdq.Backoff")
+        if not isinstance(self.backoff.kind, BackoffKind):
+            raise bad("backoff", f"unknown backoff kind {self.backoff.kind!r}")
+        for key, value in (("base", self.backoff.base), ("cap", self.backoff.cap)):
+            if not is_number(value) or value < 0 or not math.isfinite(value):
+                raise bad(key, "must be a finite number of seconds, not negative")
+        if self.backoff.cap < self.backoff.base:
+            raise bad("cap", "must not be smaller than base")
+        for key, value in (("timeout", self.timeout), ("lease", self.lease)):
+            if not is_number(value) or not 0 < value < math.inf:
+                raise bad(key, "must be a positive number of seconds")
+        if self.lease > limits.MAX_LEASE.total_seconds():
+            raise bad("lease", "must be at most 24 hours")
+        if not is_int(self.concurrency) or not 1 <= self.concurrency <= limits.MAX_LIMIT:
+            raise bad("concurrency", f"must be an integer from 1 to {limits.MAX_LIMIT}")
+        if not is_number(self.task_ttl) or not self.task_ttl > 0:
+            raise bad("task_ttl", "must be a positive number of seconds")
+        if not is_int(self.priority) or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
+            raise bad("priority", f"must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}")
+        for key, types in (
+            ("non_retryable", self.non_retryable),
+            ("outage_errors", self.outage_errors),
+        ):
+            for exc_type in types:
+                if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
+                    raise bad(key, f"{exc_type!r} is not an exception type")
+        if not isinstance(self.breaker, Breaker):
+            raise bad("breaker", "must be an rdq.Breaker")
+        self.breaker.validate(f"{prefix}.breaker")
+        check_dependency(self.dependency, f"{prefix}.dependency")
+        check_limits(self.limits, f"{prefix}.limits")
+        if self.limits and not queue:
+            raise ConfigError("limits belong to a queue, not the defaults", key=f"{prefix}.limits")
+        if self.fair is not None and (
+            not isinstance(self.fair, str)
+            or len(self.fair) > limits.MAX_TASK_KEY_LENGTH
+            or any(c.isspace() or not c.isprintable() for c in self.fair)
+        ):
+            raise bad(
+                "fair",
+                f"must be a key prefix of at most {limits.MAX_TASK_KEY_LENGTH} characters "
+                "without whitespace ('' for none)",
+            )
+        aging = self.priority_aging
+        if aging is not None and (not is_number(aging) or not 0 <= aging <= limits.MAX_AGING):
+            raise bad(
+                "priority_aging", f"must be seconds from 0 to {limits.MAX_AGING:g} (0: strict)"
+            )
+        return self
+
+    @property
+    def claim_order(self) -> tuple[str | None, float | None] | None:
+        """What the queue's config declares its claims' order to be, as the store keeps it
+        (``Control.fair``, ``Control.aging``), or ``None`` when it declares nothing."""
+        if self.fair is None and self.priority_aging is None:
+            return None
+        return (self.fair or None, self.priority_aging or None)
+
+    def replace(self, **changes: Any) -> QueueConfig:
+        """A copy with ``changes`` applied (not validated)."""
+        return dataclasses.replace(self, **changes)
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def seconds_or(value: object, default: float) -> float:
+    if is_number(value) and 0 <= value < math.inf:
+        return float(value)
+    return default

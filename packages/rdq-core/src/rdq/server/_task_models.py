@@ -1,0 +1,260 @@
+"""The HTTP API's bodies for tasks, queues, the DLQ, bulk actions and the audit trail (the
+operations every store has); flow control and the fleet are in :mod:`rdq.server._flow_models`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from rdq.server._fields import (
+    Delay,
+    ErrorType,
+    FilterHandlerRef,
+    HandlerRef,
+    QueueName,
+    Reason,
+    Seconds,
+    TaskId,
+)
+from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, Outcome, Status, limits
+
+__all__ = [
+    "ActionRequest",
+    "ActionResult",
+    "AttemptDoc",
+    "AuditDoc",
+    "AuditPage",
+    "CancelRequest",
+    "DLQPage",
+    "FilterRequest",
+    "GroupDoc",
+    "GroupList",
+    "OperationDoc",
+    "QueueList",
+    "RetryDoc",
+    "RetryRequest",
+    "StatsDoc",
+    "SubmitRequest",
+    "TaskDoc",
+    "TaskFilterRequest",
+    "TaskPage",
+]
+
+
+class RetryRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A per-task override of the queue's retry settings (durations in seconds); unset fields
+    keep the queue's values. ``cap`` must not be below ``base``."""
+
+    max_attempts: Annotated[int, Meta(ge=1, le=1000)] | None = None
+    backoff: Literal["exponential", "fixed", "linear"] | None = None
+    base: Seconds | None = None
+    cap: Seconds | None = None
+    timeout: Annotated[float, Meta(gt=0, le=366 * 86400)] | None = None
+
+
+class SubmitRequest(msgspec.Struct, kw_only=True):
+    """A task to submit. Fields the API does not know are kept in the stored envelope (a newer
+    producer's data survives an older node); they count towards the payload's size limit.
+    ``id`` defaults to a random one; resubmitting an id to the same queue is a no-op (200), to
+    another queue a conflict (409)."""
+
+    handler_ref: HandlerRef
+    queue: QueueName = "default"
+    id: TaskId | None = None
+    payload: Any = None
+    headers: dict[str, str] = {}
+    delay: Delay | None = None
+    """Seconds until the task is first due (default: now)."""
+    priority: Annotated[int, Meta(ge=MIN_PRIORITY, le=MAX_PRIORITY)] = 0
+    """Higher is claimed first among due tasks of the queue."""
+    retry: RetryRequest | None = None
+
+
+class AttemptDoc(msgspec.Struct, kw_only=True):
+    number: int
+    outcome: Outcome
+    error_type: str | None = None
+    error_message: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    worker_id: str | None = None
+    traceback: str | None = None
+
+
+class RetryDoc(msgspec.Struct, kw_only=True):
+    max_attempts: int | None = None
+    backoff: str | None = None
+    base: float | None = None
+    cap: float | None = None
+    timeout: float | None = None
+
+
+class TaskDoc(msgspec.Struct, kw_only=True):
+    """A task envelope (fields unknown to this release appear beside these). ``corrupt`` is
+    set when the stored task does not decode: it says what is wrong."""
+
+    id: str
+    queue: str
+    handler_ref: str
+    payload: Any = None
+    headers: dict[str, str] = {}
+    status: Status
+    attempt_count: int
+    redrive_count: int
+    attempts: list[AttemptDoc] = []
+    created_at: datetime | None = None
+    next_attempt_at: datetime | None = None
+    lease_expires_at: datetime | None = None
+    completed_at: datetime | None = None
+    dead_lettered_at: datetime | None = None
+    retry: RetryDoc | None = None
+    priority: int = 0
+    claimed_by: str | None = None
+    claimed_at: datetime | None = None
+    cancelled_at: datetime | None = None
+    corrupt: str | None = None
+    format_version: int
+
+
+class StatsDoc(msgspec.Struct, kw_only=True):
+    queue: str
+    pending: int
+    in_flight: int
+    dlq_depth: int
+    succeeded: int
+    cancelled: int = 0
+    oldest_pending_age: float | None
+    """Seconds the longest-waiting due task has been due (null when none is due)."""
+    as_of: datetime
+    estimated: list[str] = []
+    """Names of the counts above that are estimates (large queues); the others are exact."""
+
+
+class QueueList(msgspec.Struct, kw_only=True):
+    """Every queue the store holds tasks for, and the queues this node works."""
+
+    queues: list[StatsDoc]
+
+
+class DLQPage(msgspec.Struct, kw_only=True):
+    tasks: list[TaskDoc]
+    next_cursor: str | None
+    """Pass as ``cursor`` for the next page; null on the last page."""
+
+
+class TaskPage(msgspec.Struct, kw_only=True):
+    tasks: list[TaskDoc]
+    next_cursor: str | None
+    """Pass as ``cursor`` for the next page; null on the last page."""
+
+
+class GroupDoc(msgspec.Struct, kw_only=True):
+    """The DEAD tasks of a queue that share a handler and a last error type."""
+
+    handler_ref: str
+    error_type: str | None
+    count: int
+    first_dead_lettered_at: datetime
+    last_dead_lettered_at: datetime
+
+
+class GroupList(msgspec.Struct, kw_only=True):
+    queue: str
+    groups: list[GroupDoc]
+    """Largest group first."""
+
+
+class FilterRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    error_type: ErrorType | None = None
+    handler_ref: FilterHandlerRef | None = None
+    dead_lettered_after: datetime | None = None
+    dead_lettered_before: datetime | None = None
+
+
+class ActionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Select DLQ tasks by ``ids`` or by ``filter`` (exactly one of them: both or neither is a
+    422). ``dry_run`` only counts what would be acted on."""
+
+    ids: Annotated[list[TaskId], Meta(max_length=limits.MAX_SELECTOR_IDS)] | None = None
+    filter: FilterRequest | None = None
+    dry_run: bool = False
+    reason: Reason | None = None
+
+
+class TaskFilterRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    status: Literal["PENDING", "IN_FLIGHT"] = "PENDING"
+    error_type: ErrorType | None = None
+    handler_ref: FilterHandlerRef | None = None
+    after: datetime | None = None
+    """Status time (PENDING: due at; IN_FLIGHT: lease expiry) at or after this."""
+    before: datetime | None = None
+
+
+class CancelRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Select PENDING or IN_FLIGHT tasks by ``ids`` or by ``filter`` (exactly one of them).
+    ``dry_run`` only counts what would be cancelled."""
+
+    ids: Annotated[list[TaskId], Meta(max_length=limits.MAX_SELECTOR_IDS)] | None = None
+    filter: TaskFilterRequest | None = None
+    dry_run: bool = False
+    reason: Reason | None = None
+
+
+class OperationDoc(msgspec.Struct, kw_only=True):
+    """A paced redrive: it returns the DEAD tasks it selected at most ``rate`` per second,
+    driven by one node (or ``rdq dlq redrive --rate`` in the foreground) at a time; another
+    takes it over when its driver stops renewing ``driver_until``."""
+
+    id: str
+    queue: str
+    rate: float
+    """Tasks per second at most."""
+    total: int
+    """How many it selected when it began: it never returns more."""
+    done: int
+    """How many it returned so far."""
+    status: Literal["running", "done", "cancelled", "failed"]
+    filter: dict[str, Any] | None = None
+    ids: list[str] | None = None
+    actor: str
+    reason: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    driver: str | None = None
+    driver_until: datetime | None = None
+    error: str | None = None
+    cancelled_by: str | None = None
+
+
+class ActionResult(msgspec.Struct, kw_only=True, omit_defaults=True):
+    action: str
+    queue: str
+    count: int
+    dry_run: bool
+    operation: OperationDoc | None = None
+    """A redrive with a ``rate``: the paced redrive it started (``count`` is its total);
+    absent otherwise."""
+
+
+class AuditDoc(msgspec.Struct, kw_only=True):
+    """One operator action as recorded in the store's audit trail."""
+
+    id: str | None
+    time: datetime | None
+    actor: str
+    action: str
+    queue: str
+    selector: dict[str, Any]
+    count: int
+    reason: str | None
+    error: str | None
+
+
+class AuditPage(msgspec.Struct, kw_only=True):
+    entries: list[AuditDoc]
+    """Newest first."""
+    next_cursor: str | None
