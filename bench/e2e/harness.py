@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from bench.e2e.systems import BenchSystem, VerificationError, payload
+from bench.e2e.systems import BenchSystem, VerificationError, load, payload
 
 __all__ = [
     "PROFILING",
@@ -64,19 +64,12 @@ class WorkerProcess:
         log: IO[bytes],
     ) -> WorkerProcess:
         """Start the process (it connects and sets up, then waits for ``go``)."""
-        args = [
-            "-m",
-            "bench.e2e._worker",
-            system,
-            url,
-            "--notify" if notify else "--no-notify",
-            f"--concurrency={concurrency}",
-        ]
-        if report_starts:
-            args.append("--report-starts")
+        _, worker_class = load(system)
+        command = worker_class.command(
+            system, url, notify=notify, concurrency=concurrency, report_starts=report_starts
+        )
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), sys.path[0]])}
-        command = [sys.executable, *args]
-        if PROFILING.directory is not None:
+        if PROFILING.directory is not None and worker_class.python:
             PROFILING.started += 1
             output = PROFILING.directory / f"{system}-{PROFILING.started:03d}.txt"
             spy = str(Path(sys.executable).with_name("py-spy"))
