@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from bench.e2e import cluster
+from bench.e2e._node import installed_versions
 from bench.e2e.harness import PROFILING, measure_drain, measure_enqueue, measure_latency
 from bench.e2e.report import Results, emit, percentile
 from bench.e2e.systems import DEFAULT_SYSTEMS, SYSTEMS, BenchSystem, load
@@ -176,7 +177,7 @@ def _versions() -> dict[str, str]:
     for name in _DISTRIBUTIONS:
         with contextlib.suppress(metadata.PackageNotFoundError):
             found[name] = metadata.version(name)
-    return found
+    return found | installed_versions()
 
 
 def _micros(seconds: float | None, tasks: int) -> str:
@@ -314,6 +315,34 @@ async def _top_statements(url: str, out: list[TextIO | None]) -> None:
         emit({"kind": "statement", **dict(row)}, *out)
 
 
+async def _open_systems(
+    names: list[str], urls: dict[str, str]
+) -> dict[str, tuple[BenchSystem, str]]:
+    """Open each system on its store (refusing one with UNLOGGED tables). If one fails, the
+    ones opened so far and what the failing one started (a server of its own) are closed."""
+    systems: dict[str, tuple[BenchSystem, str]] = {}
+    try:
+        for name in names:
+            system_class, _ = load(name)
+            system = system_class()
+            try:
+                url = system.store_url(urls[f"bench_{name}"])
+                await system.open(url)
+                unlogged = await system.unlogged_tables()
+                if unlogged:
+                    raise RuntimeError(f"{name} uses UNLOGGED tables: {unlogged}")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await system.close()
+                raise
+            systems[name] = (system, url)
+    except BaseException:
+        for system, _ in systems.values():
+            await system.close()
+        raise
+    return systems
+
+
 async def run(args: argparse.Namespace) -> int:
     """Run the benchmark described by ``args``; return the exit status."""
     out: list[TextIO | None] = [sys.stdout]
@@ -330,16 +359,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         with cluster.server(args.url, stat_statements=args.pg_stat_statements) as server:
             urls = await cluster.prepare(server, [f"bench_{s}" for s in args.systems])
-            systems: dict[str, tuple[BenchSystem, str]] = {}
-            for name in args.systems:
-                system_class, _ = load(name)
-                system = system_class()
-                url = system.store_url(urls[f"bench_{name}"])
-                await system.open(url)
-                unlogged = await system.unlogged_tables()
-                if unlogged:
-                    raise RuntimeError(f"{name} uses UNLOGGED tables: {unlogged}")
-                systems[name] = (system, url)
+            systems = await _open_systems(args.systems, urls)
             emit(
                 {
                     "kind": "run",

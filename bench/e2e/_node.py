@@ -32,7 +32,15 @@ from typing import Any
 
 from bench.e2e.systems import BenchSystem, BenchWorker, VerificationError
 
-__all__ = ["NODE_DIR", "NodeSystem", "NodeWorker", "install", "ledger_dir", "missing_tools"]
+__all__ = [
+    "NODE_DIR",
+    "NodeSystem",
+    "NodeWorker",
+    "install",
+    "installed_versions",
+    "ledger_dir",
+    "missing_tools",
+]
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 _MAIN = NODE_DIR / "main.mjs"
@@ -62,6 +70,21 @@ def install() -> None:
             check=True,
         )
     _installed = True
+
+
+def installed_versions() -> dict[str, str]:
+    """The installed versions of the packages ``package.json`` pins, and node's own (empty
+    before the first install)."""
+    pinned = json.loads((NODE_DIR / "package.json").read_text())["dependencies"]
+    found = {}
+    for name in pinned:
+        manifest = NODE_DIR / "node_modules" / name / "package.json"
+        if manifest.exists():
+            found[name] = json.loads(manifest.read_text())["version"]
+    if found and shutil.which("node"):
+        version = subprocess.run(["node", "--version"], capture_output=True, text=True, check=False)
+        found["node"] = version.stdout.strip().lstrip("v")
+    return found
 
 
 def ledger_dir(url: str) -> Path:

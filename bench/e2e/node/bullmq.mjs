@@ -8,19 +8,24 @@ import { Queue, Worker, createPostgresBackend } from "bullmq";
 
 const QUEUE = "bench";
 const TASK = "noop";
+const PAGE = 10_000;
 const STATES = ["waiting", "active", "delayed", "prioritized", "paused", "failed", "waiting-children"];
 
-/** The constructor arguments after the queue name for `url`: redis:// or postgresql://. */
-function connection(url) {
+/**
+ * The constructor arguments after the queue name for `url` (redis:// or postgresql://). On
+ * PostgreSQL the producer, which opens first, creates the schema (`migrate: true`, as the guide
+ * has it for a deployment whose producer owns the schema); the workers only check it.
+ */
+function connection(url, { migrate = false } = {}) {
   if (url.startsWith("redis:")) {
     const { hostname, port } = new URL(url);
     return [{ connection: { host: hostname, port: Number(port) } }];
   }
-  return [{ connection: url }, createPostgresBackend];
+  return [{ connection: { connectionString: url, migrate } }, createPostgresBackend];
 }
 
 export async function makeClient(url) {
-  const queue = new Queue(QUEUE, ...connection(url));
+  const queue = new Queue(QUEUE, ...connection(url, { migrate: true }));
   await queue.waitUntilReady();
   return {
     async reset() {
@@ -45,10 +50,17 @@ export async function makeClient(url) {
       for (const [state, count] of Object.entries(counts)) {
         if (count) problems.push(`${count} jobs ${state}`);
       }
-      const done = await queue.getCompleted(0, -1);
-      const again = done.filter((job) => job.attemptsMade !== 1 || job.attemptsStarted > 1);
-      if (again.length) problems.push(`${again.length} completed jobs ran more than once`);
-      return { added: done.length + Object.values(counts).reduce((a, b) => a + b, 0), problems };
+      let completed = 0;
+      let again = 0;
+      for (let start = 0; ; start += PAGE) {
+        const page = await queue.getCompleted(start, start + PAGE - 1);
+        completed += page.length;
+        again += page.filter((job) => job.attemptsMade !== 1 || job.attemptsStarted > 1).length;
+        if (page.length < PAGE) break;
+      }
+      if (again) problems.push(`${again} completed jobs ran more than once`);
+      const others = Object.values(counts).reduce((a, b) => a + b, 0);
+      return { added: completed + others, problems };
     },
     async unlogged() {
       if (url.startsWith("redis:")) return [];
