@@ -1,4 +1,5 @@
-"""End-to-end benchmark: rdq beside PgQueuer and procrastinate on one durable PostgreSQL.
+"""End-to-end benchmark: rdq beside PgQueuer and procrastinate on one durable PostgreSQL (and
+beside graphile-worker and BullMQ, with ``--systems``).
 
     python -m bench.e2e                                  # the full run (see BENCHMARKS.md)
     python -m bench.e2e --tasks 2000 --repeat 1          # a quick smoke run (< 1 minute)
@@ -61,7 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see ``--help``)."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.e2e",
-        description="rdq vs PgQueuer vs procrastinate, end to end, on a durable PostgreSQL.",
+        description="rdq beside PgQueuer, procrastinate, graphile-worker and BullMQ, end to "
+        "end, on a durable PostgreSQL (and a durable Redis for the Redis systems).",
     )
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks per enqueue/drain")
     parser.add_argument(
@@ -91,7 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=10,
         help="in-flight tasks per worker process (rdq queue concurrency, procrastinate "
-        "concurrency; PgQueuer keeps its default batch_size=10)",
+        "concurrency, graphile-worker concurrentJobs, BullMQ Worker concurrency; PgQueuer "
+        "keeps its default batch_size=10)",
     )
     parser.add_argument(
         "--latency-tasks",
@@ -110,7 +113,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=_csv(str, SYSTEMS),
         default=["rdq"],
         help="systems whose polling (no-notify) latency is measured (default rdq; "
-        "PgQueuer cannot turn LISTEN/NOTIFY off)",
+        "PgQueuer, graphile-worker and BullMQ cannot turn their wake-ups off)",
     )
     parser.add_argument(
         "--latency-gap",

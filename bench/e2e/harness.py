@@ -171,9 +171,13 @@ class LatencyResult:
 
 async def measure_enqueue(system: BenchSystem, tasks: int, batch: int | None) -> float:
     """Empty the system, then submit ``tasks`` tasks from one client, one at a time
-    (``batch=None``) or ``batch`` per call; return tasks per second."""
+    (``batch=None``) or ``batch`` per call; return tasks per second. A system with a producer
+    process of its own submits and times them there (``BenchSystem.enqueue_timed``)."""
     await system.reset()
     bodies = [payload(i) for i in range(tasks)]
+    seconds = await system.enqueue_timed(bodies, batch)
+    if seconds is not None:
+        return tasks / seconds
     started = time.perf_counter()
     if batch is None:
         for body in bodies:
@@ -288,8 +292,8 @@ async def measure_latency(
         worker.send("GO")
         await asyncio.sleep(1.0)
         for i in range(count):
-            await system.enqueue_one(payload(i))
-            submitted = time.monotonic_ns()
+            returned = await system.enqueue_one(payload(i))
+            submitted = time.monotonic_ns() if returned is None else returned
             number, started = await worker.next_start(timeout=STALL_TIMEOUT)
             if number != i:
                 raise VerificationError(f"{system.name}: handler started task {number}, not {i}")

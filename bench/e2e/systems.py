@@ -85,8 +85,18 @@ class BenchSystem(abc.ABC):
         """Remove every task/job and every completion record (start of a phase)."""
 
     @abc.abstractmethod
-    async def enqueue_one(self, body: dict[str, Any]) -> None:
-        """Submit one task through the system's single-task API (returns once durable)."""
+    async def enqueue_one(self, body: dict[str, Any]) -> int | None:
+        """Submit one task through the system's single-task API (returns once durable). A
+        system whose producer is another process returns the ``time.monotonic_ns()`` at which
+        the submit returned there (the harness's clock would read it a pipe's delay later)."""
+
+    async def enqueue_timed(
+        self, bodies: Sequence[dict[str, Any]], batch: int | None
+    ) -> float | None:
+        """Submit ``bodies`` one at a time (``batch=None``) or ``batch`` per call in a producer
+        process of the system's own, timed there: the seconds it took. None (the default): the
+        harness submits through ``enqueue_one`` / ``enqueue_many`` and times it itself."""
+        return None
 
     @abc.abstractmethod
     async def enqueue_many(self, bodies: Sequence[dict[str, Any]]) -> None:

@@ -8,7 +8,7 @@
 //
 // A client process (the producer and admin side) reads one JSON request a line,
 // {"op": name, ...arguments}, and answers each with one JSON line, {"value": ...} or
-// {"error": message}, in order.
+// {"error": message}, in order (see serveClient).
 
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -67,14 +67,42 @@ async function nextCommand(lines) {
   }
 }
 
-/** Answer the harness's JSON requests with the methods of `client` until stdin closes. */
+function monotonicNs() {
+  return Number(process.hrtime.bigint()); // < 2**53 for 104 days of uptime
+}
+
+/**
+ * Answer the harness's JSON requests with the methods of `client` until stdin closes. Two
+ * requests are this module's: "enqueue_one" answers with the monotonic ns at which the
+ * peer's add returned (the latency phase's submit time), and "enqueue_all" {bodies, batch}
+ * submits them one at a time (batch null) or batch per call here and answers with the
+ * seconds it took, so neither figure carries the pipe's round trip.
+ */
 export async function serveClient(client) {
+  const ops = {
+    ...client,
+    async enqueue_one(args) {
+      await client.enqueue_one(args);
+      return monotonicNs();
+    },
+    async enqueue_all({ bodies, batch }) {
+      const started = process.hrtime.bigint();
+      if (batch == null) {
+        for (const body of bodies) await client.enqueue_one({ body });
+      } else {
+        for (let start = 0; start < bodies.length; start += batch) {
+          await client.enqueue_many({ bodies: bodies.slice(start, start + batch) });
+        }
+      }
+      return Number(process.hrtime.bigint() - started) / 1e9;
+    },
+  };
   for await (const line of createInterface({ input: process.stdin })) {
     if (!line.trim()) continue;
     const { op, ...args } = JSON.parse(line);
     try {
-      if (typeof client[op] !== "function") throw new Error(`unknown op ${op}`);
-      const value = await client[op](args);
+      if (typeof ops[op] !== "function") throw new Error(`unknown op ${op}`);
+      const value = await ops[op](args);
       write(JSON.stringify({ value: value ?? null }));
     } catch (error) {
       write(JSON.stringify({ error: String(error?.stack ?? error) }));
