@@ -163,6 +163,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--tasks-for wants SYSTEM=N with SYSTEM in {', '.join(SYSTEMS)}")
         overrides[system] = int(count)
     args.tasks_for = overrides
+    for name in args.poll_systems:
+        if not load(name)[1].polls:
+            parser.error(f"--poll-systems: {name} cannot turn its wake-ups off")
     if args.latency_tasks is None:
         args.latency_tasks = max(20, min(1000, args.tasks // 20))
     if args.poll_latency_tasks is None:

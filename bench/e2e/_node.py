@@ -25,6 +25,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
@@ -69,6 +70,7 @@ def install() -> None:
         subprocess.run(
             ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
             cwd=NODE_DIR,
+            stdout=sys.stderr,  # stdout carries the harness's JSON lines
             check=True,
         )
     _installed = True
@@ -220,13 +222,14 @@ class NodeWorker(BenchWorker):
     the harness only asks it for its command line."""
 
     python = False
+    polls = False
 
     @classmethod
     def command(
         cls, system: str, url: str, *, notify: bool, concurrency: int, report_starts: bool
     ) -> list[str]:
         if not notify:
-            raise ValueError(f"{system} has no polling-only mode; leave it out of --poll-systems")
+            raise ValueError(f"{system} cannot turn its wake-ups off (--poll-systems)")
         command = [
             "node",
             str(_MAIN),

@@ -139,6 +139,8 @@ class BenchWorker(abc.ABC):
     """The event loop its process runs on: ``asyncio`` (the stock loop) or ``uvloop``."""
     python = True
     """Whether its process is a Python one (``bench.e2e._worker``; a profiler can wrap it)."""
+    polls = True
+    """Whether it can run without its wake-ups (``notify=False``), for ``--poll-systems``."""
 
     def __init__(self, url: str, *, notify: bool, concurrency: int, on_start: OnStart) -> None:
         self.url = url
