@@ -1,4 +1,5 @@
-"""End-to-end benchmark: rdq beside PgQueuer and procrastinate on one durable PostgreSQL.
+"""End-to-end benchmark: rdq beside PgQueuer and procrastinate on one durable PostgreSQL (and
+beside graphile-worker and BullMQ, with ``--systems``).
 
     python -m bench.e2e                                  # the full run (see BENCHMARKS.md)
     python -m bench.e2e --tasks 2000 --repeat 1          # a quick smoke run (< 1 minute)
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from bench.e2e import cluster
+from bench.e2e._node import installed_versions
 from bench.e2e.harness import PROFILING, measure_drain, measure_enqueue, measure_latency
 from bench.e2e.report import Results, emit, percentile
 from bench.e2e.systems import DEFAULT_SYSTEMS, SYSTEMS, BenchSystem, load
@@ -60,7 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see ``--help``)."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.e2e",
-        description="rdq vs PgQueuer vs procrastinate, end to end, on a durable PostgreSQL.",
+        description="rdq beside PgQueuer, procrastinate, graphile-worker and BullMQ, end to "
+        "end, on a durable PostgreSQL (and a durable Redis for the Redis systems).",
     )
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks per enqueue/drain")
     parser.add_argument(
@@ -90,7 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=10,
         help="in-flight tasks per worker process (rdq queue concurrency, procrastinate "
-        "concurrency; PgQueuer keeps its default batch_size=10)",
+        "concurrency, graphile-worker concurrentJobs, BullMQ Worker concurrency; PgQueuer "
+        "keeps its default batch_size=10)",
     )
     parser.add_argument(
         "--latency-tasks",
@@ -109,7 +113,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=_csv(str, SYSTEMS),
         default=["rdq"],
         help="systems whose polling (no-notify) latency is measured (default rdq; "
-        "PgQueuer cannot turn LISTEN/NOTIFY off)",
+        "PgQueuer, graphile-worker and BullMQ cannot turn their wake-ups off)",
     )
     parser.add_argument(
         "--latency-gap",
@@ -159,6 +163,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--tasks-for wants SYSTEM=N with SYSTEM in {', '.join(SYSTEMS)}")
         overrides[system] = int(count)
     args.tasks_for = overrides
+    for name in args.poll_systems:
+        if not load(name)[1].polls:
+            parser.error(f"--poll-systems: {name} cannot turn its wake-ups off")
     if args.latency_tasks is None:
         args.latency_tasks = max(20, min(1000, args.tasks // 20))
     if args.poll_latency_tasks is None:
@@ -176,7 +183,7 @@ def _versions() -> dict[str, str]:
     for name in _DISTRIBUTIONS:
         with contextlib.suppress(metadata.PackageNotFoundError):
             found[name] = metadata.version(name)
-    return found
+    return found | installed_versions()
 
 
 def _micros(seconds: float | None, tasks: int) -> str:
@@ -314,6 +321,34 @@ async def _top_statements(url: str, out: list[TextIO | None]) -> None:
         emit({"kind": "statement", **dict(row)}, *out)
 
 
+async def _open_systems(
+    names: list[str], urls: dict[str, str]
+) -> dict[str, tuple[BenchSystem, str]]:
+    """Open each system on its store (refusing one with UNLOGGED tables). If one fails, the
+    ones opened so far and what the failing one started (a server of its own) are closed."""
+    systems: dict[str, tuple[BenchSystem, str]] = {}
+    try:
+        for name in names:
+            system_class, _ = load(name)
+            system = system_class()
+            try:
+                url = system.store_url(urls[f"bench_{name}"])
+                await system.open(url)
+                unlogged = await system.unlogged_tables()
+                if unlogged:
+                    raise RuntimeError(f"{name} uses UNLOGGED tables: {unlogged}")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await system.close()
+                raise
+            systems[name] = (system, url)
+    except BaseException:
+        for system, _ in systems.values():
+            await system.close()
+        raise
+    return systems
+
+
 async def run(args: argparse.Namespace) -> int:
     """Run the benchmark described by ``args``; return the exit status."""
     out: list[TextIO | None] = [sys.stdout]
@@ -330,16 +365,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         with cluster.server(args.url, stat_statements=args.pg_stat_statements) as server:
             urls = await cluster.prepare(server, [f"bench_{s}" for s in args.systems])
-            systems: dict[str, tuple[BenchSystem, str]] = {}
-            for name in args.systems:
-                system_class, _ = load(name)
-                system = system_class()
-                url = system.store_url(urls[f"bench_{name}"])
-                await system.open(url)
-                unlogged = await system.unlogged_tables()
-                if unlogged:
-                    raise RuntimeError(f"{name} uses UNLOGGED tables: {unlogged}")
-                systems[name] = (system, url)
+            systems = await _open_systems(args.systems, urls)
             emit(
                 {
                     "kind": "run",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from bench.e2e.systems import BenchSystem, VerificationError, payload
+from bench.e2e.systems import BenchSystem, VerificationError, load, payload
 
 __all__ = [
     "PROFILING",
@@ -64,19 +64,12 @@ class WorkerProcess:
         log: IO[bytes],
     ) -> WorkerProcess:
         """Start the process (it connects and sets up, then waits for ``go``)."""
-        args = [
-            "-m",
-            "bench.e2e._worker",
-            system,
-            url,
-            "--notify" if notify else "--no-notify",
-            f"--concurrency={concurrency}",
-        ]
-        if report_starts:
-            args.append("--report-starts")
+        _, worker_class = load(system)
+        command = worker_class.command(
+            system, url, notify=notify, concurrency=concurrency, report_starts=report_starts
+        )
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), sys.path[0]])}
-        command = [sys.executable, *args]
-        if PROFILING.directory is not None:
+        if PROFILING.directory is not None and worker_class.python:
             PROFILING.started += 1
             output = PROFILING.directory / f"{system}-{PROFILING.started:03d}.txt"
             spy = str(Path(sys.executable).with_name("py-spy"))
@@ -178,9 +171,13 @@ class LatencyResult:
 
 async def measure_enqueue(system: BenchSystem, tasks: int, batch: int | None) -> float:
     """Empty the system, then submit ``tasks`` tasks from one client, one at a time
-    (``batch=None``) or ``batch`` per call; return tasks per second."""
+    (``batch=None``) or ``batch`` per call; return tasks per second. A system with a producer
+    process of its own submits and times them there (``BenchSystem.enqueue_timed``)."""
     await system.reset()
     bodies = [payload(i) for i in range(tasks)]
+    seconds = await system.enqueue_timed(bodies, batch)
+    if seconds is not None:
+        return tasks / seconds
     started = time.perf_counter()
     if batch is None:
         for body in bodies:
@@ -295,8 +292,8 @@ async def measure_latency(
         worker.send("GO")
         await asyncio.sleep(1.0)
         for i in range(count):
-            await system.enqueue_one(payload(i))
-            submitted = time.monotonic_ns()
+            returned = await system.enqueue_one(payload(i))
+            submitted = time.monotonic_ns() if returned is None else returned
             number, started = await worker.next_start(timeout=STALL_TIMEOUT)
             if number != i:
                 raise VerificationError(f"{system.name}: handler started task {number}, not {i}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import importlib
+import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -41,9 +42,15 @@ SYSTEMS = {
     "rdq_redis": "bench.e2e.rdq_redis_runner",
     "rdq_sqlite": "bench.e2e.rdq_sqlite_runner",
     "rdq_uvloop": "bench.e2e.rdq_uvloop_runner",
+    "graphile_worker": "bench.e2e.graphile_worker_runner",
+    "graphile_worker_batched": "bench.e2e.graphile_worker_batched_runner",
+    "bullmq": "bench.e2e.bullmq_runner",
+    "bullmq_pg": "bench.e2e.bullmq_pg_runner",
 }
 """``rdq_proto`` is an experiment (rdq with a prototype ``complete_many``), never a default;
-``rdq_uvloop`` is rdq with its worker processes on uvloop (needs ``uvloop`` installed)."""
+``rdq_uvloop`` is rdq with its worker processes on uvloop (needs ``uvloop`` installed); the
+Node.js peers (``graphile_worker``, ``graphile_worker_batched``, ``bullmq``, ``bullmq_pg``) need
+``node`` and ``npm`` (see ``_node``)."""
 DEFAULT_SYSTEMS = ["rdq", "pgqueuer", "procrastinate"]
 
 OnStart = Callable[[dict[str, Any]], None]
@@ -78,8 +85,18 @@ class BenchSystem(abc.ABC):
         """Remove every task/job and every completion record (start of a phase)."""
 
     @abc.abstractmethod
-    async def enqueue_one(self, body: dict[str, Any]) -> None:
-        """Submit one task through the system's single-task API (returns once durable)."""
+    async def enqueue_one(self, body: dict[str, Any]) -> int | None:
+        """Submit one task through the system's single-task API (returns once durable). A
+        system whose producer is another process returns the ``time.monotonic_ns()`` at which
+        the submit returned there (the harness's clock would read it a pipe's delay later)."""
+
+    async def enqueue_timed(
+        self, bodies: Sequence[dict[str, Any]], batch: int | None
+    ) -> float | None:
+        """Submit ``bodies`` one at a time (``batch=None``) or ``batch`` per call in a producer
+        process of the system's own, timed there: the seconds it took. None (the default): the
+        harness submits through ``enqueue_one`` / ``enqueue_many`` and times it itself."""
+        return None
 
     @abc.abstractmethod
     async def enqueue_many(self, bodies: Sequence[dict[str, Any]]) -> None:
@@ -120,6 +137,10 @@ class BenchWorker(abc.ABC):
 
     event_loop = "asyncio"
     """The event loop its process runs on: ``asyncio`` (the stock loop) or ``uvloop``."""
+    python = True
+    """Whether its process is a Python one (``bench.e2e._worker``; a profiler can wrap it)."""
+    polls = True
+    """Whether it can run without its wake-ups (``notify=False``), for ``--poll-systems``."""
 
     def __init__(self, url: str, *, notify: bool, concurrency: int, on_start: OnStart) -> None:
         self.url = url
@@ -137,6 +158,25 @@ class BenchWorker(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+    @classmethod
+    def command(
+        cls, system: str, url: str, *, notify: bool, concurrency: int, report_starts: bool
+    ) -> list[str]:
+        """The command line of one worker process of ``system`` (it speaks the protocol of
+        ``bench.e2e._worker``, which it is unless a system runs its workers elsewhere)."""
+        command = [
+            sys.executable,
+            "-m",
+            "bench.e2e._worker",
+            system,
+            url,
+            "--notify" if notify else "--no-notify",
+            f"--concurrency={concurrency}",
+        ]
+        if report_starts:
+            command.append("--report-starts")
+        return command
 
 
 def load(name: str) -> tuple[type[BenchSystem], type[BenchWorker]]:
