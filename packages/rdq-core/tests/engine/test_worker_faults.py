@@ -192,8 +192,12 @@ async def test_lost_lease_cancels_the_handler_and_writes_nothing(storage, queue)
     assert line["task_id"] == sub.id
     assert not log.events("task cancelled by an operator")
     task = await storage.get(sub.id)
-    assert task.attempts == []  # the outcome of a lost claim is never written
-    assert task.status == Status.IN_FLIGHT
+    # the outcome of a lost claim (attempt 1) is never written: at most the LEASE_EXPIRED
+    # record of a reclaim, when its lease lapsed before the worker stopped (a slow machine)
+    first = [a.outcome for a in task.attempts if a.number == 1]
+    assert first in ([], [Outcome.LEASE_EXPIRED]), task.attempts
+    if not task.attempts:
+        assert task.status == Status.IN_FLIGHT
 
 
 async def test_a_task_that_keeps_losing_its_lease_ends_in_the_dlq(storage, queue):
