@@ -131,16 +131,21 @@ class Window:
     of each; the store time is the attempt's ``finished_at``, so an outage that begins at the
     first failure covers that failure exactly."""
 
-    __slots__ = ("_entries", "error_types")
+    __slots__ = ("_bad", "_entries", "error_types")
 
     def __init__(self) -> None:
         self._entries: collections.deque[tuple[float, bool, datetime]] = collections.deque()
+        self._bad = 0
+        """Outage-class entries among ``_entries``, kept as they come and go: every attempt
+        adds one entry, so a scan of the window per attempt would cost a busy key's worker
+        time in proportion to its rate."""
         self.error_types: set[str] = set()
 
     def add(
         self, now: float, outage: bool, error_type: str | None, config: Breaker, at: datetime
     ) -> None:
         self._entries.append((now, outage, at))
+        self._bad += outage
         if outage and error_type is not None:
             self.error_types.add(error_type)
         self._trim(now, config)
@@ -148,14 +153,16 @@ class Window:
     def _trim(self, now: float, config: Breaker) -> None:
         entries = self._entries
         while entries and entries[0][0] < now - config.window:
-            entries.popleft()
-        if not any(bad for _, bad, _ in entries):
+            self._bad -= entries.popleft()[1]
+        if not self._bad:
             self.error_types.clear()
 
     def first_failure(self, now: float, config: Breaker) -> datetime | None:
         """When the oldest outage-class failure of the last ``config.window`` seconds ended
         (store time; ``None``: none)."""
         self._trim(now, config)
+        if not self._bad:
+            return None
         return next((at for _, bad, at in self._entries if bad), None)
 
     def trips(self, now: float, config: Breaker) -> bool:
@@ -164,11 +171,11 @@ class Window:
         calls = len(self._entries)
         if calls < config.min_calls:
             return False
-        failures = sum(1 for _, bad, _ in self._entries if bad)
-        return failures >= config.threshold * calls
+        return self._bad >= config.threshold * calls
 
     def clear(self) -> None:
         self._entries.clear()
+        self._bad = 0
         self.error_types.clear()
 
 
