@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
@@ -165,6 +165,9 @@ class System(BenchSystem):
 class Worker(BenchWorker):
     """``rdq.Worker`` on the benchmark queue with a no-op async handler."""
 
+    worker_options: ClassVar[dict[str, Any]] = {}
+    """Keyword arguments of ``rdq.Worker`` beyond its defaults (none here)."""
+
     async def open(self) -> None:
         rdq.logging.configure(json=True, level="INFO")
         url = self.url if self.notify else _with_query(self.url, notify="false")
@@ -179,7 +182,7 @@ class Worker(BenchWorker):
             on_start(body)
 
     async def run(self, stop: asyncio.Event) -> None:
-        worker = rdq.Worker(self._app, self._storage, queues=[QUEUE])
+        worker = rdq.Worker(self._app, self._storage, queues=[QUEUE], **self.worker_options)
         run = asyncio.create_task(worker.run())
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({run, stopping}, return_when=asyncio.FIRST_COMPLETED)

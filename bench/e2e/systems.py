@@ -42,6 +42,7 @@ SYSTEMS = {
     "rdq_redis": "bench.e2e.rdq_redis_runner",
     "rdq_sqlite": "bench.e2e.rdq_sqlite_runner",
     "rdq_uvloop": "bench.e2e.rdq_uvloop_runner",
+    "rdq_batched": "bench.e2e.rdq_batched_runner",
     "graphile_worker": "bench.e2e.graphile_worker_runner",
     "graphile_worker_batched": "bench.e2e.graphile_worker_batched_runner",
     "bullmq": "bench.e2e.bullmq_runner",

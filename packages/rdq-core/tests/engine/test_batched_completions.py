@@ -292,3 +292,47 @@ async def test_a_success_waiting_for_its_batch_gives_its_slot_to_the_next_task(s
 
 async def _started(started: list[int], count: int) -> bool:
     return len(started) >= count
+
+
+@pytest.mark.parametrize("max_unrecorded", [0, 3])
+async def test_max_unrecorded_bounds_the_successes_whose_slots_go_on_before_their_write(
+    storage, queue, max_unrecorded
+):
+    """With concurrency 1 and the first flush held, ``max_unrecorded`` successes waiting for
+    their write hand their slot on; the one after them keeps its slot, so exactly
+    ``max_unrecorded + 1`` tasks have run before the write returns, and no more."""
+    app = rdq.App()
+    app.queue(queue, concurrency=1)
+    started: list[int] = []
+    first_flush = asyncio.Event()
+    release = asyncio.Event()
+
+    @app.handler("job", queue=queue)
+    async def job(payload: int) -> None:
+        started.append(payload)
+
+    async def held(flush: Callable[[], Awaitable[Any]]) -> Any:
+        if not first_flush.is_set():
+            first_flush.set()
+            await release.wait()
+        return await flush()
+
+    view = StoreView(storage, batch_complete=True, around_flush=lambda items, flush: held(flush))
+    ids = await submit(storage, queue, max_unrecorded + 3)
+    worker = fast_worker(app, view, max_unrecorded=max_unrecorded)  # type: ignore[arg-type]
+    async with running(worker):
+        await asyncio.wait_for(first_flush.wait(), 30)
+        await eventually(lambda: _started(started, max_unrecorded + 1))
+        await asyncio.sleep(0.3)  # the next task would have started by now if it could
+        assert len(started) == max_unrecorded + 1
+        release.set()
+        await all_settled(storage, ids)
+    assert sorted(started) == list(range(max_unrecorded + 3))
+    for task_id in ids:
+        assert await successes(storage, task_id) == 1
+
+
+@pytest.mark.parametrize("value", [-1, 10_001, 2.5, True])
+async def test_max_unrecorded_out_of_range_is_refused_naming_it(storage, value):
+    with pytest.raises(rdq.ConfigError, match="max_unrecorded"):
+        rdq.Worker(rdq.App(), storage, max_unrecorded=value)

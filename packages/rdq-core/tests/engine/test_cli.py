@@ -253,3 +253,37 @@ def test_the_demos_next_commands_work_exactly_as_printed(tmp_path: Path):
         result = run_printed(command, tmp_path)
         assert result.returncode == 0, (command, result.stdout + result.stderr)
         assert "orders" in result.stdout, command
+
+
+def test_worker_command_takes_max_unrecorded_and_says_it_at_start(tmp_path: Path):
+    """``--max-unrecorded`` reaches the worker (its start line says the bound in force), and
+    a value out of range is refused naming the option."""
+    refused = CliRunner().invoke(main, ["worker", "rdq:App", "--max-unrecorded", "-1"])
+    assert refused.exit_code == 2
+    assert "--max-unrecorded" in refused.output
+    (tmp_path / "payapp.py").write_text(PAYMENTS_APP)
+    proc = subprocess.Popen(
+        [
+            RDQ,
+            "worker",
+            "payapp:app",
+            "--storage",
+            "memory://",
+            "--log-format",
+            "json",
+            "--max-unrecorded",
+            "250",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        started = next(line for line in proc.stdout if "worker started" in line)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert json.loads(started)["max_unrecorded"] == 250

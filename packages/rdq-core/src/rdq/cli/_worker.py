@@ -16,6 +16,7 @@ from rdq.logging import configure, get_logger
 from rdq.plugins import open_storage
 from rdq.spi import Doubling
 from rdq.worker import Worker, _loop
+from rdq.worker._worker import MAX_UNRECORDED
 
 __all__ = ["load_app", "worker"]
 
@@ -39,6 +40,14 @@ __all__ = ["load_app", "worker"]
     help="Seconds for in-flight work.",
 )
 @click.option(
+    "--max-unrecorded",
+    type=click.IntRange(0, MAX_UNRECORDED),
+    default=None,
+    help="Successes awaiting their batched write that may free their slot "
+    "(default: the worker's total concurrency; a crash can leave this many plus the "
+    "concurrency run but unrecorded, to run again).",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(1, 65535),
     default=None,
@@ -60,6 +69,7 @@ def worker(
     queues: tuple[str, ...],
     config_path: Path | None,
     grace_period: float,
+    max_unrecorded: int | None,
     metrics_port: int | None,
     metrics_host: str,
     worker_id: str | None,
@@ -81,7 +91,16 @@ def worker(
             from rdq.metrics import start_http_server
 
             start_http_server(metrics_port, metrics_host)
-        _loop.run(_serve(app, storage_url, list(queues) or None, grace_period, worker_id))
+        _loop.run(
+            _serve(
+                app,
+                storage_url,
+                list(queues) or None,
+                grace_period,
+                worker_id,
+                max_unrecorded=max_unrecorded,
+            )
+        )
     except (RdqError, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
@@ -94,6 +113,8 @@ async def _serve(
     queues: list[str] | None,
     grace_period: float,
     worker_id: str | None,
+    *,
+    max_unrecorded: int | None = None,
 ) -> None:
     log = get_logger("rdq.worker")
     storage = open_storage(storage_url)
@@ -107,7 +128,14 @@ async def _serve(
             log.warning("storage unavailable; retrying", error=str(exc), retry_in=round(pause, 2))
             await asyncio.sleep(pause)
     try:
-        w = Worker(app, storage, queues=queues, worker_id=worker_id, grace_period=grace_period)
+        w = Worker(
+            app,
+            storage,
+            queues=queues,
+            worker_id=worker_id,
+            grace_period=grace_period,
+            max_unrecorded=max_unrecorded,
+        )
         w.install_signal_handlers()
         await w.run()
     finally:

@@ -10,9 +10,10 @@ due it waits with ``wait_due`` if the store can notify, else polls with a backof
 counted and retried with backoff; the worker never dies of one. Where the store has
 ``batch_complete``, successes are recorded through one :class:`~rdq.worker._completer.Completer`
 per worker (many tasks per ``complete_many`` call, no timer), and a success waiting for its
-batch gives its concurrency slot to the next task at once, as long as fewer than the worker's
-total concurrency of tasks are in that state (so the next claim overlaps the write; a crash
-can then leave up to that many finished tasks unrecorded, to be run again after their lease).
+batch gives its concurrency slot to the next task at once, as long as fewer than
+``max_unrecorded`` (default: the worker's total concurrency) are in that state (so the next
+claim overlaps the write; a crash can then leave up to that many finished tasks unrecorded,
+besides those holding a slot, to be run again after their lease).
 Their leases are still renewed until the write returns.
 
 ``stop()`` (or SIGTERM/SIGINT once :meth:`Worker.install_signal_handlers` ran) stops claiming,
@@ -58,7 +59,16 @@ from rdq.worker._threads import HandlerThreads
 from rdq.worker._trim import MemoryTrim
 from rdq.worker._watchdog import Watchdog
 
-__all__ = ["OUTAGE_RETRY_CAP", "OUTAGE_RETRY_FIRST", "Worker", "default_worker_id"]
+__all__ = [
+    "MAX_UNRECORDED",
+    "OUTAGE_RETRY_CAP",
+    "OUTAGE_RETRY_FIRST",
+    "Worker",
+    "default_worker_id",
+]
+
+MAX_UNRECORDED = 10_000
+"""The largest ``max_unrecorded`` a worker takes."""
 
 
 def default_worker_id() -> str:
@@ -88,6 +98,7 @@ class Worker(ClaimLoops):
         stall_limit: float = 60.0,
         lease_thread: bool = True,
         clock: Monotonic | None = None,
+        max_unrecorded: int | None = None,
     ) -> None:
         """``queues`` defaults to ``app.queues`` (declared queues and those of registered
         handlers), or ``["default"]`` if there are none. ``logger`` replaces the structlog
@@ -102,7 +113,13 @@ class Worker(ClaimLoops):
         renewal, timeout and backoff it measures: a test runs the worker on an event loop whose
         time is simulated (``clock=loop.time``) and on a store whose clock follows it, and
         backoffs and leases then take no real time. With a clock of its own the worker renews
-        leases on its event loop only (no lease thread: that thread runs on real time)."""
+        leases on its event loop only (no lease thread: that thread runs on real time).
+
+        ``max_unrecorded`` (a store with ``batch_complete``): how many successes waiting for
+        their batched write may give their slot to the next task, at most (default: the
+        worker's total concurrency). More lets each ``complete_many`` carry more tasks; the
+        price is what a crash can leave run but unrecorded, to run again after their lease:
+        at most ``max_unrecorded`` plus the worker's total concurrency (docs/engine.md)."""
         self.app = app
         self.storage = storage
         names = list(queues) if queues is not None else (app.queues or ["default"])
@@ -116,6 +133,12 @@ class Worker(ClaimLoops):
             raise ConfigError("maintenance intervals must be positive", key="stats_interval")
         if not 0 < stall_threshold < stall_limit:
             raise ConfigError("need 0 < stall_threshold < stall_limit", key="stall_threshold")
+        if max_unrecorded is not None and not (
+            type(max_unrecorded) is int and 0 <= max_unrecorded <= MAX_UNRECORDED
+        ):
+            raise ConfigError(
+                f"must be a whole number from 0 to {MAX_UNRECORDED}", key="max_unrecorded"
+            )
         self.queues = list(dict.fromkeys(names))
         self.worker_id = worker_id or default_worker_id()
         self.grace_period = grace_period
@@ -127,6 +150,7 @@ class Worker(ClaimLoops):
         self.stall_threshold = stall_threshold
         self.stall_limit = stall_limit
         self.lease_thread = lease_thread and clock is None
+        self.max_unrecorded = max_unrecorded
         self.clock = StorageClock(clock or time.monotonic)
         self.log = logger if logger is not None else get_logger("rdq.worker")
         self._rng = rng
@@ -217,7 +241,7 @@ class Worker(ClaimLoops):
         )
         await _quietly(fleet.heartbeat(), self.log)  # registered before its first claim
         leaving = asyncio.Event()
-        self._held.max_freed_early = size
+        self._held.max_freed_early = size if self.max_unrecorded is None else self.max_unrecorded
         runner = Runner(
             self.app,
             self.storage,
@@ -313,7 +337,12 @@ class Worker(ClaimLoops):
                     name="rdq-maintenance",
                 )
             )
-        self.log.info("worker started", worker_id=self.worker_id, queues=self.queues)
+        self.log.info(
+            "worker started",
+            worker_id=self.worker_id,
+            queues=self.queues,
+            max_unrecorded=self._held.max_freed_early,
+        )
         try:
             await stopping.wait()
             fleet.state = "stopping"
