@@ -31,8 +31,12 @@ end
 -- The control of key k as a claim uses it, its rate bucket refilled to now, or nil when there
 -- is none. `in_use` is filled in by capacity() when first needed.
 local function load_control(base, k, now)
-  local f = redis.call('HMGET', control_key(base, k), 'version', 'paused', 'gate',
-    'concurrency', 'rate', 'per', 'bucket', 'tokens', 'refilled', 'fair', 'aging')
+  local names = {'version', 'paused', 'gate', 'concurrency', 'rate', 'per', 'bucket', 'tokens',
+    'refilled'}
+  if k == QUEUE_KEY then
+    names[10], names[11] = 'fair', 'aging'
+  end
+  local f = redis.call('HMGET', control_key(base, k), unpack(names))
   if not f[1] then
     return nil
   end

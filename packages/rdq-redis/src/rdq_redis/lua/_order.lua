@@ -166,8 +166,11 @@ local function claim_in_order(ctx, q)
     end
   end
 
+  -- Tasks moved aside while ranking count against a budget of their own: the claim still
+  -- takes what it ranked.
+  local parked_before = 0
   local function done()
-    return #ctx.out >= ctx.cap or ctx.parked() >= ctx.budget
+    return #ctx.out >= ctx.cap or ctx.parked() - parked_before >= ctx.budget
   end
 
   if q.fair == nil then
@@ -203,6 +206,7 @@ local function claim_in_order(ctx, q)
         e.source.removed = e.source.removed + 1
       end
     end
+    parked_before = ctx.parked()
     for _, bucket in ipairs(by_rank) do
       for _, e in ipairs(bucket) do
         if done() then

@@ -25,6 +25,10 @@
 -- A claim holds back (moves) at most PARK_BUDGET tasks, so the first claim after a pause of
 -- a deep backlog does not block the server for long: the next claims go on from there.
 --
+-- Claim order (contract version 4). When the queue's own control sets fair or aging the due
+-- tasks are taken in that order instead, by claim_in_order() (_order.lua) with the pieces
+-- below; without either the walk below is the order, unchanged.
+--
 -- KEYS[1] the queue's levels set.
 -- ARGV[1] the queue's key base, ARGV[2] lease_us, ARGV[3] worker id ('' or '=' .. id),
 --   ARGV[4..] one fresh token per claim slot (made by the client: Lua's PRNG is seeded
