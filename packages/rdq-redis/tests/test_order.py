@@ -16,7 +16,7 @@ from rdq.spi import QUEUE_KEY, ClaimOrder, Control, Envelope, Status, Storage, h
 
 LEASE = timedelta(minutes=5)
 PAUSED, PLAIN = "tests.handlers:paused", "tests.handlers:plain"
-PAGE = 256  # lua/_order.lua's ORDER_PAGE
+PAGE = 512  # lua/_order.lua's ORDER_PAGE
 
 
 def new_queue() -> str:
@@ -70,9 +70,10 @@ async def test_an_aged_queue_deeper_than_a_page_keeps_its_order_past_tasks_moved
     storage: Storage,
 ) -> None:
     queue = new_queue()
-    # The oldest 2 pages are a paused handler's (the first claim moves them aside on its way),
-    # the rest mixes priorities; one in 7 has dep:x, whose gate lets 25 through.
-    specs: list[dict[str, Any]] = [{"handler_ref": PAUSED} for _ in range(2 * PAGE)]
+    # The oldest page and a half are a paused handler's (the first claim moves them aside on
+    # its way: fewer than the 1000 a claim may move), the rest mixes priorities; one in 7 has
+    # dep:x, whose gate lets 25 through.
+    specs: list[dict[str, Any]] = [{"handler_ref": PAUSED} for _ in range(PAGE + PAGE // 2)]
     specs += [
         {"priority": n % 7 - 3, "keys": ["dep:x"] if n % 7 == 0 else []} for n in range(3 * PAGE)
     ]
@@ -110,11 +111,11 @@ async def test_a_fair_queue_deeper_than_a_page_ranks_every_group_at_every_claim(
     storage: Storage,
 ) -> None:
     queue = new_queue()
-    # a deep group (its oldest 2 pages a paused handler's, moved aside as the claim reads
-    # on), a middling one with priorities, the tasks without a tenant, and a shallow group due
+    # a deep group (its oldest page and a half a paused handler's, moved aside as the claim
+    # reads on), a middling one with priorities, the tasks without a tenant, and a shallow group due
     # last of all
     specs: list[dict[str, Any]] = [
-        {"keys": ["tenant:deep"], "handler_ref": PAUSED} for _ in range(2 * PAGE)
+        {"keys": ["tenant:deep"], "handler_ref": PAUSED} for _ in range(PAGE + PAGE // 2)
     ]
     for n in range(3 * PAGE):
         specs.append({"keys": ["tenant:deep"]})

@@ -6,7 +6,7 @@
 -- The candidates are the due entries of every priority's pending and in-flight sets and of
 -- the held sets of every key whose control lets a task through when the claim begins (a key
 -- whose control holds back now holds back every task of its held sets: they have no rank).
--- Each such sorted set is a *source*, read in pages of ORDER_PAGE by offset; the sources are
+-- Each such sorted set is a *source*, read in pages of ORDER_PAGE by rank; the sources are
 -- merged into one stream in the order within a group:
 --   * strict: highest priority first, then oldest due (the score), then id;
 --   * aging: oldest aged due time first (the score less round(priority × aging × 10^6) µs),
@@ -26,19 +26,19 @@
 -- Visiting a task claims it, or skips it when a control holds it back by now (a limit used
 -- up by the tasks claimed before it): claim_due.lua's visit().
 
-local ORDER_PAGE = 256
+local ORDER_PAGE = 512
 
 -- A source: the due entries (score <= now) of sorted set `set` (the key base's `name`), of
 -- priority p, PENDING (`pending`) or IN_FLIGHT with a lapsed lease; `held` the held set's
 -- name for a held set. `fetched` entries were read, `removed` of them left the due range
 -- since (claimed, moved): the next page starts at fetched - removed.
-local function new_source(set, p, pending, held)
-  return {set = set, p = p, pending = pending, held = held, buf = {}, pos = 1, fetched = 0,
-    removed = 0, done = false, closed = false}
+local function new_source(set, p, pending, held, now)
+  return {set = set, p = p, pending = pending, held = held, now = now, buf = {}, pos = 1,
+    fetched = 0, removed = 0, done = false, closed = false}
 end
 
 -- The source's next entry as {id, score (text), due (number), p, source}, or nil.
-local function head(s, nows)
+local function head(s)
   if s.closed then
     return nil
   end
@@ -46,12 +46,22 @@ local function head(s, nows)
     if s.done then
       return nil
     end
-    s.buf = redis.call('ZRANGEBYSCORE', s.set, '-inf', nows, 'WITHSCORES', 'LIMIT',
-      s.fetched - s.removed, ORDER_PAGE)
-    s.pos = 1
-    s.fetched = s.fetched + #s.buf / 2
-    s.done = #s.buf < 2 * ORDER_PAGE
-    if #s.buf == 0 then
+    -- by rank, not by score with an offset (which Redis walks entry by entry): the due
+    -- entries are the set's first, and an entry leaving them only moves later ones up
+    local start = s.fetched - s.removed
+    local got = redis.call('ZRANGE', s.set, start, start + ORDER_PAGE - 1, 'WITHSCORES')
+    s.done = #got < 2 * ORDER_PAGE
+    local n = #got
+    while n > 0 and tonumber(got[n]) > s.now do
+      n = n - 2
+      s.done = true
+    end
+    for i = #got, n + 1, -1 do
+      got[i] = nil
+    end
+    s.buf, s.pos = got, 1
+    s.fetched = s.fetched + n / 2
+    if n == 0 then
       return nil
     end
   end
@@ -94,14 +104,24 @@ local function group_order(aging)
 end
 
 -- The sources' entries merged into one stream in `less` order: next() gives the best head
--- and moves past it.
-local function merged(sources, less, nows)
+-- and moves past it. A source with no head left (read to its end, or closed) is dropped.
+local function merged(sources, less)
+  local live = {}
+  for i, s in ipairs(sources) do
+    live[i] = s
+  end
   return function()
     local best = nil
-    for _, s in ipairs(sources) do
-      local e = head(s, nows)
-      if e and (best == nil or less(e, best)) then
-        best = e
+    local i = 1
+    while i <= #live do
+      local e = head(live[i])
+      if e == nil then
+        table.remove(live, i)
+      else
+        if best == nil or less(e, best) then
+          best = e
+        end
+        i = i + 1
       end
     end
     if best then
@@ -123,30 +143,30 @@ local function fair_group(keys, prefix)
 end
 
 -- The claim in the order control q (the queue's own, with fair or aging) asks for. `ctx`
--- holds claim_due.lua's pieces: base, nows, cap, out, control(k), capacity_of(c),
+-- holds claim_due.lua's pieces: base, now, cap, out, control(k), capacity_of(c),
 -- holder(keys), park(id, key, p, from_pending, score, k), visit(id, p, from_pending, score,
 -- held) (returns the key that held the task back, or nil), parked() and budget.
 local function claim_in_order(ctx, q)
-  local base, nows = ctx.base, ctx.nows
+  local base, now = ctx.base, ctx.now
   local sources, held_source = {}, {}
   local level_list = levels(base)
   for _, level in ipairs(level_list) do
     local p = tonumber(level)
-    sources[#sources + 1] = new_source(pending_key(base, p), p, true, nil)
-    sources[#sources + 1] = new_source(inflight_key(base, p), p, false, nil)
+    sources[#sources + 1] = new_source(pending_key(base, p), p, true, nil, now)
+    sources[#sources + 1] = new_source(inflight_key(base, p), p, false, nil, now)
   end
   if redis.call('EXISTS', base .. 'heldkeys') == 1 then
     for _, name in ipairs(redis.call('SMEMBERS', base .. 'heldkeys')) do
       local kind, p, k = parse_held(name)
       if kind and ctx.capacity_of(ctx.control(k)) >= 1 then
-        local s = new_source(base .. name, p, kind == 'held', name)
+        local s = new_source(base .. name, p, kind == 'held', name, now)
         s.key = k
         sources[#sources + 1] = s
         held_source[name] = s
       end
     end
   end
-  local next_entry = merged(sources, group_order(q.aging), nows)
+  local next_entry = merged(sources, group_order(q.aging))
 
   -- Visit entry e; keep its source's offset and the sources a hold closes up to date.
   local function visit(e)

@@ -332,7 +332,7 @@ local function claim_strict()
 end
 
 if queue_control and (queue_control.fair or queue_control.aging) then
-  claim_in_order({base = base, nows = nows, cap = cap, out = out, control = control,
+  claim_in_order({base = base, now = now, cap = cap, out = out, control = control,
     capacity_of = function(c) return capacity(base, c, now) end, holder = holder, park = park,
     visit = visit, parked = function() return parked end, budget = PARK_BUDGET}, queue_control)
 else
