@@ -32,6 +32,8 @@ EXPECTED_CAPABILITIES = Capabilities(
     control=True,
     worker_registry=True,
     counters=True,
+    fair_shares=True,
+    priority_aging=True,
 )
 """What the Redis store advertises, on one server and on Cluster alike: everything but
 ``transactional_enqueue``."""

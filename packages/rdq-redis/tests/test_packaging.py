@@ -31,7 +31,7 @@ def test_the_wheel_ships_every_lua_script_and_the_entry_points(tmp_path: Path) -
         entry_points = next(
             archive.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt")
         )
-    for name in ("_lib", "_flow", *SCRIPT_NAMES):
+    for name in ("_lib", "_flow", "_order", *SCRIPT_NAMES):
         assert f"rdq_redis/lua/{name}.lua" in names
     assert "rdq_redis/py.typed" in names
     assert "redis = rdq_redis._plugin" in entry_points

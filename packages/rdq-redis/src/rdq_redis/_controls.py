@@ -74,7 +74,7 @@ async def put_control(
         raise _conflict(control.queue, control.key, reply)
     return msgspec.structs.replace(
         control,
-        state=msgspec.json.decode(values[-1]),
+        state=msgspec.json.decode(values[7]),
         version=int(reply[1]),
         updated_at=from_us(int(reply[2])),
         in_use=None,

@@ -44,7 +44,9 @@ def _opt(value: int | None) -> str:
 
 def control_args(control: Control, expected_version: int) -> list[Any]:
     """What ``put_control.lua`` takes after (key base, key, expected version, registry, queue):
-    paused, gate, concurrency, rate, per, burst, bucket and the state's JSON."""
+    paused, gate, concurrency, rate, per, burst, bucket, the state's JSON, then the claim
+    order of the queue's own control: fair (the key prefix) and aging (seconds), '' for
+    none."""
     return [
         "1" if control.paused else "0",
         _opt(control.gate),
@@ -54,6 +56,8 @@ def control_args(control: Control, expected_version: int) -> list[Any]:
         _opt(control.burst),
         _opt(control.bucket) if control.rate is not None else "",
         _encoder.encode(control.state),
+        control.fair or "",
+        "" if control.aging is None else repr(float(control.aging)),
     ]
 
 
@@ -76,6 +80,8 @@ def control_from_hash(
             rate=number(b"rate"),
             per=float(fields.get(b"per", b"1.0")),
             burst=number(b"burst"),
+            fair=fair.decode() if (fair := fields.get(b"fair")) is not None else None,
+            aging=float(aging) if (aging := fields.get(b"aging")) is not None else None,
             state=_state_decoder.decode(fields.get(b"state", b"{}")),
             version=int(fields[b"version"]),
             updated_at=from_us(int(fields[b"updated_at"])),

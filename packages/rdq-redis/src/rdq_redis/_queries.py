@@ -1,13 +1,14 @@
 """The Lua scripts' text, read from the wheel: each script is ``lua/_lib.lua`` (the shared
 helpers), for the scripts that read control records ``lua/_flow.lua`` (the flow-control
-helpers), then ``lua/<name>.lua``. :mod:`rdq_redis._scripts` registers and runs them."""
+helpers), for the claim ``lua/_order.lua`` (the claim orders of contract version 4), then
+``lua/<name>.lua``. :mod:`rdq_redis._scripts` registers and runs them."""
 
 from __future__ import annotations
 
 import functools
 from importlib import resources
 
-__all__ = ["FLOW_SCRIPTS", "SCRIPT_NAMES", "script_source"]
+__all__ = ["FLOW_SCRIPTS", "ORDER_SCRIPTS", "SCRIPT_NAMES", "script_source"]
 
 SCRIPT_NAMES = (
     "enqueue",
@@ -46,10 +47,19 @@ SCRIPT_NAMES = (
 FLOW_SCRIPTS = frozenset({"claim_due", "next_due", "list_controls"})
 """The scripts that read control records: ``lua/_flow.lua`` goes in front of them."""
 
+ORDER_SCRIPTS = frozenset({"claim_due"})
+"""The scripts that claim in a fair or aged order: ``lua/_order.lua`` goes after
+``lua/_flow.lua`` in front of them."""
+
 
 @functools.cache
 def script_source(name: str) -> str:
     """The full text of script ``name`` (the shared helpers first)."""
     lua = resources.files("rdq_redis") / "lua"
-    parts = ["_lib.lua", *(["_flow.lua"] if name in FLOW_SCRIPTS else []), f"{name}.lua"]
+    parts = [
+        "_lib.lua",
+        *(["_flow.lua"] if name in FLOW_SCRIPTS else []),
+        *(["_order.lua"] if name in ORDER_SCRIPTS else []),
+        f"{name}.lua",
+    ]
     return "".join((lua / part).read_text("utf-8") for part in parts)

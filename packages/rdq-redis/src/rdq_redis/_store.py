@@ -80,6 +80,8 @@ CAPABILITIES = Capabilities(
     control=True,
     worker_registry=True,
     counters=True,
+    fair_shares=True,
+    priority_aging=True,
 )
 """What the store offers, on one server and on Cluster alike: everything but
 ``enqueue_in`` (Redis has no transaction of the application's to join)."""

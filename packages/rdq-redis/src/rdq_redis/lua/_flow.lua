@@ -5,7 +5,8 @@
 -- concurrency, rate, per (seconds), burst (as given), bucket (the most tokens: burst, or
 -- max(1, rate // 10)), state (the engine's JSON, never read here), and the rate bucket as of
 -- the last claim that took from it: tokens, refilled (µs). No tokens: the bucket is full (a
--- new or changed rate starts full).
+-- new or changed rate starts full). The queue's own record ('*') may also hold fair (a key
+-- prefix) and aging (seconds per step of priority): the claim order (see _order.lua).
 
 local QUEUE_KEY = '*'
 
@@ -30,12 +31,23 @@ end
 -- The control of key k as a claim uses it, its rate bucket refilled to now, or nil when there
 -- is none. `in_use` is filled in by capacity() when first needed.
 local function load_control(base, k, now)
-  local f = redis.call('HMGET', control_key(base, k), 'version', 'paused', 'gate',
-    'concurrency', 'rate', 'per', 'bucket', 'tokens', 'refilled')
+  local names = {'version', 'paused', 'gate', 'concurrency', 'rate', 'per', 'bucket', 'tokens',
+    'refilled'}
+  if k == QUEUE_KEY then
+    names[10], names[11] = 'fair', 'aging'
+  end
+  local f = redis.call('HMGET', control_key(base, k), unpack(names))
   if not f[1] then
     return nil
   end
   local c = {key = k, paused = f[2] == '1', gate = as_int(f[3]), concurrency = as_int(f[4])}
+  if k == QUEUE_KEY then
+    c.fair = f[10] or nil
+    local aging = tonumber(f[11])
+    if aging and aging > 0 then
+      c.aging = aging
+    end
+  end
   local rate, per, bucket = tonumber(f[5]), tonumber(f[6]), tonumber(f[7])
   if rate and per and per > 0 then
     bucket = bucket or 1

@@ -25,6 +25,10 @@
 -- A claim holds back (moves) at most PARK_BUDGET tasks, so the first claim after a pause of
 -- a deep backlog does not block the server for long: the next claims go on from there.
 --
+-- Claim order (contract version 4). When the queue's own control sets fair or aging the due
+-- tasks are taken in that order instead, by claim_in_order() (_order.lua) with the pieces
+-- below; without either the walk below is the order, unchanged.
+--
 -- KEYS[1] the queue's levels set.
 -- ARGV[1] the queue's key base, ARGV[2] lease_us, ARGV[3] worker id ('' or '=' .. id),
 --   ARGV[4..] one fresh token per claim slot (made by the client: Lua's PRNG is seeded
@@ -180,29 +184,6 @@ local function release(names, n)
   end
 end
 
-if redis.call('EXISTS', base .. 'heldkeys') == 1 then
-  local by_key, order = {}, {}
-  for _, name in ipairs(redis.call('SMEMBERS', base .. 'heldkeys')) do
-    local kind, _, k = parse_held(name)
-    if kind then
-      if by_key[k] == nil then
-        by_key[k] = {}
-        order[#order + 1] = k
-      end
-      local names = by_key[k]
-      names[#names + 1] = name
-    else
-      redis.call('SREM', base .. 'heldkeys', name) -- not a held set's name; never expected
-    end
-  end
-  for _, k in ipairs(order) do
-    local n = math.min(capacity(base, control(k), now), cap)
-    if n > 0 then
-      release(by_key[k], n)
-    end
-  end
-end
-
 -- The first of `keys` whose control holds a task back now, or nil.
 local function holder(keys)
   for _, k in ipairs(keys) do
@@ -242,17 +223,30 @@ local function park(id, key, p, from_pending, score, k)
   parked = parked + 1
 end
 
-local function visit(id, p, from_pending, score)
+-- Claim the due task `id` (of priority p, from its pending set or, a lapsed lease, its
+-- in-flight set; from the held set `held` when given) unless a control of its keys holds it
+-- back: then it is moved to a held set (one it is in already keeps it) and that key returned.
+local function visit(id, p, from_pending, score, held)
   local key = task_key(base, id)
   if redis.call('EXISTS', key) == 0 then
+    if held then
+      redis.call('ZREM', base .. held, id)
+      forget_held(base, key, held)
+    end
     claim(id, p, from_pending) -- drops the dangling index entry
-    return
+    return nil
   end
   local keys = task_flow_keys(key)
   local k = holder(keys)
   if k then
-    park(id, key, p, from_pending, score, k)
-    return
+    if not held then
+      park(id, key, p, from_pending, score, k)
+    end
+    return k
+  end
+  if held then
+    redis.call('ZREM', base .. held, id)
+    forget_held(base, key, held)
   end
   claim(id, p, from_pending)
   if queue_control then
@@ -264,48 +258,86 @@ local function visit(id, p, from_pending, score)
       take(c, k2, id)
     end
   end
+  return nil
+end
+
+-- Let back as many held tasks of each key as its control admits now (strict order).
+local function release_held()
+  if redis.call('EXISTS', base .. 'heldkeys') == 1 then
+    local by_key, order = {}, {}
+    for _, name in ipairs(redis.call('SMEMBERS', base .. 'heldkeys')) do
+      local kind, _, k = parse_held(name)
+      if kind then
+        if by_key[k] == nil then
+          by_key[k] = {}
+          order[#order + 1] = k
+        end
+        local names = by_key[k]
+        names[#names + 1] = name
+      else
+        redis.call('SREM', base .. 'heldkeys', name) -- not a held set's name; never expected
+      end
+    end
+    for _, k in ipairs(order) do
+      local n = math.min(capacity(base, control(k), now), cap)
+      if n > 0 then
+        release(by_key[k], n)
+      end
+    end
+  end
 end
 
 -- Every entry visited leaves the due range (claimed: leased past now; held back: moved to a
 -- held set), so each read starts at the head again.
-for _, level in ipairs(levels(base)) do
-  local p = tonumber(level)
-  local more = true
-  while more and #out < cap and parked < PARK_BUDGET do
-    local want = math.max(cap - #out, BATCH)
-    local pend = redis.call('ZRANGEBYSCORE', pending_key(base, p), '-inf', nows,
-      'WITHSCORES', 'LIMIT', 0, want)
-    local lost = redis.call('ZRANGEBYSCORE', inflight_key(base, p), '-inf', nows,
-      'WITHSCORES', 'LIMIT', 0, want)
-    -- a full read may have more behind it: read again once it is used up
-    local pend_full, lost_full = #pend == 2 * want, #lost == 2 * want
-    more = pend_full or lost_full
-    local i, j = 1, 1
-    while #out < cap and parked < PARK_BUDGET do
-      local from_pending
-      if i <= #pend and j <= #lost then
-        local a, b = tonumber(pend[i + 1]), tonumber(lost[j + 1])
-        from_pending = a < b or (a == b and bytes_less(pend[i], lost[j]))
-      elseif i <= #pend and not lost_full then
-        from_pending = true
-      elseif j <= #lost and not pend_full then
-        from_pending = false
-      else
-        break
-      end
-      if from_pending then
-        visit(pend[i], p, true, pend[i + 1])
-        i = i + 2
-      else
-        visit(lost[j], p, false, lost[j + 1])
-        j = j + 2
+local function claim_strict()
+  for _, level in ipairs(levels(base)) do
+    local p = tonumber(level)
+    local more = true
+    while more and #out < cap and parked < PARK_BUDGET do
+      local want = math.max(cap - #out, BATCH)
+      local pend = redis.call('ZRANGEBYSCORE', pending_key(base, p), '-inf', nows,
+        'WITHSCORES', 'LIMIT', 0, want)
+      local lost = redis.call('ZRANGEBYSCORE', inflight_key(base, p), '-inf', nows,
+        'WITHSCORES', 'LIMIT', 0, want)
+      -- a full read may have more behind it: read again once it is used up
+      local pend_full, lost_full = #pend == 2 * want, #lost == 2 * want
+      more = pend_full or lost_full
+      local i, j = 1, 1
+      while #out < cap and parked < PARK_BUDGET do
+        local from_pending
+        if i <= #pend and j <= #lost then
+          local a, b = tonumber(pend[i + 1]), tonumber(lost[j + 1])
+          from_pending = a < b or (a == b and bytes_less(pend[i], lost[j]))
+        elseif i <= #pend and not lost_full then
+          from_pending = true
+        elseif j <= #lost and not pend_full then
+          from_pending = false
+        else
+          break
+        end
+        if from_pending then
+          visit(pend[i], p, true, pend[i + 1])
+          i = i + 2
+        else
+          visit(lost[j], p, false, lost[j + 1])
+          j = j + 2
+        end
       end
     end
+    drop_level_if_empty(base, p)
+    if #out >= cap or parked >= PARK_BUDGET then
+      break
+    end
   end
-  drop_level_if_empty(base, p)
-  if #out >= cap or parked >= PARK_BUDGET then
-    break
-  end
+end
+
+if queue_control and (queue_control.fair or queue_control.aging) then
+  claim_in_order({base = base, now = now, cap = cap, out = out, control = control,
+    capacity_of = function(c) return capacity(base, c, now) end, holder = holder, park = park,
+    visit = visit, parked = function() return parked end, budget = PARK_BUDGET}, queue_control)
+else
+  release_held()
+  claim_strict()
 end
 
 for k, c in pairs(controls) do

@@ -10,7 +10,8 @@
 -- KEYS[1] the queue's levels set (it routes the call on Cluster).
 -- ARGV: key base, key, expected version, the controlled queues' registry key or '' (on Redis
 --   Cluster the client keeps it), queue name, paused ('1' | '0'), then gate, concurrency,
---   rate, per, burst, bucket ('' for none), state JSON.
+--   rate, per, burst, bucket ('' for none), state JSON, then fair (the key prefix) and aging
+--   (seconds), '' for none: the claim order of the queue's own control (see _order.lua).
 -- Returns {'OK', version, updated_at_us} or {'CONFLICT', HGETALL of the stored control (empty
 --   when there is none)}.
 local nows = fmt(now_us())
@@ -41,6 +42,8 @@ optional('concurrency', ARGV[8])
 optional('rate', rate)
 optional('burst', ARGV[11])
 optional('bucket', bucket)
+optional('fair', ARGV[14])
+optional('aging', ARGV[15])
 if not before[1] or rate == '' or (before[2] or '') ~= rate or (before[3] or '') ~= per
     or (before[4] or '') ~= bucket then
   gone[#gone + 1] = 'tokens'
