@@ -24,6 +24,7 @@ import asyncpg
 
 import rdq
 import rdq.logging
+import rdq.tracing
 from bench.e2e.systems import QUEUE, TASK, BenchSystem, BenchWorker, VerificationError
 
 __all__ = ["System", "Worker"]
@@ -181,8 +182,13 @@ class Worker(BenchWorker):
         async def noop(body: dict[str, Any]) -> None:
             on_start(body)
 
+        # made, and its modules imported (OpenTelemetry's too, when installed: what the worker
+        # otherwise loads as it starts), before READY: a process's start is not its drain
+        self._worker = rdq.Worker(self._app, self._storage, queues=[QUEUE], **self.worker_options)
+        rdq.tracing.preload()
+
     async def run(self, stop: asyncio.Event) -> None:
-        worker = rdq.Worker(self._app, self._storage, queues=[QUEUE], **self.worker_options)
+        worker = self._worker
         run = asyncio.create_task(worker.run())
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({run, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -19,8 +19,9 @@ What the engine does with it:
   while the handler runs (plain functions included), so the handler's own spans are its
   children.
 
-Nothing is imported until first use, and without the package every entry point returns at
-once. With the API but no SDK configured (no tracer provider set), attempts make no span.
+Nothing is imported until first use (a worker's start), and without the package every entry
+point returns at once. With the API but no SDK configured (no tracer provider set), attempts
+make no span.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "carry_context",
     "finish_attempt",
     "operation_span",
+    "preload",
     "span",
     "trace_headers",
 ]
@@ -67,6 +69,12 @@ def _load() -> _Api | None:
         except ImportError:
             _api = None
     return _api  # type: ignore[no-any-return]
+
+
+def preload() -> None:
+    """Import OpenTelemetry now, if it is installed: a worker calls this as it starts, so its
+    first attempt does not pay for the import (a tenth of a second or more)."""
+    _load()
 
 
 def _current_span_is_valid(api: _Api) -> bool:

@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from rdq import metrics
+from rdq import metrics, tracing
 from rdq.app import App
 from rdq.client import Client
 from rdq.errors import ConfigError
@@ -217,6 +217,7 @@ class Worker(ClaimLoops):
         if self._stop_requests:
             stopping.set()
         await check_storage(self.storage, self.queues[0])
+        tracing.preload()  # not at the first attempt
         warn_unserved(self.app, self.queues, self.log, self.worker_id)
         declared = DeclaredOrder(self.app, self.storage, self.queues, self.log)
         declared.check()
