@@ -24,6 +24,7 @@ __all__ = [
     "audit_filter",
     "cancellable",
     "claim_filter",
+    "claim_one_filter",
     "claimed_with",
     "dead_filter",
     "finished_before",
@@ -99,6 +100,15 @@ def claim_filter(queue: str, claimed: Sequence[str] = (), scope: Scope | None = 
     if scope is not None:
         scope.apply(found)
     found["$expr"] = {"$lte": ["$due", NOW_US]}
+    return found
+
+
+def claim_one_filter(queue: str, task_id: str, scope: Scope | None = None) -> Document:
+    """Task ``task_id`` if it is still a due task of ``queue`` (of ``scope`` when given):
+    what a lease by id matches, so that of racing claimants of one task exactly one leases
+    it (the lease moves ``due`` past the server's now)."""
+    found = claim_filter(queue, (), scope)
+    found["_id"] = task_id
     return found
 
 
