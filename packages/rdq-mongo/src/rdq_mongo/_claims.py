@@ -42,6 +42,27 @@ reservation was removed finds ``seq`` changed and counts again, so live leases n
 a concurrency limit through racing claims. A claimant that dies between take and settle
 loses the gate units and tokens it took (it errs on the side of the limit) and its
 reservation lapses after the operation timeout plus ``HOLD_MARGIN``.
+
+**A fair or aged queue** (its own record ``*`` sets ``fair`` or ``aging``, contract version
+4; ``View.order`` is not strict): the claim order is not an index order, so each round
+
+1. counts the live leases of the concurrency-limited keys, as above (only if there are any);
+2. reads every due task that no control holds back from the start of the claim (id,
+   priority, due time, handler, keys; the paused and closed keys left out by the server),
+   and arranges them with ``rdq.spi.ClaimOrder`` (``_ordered``);
+3. decides with ``ClaimGate`` in that order which of them the records let through (a task
+   held back by a limit the tasks before it used up is skipped where it stands) and takes
+   ``totals`` as in step 4 above;
+4. leases them **by id**, in that order: each ``findAndModify`` matches its task only if it
+   is still due (PENDING and due, or a lapsed lease), so of racing claimants exactly one
+   leases it. A task another claimant leased first is passed over for the next one in the
+   order that takes the same from the limits (a task of the same limited keys, or of none),
+   so the reservation holds exactly as above;
+5. settles, as in step 6 above.
+
+A second round (at most :data:`_ORDERED_ROUNDS` in all) only when tasks were lost to racing
+claimants and the call is still short of its limit. A queue whose record asks for neither
+setting never comes here: its claim is the strict one above, command for command.
 """
 
 from __future__ import annotations
@@ -295,15 +316,14 @@ class Claim:
         strictly."""
         current: View | None = view
         try:
-            for _ in range(_ORDERED_ROUNDS):
-                if current is not None and current.has_expired_reservations:
+            for round_ in range(_ORDERED_ROUNDS):
+                if round_ or (current is not None and current.has_expired_reservations):
                     current = await self._fresh_view()
                 if current is None or current.order.strict:
                     await self._strict(current)
                     return
                 if current.blocks_queue or not await self._ordered_round(current):
                     return
-                current = await self._fresh_view()
         except PyMongoError:
             if not self.claimed:
                 raise
@@ -324,12 +344,11 @@ class Claim:
             self.queue,
             [c.task.id for c in self.claimed],
             view.pause_scope(gate.closed),
-            view.limited,
         )
         in_order = arranged(view.order, candidates)
         need = self.limit - len(self.claimed)
         for _ in range(_TAKE_ATTEMPTS):
-            plan = decide(view.gate(live), in_order, need)
+            plan = decide(view.gate(live), view.limited, in_order, need)
             if not plan.totals or await self._take(view, plan, live):
                 break
             fresh = await self._fresh_view()
@@ -341,13 +360,13 @@ class Claim:
             # Contended past reason: lease only tasks that no limit counts.
             plan = Plan(admitted=[kind for kind in plan.admitted if not kind])
         room = Counter(kind for kind in plan.admitted if kind)
-        scope = view.pause_scope()
+        scope, limited = view.pause_scope(), view.limited
         lost = False
         try:
             for candidate in in_order:
                 if len(self.claimed) >= self.limit:
                     break
-                kind = candidate.limited
+                kind = candidate.kind(limited)
                 if kind and room[kind] < 1:
                     continue
                 if not await self._lease(scope, candidate.id):

@@ -39,11 +39,14 @@ class Candidate:
     """``Envelope.keys``: what its group is decided by"""
     keys: tuple[str, ...]
     """every key of the task (``rdq.spi.task_keys``): what the controls apply by"""
-    limited: frozenset[str]
-    """its keys whose records limit claims by counting: what leasing it takes"""
+
+    def kind(self, limited: Collection[str]) -> frozenset[str]:
+        """Its keys among ``limited`` (the keys whose records limit claims by counting):
+        what leasing it takes from the limits."""
+        return frozenset(k for k in self.keys if k in limited)
 
 
-def _candidate(doc: Document, limited: Collection[str]) -> Candidate | None:
+def _candidate(doc: Document) -> Candidate | None:
     """The candidate ``doc`` is, or ``None`` for a document whose due time is not a number
     (written by hand: the strict claim takes it, an ordered one cannot place it)."""
     due = doc.get("due")
@@ -56,29 +59,23 @@ def _candidate(doc: Document, limited: Collection[str]) -> Candidate | None:
     own = tuple(k for k in stored if isinstance(k, str)) if isinstance(stored, list) else ()
     handler = doc.get("handler_ref")
     keys = [QUEUE_KEY, *([handler_key(handler)] if isinstance(handler, str) else []), *own]
-    unique = tuple(dict.fromkeys(keys))
     return Candidate(
         id=str(doc["_id"]),
         priority=priority,
         due=EPOCH + timedelta(microseconds=int(due)),
         own_keys=own,
-        keys=unique,
-        limited=frozenset(k for k in unique if k in limited),
+        keys=tuple(dict.fromkeys(keys)),
     )
 
 
 async def read_candidates(
-    connection: Connection,
-    queue: str,
-    claimed: Sequence[str],
-    scope: f.Scope,
-    limited: Collection[str],
+    connection: Connection, queue: str, claimed: Sequence[str], scope: f.Scope
 ) -> list[Candidate]:
     """Every due task of ``queue`` in ``scope`` (the pauses and the keys closed from the start
     left out by the server) but the ``claimed`` ones, in strict claim order (priority, due
     time, id): the order :meth:`~rdq.spi.ClaimOrder.arrange` breaks ties by."""
     cursor = connection.tasks.find(f.claim_filter(queue, claimed, scope), projection=_PROJECTION)
-    found = [c async for doc in cursor if (c := _candidate(doc, limited)) is not None]
+    found = [c async for doc in cursor if (c := _candidate(doc)) is not None]
     found.sort(key=lambda c: (-c.priority, c.due, c.id))
     return found
 
@@ -90,9 +87,12 @@ def arranged(order: ClaimOrder, candidates: Sequence[Candidate]) -> list[Candida
     )
 
 
-def decide(gate: ClaimGate, candidates: Sequence[Candidate], need: int) -> Plan:
-    """Which of ``candidates`` (in claim order) ``gate`` lets through, up to ``need`` of them:
-    a candidate whose control is used up by those before it is skipped where it stands."""
+def decide(
+    gate: ClaimGate, limited: Collection[str], candidates: Sequence[Candidate], need: int
+) -> Plan:
+    """Which of ``candidates`` (in claim order) ``gate`` lets through, up to ``need`` of them,
+    and what they take from the ``limited`` keys: a candidate whose control is used up by
+    those before it is skipped where it stands."""
     plan = Plan()
     for candidate in candidates:
         if len(plan.admitted) >= need or not gate.admits((QUEUE_KEY,)):
@@ -100,6 +100,7 @@ def decide(gate: ClaimGate, candidates: Sequence[Candidate], need: int) -> Plan:
         if gate.closed_from_start(candidate.keys) or not gate.admits(candidate.keys):
             continue
         gate.take(candidate.keys)
-        plan.admitted.append(candidate.limited)
-        plan.totals.update(candidate.limited)
+        kind = candidate.kind(limited)
+        plan.admitted.append(kind)
+        plan.totals.update(kind)
     return plan
