@@ -211,7 +211,7 @@ async def test_an_ordered_claim_failing_after_its_take_gives_everything_back(
     await _put(store, Control(queue="q", key="psp", concurrency=3))
     seq = (await _element(store, "psp")).get("seq", 0)
 
-    async def lost(self: _claims.Claim, scope: object, task_id: str | None = None) -> bool:
+    async def lost(self: _claims.Claim, scope: object, task: object = None) -> bool:
         raise AutoReconnect("connection lost")
 
     monkeypatch.setattr(_claims.Claim, "_lease", lost)

@@ -54,10 +54,10 @@ reservation lapses after the operation timeout plus ``HOLD_MARGIN``.
    held back by a limit the tasks before it used up is skipped where it stands) and takes
    ``totals`` as in step 4 above;
 4. leases them **by id**, in that order: each ``findAndModify`` matches its task only if it
-   is still due (PENDING and due, or a lapsed lease), so of racing claimants exactly one
-   leases it. A task another claimant leased first is passed over for the next one in the
-   order that takes the same from the limits (a task of the same limited keys, or of none),
-   so the reservation holds exactly as above;
+   is still due as read (live, ``due`` unchanged: ``_filters.claim_one_filter``), so of
+   racing claimants exactly one leases it. A task another claimant leased first is passed
+   over for the next one in the order that takes the same from the limits (a task of the
+   same limited keys, or of none), so the reservation holds exactly as above;
 5. settles, as in step 6 above.
 
 A second round (at most :data:`_ORDERED_ROUNDS` in all) only when tasks were lost to racing
@@ -80,7 +80,7 @@ from rdq_mongo._codec import envelope_from_document
 from rdq_mongo._connection import Connection, Document
 from rdq_mongo._control_view import View
 from rdq_mongo._controls import live_leases
-from rdq_mongo._ordered import arranged, decide, read_candidates
+from rdq_mongo._ordered import Candidate, arranged, decide, read_candidates
 from rdq_mongo._plan import Plan
 from rdq_mongo._updates import claim_update
 
@@ -188,14 +188,14 @@ class Claim:
 
     # --- leasing --------------------------------------------------------------------------
 
-    async def _lease(self, scope: f.Scope | None, task_id: str | None = None) -> bool:
-        """Lease the best due task of ``scope`` (with ``task_id``, that task if it is still
-        due); False when there is none."""
+    async def _lease(self, scope: f.Scope | None, task: Candidate | None = None) -> bool:
+        """Lease the best due task of ``scope`` (with ``task``, that task if it is still due
+        as read); False when there is none."""
         token = secrets.token_hex(16)
         found = (
             f.claim_filter(self.queue, [c.task.id for c in self.claimed], scope)
-            if task_id is None
-            else f.claim_one_filter(self.queue, task_id, scope)
+            if task is None
+            else f.claim_one_filter(self.queue, task.id, task.stored_due, scope)
         )
         doc = await self.connection.tasks.find_one_and_update(
             found,
@@ -369,7 +369,7 @@ class Claim:
                 kind = candidate.kind(limited)
                 if kind and room[kind] < 1:
                     continue
-                if not await self._lease(scope, candidate.id):
+                if not await self._lease(scope, candidate):
                     lost = True
                 elif kind:
                     room[kind] -= 1

@@ -103,12 +103,23 @@ def claim_filter(queue: str, claimed: Sequence[str] = (), scope: Scope | None = 
     return found
 
 
-def claim_one_filter(queue: str, task_id: str, scope: Scope | None = None) -> Document:
-    """Task ``task_id`` if it is still a due task of ``queue`` (of ``scope`` when given):
-    what a lease by id matches, so that of racing claimants of one task exactly one leases
-    it (the lease moves ``due`` past the server's now)."""
-    found = claim_filter(queue, (), scope)
+def claim_one_filter(
+    queue: str, task_id: str, due: int | float, scope: Scope | None = None
+) -> Document:
+    """Task ``task_id`` of ``queue`` (of ``scope`` when given) if it is still as a read found
+    it due: PENDING or IN_FLIGHT with ``due`` unchanged. What a lease by id matches.
+
+    ``due`` is the value that read found when it was at or before the server's now, so the
+    task is still due; every lease, reclaim and extension moves ``due`` past the server's now
+    (``claim_update``, ``extend_update``) and every resolution changes the status or ``due``,
+    so a task leased since that read no longer matches: of racing claimants of one task
+    exactly one leases it. An equality, not a comparison with ``$$NOW``: the server finds
+    the task by ``_id`` alone."""
+    found: Document = {"queue": queue, "status": {"$in": _LIVE}}
+    if scope is not None:
+        scope.apply(found)
     found["_id"] = task_id
+    found["due"] = due
     return found
 
 

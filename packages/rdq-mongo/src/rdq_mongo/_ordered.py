@@ -35,6 +35,8 @@ class Candidate:
     id: str
     priority: int
     due: datetime
+    stored_due: int | float
+    """``due`` as stored: what its lease by id checks is unchanged (``claim_one_filter``)"""
     own_keys: tuple[str, ...]
     """``Envelope.keys``: what its group is decided by"""
     keys: tuple[str, ...]
@@ -63,6 +65,7 @@ def _candidate(doc: Document) -> Candidate | None:
         id=str(doc["_id"]),
         priority=priority,
         due=EPOCH + timedelta(microseconds=int(due)),
+        stored_due=due,
         own_keys=own,
         keys=tuple(dict.fromkeys(keys)),
     )
