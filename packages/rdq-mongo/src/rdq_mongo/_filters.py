@@ -113,14 +113,11 @@ def claim_one_filter(
     task is still due; every lease, reclaim and extension moves ``due`` past the server's now
     (``claim_update``, ``extend_update``) and every resolution changes the status or ``due``,
     so a task leased since that read no longer matches: of racing claimants of one task
-    exactly one leases it. An equality, not a comparison with ``$$NOW``: the server finds
-    the task by ``_id`` alone."""
-    found: Document = {"queue": queue, "status": {"$in": _LIVE}}
-    if scope is not None:
-        scope.apply(found)
-    found["_id"] = task_id
-    found["due"] = due
-    return found
+    exactly one leases it. An equality, not a comparison with ``$$NOW``, and ``_id`` first:
+    the server finds the task by ``_id`` alone (SecantusDB plans by the first field it
+    meets and scans for any ``$expr``)."""
+    found: Document = {"_id": task_id, "queue": queue, "status": {"$in": _LIVE}, "due": due}
+    return scope.apply(found) if scope is not None else found
 
 
 def cancellable(queue: str, task_ids: Sequence[str]) -> Document:
