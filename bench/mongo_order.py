@@ -146,6 +146,8 @@ async def measure(url: str, args: argparse.Namespace) -> None:
         await store.migrate()
         for depth in args.depth:
             for name, settings in MODES.items():
+                if name.split()[0] not in args.modes:
+                    continue
                 times, docs, read_ms = await claim_times(store, reads, depth, settings, args)
                 q = statistics.quantiles(times, n=10)
                 print(
@@ -162,6 +164,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--url", help="an existing MongoDB (default: the tests' SecantusDB)")
     parser.add_argument("--depth", type=int, nargs="*", default=[100, 1000, 5000])
+    parser.add_argument(
+        "--modes", nargs="*", default=["strict", "fair", "aging"], help="of strict, fair, aging"
+    )
     parser.add_argument("--tenants", type=int, default=10)
     parser.add_argument("--batch", type=int, default=10, help="tasks per claim")
     parser.add_argument("--claims", type=int, default=20, help="claims per depth and mode")
