@@ -228,14 +228,16 @@ async def test_an_ordered_claim_failing_after_its_take_gives_everything_back(
 
 
 @pytest.mark.asyncio
-async def test_a_fair_queue_claims_a_task_whose_order_fields_do_not_decode_beside_the_rest(
+async def test_a_fair_queue_claims_tasks_whose_order_fields_do_not_decode_beside_the_rest(
     store: MongoStorage,
 ) -> None:
-    a = await _due(store, 2, tenant="a")
-    await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR, aging=10.0))
+    a = await _due(store, 3, tenant="a")
+    await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR, aging=86_400.0))
     tasks = store._connection().tasks
     await tasks.update_one({"_id": a[1]}, {"$set": {"priority": "high", "keys": "tenant:a"}})
-    claimed = await store.claim_due("q", 2, LONG)
-    assert _ids(claimed) == set(a), "priority 0 and no keys: the group of tasks without one"
+    # far beyond the times and priorities an aged due time is computed from
+    await tasks.update_one({"_id": a[2]}, {"$set": {"priority": 10**12, "due": -(10**18)}})
+    claimed = await store.claim_due("q", 3, LONG)
+    assert _ids(claimed) == set(a), "each placed: priority 0 and no keys, or the nearest bounds"
     (odd,) = [c.task for c in claimed if c.task.id == a[1]]
     assert odd.corrupt is not None

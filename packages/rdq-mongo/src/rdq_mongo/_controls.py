@@ -42,6 +42,7 @@ from pymongo.errors import DuplicateKeyError
 from rdq.errors import ControlConflict
 from rdq.spi import QUEUE_KEY, Control, Status
 from rdq.spi._flow import HANDLER_PREFIX
+from rdq.spi.limits import MAX_AGING
 from rdq_mongo._codec import from_micros
 from rdq_mongo._connection import Connection, Document
 from rdq_mongo._filters import NOW_US, is_number
@@ -94,9 +95,9 @@ def _fair_of(element: Document) -> str | None:
 
 def _aging_of(element: Document) -> float | None:
     aging = element.get("aging")
-    if isinstance(aging, bool) or not isinstance(aging, int | float) or not aging > 0:
+    if isinstance(aging, bool) or not isinstance(aging, int | float):
         return None
-    return float(aging)
+    return float(aging) if 0 < aging <= MAX_AGING else None
 
 
 def control_of(queue: str, element: Document) -> Control:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from rdq.spi import QUEUE_KEY, ClaimGate, ClaimOrder, handler_key
+from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, QUEUE_KEY, ClaimGate, ClaimOrder, handler_key
+from rdq.spi.limits import MAX_AGING
 from rdq_mongo import _filters as f
 from rdq_mongo._codec import EPOCH
 from rdq_mongo._connection import Connection, Document
@@ -26,6 +27,9 @@ from rdq_mongo._plan import Plan
 __all__ = ["Candidate", "arranged", "decide", "read_candidates"]
 
 _PROJECTION = {"priority": 1, "due": 1, "handler_ref": 1, "keys": 1}
+_SHIFT = timedelta(seconds=max(-MIN_PRIORITY, MAX_PRIORITY) * MAX_AGING + 1)
+_EARLIEST = datetime.min.replace(tzinfo=UTC) + _SHIFT
+_LATEST = datetime.max.replace(tzinfo=UTC) - _SHIFT
 
 
 @dataclass(frozen=True)
@@ -48,15 +52,28 @@ class Candidate:
         return frozenset(k for k in self.keys if k in limited)
 
 
+def _due_time(stored: int | float) -> datetime:
+    """The due time of ``stored`` microseconds, within the range an aged due time can be
+    computed from (a time written by hand beyond it is placed at its edge)."""
+    try:
+        at = EPOCH + timedelta(microseconds=int(stored))
+    except OverflowError:
+        return _EARLIEST if stored < 0 else _LATEST
+    return min(max(at, _EARLIEST), _LATEST)
+
+
 def _candidate(doc: Document) -> Candidate | None:
     """The candidate ``doc`` is, or ``None`` for a document whose due time is not a number
-    (written by hand: the strict claim takes it, an ordered one cannot place it)."""
+    (written by hand: the strict claim takes it, an ordered one cannot place it). A priority
+    that is missing (a document of an earlier release) or not a number reads as 0, one out
+    of range as the nearest bound: what decodes of a document written by hand."""
     due = doc.get("due")
     if isinstance(due, bool) or not isinstance(due, int | float):
         return None
     priority = doc.get("priority")
     if isinstance(priority, bool) or not isinstance(priority, int):
-        priority = 0  # missing (a document of an earlier release) or not a number
+        priority = 0
+    priority = min(max(priority, MIN_PRIORITY), MAX_PRIORITY)
     stored = doc.get("keys")
     own = tuple(k for k in stored if isinstance(k, str)) if isinstance(stored, list) else ()
     handler = doc.get("handler_ref")
@@ -64,7 +81,7 @@ def _candidate(doc: Document) -> Candidate | None:
     return Candidate(
         id=str(doc["_id"]),
         priority=priority,
-        due=EPOCH + timedelta(microseconds=int(due)),
+        due=_due_time(due),
         stored_due=due,
         own_keys=own,
         keys=tuple(dict.fromkeys(keys)),
