@@ -1,5 +1,6 @@
-"""Fixtures of rdq-mongo's tests: a fresh database on the session's test server, and a view
-of when ``wait_due`` looks at its queue."""
+"""Fixtures of rdq-mongo's tests: a fresh database on the session's test server (a store in
+it, also one whose commands are seen), and a view of when ``wait_due`` looks at its
+queue."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from rdq_mongo import MongoStorage, _notify
-from rdq_mongo.testing import put_corrupt_task
+from rdq_mongo.testing import Commands, put_corrupt_task
 
 
 def with_database(url: str, database: str) -> str:
@@ -36,6 +37,19 @@ async def store(database_url: str) -> AsyncIterator[MongoStorage]:
         await storage.migrate()
         try:
             yield storage
+        finally:
+            await storage._connection().client.drop_database(storage.config.database)
+
+
+@pytest_asyncio.fixture
+async def watched(database_url: str) -> AsyncIterator[tuple[MongoStorage, Commands]]:
+    """Like ``store``, with every command it sends seen by a :class:`Commands`."""
+    commands = Commands()
+    storage = MongoStorage.from_url(database_url, event_listeners=[commands])
+    async with storage:
+        await storage.migrate()
+        try:
+            yield storage, commands
         finally:
             await storage._connection().client.drop_database(storage.config.database)
 

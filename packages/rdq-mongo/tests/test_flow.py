@@ -8,60 +8,19 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-import pytest_asyncio
-from pymongo import monitoring
 from pymongo.errors import AutoReconnect
 
 from rdq.errors import ControlConflict, StorageUnavailable
 from rdq.spi import QUEUE_KEY, Control, Envelope, handler_key
 from rdq_mongo import MongoStorage, _claims
+from rdq_mongo.testing import Commands
 
 LONG = timedelta(minutes=10)
 A, B = "app.handlers:a", "app.handlers:b"
-
-
-class Commands(monitoring.CommandListener):
-    """The commands a client sends, as (command, collection), and the documents each
-    ``find`` of tasks returned."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str]] = []
-        self.found: list[int] = []
-        self._finds: set[int] = set()
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        target = event.command.get(event.command_name)
-        self.seen.append((event.command_name, target if isinstance(target, str) else ""))
-        if event.command_name == "find" and target == "rdq_tasks":
-            self._finds.add(event.request_id)
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        if event.request_id in self._finds:
-            self.found.append(len(event.reply["cursor"]["firstBatch"]))
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-    def clear(self) -> None:
-        self.seen.clear()
-        self.found.clear()
-
-
-@pytest_asyncio.fixture
-async def watched(database_url: str) -> AsyncIterator[tuple[MongoStorage, Commands]]:
-    commands = Commands()
-    storage = MongoStorage.from_url(database_url, event_listeners=[commands])
-    async with storage:
-        await storage.migrate()
-        try:
-            yield storage, commands
-        finally:
-            await storage._connection().client.drop_database(storage.config.database)
 
 
 def _task(queue: str = "q", **fields: Any) -> Envelope:

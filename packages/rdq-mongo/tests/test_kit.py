@@ -32,6 +32,8 @@ EXPECTED = Capabilities(
     control=True,
     worker_registry=True,
     counters=True,
+    fair_shares=True,
+    priority_aging=True,
     transactional_enqueue=False,
 )
 

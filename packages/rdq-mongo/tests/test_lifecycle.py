@@ -109,6 +109,8 @@ EXPECTED = Capabilities(
     control=True,
     worker_registry=True,
     counters=True,
+    fair_shares=True,
+    priority_aging=True,
     transactional_enqueue=False,
 )
 """What the store advertises, connected or not (``rdq_notify=off`` turns ``notify`` off)."""

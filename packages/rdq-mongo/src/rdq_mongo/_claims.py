@@ -42,13 +42,33 @@ reservation was removed finds ``seq`` changed and counts again, so live leases n
 a concurrency limit through racing claims. A claimant that dies between take and settle
 loses the gate units and tokens it took (it errs on the side of the limit) and its
 reservation lapses after the operation timeout plus ``HOLD_MARGIN``.
+
+**A fair or aged queue** (its own record ``*`` sets ``fair`` or ``aging``, contract version
+4; ``View.order`` is not strict): the claim order is not an index order, so each round
+
+1. counts the live leases of the concurrency-limited keys, as above (only if there are any);
+2. reads every due task that no control holds back from the start of the claim (id,
+   priority, due time, handler, keys; the paused and closed keys left out by the server),
+   and arranges them with ``rdq.spi.ClaimOrder`` (``_ordered``);
+3. decides with ``ClaimGate`` in that order which of them the records let through (a task
+   held back by a limit the tasks before it used up is skipped where it stands) and takes
+   ``totals`` as in step 4 above;
+4. leases them **by id**, in that order: each ``findAndModify`` matches its task only if it
+   is still due as read (live, ``due`` unchanged: ``_filters.claim_one_filter``), so of
+   racing claimants exactly one leases it. A task another claimant leased first is passed
+   over for the next one in the order that takes the same from the limits (a task of the
+   same limited keys, or of none), so the reservation holds exactly as above;
+5. settles, as in step 6 above.
+
+A second round (at most :data:`_ORDERED_ROUNDS` in all) only when tasks were lost to racing
+claimants and the call is still short of its limit. A queue whose record asks for neither
+setting never comes here: its claim is the strict one above, command for command.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections import Counter
-from dataclasses import dataclass, field
 
 from pymongo import ReturnDocument
 from pymongo.errors import PyMongoError
@@ -60,6 +80,8 @@ from rdq_mongo._codec import envelope_from_document
 from rdq_mongo._connection import Connection, Document
 from rdq_mongo._control_view import View
 from rdq_mongo._controls import live_leases
+from rdq_mongo._ordered import Candidate, arranged, decide, read_candidates
+from rdq_mongo._plan import Plan
 from rdq_mongo._updates import claim_update
 
 __all__ = ["HOLD_MARGIN_US", "Claim"]
@@ -68,21 +90,9 @@ HOLD_MARGIN_US = 5_000_000
 """How long past the operation timeout a claim's reservation of concurrency slots is kept
 if the claim never settles it."""
 _TAKE_ATTEMPTS = 4
-
-
-@dataclass
-class _Plan:
-    """What one decision let through: the limited keys of each task, in claim order, what
-    they take in all, and the keys that held a task back."""
-
-    admitted: list[frozenset[str]] = field(default_factory=list)
-    totals: Counter[str] = field(default_factory=Counter)
-    held: set[str] = field(default_factory=set)
-    used: Counter[str] = field(default_factory=Counter)
-
-    @property
-    def unused(self) -> dict[str, int]:
-        return {k: n - self.used[k] for k, n in self.totals.items()}
+_ORDERED_ROUNDS = 3
+"""Rounds one claim of a fair or aged queue makes at most: a second only when a racing
+claimant leased tasks it had chosen first."""
 
 
 def _keys_of(doc: Document) -> list[str]:
@@ -115,10 +125,10 @@ def _blocking(gate: ClaimGate, keys: list[str]) -> set[str]:
     return out
 
 
-def _decide(view: View, live: Counter[str], peeked: list[Document], held: set[str]) -> _Plan:
+def _decide(view: View, live: Counter[str], peeked: list[Document], held: set[str]) -> Plan:
     gate = view.gate(live)
     limited = view.limited
-    plan = _Plan()
+    plan = Plan()
     for doc in peeked:
         keys = _keys_of(doc)
         mine = frozenset(k for k in keys if k in limited)
@@ -155,10 +165,18 @@ class Claim:
         self.hold_us = hold_us
         self.owner = secrets.token_hex(8)
         self.claimed: list[Claimed] = []
-        self.owed: tuple[View, _Plan] | None = None
+        self.owed: tuple[View, Plan] | None = None
 
     async def run(self) -> list[Claimed]:
         view = await ctl.read_view(self.connection, self.queue)
+        if view is not None and not view.order.strict:
+            await self._ordered(view)
+        else:
+            await self._strict(view)
+        return self.claimed
+
+    async def _strict(self, view: View | None) -> None:
+        """The claim in strict order (priority, then due time), by what ``view`` says."""
         if view is None or not view.restricting:
             await self._plain(None)
         elif view.blocks_queue:
@@ -167,15 +185,20 @@ class Claim:
             await self._plain(view.pause_scope())
         else:
             await self._limited(view)
-        return self.claimed
 
     # --- leasing --------------------------------------------------------------------------
 
-    async def _lease(self, scope: f.Scope | None) -> bool:
-        """Lease the best due task of ``scope``; False when there is none."""
+    async def _lease(self, scope: f.Scope | None, task: Candidate | None = None) -> bool:
+        """Lease the best due task of ``scope`` (with ``task``, that task if it is still due
+        as read); False when there is none."""
         token = secrets.token_hex(16)
+        found = (
+            f.claim_filter(self.queue, [c.task.id for c in self.claimed], scope)
+            if task is None
+            else f.claim_one_filter(self.queue, task.id, task.stored_due, scope)
+        )
         doc = await self.connection.tasks.find_one_and_update(
-            f.claim_filter(self.queue, [c.task.id for c in self.claimed], scope),
+            found,
             claim_update(token, self.lease_us, self.worker_id),
             sort=f.CLAIM_SORT,
             return_document=ReturnDocument.AFTER,
@@ -267,7 +290,7 @@ class Claim:
         else:
             # Contended past reason: hold these keys back for this call, lease the rest.
             held |= set(plan.totals)
-            plan = _Plan(admitted=[s for s in plan.admitted if not s], held=plan.held)
+            plan = Plan(admitted=[s for s in plan.admitted if not s], held=plan.held)
         held |= plan.held
         leased = 0
         drained: set[frozenset[str]] = set()  # kinds of task none of which is due any more
@@ -285,7 +308,80 @@ class Claim:
                 await self.settle()
         return bool(plan.held) or (leased > 0 and len(peeked) == need)
 
-    async def _take(self, view: View, plan: _Plan, live: Counter[str]) -> bool:
+    # --- in the order of a fair or aged queue ----------------------------------------------
+
+    async def _ordered(self, view: View) -> None:
+        """Rounds of :meth:`_ordered_round` while leases were lost to racing claimants and
+        more are wanted; a queue whose record no longer asks for an order is claimed
+        strictly."""
+        current: View | None = view
+        try:
+            for round_ in range(_ORDERED_ROUNDS):
+                if round_ or (current is not None and current.has_expired_reservations):
+                    current = await self._fresh_view()
+                if current is None or current.order.strict:
+                    await self._strict(current)
+                    return
+                if current.blocks_queue or not await self._ordered_round(current):
+                    return
+        except PyMongoError:
+            if not self.claimed:
+                raise
+
+    async def _ordered_round(self, view: View) -> bool:
+        """Read every due task no control holds back from the start, arrange them in the
+        queue's order, decide and take what the limits let through as in :meth:`_round`,
+        then lease by id in that order. A task a racing claimant leased first is passed
+        over for the next one in order that takes the same from the limits (or none).
+        True when such a loss left this call short of its limit (another round may make
+        up for it)."""
+        live = await live_leases(self.connection, self.queue, view.concurrency_keys)
+        gate = view.gate(live)
+        if not gate.admits((QUEUE_KEY,)):
+            return False
+        candidates = await read_candidates(
+            self.connection,
+            self.queue,
+            [c.task.id for c in self.claimed],
+            view.pause_scope(gate.closed),
+        )
+        in_order = arranged(view.order, candidates)
+        need = self.limit - len(self.claimed)
+        for _ in range(_TAKE_ATTEMPTS):
+            plan = decide(view.gate(live), view.limited, in_order, need)
+            if not plan.totals or await self._take(view, plan, live):
+                break
+            fresh = await self._fresh_view()
+            if fresh is None or fresh.order.strict or not fresh.limited:
+                return True  # the caller starts over with what it reads now
+            view = fresh
+            live = await live_leases(self.connection, self.queue, view.concurrency_keys)
+        else:
+            # Contended past reason: lease only tasks that no limit counts.
+            plan = Plan(admitted=[kind for kind in plan.admitted if not kind])
+        room = Counter(kind for kind in plan.admitted if kind)
+        scope, limited = view.pause_scope(), view.limited
+        lost = False
+        try:
+            for candidate in in_order:
+                if len(self.claimed) >= self.limit:
+                    break
+                kind = candidate.kind(limited)
+                if kind and room[kind] < 1:
+                    continue
+                if not await self._lease(scope, candidate):
+                    lost = True
+                elif kind:
+                    room[kind] -= 1
+                    plan.used.update(kind)
+        finally:
+            if plan.totals:
+                await self.settle()
+        return lost and len(self.claimed) < self.limit
+
+    # --- the limits' reservations -----------------------------------------------------------
+
+    async def _take(self, view: View, plan: Plan, live: Counter[str]) -> bool:
         result = await self.connection.controls.update_one(
             ctl.take_filter(view, plan.totals, live),
             ctl.take_update(view, plan.totals, self.owner, self.hold_us),

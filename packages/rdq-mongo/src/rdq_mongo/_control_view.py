@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from rdq.spi import QUEUE_KEY, Bucket, ClaimGate, Control
+from rdq.spi import QUEUE_KEY, Bucket, ClaimGate, ClaimOrder, Control
 from rdq_mongo._codec import from_micros
 from rdq_mongo._connection import Connection, Document
 from rdq_mongo._controls import Pipeline, control_of, elements_of, handler_of, update_each
@@ -89,6 +89,12 @@ class View:
         at = from_micros(self.now_us)
         assert at is not None
         return at
+
+    @property
+    def order(self) -> ClaimOrder:
+        """The claim order the queue's own record asks for (strict unless it sets ``fair``
+        or ``aging``)."""
+        return ClaimOrder.of(self.controls.get(QUEUE_KEY))
 
     @property
     def restricting(self) -> bool:

@@ -7,7 +7,9 @@ Collection ``<prefix>controls`` holds one document per queue that has control re
 
 and each element is the record of one key::
 
-    key, paused, gate, concurrency, rate, per, burst   as in rdq.spi.Control
+    key, paused, gate, concurrency, rate, per, burst, fair, aging   as in rdq.spi.Control
+                 (``fair`` and ``aging`` on the queue's own record ``*`` only; absent from
+                 records written before contract version 4, which read as ``None``)
     cap          the bucket's size (``Control.bucket``) when there is a rate, else null
     state        the engine's state, JSON text (any keys, any nesting, stored as given)
     version      the record's version (compare-and-set)
@@ -40,6 +42,7 @@ from pymongo.errors import DuplicateKeyError
 from rdq.errors import ControlConflict
 from rdq.spi import QUEUE_KEY, Control, Status
 from rdq.spi._flow import HANDLER_PREFIX
+from rdq.spi.limits import MAX_AGING
 from rdq_mongo._codec import from_micros
 from rdq_mongo._connection import Connection, Document
 from rdq_mongo._filters import NOW_US, is_number
@@ -79,12 +82,27 @@ def _fields(control: Control) -> Document:
         "per": float(control.per),
         "burst": control.burst,
         "cap": control.bucket if control.rate is not None else None,
+        "fair": control.fair,
+        "aging": None if control.aging is None else float(control.aging),
         "state": msgspec.json.encode(control.state).decode("utf-8"),
     }
 
 
+def _fair_of(element: Document) -> str | None:
+    fair = element.get("fair")
+    return fair if isinstance(fair, str) and fair else None
+
+
+def _aging_of(element: Document) -> float | None:
+    aging = element.get("aging")
+    if isinstance(aging, bool) or not isinstance(aging, int | float):
+        return None
+    return float(aging) if 0 < aging <= MAX_AGING else None
+
+
 def control_of(queue: str, element: Document) -> Control:
-    """The record stored in ``element`` (``in_use`` left unset)."""
+    """The record stored in ``element`` (``in_use`` left unset; a ``fair`` or ``aging`` that
+    is not a valid setting, written by hand, reads as none)."""
     state_text = element.get("state")
     try:
         state = _json_decoder.decode(state_text) if isinstance(state_text, str) else {}
@@ -99,6 +117,8 @@ def control_of(queue: str, element: Document) -> Control:
         rate=element.get("rate"),
         per=float(element.get("per") or 1.0),
         burst=element.get("burst"),
+        fair=_fair_of(element),
+        aging=_aging_of(element),
         state=state if isinstance(state, dict) else {"unreadable": state},
         version=int(element.get("version") or 0),
         updated_at=from_micros(element.get("updated_at")),

@@ -24,6 +24,7 @@ __all__ = [
     "audit_filter",
     "cancellable",
     "claim_filter",
+    "claim_one_filter",
     "claimed_with",
     "dead_filter",
     "finished_before",
@@ -100,6 +101,23 @@ def claim_filter(queue: str, claimed: Sequence[str] = (), scope: Scope | None = 
         scope.apply(found)
     found["$expr"] = {"$lte": ["$due", NOW_US]}
     return found
+
+
+def claim_one_filter(
+    queue: str, task_id: str, due: int | float, scope: Scope | None = None
+) -> Document:
+    """Task ``task_id`` of ``queue`` (of ``scope`` when given) if it is still as a read found
+    it due: PENDING or IN_FLIGHT with ``due`` unchanged. What a lease by id matches.
+
+    ``due`` is the value that read found when it was at or before the server's now, so the
+    task is still due; every lease, reclaim and extension moves ``due`` past the server's now
+    (``claim_update``, ``extend_update``) and every resolution changes the status or ``due``,
+    so a task leased since that read no longer matches: of racing claimants of one task
+    exactly one leases it. An equality, not a comparison with ``$$NOW``, and ``_id`` first:
+    the server finds the task by ``_id`` alone (SecantusDB plans by the first field it
+    meets and scans for any ``$expr``)."""
+    found: Document = {"_id": task_id, "queue": queue, "status": {"$in": _LIVE}, "due": due}
+    return scope.apply(found) if scope is not None else found
 
 
 def cancellable(queue: str, task_ids: Sequence[str]) -> Document:

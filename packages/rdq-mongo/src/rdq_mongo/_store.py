@@ -106,7 +106,7 @@ class MongoStorage(StorageBase):
         return MongoStorage(self._config)
 
     def capabilities(self) -> Capabilities:
-        """The same on every call: contract version 3 with every flag but
+        """The same on every call: contract version 4 with every flag but
         ``transactional_enqueue``, ``notify`` unless the URL says ``rdq_notify=off``
         (``wait_due`` uses change streams where the server has them, and polls the next due
         time every second where it does not)."""
@@ -128,6 +128,8 @@ class MongoStorage(StorageBase):
             control=True,
             worker_registry=True,
             counters=True,
+            fair_shares=True,
+            priority_aging=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------

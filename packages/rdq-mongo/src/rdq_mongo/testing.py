@@ -1,6 +1,7 @@
 """Test hooks of the MongoDB store (not part of the storage contract): write a stored task
 that does not decode, the way a hand edit or a buggy producer in another language would, as
-the compliance kit's ``corrupt_task`` fixture asks."""
+the compliance kit's ``corrupt_task`` fixture asks; and see which commands a store sends
+(:class:`Commands`), to pin what an operation costs."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from pymongo import monitoring
+
 from rdq.spi import Envelope, limits
 from rdq_mongo._codec import envelope_to_document
 from rdq_mongo._store import MongoStorage
 
-__all__ = ["CORRUPT_FIELDS", "put_corrupt_task"]
+__all__ = ["CORRUPT_FIELDS", "Commands", "put_corrupt_task"]
 
 CORRUPT_FIELDS: dict[str, dict[str, Any]] = {
     "undecodable": {"body": '{"payload": {"n": 1'},  # a body that is not JSON
@@ -49,3 +52,31 @@ async def put_corrupt_task(
     document.update(CORRUPT_FIELDS[kind] if fields is None else fields)
     with store._errors() as connection:
         await connection.tasks.insert_one(document)
+
+
+class Commands(monitoring.CommandListener):
+    """The commands a client sends, as (command, collection), and the documents each
+    ``find`` of tasks returned in its first batch. Pass it to the store as
+    ``MongoStorage.from_url(url, event_listeners=[commands])``."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+        self.found: list[int] = []
+        self._finds: set[int] = set()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        target = event.command.get(event.command_name)
+        self.seen.append((event.command_name, target if isinstance(target, str) else ""))
+        if event.command_name == "find" and str(target).endswith("tasks"):
+            self._finds.add(event.request_id)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        if event.request_id in self._finds:
+            self.found.append(len(event.reply["cursor"]["firstBatch"]))
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+    def clear(self) -> None:
+        self.seen.clear()
+        self.found.clear()

@@ -1,0 +1,243 @@
+"""Contract version 4 on MongoDB, beyond the kit: what a claim of a fair or aged queue costs
+(and that a queue without either is claimed by the same commands as before), a task a racing
+claimant leased first passed over for the next in order, racing claimants of a fair queue
+under limits from two stores, what a failing claim gives back, and documents that do not
+decode."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pymongo.errors import AutoReconnect
+
+from rdq.errors import StorageUnavailable
+from rdq.spi import QUEUE_KEY, Control, Envelope, handler_key
+from rdq_mongo import MongoStorage, _claims
+from rdq_mongo.testing import Commands
+
+LONG = timedelta(minutes=10)
+A, B = "app.handlers:a", "app.handlers:b"
+FAIR = "tenant:"
+
+
+async def _due(store: MongoStorage, count: int, *, tenant: str | None, **fields: Any) -> list[str]:
+    """``count`` tasks due a minute ago, one more millisecond later each (the first is the
+    oldest), of ``tenant`` (no tenant key for ``None``); their ids, oldest first."""
+    now = await store.now()
+    fields.setdefault("handler_ref", A)
+    keys = [*fields.pop("keys", []), *([f"{FAIR}{tenant}"] if tenant else [])]
+    tasks = [
+        Envelope(
+            id=f"{tenant or 'none'}-{n:03d}-{uuid.uuid4().hex[:6]}",
+            queue="q",
+            keys=keys,
+            next_attempt_at=now - timedelta(seconds=60) + timedelta(milliseconds=n),
+            **fields,
+        )
+        for n in range(count)
+    ]
+    assert await store.enqueue_batch(tasks) == [True] * count
+    return [t.id for t in tasks]
+
+
+async def _put(store: MongoStorage, control: Control) -> Control:
+    found = {c.key: c for c in await store.list_controls(control.queue)}.get(control.key)
+    return await store.put_control(control, expected_version=found.version if found else 0)
+
+
+async def _element(store: MongoStorage, key: str) -> dict[str, Any]:
+    doc = await store._connection().controls.find_one({"_id": "q"})
+    assert doc is not None
+    (element,) = [e for e in doc["c"] if e["key"] == key]
+    return dict(element)
+
+
+def _ids(claimed: Sequence[Any]) -> set[str]:
+    return {c.task.id for c in claimed}
+
+
+# --- what a claim costs ---------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("setting", [{"fair": FAIR}, {"aging": 30.0}])
+async def test_an_ordered_claim_reads_its_due_tasks_once_and_leases_them_by_id(
+    watched: tuple[MongoStorage, Commands], setting: dict[str, Any]
+) -> None:
+    store, commands = watched
+    await _due(store, 20, tenant="deep")
+    paused = await _due(store, 30, tenant="deep", handler_ref=B)
+    await _due(store, 2, tenant="shallow")
+    await _put(store, Control(queue="q", key=QUEUE_KEY, **setting))
+    await _put(store, Control(queue="q", key=handler_key(B), paused=True))
+    commands.clear()
+    assert len(await store.claim_due("q", 4, LONG)) == 4
+    assert commands.seen == [
+        ("aggregate", "rdq_controls"),
+        ("find", "rdq_tasks"),
+        *[("findAndModify", "rdq_tasks")] * 4,
+    ]
+    assert commands.found == [22], "every due task but the paused ones, which the server skips"
+    for task_id in paused:
+        assert (await store.get(task_id)).attempt_count == 0
+
+
+@pytest.mark.asyncio
+async def test_under_a_limit_an_ordered_claim_adds_the_count_the_take_and_the_settle(
+    watched: tuple[MongoStorage, Commands],
+) -> None:
+    store, commands = watched
+    await _due(store, 5, tenant="a", keys=["psp"])
+    await _due(store, 5, tenant="b")
+    await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
+    await _put(store, Control(queue="q", key="psp", concurrency=2))
+    commands.clear()
+    assert len(await store.claim_due("q", 6, LONG)) == 6
+    assert commands.seen == [
+        ("aggregate", "rdq_controls"),
+        ("aggregate", "rdq_tasks"),  # the live leases of psp
+        ("find", "rdq_tasks"),
+        ("update", "rdq_controls"),  # the take
+        *[("findAndModify", "rdq_tasks")] * 6,
+        ("update", "rdq_controls"),  # the settle
+    ]
+    assert (await _element(store, "psp"))["pending"] == []
+
+
+@pytest.mark.asyncio
+async def test_a_queue_no_longer_ordered_is_claimed_by_the_same_commands_as_before(
+    watched: tuple[MongoStorage, Commands],
+) -> None:
+    store, commands = watched
+    await _due(store, 5, tenant="a")
+    fair = await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR, aging=5.0))
+    await store.put_control(
+        Control(queue="q", key=QUEUE_KEY, state={"note": "kept"}), expected_version=fair.version
+    )
+    commands.clear()
+    assert len(await store.claim_due("q", 3, LONG)) == 3
+    assert commands.seen == [("aggregate", "rdq_controls")] + [("findAndModify", "rdq_tasks")] * 3
+
+
+# --- racing claimants --------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_task_a_racing_claimant_leased_first_is_passed_over_for_the_next_in_order(
+    store: MongoStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = await _due(store, 3, tenant="a")
+    b = await _due(store, 3, tenant="b")
+    await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
+    other = store.reopen()
+    await other.connect()
+    real = _claims.read_candidates
+    raced: list[set[str]] = []
+
+    async def read_then_race(*args: Any) -> Any:
+        found = await real(*args)
+        if not raced:  # another store claims a's first task after this claim read it
+            monkeypatch.setattr(_claims, "read_candidates", real)
+            raced.append(_ids(await other.claim_due("q", 1, LONG)))
+        return found
+
+    monkeypatch.setattr(_claims, "read_candidates", read_then_race)
+    try:
+        mine = _ids(await store.claim_due("q", 2, LONG))
+    finally:
+        await other.aclose()
+    assert raced == [{a[0]}]
+    assert mine == {b[0], a[1]}, "a's first is gone: b's first, then a's second, in order"
+
+
+@pytest.mark.asyncio
+async def test_racing_fair_claimants_of_two_stores_never_overdraw_a_limit_or_double_claim(
+    store: MongoStorage,
+) -> None:
+    ones = await _due(store, 10, tenant="a", keys=["k1"])
+    twos = await _due(store, 10, tenant="b", keys=["k2"])
+    both = await _due(store, 10, tenant="c", keys=["k1", "k2"])
+    free = await _due(store, 5, tenant="d", handler_ref=B)
+    await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR, aging=1.0))
+    await _put(store, Control(queue="q", key=handler_key(A), gate=7))
+    await _put(store, Control(queue="q", key="k1", concurrency=5))
+    await _put(store, Control(queue="q", key="k2", concurrency=3, rate=100, burst=50))
+    other = store.reopen()
+    await other.connect()
+    try:
+
+        async def claimant(side: MongoStorage) -> list[str]:
+            mine: list[str] = []
+            for _ in range(4):
+                mine += [c.task.id for c in await side.claim_due("q", 3, LONG)]
+                await asyncio.sleep(0)
+            return mine
+
+        results = await asyncio.gather(*(claimant((store, other)[n % 2]) for n in range(8)))
+    finally:
+        await other.aclose()
+    claimed = Counter(t for r in results for t in r)
+    assert max(claimed.values()) == 1, "no task twice"
+    of_a = [t for t in claimed if t in set(ones + twos + both)]
+    assert len(of_a) <= 7, "the gate of A"
+    assert len([t for t in of_a if t in set(ones + both)]) <= 5, "concurrency of k1"
+    assert len([t for t in of_a if t in set(twos + both)]) <= 3, "concurrency of k2"
+    assert set(free) <= set(claimed), "B's tasks are held back by none of it"
+    more = _ids(await store.claim_due("q", 10, LONG))
+    assert len(of_a) + len(more) == 7, "the whole gate is let through in the end"
+    listed = {c.key: c for c in await store.list_controls("q")}
+    assert listed[handler_key(A)].gate == 0
+    for key in ("k1", "k2"):
+        assert (await _element(store, key))["pending"] == [], "every claim settled"
+
+
+# --- what a failing claim gives back -------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_an_ordered_claim_failing_after_its_take_gives_everything_back(
+    store: MongoStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _due(store, 2, tenant="a", keys=["psp"])
+    await _due(store, 2, tenant="b", keys=["psp"])
+    await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
+    await _put(store, Control(queue="q", key=handler_key(A), gate=5))
+    await _put(store, Control(queue="q", key="psp", concurrency=3))
+    seq = (await _element(store, "psp")).get("seq", 0)
+
+    async def lost(self: _claims.Claim, scope: object, task: object = None) -> bool:
+        raise AutoReconnect("connection lost")
+
+    monkeypatch.setattr(_claims.Claim, "_lease", lost)
+    with pytest.raises(StorageUnavailable):
+        await store.claim_due("q", 10, LONG)
+    monkeypatch.undo()
+    assert (await _element(store, handler_key(A)))["gate"] == 5
+    psp = await _element(store, "psp")
+    assert psp["pending"] == [] and psp["seq"] == seq + 1
+    assert len(await store.claim_due("q", 10, LONG)) == 3
+
+
+# --- documents that do not decode ------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_fair_queue_claims_tasks_whose_order_fields_do_not_decode_beside_the_rest(
+    store: MongoStorage,
+) -> None:
+    a = await _due(store, 3, tenant="a")
+    await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR, aging=86_400.0))
+    tasks = store._connection().tasks
+    await tasks.update_one({"_id": a[1]}, {"$set": {"priority": "high", "keys": "tenant:a"}})
+    # far beyond the times and priorities an aged due time is computed from
+    await tasks.update_one({"_id": a[2]}, {"$set": {"priority": 10**12, "due": -(10**18)}})
+    claimed = await store.claim_due("q", 3, LONG)
+    assert _ids(claimed) == set(a), "each placed: priority 0 and no keys, or the nearest bounds"
+    (odd,) = [c.task for c in claimed if c.task.id == a[1]]
+    assert odd.corrupt is not None
