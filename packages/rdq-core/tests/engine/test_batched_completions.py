@@ -253,9 +253,10 @@ async def test_shutdown_waits_for_completions_being_written(storage, queue, batc
 
 
 async def test_a_success_waiting_for_its_batch_gives_its_slot_to_the_next_task(storage, queue):
-    """With concurrency 1 and the first flush held: the second task starts while the first
-    one's success is still being written, but the third waits, because the worker lets at
-    most ``concurrency`` successes wait for their flush while their slots are reused."""
+    """With concurrency 1 and every flush held: the second task starts while the first
+    one's success is still being written, but the third waits (though the second's success
+    has a flush of its own in flight), because the worker lets at most ``concurrency``
+    successes wait for their flush while their slots are reused."""
     app = rdq.App()
     app.queue(queue, concurrency=1)
     started: list[int] = []
@@ -269,9 +270,8 @@ async def test_a_success_waiting_for_its_batch_gives_its_slot_to_the_next_task(s
         released_when_started.append(release.is_set())
 
     async def held(flush: Callable[[], Awaitable[Any]]) -> Any:
-        if not first_flush.is_set():
-            first_flush.set()
-            await release.wait()
+        first_flush.set()
+        await release.wait()
         return await flush()
 
     view = StoreView(storage, batch_complete=True, around_flush=lambda items, flush: held(flush))
@@ -292,3 +292,50 @@ async def test_a_success_waiting_for_its_batch_gives_its_slot_to_the_next_task(s
 
 async def _started(started: list[int], count: int) -> bool:
     return len(started) >= count
+
+
+async def test_the_next_batch_is_written_while_the_first_is_still_in_flight(storage, queue):
+    """With the first flush held: the successes of the tasks that ran meanwhile go out in a
+    second flush and are recorded while the first one is still in flight; never more than
+    two flushes are in flight at once."""
+    app = rdq.App()
+    app.queue(queue, concurrency=1)
+    release = asyncio.Event()
+    held_ids: list[str] = []
+    in_flight = 0
+    most_in_flight = 0
+
+    @app.handler("job", queue=queue)
+    async def job(payload: int) -> None:
+        pass
+
+    async def held(items: Sequence[Completion], flush: Callable[[], Awaitable[Any]]) -> Any:
+        nonlocal in_flight, most_in_flight
+        in_flight += 1
+        most_in_flight = max(most_in_flight, in_flight)
+        try:
+            if not held_ids:
+                held_ids.extend(item.task_id for item in items)
+                await release.wait()
+            return await flush()
+        finally:
+            in_flight -= 1
+
+    view = StoreView(storage, batch_complete=True, around_flush=held)
+    ids = await submit(storage, queue, 6)
+    async with running(fast_worker(app, view)):  # type: ignore[arg-type]
+        await eventually(lambda: _any_succeeded(storage, ids), "a success recorded", 30)
+        for task_id in held_ids:
+            assert (await storage.get(task_id)).status == Status.IN_FLIGHT  # still held
+        release.set()
+        await all_settled(storage, ids)
+    assert held_ids and most_in_flight == 2
+    for task_id in ids:
+        assert await successes(storage, task_id) == 1
+
+
+async def _any_succeeded(storage: Storage, ids: list[str]) -> bool:
+    for task_id in ids:
+        if (await storage.get(task_id)).status == Status.SUCCEEDED:
+            return True
+    return False
