@@ -33,11 +33,13 @@ class StoreView(ForwardingStorage):
         inner: Storage,
         *,
         batch_complete: bool,
+        overlapping_completions: bool = False,
         around_flush: Callable[[Sequence[Completion], Callable[[], Awaitable[Any]]], Awaitable[Any]]
         | None = None,
     ) -> None:
         super().__init__(inner)
         self._batch_complete = batch_complete
+        self._overlapping = overlapping_completions
         self._around_flush = around_flush
         self.flushes: list[int] = []
         """The size of each ``complete_many`` call, in order."""
@@ -45,7 +47,9 @@ class StoreView(ForwardingStorage):
 
     def capabilities(self) -> Capabilities:
         return msgspec.structs.replace(
-            self.inner.capabilities(), batch_complete=self._batch_complete
+            self.inner.capabilities(),
+            batch_complete=self._batch_complete,
+            overlapping_completions=self._overlapping,
         )
 
     async def complete(self, task_id: str, token: str, attempt: Any) -> None:
@@ -294,10 +298,14 @@ async def _started(started: list[int], count: int) -> bool:
     return len(started) >= count
 
 
-async def test_the_next_batch_is_written_while_the_first_is_still_in_flight(storage, queue):
-    """With the first flush held: the successes of the tasks that ran meanwhile go out in a
-    second flush and are recorded while the first one is still in flight; never more than
-    two flushes are in flight at once."""
+@pytest.mark.parametrize("overlapping", [True, False], ids=["overlapping", "one-flush"])
+async def test_the_next_batch_is_written_while_the_first_is_still_in_flight(
+    storage, queue, overlapping
+):
+    """With the first flush held, on a store that advertises ``overlapping_completions``: the
+    successes of the tasks that ran meanwhile go out in a second flush and are recorded while
+    the first one is still in flight, and never more than two flushes are in flight at once.
+    Without it, nothing is recorded until the first flush returns."""
     app = rdq.App()
     app.queue(queue, concurrency=1)
     release = asyncio.Event()
@@ -321,15 +329,22 @@ async def test_the_next_batch_is_written_while_the_first_is_still_in_flight(stor
         finally:
             in_flight -= 1
 
-    view = StoreView(storage, batch_complete=True, around_flush=held)
+    view = StoreView(
+        storage, batch_complete=True, overlapping_completions=overlapping, around_flush=held
+    )
     ids = await submit(storage, queue, 6)
     async with running(fast_worker(app, view)):  # type: ignore[arg-type]
-        await eventually(lambda: _any_succeeded(storage, ids), "a success recorded", 30)
+        if overlapping:
+            await eventually(lambda: _any_succeeded(storage, ids), "a success recorded", 30)
+        else:
+            await eventually(lambda: _any_held(held_ids), "the first flush", 30)
+            await asyncio.sleep(0.5)  # time a second flush would have taken to be recorded
+            assert not await _any_succeeded(storage, ids)
         for task_id in held_ids:
             assert (await storage.get(task_id)).status == Status.IN_FLIGHT  # still held
         release.set()
         await all_settled(storage, ids)
-    assert held_ids and most_in_flight == 2
+    assert held_ids and most_in_flight == (2 if overlapping else 1)
     for task_id in ids:
         assert await successes(storage, task_id) == 1
 
@@ -339,3 +354,7 @@ async def _any_succeeded(storage: Storage, ids: list[str]) -> bool:
         if (await storage.get(task_id)).status == Status.SUCCEEDED:
             return True
     return False
+
+
+async def _any_held(held_ids: list[str]) -> bool:
+    return bool(held_ids)

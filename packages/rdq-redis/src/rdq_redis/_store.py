@@ -68,6 +68,7 @@ CAPABILITIES = Capabilities(
     filter_pushdown=True,
     batch_enqueue=True,
     batch_complete=True,
+    overlapping_completions=True,
     group_pushdown=True,
     priorities=True,
     claim_holder=True,

@@ -1,12 +1,13 @@
 """Batched completions: many successful attempts recorded with one ``complete_many`` call.
 
 Used when the store advertises ``batch_complete``. :meth:`Completer.submit` queues a success
-with an owner (the worker's run); up to :data:`MAX_FLUSHES` flushes are in flight at once, and
+with an owner (the worker's run); up to ``max_flushes`` flushes are in flight at once, and
 the successes that arrive while they all are are sent together by the next one. There is no
 timer: at low load each completion goes out at once, under load they batch by themselves.
-Two flushes rather than one: the handlers that ran during a flush hold their slots until
+One flush in flight by default; :data:`MAX_FLUSHES` on a store that advertises
+``overlapping_completions``: the handlers that ran during a flush hold their slots until
 their own write is recorded (a worker frees at most its concurrency's worth early), so with
-one flush in flight a worker of quick handlers sat idle for most of every round trip; with
+one flush in flight a worker of quick handlers sits idle for part of every round trip; with
 two, the next batch is on its way while the first is written.
 
 When a flush returns, ``on_flushed`` gets each owner with ``None`` (recorded) or the reason
@@ -34,7 +35,8 @@ MAX_FLUSH = 500
 """Completions sent by one ``complete_many`` call at most."""
 
 MAX_FLUSHES = 2
-"""``complete_many`` calls in flight at once at most."""
+"""``complete_many`` calls in flight at once at most, on a store that advertises
+``overlapping_completions`` (else one)."""
 
 Owner = TypeVar("Owner")
 
@@ -49,7 +51,7 @@ class Completer(Generic[Owner]):
         storage: Storage,
         on_flushed: OnFlushed[Owner],
         max_flush: int = MAX_FLUSH,
-        max_flushes: int = MAX_FLUSHES,
+        max_flushes: int = 1,
     ) -> None:
         self.storage = storage
         self.max_flush = max_flush
