@@ -31,6 +31,7 @@ from typing import IO, Any, TextIO
 
 from bench.e2e import cluster
 from bench.e2e._node import installed_versions
+from bench.e2e._redis_server import FSYNC_POLICIES, SETTINGS
 from bench.e2e.harness import PROFILING, measure_drain, measure_enqueue, measure_latency
 from bench.e2e.report import Results, emit, percentile
 from bench.e2e.systems import DEFAULT_SYSTEMS, SYSTEMS, BenchSystem, load
@@ -154,6 +155,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="run worker processes under py-spy; collapsed stacks go to this directory",
     )
+    parser.add_argument(
+        "--redis-fsync",
+        choices=FSYNC_POLICIES,
+        default="always",
+        help="appendfsync of the redis-servers of rdq_redis and bullmq: always (an fsync "
+        "before every reply, the default) or everysec (an fsync a second)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON lines here")
     args = parser.parse_args(argv)
     overrides = {}
@@ -206,8 +214,11 @@ async def _one_system(
     tasks = args.tasks_for.get(name, args.tasks)
 
     on_postgres = url.startswith(("postgresql:", "postgres:"))
+    server_label = "PostgreSQL"
     if not on_postgres:
-        server_cpu = _no_server_cpu  # the store runs inside the workers: their CPU is its
+        # a redis-server of the system's own, or none: the store runs inside the workers
+        server_cpu = system.server_cpu
+        server_label = "redis-server"
 
     async def settle() -> None:
         await cluster.quiesce(admin_url, url if on_postgres else None)
@@ -253,7 +264,7 @@ async def _one_system(
                 f"{drain.seconds:.2f} s: {drain.rate:,.0f}/s, verified "
                 f"(peak RSS {max(drain.rss_kib or [0]) / 1024:.0f} MiB; CPU per task: "
                 f"workers {_micros(drain.worker_cpu, tasks)}, "
-                f"PostgreSQL {_micros(drain.database_cpu, tasks)})"
+                f"{server_label} {_micros(drain.database_cpu, tasks)})"
             )
     if "memory" in args.phases:
         await settle()
@@ -292,10 +303,6 @@ async def _one_system(
                 f"{tag}: {count} idle submits ({mode}): p50 {p50:.2f} ms, p99 {p99:.2f} ms, "
                 f"max {max(latency.millis):.2f} ms, verified"
             )
-
-
-def _no_server_cpu() -> float | None:
-    return None
 
 
 async def _top_statements(url: str, out: list[TextIO | None]) -> None:
@@ -355,6 +362,7 @@ async def run(args: argparse.Namespace) -> int:
     json_file = args.json.open("w") if args.json else None
     out.append(json_file)
     results = Results(args.systems)
+    SETTINGS.appendfsync = args.redis_fsync
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
         PROFILING.directory = args.profile
@@ -380,6 +388,7 @@ async def run(args: argparse.Namespace) -> int:
                     "poll_latency_tasks": args.poll_latency_tasks,
                     "systems": args.systems,
                     "server": server.settings,
+                    "redis_appendfsync": args.redis_fsync,
                     "throwaway_cluster": server.throwaway,
                     "versions": _versions(),
                     "python": platform.python_version(),

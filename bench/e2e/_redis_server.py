@@ -1,6 +1,8 @@
 """A durable redis-server of the benchmark's own: ``--appendonly yes --appendfsync always``
 (an fsync before every reply), no RDB snapshots, in a temporary directory on the local disk,
-so every acknowledged write is as durable as the PostgreSQL systems' are."""
+so every acknowledged write is as durable as the PostgreSQL systems' are. ``--redis-fsync
+everysec`` (:data:`SETTINGS`) runs it with ``appendfsync everysec`` instead: an fsync a
+second, up to about a second of acknowledged writes lost on power loss (docs/redis.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,21 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["DurableRedis"]
+from bench.e2e.cluster import process_tree_cpu
+
+__all__ = ["FSYNC_POLICIES", "SETTINGS", "DurableRedis"]
+
+FSYNC_POLICIES = ("always", "everysec")
+
+
+class Settings:
+    """How the run's redis-servers are started (set from the command line)."""
+
+    def __init__(self) -> None:
+        self.appendfsync = "always"
+
+
+SETTINGS = Settings()
 
 
 def _free_port() -> int:
@@ -42,7 +58,7 @@ class DurableRedis:
                 "--appendonly",
                 "yes",
                 "--appendfsync",
-                "always",
+                SETTINGS.appendfsync,
                 "--save",
                 "",
             ],
@@ -58,6 +74,10 @@ class DurableRedis:
                     raise RuntimeError("redis-server did not start") from None
                 time.sleep(0.05)
         self.url = f"redis://127.0.0.1:{port}/0"
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds the server (and any AOF rewrite child) has used so far."""
+        return process_tree_cpu(self._server.pid)
 
     def stop(self) -> None:
         """Stop the server and remove its directory."""

@@ -25,6 +25,10 @@ class System(NodeSystem):
         self._server = DurableRedis(self.name)
         return self._server.url
 
+    def server_cpu(self) -> float | None:
+        """CPU seconds the run's redis-server has used so far."""
+        return self._server.cpu_seconds()
+
     async def close(self) -> None:
         try:
             await super().close()

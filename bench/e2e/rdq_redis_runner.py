@@ -34,6 +34,10 @@ class System(rdq_runner.System):
         self._url = self._server.url
         return f"{self._url}?prefix={_PREFIX}"
 
+    def server_cpu(self) -> float | None:
+        """CPU seconds the run's redis-server has used so far."""
+        return self._server.cpu_seconds()
+
     async def open(self, url: str) -> None:
         await super().open(url)
         self._redis = aioredis.from_url(self._url)

@@ -56,7 +56,7 @@ def metric(key: str) -> Metric:
         return Metric(key, f"worker CPU per task, drain with {n}", "µs", False)
     if key.startswith("cpu_db_"):
         n = key.rsplit("_", 1)[1]
-        return Metric(key, f"PostgreSQL CPU per task, drain with {n}", "µs", False)
+        return Metric(key, f"server CPU per task, drain with {n}", "µs", False)
     raise KeyError(key)
 
 

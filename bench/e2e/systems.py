@@ -91,6 +91,11 @@ class BenchSystem(abc.ABC):
         system whose producer is another process returns the ``time.monotonic_ns()`` at which
         the submit returned there (the harness's clock would read it a pipe's delay later)."""
 
+    def server_cpu(self) -> float | None:
+        """CPU seconds used so far by a server of the system's own (a redis-server started
+        for it), or None: the system runs on the shared PostgreSQL cluster, measured there."""
+        return None
+
     async def enqueue_timed(
         self, bodies: Sequence[dict[str, Any]], batch: int | None
     ) -> float | None:

@@ -20,6 +20,7 @@ EXPECTED_CAPABILITIES = Capabilities(
     filter_pushdown=True,
     batch_enqueue=True,
     batch_complete=True,
+    overlapping_completions=True,
     group_pushdown=True,
     priorities=True,
     claim_holder=True,

@@ -33,11 +33,13 @@ class StoreView(ForwardingStorage):
         inner: Storage,
         *,
         batch_complete: bool,
+        overlapping_completions: bool = False,
         around_flush: Callable[[Sequence[Completion], Callable[[], Awaitable[Any]]], Awaitable[Any]]
         | None = None,
     ) -> None:
         super().__init__(inner)
         self._batch_complete = batch_complete
+        self._overlapping = overlapping_completions
         self._around_flush = around_flush
         self.flushes: list[int] = []
         """The size of each ``complete_many`` call, in order."""
@@ -45,7 +47,9 @@ class StoreView(ForwardingStorage):
 
     def capabilities(self) -> Capabilities:
         return msgspec.structs.replace(
-            self.inner.capabilities(), batch_complete=self._batch_complete
+            self.inner.capabilities(),
+            batch_complete=self._batch_complete,
+            overlapping_completions=self._overlapping,
         )
 
     async def complete(self, task_id: str, token: str, attempt: Any) -> None:
@@ -253,9 +257,10 @@ async def test_shutdown_waits_for_completions_being_written(storage, queue, batc
 
 
 async def test_a_success_waiting_for_its_batch_gives_its_slot_to_the_next_task(storage, queue):
-    """With concurrency 1 and the first flush held: the second task starts while the first
-    one's success is still being written, but the third waits, because the worker lets at
-    most ``concurrency`` successes wait for their flush while their slots are reused."""
+    """With concurrency 1 and every flush held: the second task starts while the first
+    one's success is still being written, but the third waits (though the second's success
+    has a flush of its own in flight), because the worker lets at most ``concurrency``
+    successes wait for their flush while their slots are reused."""
     app = rdq.App()
     app.queue(queue, concurrency=1)
     started: list[int] = []
@@ -269,9 +274,8 @@ async def test_a_success_waiting_for_its_batch_gives_its_slot_to_the_next_task(s
         released_when_started.append(release.is_set())
 
     async def held(flush: Callable[[], Awaitable[Any]]) -> Any:
-        if not first_flush.is_set():
-            first_flush.set()
-            await release.wait()
+        first_flush.set()
+        await release.wait()
         return await flush()
 
     view = StoreView(storage, batch_complete=True, around_flush=lambda items, flush: held(flush))
@@ -332,7 +336,69 @@ async def test_max_unrecorded_bounds_the_successes_whose_slots_go_on_before_thei
         assert await successes(storage, task_id) == 1
 
 
+@pytest.mark.parametrize("overlapping", [True, False], ids=["overlapping", "one-flush"])
+async def test_the_next_batch_is_written_while_the_first_is_still_in_flight(
+    storage, queue, overlapping
+):
+    """With the first flush held, on a store that advertises ``overlapping_completions``: the
+    successes of the tasks that ran meanwhile go out in a second flush and are recorded while
+    the first one is still in flight, and never more than two flushes are in flight at once.
+    Without it, nothing is recorded until the first flush returns."""
+    app = rdq.App()
+    app.queue(queue, concurrency=1)
+    release = asyncio.Event()
+    held_ids: list[str] = []
+    in_flight = 0
+    most_in_flight = 0
+
+    @app.handler("job", queue=queue)
+    async def job(payload: int) -> None:
+        pass
+
+    async def held(items: Sequence[Completion], flush: Callable[[], Awaitable[Any]]) -> Any:
+        nonlocal in_flight, most_in_flight
+        in_flight += 1
+        most_in_flight = max(most_in_flight, in_flight)
+        try:
+            if not held_ids:
+                held_ids.extend(item.task_id for item in items)
+                await release.wait()
+            return await flush()
+        finally:
+            in_flight -= 1
+
+    view = StoreView(
+        storage, batch_complete=True, overlapping_completions=overlapping, around_flush=held
+    )
+    ids = await submit(storage, queue, 6)
+    async with running(fast_worker(app, view)):  # type: ignore[arg-type]
+        if overlapping:
+            await eventually(lambda: _any_succeeded(storage, ids), "a success recorded", 30)
+        else:
+            await eventually(lambda: _any_held(held_ids), "the first flush", 30)
+            await asyncio.sleep(0.5)  # time a second flush would have taken to be recorded
+            assert not await _any_succeeded(storage, ids)
+        for task_id in held_ids:
+            assert (await storage.get(task_id)).status == Status.IN_FLIGHT  # still held
+        release.set()
+        await all_settled(storage, ids)
+    assert held_ids and most_in_flight == (2 if overlapping else 1)
+    for task_id in ids:
+        assert await successes(storage, task_id) == 1
+
+
 @pytest.mark.parametrize("value", [-1, 10_001, 2.5, True])
 async def test_max_unrecorded_out_of_range_is_refused_naming_it(storage, value):
     with pytest.raises(rdq.ConfigError, match="max_unrecorded"):
         rdq.Worker(rdq.App(), storage, max_unrecorded=value)
+
+
+async def _any_succeeded(storage: Storage, ids: list[str]) -> bool:
+    for task_id in ids:
+        if (await storage.get(task_id)).status == Status.SUCCEEDED:
+            return True
+    return False
+
+
+async def _any_held(held_ids: list[str]) -> bool:
+    return bool(held_ids)

@@ -256,17 +256,25 @@ def completion_batches(
     all of them on a single server, one per queue (slot) on Cluster. A completion whose token
     names no queue of this store (so holds no claim) is in none."""
     groups: dict[str, list[int]] = {}
+    queue_keys: dict[str, QueueKeys] = {}  # by the token's queue part: one per queue
+    item_keys: list[QueueKeys | None] = []
     for i, item in enumerate(completions):
-        queue = token_queue(item.token)
-        if queue is not None:
-            groups.setdefault(queue if cluster else "", []).append(i)
+        named = item.token.rpartition("/")[0]
+        qk = queue_keys.get(named)
+        if qk is None:
+            queue = token_queue(item.token)
+            if queue is not None:
+                qk = queue_keys[named] = QueueKeys(prefix, queue)
+        item_keys.append(qk)
+        if qk is not None:
+            groups.setdefault(qk.queue if cluster else "", []).append(i)
     batches = []
     for positions in groups.values():
         args: list[Any] = [len(positions)]
         keys: list[str] = []
         for i in positions:
-            item = completions[i]
-            qk = QueueKeys(prefix, token_queue(item.token) or "")
+            item, qk = completions[i], item_keys[i]
+            assert qk is not None  # grouped above
             keys = keys or [qk.levels]
             args += [
                 qk.base,

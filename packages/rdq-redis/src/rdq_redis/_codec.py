@@ -91,6 +91,10 @@ MANAGED_FIELDS = (
 """Envelope fields kept in their own hash fields (or, for ``corrupt``, never stored) rather
 than in ``body``."""
 
+_COUNT_KEYS = tuple((name, name.encode()) for name in ("attempt_count", "redrive_count"))
+_TIME_KEYS = tuple((name, name.encode()) for name in TIME_FIELDS)
+"""The hash field names of the counts and times, encoded once."""
+
 SHOWN_BYTES = 2048
 """How much of a stored value that does not decode ``corrupt`` shows."""
 
@@ -239,11 +243,12 @@ def _from_hash(
         handler = fields.get(b"handler_ref")
         obj["handler_ref"] = handler.decode("utf-8", "replace") if handler is not None else ""
     obj["status"] = _status(fields.get(b"status"), status, problems)
-    for name in ("attempt_count", "redrive_count"):
-        obj[name] = _count(fields, name, problems)
+    for name, key in _COUNT_KEYS:
+        obj[name] = _count(fields.get(key), name, problems)
     obj["priority"] = _priority(fields.get(b"priority"), problems)
-    for name in TIME_FIELDS:
-        obj[name] = _time(fields, name, problems)
+    for name, key in _TIME_KEYS:
+        raw = fields.get(key)
+        obj[name] = None if raw is None else _time(raw, name, problems)
     claimed_by = fields.get(b"claimed_by")
     obj["claimed_by"] = None if claimed_by is None else claimed_by.decode("utf-8", "replace")
     keys = fields.get(b"keys")
@@ -253,11 +258,10 @@ def _from_hash(
     # (see task_page.lua): decoded for the problem it shows, then left out.
     attempts = _attempts(fields.get(b"attempts"), problems)
     obj["attempts"] = attempts if with_attempts else []
-    for key, value in fields.items():
-        if key.startswith(b"raw."):
-            name = key[4:].decode("utf-8", "replace")
-            kept = key.decode("utf-8", "replace")
-            problems.append(f"{name} held {_show(value)}, which did not decode (kept as {kept})")
+    for key in [key for key in fields if key.startswith(b"raw.")]:
+        name = key[4:].decode("utf-8", "replace")
+        kept = key.decode("utf-8", "replace")
+        problems.append(f"{name} held {_show(fields[key])}, which did not decode (kept as {kept})")
     return _build(obj, problems)
 
 
@@ -307,8 +311,7 @@ def _int(raw: bytes | None) -> int | None:
     return int(raw)
 
 
-def _count(fields: dict[bytes, bytes], name: str, problems: list[str]) -> int:
-    raw = fields.get(name.encode())
+def _count(raw: bytes | None, name: str, problems: list[str]) -> int:
     value = _int(raw)
     if value is None or value < 0:
         if raw is not None:
@@ -329,14 +332,11 @@ def _priority(raw: bytes | None, problems: list[str]) -> int:
     return value
 
 
-def _time(fields: dict[bytes, bytes], name: str, problems: list[str]) -> datetime | None:
-    raw = fields.get(name.encode())
-    if raw is None:
-        return None
+def _time(raw: bytes, name: str, problems: list[str]) -> datetime | None:
     value = _int(raw)
     if value is not None:
         try:
-            return from_us(value)
+            return EPOCH + timedelta(microseconds=value)
         except OverflowError:
             pass
     problems.append(f"{name}: not a time in microseconds; stored value: {_show(raw)}")

@@ -136,6 +136,13 @@ FEATURES: dict[str, Feature] = {
             "priorities are strict: a steady stream of higher ones holds lower ones back",
         ),
         Feature(
+            "overlapping_completions",
+            4,
+            "acceleration",
+            ("complete_many",),
+            "a worker keeps one complete_many call in flight",
+        ),
+        Feature(
             "reopen",
             2,
             "feature",

@@ -239,6 +239,12 @@ class Capabilities(msgspec.Struct, kw_only=True, frozen=True):
     ``fair`` key prefix (see :class:`~rdq.spi.ClaimOrder`)."""
     priority_aging: bool = False
     """Claims order a queue by aged due time when its ``*`` control sets ``aging``."""
+    overlapping_completions: bool = False
+    """(acceleration, with ``batch_complete``) A second ``complete_many`` call in flight
+    costs the store little beside the first (a single-threaded server that takes pipelined
+    calls in turn, as Redis does): a worker keeps two in flight, so its next batch is written
+    while the first is. Without it one, because where each call is a transaction of its own
+    (PostgreSQL) two smaller ones cost more than they save."""
 
     # --- announced optional operations ----------------------------------------------------------
     reopen: bool = False

@@ -43,7 +43,7 @@ from rdq.logging import get_logger
 from rdq.spi import Storage, limits
 from rdq.worker._claiming import OUTAGE_RETRY_CAP, OUTAGE_RETRY_FIRST, ClaimLoops
 from rdq.worker._clock import Monotonic, StorageClock
-from rdq.worker._completer import Completer
+from rdq.worker._completer import MAX_FLUSHES, Completer
 from rdq.worker._fleet import Fleet
 from rdq.worker._flow import FlowControl
 from rdq.worker._heartbeat import heartbeat_loop
@@ -258,7 +258,10 @@ class Worker(ClaimLoops):
         )
         completer: Completer[Run] | None = None
         if capabilities.batch_complete:
-            completer = runner.completer = Completer(self.storage, runner.recorded)
+            flushes = MAX_FLUSHES if capabilities.overlapping_completions else 1
+            completer = runner.completer = Completer(
+                self.storage, runner.recorded, max_flushes=flushes
+            )
         loop = asyncio.get_running_loop()
 
         def start(run: Run) -> None:

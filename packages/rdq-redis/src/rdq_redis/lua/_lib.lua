@@ -49,14 +49,19 @@ local function keep_raw(key, field, value)
   redis.call('HSETNX', key, 'raw.' .. field, value)
 end
 
--- The priority a task is indexed under: its stored priority, or 0 when that is missing or
--- out of range (a corrupt task is still claimed, at the default priority).
-local function level_of(key)
-  local p = as_int(redis.call('HGET', key, 'priority'))
+-- The priority a task with stored priority `raw` is indexed under: that priority, or 0 when
+-- it is missing or out of range (a corrupt task is still claimed, at the default priority).
+local function level_from(raw)
+  local p = as_int(raw)
   if p == nil or p < MIN_PRIORITY or p > MAX_PRIORITY then
     return 0
   end
   return p
+end
+
+-- The priority a task is indexed under (see level_from).
+local function level_of(key)
+  return level_from(redis.call('HGET', key, 'priority'))
 end
 
 -- The priorities that may hold PENDING or IN_FLIGHT tasks, highest first.
@@ -235,23 +240,26 @@ local function set_error_type(key, error_type)
   end
 end
 
--- Append one JSON attempt record to the task's JSON array of attempts, without parsing it
--- (so payload numbers never pass through cjson). A stored value that is not an array is kept
--- in 'raw.attempts' and a new array begun.
-local function append_attempt(key, attempt_json, error_type)
-  local list = redis.call('HGET', key, 'attempts')
+-- The stored JSON array of attempts `list` with one JSON attempt record appended, without
+-- parsing either (so payload numbers never pass through cjson). A stored value that is not an
+-- array is kept in 'raw.attempts' and a new array begun.
+local function with_attempt(key, list, attempt_json)
   if list and string.sub(list, 1, 1) == '[' and string.sub(list, -1) == ']' then
     if string.match(list, '^%[%s*%]$') then
-      list = '[' .. attempt_json .. ']'
-    else
-      list = string.sub(list, 1, -2) .. ',' .. attempt_json .. ']'
+      return '[' .. attempt_json .. ']'
     end
-  else
-    if list then
-      keep_raw(key, 'attempts', list)
-    end
-    list = '[' .. attempt_json .. ']'
+    return string.sub(list, 1, -2) .. ',' .. attempt_json .. ']'
   end
+  if list then
+    keep_raw(key, 'attempts', list)
+  end
+  return '[' .. attempt_json .. ']'
+end
+
+-- Append one JSON attempt record to the task's attempts (see with_attempt) and set the last
+-- error type.
+local function append_attempt(key, attempt_json, error_type)
+  local list = with_attempt(key, redis.call('HGET', key, 'attempts'), attempt_json)
   redis.call('HSET', key, 'attempts', list)
   set_error_type(key, error_type)
 end
@@ -303,12 +311,33 @@ local function group_remove(base, key, id)
 end
 
 -- What every resolution of a held claim does: append the attempt, count it, drop the lease
--- and the claim. The caller then sets the new status and indexes the task again.
-local function finish_claim(base, key, id, attempt_json, error_type)
-  append_attempt(key, attempt_json, error_type)
-  bump_count(key, 'attempt_count')
-  redis.call('HDEL', key, 'token', 'lease_expires_at', 'claimed_at', 'claimed_by')
-  remove_live(base, key, id)
+-- and the claim, and set the hash fields of the new state given as further arguments
+-- (field, value, ...). The caller then indexes the task again. A resolution is the commonest
+-- write there is, so this reads the hash once and writes it twice, and takes a task that is
+-- not held back out of its priority's in-flight set directly (else remove_live finds it).
+local function finish_claim(base, key, id, attempt_json, error_type, ...)
+  local f = redis.call('HMGET', key, 'attempts', 'attempt_count', 'held', 'priority')
+  local count = as_int(f[2])
+  if count == nil or count < 0 then
+    if f[2] then
+      keep_raw(key, 'attempt_count', f[2])
+    end
+    count = 0
+  end
+  local fields = {'attempts', with_attempt(key, f[1], attempt_json),
+    'attempt_count', fmt(count + 1), ...}
+  local gone = {'token', 'lease_expires_at', 'claimed_at', 'claimed_by'}
+  if error_type ~= '' then
+    fields[#fields + 1] = 'error_type'
+    fields[#fields + 1] = string.sub(error_type, 2)
+  else
+    gone[#gone + 1] = 'error_type'
+  end
+  redis.call('HSET', key, unpack(fields))
+  redis.call('HDEL', key, unpack(gone))
+  if f[3] or redis.call('ZREM', inflight_key(base, level_from(f[4])), id) == 0 then
+    remove_live(base, key, id)
+  end
   drop_leases(base, key, id)
 end
 

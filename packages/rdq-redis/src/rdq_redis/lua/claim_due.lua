@@ -78,11 +78,12 @@ local function claim(id, p, from_pending)
     reclaim(key)
   end
   local token = ARGV[4 + #out]
-  redis.call('HSET', key, 'status', 'IN_FLIGHT', 'lease_expires_at', expires,
-    'token', token, 'claimed_at', nows)
   if worker ~= '' then
-    redis.call('HSET', key, 'claimed_by', string.sub(worker, 2))
+    redis.call('HSET', key, 'status', 'IN_FLIGHT', 'lease_expires_at', expires,
+      'token', token, 'claimed_at', nows, 'claimed_by', string.sub(worker, 2))
   else
+    redis.call('HSET', key, 'status', 'IN_FLIGHT', 'lease_expires_at', expires,
+      'token', token, 'claimed_at', nows)
     redis.call('HDEL', key, 'claimed_by')
   end
   redis.call('ZADD', inflight_key(base, p), expires, id)

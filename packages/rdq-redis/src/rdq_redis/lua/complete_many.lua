@@ -16,8 +16,8 @@ for i = 1, n do
   local key = task_key(base, id)
   local held = check_claim(key, ARGV[a + 3])
   if held == 'OK' then
-    finish_claim(base, key, id, ARGV[a + 4], ARGV[a + 5])
-    redis.call('HSET', key, 'status', 'SUCCEEDED', 'completed_at', nows)
+    finish_claim(base, key, id, ARGV[a + 4], ARGV[a + 5], 'status', 'SUCCEEDED',
+      'completed_at', nows)
     redis.call('ZADD', base .. 'succeeded', nows, id)
   end
   out[i] = held

@@ -14,8 +14,7 @@ if held ~= 'OK' then
 end
 local nows = fmt(now_us())
 local status = ARGV[4]
-finish_claim(base, key, id, ARGV[5], ARGV[6])
-redis.call('HSET', key, 'status', status)
+finish_claim(base, key, id, ARGV[5], ARGV[6], 'status', status)
 if status == 'PENDING' then
   redis.call('HSET', key, 'next_attempt_at', ARGV[7])
   add_live(base, 'pending', level_of(key), ARGV[7], id)
