@@ -315,6 +315,7 @@ async def _top_statements(url: str, out: list[TextIO | None]) -> None:
             """
             SELECT d.datname, s.calls, round(s.total_exec_time::numeric, 1) AS total_ms,
                    round(s.mean_exec_time::numeric, 3) AS mean_ms, s.rows,
+                   s.plans, round(s.total_plan_time::numeric, 1) AS plan_ms,
                    s.shared_blks_hit, s.shared_blks_read, s.wal_records, s.wal_bytes,
                    left(regexp_replace(s.query, '\\s+', ' ', 'g'), 160) AS query
             FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid

@@ -85,6 +85,7 @@ def server(url: str | None, *, stat_statements: bool = False) -> Iterator[Server
         settings |= {
             "shared_preload_libraries": "pg_stat_statements",
             "pg_stat_statements.track": "all",
+            "pg_stat_statements.track_planning": "on",
         }
     with LocalCluster(bindir, settings=settings) as cluster:
         pid = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
