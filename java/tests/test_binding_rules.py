@@ -55,6 +55,7 @@ async def both(
             "0004_time_range",
             "0005_flow_control",
             "0006_claim_order",
+            "0007_claim_function",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -218,6 +219,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0004_time_range",
             "0005_flow_control",
             "0006_claim_order",
+            "0007_claim_function",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")

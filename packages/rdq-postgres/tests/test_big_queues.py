@@ -3,7 +3,7 @@ priority order, and queue counts above the exact-count threshold are estimates."
 
 from __future__ import annotations
 
-import json
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -12,6 +12,9 @@ import pytest
 
 from rdq.spi import limits
 from rdq_postgres import PostgresStorage
+
+ClaimPlan = Callable[[PostgresStorage, str, int], Awaitable[list[dict[str, Any]]]]
+"""The fixture ``claim_plan`` (conftest.py)."""
 
 THRESHOLD = limits.EXACT_COUNT_THRESHOLD
 
@@ -83,38 +86,15 @@ async def test_counts_up_to_the_threshold_are_exact_and_above_it_estimated(
     assert listed["at"].estimated == () and listed["big"].estimated == ("succeeded",)
 
 
-async def _plan(storage: PostgresStorage, postgres_url: str, query: str, *args: Any) -> Any:
-    conn = await asyncpg.connect(postgres_url)
-    try:
-        async with conn.transaction():  # the claim's locks go with the rollback
-            text = await conn.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}", *args)
-            raise_rollback = _Rollback(json.loads(text)[0])
-            raise raise_rollback
-    except _Rollback as done:
-        return done.plan
-    finally:
-        await conn.close()
-
-
-class _Rollback(Exception):
-    def __init__(self, plan: Any) -> None:
-        self.plan = plan
-
-
-def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    found = [node]
-    for child in node.get("Plans", []):
-        found += _nodes(child)
-    return found
-
-
 @pytest.mark.asyncio
 async def test_the_claim_is_one_index_scan_in_priority_order_that_skips_delayed_tasks(
-    storage: PostgresStorage, postgres_url: str, schema: str
+    storage: PostgresStorage, postgres_url: str, schema: str, claim_plan: ClaimPlan
 ) -> None:
     """50,000 tasks of the highest priority delayed by a month and 3,000 due ones of lower
     priorities: the claim of 10 reads a few index pages, sorts nothing and returns the due
-    tasks of the highest due priority first."""
+    tasks of the highest due priority first. The plan is the one claim_due() runs at every
+    claim (generic: planned for any queue and any limit), so no limit makes it scan the
+    table."""
     conn = await asyncpg.connect(postgres_url)
     try:
         later = {"next_attempt_at": "now() + interval '30 days'", "priority": "10"}
@@ -126,17 +106,15 @@ async def test_the_claim_is_one_index_scan_in_priority_order_that_skips_delayed_
     finally:
         await conn.close()
 
-    lease_us = 30_000_000  # the claim takes its lease in microseconds
-    claim = storage._sql.claim
-    args = claim.args({"queue": "q", "limit": 10, "lease_us": lease_us, "worker_id": None})
-    plan = await _plan(storage, postgres_url, claim.text, *args)
-    nodes = _nodes(plan["Plan"])
+    nodes = await claim_plan(storage, "q", 10)
     scans = [n for n in nodes if "Scan" in n["Node Type"] and n.get("Index Name")]
     claim_scan = [n for n in scans if n["Index Name"] == "task_claim_priority_idx"]
     assert len(claim_scan) == 1, [n.get("Index Name") for n in scans]
     assert claim_scan[0]["Node Type"] == "Index Scan"
     assert claim_scan[0]["Actual Rows"] == 10
     assert not [n for n in nodes if n["Node Type"] in ("Sort", "Incremental Sort", "Seq Scan")]
+    updated = [n for n in scans if n["Index Name"] == "task_pkey"]
+    assert updated, "the claimed rows are updated by primary key, never by a scan of the table"
     read = claim_scan[0]["Shared Hit Blocks"] + claim_scan[0]["Shared Read Blocks"]
     assert read < 150, f"the claim read {read} pages: it scanned delayed entries"
 
@@ -144,3 +122,26 @@ async def test_the_claim_is_one_index_scan_in_priority_order_that_skips_delayed_
     assert [c.task.priority for c in claimed] == [1] * 10
     due_at = [c.task.next_attempt_at for c in claimed]
     assert due_at == sorted(due_at), "oldest due first within a priority"
+
+
+@pytest.mark.asyncio
+async def test_a_claim_from_a_deep_queue_updates_by_primary_key_at_any_limit(
+    storage: PostgresStorage, postgres_url: str, schema: str, claim_plan: ClaimPlan
+) -> None:
+    """claim_due() plans its statement once, for any queue and limit. With 100,000 due tasks
+    that plan must still update the claimed rows by primary key: a join of the claimed ids
+    would be planned for 10 % of the due tasks, i.e. a hash join over the whole table."""
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await _insert(conn, schema, "deep", "PENDING", 100_000)
+        await conn.execute(f'VACUUM ANALYZE "{schema}".task')
+    finally:
+        await conn.close()
+
+    for limit in (1, limits.MAX_LIMIT):
+        nodes = await claim_plan(storage, "deep", limit)
+        assert not [n for n in nodes if n["Node Type"] in ("Seq Scan", "Hash Join")], limit
+        by_key = [n for n in nodes if n.get("Index Name") == "task_pkey"]
+        assert by_key and by_key[0]["Actual Rows"] == limit, limit
+    claimed = await storage.claim_due("deep", limits.MAX_LIMIT, timedelta(seconds=30))
+    assert len({c.task.id for c in claimed}) == limits.MAX_LIMIT

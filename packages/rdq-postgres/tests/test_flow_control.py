@@ -7,7 +7,9 @@ one key takes no room of its others."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -21,30 +23,16 @@ from rdq.spi import (
 from rdq_compliance._support import clock_passes
 from rdq_postgres import PostgresStorage
 
+ClaimPlan = Callable[[PostgresStorage, str, int], Awaitable[list[dict[str, Any]]]]
+"""The fixture ``claim_plan`` (conftest.py)."""
+
 LEASE = timedelta(minutes=10)
 SHORT = timedelta(milliseconds=300)
 
 
-async def _explain_claim(storage: PostgresStorage, postgres_url: str, queue: str) -> str:
-    """The plan of claim.sql as it runs (in a transaction rolled back)."""
-    statement = storage._sql.claim
-    args = statement.args({"queue": queue, "limit": 10, "lease_us": 1_000_000, "worker_id": None})
-    conn = await asyncpg.connect(postgres_url)
-    try:
-        tx = conn.transaction()
-        await tx.start()
-        try:
-            rows = await conn.fetch("EXPLAIN (ANALYZE, COSTS OFF) " + statement.text, *args)
-        finally:
-            await tx.rollback()
-    finally:
-        await conn.close()
-    return "\n".join(row[0] for row in rows)
-
-
 @pytest.mark.asyncio
 async def test_a_queue_without_restricting_controls_is_claimed_by_the_plain_statement(
-    storage: PostgresStorage, postgres_url: str
+    storage: PostgresStorage, claim_plan: ClaimPlan
 ) -> None:
     """claim.sql checks the queue once, before its scan (a one-time filter); it refuses a
     queue that a control restricts (RQ423), which the store then claims with
@@ -52,18 +40,20 @@ async def test_a_queue_without_restricting_controls_is_claimed_by_the_plain_stat
     await storage.enqueue_batch(
         [Envelope(id=f"t{i}", queue="q", handler_ref="a") for i in range(6)]
     )
-    plan = await _explain_claim(storage, postgres_url, "q")
-    assert "One-Time Filter: " in plan and ".unrestricted('q'::text)" in plan, plan
+    checks = [
+        n["One-Time Filter"] for n in await claim_plan(storage, "q", 10) if "One-Time Filter" in n
+    ]
+    assert [check for check in checks if ".unrestricted($1)" in check] == checks != [], checks
     # a control that restricts nothing (a breaker's state, say) keeps the plain claim
     await storage.put_control(
         Control(queue="q", key="dep:x", state={"breaker": "closed"}), expected_version=0
     )
-    await _explain_claim(storage, postgres_url, "q")
+    await claim_plan(storage, "q", 10)
     # another queue's pause does not concern this one
     await storage.put_control(
         Control(queue="other", key=QUEUE_KEY, paused=True), expected_version=0
     )
-    await _explain_claim(storage, postgres_url, "q")
+    await claim_plan(storage, "q", 10)
     assert len(await storage.claim_due("q", 1, LEASE)) == 1
     assert storage._controlled == set()
 
@@ -71,7 +61,7 @@ async def test_a_queue_without_restricting_controls_is_claimed_by_the_plain_stat
         Control(queue="q", key="dep:y", paused=True), expected_version=0
     )
     with pytest.raises(asyncpg.PostgresError) as refused:
-        await _explain_claim(storage, postgres_url, "q")
+        await claim_plan(storage, "q", 10)
     assert refused.value.sqlstate == "RQ423"
     assert len(await storage.claim_due("q", 2, LEASE)) == 2
     assert storage._controlled == {"q"}, "the store remembers the queue has controls"

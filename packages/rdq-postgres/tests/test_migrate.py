@@ -68,6 +68,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0004_time_range",
             "0005_flow_control",
             "0006_claim_order",
+            "0007_claim_function",
         ]
         assert await store.migrate() == []
 
@@ -119,6 +120,7 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0004_time_range",
             "0005_flow_control",
             "0006_claim_order",
+            "0007_claim_function",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -289,7 +291,11 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
             for r in await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task")
         }
         async with store:
-            assert await store.migrate() == ["0005_flow_control", "0006_claim_order"]
+            assert await store.migrate() == [
+                "0005_flow_control",
+                "0006_claim_order",
+                "0007_claim_function",
+            ]
             after = {
                 r["id"]: dict(r)
                 for r in await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task")

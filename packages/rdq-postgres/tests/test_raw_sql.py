@@ -19,6 +19,14 @@ LEASE_US = 30_000_000
 """A 30-second lease, as the claim takes it: whole microseconds."""
 
 CLAIM = """
+SELECT (c.claimed).id, (c.claimed).token, (c.claimed).handler_ref,
+       (c.claimed).payload::text AS payload, (c.claimed).headers, (c.claimed).priority,
+       (c.claimed).keys, (c.claimed).attempt_count, (c.claimed).attempts,
+       (c.claimed).lease_expires_at, (c.claimed).retry, (c.claimed).quarantine, c.claimed_rank
+FROM {s}.claim_due($1, $2, $3, $4) AS c
+"""
+
+CLAIM_V6 = """
 WITH due AS (
     SELECT id, due_at
     FROM {s}.task
@@ -61,6 +69,10 @@ RETURNING t.id, t.token, t.handler_ref, t.payload::text AS payload, t.headers, t
           t.keys, t.attempt_count, t.attempts, t.lease_expires_at, t.retry, t.quarantine,
           due.due_at
 """
+"""The claim statement of schema version 6, which its bindings run themselves: it claims the
+same tasks on a schema of version 7."""
+
+CLAIMS = pytest.mark.parametrize("claim_sql", [CLAIM, CLAIM_V6], ids=["claim_due", "v6"])
 
 CLAIM_CONTROLLED = """
 SELECT (h.claimed).id, (h.claimed).token, (h.claimed).handler_ref,
@@ -130,9 +142,10 @@ SUCCESS_RECORD = (
 )
 
 
+@CLAIMS
 @pytest.mark.asyncio
 async def test_a_plain_sql_worker_claims_and_completes(
-    storage: PostgresStorage, postgres_url: str, schema: str
+    storage: PostgresStorage, postgres_url: str, schema: str, claim_sql: str
 ) -> None:
     s = f'"{schema}"'
     await storage.enqueue(
@@ -140,7 +153,7 @@ async def test_a_plain_sql_worker_claims_and_completes(
     )
     conn = await asyncpg.connect(postgres_url)
     try:
-        claim = CLAIM.format(s=s)
+        claim = claim_sql.format(s=s)
         row = await conn.fetchrow(claim, "mixed", 1, LEASE_US, "sql-worker")
         assert row is not None
         assert row["id"] == "from-python"
@@ -189,9 +202,10 @@ async def test_a_plain_sql_worker_claims_and_completes(
     )
 
 
+@CLAIMS
 @pytest.mark.asyncio
 async def test_a_lapsed_lease_claimed_with_sql_names_its_holder(
-    storage: PostgresStorage, postgres_url: str, schema: str
+    storage: PostgresStorage, postgres_url: str, schema: str, claim_sql: str
 ) -> None:
     await storage.enqueue(Envelope(id="t", queue="q", handler_ref="app:job"))
     [first] = await storage.claim_due("q", 1, timedelta(milliseconds=1), worker_id="py-worker")
@@ -200,7 +214,7 @@ async def test_a_lapsed_lease_claimed_with_sql_names_its_holder(
         pass
     conn = await asyncpg.connect(postgres_url)
     try:
-        row = await conn.fetchrow(CLAIM.format(s=f'"{schema}"'), "q", 1, LEASE_US, "sql-worker")
+        row = await conn.fetchrow(claim_sql.format(s=f'"{schema}"'), "q", 1, LEASE_US, "sql-worker")
     finally:
         await conn.close()
     assert row is not None and row["attempt_count"] == 1
@@ -233,9 +247,10 @@ async def test_the_sql_claim_honours_the_controls_either_side_writes(
         await conn.execute(PUT_CONTROL.format(s=s), "flow", "handler:app:job", False, 2)
         (paused,) = [c for c in await storage.list_controls("flow") if c.key == "dep:x"]
         await storage.delete_control("flow", "dep:x", expected_version=paused.version)
-        with pytest.raises(asyncpg.PostgresError) as refused:
-            await conn.fetch(CLAIM.format(s=s), "flow", 10, LEASE_US, "sql-worker")
-        assert refused.value.sqlstate == "RQ423", "the plain claim refuses a controlled queue"
+        for claim_sql in (CLAIM, CLAIM_V6):
+            with pytest.raises(asyncpg.PostgresError) as refused:
+                await conn.fetch(claim_sql.format(s=s), "flow", 10, LEASE_US, "sql-worker")
+            assert refused.value.sqlstate == "RQ423", "the plain claim refuses a controlled queue"
         rows = await sql_claim(conn, s, "flow", 10, "sql-worker")
         assert sorted(r["id"] for r in rows) == ["k0", "k1"], "the gate of 2"
         assert all(r["keys"] == ["dep:x"] for r in rows)

@@ -231,11 +231,8 @@ class PostgresStorage(StorageBase):
             if not rows[0]["controlled"]:
                 self._controlled.discard(queue)
             rows = [row for row in rows if row["id"] is not None]
-            rows.sort(key=lambda r: r["claimed_rank"])  # the claim order it took them in
-        elif len(rows) > 1:
-            # the claim order (RETURNING has none); ties stay as they came: the order of ids
-            # is the database's, never compared here
-            rows.sort(key=lambda r: (-r["priority"], r["claimed_due_at"]))
+        if len(rows) > 1:
+            rows.sort(key=lambda r: r["claimed_rank"])  # the claim order (RETURNING has none)
         # each row is let go once decoded, so a batch of large payloads is not held twice
         # (raw and decoded) until the last is decoded
         rows.reverse()

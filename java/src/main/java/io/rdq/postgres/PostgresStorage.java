@@ -402,21 +402,20 @@ public final class PostgresStorage implements Storage {
         Limits.checkWorkerId(workerId, "worker_id");
         Limits.checkLimit(limit, "limit");
         Limits.checkLease(lease, "lease");
-        record Row(Claimed claimed, Instant dueAt, long rank) {}
+        record Row(Claimed claimed, long rank) {}
         Params params = Params.of().set("queue", queue).set("limit", limit)
                 .set("lease_us", Times.micros(lease)).set("worker_id", workerId);
-        RowMapper<Row> row = rs -> new Row(new Claimed(Rows.envelope(rs), rs.getString("token")),
-                Rows.instant(rs, "claimed_due_at"), 0);
-        // claim_controlled.sql says where each claim stands in the queue's claim order
+        // both statements say where each claim stands in the queue's claim order (RETURNING
+        // has no order of its own)
         RowMapper<Row> ranked = rs -> new Row(new Claimed(Rows.envelope(rs), rs.getString("token")),
-                Rows.instant(rs, "claimed_due_at"), rs.getLong("claimed_rank"));
+                rs.getLong("claimed_rank"));
         List<Row> rows = null;
         if (!controlled.contains(queue)) {
             rows = with(conn -> {
                 try (PreparedStatement ps = params.prepare(conn, sql.get("claim")); ResultSet rs = ps.executeQuery()) {
                     List<Row> out = new ArrayList<>();
                     while (rs.next()) {
-                        out.add(row.map(rs));
+                        out.add(ranked.map(rs));
                     }
                     return out;
                 } catch (SQLException e) {
@@ -447,16 +446,12 @@ public final class PostgresStorage implements Storage {
             if (!still[0]) {
                 controlled.remove(queue);
             }
-            // in the order claim_controlled() took them: the queue's claim order (fair, aged)
-            List<Row> inOrder = new ArrayList<>(rows);
-            inOrder.sort(Comparator.comparingLong(Row::rank));
-            return inOrder.stream().map(Row::claimed).toList();
         }
-        // UPDATE ... RETURNING has no order: hand the claims out in the claim order; ties stay
-        // as they came (the order of ids is the database's, never compared here)
-        List<Row> sorted = new ArrayList<>(rows);
-        sorted.sort(Comparator.comparing((Row r) -> -r.claimed().task().priority()).thenComparing(Row::dueAt));
-        return sorted.stream().map(Row::claimed).toList();
+        // in the order the statement took them: the queue's claim order (by priority and due
+        // time, or fair and aged)
+        List<Row> inOrder = new ArrayList<>(rows);
+        inOrder.sort(Comparator.comparingLong(Row::rank));
+        return inOrder.stream().map(Row::claimed).toList();
     }
 
     @Override
