@@ -1,7 +1,8 @@
 """Contract version 4 on MongoDB, beyond the kit: what a claim of a fair or aged queue costs
 (and that a queue without either is claimed by the same commands as before), a task a racing
 claimant leased first passed over for the next in order, racing claimants of a fair queue
-under limits from two stores, what a failing claim gives back, and documents that do not
+under limits from two stores, a claim whose take keeps losing to a racing claimant leasing
+only the tasks no limit counts, what a failing claim gives back, and documents that do not
 decode."""
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ async def _element(store: MongoStorage, key: str) -> dict[str, Any]:
 
 def _ids(claimed: Sequence[Any]) -> set[str]:
     return {c.task.id for c in claimed}
+
+
+async def _in_use(store: MongoStorage, key: str) -> int | None:
+    """The live leases of ``key``'s record of queue ``q``, as ``list_controls`` reports them."""
+    (control,) = [c for c in await store.list_controls("q") if c.key == key]
+    return control.in_use
 
 
 # --- what a claim costs ---------------------------------------------------------------------
@@ -195,6 +202,52 @@ async def test_racing_fair_claimants_of_two_stores_never_overdraw_a_limit_or_dou
     assert listed[handler_key(A)].gate == 0
     for key in ("k1", "k2"):
         assert (await _element(store, key))["pending"] == [], "every claim settled"
+
+
+@pytest.mark.asyncio
+async def test_a_take_that_keeps_losing_to_a_racing_claimant_leases_only_unlimited_tasks(
+    store: MongoStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a's tasks come first in the fair order (priority 5) and count towards psp; b's count
+    # towards no limit
+    a = await _due(store, 12, tenant="a", keys=["psp"], priority=5)
+    b = await _due(store, 3, tenant="b")
+    await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
+    await _put(store, Control(queue="q", key="psp", concurrency=8))
+    other = store.reopen()
+    await other.connect()
+    real = _claims.live_leases
+    raced: list[str] = []
+    racing = False
+
+    async def count_then_race(*args: Any) -> Any:
+        """Every time this claim counts psp's leases, another store claims the first task
+        in order (one of a's) before this claim's take: its settle moves psp on (``seq``),
+        so the take this claim decides on that count finds the record changed."""
+        nonlocal racing
+        counted = await real(*args)
+        if not racing:
+            racing = True
+            try:
+                raced.extend(c.task.id for c in await other.claim_due("q", 1, LONG))
+            finally:
+                racing = False
+        return counted
+
+    monkeypatch.setattr(_claims, "live_leases", count_then_race)
+    try:
+        mine = _ids(await store.claim_due("q", 10, LONG))
+    finally:
+        monkeypatch.undo()
+        await other.aclose()
+    assert len(raced) > _claims._TAKE_ATTEMPTS, "every take lost to a racing claimant"
+    assert raced == a[: len(raced)], "the racer took a's tasks in order"
+    assert await _in_use(store, "psp") == len(raced) <= 8, "psp: only the racer's leases"
+    assert mine == set(b), "past its takes the claim leases the tasks no limit counts, only"
+    assert (await _element(store, "psp"))["pending"] == [], "nothing left reserved"
+    rest = _ids(await store.claim_due("q", 10, LONG))
+    assert rest == set(a[len(raced) : 8]), "psp's room, and no more, once nothing races"
+    assert await _in_use(store, "psp") == 8
 
 
 # --- what a failing claim gives back -------------------------------------------------------
