@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from bench._servers import postgres
+from bench._tenants import fill_big_and_small
 from rdq.spi import QUEUE_KEY, Control, Envelope
 from rdq_postgres import PostgresStorage
 
@@ -50,39 +51,10 @@ class Delay:
     """median wall time of one claim of the run"""
 
 
-async def _fill(store: PostgresStorage, queue: str, deep: int, shallow: int) -> None:
-    now = await store.now()
-    for start in range(0, deep, 1000):
-        await store.enqueue_batch(
-            [
-                Envelope(
-                    id=f"{queue}-big-{n}",
-                    queue=queue,
-                    handler_ref="import",
-                    keys=["tenant:big"],
-                    next_attempt_at=now - timedelta(seconds=60),
-                )
-                for n in range(start, min(deep, start + 1000))
-            ]
-        )
-    await store.enqueue_batch(
-        [
-            Envelope(
-                id=f"{queue}-small-{n}",
-                queue=queue,
-                handler_ref="import",
-                keys=["tenant:small"],
-                next_attempt_at=now - timedelta(seconds=1),
-            )
-            for n in range(shallow)
-        ]
-    )
-
-
 async def delay(store: PostgresStorage, fair: bool, deep: int, shallow: int, batch: int) -> Delay:
     """Fill a fresh queue, then claim it until the small tenant's tasks are all claimed."""
     queue = f"{'fair' if fair else 'strict'}-{uuid.uuid4().hex[:8]}"
-    await _fill(store, queue, deep, shallow)
+    await fill_big_and_small(store, queue, deep, shallow)
     if fair:
         fairness = Control(queue=queue, key=QUEUE_KEY, fair="tenant:")
         await store.put_control(fairness, expected_version=0)

@@ -27,8 +27,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from bench._tenants import fill_big_and_small
 from rdq import open_storage
-from rdq.spi import QUEUE_KEY, Control, Envelope, Storage
+from rdq.spi import QUEUE_KEY, Control, Storage
 
 LEASE = timedelta(minutes=30)
 PREFIX = "orderbench"
@@ -51,36 +52,6 @@ class Run:
     """the claim that took the small tenant's last task (None: not within the claims)"""
 
 
-async def _fill(store: Storage, queue: str, depth: int, shallow: int) -> None:
-    now = await store.now()
-    for start in range(0, depth, 1000):
-        await store.enqueue_batch(
-            [
-                Envelope(
-                    id=f"{queue}-big-{n}",
-                    queue=queue,
-                    handler_ref="import",
-                    keys=["tenant:big"],
-                    priority=n % 3 - 1,
-                    next_attempt_at=now - timedelta(seconds=60),
-                )
-                for n in range(start, min(depth, start + 1000))
-            ]
-        )
-    await store.enqueue_batch(
-        [
-            Envelope(
-                id=f"{queue}-small-{n}",
-                queue=queue,
-                handler_ref="import",
-                keys=["tenant:small"],
-                next_attempt_at=now - timedelta(seconds=1),
-            )
-            for n in range(shallow)
-        ]
-    )
-
-
 async def run(
     store: Storage,
     raw: aioredis.Redis,
@@ -89,7 +60,7 @@ async def run(
     depth: int,
 ) -> Run:
     queue = f"q-{uuid.uuid4().hex[:8]}"
-    await _fill(store, queue, depth, args.shallow)
+    await fill_big_and_small(store, queue, depth, args.shallow, big_priorities=(-1, 0, 1))
     if settings:
         await store.put_control(Control(queue=queue, key=QUEUE_KEY, **settings), expected_version=0)
     small_left, small_done_in = args.shallow, None

@@ -19,8 +19,7 @@ from rdq.spi import QUEUE_KEY, Control, Envelope, handler_key
 from rdq_mongo import MongoStorage, _claims
 from rdq_mongo.testing import Commands
 
-LONG = timedelta(minutes=10)
-A, B = "app.handlers:a", "app.handlers:b"
+from .claiming import LONG, A, B, put_control, stored_element
 
 
 def _task(queue: str = "q", **fields: Any) -> Envelope:
@@ -34,18 +33,6 @@ async def _fill(store: MongoStorage, count: int, queue: str = "q", **fields: Any
     return [t.id for t in tasks]
 
 
-async def _put(store: MongoStorage, control: Control) -> Control:
-    found = {c.key: c for c in await store.list_controls(control.queue)}.get(control.key)
-    return await store.put_control(control, expected_version=found.version if found else 0)
-
-
-async def _element(store: MongoStorage, queue: str, key: str) -> dict[str, Any]:
-    doc = await store._connection().controls.find_one({"_id": queue})
-    assert doc is not None
-    (element,) = [e for e in doc["c"] if e["key"] == key]
-    return dict(element)
-
-
 # --- what a claim costs ---------------------------------------------------------------------
 
 
@@ -57,9 +44,9 @@ async def test_without_a_restricting_record_a_claim_is_one_lookup_and_its_find_a
     store, commands = watched
     await _fill(store, 3)
     if records == "state-only":  # a closed breaker's record: it neither pauses nor limits
-        await _put(store, Control(queue="q", key="dep:psp", state={"breaker": "closed"}))
+        await put_control(store, Control(queue="q", key="dep:psp", state={"breaker": "closed"}))
     if records == "other-queue":
-        await _put(store, Control(queue="other", key=QUEUE_KEY, paused=True))
+        await put_control(store, Control(queue="other", key=QUEUE_KEY, paused=True))
     commands.clear()
     assert len(await store.claim_due("q", 3, LONG)) == 3
     assert commands.seen == [("aggregate", "rdq_controls")] + [("findAndModify", "rdq_tasks")] * 3
@@ -76,15 +63,15 @@ async def test_pauses_alone_filter_the_same_find_and_modifies(
     held = await _fill(store, 50, handler_ref=A)  # a deep backlog of a paused handler
     keyed = await _fill(store, 5, handler_ref=B, keys=["dep:psp"])
     free = await _fill(store, 3, handler_ref=B)
-    await _put(store, Control(queue="q", key=handler_key(A), paused=True))
-    await _put(store, Control(queue="q", key="dep:psp", paused=True))
+    await put_control(store, Control(queue="q", key=handler_key(A), paused=True))
+    await put_control(store, Control(queue="q", key="dep:psp", paused=True))
     commands.clear()
     claimed = [c.task.id for c in await store.claim_due("q", 10, LONG)]
     assert sorted(claimed) == sorted(free)
     assert commands.seen == [("aggregate", "rdq_controls")] + [("findAndModify", "rdq_tasks")] * 4
     for task_id in held + keyed:
         assert (await store.get(task_id)).status.value == "PENDING"
-    await _put(store, Control(queue="q", key=QUEUE_KEY, paused=True))
+    await put_control(store, Control(queue="q", key=QUEUE_KEY, paused=True))
     await _fill(store, 1, handler_ref=B)
     commands.clear()
     assert await store.claim_due("q", 10, LONG) == []
@@ -98,7 +85,7 @@ async def test_a_backlog_held_back_by_a_limit_is_left_out_by_the_server_not_the_
     store, commands = watched
     limited = await _fill(store, 60, keys=["psp"])
     others = await _fill(store, 4, handler_ref=B)
-    await _put(store, Control(queue="q", key="psp", concurrency=2))
+    await put_control(store, Control(queue="q", key="psp", concurrency=2))
     first = {c.task.id for c in await store.claim_due("q", 3, LONG)}
     assert len(first & set(limited)) == 2 and len(first & set(others)) == 1
     commands.clear()
@@ -119,9 +106,9 @@ async def test_racing_claimants_of_two_stores_never_overdraw_any_limit_of_a_task
     twos = await _fill(store, 10, keys=["k2"])
     both = await _fill(store, 10, keys=["k1", "k2"], priority=-1)  # claimed last
     await _fill(store, 5, handler_ref=B)
-    await _put(store, Control(queue="q", key=handler_key(A), gate=7))
-    await _put(store, Control(queue="q", key="k1", concurrency=5))
-    await _put(store, Control(queue="q", key="k2", concurrency=3, rate=100, burst=50))
+    await put_control(store, Control(queue="q", key=handler_key(A), gate=7))
+    await put_control(store, Control(queue="q", key="k1", concurrency=5))
+    await put_control(store, Control(queue="q", key="k2", concurrency=3, rate=100, burst=50))
     versions = {c.key: c.version for c in await store.list_controls("q")}
     other = store.reopen()
     await other.connect()
@@ -152,7 +139,7 @@ async def test_racing_claimants_of_two_stores_never_overdraw_any_limit_of_a_task
     assert listed["k1"].in_use is not None and listed["k1"].in_use <= 5
     assert listed["k2"].in_use is not None and listed["k2"].in_use <= 3
     for key in ("k1", "k2"):
-        assert (await _element(store, "q", key))["pending"] == [], "every claim settled"
+        assert (await stored_element(store, key))["pending"] == [], "every claim settled"
 
 
 # --- what a claim gives back ------------------------------------------------------------------
@@ -161,7 +148,7 @@ async def test_racing_claimants_of_two_stores_never_overdraw_any_limit_of_a_task
 @pytest.mark.asyncio
 async def test_a_gate_keeps_what_a_claim_did_not_lease(store: MongoStorage) -> None:
     await _fill(store, 2)
-    gated = await _put(store, Control(queue="q", key=handler_key(A), gate=5))
+    gated = await put_control(store, Control(queue="q", key=handler_key(A), gate=5))
     assert len(await store.claim_due("q", 10, LONG)) == 2
     (after,) = await store.list_controls("q")
     assert (after.gate, after.version) == (3, gated.version)
@@ -172,9 +159,9 @@ async def test_a_claim_failing_after_its_take_gives_everything_back(
     store: MongoStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await _fill(store, 4, keys=["psp"])
-    await _put(store, Control(queue="q", key=handler_key(A), gate=5))
-    await _put(store, Control(queue="q", key="psp", concurrency=3))
-    seq = (await _element(store, "q", "psp")).get("seq", 0)
+    await put_control(store, Control(queue="q", key=handler_key(A), gate=5))
+    await put_control(store, Control(queue="q", key="psp", concurrency=3))
+    seq = (await stored_element(store, "psp")).get("seq", 0)
 
     async def lost(self: _claims.Claim, scope: object) -> bool:
         raise AutoReconnect("connection lost")
@@ -183,8 +170,8 @@ async def test_a_claim_failing_after_its_take_gives_everything_back(
     with pytest.raises(StorageUnavailable):
         await store.claim_due("q", 10, LONG)
     monkeypatch.undo()
-    assert (await _element(store, "q", handler_key(A)))["gate"] == 5
-    psp = await _element(store, "q", "psp")
+    assert (await stored_element(store, handler_key(A)))["gate"] == 5
+    psp = await stored_element(store, "psp")
     assert psp["pending"] == [] and psp["seq"] == seq + 1
     assert len(await store.claim_due("q", 10, LONG)) == 3
 
@@ -192,7 +179,7 @@ async def test_a_claim_failing_after_its_take_gives_everything_back(
 @pytest.mark.asyncio
 async def test_a_reservation_of_a_claimant_that_died_lapses(store: MongoStorage) -> None:
     await _fill(store, 4, keys=["psp"])
-    await _put(store, Control(queue="q", key="psp", concurrency=2))
+    await put_control(store, Control(queue="q", key="psp", concurrency=2))
     now_us = int((await store.now()).timestamp() * 1_000_000)
     controls = store._connection().controls
 
@@ -206,7 +193,7 @@ async def test_a_reservation_of_a_claimant_that_died_lapses(store: MongoStorage)
     assert await store.claim_due("q", 10, LONG) == [], "a live reservation holds its slots"
     await reserve(now_us - 1)
     assert len(await store.claim_due("q", 10, LONG)) == 2, "a lapsed one frees them"
-    assert (await _element(store, "q", "psp"))["pending"] == []
+    assert (await stored_element(store, "psp"))["pending"] == []
 
 
 @pytest.mark.asyncio
@@ -214,7 +201,7 @@ async def test_a_write_of_the_same_rate_keeps_the_bucket_and_the_reservations(
     store: MongoStorage,
 ) -> None:
     await _fill(store, 5, keys=["api"])
-    slow = await _put(store, Control(queue="q", key="api", rate=1, per=3600.0, burst=1))
+    slow = await put_control(store, Control(queue="q", key="api", rate=1, per=3600.0, burst=1))
     assert len(await store.claim_due("q", 10, LONG)) == 1
     # a breaker writing its state keeps the bucket empty
     await store.put_control(
@@ -229,7 +216,7 @@ async def test_a_write_of_the_same_rate_keeps_the_bucket_and_the_reservations(
     await store.put_control(
         Control(queue="q", key="api", concurrency=4), expected_version=stored.version
     )
-    element = await _element(store, "q", "api")
+    element = await stored_element(store, "api")
     assert element["pending"] == [{"o": "x", "n": 1, "u": 1}]
     assert element["tokens"] is None, "no rate any more: no bucket"
 
@@ -272,7 +259,7 @@ async def test_in_use_counts_the_live_leases_of_the_queue_the_handler_and_a_key(
     await _fill(store, 3, keys=["psp"])
     await _fill(store, 2, handler_ref=B, priority=-1)
     for key in (QUEUE_KEY, handler_key(A), handler_key(B), "psp", "unused"):
-        await _put(store, Control(queue="q", key=key, state={"n": 1}))
+        await put_control(store, Control(queue="q", key=key, state={"n": 1}))
     await store.claim_due("q", 4, LONG)
     in_use = {c.key: c.in_use for c in await store.list_controls("q")}
     assert in_use == {QUEUE_KEY: 4, handler_key(A): 3, handler_key(B): 1, "psp": 3, "unused": 0}

@@ -1,7 +1,8 @@
 """Contract version 4 on MongoDB, beyond the kit: what a claim of a fair or aged queue costs
 (and that a queue without either is claimed by the same commands as before), a task a racing
 claimant leased first passed over for the next in order, racing claimants of a fair queue
-under limits from two stores, what a failing claim gives back, and documents that do not
+under limits from two stores, a claim whose take keeps losing to a racing claimant leasing
+only the tasks no limit counts, what a failing claim gives back, and documents that do not
 decode."""
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -21,8 +21,8 @@ from rdq.spi import QUEUE_KEY, Control, Envelope, handler_key
 from rdq_mongo import MongoStorage, _claims
 from rdq_mongo.testing import Commands
 
-LONG = timedelta(minutes=10)
-A, B = "app.handlers:a", "app.handlers:b"
+from .claiming import LONG, A, B, ids_of, put_control, stored_element
+
 FAIR = "tenant:"
 
 
@@ -46,20 +46,10 @@ async def _due(store: MongoStorage, count: int, *, tenant: str | None, **fields:
     return [t.id for t in tasks]
 
 
-async def _put(store: MongoStorage, control: Control) -> Control:
-    found = {c.key: c for c in await store.list_controls(control.queue)}.get(control.key)
-    return await store.put_control(control, expected_version=found.version if found else 0)
-
-
-async def _element(store: MongoStorage, key: str) -> dict[str, Any]:
-    doc = await store._connection().controls.find_one({"_id": "q"})
-    assert doc is not None
-    (element,) = [e for e in doc["c"] if e["key"] == key]
-    return dict(element)
-
-
-def _ids(claimed: Sequence[Any]) -> set[str]:
-    return {c.task.id for c in claimed}
+async def _in_use(store: MongoStorage, key: str) -> int | None:
+    """The live leases of ``key``'s record of queue ``q``, as ``list_controls`` reports them."""
+    (control,) = [c for c in await store.list_controls("q") if c.key == key]
+    return control.in_use
 
 
 # --- what a claim costs ---------------------------------------------------------------------
@@ -74,8 +64,8 @@ async def test_an_ordered_claim_reads_its_due_tasks_once_and_leases_them_by_id(
     await _due(store, 20, tenant="deep")
     paused = await _due(store, 30, tenant="deep", handler_ref=B)
     await _due(store, 2, tenant="shallow")
-    await _put(store, Control(queue="q", key=QUEUE_KEY, **setting))
-    await _put(store, Control(queue="q", key=handler_key(B), paused=True))
+    await put_control(store, Control(queue="q", key=QUEUE_KEY, **setting))
+    await put_control(store, Control(queue="q", key=handler_key(B), paused=True))
     commands.clear()
     assert len(await store.claim_due("q", 4, LONG)) == 4
     assert commands.seen == [
@@ -95,8 +85,8 @@ async def test_under_a_limit_an_ordered_claim_adds_the_count_the_take_and_the_se
     store, commands = watched
     await _due(store, 5, tenant="a", keys=["psp"])
     await _due(store, 5, tenant="b")
-    await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
-    await _put(store, Control(queue="q", key="psp", concurrency=2))
+    await put_control(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
+    await put_control(store, Control(queue="q", key="psp", concurrency=2))
     commands.clear()
     assert len(await store.claim_due("q", 6, LONG)) == 6
     assert commands.seen == [
@@ -107,7 +97,7 @@ async def test_under_a_limit_an_ordered_claim_adds_the_count_the_take_and_the_se
         *[("findAndModify", "rdq_tasks")] * 6,
         ("update", "rdq_controls"),  # the settle
     ]
-    assert (await _element(store, "psp"))["pending"] == []
+    assert (await stored_element(store, "psp"))["pending"] == []
 
 
 @pytest.mark.asyncio
@@ -116,7 +106,7 @@ async def test_a_queue_no_longer_ordered_is_claimed_by_the_same_commands_as_befo
 ) -> None:
     store, commands = watched
     await _due(store, 5, tenant="a")
-    fair = await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR, aging=5.0))
+    fair = await put_control(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR, aging=5.0))
     await store.put_control(
         Control(queue="q", key=QUEUE_KEY, state={"note": "kept"}), expected_version=fair.version
     )
@@ -134,7 +124,7 @@ async def test_a_task_a_racing_claimant_leased_first_is_passed_over_for_the_next
 ) -> None:
     a = await _due(store, 3, tenant="a")
     b = await _due(store, 3, tenant="b")
-    await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
+    await put_control(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
     other = store.reopen()
     await other.connect()
     real = _claims.read_candidates
@@ -144,12 +134,12 @@ async def test_a_task_a_racing_claimant_leased_first_is_passed_over_for_the_next
         found = await real(*args)
         if not raced:  # another store claims a's first task after this claim read it
             monkeypatch.setattr(_claims, "read_candidates", real)
-            raced.append(_ids(await other.claim_due("q", 1, LONG)))
+            raced.append(ids_of(await other.claim_due("q", 1, LONG)))
         return found
 
     monkeypatch.setattr(_claims, "read_candidates", read_then_race)
     try:
-        mine = _ids(await store.claim_due("q", 2, LONG))
+        mine = ids_of(await store.claim_due("q", 2, LONG))
     finally:
         await other.aclose()
     assert raced == [{a[0]}]
@@ -164,10 +154,10 @@ async def test_racing_fair_claimants_of_two_stores_never_overdraw_a_limit_or_dou
     twos = await _due(store, 10, tenant="b", keys=["k2"])
     both = await _due(store, 10, tenant="c", keys=["k1", "k2"])
     free = await _due(store, 5, tenant="d", handler_ref=B)
-    await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR, aging=1.0))
-    await _put(store, Control(queue="q", key=handler_key(A), gate=7))
-    await _put(store, Control(queue="q", key="k1", concurrency=5))
-    await _put(store, Control(queue="q", key="k2", concurrency=3, rate=100, burst=50))
+    await put_control(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR, aging=1.0))
+    await put_control(store, Control(queue="q", key=handler_key(A), gate=7))
+    await put_control(store, Control(queue="q", key="k1", concurrency=5))
+    await put_control(store, Control(queue="q", key="k2", concurrency=3, rate=100, burst=50))
     other = store.reopen()
     await other.connect()
     try:
@@ -189,12 +179,58 @@ async def test_racing_fair_claimants_of_two_stores_never_overdraw_a_limit_or_dou
     assert len([t for t in of_a if t in set(ones + both)]) <= 5, "concurrency of k1"
     assert len([t for t in of_a if t in set(twos + both)]) <= 3, "concurrency of k2"
     assert set(free) <= set(claimed), "B's tasks are held back by none of it"
-    more = _ids(await store.claim_due("q", 10, LONG))
+    more = ids_of(await store.claim_due("q", 10, LONG))
     assert len(of_a) + len(more) == 7, "the whole gate is let through in the end"
     listed = {c.key: c for c in await store.list_controls("q")}
     assert listed[handler_key(A)].gate == 0
     for key in ("k1", "k2"):
-        assert (await _element(store, key))["pending"] == [], "every claim settled"
+        assert (await stored_element(store, key))["pending"] == [], "every claim settled"
+
+
+@pytest.mark.asyncio
+async def test_a_take_that_keeps_losing_to_a_racing_claimant_leases_only_unlimited_tasks(
+    store: MongoStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a's tasks come first in the fair order (priority 5) and count towards psp; b's count
+    # towards no limit
+    a = await _due(store, 12, tenant="a", keys=["psp"], priority=5)
+    b = await _due(store, 3, tenant="b")
+    await put_control(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
+    await put_control(store, Control(queue="q", key="psp", concurrency=8))
+    other = store.reopen()
+    await other.connect()
+    real = _claims.live_leases
+    raced: list[str] = []
+    racing = False
+
+    async def count_then_race(*args: Any) -> Any:
+        """Every time this claim counts psp's leases, another store claims the first task
+        in order (one of a's) before this claim's take: its settle moves psp on (``seq``),
+        so the take this claim decides on that count finds the record changed."""
+        nonlocal racing
+        counted = await real(*args)
+        if not racing:
+            racing = True
+            try:
+                raced.extend(c.task.id for c in await other.claim_due("q", 1, LONG))
+            finally:
+                racing = False
+        return counted
+
+    monkeypatch.setattr(_claims, "live_leases", count_then_race)
+    try:
+        mine = ids_of(await store.claim_due("q", 10, LONG))
+    finally:
+        monkeypatch.undo()
+        await other.aclose()
+    assert len(raced) > _claims._TAKE_ATTEMPTS, "every take lost to a racing claimant"
+    assert raced == a[: len(raced)], "the racer took a's tasks in order"
+    assert await _in_use(store, "psp") == len(raced) <= 8, "psp: only the racer's leases"
+    assert mine == set(b), "past its takes the claim leases the tasks no limit counts, only"
+    assert (await stored_element(store, "psp"))["pending"] == [], "nothing left reserved"
+    rest = ids_of(await store.claim_due("q", 10, LONG))
+    assert rest == set(a[len(raced) : 8]), "psp's room, and no more, once nothing races"
+    assert await _in_use(store, "psp") == 8
 
 
 # --- what a failing claim gives back -------------------------------------------------------
@@ -206,10 +242,10 @@ async def test_an_ordered_claim_failing_after_its_take_gives_everything_back(
 ) -> None:
     await _due(store, 2, tenant="a", keys=["psp"])
     await _due(store, 2, tenant="b", keys=["psp"])
-    await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
-    await _put(store, Control(queue="q", key=handler_key(A), gate=5))
-    await _put(store, Control(queue="q", key="psp", concurrency=3))
-    seq = (await _element(store, "psp")).get("seq", 0)
+    await put_control(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
+    await put_control(store, Control(queue="q", key=handler_key(A), gate=5))
+    await put_control(store, Control(queue="q", key="psp", concurrency=3))
+    seq = (await stored_element(store, "psp")).get("seq", 0)
 
     async def lost(self: _claims.Claim, scope: object, task: object = None) -> bool:
         raise AutoReconnect("connection lost")
@@ -218,8 +254,8 @@ async def test_an_ordered_claim_failing_after_its_take_gives_everything_back(
     with pytest.raises(StorageUnavailable):
         await store.claim_due("q", 10, LONG)
     monkeypatch.undo()
-    assert (await _element(store, handler_key(A)))["gate"] == 5
-    psp = await _element(store, "psp")
+    assert (await stored_element(store, handler_key(A)))["gate"] == 5
+    psp = await stored_element(store, "psp")
     assert psp["pending"] == [] and psp["seq"] == seq + 1
     assert len(await store.claim_due("q", 10, LONG)) == 3
 
@@ -232,12 +268,12 @@ async def test_a_fair_queue_claims_tasks_whose_order_fields_do_not_decode_beside
     store: MongoStorage,
 ) -> None:
     a = await _due(store, 3, tenant="a")
-    await _put(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR, aging=86_400.0))
+    await put_control(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR, aging=86_400.0))
     tasks = store._connection().tasks
     await tasks.update_one({"_id": a[1]}, {"$set": {"priority": "high", "keys": "tenant:a"}})
     # far beyond the times and priorities an aged due time is computed from
     await tasks.update_one({"_id": a[2]}, {"$set": {"priority": 10**12, "due": -(10**18)}})
     claimed = await store.claim_due("q", 3, LONG)
-    assert _ids(claimed) == set(a), "each placed: priority 0 and no keys, or the nearest bounds"
+    assert ids_of(claimed) == set(a), "each placed: priority 0 and no keys, or the nearest bounds"
     (odd,) = [c.task for c in claimed if c.task.id == a[1]]
     assert odd.corrupt is not None

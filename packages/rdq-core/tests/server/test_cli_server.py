@@ -133,6 +133,34 @@ def test_rdq_server_refuses_bad_config_with_one_line(tmp_path: Path) -> None:
     ]
 
 
+def test_rdq_server_max_unrecorded_reaches_its_worker_and_a_bad_one_is_refused() -> None:
+    port = _free_port()
+    env = {**os.environ, "RDQ_SERVER_TOKENS": f"ops:read+submit+admin:{TOKEN}"}
+    common = [RDQ, "server", "--storage", "memory://", "--port", str(port)]
+    process = subprocess.Popen(
+        [*common, "--max-unrecorded", "7", "--log-json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}", process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    lines = [json.loads(line) for line in stderr.decode().splitlines()]
+    (started,) = [line for line in lines if line["event"] == "worker started"]
+    assert started["max_unrecorded"] == 7, started
+    for bad in ("-1", "10001"):
+        refused = subprocess.run(
+            [*common, "--max-unrecorded", bad], capture_output=True, timeout=60, env=env
+        )
+        assert refused.returncode == 1
+        assert refused.stderr.decode().strip().splitlines() == [
+            "Error: server.max_unrecorded: must be a whole number from 0 to 10000"
+        ]
+
+
 def test_rdq_server_imports_its_app_from_the_current_directory_like_rdq_worker(
     tmp_path: Path,
 ) -> None:

@@ -13,6 +13,7 @@ from litestar.testing import AsyncTestClient
 from rdq.errors import ConfigError
 from rdq.server import create_app, load_settings, parse_token_flag
 from rdq.server._auth import Authenticator
+from rdq_compliance.testing import eventually
 from rdq_memory import MemoryStorage
 
 from .conftest import ADMIN_TOKEN, auth
@@ -88,6 +89,11 @@ def test_file_then_environment_then_flags(tmp_path: Path) -> None:
         ),
         ('[server.callbacks]\nallow_networks = ["x"]\n', "server.callbacks.allow_networks[0]"),
         ("[server\n", "config"),
+        ("[server]\nmax_unrecorded = -1\n", "server.max_unrecorded"),
+        ("[server]\nmax_unrecorded = 10001\n", "server.max_unrecorded"),
+        ('[server]\nmax_unrecorded = "400"\n', "server.max_unrecorded"),
+        ("[server]\nmax_unrecorded = 1.5\n", "server.max_unrecorded"),
+        ("[server]\nmax_unrecorded = true\n", "server.max_unrecorded"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path: Path, text: str, key: str) -> None:
@@ -96,6 +102,31 @@ def test_bad_config_names_the_key(tmp_path: Path, text: str, key: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(path, env={})
     assert info.value.key == key
+
+
+@pytest.mark.asyncio
+async def test_max_unrecorded_from_the_file_or_a_flag_reaches_the_nodes_worker(
+    tmp_path: Path, memory_store: MemoryStorage
+) -> None:
+    path = tmp_path / "rdq.toml"
+    path.write_text(
+        '[server]\nqueues = ["hooks"]\nmax_unrecorded = 3\n'
+        '[[server.tokens]]\nowner = "ops"\nrights = ["read"]\n'
+        f'token = "{ADMIN_TOKEN}"\n'
+    )
+    from_file, _ = load_settings(path, env={})
+    from_flag, _ = load_settings(path, {"max_unrecorded": 0}, env={})
+    assert (from_file.max_unrecorded, from_flag.max_unrecorded) == (3, 0)
+    for settings, expected in [(from_file, 3), (from_flag, 0)]:
+        with structlog.testing.capture_logs() as logs:
+            async with AsyncTestClient(app=create_app(settings, storage=memory_store)):
+
+                async def started() -> dict[str, object] | None:
+                    return next((e for e in logs if e["event"] == "worker started"), None)
+
+                line = await eventually(started, "the node's worker to start")
+        assert line["max_unrecorded"] == expected, line
+        assert line["queues"] == ["hooks"]
 
 
 def test_token_flags() -> None:

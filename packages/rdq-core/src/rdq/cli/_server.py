@@ -55,6 +55,15 @@ from rdq.errors import RdqError
 )
 @click.option("--work/--no-work", default=None, help="Run a worker beside the API (default on).")
 @click.option(
+    "--max-unrecorded",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Successes awaiting their batched write that may free their slot in the node's "
+    "worker (0 to 10000; default: its total concurrency; a crash can leave this many plus "
+    "the concurrency run but unrecorded, to run again).",
+)
+@click.option(
     "--allow-host",
     "allow_hosts",
     multiple=True,
@@ -90,6 +99,7 @@ def server(
     queues: tuple[str, ...],
     app_ref: str | None,
     work: bool | None,
+    max_unrecorded: int | None,
     allow_hosts: tuple[str, ...],
     allow_networks: tuple[str, ...],
     callback_timeout: float | None,
@@ -120,6 +130,7 @@ def server(
             "tokens": [parse_token_flag(t) for t in tokens] or None,
             "queues": list(queues) or None,
             "work": work,
+            "max_unrecorded": max_unrecorded,
             "audit_log": audit_log,
             "migrate": migrate,
             "open_metrics": open_metrics,

@@ -119,7 +119,7 @@ async def _working(
     invoker = HttpCallbackInvoker(settings.callbacks)
     app.register_scheme("http", invoker)
     app.register_scheme("https", invoker)
-    worker = Worker(app, storage, queues=settings.queues)
+    worker = Worker(app, storage, queues=settings.queues, max_unrecorded=settings.max_unrecorded)
     task = asyncio.create_task(worker.run(), name="rdq-server-worker")
     try:
         yield worker

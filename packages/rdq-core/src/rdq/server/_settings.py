@@ -10,6 +10,7 @@ and workers share the store, each tick is one task (see :mod:`rdq.schedules`)::
     queues = ["webhooks"]                 # queues this node works and lists (default: the app's)
     audit_log = "/var/log/rdq/audit.jsonl"
     open_metrics = false                  # /metrics needs a token with "read"
+    max_unrecorded = 400                  # bigger completion batches (default: concurrency)
 
     [[server.tokens]]
     owner = "alice"
@@ -39,6 +40,7 @@ from rdq._storage_url import named_storage
 from rdq.app import DEFAULT_QUEUE, App
 from rdq.callbacks import CallbackSettings
 from rdq.errors import ConfigError
+from rdq.worker._worker import MAX_UNRECORDED
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -122,6 +124,10 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True):
     :func:`worked_queues`."""
     work: bool = True
     """Run a worker beside the API."""
+    max_unrecorded: int | None = None
+    """The node's worker's ``max_unrecorded`` (:class:`rdq.Worker`): how many successes
+    waiting for their batched write may give their slot to the next task. ``None`` (the
+    default): the worker's total concurrency."""
     migrate: bool = False
     """Create or upgrade the storage schema at start."""
     open_health: bool = True
@@ -161,6 +167,12 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError("must be greater than zero", key="server.session_hours")
         if self.session_secret is not None and len(self.session_secret) < 16:
             raise ConfigError("must be at least 16 characters", key="server.session_secret")
+        if self.max_unrecorded is not None and not (
+            type(self.max_unrecorded) is int and 0 <= self.max_unrecorded <= MAX_UNRECORDED
+        ):
+            raise ConfigError(
+                f"must be a whole number from 0 to {MAX_UNRECORDED}", key="server.max_unrecorded"
+            )
         if not 0 < self.request_timeout <= 600:
             raise ConfigError("must be more than 0 and at most 600", key="server.request_timeout")
         if not 64 * 1024 <= self.max_page_bytes <= 256 * 1024 * 1024:
