@@ -19,11 +19,9 @@ LEASE_US = 30_000_000
 """A 30-second lease, as the claim takes it: whole microseconds."""
 
 CLAIM = """
-SELECT (c.claimed).id, (c.claimed).token, (c.claimed).handler_ref,
-       (c.claimed).payload::text AS payload, (c.claimed).headers, (c.claimed).priority,
-       (c.claimed).keys, (c.claimed).attempt_count, (c.claimed).attempts,
-       (c.claimed).lease_expires_at, (c.claimed).retry, (c.claimed).quarantine, c.claimed_rank
-FROM {s}.claim_due($1, $2, $3, $4) AS c
+SELECT id, token, handler_ref, payload::text AS payload, headers, priority, keys, attempt_count,
+       attempts, lease_expires_at, retry, quarantine, claimed_rank
+FROM {s}.claim_due($1, $2, $3, $4)
 """
 
 CLAIM_V6 = """

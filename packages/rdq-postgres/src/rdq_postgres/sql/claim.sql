@@ -9,12 +9,8 @@
 -- For a queue that a control restricts (a pause, a gate, a concurrency or rate limit, fair
 -- shares, aging) it raises SQLSTATE RQ423 before it reads a task and the claim is
 -- claim_controlled.sql's; for every other queue that check costs one index probe.
-SELECT (c.claimed).id, (c.claimed).queue, (c.claimed).handler_ref, (c.claimed).payload,
-       (c.claimed).headers, (c.claimed).status, (c.claimed).attempt_count,
-       (c.claimed).redrive_count, (c.claimed).attempts, (c.claimed).created_at,
-       (c.claimed).next_attempt_at, (c.claimed).lease_expires_at, (c.claimed).completed_at,
-       (c.claimed).dead_lettered_at, (c.claimed).retry, (c.claimed).priority, (c.claimed).keys,
-       (c.claimed).claimed_by, (c.claimed).claimed_at, (c.claimed).cancelled_at,
-       (c.claimed).format_version, (c.claimed).extra, (c.claimed).quarantine, (c.claimed).token,
-       c.claimed_rank
-FROM {schema}.claim_due(:queue, :limit, :lease_us, :worker_id) AS c
+SELECT id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count, attempts,
+       created_at, next_attempt_at, lease_expires_at, completed_at, dead_lettered_at, retry,
+       priority, keys, claimed_by, claimed_at, cancelled_at, format_version, extra, quarantine,
+       token, claimed_rank
+FROM {schema}.claim_due(:queue, :limit, :lease_us, :worker_id)
