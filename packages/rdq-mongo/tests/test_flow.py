@@ -177,6 +177,38 @@ async def test_a_claim_failing_after_its_take_gives_everything_back(
 
 
 @pytest.mark.asyncio
+async def test_a_lease_made_under_a_reservation_still_held_takes_one_slot_not_two(
+    store: MongoStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim that counts while another claim has leased but not yet settled counts that
+    task once: in its reservation, not also as a live lease."""
+    await _fill(store, 4, keys=["psp"])
+    await put_control(store, Control(queue="q", key="psp", concurrency=2))
+    real = _claims.Claim.settle
+    leased, go_on = asyncio.Event(), asyncio.Event()
+
+    async def first_settles_late(self: _claims.Claim) -> None:
+        if not leased.is_set():
+            leased.set()
+            await go_on.wait()
+        await real(self)
+
+    monkeypatch.setattr(_claims.Claim, "settle", first_settles_late)
+    first = asyncio.create_task(store.claim_due("q", 1, LONG))
+    await leased.wait()
+    assert len((await stored_element(store, "psp"))["pending"]) == 1, "leased, not settled"
+    second = await store.claim_due("q", 10, LONG)
+    go_on.set()
+    assert len(await first) == 1
+    assert len(second) == 1, (
+        "the second slot is free: the first claim's lease is in its reservation"
+    )
+    assert {c.key: c.in_use for c in await store.list_controls("q")} == {"psp": 2}
+    assert (await stored_element(store, "psp"))["pending"] == []
+    assert await store.claim_due("q", 10, LONG) == []
+
+
+@pytest.mark.asyncio
 async def test_a_reservation_of_a_claimant_that_died_lapses(store: MongoStorage) -> None:
     await _fill(store, 4, keys=["psp"])
     await put_control(store, Control(queue="q", key="psp", concurrency=2))

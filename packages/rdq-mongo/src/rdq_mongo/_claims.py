@@ -11,7 +11,10 @@ queue (``*``) claims nothing, without touching a task.
 
 **Gates, concurrency and rate limits** (``View.limited``): rounds of
 
-1. count the live leases of each concurrency-limited key (one aggregation);
+1. count the live leases of each concurrency-limited key (one aggregation), leaving out
+   those made under a reservation the record still holds: each lease is stamped with the
+   take that reserved its slot (``reservation``), so a slot counts once, as a reservation
+   until the take settles and as a lease after;
 2. peek at the next due tasks (a ``find`` of their handler and keys, the ones paused or
    already held back in this call filtered out);
 3. decide in Python with ``rdq.spi.ClaimGate`` which of them the records let through, in
@@ -21,8 +24,9 @@ queue (``*``) claims nothing, without touching a task.
    bucket holds enough, and that live leases plus every claim's reservations plus these
    stay within each concurrency limit, with no reservation removed since the count
    (``seq``); the update takes from the gates and buckets and adds a reservation of
-   concurrency slots for this call. It applies whole or not at all. If it does not
-   (another claimant took first), read, count and decide again;
+   concurrency slots under a fresh id of this take. It applies whole or not at all. If it
+   does not (another claimant took or settled first), wait a moment (a jittered backoff:
+   racing claimants stop colliding in step), read, count and decide again;
 5. lease, for each task let through, the best due task with **exactly its limited keys**
    (the same ``findAndModify`` as above, filtered by those keys): any such task takes from
    the limits what the decision counted;
@@ -39,9 +43,12 @@ Why it is atomic enough: every decision is checked and applied by one single-doc
 update, so racing claimants never overdraw a gate or a bucket; a reservation is made before
 its leases and removed only after them, and a claimant that counted leases before a
 reservation was removed finds ``seq`` changed and counts again, so live leases never exceed
-a concurrency limit through racing claims. A claimant that dies between take and settle
-loses the gate units and tokens it took (it errs on the side of the limit) and its
-reservation lapses after the operation timeout plus ``HOLD_MARGIN``.
+a concurrency limit through racing claims. A lease left out of the count because its
+reservation was still held is in that reservation's slots for as long as the take's
+``seq`` check passes, so the count is exact but for slots reserved and not yet used.
+A claimant that dies between take and settle loses the gate units and tokens it took (it
+errs on the side of the limit) and its reservation lapses after the operation timeout plus
+``HOLD_MARGIN``.
 
 **A fair or aged queue** (its own record ``*`` sets ``fair`` or ``aging``, contract version
 4; ``View.order`` is not strict): the claim order is not an index order, so each round
@@ -67,6 +74,8 @@ setting never comes here: its claim is the strict one above, command for command
 
 from __future__ import annotations
 
+import asyncio
+import random
 import secrets
 from collections import Counter
 
@@ -89,10 +98,22 @@ __all__ = ["HOLD_MARGIN_US", "Claim"]
 HOLD_MARGIN_US = 5_000_000
 """How long past the operation timeout a claim's reservation of concurrency slots is kept
 if the claim never settles it."""
-_TAKE_ATTEMPTS = 4
+_TAKE_ATTEMPTS = 8
+"""Takes one round tries before it holds its limited keys back for the call. A take fails
+only when another claimant's take or settle changed the record meanwhile (each failure is
+someone else's progress); between tries the claim backs off (:func:`_after_lost_take`)."""
+_TAKE_PAUSE_S = 0.001
+_TAKE_PAUSE_CAP_S = 0.016
 _ORDERED_ROUNDS = 3
 """Rounds one claim of a fair or aged queue makes at most: a second only when a racing
 claimant leased tasks it had chosen first."""
+
+
+async def _after_lost_take(attempt: int) -> None:
+    """The pause after the ``attempt``-th lost take (from 0): exponential backoff with full
+    jitter, 16 ms at most, so that claimants which lost together retry apart."""
+    pause = min(_TAKE_PAUSE_CAP_S, _TAKE_PAUSE_S * 2**attempt)
+    await asyncio.sleep(random.uniform(0, pause))
 
 
 def _keys_of(doc: Document) -> list[str]:
@@ -163,9 +184,8 @@ class Claim:
         self.lease_us = lease_us
         self.worker_id = worker_id
         self.hold_us = hold_us
-        self.owner = secrets.token_hex(8)
         self.claimed: list[Claimed] = []
-        self.owed: tuple[View, Plan] | None = None
+        self.owed: tuple[View, Plan, str] | None = None
 
     async def run(self) -> list[Claimed]:
         view = await ctl.read_view(self.connection, self.queue)
@@ -197,9 +217,10 @@ class Claim:
             if task is None
             else f.claim_one_filter(self.queue, task.id, task.stored_due, scope)
         )
+        reservation = self.owed[2] if self.owed is not None else None
         doc = await self.connection.tasks.find_one_and_update(
             found,
-            claim_update(token, self.lease_us, self.worker_id),
+            claim_update(token, self.lease_us, self.worker_id, reservation),
             sort=f.CLAIM_SORT,
             return_document=ReturnDocument.AFTER,
         )
@@ -267,7 +288,7 @@ class Claim:
             if fresh is None or not fresh.limited:
                 return True  # the caller starts over with what it reads now
             view = fresh
-        live = await live_leases(self.connection, self.queue, view.concurrency_keys)
+        live = await self._live(view)
         need = self.limit - len(self.claimed)
         cursor = self.connection.tasks.find(
             f.claim_filter(self.queue, [c.task.id for c in self.claimed], view.pause_scope(held)),
@@ -278,15 +299,16 @@ class Claim:
         peeked = [doc async for doc in cursor]
         if not peeked:
             return False
-        for _ in range(_TAKE_ATTEMPTS):
+        for attempt in range(_TAKE_ATTEMPTS):
             plan = _decide(view, live, peeked, held)
             if not plan.totals or await self._take(view, plan, live):
                 break
+            await _after_lost_take(attempt)
             fresh = await self._fresh_view()
             if fresh is None or not fresh.limited:
                 return True
             view = fresh
-            live = await live_leases(self.connection, self.queue, view.concurrency_keys)
+            live = await self._live(view)
         else:
             # Contended past reason: hold these keys back for this call, lease the rest.
             held |= set(plan.totals)
@@ -335,7 +357,7 @@ class Claim:
         over for the next one in order that takes the same from the limits (or none).
         True when such a loss left this call short of its limit (another round may make
         up for it)."""
-        live = await live_leases(self.connection, self.queue, view.concurrency_keys)
+        live = await self._live(view)
         gate = view.gate(live)
         if not gate.admits((QUEUE_KEY,)):
             return False
@@ -347,15 +369,16 @@ class Claim:
         )
         in_order = arranged(view.order, candidates)
         need = self.limit - len(self.claimed)
-        for _ in range(_TAKE_ATTEMPTS):
+        for attempt in range(_TAKE_ATTEMPTS):
             plan = decide(view.gate(live), view.limited, in_order, need)
             if not plan.totals or await self._take(view, plan, live):
                 break
+            await _after_lost_take(attempt)
             fresh = await self._fresh_view()
             if fresh is None or fresh.order.strict or not fresh.limited:
                 return True  # the caller starts over with what it reads now
             view = fresh
-            live = await live_leases(self.connection, self.queue, view.concurrency_keys)
+            live = await self._live(view)
         else:
             # Contended past reason: lease only tasks that no limit counts.
             plan = Plan(admitted=[kind for kind in plan.admitted if not kind])
@@ -381,13 +404,23 @@ class Claim:
 
     # --- the limits' reservations -----------------------------------------------------------
 
+    async def _live(self, view: View) -> Counter[str]:
+        """The live leases of ``view``'s concurrency keys, less those that a reservation
+        ``view`` counts holds already."""
+        keys = view.concurrency_keys
+        covered = {key: view.reservations(key) for key in keys}
+        return await live_leases(self.connection, self.queue, keys, covered)
+
     async def _take(self, view: View, plan: Plan, live: Counter[str]) -> bool:
+        """Take ``plan.totals`` under a reservation of its own id (a fresh one per take:
+        the leases made under it are stamped with it until it is settled)."""
+        reservation = secrets.token_hex(8)
         result = await self.connection.controls.update_one(
             ctl.take_filter(view, plan.totals, live),
-            ctl.take_update(view, plan.totals, self.owner, self.hold_us),
+            ctl.take_update(view, plan.totals, reservation, self.hold_us),
         )
         if result.matched_count:
-            self.owed = (view, plan)
+            self.owed = (view, plan, reservation)
             return True
         return False
 
@@ -395,8 +428,8 @@ class Claim:
         """Give back what the last take did not use and remove this call's reservation."""
         if self.owed is None:
             return
-        view, plan = self.owed
-        update = ctl.settle_update(view, plan.unused, self.owner)
+        view, plan, reservation = self.owed
+        update = ctl.settle_update(view, plan.unused, reservation)
         if update:
             await self.connection.controls.update_one({"_id": self.queue}, update)
         self.owed = None

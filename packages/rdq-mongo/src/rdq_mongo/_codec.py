@@ -9,6 +9,9 @@ Layout of one task document (collection ``<prefix>tasks``)::
     created_at, next_attempt_at, lease_expires_at, claimed_at, completed_at,
     dead_lettered_at, cancelled_at
     claimed_by       the worker id of the current claim (IN_FLIGHT only)
+    reservation      the take (a claim under concurrency limits) that reserved the slots
+                     of the current lease: while its reservation stands, the lease is
+                     counted in it, not as a lease (see ``_claims``); else null or absent
     keys             the task's flow-control keys (``Envelope.keys``), only when it has some:
                      a task without keys has no such field, so the index of the in-flight
                      tasks by key holds only tasks that have keys

@@ -137,6 +137,15 @@ class View:
             if isinstance(p, dict) and isinstance(p.get("n"), int)
         )
 
+    def reservations(self, key: str) -> set[str]:
+        """The takes (``o``) whose reservations :meth:`pending` counts for ``key``: their
+        leases are in those slots already."""
+        return {
+            p["o"]
+            for p in self.elements[key].get("pending") or []
+            if isinstance(p, dict) and isinstance(p.get("n"), int) and isinstance(p.get("o"), str)
+        }
+
     def seq(self, key: str) -> int:
         seq = self.elements[key].get("seq")
         return seq if isinstance(seq, int) else 0

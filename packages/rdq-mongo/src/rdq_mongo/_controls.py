@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import msgspec
 from pymongo import ReturnDocument
@@ -152,10 +152,28 @@ def update_each(changes: Mapping[str, Document]) -> Pipeline:
     ]
 
 
-async def live_leases(connection: Connection, queue: str, keys: Iterable[str]) -> Counter[str]:
+def _counted(wanted: list[str], covered: Mapping[str, Collection[str]]) -> Document:
+    """Of the unwound (key ``k``, reservation ``r``) rows: those of a wanted key whose lease
+    no reservation of ``covered`` holds for that key."""
+    plain = [k for k in wanted if not covered.get(k)]
+    either: list[Document] = [{"k": {"$in": plain}}] if plain else []
+    either.extend({"k": k, "r": {"$nin": sorted(covered[k])}} for k in wanted if covered.get(k))
+    return either[0] if len(either) == 1 else {"$or": either}
+
+
+async def live_leases(
+    connection: Connection,
+    queue: str,
+    keys: Iterable[str],
+    covered: Mapping[str, Collection[str]] | None = None,
+) -> Counter[str]:
     """Per key of ``keys``: the tasks of ``queue`` with that key that hold a live lease
     (IN_FLIGHT, the lease after the server's now), counted by the server in one
-    aggregation."""
+    aggregation.
+
+    ``covered[key]`` names reservations (a take's id, ``reservation`` on the task) whose
+    leases not to count under ``key``: a claim that adds the reservations themselves counts
+    each slot once, not once as a reservation and again as the lease made under it."""
     wanted = sorted(set(keys))
     counts: Counter[str] = Counter()
     if not wanted:
@@ -184,9 +202,15 @@ async def live_leases(connection: Connection, queue: str, keys: Iterable[str]) -
     own = {"$cond": [{"$isArray": "$keys"}, {"$setUnion": ["$keys", []]}, []]}
     pipeline: Pipeline = [
         {"$match": match},
-        {"$project": {"_id": 0, "k": {"$concatArrays": [[QUEUE_KEY], handler, own]}}},
+        {
+            "$project": {
+                "_id": 0,
+                "k": {"$concatArrays": [[QUEUE_KEY], handler, own]},
+                "r": {"$ifNull": ["$reservation", None]},
+            }
+        },
         {"$unwind": "$k"},
-        {"$match": {"k": {"$in": wanted}}},
+        {"$match": _counted(wanted, covered or {})},
         {"$group": {"_id": "$k", "n": {"$sum": 1}}},
     ]
     async for row in await connection.tasks.aggregate(pipeline):

@@ -42,6 +42,7 @@ _CLAIM_CLEARED: Document = {
     "token": None,
     "claimed_at": None,
     "claimed_by": None,
+    "reservation": None,
 }
 
 
@@ -77,8 +78,12 @@ def _iso(path: str) -> Document:
     }
 
 
-def claim_update(token: str, lease_us: int, worker_id: str | None) -> Pipeline:
-    """Lease the matched task to ``token`` until now + ``lease_us``, held by ``worker_id``.
+def claim_update(
+    token: str, lease_us: int, worker_id: str | None, reservation: str | None = None
+) -> Pipeline:
+    """Lease the matched task to ``token`` until now + ``lease_us``, held by ``worker_id``,
+    under the concurrency slots of take ``reservation`` (see ``_claims``) when a limit
+    counts it.
 
     Reclaiming an IN_FLIGHT task (a lapsed lease) appends a LEASE_EXPIRED attempt naming
     the lapsed claim (its time and holder) and counts it, in the same update. A claimed task
@@ -118,6 +123,7 @@ def claim_update(token: str, lease_us: int, worker_id: str | None) -> Pipeline:
                 "token": {"$literal": token},
                 "claimed_at": NOW_US,
                 "claimed_by": {"$literal": worker_id},
+                "reservation": {"$literal": reservation},
                 "lease_expires_at": {"$add": [NOW_US, lease_us]},
                 "due": {"$add": [NOW_US, lease_us]},
                 "status_at": {"$add": [NOW_US, lease_us]},
