@@ -100,3 +100,39 @@ def test_a_small_selection_that_skips_is_reported_but_not_failed(
     result = _run(pytester, SKIPPING_STORE, "-k", "fencing")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["*TestStoreWithoutAServer: 0 passed, 0 failed, * skipped"])
+
+
+WORKING_STORE = """
+class TestWorkingStore(StorageSuite):
+    @pytest_asyncio.fixture
+    async def storage(self):
+        async with open_storage("memory://") as store:
+            await store.migrate()
+            yield store
+
+    @pytest.fixture
+    def peer_storage_url(self):
+        return None
+"""
+
+
+def test_under_xdist_the_account_is_kept_from_the_workers_reports(
+    pytester: pytest.Pytester,
+) -> None:
+    """With ``-n 2`` the tests run in worker processes: the account, the contract version
+    and the red verdict of a suite that skipped are the same as in one process."""
+    pytester.makeini(_INI)
+    pytester.makepyfile(test_backend=_HEADER + SKIPPING_STORE + WORKING_STORE)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "2", "-k", "claim and not corrupt"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines_random(
+        [
+            "*TestStoreWithoutAServer: 0 passed, 0 failed, * skipped",
+            "*TestWorkingStore: * passed, 0 failed, * skipped",
+            "*implements contract version * of *",
+            "*TestStoreWithoutAServer skipped * of its * tests: the kit tested almost nothing*",
+        ]
+    )
+    assert "TestWorkingStore skipped" not in result.stdout.str()

@@ -7,6 +7,11 @@ skipped (with their reasons); at the end it prints that account and fails the se
 half of a suite's tests (of at least ``MIN_TESTS`` selected) skipped. Clauses of capabilities or
 contract versions the store does not implement are counted apart, as "not implemented", with what
 the store therefore lacks. ``--rdq-allow-skipped-suites`` turns the failure into a warning line.
+
+Under pytest-xdist the tests are collected and run by the workers, and only their reports
+reach the session that prints the account: each kit test therefore carries its suite and the
+store's contract version as user properties of its reports, and the account is kept from
+those.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ MIN_TESTS = 10
 """Selections smaller than this (``-k fencing``) are reported but never failed for skips."""
 
 _SUITE = ("rdq_compliance.suite", "StorageSuite")
+SUITE_PROPERTY = "rdq-kit-suite"
+"""The user property naming a kit test's suite (``module::class``) on its reports."""
+VERSION_PROPERTY = "rdq-kit-contract-version"
+"""The user property of the contract version the store under test states."""
 
 
 @dataclass
@@ -78,12 +87,17 @@ class KitAccounting:
                 name = f"{item.module.__name__}::{cls.__qualname__}"  # type: ignore[attr-defined, union-attr]
                 self.suite_of[item.nodeid] = name
                 self.accounts.setdefault(name, _Account())
+                item.user_properties.append((SUITE_PROPERTY, name))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        suite = self.suite_of.get(report.nodeid)
-        if suite is None or report.nodeid in self.done:
+        properties = dict(report.user_properties)
+        suite = properties.get(SUITE_PROPERTY) or self.suite_of.get(report.nodeid)
+        if not isinstance(suite, str) or report.nodeid in self.done:
             return
-        account = self.accounts[suite]
+        account = self.accounts.setdefault(suite, _Account())
+        version = properties.get(VERSION_PROPERTY)
+        if isinstance(version, int):
+            account.contract_version = version
         if report.skipped:
             reason = _reason(report)
             if reason.startswith(NOT_IMPLEMENTED):
@@ -100,11 +114,10 @@ class KitAccounting:
             return
         self.done.add(report.nodeid)
 
-    def note_version(self, nodeid: str, version: int) -> None:
-        """The contract version the store of ``nodeid``'s suite states."""
-        suite = self.suite_of.get(nodeid)
-        if suite is not None:
-            self.accounts[suite].contract_version = version
+    def note_version(self, item: pytest.Item, version: int) -> None:
+        """The contract version the store of ``item``'s suite states (on its reports)."""
+        if item.nodeid in self.suite_of:
+            item.user_properties.append((VERSION_PROPERTY, version))
 
     def hollow_suites(self) -> list[str]:
         return [name for name, a in self.accounts.items() if a.too_many_skipped()]

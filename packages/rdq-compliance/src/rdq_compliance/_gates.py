@@ -87,7 +87,7 @@ def gate(request: pytest.FixtureRequest) -> None:
     offered: Capabilities = request.getfixturevalue("storage").capabilities()
     accounting = request.config.pluginmanager.get_plugin("rdq-kit-accounting")
     if accounting is not None:
-        accounting.note_version(node.nodeid, offered.contract_version)
+        accounting.note_version(node, offered.contract_version)
     reason = missing(offered, capabilities, since)
     if reason is not None:
         pytest.skip(reason)
