@@ -18,8 +18,9 @@ and each element is the record of one key::
                  deleted and created again starts at version 1 again; ``w`` never repeats)
     tokens, at   the rate bucket: tokens left as of ``at`` (microseconds); null = full
     seq          bumped whenever a claim's reservation of concurrency slots is removed
-    pending      [{o, n, u}]: concurrency slots reserved by claim ``o`` (a random id per
-                 call), ``n`` of them, until ``u`` at the latest (microseconds)
+    pending      [{o, n, u}]: concurrency slots reserved by take ``o`` (a random id per
+                 take of a claim; its leases carry it as ``reservation``), ``n`` of them,
+                 until ``u`` at the latest (microseconds)
 
 All of a queue's records live in one document so that a claim takes what a batch of tasks
 needs from every key of the queue — gates, tokens, concurrency slots — in **one conditional
