@@ -41,11 +41,9 @@ PARALLEL = ["-n", "2"]
 """pytest-xdist: two processes per test session. Most tests wait on a server, a subprocess or
 a timer, so two share two cores well (rdq-core's tests: 8 minutes in one process, under 5 in
 two); each process starts its own test servers."""
-SERIAL = {"memory", "compliance", "bench", "mongo"}
+SERIAL = {"memory", "compliance", "bench"}
 """Packages whose tests keep the cores busy in one process (or take seconds): two processes
-gain nothing there (rdq-compliance's: 86 s in one, 97 s in two). rdq-mongo's too, for now: its
-server-restart test timed out once in two processes (SecantusDB is a Python server, slow under
-load), never in one."""
+gain nothing there (rdq-compliance's: 86 s in one, 97 s in two)."""
 
 
 def processes(package: str) -> list[str]:
