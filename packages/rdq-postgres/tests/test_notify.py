@@ -111,3 +111,50 @@ async def test_with_no_interval_every_announcement_goes_out_one_call_at_a_time()
         await recorder.wait_for(n + 1)
     assert recorder.sent == [[f"q{n}"] for n in range(5)]
     await announcer.aclose(timeout=0.1)
+
+
+@pytest.mark.asyncio
+async def test_an_enqueue_carries_its_own_notify_only_while_nothing_else_is_announced() -> None:
+    recorder = Recorder()
+    recorder.gate.clear()
+    announcer = Announcer(recorder.send, interval=HOUR, burst=4)
+    with announcer.carrying() as carried:
+        assert carried, "an idle announcer lets the enqueue carry its NOTIFY"
+        with announcer.carrying() as second:
+            assert not second, "two notifying transactions at once"
+    announcer.announce(["a"])
+    await asyncio.sleep(0)  # its send starts and blocks on the gate
+    with announcer.carrying() as carried:
+        assert not carried, "a NOTIFY in flight: the enqueue leaves its queue to the announcer"
+    recorder.gate.set()
+    await recorder.wait_for(1)
+    await announcer.aclose(timeout=0.1)
+
+
+@pytest.mark.asyncio
+async def test_announcements_made_while_an_enqueue_carries_a_notify_wait_for_its_end() -> None:
+    recorder = Recorder()
+    announcer = Announcer(recorder.send, interval=HOUR, burst=4)
+    with announcer.carrying() as carried:
+        assert carried
+        announcer.announce(["b"])
+        await asyncio.sleep(0.05)
+        assert recorder.sent == [], "the announcer sent while the enqueue's NOTIFY was in flight"
+    await recorder.wait_for(1)
+    assert recorder.sent == [["b"]]
+    await announcer.aclose(timeout=0.1)
+
+
+@pytest.mark.asyncio
+async def test_a_carried_notify_spends_a_token_of_the_same_bucket() -> None:
+    recorder = Recorder()
+    announcer = Announcer(recorder.send, interval=HOUR, burst=2)
+    for _ in range(2):
+        with announcer.carrying() as carried:
+            assert carried
+    with announcer.carrying() as carried:
+        assert not carried, "the burst is spent: the enqueue may not notify past the limit"
+    announcer.announce(["late"])
+    await asyncio.sleep(0.05)
+    assert recorder.sent == [], "the announcer's own NOTIFY ignored the spent bucket"
+    await announcer.aclose(timeout=0.01)

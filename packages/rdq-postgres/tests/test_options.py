@@ -148,6 +148,42 @@ async def test_wait_due_wakes_on_an_enqueue_from_another_process_connection(
 
 
 @pytest.mark.asyncio
+async def test_an_idle_enqueue_wakes_waiters_by_its_own_commit_a_busy_one_by_the_announcer(
+    storage: PostgresStorage, postgres_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = DueReads(storage, monkeypatch)
+    async with PostgresStorage.from_url(postgres_url, schema=schema) as producer:
+        announcer = producer._announcer
+        sent: list[list[str]] = []
+        gate = asyncio.Event()
+        notify = announcer._send
+
+        async def gated_send(queues: list[str]) -> None:
+            await gate.wait()
+            sent.append(queues)
+            await notify(queues)
+
+        monkeypatch.setattr(announcer, "_send", gated_send)
+        assert await storage.wait_due("wake", 0.01) is False  # the LISTEN connection is up
+        waiter = asyncio.create_task(storage.wait_due("wake", 60))
+        await reads.reached(2)
+        await producer.enqueue(Envelope(id="idle", queue="wake", handler_ref="m:f"))
+        assert await waiter is True
+        assert sent == [], "the idle enqueue left its NOTIFY to a transaction of its own"
+
+        announcer.announce(["elsewhere"])  # a NOTIFY in flight, held at the gate
+        await asyncio.sleep(0)
+        waiter = asyncio.create_task(storage.wait_due("wake2", 60))
+        await reads.reached(3)
+        await producer.enqueue(Envelope(id="busy", queue="wake2", handler_ref="m:f"))
+        await asyncio.sleep(0.2)
+        assert not waiter.done(), "two notifying transactions of one store at once"
+        gate.set()
+        assert await waiter is True
+        assert sent == [["elsewhere"], ["wake2"]]
+
+
+@pytest.mark.asyncio
 async def test_wait_due_times_out_false_and_wakes_when_a_delayed_task_is_due(
     storage: PostgresStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:

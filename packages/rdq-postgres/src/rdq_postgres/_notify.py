@@ -10,6 +10,11 @@ time, rate-limited by a token bucket: up to ``burst`` NOTIFYs go out at once (so
 submits never wait), then at most one every ``interval`` seconds, and queues announced
 meanwhile are sent together in the next one (a NOTIFY is a committed transaction of its own,
 so a busy producer should not send hundreds).
+An enqueue may carry its own NOTIFY instead (:meth:`Announcer.carrying`): when nothing else is
+being announced, the store's single enqueue notifies inside its own transaction, so the NOTIFY
+reaches the listeners as the task commits rather than a second transaction and fsync later.
+That takes a token of the same bucket and counts as the one notifying transaction in flight,
+so the announcer's own NOTIFYs wait for it: the store never has two notifying commits at once.
 A lost announcement costs latency only: ``wait_due`` also wakes on the earliest due time and
 on its timeout."""
 
@@ -18,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -125,7 +130,8 @@ class DueListener:
 class Announcer:
     """Sends ``send(queues)`` for announced queues: one call in flight at a time; a burst of
     ``burst`` calls at once, then one every ``interval`` seconds while the burst refills
-    (``interval`` 0: no limit beyond one call in flight)."""
+    (``interval`` 0: no limit beyond one call in flight). An enqueue that carries its own
+    NOTIFY (:meth:`carrying`) is such a call too."""
 
     def __init__(self, send: Send, interval: float = 0.005, burst: int = 8) -> None:
         self._send = send
@@ -135,6 +141,9 @@ class Announcer:
         self._refilled_at: float | None = None
         self._pending: set[str] = set()
         self._task: asyncio.Task[None] | None = None
+        self._carried = asyncio.Event()
+        """Set while no enqueue carrying its own NOTIFY is in flight."""
+        self._carried.set()
 
     def announce(self, queues: Iterable[str]) -> None:
         """Schedule a NOTIFY for ``queues`` (returns at once)."""
@@ -142,20 +151,42 @@ class Announcer:
         if self._pending and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
+    @contextlib.contextmanager
+    def carrying(self) -> Iterator[bool]:
+        """Whether the enqueue about to run may NOTIFY inside its own transaction: True when
+        nothing is pending or being sent, no other enqueue carries one and the bucket has a
+        token (which this spends). While a True lasts, the announcer's own NOTIFYs wait."""
+        idle = self._carried.is_set() and not self._pending
+        idle = idle and (self._task is None or self._task.done())
+        if not idle or not self._take_token(asyncio.get_running_loop().time()):
+            yield False
+            return
+        self._carried.clear()
+        try:
+            yield True
+        finally:
+            self._carried.set()
+
+    def _take_token(self, now: float) -> bool:
+        """Refill the bucket for the time since its last refill; spend a token if it has one."""
+        if self._interval <= 0:  # no limit: one call in flight at a time, that is all
+            self._tokens = self._burst
+        elif self._refilled_at is not None:
+            earned = (now - self._refilled_at) / self._interval
+            self._tokens = min(self._burst, self._tokens + earned)
+        self._refilled_at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
         while self._pending:
-            now = loop.time()
-            if self._interval <= 0:  # no limit: one call in flight at a time, that is all
-                self._tokens = self._burst
-            elif self._refilled_at is not None:
-                earned = (now - self._refilled_at) / self._interval
-                self._tokens = min(self._burst, self._tokens + earned)
-            self._refilled_at = now
-            if self._tokens < 1:
+            await self._carried.wait()  # one notifying transaction at a time
+            if not self._take_token(loop.time()):
                 await asyncio.sleep((1 - self._tokens) * self._interval)
                 continue
-            self._tokens -= 1
             queues = sorted(self._pending)
             self._pending.clear()
             try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -165,8 +166,14 @@ class PostgresStorage(StorageBase):
 
     async def _enqueue(self, task: Envelope, delay: timedelta | None) -> bool:
         values = dict(zip(ENQUEUE_FIELDS, enqueue_args(task), strict=True))
-        if await self._db.fetch(self._sql.enqueue, **values, delay_us=micros(delay)):
-            self._announce(task.queue)
+        carrying = self._announcer.carrying() if self.config.notify else nullcontext(False)
+        with carrying as carried:
+            stored = await self._db.fetch(
+                self._sql.enqueue, **values, delay_us=micros(delay), notify=carried
+            )
+        if stored:
+            if not carried:
+                self._announce(task.queue)
             return True
         # The id is taken (the rare path: a second round trip to say by which queue).
         rows = await self._db.fetch(self._sql.existing_queue, id=task.id)

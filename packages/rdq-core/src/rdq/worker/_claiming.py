@@ -119,6 +119,9 @@ class ClaimLoops:
                 claims = []  # the runs hold the tasks now: not this loop while it waits
                 idle.reset()
                 woken_empty = 0
+                # let the runs just started reach their handlers before the next claim is sent
+                # (sending it first would hold every handler back by its round trip's CPU)
+                await asyncio.sleep(0)
                 continue
             state.claimed([], asked)
             if not self._runs:
