@@ -294,8 +294,20 @@ public final class PostgresStorage implements Storage {
                 .set("extra", EnvelopeJson.encodeExtra(unknownFields(task)))
                 .set("priority", task.priority())
                 .set("keys", joinedKeys(task.keys()));
-        if (!query("enqueue", params, rs -> rs.getString(1)).isEmpty()) {
-            announce(task.queue());
+        Announcer current = config.notifications() ? announcer : null;
+        boolean carried = current != null && current.tryCarry();
+        List<String> stored;
+        try {
+            stored = query("enqueue", params.set("notify", carried), rs -> rs.getString(1));
+        } finally {
+            if (carried) {
+                current.carried();
+            }
+        }
+        if (!stored.isEmpty()) {
+            if (!carried) {
+                announce(task.queue());
+            }
             return true;
         }
         List<String> holder = query("existing_queue", Params.of().set("id", task.id()), rs -> rs.getString(1));
