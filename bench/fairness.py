@@ -108,12 +108,12 @@ async def measure(url: str, args: argparse.Namespace) -> None:
                 plain.append(await baseline(store, args.baseline))
                 print(f"round {round_ + 1} one-task claims, no fairness: {plain[-1]:.3f} ms")
     print("medians:")
-    for name, found in runs.items():
+    for name, delays in runs.items():
         print(
-            f"  {name}: claim {statistics.median(d.claims for d in found):.0f}, "
-            f"{statistics.median(d.big_ahead for d in found):.0f} big tasks ahead, "
-            f"{statistics.median(d.seconds for d in found):.3f} s, "
-            f"{statistics.median(d.claim_ms for d in found):.2f} ms per claim"
+            f"  {name}: claim {statistics.median(d.claims for d in delays):.0f}, "
+            f"{statistics.median(d.big_ahead for d in delays):.0f} big tasks ahead, "
+            f"{statistics.median(d.seconds for d in delays):.3f} s, "
+            f"{statistics.median(d.claim_ms for d in delays):.2f} ms per claim"
         )
     if plain:
         print(f"  one-task claims, no fairness: {statistics.median(plain):.3f} ms per claim")
