@@ -523,6 +523,34 @@ async def test_complete_many_across_queues_reports_each_item_in_order(storage: S
 
 
 @pytest.mark.asyncio
+async def test_the_tokens_of_one_claim_are_distinct_and_each_fences_only_its_own_task(
+    storage: Storage,
+) -> None:
+    """A claim sends one random stem and the script numbers the tokens it hands out, so the
+    tokens of one claim differ only in their number: none of them resolves another's task,
+    and a claim that asked for more slots than it filled hands out no more tokens."""
+    queue = new_queue()
+    await storage.enqueue_batch([new_task(queue) for _ in range(30)])
+    first = await storage.claim_due(queue, 20, LEASE)
+    second = await storage.claim_due(queue, 100, LEASE)
+    assert (len(first), len(second)) == (20, 10)
+    claims = first + second
+    tokens = [c.token for c in claims]
+    assert len(set(tokens)) == 30
+    assert all(token.startswith(f"{queue}/") for token in tokens)
+    ok = Attempt(number=1, outcome=Outcome.SUCCEEDED)
+    # every task offered the token of its neighbour in the claim: all stale, nothing changes
+    crossed = [
+        Completion(c.task.id, claims[(i + 1) % len(claims)].token, ok) for i, c in enumerate(claims)
+    ]
+    assert all(isinstance(r, StaleClaim) for r in await storage.complete_many(crossed))
+    assert (await storage.stats(queue)).in_flight == 30
+    results = await storage.complete_many([Completion(c.task.id, c.token, ok) for c in claims])
+    assert results == [None] * 30
+    assert (await storage.stats(queue)).succeeded == 30
+
+
+@pytest.mark.asyncio
 async def test_pending_pages_merge_priorities_and_survive_the_cursor_task_leaving(
     storage: Storage,
 ) -> None:

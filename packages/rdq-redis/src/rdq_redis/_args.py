@@ -63,7 +63,7 @@ def micros(delta: timedelta) -> int:
 
 
 def token_queue(token: str) -> str | None:
-    """The queue a claim token of this store names (``<queue>/<random>``), or None."""
+    """The queue a claim token of this store names (``<queue>/<random>.<n>``), or None."""
     queue, _, _ = token.rpartition("/")
     try:
         return limits.check_queue(queue)

@@ -2,7 +2,7 @@
 token that names no queue, or a task that is not in the queue its token names, what the id
 index (``<prefix>:id:{<task id>}`` → queue) says.
 
-The claim token names its queue (``<queue>/<random>``), so resolving a claim needs no lookup
+The claim token names its queue (``<queue>/<random>.<n>``), so resolving a claim needs no lookup
 before its script; only a refusal reads the index, to tell ``StaleClaim`` (the task exists,
 elsewhere or under another token) from ``NotFound``. Kept out of ``_store`` so that it stays
 the driver calls of each operation.

@@ -229,12 +229,13 @@ class RedisStorage(StorageBase):
     ) -> list[Claimed]:
         scripts = await self._ready()
         qk = self._keys(queue)
-        # The token names the queue, so resolving a claim needs no id -> queue lookup.
-        tokens = [f"{queue}/{secrets.token_hex(16)}" for _ in range(limit)]
+        # The token names the queue, so resolving a claim needs no id -> queue lookup; the
+        # script makes one per task claimed from this claim's random stem.
+        stem = f"{queue}/{secrets.token_hex(16)}"
         reply = await scripts.run(
             "claim_due",
             [qk.levels],
-            [qk.base, _args.micros(lease), error_arg(worker_id), *tokens],
+            [qk.base, _args.micros(lease), error_arg(worker_id), limit, stem],
         )
         return _args.claimed(queue, reply)
 

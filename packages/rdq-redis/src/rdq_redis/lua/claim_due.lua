@@ -31,8 +31,9 @@
 --
 -- KEYS[1] the queue's levels set.
 -- ARGV[1] the queue's key base, ARGV[2] lease_us, ARGV[3] worker id ('' or '=' .. id),
---   ARGV[4..] one fresh token per claim slot (made by the client: Lua's PRNG is seeded
---   identically on every run).
+--   ARGV[4] how many tasks to claim at most, ARGV[5] this claim's token stem ('<queue>/' and
+--   32 random hex digits, made by the client: Lua's PRNG is seeded identically on every run);
+--   the n-th task claimed gets the token stem .. '.' .. n, unique since the stem is.
 -- Returns {{id, token, HGETALL of the task}, ...}.
 local now = now_us()
 local nows = fmt(now)
@@ -40,7 +41,8 @@ local base = ARGV[1]
 local expires = fmt(now + tonumber(ARGV[2]))
 local flow = redis.call('EXISTS', base .. 'controls', base .. 'heldkeys') > 0
 local worker = ARGV[3]
-local limit = #ARGV - 3
+local limit = tonumber(ARGV[4])
+local stem = ARGV[5] .. '.'
 local out = {}
 
 local function reclaim(key)
@@ -77,7 +79,7 @@ local function claim(id, p, from_pending)
   else
     reclaim(key)
   end
-  local token = ARGV[4 + #out]
+  local token = stem .. (#out + 1)
   if worker ~= '' then
     redis.call('HSET', key, 'status', 'IN_FLIGHT', 'lease_expires_at', expires,
       'token', token, 'claimed_at', nows, 'claimed_by', string.sub(worker, 2))
