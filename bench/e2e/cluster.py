@@ -6,17 +6,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+import rdq
 from rdq_compliance.servers import ServerUnavailable
 from rdq_compliance.servers.postgres import LocalCluster, find_bindir
 
-__all__ = ["Server", "database_url", "process_tree_cpu", "quiesce", "server"]
+__all__ = [
+    "Server",
+    "database_url",
+    "experiment_store",
+    "process_tree_cpu",
+    "quiesce",
+    "server",
+]
 
 _CHECKED_SETTINGS = (
     "fsync",
@@ -139,3 +147,16 @@ async def quiesce(url: str, database_url: str | None = None, timeout: float = 60
             await asyncio.sleep(0.5)
     finally:
         await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def experiment_store(url: str | None) -> AsyncIterator[tuple[Server, str, rdq.Storage]]:
+    """What the SPI-level experiments (``bench.e2e.*_experiment``) run on: the server at
+    ``url`` or a throwaway cluster, a fresh database ``bench_experiment`` on it, and an open
+    rdq store with its schema migrated; yields ``(server, database URL, store)``."""
+    with server(url) as target:
+        urls = await prepare(target, ["bench_experiment"])
+        database = urls["bench_experiment"]
+        async with rdq.open_storage(database) as storage:
+            await storage.migrate()
+            yield target, database, storage

@@ -94,12 +94,7 @@ async def _combined_loop(pool: asyncpg.Pool, limit: int) -> int:
 
 async def main(args: argparse.Namespace) -> None:
     """Run each mode ``--repeat`` times, interleaved, and print the medians."""
-    with cluster.server(args.url) as server:
-        urls = await cluster.prepare(server, ["bench_experiment"])
-        url = urls["bench_experiment"]
-        storage = rdq.open_storage(url)
-        await storage.connect()
-        await storage.migrate()
+    async with cluster.experiment_store(args.url) as (server, url, storage):
         client = rdq.Client(storage)
         pool = await asyncpg.create_pool(url, min_size=args.loops, max_size=args.loops)
         conn = await asyncpg.connect(url)
@@ -144,7 +139,6 @@ async def main(args: argparse.Namespace) -> None:
         finally:
             await conn.close()
             await pool.close()
-            await storage.aclose()
     for mode, runs in results.items():
         rate = statistics.median(r[0] for r in runs)
         client_cpu = statistics.median(r[1] for r in runs)

@@ -219,12 +219,7 @@ async def _size(conn: asyncpg.Connection, layout: str) -> int:
 
 async def main(args: argparse.Namespace) -> None:
     """Run each layout ``--repeat`` times, interleaved, and print the medians."""
-    with cluster.server(args.url) as server:
-        urls = await cluster.prepare(server, ["bench_experiment"])
-        url = urls["bench_experiment"]
-        storage = rdq.open_storage(url)
-        await storage.connect()
-        await storage.migrate()
+    async with cluster.experiment_store(args.url) as (server, url, storage):
         client = rdq.Client(storage)
         conn = await asyncpg.connect(url)
         await conn.execute(_sql("schema.sql"))
@@ -267,7 +262,6 @@ async def main(args: argparse.Namespace) -> None:
         finally:
             await pool.close()
             await conn.close()
-            await storage.aclose()
     wide = statistics.median(r[0] for r in results["wide"]) if "wide" in results else None
     for layout, runs in results.items():
         rate = statistics.median(r[0] for r in runs)

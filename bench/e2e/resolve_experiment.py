@@ -101,12 +101,7 @@ async def verify_drained(conn: asyncpg.Connection, tasks: int) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     """Run each mode ``--repeat`` times, interleaved, and print the medians."""
-    with cluster.server(args.url) as server:
-        urls = await cluster.prepare(server, ["bench_experiment"])
-        url = urls["bench_experiment"]
-        storage = rdq.open_storage(url)
-        await storage.connect()
-        await storage.migrate()
+    async with cluster.experiment_store(args.url) as (_server, url, storage):
         client = rdq.Client(storage)
         pool = await asyncpg.create_pool(url, min_size=2, max_size=4)
         conn = await asyncpg.connect(url)
@@ -125,7 +120,6 @@ async def main(args: argparse.Namespace) -> None:
         finally:
             await conn.close()
             await pool.close()
-            await storage.aclose()
     for mode, rates in results.items():
         rates.sort()
         print(f"median {mode:14} {rates[len(rates) // 2]:8,.0f} tasks/s  {rates}")
