@@ -56,7 +56,8 @@ def _copies() -> dict[str, str | None]:
     """variant -> the CREATE FUNCTION of its copy of claim_due() (None: the shipped one)."""
     text = MIGRATION.read_text()
     shipped = text[text.index("CREATE FUNCTION") :].replace("{schema}", "rdq")
-    assert ALL_PRIORITIES in shipped and CONTROL_PROBE in shipped, "migration 0007 changed"
+    if ALL_PRIORITIES not in shipped or CONTROL_PROBE not in shipped:
+        raise RuntimeError(f"{MIGRATION.name} no longer has the probes this benchmark removes")
 
     def copy(name: str, priority: str, control: bool) -> str:
         made = shipped.replace("rdq.claim_due(", f"rdq.claim_{name}(", 1)
@@ -75,13 +76,20 @@ def _function(variant: str) -> str:
     return "rdq.claim_due" if variant == "shipped" else f"rdq.claim_{variant}"
 
 
+def _pgbench_binary() -> str:
+    found = find_pgbench()
+    if found is None:
+        raise RuntimeError("no pgbench on PATH or under /usr/lib/postgresql/*/bin")
+    return found
+
+
 def _pgbench(url: str, script: str, clients: int, seconds: int) -> float:
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
         f.write(script)
     try:
         result = subprocess.run(
             [
-                find_pgbench() or "pgbench",
+                _pgbench_binary(),
                 *("-n", "-M", "prepared", "-c", str(clients)),
                 *("-j", str(min(clients, os.cpu_count() or 1)), "-T", str(seconds)),
                 *("-f", f.name, url),
