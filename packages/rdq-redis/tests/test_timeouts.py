@@ -122,3 +122,25 @@ async def test_wait_due_waits_longer_than_the_operation_timeout() -> None:
             # (the contract), which is twice the operation timeout that does not apply to it.
             assert await store.wait_due("idle", 2 * TIMEOUT) is False
             assert loop.time() - started >= 2 * TIMEOUT
+
+
+@pytest.mark.asyncio
+async def test_a_send_the_frozen_server_never_reads_raises_unavailable_within_the_timeout() -> None:
+    # Twenty tasks of 900 kB in one batch: more than the socket buffers of a loopback
+    # connection hold, so the send itself waits on the stopped server, not only the reply.
+    queue = "frozen-send"
+    tasks = [
+        Envelope(id=f"big-{i}", queue=queue, handler_ref="h", payload={"blob": "x" * 900_000})
+        for i in range(20)
+    ]
+    with own_server() as server:
+        async with open_storage(f"{server.url}?timeout={TIMEOUT}") as store:
+            await store.migrate()
+            with frozen(server):
+                took = await _times_out(store.enqueue_batch(tasks))
+            assert took >= TIMEOUT * 0.9, took
+            # The store works again once the server does. What the timed-out call sent may
+            # still be applied (the server reads it when it runs again): enqueueing the batch
+            # again stores each task once.
+            await store.enqueue_batch(tasks)
+            assert (await store.stats(queue)).pending == len(tasks)
