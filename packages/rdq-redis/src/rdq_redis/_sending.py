@@ -3,8 +3,8 @@
 Two parts of redis-py's asyncio connection cost a short script call much of its client CPU
 (Python 3.11, redis-py 8):
 
-- It packs every command in Python, one ``encode`` per argument: ~130 µs for a completion
-  batch of 130 arguments, where ``hiredis.pack_command`` (redis-py's own choice for its
+- It packs every command in Python, one ``encode`` per argument: ~130 µs for a command of
+  130 arguments, where ``hiredis.pack_command`` (redis-py's own choice for its
   synchronous client) takes ~25 µs and writes the same bytes.
 - It bounds the send with ``asyncio.wait_for``, which on Python 3.11 runs the send as a task
   of its own and resumes the caller a turn of the event loop later.
