@@ -103,6 +103,22 @@ async def test_a_frozen_server_makes_every_operation_unavailable_within_the_time
 
 
 @pytest.mark.asyncio
+async def test_the_wait_for_a_free_connection_counts_against_the_timeout(
+    cluster: LocalCluster,
+) -> None:
+    url = f"{cluster.url}?schema=busy&timeout={TIMEOUT}&pool_max=1"
+    async with PostgresStorage.from_url(url) as store:
+        await store.migrate()
+        async with store._db.pool.connection():  # the pool's only connection, kept busy
+            started = time.monotonic()
+            with pytest.raises(StorageUnavailable, match="operation timeout"):
+                await store.stats("q")
+            took = time.monotonic() - started
+        assert TIMEOUT * 0.9 <= took < ALLOWED
+        assert (await store.stats("q")).pending == 0  # the connection is free again
+
+
+@pytest.mark.asyncio
 async def test_the_server_stops_a_statement_at_the_timeout_too(cluster: LocalCluster) -> None:
     url = f"{cluster.url}?schema=frozen&timeout={TIMEOUT}"
     async with PostgresStorage.from_url(url) as store:

@@ -15,13 +15,13 @@ import asyncio
 import contextlib
 import math
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
 
 from rdq.errors import NotConnected, StorageError
-from rdq_postgres._errors import translate_errors
+from rdq_postgres._errors import translate_errors, translated
 from rdq_postgres._queries import Statement
 from rdq_postgres._times import register as register_times
 from rdq_postgres._url import PostgresConfig, endpoint
@@ -86,15 +86,23 @@ class ConnectionPool:
         self._generation_of[id(conn)] = self._generation
         return conn
 
+    def take_idle(self) -> asyncpg.Connection | None:
+        """An idle connection at once, without waiting; None when none is idle (or the pool
+        is closed). Give it back with :meth:`run` or :meth:`connection`'s release."""
+        while self._idle and not self._closed:
+            conn, generation = self._idle.pop()
+            if generation == self._generation and not conn.is_closed():
+                return conn
+            self._drop(conn)
+        return None
+
     async def _acquire(self) -> asyncpg.Connection:
         while True:
             if self._closed:
                 raise asyncpg.InterfaceError("the connection pool is closed")
-            while self._idle:
-                conn, generation = self._idle.pop()
-                if generation == self._generation and not conn.is_closed():
-                    return conn
-                self._drop(conn)
+            idle = self.take_idle()
+            if idle is not None:
+                return idle
             if self._size < self._max:
                 return await self._open()
             waiter: asyncio.Future[asyncpg.Connection | None] = (
@@ -155,8 +163,18 @@ class ConnectionPool:
         finally:
             self._release(conn, broken=broken)
 
-    async def _run(self, method: str, query: str, args: tuple[Any, ...]) -> Any:
-        conn = await self._acquire()
+    async def run(
+        self,
+        method: str,
+        query: str,
+        args: tuple[Any, ...],
+        *,
+        conn: asyncpg.Connection | None = None,
+    ) -> Any:
+        """``conn.<method>(query, *args)`` on ``conn`` (one from :meth:`take_idle`) or on the
+        next free connection, released afterwards."""
+        if conn is None:
+            conn = await self._acquire()
         broken = True
         try:
             result = await getattr(conn, method)(query, *args)
@@ -170,15 +188,15 @@ class ConnectionPool:
             self._release(conn, broken=broken)
 
     async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
-        rows: list[asyncpg.Record] = await self._run("fetch", query, args)
+        rows: list[asyncpg.Record] = await self.run("fetch", query, args)
         return rows
 
     async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
-        row: asyncpg.Record | None = await self._run("fetchrow", query, args)
+        row: asyncpg.Record | None = await self.run("fetchrow", query, args)
         return row
 
     async def execute(self, query: str, *args: Any) -> str:
-        status: str = await self._run("execute", query, args)
+        status: str = await self.run("execute", query, args)
         return status
 
     def expire(self) -> None:
@@ -254,34 +272,38 @@ class Database:
             raise NotConnected(self._owner, closed=True)
         return self._pool
 
-    @contextlib.contextmanager
-    def _operation(self) -> Iterator[None]:
-        """Errors translated, and the whole operation (a free connection, a new one, the
-        statement) bounded by ``config.timeout``: past it, ``StorageUnavailable``."""
-        with translate_errors(self.endpoint, self.lost):
-            try:
-                yield
-            except TimeoutError:
-                raise TimeoutError(
-                    f"no answer within the operation timeout ({self.config.timeout:g} s)"
-                ) from None
+    async def _run(self, method: str, statement: Statement, values: dict[str, Any]) -> Any:
+        """Run ``statement`` with ``conn.<method>``, errors translated, the whole operation (a
+        free connection, a new one, the statement) bounded by ``config.timeout``: past it,
+        ``StorageUnavailable``. With a connection idle, as in steady work, the statement is
+        the whole operation, and the connection's own ``command_timeout`` (``config.timeout``,
+        see :func:`open_connection`) bounds it: an ``asyncio.timeout`` around it as well cost
+        a one-row claim about a sixth of its client CPU (131 against 110 µs)."""
+        args = statement.args(values)
+        pool = self.pool
+        timeout = self.config.timeout
+        try:
+            conn = pool.take_idle()
+            if conn is not None:
+                return await pool.run(method, statement.text, args, conn=conn)
+            async with asyncio.timeout(timeout):
+                return await pool.run(method, statement.text, args)
+        except Exception as exc:
+            if isinstance(exc, TimeoutError):
+                exc = TimeoutError(f"no answer within the operation timeout ({timeout:g} s)")
+            failure = translated(exc, self.endpoint, self.lost)
+            if failure is exc:
+                raise
+            raise failure from None
 
     async def fetch(self, statement: Statement, /, **values: Any) -> list[asyncpg.Record]:
         """The rows of ``statement`` run with its parameters' ``values``."""
-        args = statement.args(values)
-        pool = self.pool
-        with self._operation():
-            async with asyncio.timeout(self.config.timeout):
-                rows: list[asyncpg.Record] = await pool.fetch(statement.text, *args)
+        rows: list[asyncpg.Record] = await self._run("fetch", statement, values)
         return rows
 
     async def fetchrow(self, statement: Statement, /, **values: Any) -> asyncpg.Record:
         """The row of a statement that always returns exactly one."""
-        args = statement.args(values)
-        pool = self.pool
-        with self._operation():
-            async with asyncio.timeout(self.config.timeout):
-                row: asyncpg.Record | None = await pool.fetchrow(statement.text, *args)
+        row: asyncpg.Record | None = await self._run("fetchrow", statement, values)
         if row is None:
             raise StorageError(
                 f"PostgreSQL at {self.endpoint}: {statement.name}.sql returned no row"
@@ -290,11 +312,7 @@ class Database:
 
     async def execute(self, statement: Statement, /, **values: Any) -> int:
         """Run a DELETE/UPDATE; the number of rows it touched."""
-        args = statement.args(values)
-        pool = self.pool
-        with self._operation():
-            async with asyncio.timeout(self.config.timeout):
-                status: str = await pool.execute(statement.text, *args)
+        status: str = await self._run("execute", statement, values)
         return int(status.rsplit(" ", 1)[-1])
 
     @contextlib.asynccontextmanager

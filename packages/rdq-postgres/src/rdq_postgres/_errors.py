@@ -18,6 +18,7 @@ __all__ = [
     "id_conflict",
     "is_unavailable",
     "translate_errors",
+    "translated",
 ]
 
 ID_CONFLICT = "RQ409"
@@ -107,14 +108,17 @@ def translate_errors(endpoint: str, on_lost: Callable[[], None] | None = None) -
     except RdqError:
         raise
     except Exception as exc:
-        translated = _translated(exc, endpoint, on_lost)
-        if translated is exc:
+        rdq_error = translated(exc, endpoint, on_lost)
+        if rdq_error is exc:
             raise
-        raise translated from None
+        raise rdq_error from None
 
 
-def _translated(exc: Exception, endpoint: str, on_lost: Callable[[], None] | None) -> Exception:
-    """The rdq error for a driver exception (``exc`` itself if it is not the driver's)."""
+def translated(exc: Exception, endpoint: str, on_lost: Callable[[], None] | None) -> Exception:
+    """The rdq error for a driver exception (``exc`` itself if it is rdq's own or not the
+    driver's): :func:`translate_errors` without the block, for a hot path."""
+    if isinstance(exc, RdqError):
+        return exc
     if is_unavailable(exc):
         # a timeout loses only the connection it ran on (the pool drops that one)
         if on_lost is not None and not _timed_out(exc):
