@@ -14,6 +14,7 @@ import pytest
 import rdq
 from rdq import metrics
 from rdq.spi import Capabilities, Completion, ForwardingStorage, Outcome, Status, Storage
+from rdq.worker import DEFAULT_MAX_UNRECORDED
 
 from .conftest import Recorder, eventually, fast_worker, running
 
@@ -257,10 +258,10 @@ async def test_shutdown_waits_for_completions_being_written(storage, queue, batc
 
 
 async def test_a_success_waiting_for_its_batch_gives_its_slot_to_the_next_task(storage, queue):
-    """With concurrency 1 and every flush held: the second task starts while the first
-    one's success is still being written, but the third waits (though the second's success
-    has a flush of its own in flight), because the worker lets at most ``concurrency``
-    successes wait for their flush while their slots are reused."""
+    """With concurrency 1, ``max_unrecorded=1`` and every flush held: the second task starts
+    while the first one's success is still being written, but the third waits (though the
+    second's success has a flush of its own in flight), because the worker lets at most
+    ``max_unrecorded`` successes wait for their flush while their slots are reused."""
     app = rdq.App()
     app.queue(queue, concurrency=1)
     started: list[int] = []
@@ -280,7 +281,7 @@ async def test_a_success_waiting_for_its_batch_gives_its_slot_to_the_next_task(s
 
     view = StoreView(storage, batch_complete=True, around_flush=lambda items, flush: held(flush))
     ids = await submit(storage, queue, 3)
-    async with running(fast_worker(app, view)):  # type: ignore[arg-type]
+    async with running(fast_worker(app, view, max_unrecorded=1)):  # type: ignore[arg-type]
         await asyncio.wait_for(first_flush.wait(), 30)
         await eventually(lambda: _started(started, 2))
         first = ids[started[0]]
@@ -298,13 +299,16 @@ async def _started(started: list[int], count: int) -> bool:
     return len(started) >= count
 
 
-@pytest.mark.parametrize("max_unrecorded", [0, 3])
+@pytest.mark.parametrize(
+    ("max_unrecorded", "bound"), [(0, 0), (3, 3), (None, DEFAULT_MAX_UNRECORDED)]
+)
 async def test_max_unrecorded_bounds_the_successes_whose_slots_go_on_before_their_write(
-    storage, queue, max_unrecorded
+    storage, queue, max_unrecorded, bound
 ):
     """With concurrency 1 and the first flush held, ``max_unrecorded`` successes waiting for
-    their write hand their slot on; the one after them keeps its slot, so exactly
-    ``max_unrecorded + 1`` tasks have run before the write returns, and no more."""
+    their write hand their slot on (100 unless given: more than the concurrency); the one
+    after them keeps its slot, so exactly ``bound + 1`` tasks have run before the write
+    returns, and no more."""
     app = rdq.App()
     app.queue(queue, concurrency=1)
     started: list[int] = []
@@ -322,16 +326,16 @@ async def test_max_unrecorded_bounds_the_successes_whose_slots_go_on_before_thei
         return await flush()
 
     view = StoreView(storage, batch_complete=True, around_flush=lambda items, flush: held(flush))
-    ids = await submit(storage, queue, max_unrecorded + 3)
+    ids = await submit(storage, queue, bound + 3)
     worker = fast_worker(app, view, max_unrecorded=max_unrecorded)  # type: ignore[arg-type]
     async with running(worker):
         await asyncio.wait_for(first_flush.wait(), 30)
-        await eventually(lambda: _started(started, max_unrecorded + 1))
+        await eventually(lambda: _started(started, bound + 1))
         await asyncio.sleep(0.3)  # the next task would have started by now if it could
-        assert len(started) == max_unrecorded + 1
+        assert len(started) == bound + 1
         release.set()
         await all_settled(storage, ids)
-    assert sorted(started) == list(range(max_unrecorded + 3))
+    assert sorted(started) == list(range(bound + 3))
     for task_id in ids:
         assert await successes(storage, task_id) == 1
 

@@ -60,8 +60,8 @@ from rdq.errors import RdqError
     default=None,
     metavar="N",
     help="Successes awaiting their batched write that may free their slot in the node's "
-    "worker (0 to 10000; default: its total concurrency; a crash can leave this many plus "
-    "the concurrency run but unrecorded, to run again).",
+    "worker (0 to 10000; default: 100, or its total concurrency if larger; a crash can "
+    "leave this many plus the concurrency run but unrecorded, to run again).",
 )
 @click.option(
     "--allow-host",

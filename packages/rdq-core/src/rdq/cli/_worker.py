@@ -16,7 +16,7 @@ from rdq.logging import configure, get_logger
 from rdq.plugins import open_storage
 from rdq.spi import Doubling
 from rdq.worker import Worker, _loop
-from rdq.worker._worker import MAX_UNRECORDED
+from rdq.worker._worker import DEFAULT_MAX_UNRECORDED, MAX_UNRECORDED
 
 __all__ = ["load_app", "worker"]
 
@@ -44,8 +44,8 @@ __all__ = ["load_app", "worker"]
     type=click.IntRange(0, MAX_UNRECORDED),
     default=None,
     help="Successes awaiting their batched write that may free their slot "
-    "(default: the worker's total concurrency; a crash can leave this many plus the "
-    "concurrency run but unrecorded, to run again).",
+    f"(default: {DEFAULT_MAX_UNRECORDED}, or the worker's total concurrency if larger; a "
+    "crash can leave this many plus the concurrency run but unrecorded, to run again).",
 )
 @click.option(
     "--metrics-port",

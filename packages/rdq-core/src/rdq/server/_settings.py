@@ -10,7 +10,7 @@ and workers share the store, each tick is one task (see :mod:`rdq.schedules`)::
     queues = ["webhooks"]                 # queues this node works and lists (default: the app's)
     audit_log = "/var/log/rdq/audit.jsonl"
     open_metrics = false                  # /metrics needs a token with "read"
-    max_unrecorded = 400                  # bigger completion batches (default: concurrency)
+    max_unrecorded = 400                  # bigger completion batches (default: 100)
 
     [[server.tokens]]
     owner = "alice"
@@ -127,7 +127,7 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True):
     max_unrecorded: int | None = None
     """The node's worker's ``max_unrecorded`` (:class:`rdq.Worker`): how many successes
     waiting for their batched write may give their slot to the next task. ``None`` (the
-    default): the worker's total concurrency."""
+    default): 100, or the worker's total concurrency if larger."""
     migrate: bool = False
     """Create or upgrade the storage schema at start."""
     open_health: bool = True

@@ -17,6 +17,6 @@ gracefully.
 What a retry comes to is decided in :mod:`rdq.retry`, not here.
 """
 
-from rdq.worker._worker import Worker, default_worker_id
+from rdq.worker._worker import DEFAULT_MAX_UNRECORDED, Worker, default_worker_id
 
-__all__ = ["Worker", "default_worker_id"]
+__all__ = ["DEFAULT_MAX_UNRECORDED", "Worker", "default_worker_id"]

@@ -57,8 +57,8 @@ def _watch_in_flight(queue: str) -> None:
 class Held:
     """What one worker holds over all its queues: every run by task id, and how many
     successes waiting for their batched write have given their slot back already (at most
-    ``max_freed_early``, the worker's total concurrency: what a crash could leave run but
-    unrecorded)."""
+    ``max_freed_early``, the worker's ``max_unrecorded``: what a crash could leave run but
+    unrecorded, besides the slots)."""
 
     __slots__ = ("freed_early", "max_freed_early", "runs")
 

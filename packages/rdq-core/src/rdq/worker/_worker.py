@@ -11,9 +11,10 @@ counted and retried with backoff; the worker never dies of one. Where the store 
 ``batch_complete``, successes are recorded through one :class:`~rdq.worker._completer.Completer`
 per worker (many tasks per ``complete_many`` call, no timer), and a success waiting for its
 batch gives its concurrency slot to the next task at once, as long as fewer than
-``max_unrecorded`` (default: the worker's total concurrency) are in that state (so the next
-claim overlaps the write; a crash can then leave up to that many finished tasks unrecorded,
-besides those holding a slot, to be run again after their lease).
+``max_unrecorded`` (default: :data:`DEFAULT_MAX_UNRECORDED`, or the worker's total concurrency
+if larger) are in that state (so the next claim overlaps the write; a crash can then leave up
+to that many finished tasks unrecorded, besides those holding a slot, to be run again after
+their lease).
 Their leases are still renewed until the write returns.
 
 ``stop()`` (or SIGTERM/SIGINT once :meth:`Worker.install_signal_handlers` ran) stops claiming,
@@ -60,6 +61,7 @@ from rdq.worker._trim import MemoryTrim
 from rdq.worker._watchdog import Watchdog
 
 __all__ = [
+    "DEFAULT_MAX_UNRECORDED",
     "MAX_UNRECORDED",
     "OUTAGE_RETRY_CAP",
     "OUTAGE_RETRY_FIRST",
@@ -69,6 +71,11 @@ __all__ = [
 
 MAX_UNRECORDED = 10_000
 """The largest ``max_unrecorded`` a worker takes."""
+DEFAULT_MAX_UNRECORDED = 100
+"""``max_unrecorded`` when none is given (or the worker's total concurrency, if larger): about
+what a quick drain finishes during one batched write (PostgreSQL, 2 vCPU: ~11,000 tasks/s by
+~5 ms), so the bound seldom holds a slot back; a smaller one made every write carry only
+``concurrency`` tasks (BENCHMARKS.md, "Targets")."""
 
 
 def default_worker_id() -> str:
@@ -116,10 +123,11 @@ class Worker(ClaimLoops):
         leases on its event loop only (no lease thread: that thread runs on real time).
 
         ``max_unrecorded`` (a store with ``batch_complete``): how many successes waiting for
-        their batched write may give their slot to the next task, at most (default: the
-        worker's total concurrency). More lets each ``complete_many`` carry more tasks; the
-        price is what a crash can leave run but unrecorded, to run again after their lease:
-        at most ``max_unrecorded`` plus the worker's total concurrency (docs/engine.md)."""
+        their batched write may give their slot to the next task, at most (default:
+        :data:`DEFAULT_MAX_UNRECORDED`, or the worker's total concurrency if larger). More
+        lets each ``complete_many`` carry more tasks; the price is what a crash can leave run
+        but unrecorded, to run again after their lease: at most ``max_unrecorded`` plus the
+        worker's total concurrency (docs/engine.md)."""
         self.app = app
         self.storage = storage
         names = list(queues) if queues is not None else (app.queues or ["default"])
@@ -242,7 +250,8 @@ class Worker(ClaimLoops):
         )
         await _quietly(fleet.heartbeat(), self.log)  # registered before its first claim
         leaving = asyncio.Event()
-        self._held.max_freed_early = size if self.max_unrecorded is None else self.max_unrecorded
+        bound = self.max_unrecorded
+        self._held.max_freed_early = max(size, DEFAULT_MAX_UNRECORDED) if bound is None else bound
         runner = Runner(
             self.app,
             self.storage,
