@@ -11,6 +11,7 @@ import structlog
 
 from rdq.cli._default import DEFAULT_STORAGE, STORAGE_ENV, chosen_storage
 from rdq.errors import RdqError
+from rdq.worker._worker import DEFAULT_MAX_UNRECORDED, MAX_UNRECORDED
 
 
 @click.command()
@@ -60,7 +61,8 @@ from rdq.errors import RdqError
     default=None,
     metavar="N",
     help="Successes awaiting their batched write that may free their slot in the node's "
-    "worker (0 to 10000; default: 100, or its total concurrency if larger; a crash can "
+    f"worker (0 to {MAX_UNRECORDED}; default: {DEFAULT_MAX_UNRECORDED}, or its total "
+    "concurrency if larger; a crash can "
     "leave this many plus the concurrency run but unrecorded, to run again).",
 )
 @click.option(

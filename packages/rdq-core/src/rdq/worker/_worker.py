@@ -75,7 +75,7 @@ DEFAULT_MAX_UNRECORDED = 100
 """``max_unrecorded`` when none is given (or the worker's total concurrency, if larger): about
 what a quick drain finishes during one batched write (PostgreSQL, 2 vCPU: ~11,000 tasks/s by
 ~5 ms), so the bound seldom holds a slot back; a smaller one made every write carry only
-``concurrency`` tasks (BENCHMARKS.md, "Targets")."""
+``concurrency`` tasks (BENCHMARKS.md, "3 Dec: the default completion bound")."""
 
 
 def default_worker_id() -> str:
