@@ -157,6 +157,44 @@ async def test_sigterm_stops_claiming_and_drains(queue):
         assert (await storage.get(later.id)).status == Status.PENDING  # nothing claims now
 
 
+@pytest.mark.parametrize("reply", ["empty", "refused"])
+async def test_a_stop_while_a_claim_is_out_ends_the_worker_without_a_wait(
+    queue, reply, monkeypatch
+):
+    """A stop that arrives while a claim is on its way: the worker exits when the claim
+    comes back empty or fails, not after the idle wait (up to ``poll_max``) or the outage
+    backoff it would begin next (both made ten minutes long here)."""
+    monkeypatch.setattr("rdq.worker._claiming.OUTAGE_RETRY_FIRST", 600.0)
+    monkeypatch.setattr("rdq.worker._claiming.OUTAGE_RETRY_CAP", 600.0)
+    app = rdq.App()
+    app.queue(queue)
+
+    @app.handler("job", queue=queue)
+    async def job(payload: object) -> None:
+        return None
+
+    claim_out = asyncio.Event()
+    stopped = asyncio.Event()
+
+    async def around(name: str, call: Any) -> Any:
+        if name == "claim_due" and not stopped.is_set():
+            claim_out.set()
+            await stopped.wait()
+            if reply == "refused":
+                raise rdq.StorageUnavailable("connection reset by peer")
+        return await call()
+
+    async with MemoryStorage() as storage:
+        gated = FaultyStorage(storage, around=around)
+        worker = fast_worker(app, gated, poll_max=600.0)  # type: ignore[arg-type]
+        run = asyncio.create_task(worker.run())
+        await asyncio.wait_for(claim_out.wait(), 30)
+        worker.stop()
+        stopped.set()
+        await asyncio.wait_for(run, 30)
+        assert gated.calls["claim_due"] == 1
+
+
 async def test_worker_ids_are_unique_per_worker():
     app = rdq.App()
     async with MemoryStorage() as storage:

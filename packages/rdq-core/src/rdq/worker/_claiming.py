@@ -51,6 +51,7 @@ class ClaimLoops:
     _runs: dict[str, Run]
     _trim: MemoryTrim
     _idle_waits: set[asyncio.Future[Any]]
+    _stopping: asyncio.Event | None
     _flow: FlowControl | None
 
     async def _claim_loop(
@@ -124,6 +125,8 @@ class ClaimLoops:
                 await asyncio.sleep(0)
                 continue
             state.claimed([], asked)
+            if stopping.is_set():
+                break  # stopped while the claim was out: no wait before the stop is seen
             if not self._runs:
                 self._trim.idle()  # give memory freed by the work back (glibc)
             now = self.clock.mono()
@@ -164,7 +167,12 @@ class ClaimLoops:
     async def _idle_wait(self, awaitable: Any) -> Any:
         """Await ``awaitable`` unless stop() interrupts it and return its result (``None``
         when interrupted or failed); swallow its errors (an outage during wait_due is retried
-        by the next claim)."""
+        by the next claim). Once stop() was called it returns at once: stop() interrupts the
+        waits under way, and a wait begun after it would hold the worker's exit back."""
+        if self._stopping is not None and self._stopping.is_set():
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()
+            return None
         waiter = asyncio.ensure_future(awaitable)
         self._idle_waits.add(waiter)
         try:
