@@ -42,7 +42,7 @@ async def main(url: str) -> int:
         worker = rdq.Worker(app, storage, maintenance=False)
         running = asyncio.create_task(worker.run())
         try:
-            for _ in range(600):
+            for _ in range(1200):  # up to a minute
                 tasks = [await client.get(s.id) for s in subs]
                 if all(t.status in (Status.SUCCEEDED, Status.DEAD) for t in tasks):
                     break
