@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 import rdq
 from rdq.retry import TIMEOUT_ERROR, backoff_bounds
 from rdq.spi import Outcome, Status
+from rdq_compliance.testing import FaultyStorage
 from rdq_memory import MemoryStorage
 
 from ._virtual import POLL, gaps, settle, virtual_store, worker
@@ -70,6 +73,36 @@ async def test_retry_after_waits_the_delay_the_handler_asked_for() -> None:
             task = await settle(storage, sub.id, Status.SUCCEEDED)
     (gap,) = gaps(task)
     assert 90.0 <= gap <= 90.0 + POLL
+
+
+async def test_a_retry_due_a_fraction_of_a_clock_tick_ahead_does_not_spin_the_claim_loop() -> None:
+    """The worker notes a retry of its own due in less time than the loop's clock can tick
+    (what is left of a delay computed on the store's clock) while a claim is out, and the
+    claim comes back empty: the claim loop counts the retry as due and waits for the store,
+    instead of claiming again and again at one instant."""
+    app = rdq.App()
+    app.queue("q")
+    app.register("fails", failing(99, lambda n: RuntimeError(f"attempt {n}")), queue="q")
+    loop = asyncio.get_running_loop()
+    claims_at: Counter[float] = Counter()
+    workers: list[rdq.Worker] = []
+
+    async def around(name: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        result = await call()
+        if name == "claim_due":
+            claims_at[loop.time()] += 1
+            if claims_at[loop.time()] > 1000:
+                await asyncio.sleep(1.0)  # a spinning loop: let the test end
+            if len(claims_at) == 3 and not result:
+                workers[0]._note_retry("q", 1e-10)
+        return result
+
+    memory = virtual_store()
+    async with memory, worker(app, FaultyStorage(memory, around=around)) as w:
+        workers.append(w)
+        await asyncio.sleep(10.0)
+    assert len(claims_at) > 3, "the worker went on claiming"
+    assert max(claims_at.values()) <= 2, claims_at.most_common(1)
 
 
 async def test_a_lease_lost_by_a_dead_worker_is_reclaimed_when_it_expires_and_recorded() -> None:

@@ -21,7 +21,20 @@ from rdq.worker._runner import Runner
 from rdq.worker._slots import QueueSlots
 from rdq.worker._trim import MemoryTrim
 
-__all__ = ["OUTAGE_RETRY_CAP", "OUTAGE_RETRY_FIRST", "WOKEN_EMPTY_LIMIT", "ClaimLoops"]
+__all__ = [
+    "DUE_WITHIN",
+    "OUTAGE_RETRY_CAP",
+    "OUTAGE_RETRY_FIRST",
+    "WOKEN_EMPTY_LIMIT",
+    "ClaimLoops",
+]
+
+DUE_WITHIN = 0.001
+"""A retry of this worker's own that is due within this many seconds counts as due, and the
+loop waits for the store's word instead. A shorter wait would buy nothing but a round trip,
+and one shorter than the event loop's clock can tick (what is left of a delay computed on
+the store's clock) would end at once without the clock moving: the loop would claim again
+and again at the same instant."""
 
 WOKEN_EMPTY_LIMIT = 2
 """A store that says tasks are due but gives none to claim (they are held back by a
@@ -130,7 +143,7 @@ class ClaimLoops:
             if not self._runs:
                 self._trim.idle()  # give memory freed by the work back (glibc)
             now = self.clock.mono()
-            if state.next_due <= now:
+            if state.next_due <= now + DUE_WITHIN:
                 state.next_due = float("inf")
             until_retry = max(0.0, state.next_due - now)
             if await self._wait_for_limits(state, min(idle.next(), until_retry)):
