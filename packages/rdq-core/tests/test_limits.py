@@ -73,12 +73,48 @@ def test_a_well_formed_task_passes() -> None:
         ({"payload": nested(limits.MAX_DEPTH + 1)}, "payload"),
         ({"payload": nested(5000)}, "payload"),  # beyond the encoder's recursion limit
         ({"extra": {"newer_field": nested(limits.MAX_DEPTH + 1)}}, "newer_field"),
+        ({"handler_ref": 5}, "handler_ref"),
+        ({"headers": [("h", "v")]}, "headers"),
+        ({"redrive_count": True}, "redrive_count"),
+        ({"priority": True}, "priority"),
+        ({"priority": 11}, "priority"),
+        ({"keys": "tenant:acme"}, "keys"),
+        ({"keys": ["tenant:acme", "tenant:acme"]}, "keys"),
+        ({"keys": ["two words"]}, "keys[0]"),
+        ({"format_version": True}, "format_version"),
+        ({"format_version": "1"}, "format_version"),
+        ({"extra": ["newer_field"]}, "extra"),
     ],
 )
 def test_bad_tasks_are_rejected_naming_the_field(changes: dict[str, object], field: str) -> None:
     with pytest.raises(ValidationError) as caught:
         limits.check_task(task(**changes))
     assert caught.value.field == field
+
+
+def test_a_name_is_judged_the_same_however_often_and_among_however_many_it_is_checked() -> None:
+    class Spelled(str):
+        """A ``str`` that hashes and compares as the valid name it does not spell."""
+
+        def __hash__(self) -> int:
+            return hash("emails")
+
+        def __eq__(self, other: object) -> bool:
+            return other == "emails" or str.__eq__(self, other)
+
+    for _ in range(2):
+        limits.check_task(task(queue="emails", handler_ref="app.jobs:send"))
+        with pytest.raises(ValidationError) as caught:
+            limits.check_task(task(queue="bad queue"))
+        assert caught.value.field == "queue"
+        with pytest.raises(ValidationError):
+            limits.check_task(task(queue=Spelled("bad queue")))
+    # more names than check_task remembers: each is still judged by the rule alone
+    for n in range(5000):
+        limits.check_task(task(queue=f"q-{n}", handler_ref=f"app.jobs:h{n}"))
+    with pytest.raises(ValidationError) as caught:
+        limits.check_task(task(handler_ref="app.jobs: send"))
+    assert caught.value.field == "handler_ref"
 
 
 def test_a_payload_may_nest_up_to_the_depth_limit() -> None:
