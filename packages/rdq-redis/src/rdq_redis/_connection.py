@@ -49,7 +49,7 @@ async def open_connection(config: RedisConfig) -> Connection:
     if config.sentinel_master:
         from redis.asyncio.sentinel import Sentinel
 
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis-py 8.2
             config.sentinels, sentinel_kwargs=config.sentinel_options
         )
         client = sentinel.master_for(
