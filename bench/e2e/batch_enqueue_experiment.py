@@ -32,7 +32,7 @@ import asyncpg
 import rdq
 from bench.e2e import cluster
 from bench.e2e.systems import payload
-from rdq.client import _new_ids
+from rdq._ids import new_task_ids
 from rdq.spi import limits
 from rdq_postgres._admission import admission
 
@@ -52,7 +52,7 @@ async def _server_ms(conn: asyncpg.Connection, storage: Any, size: int) -> float
     client = rdq.Client(storage)
     built = [
         client._envelope(rdq.Submission(TASK, payload(i), queue=QUEUE), task_id)[0]
-        for i, task_id in enumerate(_new_ids(size))
+        for i, task_id in enumerate(new_task_ids(size))
     ]
     batch = admission(storage._sql, built, None)
     statement = batch.statement
@@ -100,13 +100,13 @@ async def run(args: argparse.Namespace) -> None:
             await conn.close()
 
         submissions = [rdq.Submission(TASK, body, queue=QUEUE) for body in bodies]
-        task_ids = _new_ids(args.size)
+        task_ids = new_task_ids(args.size)
         built = [client._envelope(s, task_ids[i])[0] for i, s in enumerate(submissions)]
         stages = {
             "submissions (the caller's)": lambda: [
                 rdq.Submission(TASK, body, queue=QUEUE) for body in bodies
             ],
-            "ids": lambda: _new_ids(args.size),
+            "ids": lambda: new_task_ids(args.size),
             "envelopes": lambda: [
                 client._envelope(s, task_ids[i]) for i, s in enumerate(submissions)
             ],

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import difflib
-import os
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -32,6 +31,7 @@ from typing import Any, Self, TypeVar
 import msgspec
 
 from rdq import tracing
+from rdq._ids import new_task_ids
 from rdq._storage_url import storage_url
 from rdq.app import DEFAULT_QUEUE, App, import_path
 from rdq.config import DEPENDENCY_PREFIX
@@ -140,7 +140,7 @@ class Client:
                 keys=keys,
                 check_handler=check_handler,
             ),
-            id if id is not None else _new_ids(1)[0],
+            id if id is not None else new_task_ids(1)[0],
             tracing.trace_headers(),
         )
         await self._provision([task])
@@ -158,7 +158,7 @@ class Client:
         ``connection``, they are stored by the application's transaction (see
         :meth:`submit`)."""
         items = list(submissions)
-        ids = _new_ids(sum(1 for s in items if s.id is None))
+        ids = new_task_ids(sum(1 for s in items if s.id is None))
         trace = tracing.trace_headers()
         built = [self._envelope(s, s.id if s.id is not None else ids.pop(), trace) for s in items]
         if not built:
@@ -296,23 +296,6 @@ def _unknown_handler(app: App, ref: str) -> str:
         message += f" (did you mean {close[0]!r}?)"
     message += "; known handlers: " + (", ".join(known) if known else "none registered")
     return message + " (submit with check_handler=False for another application's handler)"
-
-
-def _new_ids(count: int) -> list[str]:
-    """``count`` random version-4 UUIDs as 32 hex digits, from one ``os.urandom`` call."""
-    if count <= 0:
-        return []
-    digits = os.urandom(16 * count).hex()
-    ids = []
-    for start in range(0, 32 * count, 32):
-        raw = digits[start : start + 32]
-        variant = _VARIANT[raw[16]]
-        ids.append(f"{raw[:12]}4{raw[13:16]}{variant}{raw[17:]}")
-    return ids
-
-
-_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
-"""The RFC 4122 variant digit (10xx) for a random hex digit."""
 
 
 class SyncClient:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from datetime import timedelta
 
@@ -72,6 +74,26 @@ async def test_submit_many_keeps_order_and_idempotency(storage, queue):
     again = await client.submit_many([rdq.Submission("job", 0, queue=queue, id=ids[0])])
     assert again[0].created is False
     assert (await client.get(ids[3])).payload == 3
+
+
+@pytest.mark.asyncio
+async def test_ids_the_client_makes_are_uuids_in_the_order_they_were_made(storage, queue):
+    client = rdq.Client(storage)
+    started_ms = time.time_ns() // 1_000_000
+    first = await client.submit("job", queue=queue)
+    await asyncio.sleep(0.003)  # the batch is made in a later millisecond
+    batch = await client.submit_many(rdq.Submission("job", i, queue=queue) for i in range(50))
+    ended_ms = time.time_ns() // 1_000_000
+    ids = [first.id, *(s.id for s in batch)]
+    assert len(set(ids)) == len(ids)
+    for task_id in ids:
+        parsed = uuid.UUID(task_id)
+        assert task_id == parsed.hex, "32 lowercase hex digits"
+        assert (parsed.version, parsed.variant) == (7, uuid.RFC_4122)
+        assert started_ms <= parsed.int >> 80 <= ended_ms, "the first 48 bits: Unix time in ms"
+    assert all(first.id < s.id for s in batch), "ids made later sort after ids made earlier"
+    for task_id in ids:
+        assert (await client.get(task_id)).status == Status.PENDING
 
 
 @pytest.mark.asyncio

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -85,7 +86,7 @@ async def test_submit_without_id_gets_one_and_delay_defers_it(
     response = await _submit(client, delay=3600)
     assert response.status_code == 201
     task_id = response.json()["id"]
-    assert task_id
+    assert uuid.UUID(task_id).version == 7 and len(task_id) == 32, "the client's kind of id"
     task = await memory_store.get(task_id)
     assert task.next_attempt_at is not None and task.created_at is not None
     assert task.next_attempt_at - task.created_at >= timedelta(seconds=3599)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -10,6 +9,7 @@ from litestar import Request, Response, get, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, PathParameter, QueryParameter
 
+from rdq._ids import new_task_ids
 from rdq.admin import TaskSelector
 from rdq.callbacks import CallbackBlocked, check_callback_url, is_callback_ref
 from rdq.client import task_keys_for
@@ -100,7 +100,7 @@ async def submit_task(
         limits.check_depth(value, name)
     raw.pop("delay", None)
     raw.pop("format_version", None)
-    raw["id"] = data.id or uuid.uuid4().hex
+    raw["id"] = data.id or new_task_ids(1)[0]
     raw["queue"] = data.queue
     task = envelope_from_builtins(raw)
     app = node.engine_app
