@@ -56,6 +56,7 @@ async def both(
             "0005_flow_control",
             "0006_claim_order",
             "0007_claim_function",
+            "0008_claim_plan",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -220,6 +221,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0005_flow_control",
             "0006_claim_order",
             "0007_claim_function",
+            "0008_claim_plan",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")

@@ -10,7 +10,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from rdq.spi import limits
+from rdq.spi import Status, limits
 from rdq_postgres import PostgresStorage
 
 ClaimPlan = Callable[[PostgresStorage, str, int], Awaitable[list[dict[str, Any]]]]
@@ -122,6 +122,30 @@ async def test_the_claim_is_one_index_scan_in_priority_order_that_skips_delayed_
     assert [c.task.priority for c in claimed] == [1] * 10
     due_at = [c.task.next_attempt_at for c in claimed]
     assert due_at == sorted(due_at), "oldest due first within a priority"
+
+
+@pytest.mark.asyncio
+async def test_a_claim_planned_on_a_small_table_reads_no_more_than_it_claims(
+    storage: PostgresStorage, postgres_url: str, schema: str, claim_plan: ClaimPlan
+) -> None:
+    """A worker that connects while the table is small plans its claim once, for that size.
+    With 300 succeeded tasks and one due the planner would scan the table and hash it to find
+    the one row to claim; schema version 8 leaves it the index plan, whatever the size."""
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await _insert(conn, schema, "q", "SUCCEEDED", 300, prefix="done-")
+        await _insert(conn, schema, "q", "PENDING", 1)
+        await conn.execute(f'VACUUM ANALYZE "{schema}".task')
+    finally:
+        await conn.close()
+
+    nodes = await claim_plan(storage, "q", 1)
+    types = [n["Node Type"] for n in nodes]
+    assert not {"Seq Scan", "Hash Join", "Merge Join"} & set(types), types
+    updated = [n for n in nodes if n.get("Index Name") == "task_pkey"]
+    assert updated and updated[0]["Actual Rows"] == 1, "one primary-key lookup per claimed row"
+    (claimed,) = await storage.claim_due("q", 1, timedelta(seconds=30))
+    assert claimed.task.status == Status.IN_FLIGHT
 
 
 @pytest.mark.asyncio

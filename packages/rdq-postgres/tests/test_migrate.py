@@ -69,6 +69,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0005_flow_control",
             "0006_claim_order",
             "0007_claim_function",
+            "0008_claim_plan",
         ]
         assert await store.migrate() == []
 
@@ -121,6 +122,7 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0005_flow_control",
             "0006_claim_order",
             "0007_claim_function",
+            "0008_claim_plan",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -295,6 +297,7 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0005_flow_control",
                 "0006_claim_order",
                 "0007_claim_function",
+                "0008_claim_plan",
             ]
             after = {
                 r["id"]: dict(r)
