@@ -57,6 +57,7 @@ async def both(
             "0006_claim_order",
             "0007_claim_function",
             "0008_claim_plan",
+            "0009_claim_plan_statistics",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -222,6 +223,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0006_claim_order",
             "0007_claim_function",
             "0008_claim_plan",
+            "0009_claim_plan_statistics",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
 
 import asyncpg
 import pytest
@@ -35,7 +35,16 @@ async def storage(postgres_url: str, schema: str) -> AsyncIterator[PostgresStora
         yield store
 
 
-ClaimPlan = Callable[[PostgresStorage, str, int], Awaitable[list[dict[str, Any]]]]
+class ClaimPlan(Protocol):
+    """The fixture ``claim_plan`` (conftest.py)."""
+
+    async def __call__(
+        self,
+        storage: PostgresStorage,
+        queue: str,
+        limit: int,
+        on: asyncpg.Connection | None = None,
+    ) -> list[dict[str, Any]]: ...
 
 
 class _Rollback(Exception):
@@ -46,12 +55,19 @@ class _Rollback(Exception):
 def claim_plan(postgres_url: str) -> ClaimPlan:
     """``await claim_plan(storage, queue, limit)``: the nodes of the plan (EXPLAIN ANALYZE,
     JSON) of the claim's statement as claim_due() runs it at every claim (its generic plan, as
-    auto_explain logs it), in a transaction rolled back after. Raises what the claim raises."""
+    auto_explain logs it), in a transaction rolled back after. Raises what the claim raises.
+    ``on``: a connection of the caller's, kept open (claim_due() keeps the plan it made on it
+    at its first call); by default a new one."""
 
-    async def plan(storage: PostgresStorage, queue: str, limit: int) -> list[dict[str, Any]]:
+    async def plan(
+        storage: PostgresStorage,
+        queue: str,
+        limit: int,
+        on: asyncpg.Connection | None = None,
+    ) -> list[dict[str, Any]]:
         claim = storage._sql.claim
         values = {"queue": queue, "limit": limit, "lease_us": 30_000_000, "worker_id": "w"}
-        conn = await asyncpg.connect(postgres_url)
+        conn = on or await asyncpg.connect(postgres_url)
         logged: list[str] = []
         conn.add_log_listener(lambda _conn, message: logged.append(message.message))
         try:
@@ -71,7 +87,8 @@ def claim_plan(postgres_url: str) -> ClaimPlan:
         except _Rollback:
             pass
         finally:
-            await conn.close()
+            if on is None:
+                await conn.close()
         plans = [json.loads(m.split("plan:", 1)[1]) for m in logged if "plan:" in m]
         nested = [p for p in plans if p["Query Text"].lstrip().startswith("WITH due")]
         assert len(nested) == 1, [p["Query Text"][:60] for p in plans]

@@ -70,6 +70,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0006_claim_order",
             "0007_claim_function",
             "0008_claim_plan",
+            "0009_claim_plan_statistics",
         ]
         assert await store.migrate() == []
 
@@ -123,6 +124,7 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0006_claim_order",
             "0007_claim_function",
             "0008_claim_plan",
+            "0009_claim_plan_statistics",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -298,6 +300,7 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0006_claim_order",
                 "0007_claim_function",
                 "0008_claim_plan",
+                "0009_claim_plan_statistics",
             ]
             after = {
                 r["id"]: dict(r)

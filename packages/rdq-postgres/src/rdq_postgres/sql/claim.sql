@@ -4,7 +4,7 @@
 -- Due: PENDING with next_attempt_at <= now(), or IN_FLIGHT with lease_expires_at <= now()
 -- (a lost lease, reclaimed with a LEASE_EXPIRED attempt record naming its holder). now() is
 -- the database clock (the transaction start: run it in autocommit). Locked rows are skipped,
--- never waited on. The statement is claim_due()'s (migrations 0007, 0008), which plans it once per
+-- never waited on. The statement is claim_due()'s (migrations 0007-0009), which plans it once per
 -- connection: planned at every claim, it took as long to plan as to run.
 -- For a queue that a control restricts (a pause, a gate, a concurrency or rate limit, fair
 -- shares, aging) it raises SQLSTATE RQ423 before it reads a task and the claim is
