@@ -27,17 +27,16 @@ import asyncio
 import statistics
 import time
 import uuid
-from pathlib import Path
 
 import asyncpg
 
+from bench._claim import MIGRATIONS
 from bench._servers import postgres
 from rdq.spi import Envelope
 from rdq_postgres import PostgresStorage
 
 SCHEMA = "claim_burst"
 QUEUE = "q"
-MIGRATIONS = Path(__file__).parents[1] / "packages/rdq-postgres/src/rdq_postgres/sql/migrations"
 SCHEMA8_SETTINGS = "SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off"
 FUNCTIONS = {"schema 9 (as shipped)": "claim_due", "schema 8": "claim_due_schema8"}
 CONNECTIONS = ("planned empty", "new, stale statistics", "after ANALYZE")

@@ -1,6 +1,6 @@
 """What the claim's two probes cost: ``python -m bench.claim_probes``.
 
-``claim_due()`` (migration 0007) runs two probes before it takes a task: the scan of
+``claim_due()`` (migrations 0007-0009) runs two probes before it takes a task: the scan of
 ``task_claim_priority_idx`` for each of the 21 priorities (``priority = ANY (...)``, one index
 descent each on PostgreSQL 15) and ``unrestricted(q)``, the look for a control that restricts
 the queue. This benchmark measures, with ``pgbench`` (no Python client in the way), the claim as
@@ -17,8 +17,8 @@ Each run claims fresh tasks (priority 0, a 10-minute lease) of a queue of its ow
 tasks of another queue, for ``--seconds``; a queue that runs dry fails the run. Then idle
 claims, as a worker makes them when a NOTIFY wakes it: a claim for 10 slots 25 ms after the
 last, finding the one task just submitted (``--idle`` claims per variant, alternating), and the
-same with none to find. The copies are made in the database from migration 0007's text; the
-shipped code is untouched.
+same with none to find. The copies are made in the database from the text of the newest
+migration that defines ``claim_due()``; the shipped code is untouched.
 """
 
 from __future__ import annotations
@@ -31,18 +31,15 @@ import statistics
 import subprocess
 import tempfile
 import time
-from pathlib import Path
 
 import asyncpg
 
 import rdq
+from bench._claim import claim_due_source
 from bench.e2e import cluster
 from bench.e2e.systems import payload
 from rdq_compliance.bench_pgbench import CLAIM, REFILL, SCHEMA, SETUP, find_pgbench, libpq_url
 
-MIGRATION = Path(__file__).parents[1] / (
-    "packages/rdq-postgres/src/rdq_postgres/sql/migrations/0007_claim_function.sql"
-)
 ALL_PRIORITIES = (
     "priority = ANY ('{10,9,8,7,6,5,4,3,2,1,0,-1,-2,-3,-4,-5,-6,-7,-8,-9,-10}'::smallint[])"
 )
@@ -54,10 +51,10 @@ _TPS = re.compile(r"tps = ([0-9.]+) \(without initial connection time\)")
 
 def _copies() -> dict[str, str | None]:
     """variant -> the CREATE FUNCTION of its copy of claim_due() (None: the shipped one)."""
-    text = MIGRATION.read_text()
-    shipped = text[text.index("CREATE FUNCTION") :].replace("{schema}", "rdq")
+    migration, source = claim_due_source()
+    shipped = source.replace("{schema}", "rdq")
     if ALL_PRIORITIES not in shipped or CONTROL_PROBE not in shipped:
-        raise RuntimeError(f"{MIGRATION.name} no longer has the probes this benchmark removes")
+        raise RuntimeError(f"{migration} no longer has the probes this benchmark removes")
 
     def copy(name: str, priority: str, control: bool) -> str:
         made = shipped.replace("rdq.claim_due(", f"rdq.claim_{name}(", 1)

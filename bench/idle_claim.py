@@ -11,7 +11,7 @@ order rotated every round, and times each from the client:
   plus the commit's WAL flush;
 * ``minimal claim``: the contention benchmark's pgbench ceiling (a five-column row, one
   partial index, ``FOR UPDATE SKIP LOCKED LIMIT 1``, ``RETURNING id``);
-* ``the statement alone``: claim_due()'s statement (migration 0007) prepared on a bare
+* ``the statement alone``: claim_due()'s statement (its newest migration) prepared on a bare
   asyncpg connection whose session has the function's settings (a generic plan, no
   sequential scans, no hash or merge joins), one task due;
 * ``claim_due(), no SET``: a copy of the function without its SET clauses, called on that
@@ -35,10 +35,10 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import asyncpg
 
+from bench._claim import claim_due_source
 from bench._servers import postgres
 from rdq.spi import Attempt, Envelope, Outcome
 from rdq_compliance.bench_pgbench import CLAIM as MINIMAL_CLAIM
@@ -59,14 +59,13 @@ STEPS = (
     "claim_due()",
     "the store's claim_due",
 )
-MIGRATION = Path(__file__).parents[1] / (
-    "packages/rdq-postgres/src/rdq_postgres/sql/migrations/0007_claim_function.sql"
-)
 
 
 def _statement() -> str:
-    """claim_due()'s statement (migration 0007) with its arguments as parameters."""
-    text = MIGRATION.read_text().replace("{schema}", SCHEMA)
+    """claim_due()'s statement (the newest migration that defines it) with its arguments as
+    parameters."""
+    migration, source = claim_due_source()
+    text = source.replace("{schema}", SCHEMA)
     body = text[text.index("RETURN QUERY") + len("RETURN QUERY") : text.index("END\n$$;")]
     body = body.strip().rstrip(";")
     for name, param in (
@@ -77,16 +76,17 @@ def _statement() -> str:
         ("claimed_by = worker,", "claimed_by = $4,"),
     ):
         if name not in body:
-            raise RuntimeError(f"{MIGRATION.name}: the claim no longer has {name!r}")
+            raise RuntimeError(f"{migration}: the claim no longer has {name!r}")
         body = body.replace(name, param)
     return body
 
 
-SESSION_SETTINGS = (  # claim_due()'s own SET clauses (migrations 0007, 0008), for a session
+SESSION_SETTINGS = (  # claim_due()'s own SET clauses (migrations 0007-0009), for a session
     "SET plan_cache_mode = force_generic_plan",
     "SET enable_seqscan = off",
     "SET enable_hashjoin = off",
     "SET enable_mergejoin = off",
+    "SET enable_sort = off",
 )
 NO_SET = "claim_due_no_set"
 
