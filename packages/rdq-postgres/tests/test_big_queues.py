@@ -3,8 +3,9 @@ priority order, and queue counts above the exact-count threshold are estimates."
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import asyncpg
 import pytest
@@ -12,18 +13,8 @@ import pytest
 from rdq.spi import Status, limits
 from rdq_postgres import PostgresStorage
 
-
-class ClaimPlan(Protocol):
-    """The fixture ``claim_plan`` (conftest.py)."""
-
-    async def __call__(
-        self,
-        storage: PostgresStorage,
-        queue: str,
-        limit: int,
-        on: asyncpg.Connection | None = None,
-    ) -> list[dict[str, Any]]: ...
-
+ClaimPlan = Callable[..., Awaitable[list[dict[str, Any]]]]
+"""The fixture ``claim_plan``: its signature is conftest.py's ``ClaimPlan``."""
 
 THRESHOLD = limits.EXACT_COUNT_THRESHOLD
 
