@@ -16,6 +16,20 @@ The application API lives here; plugin authors use :mod:`rdq.spi`; errors are in
 
 ``rdq.Worker`` is imported on first use, so a process that only submits never loads the
 worker.
+
+The package's rooms, each a package with its own map: ``worker`` (claiming and running
+tasks), ``retry`` (what an attempt comes to), ``flow`` (breakers, pauses and limits),
+``admin`` (the operator's actions), ``server`` (the HTTP API and the console), ``cli`` (the
+``rdq`` command), ``spi`` (the storage contract and everything a plugin uses).
+
+Its modules: ``app`` (:class:`App`, the registry of queues and handlers) with ``_handlers``
+(what a handler is); ``client`` (submitting); ``config`` (queue configs from code or TOML)
+with ``_queue_settings`` (the settings classes) and ``_checks``; ``schedules`` (periodic
+tasks) with ``_crontime``; ``signals`` (:class:`Permanent`, :class:`RetryAfter`,
+:class:`Unavailable`); ``errors`` (the error tree); ``plugins`` (discovering storage
+plugins) with ``_storage_url`` (the store used when none is named); ``callbacks`` (HTTP
+callback tasks: the receiver's side); ``audit`` (audit records and recording them);
+``logging``, ``metrics``, ``tracing``; ``_ids`` (task ids); ``__main__`` (``python -m rdq``).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -35,7 +49,7 @@ from rdq.errors import (
     StorageUnavailable,
     ValidationError,
 )
-from rdq.limiting import Concurrency, Rate
+from rdq.flow import Concurrency, Rate
 from rdq.plugins import installed_backends, open_storage
 from rdq.signals import Permanent, RetryAfter, Unavailable
 from rdq.spi import RetryOverride

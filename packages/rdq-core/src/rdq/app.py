@@ -29,7 +29,7 @@ Scheme invokers let a node run tasks whose handler is, for example, an HTTP call
     app.register_scheme("https", post_callback)
 
 What a handler is, and the guarded import of ``pkg.module:function`` refs, are in
-:mod:`rdq.handlers`; this module is the registry that holds them.
+:mod:`rdq._handlers`; this module is the registry that holds them.
 """
 
 from __future__ import annotations
@@ -44,16 +44,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rdq.config import (
-    Backoff,
-    Breaker,
-    QueueConfig,
-    check_dependency,
-    parse_config,
-    read_toml,
-)
-from rdq.errors import ConfigError, ValidationError
-from rdq.handlers import (
+from rdq._handlers import (
     Handler,
     HandlerImportError,
     SchemeInvoker,
@@ -61,12 +52,20 @@ from rdq.handlers import (
     import_handler,
     is_under,
 )
-from rdq.handlers import import_path as import_path
-from rdq.handlers import make_handler as make_handler
-from rdq.limiting import Limit, LimitPlan, check_limits, plan_limits
+from rdq._handlers import import_path as import_path
+from rdq._handlers import make_handler as make_handler
+from rdq.config import (
+    Backoff,
+    Breaker,
+    QueueConfig,
+    parse_config,
+    read_toml,
+)
+from rdq.errors import ConfigError, ValidationError
+from rdq.flow import Limit, LimitPlan, check_dependency, check_limits, plan_limits
 from rdq.schedules import CatchUp, Schedule, parse_schedules
 from rdq.spi import Envelope
-from rdq.spi import limits as contract
+from rdq.spi import bounds as contract
 
 __all__ = ["App", "Handler", "HandlerImportError", "SchemeInvoker", "TaskContext", "load_app"]
 
@@ -127,7 +126,7 @@ class App:
     ) -> QueueConfig:
         """Declare (or re-configure) queue ``name``; settings not given keep the queue's current
         value (or the defaults). Applies to tasks already waiting; ``limits`` (see
-        :mod:`rdq.limiting`) to tasks submitted from now on where a limit gives them a key.
+        :mod:`rdq.flow`) to tasks submitted from now on where a limit gives them a key.
         ``fair`` and ``priority_aging`` set the order its tasks are claimed in (see
         :class:`~rdq.config.QueueConfig`). Raises ``ConfigError`` naming the key and queue for
         invalid settings."""
@@ -230,7 +229,7 @@ class App:
 
     def limit_plan(self, queue: str) -> LimitPlan:
         """The limits of ``queue``: its own and those of the handlers bound to it (see
-        :mod:`rdq.limiting`)."""
+        :mod:`rdq.flow`)."""
         plan = self._plans.get(queue)
         if plan is None:
             plan = self._plans[queue] = _plan(queue, self.queue_config(queue), self._handlers)
@@ -290,7 +289,7 @@ class App:
         ``dependency`` names the service it calls: the breaker of every handler naming one
         dependency trips together (default: its queue's ``dependency``, else a breaker of its
         own); ``breaker`` gives it breaker settings of its own (``False``: none). ``limits``
-        (see :mod:`rdq.limiting`) hold for its tasks in its queue across the fleet.
+        (see :mod:`rdq.flow`) hold for its tasks in its queue across the fleet.
         Raises ``ConfigError`` if the name is taken by another function or is invalid."""
         if not callable(fn):
             raise ConfigError(f"{fn!r} is not callable", key="handler")

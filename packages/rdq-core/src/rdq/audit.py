@@ -1,4 +1,5 @@
-"""Audit records of operator actions: redrive, purge and cancel.
+"""Audit records of operator actions (redrive, purge, cancel, retry now, pauses, breakers by
+hand) and of the breakers' own transitions.
 
 Every such action done through :class:`rdq.admin.TaskAdmin` (the API, the web UI and the CLI
 all go through it) produces one :class:`AuditRecord`: who did what to which queue, with which
@@ -6,32 +7,40 @@ selector, how many tasks it touched, why, and when. The admin stores it in the s
 audit trail (``Storage.append_audit``: shared by every node and CLI on that store, readable
 with ``rdq audit``, ``GET /v1/audit`` and the UI), logs it on the dedicated logger ``rdq.audit``
 (see :mod:`rdq.logging`), and appends it to every extra :class:`AuditSink`, for example a
-:class:`JsonLinesAuditSink` file that is only ever appended to.
+:class:`JsonLinesAuditSink` file that is only ever appended to. :func:`record_action` is that
+write, shared by the admin layer and the worker (a breaker's transitions); :func:`check_action`
+checks an action's queue, actor and reason before it is taken.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
+from rdq.errors import ValidationError
 from rdq.logging import get_logger
-from rdq.spi import Selector
+from rdq.spi import AuditEntry, Doubling, Selector, Storage, bounds
 
 __all__ = [
+    "AUDIT_ATTEMPTS",
     "AUDIT_LOGGER_NAME",
     "COUNT_UNKNOWN",
     "AuditRecord",
     "AuditSink",
     "JsonLinesAuditSink",
     "MemoryAuditSink",
+    "check_action",
     "describe_selector",
     "log_record",
+    "record_action",
     "selector_to_builtins",
 ]
 
@@ -164,3 +173,115 @@ def log_record(record: AuditRecord) -> None:
     fields = msgspec.to_builtins(record)
     event = fields.pop("action")
     get_logger(AUDIT_LOGGER_NAME).info(event, audit=True, action=event, **fields)
+
+
+def check_action(queue: str, actor: str, reason: str | None) -> None:
+    """Raise ``ValidationError`` naming the field unless ``queue``, ``actor`` and ``reason``
+    fit an audit entry (checked before the action, so a bad one changes nothing)."""
+    bounds.check_queue(queue)
+    if not isinstance(actor, str) or not actor:
+        raise ValidationError("must be a non-empty string", field="actor")
+    if len(actor) > bounds.MAX_AUDIT_WORD_LENGTH:
+        raise ValidationError(
+            f"longer than {bounds.MAX_AUDIT_WORD_LENGTH} characters", field="actor"
+        )
+    if reason is not None and len(reason) > bounds.MAX_AUDIT_REASON_LENGTH:
+        raise ValidationError(
+            f"longer than {bounds.MAX_AUDIT_REASON_LENGTH} characters", field="reason"
+        )
+
+
+AUDIT_ATTEMPTS = 3
+"""How many times each destination is asked to take an audit record."""
+_FIRST_RETRY_DELAY = 0.1
+"""Seconds before the second try; each later one waits four times as long."""
+
+T = TypeVar("T")
+_admin_log = get_logger("rdq.admin")
+
+
+class _NotRecorded(Exception):
+    """A destination did not take the record after every try."""
+
+
+async def record_action(
+    storage: Storage,
+    sinks: list[AuditSink],
+    action: Action,
+    queue: str,
+    selector: Selector | msgspec.Struct | dict[str, Any],
+    actor: str,
+    reason: str | None,
+    count: int,
+    error: str | None,
+) -> bool:
+    """Store the record in the audit trail, then log it and hand it to every sink.
+
+    Never raises (but for cancellation): returns True when every destination took the record;
+    a destination that did not is logged and counted (``rdq_audit_failures``)."""
+    entry = AuditEntry(
+        actor=actor,
+        action=action,
+        queue=queue,
+        selector=selector_to_builtins(selector),
+        count=count,
+        reason=reason,
+        error=error[: bounds.MAX_ERROR_MESSAGE_LENGTH] if error else None,
+    )
+    recorded = True
+    stored: AuditEntry | None = None
+    if storage.capabilities().audit:  # without it, the log and the sinks have the record
+        try:
+            stored = await _tried(lambda: storage.append_audit(entry), "storage", action, queue)
+        except _NotRecorded:
+            recorded = False
+    record = AuditRecord(
+        actor=actor,
+        action=action,
+        queue=queue,
+        selector=entry.selector,
+        count=count,
+        reason=reason,
+        time=stored.time if stored is not None and stored.time else now_utc(),
+        error=error,
+        id=stored.id if stored is not None else None,
+    )
+    log_record(record)
+    for sink in sinks:
+        name = type(sink).__name__
+        try:
+            await _tried(functools.partial(sink.write, record), name, action, queue)
+        except _NotRecorded:
+            recorded = False
+    return recorded
+
+
+async def _tried(write: Callable[[], Awaitable[T]], destination: str, action: str, queue: str) -> T:
+    """``write()``, tried up to ``AUDIT_ATTEMPTS`` times; ``_NotRecorded`` (after logging the
+    last error and counting the failure) when every try failed."""
+    attempt, backoff = 1, Doubling(_FIRST_RETRY_DELAY, _FIRST_RETRY_DELAY * 2**AUDIT_ATTEMPTS)
+    while True:
+        try:
+            return await write()
+        except Exception as exc:
+            if attempt >= AUDIT_ATTEMPTS:
+                _admin_log.error(
+                    "the store did not record the audit entry"
+                    if destination == "storage"
+                    else "audit sink failed",
+                    destination=destination,
+                    action=action,
+                    queue=queue,
+                    attempts=attempt,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                _count_failure(destination, action, queue)
+                raise _NotRecorded(destination) from exc
+        await asyncio.sleep(backoff.next())
+        attempt += 1
+
+
+def _count_failure(destination: str, action: str, queue: str) -> None:
+    from rdq import metrics
+
+    metrics.AUDIT_FAILURES.labels(queue=queue, action=action, destination=destination).inc()

@@ -1,7 +1,7 @@
 """HTTP callbacks: tasks whose ``handler_ref`` is an ``http(s)://`` URL — what a receiver
 needs (:func:`verify`), and the rules both sides share. The delivery itself
-(:class:`HttpCallbackInvoker`, on httpx) lives with the server (``rdq-core[server]``); this
-module imports nothing beyond rdq-core's own dependencies.
+(:class:`rdq.server.HttpCallbackInvoker`, on httpx) lives with the server
+(``rdq-core[server]``); this module imports nothing beyond rdq-core's own dependencies.
 
 An ``rdq server`` node POSTs the task's envelope (JSON) to the URL, signed so the receiver can
 check it came from rdq, and turns the answer into the task's outcome:
@@ -229,11 +229,3 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
         when = when.replace(tzinfo=UTC)
     seconds = (when - (now or datetime.now(UTC))).total_seconds()
     return min(max(seconds, 0.0), MAX_RETRY_AFTER)
-
-
-def __getattr__(name: str) -> object:
-    if name == "HttpCallbackInvoker":  # moved to rdq.server (it needs httpx); still found here
-        from rdq.server._callbacks import HttpCallbackInvoker
-
-        return HttpCallbackInvoker
-    raise AttributeError(f"module 'rdq.callbacks' has no attribute {name!r}")

@@ -34,11 +34,10 @@ from rdq import tracing
 from rdq._ids import new_task_ids
 from rdq._storage_url import storage_url
 from rdq.app import DEFAULT_QUEUE, App, import_path
-from rdq.config import DEPENDENCY_PREFIX
 from rdq.errors import Unsupported, ValidationError
+from rdq.flow import DEPENDENCY_PREFIX, LimitControls
 from rdq.plugins import open_storage
-from rdq.provision import LimitControls
-from rdq.spi import DEFAULT_PRIORITY, Envelope, RetryOverride, Storage, limits, require
+from rdq.spi import DEFAULT_PRIORITY, Envelope, RetryOverride, Storage, bounds, require
 
 __all__ = ["Client", "Submission", "Submitted", "SyncClient", "task_keys_for"]
 
@@ -171,7 +170,7 @@ class Client:
                 groups.setdefault(wait, []).append(index)
             if len(groups) > 1 or len(built) > MAX_BATCH:  # several calls: check all first
                 for task, _ in built:
-                    limits.check_task(task)
+                    bounds.check_task(task)
             for wait, indexes in groups.items():
                 for start in range(0, len(indexes), MAX_BATCH):
                     chunk = indexes[start : start + MAX_BATCH]
@@ -185,7 +184,7 @@ class Client:
         else:
             if len(built) > 1:
                 for task, _ in built:
-                    limits.check_task(task)
+                    bounds.check_task(task)
             for index, (task, wait) in enumerate(built):
                 created[index] = await self.storage.enqueue(task, delay=wait)
         return [
@@ -199,9 +198,9 @@ class Client:
 
     async def _provision(self, tasks: list[Envelope]) -> None:
         """Create the control record of each limit key of ``tasks`` that has none yet (see
-        :mod:`rdq.provision`), before any of them is stored."""
+        :mod:`rdq.flow._provision`), before any of them is stored."""
         if self.app is not None and any(task.keys for task in tasks):
-            await self._limit_controls.ensure(self.storage, self.app, tasks)
+            await self._limit_controls.ensure(self.storage, self.app.limit_plan, tasks)
 
     async def _enqueue_in(
         self, connection: object, tasks: list[Envelope], delay: timedelta | None
@@ -275,7 +274,7 @@ class Client:
 
 def task_keys_for(app: App, task: Envelope) -> Envelope:
     """``task`` with its flow-control keys added: its dependency's, when the app names one,
-    and those its limits give it (see :mod:`rdq.limiting`; kept only by stores with
+    and those its limits give it (see :mod:`rdq.flow`; kept only by stores with
     ``control``). ``ValidationError`` (field ``limits.<name>``) when a limit's key function
     fails on it."""
     keys = list(task.keys)

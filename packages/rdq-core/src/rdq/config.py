@@ -31,7 +31,7 @@ The TOML layout (durations in seconds)::
     min_calls = 10
     threshold = 0.5
 
-    [[queues.emails.limits]]     # see rdq.limiting: held by the store's claims, fleet-wide
+    [[queues.emails.limits]]     # see rdq.Concurrency: held by the store's claims, fleet-wide
     concurrency = 20             # at most 20 running at once
     key = "smtp"                 # the tasks with key limit:smtp (default: the whole queue)
 
@@ -55,7 +55,8 @@ Invalid values raise :class:`~rdq.errors.ConfigError` naming the queue and key
 (``queues.emails.max_attempts``).
 
 This module reads configs (:func:`parse_config`, :func:`load_toml`); the settings classes it
-builds are in :mod:`rdq.queue_settings` and re-exported here.
+builds are in :mod:`rdq._queue_settings` (a breaker's and the limits' in :mod:`rdq.flow`)
+and re-exported here.
 """
 
 from __future__ import annotations
@@ -68,23 +69,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rdq._checks import is_int, is_number
+from rdq._queue_settings import Backoff, BackoffKind, QueueConfig
 from rdq.errors import ConfigError
-from rdq.limiting import Concurrency, Limit, Rate, field_value
-from rdq.queue_settings import (
-    DEPENDENCY_PREFIX,
-    Backoff,
-    BackoffKind,
-    Breaker,
-    QueueConfig,
-)
-from rdq.queue_settings import check_dependency as check_dependency
-from rdq.queue_settings import is_int as is_int
-from rdq.queue_settings import is_number as is_number
-from rdq.queue_settings import seconds_or as seconds_or
-from rdq.spi import limits
+from rdq.flow import Breaker, Concurrency, Limit, Rate, check_dependency, field_value
+from rdq.spi import bounds
 
 __all__ = [
-    "DEPENDENCY_PREFIX",
     "Backoff",
     "BackoffKind",
     "Breaker",
@@ -119,7 +110,7 @@ def parse_config(
     queues: dict[str, QueueConfig] = {}
     for name, raw in raw_queues.items():
         try:
-            limits.check_queue(name)
+            bounds.check_queue(name)
         except Exception as exc:
             raise ConfigError(f"invalid queue name: {exc}", key=f"queues.{name}") from None
         if not isinstance(raw, Mapping):

@@ -10,7 +10,9 @@ backend it runs on.
     │   ├── NotFound                 no task with that id
     │   ├── StaleCursor              the DLQ cursor cannot be used
     │   ├── IDConflict               the id exists in another queue
+    │   ├── ControlConflict          a control record changed since it was read
     │   ├── NotConnected             the store is not open (before connect, after aclose)
+    │   ├── Unsupported              the store lacks a capability (also NotImplementedError)
     │   └── StorageUnavailable       the backend cannot be reached (retryable)
     ├── ValidationError              bad input, names the field
     ├── ConfigError                  bad configuration, names the key
@@ -19,10 +21,7 @@ backend it runs on.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rdq.spi._flow import Control
+from typing import Any
 
 __all__ = [
     "ConfigError",
@@ -85,10 +84,11 @@ class IDConflict(StorageError):
 
 class ControlConflict(StorageError):
     """A control record changed since the caller read it (its ``version`` is not the one
-    expected): nothing was written. ``found`` is the record as it is now (``None`` when there
-    is none)."""
+    expected): nothing was written. ``found`` is the record as it is now, an
+    :class:`rdq.spi.Control` (``None`` when there is none; typed ``Any`` so that this module,
+    the leaf every other imports, imports nothing)."""
 
-    def __init__(self, queue: str, key: str, found: Control | None) -> None:
+    def __init__(self, queue: str, key: str, found: Any) -> None:
         self.queue = queue
         self.key = key
         self.found = found

@@ -26,9 +26,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from rdq.errors import ConfigError, PluginError
-from rdq.spi._protocol import Storage
-from rdq.spi._proxy import adapt
-from rdq.spi._registry import Backend, BrokenPlugin, StorageFactory, StorageRegistry
+from rdq.spi import Storage, StorageFactory, StorageRegistry, adapt
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -47,9 +45,27 @@ if TYPE_CHECKING:
 
     import pluggy
 
-    from rdq.spi._hooks import hookimpl
+    from rdq.spi.hookspecs import hookimpl
 
 ENTRY_POINT_GROUP = "rdq.storage"
+
+
+class Backend(msgspec.Struct, frozen=True):
+    """An installed backend as ``rdq backends`` shows it."""
+
+    scheme: str
+    plugin: str
+    distribution: str | None
+    version: str | None
+
+
+class BrokenPlugin(msgspec.Struct, frozen=True):
+    """An entry point that failed to load, and why."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    error: str
 
 
 class _Plugin(msgspec.Struct):
@@ -69,10 +85,10 @@ class Plugins:
     def __init__(self) -> None:
         import pluggy  # loaded with the plugins, not with rdq
 
-        from rdq.spi import _hooks
+        from rdq.spi import hookspecs
 
-        self.manager: pluggy.PluginManager = pluggy.PluginManager(_hooks.PROJECT)
-        self.manager.add_hookspecs(_hooks)
+        self.manager: pluggy.PluginManager = pluggy.PluginManager(hookspecs.PROJECT)
+        self.manager.add_hookspecs(hookspecs)
         self.broken: list[BrokenPlugin] = []
         self._owners: dict[str, _Plugin] = {}
         self._lock = threading.Lock()
@@ -222,7 +238,7 @@ def open_storage(url: str, **options: Any) -> Storage:
 
 def __getattr__(name: str) -> Any:
     if name == "hookimpl":  # for plugins written for contract version 1 (rdq.spi has it now)
-        from rdq.spi._hooks import hookimpl
+        from rdq.spi.hookspecs import hookimpl
 
         return hookimpl
     raise AttributeError(f"module 'rdq.plugins' has no attribute {name!r}")

@@ -35,7 +35,7 @@ from cronsim import CronSim, CronSimError
 
 from rdq import _crontime
 from rdq.errors import ConfigError, ValidationError
-from rdq.spi import limits
+from rdq.spi import bounds
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -79,7 +79,7 @@ class Schedule:
         """Return self if every field is valid, else raise ``ConfigError`` naming the key."""
         key = f"schedules.{self.name}"
         try:
-            limits.check_task_id(self.name, field="name")
+            bounds.check_task_id(self.name, field="name")
         except ValidationError as exc:
             raise ConfigError(f"invalid schedule name: {exc.message}", key=key) from None
         if len(self.name) > MAX_NAME_LENGTH:
@@ -113,7 +113,7 @@ class Schedule:
             raise ConfigError(f"is not JSON-serializable: {exc}", key=f"{key}.payload") from None
         if self.queue is not None:
             try:
-                limits.check_queue(self.queue)
+                bounds.check_queue(self.queue)
             except ValidationError as exc:
                 raise ConfigError(exc.message, key=f"{key}.queue") from None
         return self

@@ -10,8 +10,7 @@ import pytest
 import structlog
 
 from rdq.admin import DLQAdmin
-from rdq.admin._record import AUDIT_ATTEMPTS
-from rdq.audit import AuditRecord, JsonLinesAuditSink, MemoryAuditSink
+from rdq.audit import AUDIT_ATTEMPTS, AuditRecord, JsonLinesAuditSink, MemoryAuditSink
 from rdq.errors import StaleCursor, ValidationError
 from rdq.spi import DLQFilter, Page, Selector, Status, Storage
 

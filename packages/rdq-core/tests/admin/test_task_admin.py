@@ -10,8 +10,7 @@ import pytest
 import structlog
 
 from rdq.admin import TaskAdmin, TaskSelector
-from rdq.admin._record import AUDIT_ATTEMPTS
-from rdq.audit import COUNT_UNKNOWN, MemoryAuditSink
+from rdq.audit import AUDIT_ATTEMPTS, COUNT_UNKNOWN, MemoryAuditSink
 from rdq.errors import StaleClaim, StaleCursor, StorageUnavailable, ValidationError
 from rdq.spi import (
     Attempt,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import rdq
-from rdq.limiting import field_value, value_key, value_of
+from rdq.flow import field_value, value_key, value_of
 from rdq.spi import Envelope
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import rdq
 from rdq import flow
-from rdq.limiting import KeyedLimit
+from rdq.flow import KeyedLimit
 from rdq.spi import Control
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -16,7 +16,8 @@ import uvicorn
 from click.testing import CliRunner
 
 from rdq.cli import main
-from rdq.cli._targets import Action, DirectTarget
+from rdq.cli._direct_target import DirectTarget
+from rdq.cli._targets import Action
 from rdq.errors import ValidationError
 from rdq.server import create_app
 from rdq.spi import Attempt, Envelope, Outcome, Selector, Status

@@ -1,33 +1,35 @@
 """The operator's admin layer: find, inspect, redrive, purge and cancel tasks; pause and
 resume queues, open and close breakers by hand, retry waiting tasks now, redrive at a pace —
-every action audited — and read the limits that hold across the fleet.
+every action audited — and read the fleet.
 
 :class:`TaskAdmin` is what the HTTP API, the web UI and the ``rdq`` commands share.
 :class:`TaskSelector` names the tasks a cancel acts on (ids or a task filter), as
 :class:`rdq.spi.Selector` does for redrive and purge. :class:`Operation` is a paced redrive.
+The rules of pauses, breakers and limits, and their views, are :mod:`rdq.flow`'s.
+
+- ``_admin``: :class:`TaskAdmin` and :class:`DLQAdmin` (find, count, redrive, purge, cancel);
+- ``_flow_admin``: the flow-control half of :class:`TaskAdmin` (through :mod:`rdq.flow`);
+- ``_retry_now``: retry now and its count; ``_pace``: paced redrives;
+- ``_fleet``: the workers judged live or silent, and the rates of the last hour;
+- ``_selectors``: :class:`TaskSelector`; ``_scan``, ``_fallback``, ``_paging``: reading
+  through stores that cannot filter or page a selection themselves.
 """
 
 from rdq.admin._admin import DLQAdmin, ProgressCallback, TaskAdmin
-from rdq.admin._controls import control_key
-from rdq.admin._limit_views import LimitValue, LimitView
-from rdq.admin._pace import Operation, parse_rate, resume_orphans
+from rdq.admin._fleet import MAX_RATE_MINUTES, WorkerView
+from rdq.admin._pace import MAX_PACED_IDS, Operation, parse_rate, resume_orphans
 from rdq.admin._selectors import CANCELLABLE, TaskSelector
-from rdq.admin._views import BreakerView, PauseView, WorkerView, key_kind
 
 __all__ = [
     "CANCELLABLE",
-    "BreakerView",
+    "MAX_PACED_IDS",
+    "MAX_RATE_MINUTES",
     "DLQAdmin",
-    "LimitValue",
-    "LimitView",
     "Operation",
-    "PauseView",
     "ProgressCallback",
     "TaskAdmin",
     "TaskSelector",
     "WorkerView",
-    "control_key",
-    "key_kind",
     "parse_rate",
     "resume_orphans",
 ]

@@ -18,10 +18,9 @@ from typing import Any
 from rdq.admin._fallback import SCAN_PAGE, list_filtered
 from rdq.admin._flow_admin import FlowAdmin
 from rdq.admin._paging import bounded_page
-from rdq.admin._record import record_action
 from rdq.admin._scan import ids_in, scan_dlq, scan_tasks
-from rdq.admin._selectors import TaskSelector, check_action, check_task_selector
-from rdq.audit import COUNT_UNKNOWN, Action, AuditSink
+from rdq.admin._selectors import TaskSelector, check_task_selector
+from rdq.audit import COUNT_UNKNOWN, Action, AuditSink, check_action, record_action
 from rdq.errors import StorageUnavailable
 from rdq.logging import get_logger
 from rdq.spi import (
@@ -36,7 +35,7 @@ from rdq.spi import (
     Status,
     Storage,
     TaskFilter,
-    limits,
+    bounds,
     status_time,
     task_scope,
 )
@@ -74,10 +73,10 @@ class TaskAdmin(FlowAdmin):
 
     async def get(self, task_id: str) -> Envelope:
         """The task with every attempt. Raises ``NotFound``, ``ValidationError``."""
-        return await self.storage.get(limits.check_task_id(task_id))
+        return await self.storage.get(bounds.check_task_id(task_id))
 
     async def stats(self, queue: str) -> Stats:
-        return await self.storage.stats(limits.check_queue(queue))
+        return await self.storage.stats(bounds.check_queue(queue))
 
     async def list_queues(self) -> list[Stats]:
         """Every queue holding a task, with its stats, by name. Raises
@@ -100,9 +99,9 @@ class TaskAdmin(FlowAdmin):
         the cursor is None. Raises ``StaleCursor`` for a cursor from another queue or filter,
         ``ValidationError`` for bad input."""
         page = page or Page()
-        limits.check_queue(queue)
-        limits.check_page(page)
-        limits.check_task_filter(task_filter)
+        bounds.check_queue(queue)
+        bounds.check_page(page)
+        bounds.check_task_filter(task_filter)
 
         async def fetch(limit: int, cursor: str | None) -> tuple[list[Envelope], str | None]:
             chunk = Page(limit=limit, cursor=cursor, include_attempts=page.include_attempts)
@@ -123,10 +122,10 @@ class TaskAdmin(FlowAdmin):
         """One page of the DLQ of ``queue`` (by dead-lettering time, then id) and the cursor
         of the next page, or None on the last page. Short pages as in :meth:`list_tasks`."""
         page = page or Page()
-        limits.check_queue(queue)
-        limits.check_page(page)
+        bounds.check_queue(queue)
+        bounds.check_page(page)
         if dlq_filter is not None:
-            limits.check_filter(dlq_filter)
+            bounds.check_filter(dlq_filter)
 
         async def fetch(limit: int, cursor: str | None) -> tuple[list[Envelope], str | None]:
             chunk = Page(limit=limit, cursor=cursor, include_attempts=page.include_attempts)
@@ -138,13 +137,13 @@ class TaskAdmin(FlowAdmin):
 
     async def dlq_groups(self, queue: str) -> list[DLQGroup]:
         """The DLQ of ``queue`` grouped by handler and last error type, largest first."""
-        return await self.storage.dlq_groups(limits.check_queue(queue))
+        return await self.storage.dlq_groups(bounds.check_queue(queue))
 
     async def count(self, queue: str, selector: Selector, *, action: Action = "redrive") -> int:
         """How many tasks of ``queue`` a redrive (DEAD ones) or purge (DEAD ones, and by ids
         CANCELLED ones too) of ``selector`` would act on now: what a dry run reports."""
-        limits.check_queue(queue)
-        limits.check_selector(selector)
+        bounds.check_queue(queue)
+        bounds.check_selector(selector)
         if selector.ids is not None:
             wanted = (Status.DEAD, Status.CANCELLED) if action == "purge" else (Status.DEAD,)
             return len(await ids_in(self.storage, queue, selector.ids, wanted))
@@ -159,7 +158,7 @@ class TaskAdmin(FlowAdmin):
 
     async def count_cancel(self, queue: str, selector: TaskSelector) -> int:
         """How many tasks of ``queue`` a cancel of ``selector`` would cancel now."""
-        limits.check_queue(queue)
+        bounds.check_queue(queue)
         check_task_selector(selector)
         if selector.ids is not None:
             return len(
@@ -182,9 +181,9 @@ class TaskAdmin(FlowAdmin):
     ) -> tuple[list[AuditEntry], str | None]:
         """One page of the store's audit trail, newest first, and the next page's cursor."""
         page = page or Page()
-        limits.check_page(page)
+        bounds.check_page(page)
         if audit_filter is not None:
-            limits.check_audit_filter(audit_filter)
+            bounds.check_audit_filter(audit_filter)
         return await self.storage.list_audit(audit_filter, page)
 
     # --- acting ----------------------------------------------------------------------------
@@ -213,7 +212,7 @@ class TaskAdmin(FlowAdmin):
         far, on failure too) and ``rdq.outcome`` (``done`` or ``failed``, with
         ``rdq.error_type`` and the span's status ERROR)."""
         check_action(queue, actor, reason)
-        limits.check_selector(selector)
+        bounds.check_selector(selector)
         return await self._act("redrive", queue, selector, actor, reason, dry_run, progress)
 
     async def purge(
@@ -229,7 +228,7 @@ class TaskAdmin(FlowAdmin):
         """Delete the selected DEAD tasks of ``queue`` (by ids, CANCELLED ones too); return
         how many. Audited like :meth:`redrive`."""
         check_action(queue, actor, reason)
-        limits.check_selector(selector)
+        bounds.check_selector(selector)
         return await self._act("purge", queue, selector, actor, reason, dry_run, progress)
 
     async def cancel(

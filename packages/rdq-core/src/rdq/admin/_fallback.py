@@ -18,11 +18,11 @@ from datetime import datetime
 import msgspec
 
 from rdq.errors import StaleCursor
-from rdq.spi import Envelope, Page, limits
+from rdq.spi import Envelope, Page, bounds
 
 __all__ = ["SCAN_PAGE", "StoreFetch", "list_filtered"]
 
-SCAN_PAGE = limits.MAX_LIMIT
+SCAN_PAGE = bounds.MAX_LIMIT
 """Tasks per store page when the admin filters itself."""
 SCAN_BUDGET = 20
 """Store pages one filtered listing may read before it returns a short page and a cursor."""

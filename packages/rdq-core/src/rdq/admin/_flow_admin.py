@@ -1,15 +1,17 @@
 """The flow-control half of :class:`~rdq.admin.TaskAdmin`: pauses, breakers by hand, retry
-now, paced redrives (the rules are in :mod:`rdq.admin._controls` and :mod:`rdq.admin._pace`),
-and what the surfaces show of them and of the fleet (:mod:`rdq.admin._views`)."""
+now, paced redrives, and what the surfaces show of them and of the fleet. The rules of pauses,
+breakers and limits, and their views, are :mod:`rdq.flow`'s; retry now is
+:mod:`rdq.admin._retry_now`, paced redrives :mod:`rdq.admin._pace`, the fleet's views
+:mod:`rdq.admin._fleet`."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from rdq.admin import _controls, _limit_views, _pace, _views
+from rdq import flow
+from rdq.admin import _fleet, _pace, _retry_now
 from rdq.admin._selectors import TaskSelector, check_task_selector
 from rdq.audit import Action, AuditSink
-from rdq.config import Breaker
 from rdq.errors import NotFound
 from rdq.spi import QUEUE_KEY, Control, Counts, Selector, Storage
 
@@ -39,7 +41,7 @@ class FlowAdmin:
         ``dep:<name>``): no worker or node claims its tasks from the next claim on; they
         keep their attempts and submits are still accepted. Audited."""
         now = await self.storage.now()
-        return await _controls.set_paused(
+        return await flow.set_paused(
             self.storage, self.sinks, queue, key, True, actor=actor, reason=reason, now=now
         )
 
@@ -48,7 +50,7 @@ class FlowAdmin:
     ) -> Control:
         """Lift the pause of ``key`` of ``queue``. Audited."""
         now = await self.storage.now()
-        return await _controls.set_paused(
+        return await flow.set_paused(
             self.storage, self.sinks, queue, key, False, actor=actor, reason=reason, now=now
         )
 
@@ -56,16 +58,16 @@ class FlowAdmin:
         self,
         queue: str,
         key: str,
-        change: _controls.BreakerChange,
+        change: flow.BreakerChange,
         *,
         actor: str,
         reason: str | None = None,
-        config: Breaker | None = None,
+        config: flow.Breaker | None = None,
     ) -> Control:
         """Open the breaker of ``key`` by hand (its tasks are held until it is closed by
         hand), or close it (its held tasks are let go over the ramp). Audited."""
         now = await self.storage.now()
-        return await _controls.force_breaker(
+        return await flow.force_breaker(
             self.storage,
             self.sinks,
             queue,
@@ -82,7 +84,7 @@ class FlowAdmin:
     ) -> int:
         """Make the selected PENDING tasks that wait out a backoff due now. Audited."""
         check_task_selector(selector)
-        return await _controls.retry_now(
+        return await _retry_now.retry_now(
             self.storage, self.sinks, queue, selector, actor=actor, reason=reason
         )
 
@@ -145,42 +147,42 @@ class FlowAdmin:
     async def controls(self, queue: str) -> list[Control]:
         """The control records of ``queue`` (its pauses, breakers, limits; not its paced
         redrives), by key. ``Unsupported`` without ``control``."""
-        return await _views.control_list(self.storage, queue)
+        return await flow.control_list(self.storage, queue)
 
     async def breakers(
         self, queue: str | None = None, *, count_held: bool = True
-    ) -> list[_views.BreakerView]:
+    ) -> list[flow.BreakerView]:
         """Every breaker of ``queue`` (of every queue) with a state: open, half-open, then
         closed ones. ``Unsupported`` from a store without the ``control`` capability."""
-        return await _views.breaker_views(self.storage, queue, count_held=count_held)
+        return await flow.breaker_views(self.storage, queue, count_held=count_held)
 
     async def pauses(
         self, queue: str | None = None, *, count_held: bool = True
-    ) -> list[_views.PauseView]:
+    ) -> list[flow.PauseView]:
         """Every paused key of ``queue`` (of every queue). ``Unsupported`` without
         ``control``."""
-        return await _views.pause_views(self.storage, queue, count_held=count_held)
+        return await flow.pause_views(self.storage, queue, count_held=count_held)
 
     async def limits(
         self, queue: str | None = None, *, count_waiting: bool = True
-    ) -> list[_limit_views.LimitView]:
+    ) -> list[flow.LimitView]:
         """Every declared limit of ``queue`` (of every queue), with its use now and, with
         ``count_waiting``, the due tasks that wait on it. ``Unsupported`` without
         ``control``."""
-        return await _limit_views.limit_views(self.storage, queue, waiting=count_waiting)
+        return await flow.limit_views(self.storage, queue, waiting=count_waiting)
 
-    async def workers(self) -> tuple[datetime, list[_views.WorkerView]]:
+    async def workers(self) -> tuple[datetime, list[_fleet.WorkerView]]:
         """The store's now and every registered worker, judged live or silent by it.
         ``Unsupported`` without ``worker_registry``."""
-        return await _views.worker_views(self.storage)
+        return await _fleet.worker_views(self.storage)
 
     async def rates(
         self, queue: str | None = None, minutes: int = 60
     ) -> tuple[datetime, dict[str, list[Counts]]]:
         """The store's now and the per-minute counts of the last ``minutes`` minutes, per
         queue, zeros filled in. ``Unsupported`` without ``counters``."""
-        return await _views.rate_series(self.storage, queue, minutes)
+        return await _fleet.rate_series(self.storage, queue, minutes)
 
     async def count_retry_now(self, queue: str, selector: TaskSelector) -> int:
         """How many of the selected PENDING tasks :meth:`retry_now` would make due now."""
-        return await _views.count_retry_now(self.storage, queue, selector)
+        return await _retry_now.count_retry_now(self.storage, queue, selector)

@@ -23,17 +23,15 @@ from typing import Any
 import msgspec
 
 from rdq import metrics
-from rdq.admin._controls import update_control
-from rdq.admin._record import record_action
 from rdq.admin._scan import scan_dlq
-from rdq.admin._selectors import check_action
-from rdq.audit import AuditSink
+from rdq.audit import AuditSink, check_action, record_action
 from rdq.errors import ValidationError
+from rdq.flow import OP_PREFIX, update_control
 from rdq.logging import get_logger
-from rdq.spi import Control, DLQFilter, Selector, Storage, limits, require
+from rdq.spi import Control, DLQFilter, Selector, Storage, bounds, require
 
 __all__ = [
-    "OP_PREFIX",
+    "MAX_PACED_IDS",
     "Operation",
     "cancel_redrive",
     "drive_redrive",
@@ -42,11 +40,10 @@ __all__ = [
     "start_redrive",
 ]
 
-OP_PREFIX = "op:redrive:"
 DRIVER_LEASE = 15.0
 """Seconds a driver holds an operation without renewing it; then anyone may take it over."""
 TICK = 0.25
-MAX_IDS = 1000
+MAX_PACED_IDS = 1000
 """A paced redrive by ids takes at most this many (a larger selection: by filter)."""
 _log = get_logger("rdq.admin")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -137,10 +134,10 @@ async def start_redrive(
     """Create the operation (``total``: how many the selector selects now), held by
     ``driver`` when given (who then drives it with :func:`drive_redrive`)."""
     check_action(queue, actor, reason)
-    limits.check_selector(selector)
+    bounds.check_selector(selector)
     require(storage, "control", "a redrive at a pace")
-    if selector.ids is not None and len(selector.ids) > MAX_IDS:
-        raise ValidationError(f"a paced redrive by ids takes at most {MAX_IDS}", field="ids")
+    if selector.ids is not None and len(selector.ids) > MAX_PACED_IDS:
+        raise ValidationError(f"a paced redrive by ids takes at most {MAX_PACED_IDS}", field="ids")
     now = await storage.now()
     op = Operation(
         id=secrets.token_hex(6),
@@ -237,7 +234,7 @@ async def drive_redrive(
         mono = loop.time()
         tokens = min(max(op.rate, 1.0), tokens + (mono - last) * op.rate)
         last = mono
-        take = min(int(tokens), op.total - op.done, limits.MAX_LIMIT)
+        take = min(int(tokens), op.total - op.done, bounds.MAX_LIMIT)
         returned, tried, exhausted = 0, 0, False
         if take > 0:
             ids, tried, exhausted = await _next(storage, op, take)

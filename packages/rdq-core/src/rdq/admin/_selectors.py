@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 
 from rdq.errors import ValidationError
-from rdq.spi import Status, TaskFilter, limits
+from rdq.spi import Status, TaskFilter, bounds
 
-__all__ = ["CANCELLABLE", "TaskSelector", "check_action", "check_task_selector"]
+__all__ = ["CANCELLABLE", "TaskSelector", "check_task_selector"]
 
 CANCELLABLE = (Status.PENDING, Status.IN_FLIGHT)
 """The statuses a task can be cancelled in."""
@@ -37,27 +37,13 @@ class TaskSelector(msgspec.Struct, kw_only=True, frozen=True):
         return cls(filter=task_filter)
 
 
-def check_action(queue: str, actor: str, reason: str | None) -> None:
-    limits.check_queue(queue)
-    if not isinstance(actor, str) or not actor:
-        raise ValidationError("must be a non-empty string", field="actor")
-    if len(actor) > limits.MAX_AUDIT_WORD_LENGTH:
-        raise ValidationError(
-            f"longer than {limits.MAX_AUDIT_WORD_LENGTH} characters", field="actor"
-        )
-    if reason is not None and len(reason) > limits.MAX_AUDIT_REASON_LENGTH:
-        raise ValidationError(
-            f"longer than {limits.MAX_AUDIT_REASON_LENGTH} characters", field="reason"
-        )
-
-
 def check_task_selector(selector: object) -> TaskSelector:
     if not isinstance(selector, TaskSelector):
         raise ValidationError("must be an rdq.admin.TaskSelector", field="selector")
     if selector.ids is not None:
-        if len(selector.ids) > limits.MAX_SELECTOR_IDS:
-            raise ValidationError(f"more than {limits.MAX_SELECTOR_IDS} ids", field="selector.ids")
-        limits.check_ids(selector.ids, "selector.ids")
+        if len(selector.ids) > bounds.MAX_SELECTOR_IDS:
+            raise ValidationError(f"more than {bounds.MAX_SELECTOR_IDS} ids", field="selector.ids")
+        bounds.check_ids(selector.ids, "selector.ids")
     if selector.filter is not None:
-        limits.check_task_filter(selector.filter, "selector.filter")
+        bounds.check_task_filter(selector.filter, "selector.filter")
     return selector

@@ -1,4 +1,14 @@
-"""The ``rdq`` command line. Each command lives in its own module, imported only when run."""
+"""The ``rdq`` command line. Each command lives in its own module, imported only when run.
+
+- the commands (:data:`COMMANDS`): ``_backends``, ``_migrate``, ``_worker``, ``_demo``,
+  ``_server``, ``_dlq`` (``stats`` and ``dlq``), ``_tasks``, ``_flow`` (``queue``,
+  ``breakers``, ``breaker``, ``limits``, ``workers``), ``_audit``, ``_copy``, ``_backup``,
+  ``_schedules``;
+- where the operator commands act: ``_targets`` (the requests and the :class:`Target`),
+  ``_direct_target`` (a store), ``_http_target`` (a node);
+- what they share: ``_options`` (where to act, filters, who acts), ``_default`` (the store
+  used when none is named), ``_render`` (tables, confirm-then-act), ``_common``.
+"""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from rich.table import Table
 from rdq.cli._common import echo_json, json_option, run_async
 from rdq.errors import IDConflict, StaleCursor
 from rdq.plugins import open_storage
-from rdq.spi import Page, Stats, Status, Storage, TaskFilter, limits
+from rdq.spi import Page, Stats, Status, Storage, TaskFilter, bounds
 
 __all__ = ["copy"]
 
@@ -123,7 +123,7 @@ async def _exact(store: Storage, stats: Stats, status: Status) -> int:
     total, cursor = 0, None
     while True:
         tasks, cursor = await store.list_tasks(
-            stats.queue, TaskFilter(status=status), Page(limit=limits.MAX_LIMIT, cursor=cursor)
+            stats.queue, TaskFilter(status=status), Page(limit=bounds.MAX_LIMIT, cursor=cursor)
         )
         total += len(tasks)
         if cursor is None:
@@ -180,7 +180,7 @@ async def _copy_status(
 @click.option("--to", "destination_url", required=True, metavar="URL", help="The store to fill.")
 @click.option(
     "--batch",
-    type=click.IntRange(1, limits.MAX_LIMIT),
+    type=click.IntRange(1, bounds.MAX_LIMIT),
     default=500,
     show_default=True,
     help="Tasks per page read and written.",

@@ -112,8 +112,8 @@ class DirectTarget(Target):
         return [msgspec.to_builtins(e) for e in entries], cursor
 
     async def controls(self, queue: str) -> Listed:
-        from rdq.admin._views import control_builtins
         from rdq.errors import Unsupported
+        from rdq.flow import control_builtins
 
         try:
             found = await self._admin.controls(queue)
@@ -129,8 +129,7 @@ class DirectTarget(Target):
         paused: bool,
         reason: str | None,
     ) -> dict[str, Any]:
-        from rdq.admin import control_key
-        from rdq.admin._views import control_builtins
+        from rdq.flow import control_builtins, control_key
 
         key = control_key(handler=handler, dependency=dependency)
         run = self._admin.pause if paused else self._admin.resume
@@ -157,7 +156,7 @@ class DirectTarget(Target):
     async def set_breaker(
         self, queue: str, key: str, change: Literal["open", "close"], reason: str | None
     ) -> dict[str, Any]:
-        from rdq.admin._views import breaker_view, held_by
+        from rdq.flow import breaker_view, held_by
 
         control = await self._admin.set_breaker(
             queue, key, change, actor=self._actor, reason=reason

@@ -11,7 +11,7 @@ import structlog
 
 from rdq.cli._default import DEFAULT_STORAGE, STORAGE_ENV, chosen_storage
 from rdq.errors import RdqError
-from rdq.worker._worker import DEFAULT_MAX_UNRECORDED, MAX_UNRECORDED
+from rdq.worker import DEFAULT_MAX_UNRECORDED, MAX_UNRECORDED
 
 
 @click.command()

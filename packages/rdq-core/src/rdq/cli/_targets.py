@@ -6,32 +6,25 @@ print the same tables and JSON either way.
 
 This module holds those requests and the :class:`Target` they go to; the two targets are
 :class:`~rdq.cli._direct_target.DirectTarget` (a store) and
-:class:`~rdq.cli._http_target.HttpTarget` (a node), each in its own module and importable from
-here as well.
+:class:`~rdq.cli._http_target.HttpTarget` (a node), each in its own module (they import this
+one; :func:`rdq.cli._options.open_target` picks one).
 """
 
 from __future__ import annotations
 
 import abc
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import Any, Literal, Self
 
 from rdq.admin import TaskSelector
 from rdq.errors import RdqError, ValidationError
 from rdq.spi import AuditFilter, DLQFilter, Selector, Status, TaskFilter
 
-if TYPE_CHECKING:
-    from rdq.cli._direct_target import DirectTarget
-    from rdq.cli._http_target import HttpTarget
-
 __all__ = [
     "Action",
     "AuditQuery",
-    "DirectTarget",
-    "HttpTarget",
     "Listing",
     "Target",
     "TargetError",
@@ -191,14 +184,3 @@ def status_of(text: str) -> Status:
     except ValueError:
         names = ", ".join(s.value for s in Status)
         raise ValidationError(f"must be one of {names}", field="status") from None
-
-
-_TARGETS = {"DirectTarget": "rdq.cli._direct_target", "HttpTarget": "rdq.cli._http_target"}
-
-
-def __getattr__(name: str) -> Any:
-    # the targets subclass Target, so they import this module: re-exported on first use
-    module = _TARGETS.get(name)
-    if module is not None:
-        return getattr(importlib.import_module(module), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,8 +15,7 @@ from rdq.errors import RdqError, StorageUnavailable
 from rdq.logging import configure, get_logger
 from rdq.plugins import open_storage
 from rdq.spi import Doubling
-from rdq.worker import Worker, _loop
-from rdq.worker._worker import DEFAULT_MAX_UNRECORDED, MAX_UNRECORDED
+from rdq.worker import DEFAULT_MAX_UNRECORDED, MAX_UNRECORDED, Worker, run_on_event_loop
 
 __all__ = ["load_app", "worker"]
 
@@ -91,7 +90,7 @@ def worker(
             from rdq.metrics import start_http_server
 
             start_http_server(metrics_port, metrics_host)
-        _loop.run(
+        run_on_event_loop(
             _serve(
                 app,
                 storage_url,

@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from rdq.config import Breaker
+from rdq.flow._breaker_config import Breaker
 from rdq.flow._compose import compose
 from rdq.spi import Control
 

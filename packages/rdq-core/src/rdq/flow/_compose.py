@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from rdq.limiting import per_second
+from rdq.flow._limit_config import per_second
 from rdq.spi import Control
 
 __all__ = [
@@ -34,7 +34,7 @@ LOWERED_STATE = "lowered"
 
 
 class LimitState(msgspec.Struct, kw_only=True, frozen=True):
-    """The limits declared for one key (see :class:`rdq.limiting.KeyedLimit`), with who wrote
+    """The limits declared for one key (see :class:`rdq.flow.KeyedLimit`), with who wrote
     them and from which declaration."""
 
     name: str

@@ -1,11 +1,17 @@
-"""The keys of a task's flow control: which control record its breaker lives in."""
+"""The keys of control records: which record a task's breaker lives in, a named dependency's
+key, and the prefix of a paced redrive's record (a limit's keys are
+:mod:`rdq.flow._limit_config`'s)."""
 
 from __future__ import annotations
 
-from rdq.config import DEPENDENCY_PREFIX
 from rdq.spi import Envelope, handler_key
 
-__all__ = ["breaker_key", "dependency_key"]
+__all__ = ["DEPENDENCY_PREFIX", "OP_PREFIX", "breaker_key", "dependency_key"]
+
+DEPENDENCY_PREFIX = "dep:"
+"""The key of a named dependency: ``dep:<name>``, carried by every task of its handlers."""
+OP_PREFIX = "op:redrive:"
+"""The key of a paced redrive's record: ``op:redrive:<id>`` (see :mod:`rdq.admin`)."""
 
 
 def dependency_key(name: str) -> str:

@@ -16,7 +16,11 @@ a retry when attempts are exhausted    dead-letter (the attempt keeps its outcom
 - :mod:`~rdq.retry._exhaustion`: which attempts count (a failure during an outage of its
   dependency does not), and the decisions made before a handler runs (attempts exhausted,
   corrupt task, unknown handler);
-- :mod:`~rdq.retry._outage`: which failures say the dependency is down.
+- :mod:`~rdq.retry._outage`: which failures say the dependency is down;
+- :mod:`~rdq.retry._decision`: :class:`Decision`, what an attempt comes to (the leaf the
+  others speak in);
+- :mod:`~rdq.retry._tracebacks`: the tracebacks attempts record (bounded, the engine's own
+  frames left out), and where a handler was when its timeout ran out.
 
 Nothing here does I/O or reads a clock: the worker (:mod:`rdq.worker`) calls these and writes
 what they decide.
@@ -57,6 +61,14 @@ from rdq.retry._exhaustion import (
 )
 from rdq.retry._outage import is_outage, is_outage_type
 from rdq.retry._overrides import resolve
+from rdq.retry._tracebacks import (
+    bound_head,
+    bound_tail,
+    cancelled_at,
+    coroutine_stack,
+    format_failure,
+    thread_stack,
+)
 
 __all__ = [
     "ATTEMPTS_EXHAUSTED",
@@ -76,16 +88,22 @@ __all__ = [
     "attempts_used",
     "backoff_bounds",
     "backoff_delay",
+    "bound_head",
+    "bound_tail",
+    "cancelled_at",
     "classify_error",
     "classify_import_error",
     "classify_timeout",
+    "coroutine_stack",
     "corrupt",
     "describe",
     "error_type_name",
     "exhausted",
+    "format_failure",
     "is_outage",
     "is_outage_type",
     "resolve",
+    "thread_stack",
     "timeout_message",
     "truncate_message",
     "uncharged",

@@ -8,7 +8,7 @@ raises anything else                 → FAILED, retry after backoff
 a retry when attempts are exhausted  → dead-letter (the attempt keeps its outcome)
 
 Every text a decision carries is bounded by the contract's limits
-(:data:`~rdq.spi.limits.MAX_ERROR_TYPE_LENGTH`, ``MAX_ERROR_MESSAGE_LENGTH``,
+(:data:`~rdq.spi.bounds.MAX_ERROR_TYPE_LENGTH`, ``MAX_ERROR_MESSAGE_LENGTH``,
 ``MAX_TRACEBACK_LENGTH``), so no attempt the engine writes is refused for its size.
 """
 
@@ -22,7 +22,7 @@ from rdq.retry._backoff import backoff_delay
 from rdq.retry._decision import HANDLER_IMPORT_ERROR, TIMEOUT_ERROR, Action, Decision
 from rdq.retry._outage import is_outage
 from rdq.signals import MAX_RETRY_DELAY, Permanent, RetryAfter
-from rdq.spi import Outcome, limits
+from rdq.spi import Outcome, bounds
 
 __all__ = [
     "MAX_DELAY",
@@ -36,7 +36,7 @@ __all__ = [
     "truncate_message",
 ]
 
-MAX_ERROR_MESSAGE = limits.MAX_ERROR_MESSAGE_LENGTH
+MAX_ERROR_MESSAGE = bounds.MAX_ERROR_MESSAGE_LENGTH
 """Error messages are cut to this many characters before they are stored."""
 
 MAX_DELAY = MAX_RETRY_DELAY
@@ -47,10 +47,10 @@ def error_type_name(exc_type: type[BaseException]) -> str:
     """The qualified name of an exception type (``ValueError``, ``myapp.errors.Bad``)."""
     module = exc_type.__module__
     if module == "builtins":
-        return truncate_message(exc_type.__qualname__, limits.MAX_ERROR_TYPE_LENGTH)
+        return truncate_message(exc_type.__qualname__, bounds.MAX_ERROR_TYPE_LENGTH)
     if module == "rdq.signals":  # the public name: rdq.Permanent, rdq.RetryAfter
         module = "rdq"
-    return truncate_message(f"{module}.{exc_type.__qualname__}", limits.MAX_ERROR_TYPE_LENGTH)
+    return truncate_message(f"{module}.{exc_type.__qualname__}", bounds.MAX_ERROR_TYPE_LENGTH)
 
 
 def truncate_message(message: str, limit: int = MAX_ERROR_MESSAGE) -> str:

@@ -6,7 +6,8 @@ import dataclasses
 import math
 from typing import Any
 
-from rdq.config import Backoff, BackoffKind, QueueConfig, is_int, is_number, seconds_or
+from rdq._checks import is_int, is_number, seconds_or
+from rdq.config import Backoff, BackoffKind, QueueConfig
 from rdq.spi import RetryOverride
 
 __all__ = ["resolve"]

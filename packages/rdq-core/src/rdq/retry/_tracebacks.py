@@ -1,5 +1,5 @@
 """Tracebacks for attempt records: formatted like Python's, chained causes kept, the engine's
-own frames left out, and bounded by :data:`rdq.spi.limits.MAX_TRACEBACK_LENGTH` — when one is
+own frames left out, and bounded by :data:`rdq.spi.bounds.MAX_TRACEBACK_LENGTH` — when one is
 too long the outermost frames of each exception are cut first, so the innermost ones (where
 it failed) stay.
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from rdq.spi import limits
+from rdq.spi import bounds
 
 __all__ = [
     "bound_head",
@@ -46,7 +46,7 @@ def bound_head(text: str, limit: int) -> str:
     return text[: limit - 1] + "…"
 
 
-def bound_tail(text: str, limit: int = limits.MAX_TRACEBACK_LENGTH) -> str:
+def bound_tail(text: str, limit: int = bounds.MAX_TRACEBACK_LENGTH) -> str:
     """``text`` cut to at most ``limit`` characters, keeping its end (tracebacks: the
     innermost frame and the exception are last)."""
     if len(text) <= limit:
@@ -68,7 +68,7 @@ def _skip_engine(tb: TracebackType | None) -> TracebackType | None:
 def format_failure(exc: BaseException) -> str:
     """The formatted traceback of ``exc`` with its causes and context, without the engine's
     frames, at most ``MAX_TRACEBACK_LENGTH`` characters."""
-    budget = limits.MAX_TRACEBACK_LENGTH
+    budget = bounds.MAX_TRACEBACK_LENGTH
     tb = _skip_engine(exc.__traceback__)
     text = ""
     for limit in _LIMITS:
@@ -87,7 +87,7 @@ def format_failure(exc: BaseException) -> str:
 
 
 def _render(frames: traceback.StackSummary, last_line: str) -> str:
-    budget = limits.MAX_TRACEBACK_LENGTH
+    budget = bounds.MAX_TRACEBACK_LENGTH
     for limit in _LIMITS:
         kept = frames if limit is None else traceback.StackSummary.from_list(frames[limit:])
         text = "Traceback (most recent call last):\n" + "".join(kept.format()) + last_line

@@ -3,6 +3,18 @@
 Install with ``pip install 'rdq-core[server]'`` and run ``rdq server --storage URL``; embed
 with :func:`create_app` (an ASGI app) and :func:`load_settings`; an embedded worker delivers
 HTTP callback tasks with :class:`HttpCallbackInvoker`.
+
+- ``_app``: the Litestar application (API, console, OpenAPI, the node's worker);
+  ``_settings``: its settings (TOML, environment, flags); ``_node``: what every request
+  handler shares; ``_upkeep``: the node's own registration and paced redrives;
+- ``_api``: the API's router, one module per area (``_api_tasks``, ``_api_dlq``,
+  ``_api_flow``, ``_api_fleet``, ``_api_ops``) and what they share (``_api_common``);
+- ``_models``, ``_task_models``, ``_flow_models``, ``_fields``: the request and response
+  bodies (they generate the OpenAPI document, refined in ``_openapi``); ``_body``: reading
+  JSON bodies; ``_errors``: the one error shape;
+- ``_auth``: tokens, rights, the console's session and CSRF;
+- ``_callbacks``, ``_addresses``: delivering HTTP callback tasks, and the SSRF guard;
+- ``_ui``: the operator console.
 """
 
 from rdq.server._app import create_app

@@ -13,7 +13,7 @@ from rdq.errors import ValidationError
 from rdq.server._errors import ErrorBody
 from rdq.server._models import ActionResult
 from rdq.server._node import Node
-from rdq.spi import Envelope, envelope_to_builtins, limits
+from rdq.spi import Envelope, bounds, envelope_to_builtins
 
 __all__ = [
     "Cursor",
@@ -57,11 +57,11 @@ QueuePath = Annotated[
     str,
     PathParameter(
         min_length=1,
-        max_length=limits.MAX_QUEUE_LENGTH,
+        max_length=bounds.MAX_QUEUE_LENGTH,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-:]*$",
     ),
 ]
-Limit = Annotated[int, QueryParameter(ge=1, le=limits.MAX_LIMIT)]
+Limit = Annotated[int, QueryParameter(ge=1, le=bounds.MAX_LIMIT)]
 Cursor = Annotated[str | None, QueryParameter(max_length=4096)]
 Time = Annotated[
     str | None,

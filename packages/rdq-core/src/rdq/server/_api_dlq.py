@@ -30,7 +30,7 @@ from rdq.server._models import (
     GroupList,
     RedriveRequest,
 )
-from rdq.spi import DLQFilter, Page, Selector, limits
+from rdq.spi import DLQFilter, Page, Selector, bounds
 
 __all__ = ["dlq_groups", "list_dlq", "purge", "redrive"]
 
@@ -49,10 +49,10 @@ async def list_dlq(
     request: Request[Any, Any, Any],
     queue: QueuePath,
     error_type: Annotated[
-        str | None, QueryParameter(max_length=limits.MAX_ERROR_TYPE_LENGTH)
+        str | None, QueryParameter(max_length=bounds.MAX_ERROR_TYPE_LENGTH)
     ] = None,
     handler_ref: Annotated[
-        str | None, QueryParameter(max_length=limits.MAX_HANDLER_REF_LENGTH)
+        str | None, QueryParameter(max_length=bounds.MAX_HANDLER_REF_LENGTH)
     ] = None,
     dead_lettered_after: Annotated[
         str | None,
@@ -145,7 +145,7 @@ async def _act(
     request: Request[Any, Any, Any], action: Action, queue: str, data: ActionRequest
 ) -> ActionResult:
     node = node_of(request)
-    limits.check_queue(queue)
+    bounds.check_queue(queue)
     selector = _selector(data)
     run = node.admin.redrive if action == "redrive" else node.admin.purge
     count = await run(
@@ -179,7 +179,7 @@ async def redrive(
         return await _act(request, "redrive", queue, plain)
     rate = parse_rate(data.rate if isinstance(data.rate, str) else f"{data.rate!r}")
     node = node_of(request)
-    limits.check_queue(queue)
+    bounds.check_queue(queue)
     selector = _selector(data)
     if data.dry_run:
         return action_result("redrive", queue, await node.admin.count(queue, selector), True)

@@ -10,11 +10,11 @@ import msgspec
 from litestar import Request, get
 from litestar.params import QueryParameter
 
-from rdq.admin._views import MAX_RATE_MINUTES
+from rdq.admin import MAX_RATE_MINUTES
 from rdq.errors import Unsupported
 from rdq.server._api_common import QueuePath, errors, node_of
 from rdq.server._models import MinuteDoc, RateList, WorkerDoc, WorkerList
-from rdq.spi import limits
+from rdq.spi import bounds
 
 __all__ = ["list_workers", "queue_rates"]
 
@@ -57,7 +57,7 @@ async def queue_rates(
     queue: QueuePath,
     minutes: Annotated[int, QueryParameter(ge=1, le=MAX_RATE_MINUTES)] = 60,
 ) -> RateList:
-    limits.check_queue(queue)
+    bounds.check_queue(queue)
     try:
         now, series = await node_of(request).admin.rates(queue, minutes)
     except Unsupported as exc:

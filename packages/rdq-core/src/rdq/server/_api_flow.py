@@ -15,9 +15,16 @@ import msgspec
 from litestar import Request, get, post
 from litestar.params import JSONBody, PathParameter, QueryParameter
 
-from rdq.admin import LimitView, Operation, TaskSelector, control_key
-from rdq.admin._views import BreakerView, breaker_view, control_builtins, held_by
+from rdq.admin import Operation, TaskSelector
 from rdq.errors import Unsupported, ValidationError
+from rdq.flow import (
+    BreakerView,
+    LimitView,
+    breaker_view,
+    control_builtins,
+    control_key,
+    held_by,
+)
 from rdq.server._api_common import (
     QueuePath,
     action_result,
@@ -43,7 +50,7 @@ from rdq.server._models import (
     RetryNowRequest,
 )
 from rdq.server._node import Node
-from rdq.spi import Control, Status, TaskFilter, limits, require
+from rdq.spi import Control, Status, TaskFilter, bounds, require
 
 __all__ = [
     "breaker_handlers",
@@ -64,7 +71,7 @@ KeyPath = Annotated[
     str,
     PathParameter(
         min_length=1,
-        max_length=limits.MAX_CONTROL_KEY_LENGTH,
+        max_length=bounds.MAX_CONTROL_KEY_LENGTH,
         pattern=r"^[^\s\x00-\x1f\x7f/]+$",
         description="`handler:<ref>` or `dep:<name>` (URL-encoded); a key holding a `/` (a "
         "callback URL's handler) is named in the body of `/breakers/open` instead",
@@ -150,7 +157,7 @@ async def queue_limits(request: Request[Any, Any, Any], queue: QueuePath) -> Lim
 )
 async def list_limits(
     request: Request[Any, Any, Any],
-    queue: Annotated[str | None, QueryParameter(max_length=limits.MAX_QUEUE_LENGTH)] = None,
+    queue: Annotated[str | None, QueryParameter(max_length=bounds.MAX_QUEUE_LENGTH)] = None,
 ) -> LimitList:
     return await _limits(request, queue or None)
 
@@ -166,7 +173,7 @@ async def _pause(
     request: Request[Any, Any, Any], queue: str, data: PauseRequest, paused: bool
 ) -> ControlDoc:
     admin = node_of(request).admin
-    limits.check_queue(queue)
+    bounds.check_queue(queue)
     key = _key(data)
     run = admin.pause if paused else admin.resume
     control = await run(queue, key, actor=principal_owner(request), reason=data.reason)
@@ -223,7 +230,7 @@ async def resume(
 )
 async def list_breakers(
     request: Request[Any, Any, Any],
-    queue: Annotated[str | None, QueryParameter(max_length=limits.MAX_QUEUE_LENGTH)] = None,
+    queue: Annotated[str | None, QueryParameter(max_length=bounds.MAX_QUEUE_LENGTH)] = None,
 ) -> BreakerList:
     try:
         found = await node_of(request).admin.breakers(queue or None)
@@ -233,7 +240,7 @@ async def list_breakers(
 
 
 def _breaker_key(key: str, field: str) -> str:
-    limits.check_control_key(key, field)
+    bounds.check_control_key(key, field)
     if not key.startswith(("handler:", "dep:")):
         raise ValidationError("a breaker's key is handler:<ref> or dep:<name>", field=field)
     return key
@@ -243,7 +250,7 @@ async def _set_breaker(
     request: Request[Any, Any, Any], queue: str, key: str, change: str, reason: str | None
 ) -> BreakerDoc:
     node = node_of(request)
-    limits.check_queue(queue)
+    bounds.check_queue(queue)
     control = await node.admin.set_breaker(
         queue,
         key,
@@ -337,7 +344,7 @@ async def retry_now(
     request: Request[Any, Any, Any], queue: QueuePath, data: JSONBody[RetryNowRequest]
 ) -> ActionResult:
     admin = node_of(request).admin
-    limits.check_queue(queue)
+    bounds.check_queue(queue)
     chosen = selection(data.ids, data.filter)
     if isinstance(chosen, list):
         selector = TaskSelector(ids=list(chosen))
@@ -393,7 +400,7 @@ async def list_redrives(request: Request[Any, Any, Any]) -> RedriveList:
     tags=["flow"],
 )
 async def queue_redrives(request: Request[Any, Any, Any], queue: QueuePath) -> RedriveList:
-    limits.check_queue(queue)
+    bounds.check_queue(queue)
     return await _redrives(node_of(request), queue)
 
 
@@ -408,7 +415,7 @@ async def get_redrive(
     request: Request[Any, Any, Any], queue: QueuePath, op_id: OpPath
 ) -> OperationDoc:
     node = node_of(request)
-    limits.check_queue(queue)
+    bounds.check_queue(queue)
     require(node.storage, "control", "paced redrives")
     return operation_doc(await node.admin.paced_redrive(queue, op_id))
 
@@ -432,7 +439,7 @@ async def cancel_redrive(
     data: JSONBody[ReasonRequest],
 ) -> OperationDoc:
     node = node_of(request)
-    limits.check_queue(queue)
+    bounds.check_queue(queue)
     require(node.storage, "control", "paced redrives")
     await node.admin.paced_redrive(queue, op_id)  # NotFound: a 404
     op = await node.admin.cancel_paced_redrive(

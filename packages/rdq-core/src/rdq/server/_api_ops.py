@@ -14,7 +14,7 @@ from rdq.errors import NotFound
 from rdq.server._api_common import Cursor, Limit, QueuePath, Time, errors, node_of
 from rdq.server._body import check_time
 from rdq.server._models import AuditDoc, AuditPage, QueueList, StatsDoc
-from rdq.spi import AuditEntry, AuditFilter, Page, Stats, limits
+from rdq.spi import AuditEntry, AuditFilter, Page, Stats, bounds
 
 __all__ = ["healthz", "list_audit", "list_queues", "metrics", "queue_stats", "readyz"]
 
@@ -61,9 +61,9 @@ async def queue_stats(request: Request[Any, Any, Any], queue: QueuePath) -> Stat
 )
 async def list_audit(
     request: Request[Any, Any, Any],
-    queue: Annotated[str | None, QueryParameter(max_length=limits.MAX_QUEUE_LENGTH)] = None,
-    action: Annotated[str | None, QueryParameter(max_length=limits.MAX_AUDIT_WORD_LENGTH)] = None,
-    actor: Annotated[str | None, QueryParameter(max_length=limits.MAX_AUDIT_WORD_LENGTH)] = None,
+    queue: Annotated[str | None, QueryParameter(max_length=bounds.MAX_QUEUE_LENGTH)] = None,
+    action: Annotated[str | None, QueryParameter(max_length=bounds.MAX_AUDIT_WORD_LENGTH)] = None,
+    actor: Annotated[str | None, QueryParameter(max_length=bounds.MAX_AUDIT_WORD_LENGTH)] = None,
     after: Time = None,
     before: Time = None,
     limit: Limit = 50,

@@ -35,7 +35,7 @@ from rdq.server._models import (
     TaskDoc,
     TaskPage,
 )
-from rdq.spi import Page, Status, TaskFilter, envelope_from_builtins, limits
+from rdq.spi import Page, Status, TaskFilter, bounds, envelope_from_builtins
 
 __all__ = ["cancel_tasks", "get_task", "list_tasks", "submit_task"]
 
@@ -94,10 +94,10 @@ async def submit_task(
         and retry.cap < retry.base
     ):
         raise ValidationError("must not be smaller than base", field="retry.cap")
-    limits.check_depth(raw.get("payload"), "payload")
+    bounds.check_depth(raw.get("payload"), "payload")
     unknown = {k: v for k, v in raw.items() if k not in _KNOWN_FIELDS}
     for name, value in unknown.items():
-        limits.check_depth(value, name)
+        bounds.check_depth(value, name)
     raw.pop("delay", None)
     raw.pop("format_version", None)
     raw["id"] = data.id or new_task_ids(1)[0]
@@ -106,8 +106,8 @@ async def submit_task(
     app = node.engine_app
     if app is not None:  # the keys its dependency and limits give it, as a Client would
         task = task_keys_for(app, task)
-    limits.check_task(task)
-    limits.check_submitted_size(task)
+    bounds.check_task(task)
+    bounds.check_submitted_size(task)
     if is_callback_ref(task.handler_ref):
         try:
             check_callback_url(task.handler_ref, node.settings.callbacks)
@@ -116,7 +116,7 @@ async def submit_task(
     delay = timedelta(seconds=data.delay) if data.delay else None
     may_read = request.state.principal.can("read")
     if app is not None:
-        await node.limit_controls.ensure(node.storage, app, [task])
+        await node.limit_controls.ensure(node.storage, app.limit_plan, [task])
     try:
         stored = await node.storage.enqueue(task, delay=delay)
     except IDConflict:
@@ -142,7 +142,7 @@ async def submit_task(
 )
 async def get_task(
     request: Request[Any, Any, Any],
-    task_id: Annotated[str, PathParameter(min_length=1, max_length=limits.MAX_ID_LENGTH)],
+    task_id: Annotated[str, PathParameter(min_length=1, max_length=bounds.MAX_ID_LENGTH)],
 ) -> TaskDoc:
     task = await node_of(request).admin.get(task_id)
     return task_body(task)  # type: ignore[no-any-return]
@@ -164,10 +164,10 @@ async def list_tasks(
     queue: QueuePath,
     status: Annotated[Status, QueryParameter(description="The status to list")] = Status.PENDING,
     error_type: Annotated[
-        str | None, QueryParameter(max_length=limits.MAX_ERROR_TYPE_LENGTH)
+        str | None, QueryParameter(max_length=bounds.MAX_ERROR_TYPE_LENGTH)
     ] = None,
     handler_ref: Annotated[
-        str | None, QueryParameter(max_length=limits.MAX_HANDLER_REF_LENGTH)
+        str | None, QueryParameter(max_length=bounds.MAX_HANDLER_REF_LENGTH)
     ] = None,
     after: Time = None,
     before: Time = None,

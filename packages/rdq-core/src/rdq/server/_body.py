@@ -5,7 +5,7 @@ JSON is a 415, one that does not decode (truncated, not UTF-8, nested deeper tha
 goes) a 400 ``malformed_json``, and one whose fields do not have the JSON types of the
 request model a 422 naming the field. The decoded body is cached on the request, so the
 handler's own parsing reads it from there. How deeply a payload may nest is
-``limits.check_depth``'s rule, the same for every entry point.
+``bounds.check_depth``'s rule, the same for every entry point.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from litestar.exceptions import SerializationException
 
 from rdq.errors import ValidationError
 from rdq.server._errors import ApiError, body_field
-from rdq.spi import limits
+from rdq.spi import bounds
 
 __all__ = ["check_time", "json_body", "require_json"]
 
@@ -74,4 +74,4 @@ def check_time(value: datetime | str | None, field: str) -> datetime | None:
             value = msgspec.convert(value, datetime)
         except msgspec.ValidationError as exc:
             raise ValidationError(str(exc), field=field) from None
-    return limits.check_aware(value, field).astimezone(UTC)
+    return bounds.check_aware(value, field).astimezone(UTC)

@@ -1,5 +1,5 @@
 """The field types the HTTP API's bodies share: ids, queue names, handler refs, durations and
-reasons, each bounded by the contract's limits (:mod:`rdq.spi.limits`), so that a body out of
+reasons, each bounded by the contract's limits (:mod:`rdq.spi.bounds`), so that a body out of
 bounds is refused with the field named before anything is stored.
 """
 
@@ -9,7 +9,7 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from rdq.spi import limits
+from rdq.spi import bounds
 
 __all__ = [
     "TASK_ID_PATTERN",
@@ -25,20 +25,20 @@ __all__ = [
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9._\-:@+=~]+$"
 TaskId = Annotated[
-    str, Meta(min_length=1, max_length=limits.MAX_ID_LENGTH, pattern=TASK_ID_PATTERN)
+    str, Meta(min_length=1, max_length=bounds.MAX_ID_LENGTH, pattern=TASK_ID_PATTERN)
 ]
 QueueName = Annotated[
     str,
     Meta(
-        min_length=1, max_length=limits.MAX_QUEUE_LENGTH, pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-:]*$"
+        min_length=1, max_length=bounds.MAX_QUEUE_LENGTH, pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-:]*$"
     ),
 ]
 HandlerRef = Annotated[
     str,
-    Meta(min_length=1, max_length=limits.MAX_HANDLER_REF_LENGTH, pattern=r"^[^\s\x00-\x1f\x7f]+$"),
+    Meta(min_length=1, max_length=bounds.MAX_HANDLER_REF_LENGTH, pattern=r"^[^\s\x00-\x1f\x7f]+$"),
 ]
 Delay = Annotated[float, Meta(ge=0, le=366 * 86400)]
 Seconds = Annotated[float, Meta(ge=0, le=366 * 86400)]
-Reason = Annotated[str, Meta(max_length=limits.MAX_AUDIT_REASON_LENGTH)]
-ErrorType = Annotated[str, Meta(min_length=1, max_length=limits.MAX_ERROR_TYPE_LENGTH)]
-FilterHandlerRef = Annotated[str, Meta(min_length=1, max_length=limits.MAX_HANDLER_REF_LENGTH)]
+Reason = Annotated[str, Meta(max_length=bounds.MAX_AUDIT_REASON_LENGTH)]
+ErrorType = Annotated[str, Meta(min_length=1, max_length=bounds.MAX_ERROR_TYPE_LENGTH)]
+FilterHandlerRef = Annotated[str, Meta(min_length=1, max_length=bounds.MAX_HANDLER_REF_LENGTH)]

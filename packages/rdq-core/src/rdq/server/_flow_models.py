@@ -18,7 +18,7 @@ from rdq.server._fields import (
     TaskId,
 )
 from rdq.server._task_models import FilterRequest, OperationDoc
-from rdq.spi import limits
+from rdq.spi import bounds
 
 __all__ = [
     "BreakerDoc",
@@ -47,11 +47,11 @@ __all__ = [
 
 Name = Annotated[
     str,
-    Meta(min_length=1, max_length=limits.MAX_HANDLER_REF_LENGTH, pattern=r"^[^\s\x00-\x1f\x7f]+$"),
+    Meta(min_length=1, max_length=bounds.MAX_HANDLER_REF_LENGTH, pattern=r"^[^\s\x00-\x1f\x7f]+$"),
 ]
 ControlKey = Annotated[
     str,
-    Meta(min_length=1, max_length=limits.MAX_CONTROL_KEY_LENGTH, pattern=r"^[^\s\x00-\x1f\x7f]+$"),
+    Meta(min_length=1, max_length=bounds.MAX_CONTROL_KEY_LENGTH, pattern=r"^[^\s\x00-\x1f\x7f]+$"),
 ]
 Rate = Annotated[float, Meta(gt=0, le=100_000)] | Annotated[str, Meta(min_length=1, max_length=32)]
 
@@ -93,7 +93,7 @@ class RetryNowRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Select PENDING tasks by ``ids`` or by ``filter`` (exactly one of them); those waiting
     out a backoff become due now. ``dry_run`` only counts them."""
 
-    ids: Annotated[list[TaskId], Meta(max_length=limits.MAX_SELECTOR_IDS)] | None = None
+    ids: Annotated[list[TaskId], Meta(max_length=bounds.MAX_SELECTOR_IDS)] | None = None
     filter: PendingFilterRequest | None = None
     dry_run: bool = False
     reason: Reason | None = None
@@ -104,7 +104,7 @@ class RedriveRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     counts. ``rate`` (tasks per second, or text such as ``"50/s"``, ``"600/min"``) starts a
     paced redrive that the node drives instead of returning them all at once."""
 
-    ids: Annotated[list[TaskId], Meta(max_length=limits.MAX_SELECTOR_IDS)] | None = None
+    ids: Annotated[list[TaskId], Meta(max_length=bounds.MAX_SELECTOR_IDS)] | None = None
     filter: FilterRequest | None = None
     dry_run: bool = False
     reason: Reason | None = None

@@ -9,9 +9,8 @@ from typing import TypeVar
 from rdq.admin import TaskAdmin
 from rdq.app import App
 from rdq.audit import AuditSink, JsonLinesAuditSink
-from rdq.config import Breaker
 from rdq.errors import StorageUnavailable
-from rdq.provision import LimitControls
+from rdq.flow import Breaker, LimitControls
 from rdq.server._auth import Authenticator
 from rdq.server._settings import ServerSettings
 from rdq.server._upkeep import NodeUpkeep, node_id
@@ -46,7 +45,9 @@ class Node:
         self.admin = TaskAdmin(self.storage, sinks=sinks)
         self.id = node_id()
         """The node's id in the worker registry and as the driver of paced redrives."""
-        self.upkeep = NodeUpkeep(self)
+        self.upkeep = NodeUpkeep(
+            self.id, self.admin, list(settings.queues) if settings.work else []
+        )
         self.limit_controls = LimitControls()
         """The limit keys whose control records submits through this node know exist."""
 

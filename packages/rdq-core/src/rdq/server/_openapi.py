@@ -20,7 +20,7 @@ from litestar.openapi.spec.enums import OpenAPIType
 
 from rdq.server import _models
 from rdq.server._errors import error_response
-from rdq.spi import limits
+from rdq.spi import bounds
 
 __all__ = ["openapi_config", "refine"]
 
@@ -93,17 +93,17 @@ def _bounded_below(schema: Schema | None, *names: str, exclusive: bool = False) 
 
 
 def _headers(schema: Schema | None) -> None:
-    """What ``rdq.spi.limits.check_task`` allows: a few names of 1-128 characters, short values."""
+    """What ``rdq.spi.bounds.check_task`` allows: a few names of 1-128 characters, short values."""
     if schema is None or not schema.properties:
         return
     schema.properties["headers"] = Schema(
         type=OpenAPIType.OBJECT,
-        max_properties=limits.MAX_HEADERS,
+        max_properties=bounds.MAX_HEADERS,
         property_names=Schema(
-            type=OpenAPIType.STRING, min_length=1, max_length=limits.MAX_HEADER_NAME_LENGTH
+            type=OpenAPIType.STRING, min_length=1, max_length=bounds.MAX_HEADER_NAME_LENGTH
         ),
         additional_properties=Schema(
-            type=OpenAPIType.STRING, max_length=limits.MAX_HEADER_VALUE_LENGTH
+            type=OpenAPIType.STRING, max_length=bounds.MAX_HEADER_VALUE_LENGTH
         ),
     )
 
@@ -112,14 +112,14 @@ def _task_ids(min_items: int | None = None) -> Schema:
     task_id = Schema(
         type=OpenAPIType.STRING,
         min_length=1,
-        max_length=limits.MAX_ID_LENGTH,
+        max_length=bounds.MAX_ID_LENGTH,
         pattern=_models.TASK_ID_PATTERN,
     )
     return Schema(
         type=OpenAPIType.ARRAY,
         items=task_id,
         min_items=min_items,
-        max_items=limits.MAX_SELECTOR_IDS,
+        max_items=bounds.MAX_SELECTOR_IDS,
     )
 
 

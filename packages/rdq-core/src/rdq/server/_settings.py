@@ -40,7 +40,7 @@ from rdq._storage_url import named_storage
 from rdq.app import DEFAULT_QUEUE, App
 from rdq.callbacks import CallbackSettings
 from rdq.errors import ConfigError
-from rdq.worker._worker import MAX_UNRECORDED
+from rdq.worker import MAX_UNRECORDED
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",

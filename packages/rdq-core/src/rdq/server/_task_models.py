@@ -20,7 +20,7 @@ from rdq.server._fields import (
     Seconds,
     TaskId,
 )
-from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, Outcome, Status, limits
+from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, Outcome, Status, bounds
 
 __all__ = [
     "ActionRequest",
@@ -179,7 +179,7 @@ class ActionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Select DLQ tasks by ``ids`` or by ``filter`` (exactly one of them: both or neither is a
     422). ``dry_run`` only counts what would be acted on."""
 
-    ids: Annotated[list[TaskId], Meta(max_length=limits.MAX_SELECTOR_IDS)] | None = None
+    ids: Annotated[list[TaskId], Meta(max_length=bounds.MAX_SELECTOR_IDS)] | None = None
     filter: FilterRequest | None = None
     dry_run: bool = False
     reason: Reason | None = None
@@ -198,7 +198,7 @@ class CancelRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Select PENDING or IN_FLIGHT tasks by ``ids`` or by ``filter`` (exactly one of them).
     ``dry_run`` only counts what would be cancelled."""
 
-    ids: Annotated[list[TaskId], Meta(max_length=limits.MAX_SELECTOR_IDS)] | None = None
+    ids: Annotated[list[TaskId], Meta(max_length=bounds.MAX_SELECTOR_IDS)] | None = None
     filter: TaskFilterRequest | None = None
     dry_run: bool = False
     reason: Reason | None = None

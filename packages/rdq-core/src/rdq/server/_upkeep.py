@@ -15,14 +15,10 @@ import os
 import secrets
 import socket
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING
 
-from rdq.admin import Operation, resume_orphans
+from rdq.admin import Operation, TaskAdmin, resume_orphans
 from rdq.logging import get_logger
-from rdq.spi import WorkerInfo
-
-if TYPE_CHECKING:
-    from rdq.server._node import Node
+from rdq.spi import Storage, WorkerInfo
 
 __all__ = ["INTERVAL", "NodeUpkeep", "node_id"]
 
@@ -47,8 +43,12 @@ def _rdq_version() -> str:
 class NodeUpkeep:
     """The registration and the paced redrives of one node."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, node_id: str, admin: TaskAdmin, works: list[str]) -> None:
+        self.node_id = node_id
+        self.admin = admin
+        self.storage: Storage = admin.storage
+        self.works = works
+        """The queues whose tasks the node's own worker runs (``[]``: none)."""
         self.interval = INTERVAL
         self._drives: dict[str, asyncio.Task[Operation]] = {}
         self._warned = False
@@ -62,9 +62,8 @@ class NodeUpkeep:
         """Drive the paced redrive ``op_id`` of ``queue`` in a task of the node's."""
         if op_id in self.driving:
             return
-        admin = self.node.admin
         task = asyncio.create_task(
-            admin.drive_paced_redrive(queue, op_id, driver=self.node.id),
+            self.admin.drive_paced_redrive(queue, op_id, driver=self.node_id),
             name=f"rdq-redrive-{op_id}",
         )
         self._adopt(op_id, task)
@@ -86,21 +85,18 @@ class NodeUpkeep:
 
     async def round(self) -> None:
         """One heartbeat of the registration and one look for orphans."""
-        storage = self.node.storage
+        storage = self.storage
         caps = storage.capabilities()
         if caps.worker_registry:
             await storage.heartbeat_worker(self._info())
         if caps.control:
-            for task in await resume_orphans(
-                storage, self.node.admin.sinks, None, driver=self.node.id
-            ):
+            for task in await resume_orphans(storage, self.admin.sinks, None, driver=self.node_id):
                 op_id = task.get_name().removeprefix("rdq-redrive-")
                 self._adopt(op_id, task)
 
     def _info(self) -> WorkerInfo:
-        settings = self.node.settings
         return WorkerInfo(
-            id=self.node.id,
+            id=self.node_id,
             host=socket.gethostname(),
             pid=os.getpid(),
             version=_rdq_version(),
@@ -110,7 +106,7 @@ class NodeUpkeep:
             heartbeat=self.interval,
             extra={
                 "kind": "node",
-                "works": list(settings.queues) if settings.work else [],
+                "works": self.works,
                 "redrives": self.driving,
             },
         )
@@ -137,7 +133,7 @@ class NodeUpkeep:
         for task in list(self._drives.values()):
             with contextlib.suppress(BaseException):
                 await task
-        storage = self.node.storage
+        storage = self.storage
         if storage.capabilities().worker_registry:
             with contextlib.suppress(Exception):
-                await storage.remove_worker(self.node.id)
+                await storage.remove_worker(self.node_id)

@@ -7,13 +7,21 @@
   :class:`Capabilities`, filters, pages, selectors, stats, audit entries;
 - the base a store subclasses, :class:`StorageBase` (validation, lifecycle, the operation
   timeout, defaults), and :class:`ForwardingStorage` for wrappers;
-- helpers: :mod:`limits` (the input limits), the envelope codec, keyset cursors
-  (:class:`DLQCursor`, :class:`KeysetCursor`) and :func:`page_of`, :func:`fence`,
-  :func:`first_of_each_id`, :func:`stored_flags`, :func:`group_order`; :class:`Doubling`,
-  the backoff of every retry loop; :class:`ClaimGate` and :class:`ClaimOrder`, the rules of a
-  claim for stores that decide claims in Python;
+- helpers: :mod:`bounds` (the bounds of every input; ``limits`` is its former name), the
+  envelope codec, keyset cursors (:class:`DLQCursor`, :class:`KeysetCursor`) and
+  :func:`page_of`, :func:`fence`, :func:`first_of_each_id`, :func:`stored_flags`,
+  :func:`group_order`; :class:`Doubling`, the backoff of every retry loop; :class:`ClaimGate`
+  and :class:`ClaimOrder`, the rules of a claim for stores that decide claims in Python;
 - registration: :data:`hookimpl` and the hook :func:`rdq_storage_factory` (entry-point group
   ``rdq.storage``).
+
+The modules: ``_protocol`` (:class:`Storage`), ``_contract`` (versions, capabilities),
+``_models`` (the envelope and its kin), ``_flow`` (control records, workers, counts);
+``_base``, ``_lifecycle``, ``_flow_operations`` (:class:`StorageBase`, in three parts),
+``defaults`` (the later operations built on version-1 ones), ``_proxy``
+(:class:`ForwardingStorage`); ``bounds`` (and its former name ``limits``), ``codec``,
+``cursor``, ``_helpers``, ``_pacing``, ``_gate`` (:class:`ClaimGate`), ``_order``
+(:class:`ClaimOrder`); ``hookspecs`` and ``_registry`` (registration).
 
 ``rdq_compliance.StorageSuite`` checks that a store keeps the contract; the guide is
 ``docs/writing-a-backend.md`` and the changes of promise from version to version are in
@@ -34,7 +42,7 @@ from rdq.errors import (
     Unsupported,
     ValidationError,
 )
-from rdq.spi import limits
+from rdq.spi import bounds, limits
 from rdq.spi._base import StorageBase
 from rdq.spi._contract import CONTRACT_VERSION, FEATURES, Feature, require, supports
 from rdq.spi._flow import QUEUE_KEY, Control, Counts, WorkerInfo, handler_key, task_keys
@@ -88,7 +96,7 @@ from rdq.spi.cursor import DLQCursor, KeysetCursor, audit_scope, task_scope
 from rdq.spi.defaults import CLOCK_QUEUE
 
 if TYPE_CHECKING:
-    from rdq.spi._hooks import hookimpl, rdq_register_storage, rdq_storage_factory
+    from rdq.spi.hookspecs import hookimpl, rdq_register_storage, rdq_storage_factory
 
 Cursor = str
 """Cursors are opaque strings; :class:`DLQCursor` and :class:`KeysetCursor` are ready-made
@@ -152,6 +160,7 @@ __all__ = [
     "adapt",
     "aged_due",
     "audit_scope",
+    "bounds",
     "decode_envelope",
     "encode_envelope",
     "envelope_from_builtins",
@@ -184,7 +193,7 @@ def __getattr__(name: str) -> Any:
     # the hook marker needs pluggy: imported when a plugin module asks for it, so that an
     # application importing rdq does not pay for it
     if name in _HOOKS:
-        from rdq.spi import _hooks
+        from rdq.spi import hookspecs
 
-        return getattr(_hooks, name)
+        return getattr(hookspecs, name)
     raise AttributeError(f"module 'rdq.spi' has no attribute {name!r}")

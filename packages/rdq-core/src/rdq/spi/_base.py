@@ -4,7 +4,7 @@ calls.
 Each public operation of :class:`~rdq.spi.Storage` is written here once, as a template:
 
 1. check that the store is open (``NotConnected`` otherwise);
-2. validate every argument through :mod:`rdq.spi.limits` (``ValidationError`` naming the field,
+2. validate every argument through :mod:`rdq.spi.bounds` (``ValidationError`` naming the field,
    before anything is touched);
 3. call the store's ``_operation`` (``enqueue`` calls ``_enqueue``) with valid arguments, bounded
    by :attr:`StorageBase.operation_timeout` when the store sets one.
@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, Self
 
 from rdq.errors import NotFound, StaleClaim, ValidationError
-from rdq.spi import defaults, limits
+from rdq.spi import bounds, defaults
 from rdq.spi._flow_operations import FlowOperations
 from rdq.spi._models import (
     Attempt,
@@ -117,23 +117,23 @@ class StorageBase(FlowOperations):
 
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
         self._check_open()
-        limits.check_task(task)
-        limits.check_delay(delay)
+        bounds.check_task(task)
+        bounds.check_delay(delay)
         return await self._run(self._enqueue(task, delay))
 
     async def enqueue_batch(
         self, tasks: Sequence[Envelope], *, delay: timedelta | None = None
     ) -> list[bool]:
         self._check_open()
-        checked = limits.check_tasks(tasks)
-        limits.check_delay(delay)
+        checked = bounds.check_tasks(tasks)
+        bounds.check_delay(delay)
         if not checked:
             return []
         return await self._run(self._enqueue_batch(checked, delay))
 
     async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
         self._check_open()
-        checked = limits.check_imported_tasks(tasks)
+        checked = bounds.check_imported_tasks(tasks)
         if not checked:
             return []
         return await self._run(self._import_tasks(checked))
@@ -142,8 +142,8 @@ class StorageBase(FlowOperations):
         self, connection: object, tasks: Sequence[Envelope], *, delay: timedelta | None = None
     ) -> list[bool]:
         self._check_open()
-        checked = limits.check_tasks(tasks)
-        limits.check_delay(delay)
+        checked = bounds.check_tasks(tasks)
+        bounds.check_delay(delay)
         if not checked:
             return []
         return await self._run(self._enqueue_in(connection, checked, delay))
@@ -179,17 +179,17 @@ class StorageBase(FlowOperations):
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
     ) -> list[Claimed]:
         self._check_open()
-        limits.check_queue(queue)
-        limits.check_limit(limit)
-        limits.check_lease(lease)
-        limits.check_worker_id(worker_id)
+        bounds.check_queue(queue)
+        bounds.check_limit(limit)
+        bounds.check_lease(lease)
+        bounds.check_worker_id(worker_id)
         return await self._run(self._claim_due(queue, limit, lease, worker_id))
 
     async def extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         self._check_open()
-        limits.check_task_id(task_id)
-        limits.check_token(token)
-        limits.check_lease(lease)
+        bounds.check_task_id(task_id)
+        bounds.check_token(token)
+        bounds.check_lease(lease)
         return await self._run(self._extend_lease(task_id, token, lease))
 
     async def _claim_due(
@@ -206,25 +206,25 @@ class StorageBase(FlowOperations):
         self, task_id: str, token: str, attempt: Attempt, next_at: datetime
     ) -> None:
         self._check_open()
-        limits.check_resolution(task_id, token, attempt)
-        limits.check_aware(next_at, "next_at")
+        bounds.check_resolution(task_id, token, attempt)
+        bounds.check_aware(next_at, "next_at")
         await self._run(self._reschedule(task_id, token, attempt, next_at))
 
     async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
         self._check_open()
-        limits.check_resolution(task_id, token, attempt)
+        bounds.check_resolution(task_id, token, attempt)
         await self._run(self._complete(task_id, token, attempt))
 
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         self._check_open()
-        limits.check_resolution(task_id, token, attempt)
+        bounds.check_resolution(task_id, token, attempt)
         await self._run(self._dead_letter(task_id, token, attempt))
 
     async def complete_many(
         self, completions: Sequence[Completion]
     ) -> list[StaleClaim | NotFound | None]:
         self._check_open()
-        checked = limits.check_completions(completions)
+        checked = bounds.check_completions(completions)
         if not checked:
             return []
         return await self._run(self._complete_many(checked))
@@ -253,27 +253,27 @@ class StorageBase(FlowOperations):
         self, queue: str, dlq_filter: DLQFilter | None, page: Page
     ) -> tuple[list[Envelope], str | None]:
         self._check_open()
-        limits.check_queue(queue)
+        bounds.check_queue(queue)
         if dlq_filter is not None:
-            limits.check_filter(dlq_filter)
-        limits.check_page(page)
+            bounds.check_filter(dlq_filter)
+        bounds.check_page(page)
         return await self._run(self._dlq_list(queue, dlq_filter, page))
 
     async def dlq_groups(self, queue: str) -> list[DLQGroup]:
         self._check_open()
-        limits.check_queue(queue)
+        bounds.check_queue(queue)
         return await self._run(self._dlq_groups(queue))
 
     async def redrive(self, queue: str, selector: Selector) -> int:
         self._check_open()
-        limits.check_queue(queue)
-        limits.check_selector(selector)
+        bounds.check_queue(queue)
+        bounds.check_selector(selector)
         return await self._run(self._redrive(queue, selector))
 
     async def purge(self, queue: str, selector: Selector) -> int:
         self._check_open()
-        limits.check_queue(queue)
-        limits.check_selector(selector)
+        bounds.check_queue(queue)
+        bounds.check_selector(selector)
         return await self._run(self._purge(queue, selector))
 
     async def _dlq_list(
@@ -296,22 +296,22 @@ class StorageBase(FlowOperations):
 
     async def get(self, task_id: str) -> Envelope:
         self._check_open()
-        limits.check_task_id(task_id)
+        bounds.check_task_id(task_id)
         return await self._run(self._get(task_id))
 
     async def list_tasks(
         self, queue: str, task_filter: TaskFilter, page: Page
     ) -> tuple[list[Envelope], str | None]:
         self._check_open()
-        limits.check_queue(queue)
-        limits.check_task_filter(task_filter)
-        limits.check_page(page)
+        bounds.check_queue(queue)
+        bounds.check_task_filter(task_filter)
+        bounds.check_page(page)
         return await self._run(self._list_tasks(queue, task_filter, page))
 
     async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
         self._check_open()
-        limits.check_queue(queue)
-        ids = list(dict.fromkeys(limits.check_ids(task_ids)))
+        bounds.check_queue(queue)
+        ids = list(dict.fromkeys(bounds.check_ids(task_ids)))
         if not ids:
             return 0
         return await self._run(self._cancel(queue, ids))
@@ -339,7 +339,7 @@ class StorageBase(FlowOperations):
 
     async def append_audit(self, entry: AuditEntry) -> AuditEntry:
         self._check_open()
-        limits.check_audit_entry(entry)
+        bounds.check_audit_entry(entry)
         return await self._run(self._append_audit(entry))
 
     async def list_audit(
@@ -347,8 +347,8 @@ class StorageBase(FlowOperations):
     ) -> tuple[list[AuditEntry], str | None]:
         self._check_open()
         if audit_filter is not None:
-            limits.check_audit_filter(audit_filter)
-        limits.check_page(page)
+            bounds.check_audit_filter(audit_filter)
+        bounds.check_page(page)
         return await self._run(self._list_audit(audit_filter, page))
 
     async def _append_audit(self, entry: AuditEntry) -> AuditEntry:
@@ -367,20 +367,20 @@ class StorageBase(FlowOperations):
 
     async def stats(self, queue: str) -> Stats:
         self._check_open()
-        limits.check_queue(queue)
+        bounds.check_queue(queue)
         return await self._run(self._stats(queue))
 
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
         self._check_open()
-        limits.check_queue(queue)
-        limits.check_aware(older_than, "older_than")
+        bounds.check_queue(queue)
+        bounds.check_aware(older_than, "older_than")
         return await self._run(self._purge_succeeded(queue, older_than))
 
     async def wait_due(self, queue: str, timeout: float) -> bool:
         """Not bounded by the operation timeout: ``timeout`` is its own."""
         self._check_open()
-        limits.check_queue(queue)
-        limits.check_wait(timeout)
+        bounds.check_queue(queue)
+        bounds.check_wait(timeout)
         return await self._wait_due(queue, float(timeout))
 
     def reopen(self) -> Storage | None:

@@ -1,40 +1,20 @@
-"""What ``rdq backends`` lists: each installed backend by scheme, and each plugin that broke;
-and the registry a version-1 plugin registers its factories with."""
+"""The factory a plugin gives for a URL scheme, and the registry a version-1 plugin registers
+its factories with."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from rdq.errors import ConfigError
 
 if TYPE_CHECKING:
     from rdq.spi._protocol import Storage
 
-__all__ = ["Backend", "BrokenPlugin", "StorageFactory", "StorageRegistry"]
+__all__ = ["StorageFactory", "StorageRegistry"]
 
 StorageFactory = Callable[..., "Storage"]
 """``factory(url, **options) -> Storage``: builds an unconnected store for ``url``."""
-
-
-class Backend(msgspec.Struct, frozen=True):
-    """An installed backend as ``rdq backends`` shows it."""
-
-    scheme: str
-    plugin: str
-    distribution: str | None
-    version: str | None
-
-
-class BrokenPlugin(msgspec.Struct, frozen=True):
-    """An entry point that failed to load, and why."""
-
-    name: str
-    distribution: str | None
-    version: str | None
-    error: str
 
 
 class StorageRegistry:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from rdq.errors import NotFound, StaleClaim
-from rdq.spi import limits
+from rdq.spi import bounds
 from rdq.spi._helpers import group_order
 from rdq.spi._models import Attempt, Completion, DLQGroup, Envelope, Outcome, Page
 
@@ -36,7 +36,7 @@ async def now_by_probe(storage: Storage) -> datetime:
         id=f"clock-{secrets.token_hex(8)}", queue=CLOCK_QUEUE, handler_ref="rdq.clock-probe"
     )
     await storage.enqueue(probe)
-    claimed = await storage.claim_due(CLOCK_QUEUE, limits.MAX_LIMIT, _PROBE_LEASE)
+    claimed = await storage.claim_due(CLOCK_QUEUE, bounds.MAX_LIMIT, _PROBE_LEASE)
     now: datetime | None = None
     for claim in claimed:
         expires = claim.task.lease_expires_at
@@ -65,7 +65,7 @@ async def groups_by_paging(storage: Storage, queue: str) -> list[DLQGroup]:
     cursor: str | None = None
     while True:
         tasks, cursor = await storage.dlq_list(
-            queue, None, Page(limit=limits.MAX_LIMIT, cursor=cursor, include_attempts=True)
+            queue, None, Page(limit=bounds.MAX_LIMIT, cursor=cursor, include_attempts=True)
         )
         for task in tasks:
             error_type = task.attempts[-1].error_type if task.attempts else None

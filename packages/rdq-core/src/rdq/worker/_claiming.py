@@ -13,7 +13,7 @@ from typing import Any
 
 from rdq import metrics
 from rdq.app import App
-from rdq.spi import Doubling, Storage, limits
+from rdq.spi import Doubling, Storage, bounds
 from rdq.worker._clock import StorageClock
 from rdq.worker._flow import FlowControl
 from rdq.worker._run import Run
@@ -103,7 +103,7 @@ class ClaimLoops:
                     size = state.claim_size()
                     if size <= 0 or stopping.is_set():
                         continue
-            asked = min(size, limits.MAX_LIMIT)
+            asked = min(size, bounds.MAX_LIMIT)
             lease = timedelta(seconds=config.lease)
             sent = self.clock.mono()
             try:

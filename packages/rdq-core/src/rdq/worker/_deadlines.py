@@ -19,26 +19,14 @@ import asyncio
 import heapq
 import itertools
 import time
-from typing import TYPE_CHECKING
 
 from rdq.worker._clock import Monotonic
+from rdq.worker._run import Run, Watch
 
-if TYPE_CHECKING:
-    from rdq.worker._run import Run
-
-__all__ = ["Deadlines", "Watch"]
+__all__ = ["Deadlines"]
 
 _SLACK = 64
 """Stale entries tolerated beyond the live ones before the heap is rebuilt."""
-
-
-class Watch:
-    """A heap entry's hold on a run: ``run`` is None once the handler ended."""
-
-    __slots__ = ("run",)
-
-    def __init__(self, run: Run) -> None:
-        self.run: Run | None = run
 
 
 class Deadlines:

@@ -24,13 +24,13 @@ from typing import Any
 import msgspec
 
 from rdq import flow, metrics
-from rdq.admin._record import record_action
 from rdq.app import App
 from rdq.audit import Action as AuditAction
-from rdq.config import Breaker
+from rdq.audit import record_action
 from rdq.errors import ControlConflict
+from rdq.flow import Breaker
 from rdq.retry import Action, Decision
-from rdq.spi import Control, Envelope, Outcome, Storage, task_keys
+from rdq.spi import Control, Envelope, Outcome, Storage
 from rdq.worker._clock import StorageClock
 from rdq.worker._limits import LimitKeeper
 from rdq.worker._order import DeclaredOrder
@@ -92,35 +92,23 @@ class FlowControl:
         when a key of it is paused (claimed just before the pause) or its breaker is open
         (claimed just before it opened, or from a store that cannot hold it back); held, it
         uses up no attempt."""
-        controls = self._controls.get(task.queue, {})
-        for key in task_keys(task):
-            control = controls.get(key)
-            if control is not None and control.paused and not self._let_through(task, control):
-                return Decision(
-                    Action.RESCHEDULE,
-                    Outcome.DEFERRED,
-                    0.0,
-                    "rdq.Paused",
-                    f"held: {key} of queue {task.queue} is paused; no attempt used",
-                )
+        key = flow.paused_key(task, self._controls.get(task.queue, {}), self.shared)
+        if key is not None:
+            return Decision(
+                Action.RESCHEDULE,
+                Outcome.DEFERRED,
+                0.0,
+                "rdq.Paused",
+                f"held: {key} of queue {task.queue} is paused; no attempt used",
+            )
         if not self.app.breaker_for(task.queue, task.handler_ref).enabled:
             return None
         breaker = self.breaker(task.queue, flow.breaker_key(task))
         if breaker.state is not flow.State.OPEN:
             return None
-        if self.shared and _claimed_since(task, breaker):
+        if self.shared and flow.claimed_since(task, breaker):
             return None  # the store let it through as a probe; this worker's view is behind
         return self.deferral(breaker)
-
-    def _let_through(self, task: Envelope, control: Control) -> bool:
-        """True when the store claimed ``task`` after ``control`` last changed: it honoured a
-        newer record than this worker's (a pause lifted since), so the task may run."""
-        return (
-            self.shared
-            and task.claimed_at is not None
-            and control.updated_at is not None
-            and task.claimed_at > control.updated_at
-        )
 
     def deferral(self, breaker: flow.BreakerState, decision: Decision | None = None) -> Decision:
         """The decision that holds a task while ``breaker`` is open: rescheduled for when it
@@ -162,7 +150,7 @@ class FlowControl:
         if (
             state is flow.State.OPEN
             and self.shared
-            and _claimed_since(task, self.breaker(queue, key))
+            and flow.claimed_since(task, self.breaker(queue, key))
         ):
             await self._read(queue)  # a probe run on a stale view: its outcome is the probe's
             state = self.breaker(queue, key).state
@@ -398,16 +386,6 @@ def _at_now(
     control: Control,
 ) -> Control | None:
     return step(control, clock.now(), config)
-
-
-def _claimed_since(task: Envelope, breaker: flow.BreakerState) -> bool:
-    """True when ``task`` was claimed after ``breaker`` entered its state (an open breaker's
-    task claimed since then can only be a probe the store let through)."""
-    return (
-        task.claimed_at is not None
-        and breaker.since is not None
-        and task.claimed_at >= breaker.since
-    )
 
 
 def _when(control: Control, state: flow.State) -> Control | None:

@@ -21,7 +21,7 @@ import msgspec
 from rdq import retry, tracing
 from rdq.app import Handler, SchemeInvoker, TaskContext
 from rdq.config import QueueConfig
-from rdq.retry import Action, Decision, _tracebacks
+from rdq.retry import Action, Decision
 from rdq.spi import Outcome
 from rdq.worker._deadlines import Deadlines
 from rdq.worker._threads import HandlerThreads, ThreadExit
@@ -137,7 +137,7 @@ def _cancelled_at(cancelled: asyncio.CancelledError, config: QueueConfig) -> str
     went through."""
     timeout = TimeoutError()
     timeout.__context__ = cancelled
-    return _tracebacks.cancelled_at(timeout, _last_line(config))
+    return retry.cancelled_at(timeout, _last_line(config))
 
 
 async def _in_thread(
@@ -158,7 +158,7 @@ async def _in_thread(
             await result
     except asyncio.CancelledError:
         if run.expired and not call.abandoned:  # its thread still runs it
-            run.where = _tracebacks.thread_stack(call.thread, _last_line(config))
+            run.where = retry.thread_stack(call.thread, _last_line(config))
         raise
     finally:
         run.call = None

@@ -1,4 +1,4 @@
-"""The worker's side of limits that hold across the fleet (:mod:`rdq.limiting`).
+"""The worker's side of limits that hold across the fleet (:mod:`rdq.flow`).
 
 The store enforces them in its claims; the worker keeps the control records saying what to
 enforce:
@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 from rdq import flow, metrics
-from rdq.admin._limit_views import LimitView, limit_views_of
 from rdq.app import App
 from rdq.errors import ControlConflict
-from rdq.limiting import KeyedLimit
 from rdq.retry import Decision
 from rdq.spi import Control, Envelope, Storage, task_keys
 from rdq.worker._clock import StorageClock
@@ -77,12 +74,7 @@ class LimitKeeper:
         """Seconds in which the emptied bucket of the fastest rate limit of ``queue`` holds a
         claim's worth again (``inf``: no rate limit): a worker whose claim came back empty
         tries again within that."""
-        times = [
-            max(1, spec.burst or spec.rate // 10) / (spec.rate / spec.per)
-            for spec in self.app.limit_plan(queue).specs
-            if spec.rate is not None
-        ]
-        return min(times, default=math.inf)
+        return self.app.limit_plan(queue).refill_time()
 
     def warn_unenforced(self, queues: list[str]) -> None:
         """Say once that limits are declared but the store cannot hold them."""
@@ -126,13 +118,13 @@ class LimitKeeper:
                     self.log.info(
                         "rate limit restored", queue=queue, key=control.key, rate=restored.rate
                     )
-        publish_limits(queue, limit_views_of(queue, list(controls.values())))
+        publish_limits(queue, flow.limit_views_of(queue, list(controls.values())))
 
     async def _declare(
         self,
         queue: str,
         key: str,
-        spec: KeyedLimit,
+        spec: flow.KeyedLimit,
         control: Control | None,
         at: datetime,
     ) -> None:
@@ -155,7 +147,7 @@ class LimitKeeper:
         if stored is None:
             return
         self.log.info("limit lifted", queue=queue, key=control.key, worker_id=self.worker_id)
-        if _empty(stored):
+        if flow.holds_nothing(stored):
             with contextlib.suppress(ControlConflict):  # changed meanwhile: it stays
                 await self.storage.delete_control(
                     queue, control.key, expected_version=stored.version
@@ -225,7 +217,7 @@ _GAUGES = (
 )
 
 
-def publish_limits(queue: str, views: list[LimitView]) -> None:
+def publish_limits(queue: str, views: list[flow.LimitView]) -> None:
     """Set the limit gauges of ``queue`` from ``views`` (waiting only where counted); the
     gauges of a limit no longer declared are removed."""
     names = {v.name for v in views}
@@ -263,14 +255,3 @@ def _lower(
 
 def _restore(control: Control, *, clock: StorageClock) -> Control | None:
     return flow.restore(control, clock.now())
-
-
-def _empty(control: Control) -> bool:
-    """True when a record holds nothing any more (no pause, gate, limit or state)."""
-    return (
-        not control.paused
-        and control.gate is None
-        and control.concurrency is None
-        and control.rate is None
-        and not control.state
-    )

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from rdq import metrics
-from rdq.admin._limit_views import count_waiting, limit_views_of
+from rdq import flow, metrics
 from rdq.app import App
 from rdq.spi import Stats, Storage
 from rdq.worker._clock import StorageClock
@@ -49,8 +48,8 @@ async def refresh_limits(app: App, storage: Storage, queues: Sequence[str]) -> N
     for queue in queues:
         if app.limit_plan(queue).empty:
             continue
-        views = limit_views_of(queue, await storage.list_controls(queue))
-        publish_limits(queue, await count_waiting(storage, queue, views))
+        views = flow.limit_views_of(queue, await storage.list_controls(queue))
+        publish_limits(queue, await flow.count_waiting(storage, queue, views))
 
 
 async def purge_expired(

@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
-from rdq.admin._controls import update_control
 from rdq.app import App
+from rdq.flow import update_control
 from rdq.spi import QUEUE_KEY, Control, Storage, require
 
 __all__ = ["DeclaredOrder"]

@@ -1,7 +1,9 @@
-"""The state of one claimed task while a worker holds it: the leaf every worker module shares.
+"""The state of one claimed task while a worker holds it, and what holds on to it (a slot's
+:class:`Holder`, a deadline's :class:`Watch`): the leaf every worker module shares.
 
-Nothing here imports another worker module, so the runner, the deadlines, the heartbeat, the
-slots and the shutdown all import :class:`Run` without import circles."""
+It imports no other worker module but the type of a thread pool's call (:mod:`._threads`, a
+leaf itself), so the runner, the deadlines, the heartbeat, the slots and the shutdown all
+import :class:`Run` without import circles."""
 
 from __future__ import annotations
 
@@ -15,10 +17,9 @@ from rdq.config import QueueConfig
 from rdq.spi import Attempt, Claimed, Doubling
 
 if TYPE_CHECKING:
-    from rdq.worker._deadlines import Watch
     from rdq.worker._threads import Call
 
-__all__ = ["Holder", "Run"]
+__all__ = ["Holder", "Run", "Watch"]
 
 
 class Run:
@@ -146,3 +147,12 @@ class Holder(Protocol):
     def release(self, run: Run) -> None: ...
 
     def offer_slot(self, run: Run) -> None: ...
+
+
+class Watch:
+    """A heap entry's hold on a run: ``run`` is None once the handler ended."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Run) -> None:
+        self.run: Run | None = run

@@ -23,9 +23,8 @@ from typing import Any
 from rdq import metrics, retry, tracing
 from rdq.app import App, HandlerImportError
 from rdq.errors import NotFound, StaleClaim, StorageUnavailable
-from rdq.retry import Action, Decision
-from rdq.retry._tracebacks import bound_head, bound_tail, coroutine_stack
-from rdq.spi import Attempt, Completion, Doubling, Outcome, Status, Storage, limits
+from rdq.retry import Action, Decision, bound_head, bound_tail, coroutine_stack
+from rdq.spi import Attempt, Completion, Doubling, Outcome, Status, Storage, bounds
 from rdq.worker._clock import StorageClock
 from rdq.worker._completer import Completer
 from rdq.worker._deadlines import Deadlines
@@ -211,15 +210,15 @@ class Runner:
         return Attempt(
             number=run.number,
             outcome=decision.outcome,
-            error_type=_bounded(decision.error_type, limits.MAX_ERROR_TYPE_LENGTH),
-            error_message=_bounded(decision.error_message, limits.MAX_ERROR_MESSAGE_LENGTH),
+            error_type=_bounded(decision.error_type, bounds.MAX_ERROR_TYPE_LENGTH),
+            error_message=_bounded(decision.error_message, bounds.MAX_ERROR_MESSAGE_LENGTH),
             started_at=run.started,
             finished_at=run.finished or self.clock.now(),
             worker_id=self.worker_id,
             traceback=(
                 None
                 if decision.traceback is None
-                else bound_tail(decision.traceback, limits.MAX_TRACEBACK_LENGTH)
+                else bound_tail(decision.traceback, bounds.MAX_TRACEBACK_LENGTH)
             ),
         )
 

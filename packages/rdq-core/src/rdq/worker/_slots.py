@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 from rdq import metrics
-from rdq.spi import limits
+from rdq.spi import bounds
 from rdq.worker._clock import Monotonic
 from rdq.worker._run import Run
 
@@ -162,7 +162,7 @@ class QueueSlots:
         if got < asked:
             self.target = 0
             return
-        cap = min(MAX_AHEAD, limits.MAX_LIMIT - self.concurrency, int(self._rate * AHEAD_SECONDS))
+        cap = min(MAX_AHEAD, bounds.MAX_LIMIT - self.concurrency, int(self._rate * AHEAD_SECONDS))
         self.target = max(0, min(cap, max(self.concurrency, 2 * self.target)))
 
     async def wait(self, wants: int, quiet: float) -> None:

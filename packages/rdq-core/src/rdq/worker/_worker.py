@@ -41,7 +41,7 @@ from rdq.app import App
 from rdq.client import Client
 from rdq.errors import ConfigError
 from rdq.logging import get_logger
-from rdq.spi import Storage, limits
+from rdq.spi import Storage, bounds
 from rdq.worker._claiming import OUTAGE_RETRY_CAP, OUTAGE_RETRY_FIRST, ClaimLoops
 from rdq.worker._clock import Monotonic, StorageClock
 from rdq.worker._completer import MAX_FLUSHES, Completer
@@ -132,7 +132,7 @@ class Worker(ClaimLoops):
         self.storage = storage
         names = list(queues) if queues is not None else (app.queues or ["default"])
         for name in names:
-            limits.check_queue(name)
+            bounds.check_queue(name)
         if not grace_period >= 0:
             raise ConfigError("must not be negative", key="grace_period")
         if not 0 < poll_min <= poll_max:

@@ -7,6 +7,13 @@ the session's CSRF token. Redrive (at once or at a pace), purge, cancel and retr
 through a confirmation page that shows how many tasks would be touched (a dry run) and asks for
 a reason; so do pause, resume, breakers opened or closed by hand and a paced redrive's cancel
 (with the tasks they hold or let go). All are audited under the token's owner.
+
+- ``_pages``: overview, queue, task and audit pages; ``_search``: the search box;
+- ``_actions``: redrive, purge, cancel, retry now; ``_controls``: pauses, breakers, paced
+  redrives, and the workers page;
+- ``_fleet``: what the pages read of flow control and the fleet; ``_charts``: the sparklines
+  and bars; ``_paging``: where a paged list is;
+- ``_login``: logging in and out; ``_common``: the session, responses, filters.
 """
 
 from litestar import Router

@@ -9,8 +9,7 @@ from typing import Any
 from litestar import Request, get, post
 from litestar.response import Redirect, Template
 
-from rdq.admin import TaskSelector, parse_rate
-from rdq.admin._pace import MAX_IDS as MAX_PACED_IDS
+from rdq.admin import MAX_PACED_IDS, TaskSelector, parse_rate
 from rdq.audit import Action
 from rdq.server._ui._common import (
     UIError,
@@ -31,7 +30,7 @@ from rdq.server._ui._pages import (
     state_of,
     task_filter,
 )
-from rdq.spi import Selector, Status, limits
+from rdq.spi import Selector, Status, bounds
 
 __all__ = ["act", "confirm"]
 
@@ -78,7 +77,7 @@ def _describe(state: State, ids: list[str], filters: dict[str, str | None]) -> s
 async def confirm(request: Request[Any, Any, Any], queue: PathText) -> Template:
     principal, _ = session(request)
     require_admin(principal)
-    limits.check_queue(queue)
+    bounds.check_queue(queue)
     params = request.query_params
     state = state_of(params.get("state"))
     ids = [i for i in params.getall("ids", []) if i]
@@ -117,7 +116,7 @@ async def act(request: Request[Any, Any, Any], queue: PathText) -> Redirect:
     form = await request.form()
     check_csrf(request, principal, value, form.get("csrf"))
     require_admin(principal)
-    limits.check_queue(queue)
+    bounds.check_queue(queue)
     state = state_of(text(form.get("state")))
     ids = [i for i in form.getall("ids", []) if isinstance(i, str) and i]
     if form.get("scope") != "filter" and not ids:

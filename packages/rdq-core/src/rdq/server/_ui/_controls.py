@@ -11,9 +11,8 @@ from typing import Any
 from litestar import Request, get, post
 from litestar.response import Redirect, Template
 
-from rdq.admin import control_key
-from rdq.admin._views import held_by
 from rdq.errors import NotFound, ValidationError
+from rdq.flow import control_key, held_by
 from rdq.server._ui._common import (
     UIError,
     check_csrf,
@@ -26,7 +25,7 @@ from rdq.server._ui._common import (
 )
 from rdq.server._ui._fleet import fleet_of, key_label, silent_holdings
 from rdq.server._ui._pages import PathText
-from rdq.spi import limits
+from rdq.spi import bounds
 
 __all__ = ["control_act", "control_confirm", "workers_page"]
 
@@ -61,7 +60,7 @@ def _change(params: Any) -> Change:
                 raise UIError(422, "name: give the handler or dependency to act on")
         else:
             key = control_key(**{kind: name})
-    limits.check_control_key(key)
+    bounds.check_control_key(key)
     if key.startswith("op:"):
         raise UIError(422, "key: that names a paced redrive, not a control")
     if do in ("open", "close") and not key.startswith(("handler:", "dep:")):
@@ -89,7 +88,7 @@ _BUTTONS = {
 async def control_confirm(request: Request[Any, Any, Any], queue: PathText) -> Template:
     principal, _ = session(request)
     require_admin(principal)
-    limits.check_queue(queue)
+    bounds.check_queue(queue)
     change = _change(request.query_params)
     node = node_of(request)
     held: int | None = None
@@ -128,7 +127,7 @@ async def control_act(request: Request[Any, Any, Any], queue: PathText) -> Redir
     form = await request.form()
     check_csrf(request, principal, value, form.get("csrf"))
     require_admin(principal)
-    limits.check_queue(queue)
+    bounds.check_queue(queue)
     change = _change(form)
     reason = text(form.get("reason"))
     if reason is None:

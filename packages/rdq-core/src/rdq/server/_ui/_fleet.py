@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rdq.admin import BreakerView, LimitView, PauseView, WorkerView
+from rdq.admin import WorkerView
 from rdq.errors import Unsupported
-from rdq.limiting import LIMIT_PREFIX, value_of
+from rdq.flow import LIMIT_PREFIX, BreakerView, LimitView, PauseView, value_of
 from rdq.server._node import Node
 from rdq.spi import Counts, Envelope, Page, Status, TaskFilter
 

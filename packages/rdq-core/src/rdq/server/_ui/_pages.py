@@ -38,8 +38,8 @@ from rdq.spi import (
     Page,
     Status,
     TaskFilter,
+    bounds,
     envelope_to_builtins,
-    limits,
     task_keys,
 )
 
@@ -222,7 +222,7 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
     next_cursor: str | None = None
     groups: list[dict[str, Any]] = []
     try:
-        limits.check_queue(queue)
+        bounds.check_queue(queue)
     except ValidationError as exc:
         message = f"queue: {exc.message}"
         return page(request, "error.html", 422, principal=principal, message=message)

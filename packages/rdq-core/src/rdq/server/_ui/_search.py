@@ -21,7 +21,7 @@ from litestar.response import Redirect, Template
 from rdq.errors import NotFound, ValidationError
 from rdq.server._node import Node
 from rdq.server._ui._common import node_of, page, session, text
-from rdq.spi import Page, Stats, Status, TaskFilter, limits, status_time
+from rdq.spi import Page, Stats, Status, TaskFilter, bounds, status_time
 
 __all__ = ["SCAN_BUDGET", "search"]
 
@@ -63,9 +63,9 @@ async def search(request: Request[Any, Any, Any]) -> Template | Redirect:
         return page(request, "search.html", **context)
     node = node_of(request)
     try:
-        limits.check_task_id(query, field="q")
+        bounds.check_task_id(query, field="q")
         if queue is not None:
-            limits.check_queue(queue)
+            bounds.check_queue(queue)
     except ValidationError as exc:
         return page(request, "search.html", 422, error=f"{exc.field}: {exc.message}", **context)
     try:

@@ -16,12 +16,11 @@ written it yet. What the workers declare wins over what a submitter wrote (see
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from rdq import flow
-from rdq.app import App
 from rdq.errors import ControlConflict
-from rdq.limiting import LIMIT_PREFIX
+from rdq.flow._limit_config import LIMIT_PREFIX, LimitPlan
+from rdq.flow._limit_rules import declare
 from rdq.spi import Control, Envelope, Storage
 
 __all__ = ["MAX_REMEMBERED", "LimitControls"]
@@ -38,8 +37,11 @@ class LimitControls:
     def __init__(self) -> None:
         self._known: set[tuple[str, str]] = set()
 
-    async def ensure(self, storage: Storage, app: App, tasks: Sequence[Envelope]) -> None:
-        """Create the record of every limit key of ``tasks`` that has none yet."""
+    async def ensure(
+        self, storage: Storage, plan_of: Callable[[str], LimitPlan], tasks: Sequence[Envelope]
+    ) -> None:
+        """Create the record of every limit key of ``tasks`` that has none yet, with the limits
+        ``plan_of(queue)`` declares for it (the app's :meth:`~rdq.App.limit_plan`)."""
         missing = {
             (task.queue, key)
             for task in tasks
@@ -51,10 +53,10 @@ class LimitControls:
         if len(self._known) + len(missing) > MAX_REMEMBERED:
             self._known.clear()
         for queue, key in sorted(missing):
-            spec = app.limit_plan(queue).spec_of(key)
+            spec = plan_of(queue).spec_of(key)
             if spec is None:
                 continue
-            control = flow.declare(Control(queue=queue, key=key), spec, None, SUBMITTER)
+            control = declare(Control(queue=queue, key=key), spec, None, SUBMITTER)
             if control is None:  # pragma: no cover - a new record always changes
                 continue
             with contextlib.suppress(ControlConflict):  # another submitter or a worker was first

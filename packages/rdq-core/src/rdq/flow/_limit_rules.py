@@ -32,7 +32,7 @@ from rdq.flow._compose import (
     lowered_of,
     with_state,
 )
-from rdq.limiting import KeyedLimit
+from rdq.flow._limit_config import KeyedLimit
 from rdq.spi import Control
 
 __all__ = ["EXTEND_STEP", "declare", "lower", "restore", "state_of", "undeclare"]

@@ -1,4 +1,4 @@
-"""The numbers of the contract's limits (documented in :mod:`rdq.spi.limits`)."""
+"""The numbers of the contract's limits (documented in :mod:`rdq.spi.bounds`)."""
 
 from __future__ import annotations
 

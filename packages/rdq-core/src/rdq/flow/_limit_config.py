@@ -30,7 +30,7 @@ task key (200 characters in all) is replaced by ``#`` and 32 hex digits of its S
 The store enforces each limit in its claim (:class:`rdq.spi.Control`): what is declared here
 becomes the control record of its key, written by the workers (see
 :mod:`rdq.worker._limits`); a per-value key's control is created by the first submitter of
-a task with that value (:mod:`rdq.provision`).
+a task with that value (:mod:`rdq.flow._provision`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rdq.errors import ConfigError, ValidationError
-from rdq.spi import QUEUE_KEY, Envelope, handler_key, limits
+from rdq.spi import QUEUE_KEY, Envelope, bounds, handler_key
 
 __all__ = [
     "LIMIT_PREFIX",
@@ -74,7 +74,7 @@ KeyFunction = Callable[[Envelope], object]
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SAFE = "._~@+=-:"
 _HASHED = "#"
-MAX_VALUE_KEYS = limits.MAX_TASK_KEYS - 1
+MAX_VALUE_KEYS = bounds.MAX_TASK_KEYS - 1
 """A task carries at most this many limit keys (one key is left for its dependency)."""
 
 
@@ -98,7 +98,7 @@ def value_key(name: str, value: object) -> str:
         raise ValidationError(f"the key of limit {name!r} is empty", field=f"limits.{name}")
     prefix = f"{LIMIT_PREFIX}{name}:"
     key = prefix + urllib.parse.quote(text, safe=_SAFE)
-    if len(key) > limits.MAX_TASK_KEY_LENGTH:
+    if len(key) > bounds.MAX_TASK_KEY_LENGTH:
         key = prefix + _HASHED + hashlib.sha256(text.encode()).hexdigest()[:32]
     return key
 
@@ -295,6 +295,17 @@ class LimitPlan:
     @property
     def specs(self) -> list[KeyedLimit]:
         return [*self.exact.values(), *self.templates.values()]
+
+    def refill_time(self) -> float:
+        """Seconds in which the emptied bucket of the fastest rate limit holds a claim's worth
+        again (``inf``: no rate limit): a worker whose claim came back empty tries again
+        within that."""
+        times = [
+            max(1, spec.burst or spec.rate // 10) / (spec.rate / spec.per)
+            for spec in self.specs
+            if spec.rate is not None
+        ]
+        return min(times, default=math.inf)
 
 
 def plan_limits(queue: str, declared: Iterable[tuple[str, Limit]]) -> LimitPlan:

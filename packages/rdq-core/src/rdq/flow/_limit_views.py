@@ -3,8 +3,8 @@ limit of a queue, how much of it is in use now (the store's count of live leases
 as the store enforces it now (lowered after a ``RetryAfter``, or ramping after an outage),
 and what waits on it.
 
-A limit is read from the control records alone (what the workers wrote there, see
-:mod:`rdq.worker._limits`), so a node or a CLI without the application shows it too. A
+A limit is read from the control records alone (what the workers wrote there by
+:mod:`rdq.flow._limit_rules`), so a node or a CLI without the application shows it too. A
 per-value limit (``limit:<name>:<value>``, one record per value) is shown as one limit with
 its busiest values.
 
@@ -21,8 +21,8 @@ from datetime import datetime
 
 import msgspec
 
-from rdq import flow
-from rdq.limiting import LIMIT_PREFIX, value_of
+from rdq.flow._compose import LimitState, limit_of, lowered_of
+from rdq.flow._limit_config import LIMIT_PREFIX, value_of
 from rdq.spi import (
     QUEUE_KEY,
     Control,
@@ -30,7 +30,7 @@ from rdq.spi import (
     Status,
     Storage,
     TaskFilter,
-    limits,
+    bounds,
     require,
     task_keys,
 )
@@ -45,7 +45,7 @@ __all__ = [
     "limit_views_of",
 ]
 
-WAITING_SCAN = limits.MAX_LIMIT
+WAITING_SCAN = bounds.MAX_LIMIT
 MAX_VALUES = 20
 """The values of a per-value limit shown (the busiest first)."""
 
@@ -111,16 +111,16 @@ def _kind(name: str, per_value: bool) -> str:
 
 def limit_views_of(queue: str, controls: Sequence[Control]) -> list[LimitView]:
     """The limits ``controls`` (records of ``queue``, with ``in_use``) hold, by name."""
-    groups: dict[str, list[tuple[Control, flow.LimitState]]] = {}
+    groups: dict[str, list[tuple[Control, LimitState]]] = {}
     for control in controls:
-        spec = flow.limit_of(control)
+        spec = limit_of(control)
         if spec is not None:
             groups.setdefault(spec.name, []).append((control, spec))
     views = []
     for name in sorted(groups):
         members = groups[name]
         control, spec = members[0]
-        lowered = [(c, flow.lowered_of(c)) for c, _ in members]
+        lowered = [(c, lowered_of(c)) for c, _ in members]
         in_use = [c.in_use or 0 for c, _ in members]
         view = LimitView(
             queue=queue,
@@ -162,7 +162,7 @@ def limit_views_of(queue: str, controls: Sequence[Control]) -> list[LimitView]:
 
 
 def _value(control: Control) -> LimitValue:
-    low = flow.lowered_of(control)
+    low = lowered_of(control)
     return LimitValue(
         key=control.key,
         value=value_of(control.key),
@@ -204,7 +204,7 @@ async def limit_views(
     ``waiting``, what waits on each."""
     require(storage, "control", "limits")
     if queue is not None:
-        limits.check_queue(queue)
+        bounds.check_queue(queue)
     by_queue: dict[str, list[Control]] = {}
     for control in await storage.list_controls(queue):
         by_queue.setdefault(control.queue, []).append(control)

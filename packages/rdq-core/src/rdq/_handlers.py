@@ -20,9 +20,8 @@ from typing import Any
 
 import msgspec
 
-from rdq.config import Breaker
 from rdq.errors import ConfigError
-from rdq.limiting import Limit
+from rdq.flow import Breaker, Limit
 from rdq.spi import Envelope
 
 __all__ = [
@@ -82,7 +81,7 @@ class Handler:
     breaker: Breaker | None = None
     """Its own breaker settings; ``None``: its queue's."""
     limits: tuple[Limit, ...] = ()
-    """Its limits (see :mod:`rdq.limiting`): they hold in its queue."""
+    """Its limits (see :mod:`rdq.flow`): they hold in its queue."""
 
 
 def make_handler(name: str, fn: Callable[..., Any], queue: str | None) -> Handler:

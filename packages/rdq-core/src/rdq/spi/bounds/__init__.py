@@ -1,4 +1,7 @@
-"""The documented limits of the contract, and the checks every entry point applies.
+"""The documented bounds of the contract's inputs, and the checks every entry point applies.
+
+(Called ``rdq.spi.limits`` before contract version 4's fleet-wide limits took the word: that
+name still imports this module, for backends written before.)
 
 Storage plugins call these at the top of each operation, so every backend rejects the same
 inputs with the same :class:`~rdq.errors.ValidationError` naming the field.
@@ -39,9 +42,13 @@ audit entry            ``actor`` and ``action`` 1–200 characters, ``reason`` a
 
 Every store also has an operation timeout (``DEFAULT_OPERATION_TIMEOUT`` seconds unless its URL
 says otherwise) and may estimate counts above ``EXACT_COUNT_THRESHOLD``.
+
+The numbers are in ``_values``; the checks of single fields in ``_fields``, of whole
+arguments in ``_arguments``.
 """
 
-from rdq.spi.limits._arguments import (
+from rdq.spi._models import MAX_PRIORITY, MIN_PRIORITY
+from rdq.spi.bounds._arguments import (
     check_audit_entry,
     check_audit_filter,
     check_completions,
@@ -60,7 +67,7 @@ from rdq.spi.limits._arguments import (
     check_wait,
     check_worker_info,
 )
-from rdq.spi.limits._fields import (
+from rdq.spi.bounds._fields import (
     check_attempt,
     check_aware,
     check_control_key,
@@ -78,7 +85,7 @@ from rdq.spi.limits._fields import (
     check_token,
     check_worker_id,
 )
-from rdq.spi.limits._values import (
+from rdq.spi.bounds._values import (
     DEFAULT_OPERATION_TIMEOUT,
     EXACT_COUNT_THRESHOLD,
     MAX_AGING,

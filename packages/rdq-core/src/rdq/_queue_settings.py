@@ -1,6 +1,6 @@
-"""The settings of a queue: :class:`QueueConfig` and the policies it holds (:class:`Backoff`,
-:class:`Breaker`), each able to check itself (``validate`` raises
-:class:`~rdq.errors.ConfigError` naming the key), and the small checks they share.
+"""The settings of a queue: :class:`QueueConfig` and the policies it holds (:class:`Backoff`;
+the breaker's and the limits' settings are :mod:`rdq.flow`'s), each able to check itself
+(``validate`` raises :class:`~rdq.errors.ConfigError` naming the key).
 
 These are the values the engine reads at claim time; where they come from (code, a mapping or
 a TOML file) is :mod:`rdq.config`, which re-exports them and is where users import them from.
@@ -11,23 +11,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from typing import Any, TypeGuard
+from typing import Any
 
+from rdq._checks import is_int, is_number
 from rdq.errors import ConfigError
-from rdq.limiting import Limit, check_limits
-from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, limits
+from rdq.flow import Breaker, Limit, check_dependency, check_limits
+from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, bounds
 
-__all__ = [
-    "DEPENDENCY_PREFIX",
-    "Backoff",
-    "BackoffKind",
-    "Breaker",
-    "QueueConfig",
-    "check_dependency",
-    "is_int",
-    "is_number",
-    "seconds_or",
-]
+__all__ = ["Backoff", "BackoffKind", "QueueConfig"]
 
 
 class BackoffKind(enum.StrEnum):
@@ -66,69 +57,6 @@ class Backoff:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Breaker:
-    """When a dependency counts as down, and how its tasks are held and let go again.
-
-    The breaker of a key (the handler, or the ``dependency`` a queue or handler names) *trips*
-    when, among the attempts of the last ``window`` seconds on that key — at least
-    ``min_calls`` of them —, the outage-class failures (connections refused or reset,
-    timeouts, ``rdq.RetryAfter``, ``rdq.Unavailable``, 5xx from callbacks, the types in
-    ``outage_errors``) reach ``threshold``. While *open*, no worker claims the key's tasks, and
-    a claimed one that fails so is rescheduled without using up an attempt. After ``cooldown``
-    seconds it is *half-open*: ``probes`` tasks, fleet-wide, may run; a success closes it and
-    its held tasks are let go over ``ramp`` seconds; a failure opens it again for twice the
-    cool-down, at most ``max_cooldown``. Open for longer than ``alert_after`` seconds, it
-    stays open and says so (an ERROR log line, the ``rdq_breaker_open_too_long`` gauge)."""
-
-    enabled: bool = True
-    window: float = 30.0
-    min_calls: int = 10
-    threshold: float = 0.5
-    cooldown: float = 5.0
-    max_cooldown: float = 30.0
-    probes: int = 3
-    ramp: float = 20.0
-    alert_after: float = 3600.0
-
-    @classmethod
-    def off(cls) -> Breaker:
-        """No breaker: every failure is charged to its task."""
-        return cls(enabled=False)
-
-    def validate(self, key: str) -> Breaker:
-        for name in ("window", "cooldown", "max_cooldown", "ramp", "alert_after"):
-            value = getattr(self, name)
-            if not is_number(value) or not 0 <= value < math.inf:
-                raise ConfigError("must be a non-negative number of seconds", f"{key}.{name}")
-        if self.window <= 0 or self.cooldown <= 0:
-            raise ConfigError("must be a positive number of seconds", f"{key}.window")
-        if self.max_cooldown < self.cooldown:
-            raise ConfigError("must not be smaller than cooldown", f"{key}.max_cooldown")
-        if not is_int(self.min_calls) or self.min_calls < 1:
-            raise ConfigError("must be an integer of at least 1", f"{key}.min_calls")
-        if not is_int(self.probes) or not 1 <= self.probes <= 1000:
-            raise ConfigError("must be an integer from 1 to 1000", f"{key}.probes")
-        if not is_number(self.threshold) or not 0 < self.threshold <= 1:
-            raise ConfigError("must be a fraction in (0, 1]", f"{key}.threshold")
-        if not isinstance(self.enabled, bool):
-            raise ConfigError("must be a boolean", f"{key}.enabled")
-        return self
-
-
-DEPENDENCY_PREFIX = "dep:"
-"""The key of a named dependency: ``dep:<name>``, carried by every task of its handlers."""
-
-
-def check_dependency(value: object, key: str) -> str | None:
-    """A dependency name: 1–100 characters without whitespace, or ``None``."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not 1 <= len(value) <= 100 or any(c.isspace() for c in value):
-        raise ConfigError("must be 1-100 characters without whitespace", key=key)
-    return value
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class QueueConfig:
     """How a queue's tasks are run and retried. Durations are seconds.
 
@@ -148,7 +76,7 @@ class QueueConfig:
     priority: int = 0
     """The priority of tasks submitted to this queue without one (``rdq.spi.MIN_PRIORITY``
     to ``MAX_PRIORITY``; higher is claimed first). Applied when a task is submitted."""
-    breaker: Breaker = Breaker()
+    breaker: Breaker = dataclasses.field(default_factory=Breaker)
     """When a failing dependency's tasks are held instead of retried (on by default)."""
     dependency: str | None = None
     """The service every handler of the queue calls (a handler may name its own): their
@@ -157,7 +85,7 @@ class QueueConfig:
     """Exception types that mean "the dependency is down", beyond the built-in ones."""
     limits: tuple[Limit, ...] = ()
     """Concurrency and rate limits of the queue's tasks that hold across the fleet (see
-    :mod:`rdq.limiting`); a queue's only, never the defaults'."""
+    :mod:`rdq.flow`); a queue's only, never the defaults'."""
     fair: str | None = None
     """Share the queue's claims among the groups of its tasks: a task's group is its first key
     that starts with this prefix (``"tenant:"``: ``tenant:acme``), the tasks without one are a
@@ -192,10 +120,10 @@ class QueueConfig:
         for key, value in (("timeout", self.timeout), ("lease", self.lease)):
             if not is_number(value) or not 0 < value < math.inf:
                 raise bad(key, "must be a positive number of seconds")
-        if self.lease > limits.MAX_LEASE.total_seconds():
+        if self.lease > bounds.MAX_LEASE.total_seconds():
             raise bad("lease", "must be at most 24 hours")
-        if not is_int(self.concurrency) or not 1 <= self.concurrency <= limits.MAX_LIMIT:
-            raise bad("concurrency", f"must be an integer from 1 to {limits.MAX_LIMIT}")
+        if not is_int(self.concurrency) or not 1 <= self.concurrency <= bounds.MAX_LIMIT:
+            raise bad("concurrency", f"must be an integer from 1 to {bounds.MAX_LIMIT}")
         if not is_number(self.task_ttl) or not self.task_ttl > 0:
             raise bad("task_ttl", "must be a positive number of seconds")
         if not is_int(self.priority) or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
@@ -216,18 +144,18 @@ class QueueConfig:
             raise ConfigError("limits belong to a queue, not the defaults", key=f"{prefix}.limits")
         if self.fair is not None and (
             not isinstance(self.fair, str)
-            or len(self.fair) > limits.MAX_TASK_KEY_LENGTH
+            or len(self.fair) > bounds.MAX_TASK_KEY_LENGTH
             or any(c.isspace() or not c.isprintable() for c in self.fair)
         ):
             raise bad(
                 "fair",
-                f"must be a key prefix of at most {limits.MAX_TASK_KEY_LENGTH} characters "
+                f"must be a key prefix of at most {bounds.MAX_TASK_KEY_LENGTH} characters "
                 "without whitespace ('' for none)",
             )
         aging = self.priority_aging
-        if aging is not None and (not is_number(aging) or not 0 <= aging <= limits.MAX_AGING):
+        if aging is not None and (not is_number(aging) or not 0 <= aging <= bounds.MAX_AGING):
             raise bad(
-                "priority_aging", f"must be seconds from 0 to {limits.MAX_AGING:g} (0: strict)"
+                "priority_aging", f"must be seconds from 0 to {bounds.MAX_AGING:g} (0: strict)"
             )
         return self
 
@@ -242,17 +170,3 @@ class QueueConfig:
     def replace(self, **changes: Any) -> QueueConfig:
         """A copy with ``changes`` applied (not validated)."""
         return dataclasses.replace(self, **changes)
-
-
-def is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: object) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def seconds_or(value: object, default: float) -> float:
-    if is_number(value) and 0 <= value < math.inf:
-        return float(value)
-    return default

@@ -19,7 +19,7 @@ from rdq.spi._models import (
     Outcome,
     RetryOverride,
 )
-from rdq.spi.limits._values import (
+from rdq.spi.bounds._values import (
     _BRACKET_STEPS,
     _HANDLER_RE,
     _ID_RE,

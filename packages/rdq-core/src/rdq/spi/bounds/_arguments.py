@@ -19,7 +19,7 @@ from rdq.spi._models import (
     Status,
     TaskFilter,
 )
-from rdq.spi.limits._fields import (
+from rdq.spi.bounds._fields import (
     _check_text,
     _encoded,
     check_attempt,
@@ -33,7 +33,7 @@ from rdq.spi.limits._fields import (
     check_token,
     check_worker_id,
 )
-from rdq.spi.limits._values import (
+from rdq.spi.bounds._values import (
     _KEY_RE,
     MAX_AGING,
     MAX_AUDIT_REASON_LENGTH,
