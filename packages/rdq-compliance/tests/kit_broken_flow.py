@@ -14,7 +14,7 @@ import msgspec
 
 from kit_broken_stores import _Broken
 from rdq.spi import Bucket, ClaimGate, Control, Counts, Envelope, Status, WorkerInfo
-from rdq_memory import _flow
+from rdq_memory import _controls
 
 # --- compare-and-set ------------------------------------------------------------------------
 
@@ -42,7 +42,7 @@ class ReadsThenWritesControls(_Broken):
         if (current.version if current else 0) == expected_version:
             await asyncio.sleep(0.01)
             with self._state.lock:
-                return _flow.put_control(
+                return _controls.put_control(
                     self._state,
                     control,
                     self._state.controls[control.queue][control.key].version

@@ -27,8 +27,8 @@ from rdq.spi import (
     merged,
     ranked,
 )
+from rdq_memory._claims import Candidates
 from rdq_memory._codec import read
-from rdq_memory._order import Candidates
 from rdq_memory._state import QueueIndex, Record
 
 # --- fair shares ----------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from pymongo.errors import AutoReconnect
 
 from rdq.errors import ControlConflict, StorageUnavailable
 from rdq.spi import QUEUE_KEY, Control, Envelope, handler_key
-from rdq_mongo import MongoStorage, _claims
+from rdq_mongo import MongoStorage
+from rdq_mongo._claims import _rounds
 from rdq_mongo.testing import Commands
 
 from .claiming import LONG, A, B, put_control, stored_element
@@ -163,10 +164,10 @@ async def test_a_claim_failing_after_its_take_gives_everything_back(
     await put_control(store, Control(queue="q", key="psp", concurrency=3))
     seq = (await stored_element(store, "psp")).get("seq", 0)
 
-    async def lost(self: _claims.Claim, scope: object) -> bool:
+    async def lost(self: _rounds.Claim, scope: object) -> bool:
         raise AutoReconnect("connection lost")
 
-    monkeypatch.setattr(_claims.Claim, "_lease", lost)
+    monkeypatch.setattr(_rounds.Claim, "_lease", lost)
     with pytest.raises(StorageUnavailable):
         await store.claim_due("q", 10, LONG)
     monkeypatch.undo()
@@ -184,16 +185,16 @@ async def test_a_lease_made_under_a_reservation_still_held_takes_one_slot_not_tw
     task once: in its reservation, not also as a live lease."""
     await _fill(store, 4, keys=["psp"])
     await put_control(store, Control(queue="q", key="psp", concurrency=2))
-    real = _claims.Claim.settle
+    real = _rounds.Claim.settle
     leased, go_on = asyncio.Event(), asyncio.Event()
 
-    async def first_settles_late(self: _claims.Claim) -> None:
+    async def first_settles_late(self: _rounds.Claim) -> None:
         if not leased.is_set():
             leased.set()
             await go_on.wait()
         await real(self)
 
-    monkeypatch.setattr(_claims.Claim, "settle", first_settles_late)
+    monkeypatch.setattr(_rounds.Claim, "settle", first_settles_late)
     first = asyncio.create_task(store.claim_due("q", 1, LONG))
     await leased.wait()
     assert len((await stored_element(store, "psp"))["pending"]) == 1, "leased, not settled"

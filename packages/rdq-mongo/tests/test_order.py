@@ -18,7 +18,8 @@ from pymongo.errors import AutoReconnect
 
 from rdq.errors import StorageUnavailable
 from rdq.spi import QUEUE_KEY, Control, Envelope, handler_key
-from rdq_mongo import MongoStorage, _claims
+from rdq_mongo import MongoStorage
+from rdq_mongo._claims import _rounds
 from rdq_mongo.testing import Commands
 
 from .claiming import LONG, A, B, ids_of, put_control, stored_element
@@ -127,17 +128,17 @@ async def test_a_task_a_racing_claimant_leased_first_is_passed_over_for_the_next
     await put_control(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
     other = store.reopen()
     await other.connect()
-    real = _claims.read_candidates
+    real = _rounds.read_candidates
     raced: list[set[str]] = []
 
     async def read_then_race(*args: Any) -> Any:
         found = await real(*args)
         if not raced:  # another store claims a's first task after this claim read it
-            monkeypatch.setattr(_claims, "read_candidates", real)
+            monkeypatch.setattr(_rounds, "read_candidates", real)
             raced.append(ids_of(await other.claim_due("q", 1, LONG)))
         return found
 
-    monkeypatch.setattr(_claims, "read_candidates", read_then_race)
+    monkeypatch.setattr(_rounds, "read_candidates", read_then_race)
     try:
         mine = ids_of(await store.claim_due("q", 2, LONG))
     finally:
@@ -199,7 +200,7 @@ async def test_a_take_that_keeps_losing_to_a_racing_claimant_leases_only_unlimit
     await put_control(store, Control(queue="q", key="psp", concurrency=8))
     other = store.reopen()
     await other.connect()
-    real = _claims.live_leases
+    real = _rounds.live_leases
     raced: list[str] = []
     racing = False
 
@@ -218,8 +219,8 @@ async def test_a_take_that_keeps_losing_to_a_racing_claimant_leases_only_unlimit
         return counted
 
     attempts = 4  # fewer than psp's 8 slots, so the racer outlasts every take
-    monkeypatch.setattr(_claims, "live_leases", count_then_race)
-    monkeypatch.setattr(_claims, "_TAKE_ATTEMPTS", attempts)
+    monkeypatch.setattr(_rounds, "live_leases", count_then_race)
+    monkeypatch.setattr(_rounds, "_TAKE_ATTEMPTS", attempts)
     try:
         mine = ids_of(await store.claim_due("q", 10, LONG))
     finally:
@@ -249,10 +250,10 @@ async def test_an_ordered_claim_failing_after_its_take_gives_everything_back(
     await put_control(store, Control(queue="q", key="psp", concurrency=3))
     seq = (await stored_element(store, "psp")).get("seq", 0)
 
-    async def lost(self: _claims.Claim, scope: object, task: object = None) -> bool:
+    async def lost(self: _rounds.Claim, scope: object, task: object = None) -> bool:
         raise AutoReconnect("connection lost")
 
-    monkeypatch.setattr(_claims.Claim, "_lease", lost)
+    monkeypatch.setattr(_rounds.Claim, "_lease", lost)
     with pytest.raises(StorageUnavailable):
         await store.claim_due("q", 10, LONG)
     monkeypatch.undo()

@@ -26,7 +26,7 @@ from rdq.spi import (
     TaskFilter,
     handler_key,
 )
-from rdq_sqlite import SqliteStorage, _flow, _notify, _writes
+from rdq_sqlite import SqliteStorage, _admission, _claims, _controls, _notify
 from rdq_sqlite._migrate import apply_migrations
 from rdq_sqlite._queries import SQL
 
@@ -90,14 +90,14 @@ def done(number: int = 1) -> Attempt:
 def rows_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The id of every candidate a claim through controls looked at."""
     seen: list[str] = []
-    real = _flow._Stream.rows
+    real = _claims._Stream.rows
 
     def rows(self: Any, priority: int, first: int) -> Iterator[Any]:
         for candidate in real(self, priority, first):
             seen.append(candidate[1])
             yield candidate
 
-    monkeypatch.setattr(_flow._Stream, "rows", rows)
+    monkeypatch.setattr(_claims._Stream, "rows", rows)
     return seen
 
 
@@ -127,7 +127,7 @@ def conn(database: Path) -> Iterator[sqlite3.Connection]:
     conn.execute("BEGIN IMMEDIATE")
     apply_migrations(conn, str(database))
     tasks = [Envelope(id=f"t{n}", queue="q", handler_ref=A) for n in range(3)]
-    _writes.enqueue(conn, tasks, 0)
+    _admission.enqueue(conn, tasks, 0)
     conn.execute("COMMIT")
     yield conn
     conn.close()
@@ -138,7 +138,7 @@ def test_a_queue_without_controls_is_claimed_with_the_statements_it_always_was(
 ) -> None:
     recorder = Recorder(conn)
     conn.execute("BEGIN IMMEDIATE")
-    claimed = _writes.claim(recorder, "q", 2, 10**6, None)  # type: ignore[arg-type]
+    claimed = _claims.claim(recorder, "q", 2, 10**6, None)  # type: ignore[arg-type]
     conn.execute("COMMIT")
     assert [c.task.id for c in claimed] == ["t0", "t1"]
     # the clock read (which also tells the queue has no controls), the clock's write, one
@@ -154,9 +154,9 @@ def test_a_queue_without_controls_is_claimed_with_the_statements_it_always_was(
 
 def test_a_queue_with_a_control_is_claimed_through_it(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
-    _flow.put_control(conn, Control(queue="q", key=handler_key(A), gate=1), 0)
+    _controls.put_control(conn, Control(queue="q", key=handler_key(A), gate=1), 0)
     recorder = Recorder(conn)
-    claimed = _writes.claim(recorder, "q", 2, 10**6, None)  # type: ignore[arg-type]
+    claimed = _claims.claim(recorder, "q", 2, 10**6, None)  # type: ignore[arg-type]
     conn.execute("COMMIT")
     assert [c.task.id for c in claimed] == ["t0"]
     assert "queue_controls" in recorder.ran and "take_gate" in recorder.ran
@@ -286,8 +286,8 @@ async def test_a_held_task_whose_control_is_gone_is_still_claimed(
 async def test_a_claim_holds_back_at_most_max_skips_and_the_next_goes_on(
     store: SqliteStorage, database: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_flow, "MAX_SKIPS", 10)
-    monkeypatch.setattr(_flow, "HOLD_ALL_AFTER", 1000)
+    monkeypatch.setattr(_claims, "MAX_SKIPS", 10)
+    monkeypatch.setattr(_claims, "HOLD_ALL_AFTER", 1000)
     await fill_batch(store, 25, "a")
     (free,) = await fill(store, 1, "b", handler=B)
     await put(store, Control(queue="q", key=handler_key(A), paused=True))
@@ -301,9 +301,9 @@ async def test_a_claim_holds_back_at_most_max_skips_and_the_next_goes_on(
 async def test_a_claim_holds_a_bounded_number_of_tasks_however_deep_the_backlog(
     store: SqliteStorage, database: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_flow, "HOLD_ALL_AFTER", 4)
-    monkeypatch.setattr(_flow, "HOLD_CHUNK", 30)
-    monkeypatch.setattr(_flow, "MAX_SKIPS", 12)
+    monkeypatch.setattr(_claims, "HOLD_ALL_AFTER", 4)
+    monkeypatch.setattr(_claims, "HOLD_CHUNK", 30)
+    monkeypatch.setattr(_claims, "MAX_SKIPS", 12)
     await fill_batch(store, 200, "a")
     (free,) = await fill(store, 1, "b", handler=B)
     await put(store, Control(queue="q", key=handler_key(A), paused=True))

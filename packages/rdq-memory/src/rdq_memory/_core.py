@@ -4,8 +4,9 @@ clock.
 The state is the store's own, a named one shared by every store of that name in the process,
 or (for :meth:`~rdq_memory.MemoryStorage.reopen`) another store's; the clock is the storage
 clock, injectable for tests. The operations are grouped on top of it:
-:mod:`rdq_memory._claiming` (claims), :mod:`rdq_memory._fleet` (flow control, the worker
-registry, the counts) and :mod:`rdq_memory._store` (the rest, and the store itself).
+:mod:`rdq_memory._admission` (admission), :mod:`rdq_memory._claims` (claims),
+:mod:`rdq_memory._controls` (control records, ``retry_now``), :mod:`rdq_memory._fleet` (the
+worker registry, the counts) and :mod:`rdq_memory._store` (the rest, and the store itself).
 """
 
 from __future__ import annotations

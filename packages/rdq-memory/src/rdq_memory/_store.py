@@ -1,9 +1,11 @@
 """``MemoryStorage``: every rule of the storage contract, in process memory.
 
-The store is built in layers: :mod:`rdq_memory._core` (the state and the clock),
-:mod:`rdq_memory._claiming` (claims), :mod:`rdq_memory._fleet` (flow control, the worker
-registry, the counts) and this module (admission, resolution, the DLQ, listings, the audit
-trail, stats, and the store's capabilities).
+The store is built in layers on :mod:`rdq_memory._core` (the state and the clock), one group
+of operations per module of the backend layout: :mod:`rdq_memory._admission` (admission),
+:mod:`rdq_memory._claims` (claims), :mod:`rdq_memory._controls` (control records,
+``retry_now``), :mod:`rdq_memory._fleet` (the worker registry, the counts) and this module
+(leases, resolution, the DLQ, listings, the audit trail, stats, and the store's
+capabilities).
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from rdq.spi import (
     TaskFilter,
     status_time,
 )
-from rdq_memory._claiming import ClaimOperations
-from rdq_memory._codec import copy_in, read
+from rdq_memory._admission import AdmissionOperations
+from rdq_memory._claims import ClaimOperations
+from rdq_memory._codec import read
+from rdq_memory._controls import ControlOperations
 from rdq_memory._core import forget_named_stores
 from rdq_memory._fleet import FleetOperations
 from rdq_memory._notify import wait_due
@@ -44,7 +48,7 @@ from rdq_memory._url import parse_url
 __all__ = ["MemoryStorage", "forget_named_stores"]
 
 
-class MemoryStorage(ClaimOperations, FleetOperations):
+class MemoryStorage(AdmissionOperations, ClaimOperations, ControlOperations, FleetOperations):
     """The reference store. ``clock`` is the storage clock (injectable for tests); it must
     return timezone-aware datetimes. ``state`` shares the tasks of another store (what
     :meth:`reopen` does)."""
@@ -68,42 +72,6 @@ class MemoryStorage(ClaimOperations, FleetOperations):
 
     async def _now(self) -> datetime:
         return self._clock_now()
-
-    # --- admission -------------------------------------------------------------------------
-
-    async def _enqueue(self, task: Envelope, delay: timedelta | None) -> bool:
-        return (await self._enqueue_batch([task], delay))[0]
-
-    async def _enqueue_batch(self, tasks: list[Envelope], delay: timedelta | None) -> list[bool]:
-        copies = [copy_in(task) for task in tasks]
-        state = self._state
-        with state.lock:
-            now = self._clock_now()
-            stored = state.admissible(copies)
-            for task, new in zip(copies, stored, strict=True):
-                if not new:
-                    continue
-                task.status = Status.PENDING
-                task.created_at = now
-                if task.next_attempt_at is None:
-                    task.next_attempt_at = now + (delay or timedelta(0))
-                for owned in _OWNED_AFTER_ADMISSION:
-                    setattr(task, owned, None)
-                state.add(Record(task))
-            for queue in {t.queue for t, new in zip(copies, stored, strict=True) if new}:
-                state.wake(queue)
-            return stored
-
-    async def _import_tasks(self, tasks: list[Envelope]) -> list[bool]:
-        copies = [copy_in(task) for task in tasks]
-        state = self._state
-        with state.lock:
-            stored = state.admissible(copies)
-            for task, new in zip(copies, stored, strict=True):
-                if new:
-                    state.add(Record(task))
-                    state.wake(task.queue)
-            return stored
 
     async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         state = self._state
@@ -310,16 +278,6 @@ CAPABILITIES = Capabilities(
 )
 """Everything the contract offers but ``enqueue_in`` (there is no application transaction in
 process memory)."""
-
-_OWNED_AFTER_ADMISSION = (
-    "lease_expires_at",
-    "claimed_by",
-    "claimed_at",
-    "completed_at",
-    "dead_lettered_at",
-    "cancelled_at",
-)
-"""Store-owned fields an admitted task starts without."""
 
 
 def _release(record: Record) -> None:

@@ -1,5 +1,5 @@
 """Control records (capability ``control``): how they are stored, written by compare-and-set
-on their version, and listed with the tasks in use.
+on their version, and listed with the tasks in use; ``retry_now``.
 
 Collection ``<prefix>controls`` holds one document per queue that has control records::
 
@@ -26,7 +26,7 @@ All of a queue's records live in one document so that a claim takes what a batch
 needs from every key of the queue — gates, tokens, concurrency slots — in **one conditional
 update of one document**, atomic on every server without a transaction (see ``_claims``).
 What a claim reads and writes of them (the ``View`` of one read, the take, settle and expire
-updates) is in ``_control_view``; this module holds the stored form, the live-lease count and
+updates) is in ``_claims._view``; this module holds the stored form, the live-lease count and
 the operations on the records themselves (list, put, delete).
 """
 
@@ -46,7 +46,8 @@ from rdq.spi._flow import HANDLER_PREFIX
 from rdq.spi.limits import MAX_AGING
 from rdq_mongo._codec import from_micros
 from rdq_mongo._connection import Connection, Document
-from rdq_mongo._filters import NOW_US, is_number
+from rdq_mongo._filters import NOW_US, is_number, retry_now_filter
+from rdq_mongo._updates import retry_now_update
 
 __all__ = [
     "Pipeline",
@@ -57,6 +58,7 @@ __all__ = [
     "list_controls",
     "live_leases",
     "put_control",
+    "retry_now",
     "update_each",
 ]
 
@@ -331,3 +333,11 @@ async def delete_control(
     if current is None:
         return False
     raise ControlConflict(queue, key, current)
+
+
+async def retry_now(connection: Connection, queue: str, task_ids: list[str]) -> int:
+    """Make the listed PENDING tasks of ``queue`` that are not yet due due now; how many."""
+    result = await connection.tasks.update_many(
+        retry_now_filter(queue, task_ids), retry_now_update()
+    )
+    return result.modified_count

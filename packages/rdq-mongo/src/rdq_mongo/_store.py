@@ -2,8 +2,9 @@
 
 The driver calls of each ``StorageBase`` operation (the base checks that the store is open
 and validates the arguments first). The filters live in ``_filters``, the update pipelines
-in ``_updates``, the document layout in ``_codec``, admission in ``_admission``, every
-listing and count in ``_pages``, the client in ``_connection``.
+in ``_updates``, the document layout in ``_codec``, admission in ``_admission``, claims in
+``_claims``, control records and ``retry_now`` in ``_controls``, the worker registry and the
+counts in ``_fleet``, every listing and count in ``_pages``, the client in ``_connection``.
 """
 
 from __future__ import annotations
@@ -363,7 +364,7 @@ class MongoStorage(StorageBase):
         with self._errors() as connection:
             return await _pages.audit_page(connection, audit_filter, page)
 
-    # --- flow control ----------------------------------------------------------------------
+    # --- control records (in _controls) ----------------------------------------------------
 
     async def _list_controls(self, queue: str | None) -> list[Control]:
         with self._errors() as connection:
@@ -379,10 +380,7 @@ class MongoStorage(StorageBase):
 
     async def _retry_now(self, queue: str, task_ids: list[str]) -> int:
         with self._errors() as connection:
-            result = await connection.tasks.update_many(
-                f.retry_now_filter(queue, task_ids), u.retry_now_update()
-            )
-        return result.modified_count
+            return await _controls.retry_now(connection, queue, task_ids)
 
     # --- the fleet ---------------------------------------------------------------------------
 

@@ -1,19 +1,25 @@
-"""Admitting many tasks in one statement: the statement and its values, and the reading of its
-result, independent of which connection runs it (the store's pool, or an application's own
-connection for ``enqueue_in``). The tasks come checked by ``StorageBase``."""
+"""Admission (``enqueue``, ``enqueue_batch``, ``import_tasks``, ``enqueue_in``): the statements
+that admit tasks, their values, the reading of their results and the wake-ups they owe.
+
+A batch is one statement (:class:`Admission`), whichever connection runs it: the store's pool,
+or for ``enqueue_in`` an application's own connection, reached through
+:mod:`rdq_postgres._outbox`. The tasks come checked by ``StorageBase``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import msgspec
 
-from rdq.spi import FORMAT_VERSION, Envelope, first_of_each_id
+from rdq.errors import IDConflict
+from rdq.spi import FORMAT_VERSION, Envelope, first_of_each_id, stored_flags
 from rdq_postgres._codec import (
     ENQUEUE_ARRAYS,
+    ENQUEUE_FIELDS,
     IMPORT_ARRAYS,
     encode_json,
     enqueue_args,
@@ -21,9 +27,21 @@ from rdq_postgres._codec import (
     joined_keys,
     micros,
 )
+from rdq_postgres._connection import Database
+from rdq_postgres._notify import Announcer
+from rdq_postgres._outbox import driver_errors, runner_for
 from rdq_postgres._queries import Queries, Statement
 
-__all__ = ["Admission", "admission", "admission_in", "importing"]
+__all__ = [
+    "Admission",
+    "admission",
+    "admission_in",
+    "enqueue",
+    "enqueue_batch",
+    "enqueue_in",
+    "import_tasks",
+    "importing",
+]
 
 _encode = msgspec.json.Encoder().encode
 
@@ -114,3 +132,84 @@ def _fresh(task: Envelope) -> bool:
         and task.format_version == FORMAT_VERSION
         and not task.extra
     )
+
+
+async def enqueue(
+    db: Database,
+    sql: Queries,
+    announcer: Announcer | None,
+    task: Envelope,
+    delay: timedelta | None,
+) -> bool:
+    """Admit one task (enqueue.sql): ``False`` for an id already in its queue, ``IDConflict``
+    for an id another queue holds. With an ``announcer`` (NOTIFY on), the statement carries
+    its own NOTIFY when the announcer is idle, else the announcer sends one."""
+    values = dict(zip(ENQUEUE_FIELDS, enqueue_args(task), strict=True))
+    carrying = announcer.carrying() if announcer is not None else nullcontext(False)
+    with carrying as carried:
+        stored = await db.fetch(sql.enqueue, **values, delay_us=micros(delay), notify=carried)
+    if stored:
+        if not carried and announcer is not None:
+            announcer.announce((task.queue,))
+        return True
+    # The id is taken (the rare path: a second round trip to say by which queue).
+    rows = await db.fetch(sql.existing_queue, id=task.id)
+    if rows and rows[0]["queue"] != task.queue:
+        raise IDConflict(task.id, rows[0]["queue"])
+    return False
+
+
+async def enqueue_batch(
+    db: Database,
+    sql: Queries,
+    announcer: Announcer | None,
+    tasks: list[Envelope],
+    delay: timedelta | None,
+) -> list[bool]:
+    """Admit ``tasks`` as ``enqueue`` would, in one statement on the pool."""
+    return await _admit(db, tasks, admission(sql, tasks, delay), announcer)
+
+
+async def import_tasks(
+    db: Database, sql: Queries, announcer: Announcer | None, tasks: list[Envelope]
+) -> list[bool]:
+    """Store ``tasks`` verbatim, in one statement on the pool."""
+    return await _admit(db, tasks, importing(sql, tasks), announcer)
+
+
+async def _admit(
+    db: Database, tasks: list[Envelope], batch: Admission, announcer: Announcer | None
+) -> list[bool]:
+    """Run a batch admission statement on the pool. An id in another queue fails the
+    whole statement (RQ409: nothing stored), raised as ``IDConflict``."""
+    stored = batch.stored(await db.fetchrow(batch.statement, **batch.values))
+    if announcer is not None:
+        announcer.announce(batch.queues(stored))
+    return stored_flags(tasks, stored)
+
+
+async def enqueue_in(
+    connection: object,
+    sql: Queries,
+    endpoint: str,
+    tasks: list[Envelope],
+    delay: timedelta | None,
+    *,
+    notify: bool,
+) -> list[bool]:
+    """``enqueue_in``'s statement (enqueue_in.sql) run on the application's ``connection``
+    through :mod:`rdq_postgres._outbox` (see ``PostgresStorage._enqueue_in`` for the
+    promise). An id another queue holds unadmits this call's own rows, then raises
+    ``IDConflict``."""
+    batch = admission_in(sql, tasks, delay, notify=notify)
+    runner = await runner_for(connection)
+    with driver_errors(endpoint):
+        statement = batch.statement
+        row = await runner.fetchrow(statement.text, statement.args(batch.values))
+        stored = set(row["stored"] or ())
+        if row["conflict_id"] is not None:
+            if stored:  # our own rows, not yet visible to anyone else
+                unadmit = sql.unadmit
+                await runner.execute(unadmit.text, unadmit.args({"ids": sorted(stored)}))
+            raise IDConflict(row["conflict_id"], row["conflict_queue"])
+    return stored_flags(tasks, stored)

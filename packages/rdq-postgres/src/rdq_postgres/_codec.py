@@ -45,6 +45,7 @@ __all__ = [
     "envelope_from_row",
     "filter_values",
     "import_args",
+    "json_object",
     "micros",
     "stats_from_row",
     "text_column",
@@ -96,6 +97,18 @@ def _json(value: Any) -> str:
 
 
 encode_json = _json
+
+
+def json_object(raw: str | None) -> dict[str, Any]:
+    """A stored JSON object (``state``, ``extra``); ``{}`` for one that is not (a row written
+    by hand)."""
+    if raw is None:
+        return {}
+    try:
+        value = _decode(raw)
+    except (msgspec.MsgspecError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def micros(duration: timedelta | None) -> int:

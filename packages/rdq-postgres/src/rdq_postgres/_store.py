@@ -2,26 +2,26 @@
 
 Every operation is one SQL statement in autocommit (one round trip): due-ness, leases and
 timestamps come from the database clock, claims use ``FOR UPDATE SKIP LOCKED`` and every
-post-claim mutation is fenced on the claim token in its ``WHERE`` clause. A queue that a
-control restricts is claimed with ``claim_controlled.sql`` instead, which honours the
-controls in its one statement (``claim.sql`` refuses such a queue; the store remembers which
-queues it refused). ``StorageBase``
+post-claim mutation is fenced on the claim token in its ``WHERE`` clause. ``StorageBase``
 checks that the store is open and validates every argument; each ``_operation`` here is the
-statement and the reading of its result.
+statement and the reading of its result, or a call of the module that holds them for the
+newer half of the contract: :mod:`rdq_postgres._admission` (admission, ``enqueue_in``),
+:mod:`rdq_postgres._claims` (claims, and the queues a control restricts),
+:mod:`rdq_postgres._controls` (control records, ``retry_now``) and
+:mod:`rdq_postgres._fleet` (the worker registry and counts).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
 import msgspec
 
-from rdq.errors import IDConflict, NotFound, StaleClaim
+from rdq.errors import NotFound, StaleClaim
 from rdq.spi import (
     CONTRACT_VERSION,
     Attempt,
@@ -44,26 +44,21 @@ from rdq.spi import (
     fence,
     group_order,
     limits,
-    stored_flags,
 )
-from rdq_postgres import _flow
-from rdq_postgres._admission import Admission, admission, admission_in, importing
+from rdq_postgres import _admission, _claims, _controls, _fleet
 from rdq_postgres._codec import (
-    ENQUEUE_FIELDS,
     attempt_args,
     audit_values,
     completion_results,
-    enqueue_args,
     envelope_from_row,
     filter_values,
     micros,
     stats_from_row,
 )
 from rdq_postgres._connection import Database
-from rdq_postgres._errors import QueueControlled, translate_errors
+from rdq_postgres._errors import translate_errors
 from rdq_postgres._migrate import apply_migrations
 from rdq_postgres._notify import Announcer, DueListener
-from rdq_postgres._outbox import driver_errors, runner_for
 from rdq_postgres._pages import audit_page, dlq_page, task_page
 from rdq_postgres._queries import Queries
 from rdq_postgres._url import PostgresConfig, parse_url
@@ -162,37 +157,21 @@ class PostgresStorage(StorageBase):
         if self.config.notify:
             self._announcer.announce(queues)
 
-    # --- admission -------------------------------------------------------------------------
+    # --- admission (the statements in _admission) -------------------------------------------
+
+    @property
+    def _announcing(self) -> Announcer | None:
+        """The announcer of wake-ups, when NOTIFY is on (the URL option ``notify``)."""
+        return self._announcer if self.config.notify else None
 
     async def _enqueue(self, task: Envelope, delay: timedelta | None) -> bool:
-        values = dict(zip(ENQUEUE_FIELDS, enqueue_args(task), strict=True))
-        carrying = self._announcer.carrying() if self.config.notify else nullcontext(False)
-        with carrying as carried:
-            stored = await self._db.fetch(
-                self._sql.enqueue, **values, delay_us=micros(delay), notify=carried
-            )
-        if stored:
-            if not carried:
-                self._announce(task.queue)
-            return True
-        # The id is taken (the rare path: a second round trip to say by which queue).
-        rows = await self._db.fetch(self._sql.existing_queue, id=task.id)
-        if rows and rows[0]["queue"] != task.queue:
-            raise IDConflict(task.id, rows[0]["queue"])
-        return False
+        return await _admission.enqueue(self._db, self._sql, self._announcing, task, delay)
 
     async def _enqueue_batch(self, tasks: list[Envelope], delay: timedelta | None) -> list[bool]:
-        return await self._admit(tasks, admission(self._sql, tasks, delay))
+        return await _admission.enqueue_batch(self._db, self._sql, self._announcing, tasks, delay)
 
     async def _import_tasks(self, tasks: list[Envelope]) -> list[bool]:
-        return await self._admit(tasks, importing(self._sql, tasks))
-
-    async def _admit(self, tasks: list[Envelope], batch: Admission) -> list[bool]:
-        """Run a batch admission statement on the pool. An id in another queue fails the
-        whole statement (RQ409: nothing stored), raised as ``IDConflict``."""
-        stored = batch.stored(await self._db.fetchrow(batch.statement, **batch.values))
-        self._announce(*batch.queues(stored))
-        return stored_flags(tasks, stored)
+        return await _admission.import_tasks(self._db, self._sql, self._announcing, tasks)
 
     async def _enqueue_in(
         self, connection: object, tasks: list[Envelope], delay: timedelta | None
@@ -208,46 +187,18 @@ class PostgresStorage(StorageBase):
         stored and the transaction usable. One statement; the store's own pool is not used.
         Driver errors are raised as ``StorageError`` (``StorageUnavailable`` when the
         connection is lost)."""
-        batch = admission_in(self._sql, tasks, delay, notify=self.config.notify)
-        runner = await runner_for(connection)
-        with driver_errors(self.endpoint):
-            statement = batch.statement
-            row = await runner.fetchrow(statement.text, statement.args(batch.values))
-            stored = set(row["stored"] or ())
-            if row["conflict_id"] is not None:
-                if stored:  # our own rows, not yet visible to anyone else
-                    unadmit = self._sql.unadmit
-                    await runner.execute(unadmit.text, unadmit.args({"ids": sorted(stored)}))
-                raise IDConflict(row["conflict_id"], row["conflict_queue"])
-        return stored_flags(tasks, stored)
+        return await _admission.enqueue_in(
+            connection, self._sql, self.endpoint, tasks, delay, notify=self.config.notify
+        )
 
-    # --- claiming --------------------------------------------------------------------------
+    # --- claiming (the statements in _claims) ---------------------------------------------
 
     async def _claim_due(
         self, queue: str, limit: int, lease: timedelta, worker_id: str | None
     ) -> list[Claimed]:
-        values = {"queue": queue, "limit": limit, "lease_us": micros(lease), "worker_id": worker_id}
-        rows: list[asyncpg.Record] | None = None
-        if queue not in self._controlled:
-            try:
-                rows = await self._db.fetch(self._sql.claim, **values)
-            except QueueControlled:
-                self._controlled.add(queue)
-        if rows is None:  # a control restricts the queue (or did at its last claim)
-            rows = await self._db.fetch(self._sql.claim_controlled, **values)
-            if not rows[0]["controlled"]:
-                self._controlled.discard(queue)
-            rows = [row for row in rows if row["id"] is not None]
-        if len(rows) > 1:
-            rows.sort(key=lambda r: r["claimed_rank"])  # the claim order (RETURNING has none)
-        # each row is let go once decoded, so a batch of large payloads is not held twice
-        # (raw and decoded) until the last is decoded
-        rows.reverse()
-        claimed = []
-        while rows:
-            row = rows.pop()
-            claimed.append(Claimed(envelope_from_row(row), row["token"]))
-        return claimed
+        return await _claims.claim_due(
+            self._db, self._sql, self._controlled, queue, limit, lease, worker_id
+        )
 
     async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         row = await self._db.fetchrow(
@@ -395,45 +346,45 @@ class PostgresStorage(StorageBase):
     ) -> tuple[list[AuditEntry], str | None]:
         return await audit_page(self._db, self._sql, audit_filter, page)
 
-    # --- flow control ----------------------------------------------------------------------
+    # --- control records (the statements in _controls) -----------------------------------
 
     async def _list_controls(self, queue: str | None) -> list[Control]:
-        return await _flow.list_controls(self._db, self._sql, queue)
+        return await _controls.list_controls(self._db, self._sql, queue)
 
     async def _put_control(self, control: Control, expected_version: int) -> Control:
-        return await _flow.put_control(self._db, self._sql, control, expected_version)
+        return await _controls.put_control(self._db, self._sql, control, expected_version)
 
     async def _delete_control(self, queue: str, key: str, expected_version: int) -> bool:
-        return await _flow.delete_control(self._db, self._sql, queue, key, expected_version)
+        return await _controls.delete_control(self._db, self._sql, queue, key, expected_version)
 
     async def _retry_now(self, queue: str, task_ids: list[str]) -> int:
-        moved = await self._db.execute(self._sql.retry_now, queue=queue, ids=task_ids)
+        moved = await _controls.retry_now(self._db, self._sql, queue, task_ids)
         if moved:
             self._announce(queue)
         return moved
 
-    # --- the fleet and counts ----------------------------------------------------------------
+    # --- the fleet and counts (the statements in _fleet) --------------------------------------
 
     async def _heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
-        return await _flow.heartbeat_worker(self._db, self._sql, info)
+        return await _fleet.heartbeat_worker(self._db, self._sql, info)
 
     async def _list_workers(self) -> list[WorkerInfo]:
-        return await _flow.list_workers(self._db, self._sql)
+        return await _fleet.list_workers(self._db, self._sql)
 
     async def _remove_worker(self, worker_id: str) -> bool:
-        return bool(await self._db.execute(self._sql.remove_worker, id=worker_id))
+        return await _fleet.remove_worker(self._db, self._sql, worker_id)
 
     async def _purge_workers(self, seen_before: datetime) -> int:
-        return await self._db.execute(self._sql.purge_workers, seen_before=seen_before)
+        return await _fleet.purge_workers(self._db, self._sql, seen_before)
 
     async def _add_counts(self, counts: list[Counts]) -> None:
-        await _flow.add_counts(self._db, self._sql, counts)
+        await _fleet.add_counts(self._db, self._sql, counts)
 
     async def _read_counts(self, queue: str | None, since: datetime) -> list[Counts]:
-        return await _flow.read_counts(self._db, self._sql, queue, since)
+        return await _fleet.read_counts(self._db, self._sql, queue, since)
 
     async def _purge_counts(self, before: datetime) -> int:
-        return await self._db.execute(self._sql.purge_counts, before=before)
+        return await _fleet.purge_counts(self._db, self._sql, before)
 
     # --- operations ------------------------------------------------------------------------
 

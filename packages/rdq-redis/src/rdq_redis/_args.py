@@ -1,5 +1,8 @@
-"""The arguments the scripts take, built from the contract's types, and their replies read
-back into them."""
+"""The arguments the scripts of ``_store``'s operations take (leases, resolutions, the DLQ,
+stats), built from the contract's types, and their replies read back into them; the claim
+token's queue. Those of admission are in :mod:`rdq_redis._admission`, the claim's in
+:mod:`rdq_redis._claims`, those of control records and the fleet in :mod:`rdq_redis._controls`
+and :mod:`rdq_redis._fleet`."""
 
 from __future__ import annotations
 
@@ -7,47 +10,31 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from rdq.errors import IDConflict, StorageError, ValidationError
+from rdq.errors import ValidationError
 from rdq.spi import (
-    STATUS_TIME_FIELDS,
     Attempt,
-    Claimed,
     Completion,
     DLQFilter,
     DLQGroup,
-    Envelope,
     Selector,
     Stats,
-    Status,
     group_order,
     limits,
-    status_time,
 )
 from rdq_redis._codec import (
-    TIME_FIELDS,
     attempt_json,
-    attempts_json,
-    envelope_body,
-    envelope_from_hash,
     error_arg,
     from_us,
-    hash_pairs,
-    keys_text,
     score_us,
     to_us,
 )
-from rdq_redis._keys import STATUS_SETS, QueueKeys, index_key
+from rdq_redis._keys import QueueKeys
 
 __all__ = [
-    "admission",
-    "admitted",
-    "claimed",
     "completion_batches",
     "dlq_groups",
-    "enqueue_row",
     "group_label",
     "holds_tasks",
-    "import_row",
     "micros",
     "resolve_args",
     "selector_args",
@@ -69,72 +56,6 @@ def token_queue(token: str) -> str | None:
         return limits.check_queue(queue)
     except ValidationError:
         return None
-
-
-def enqueue_row(task: Envelope, qk: QueueKeys, delay_us: int) -> list[Any]:
-    """The 14 per-task values ``enqueue.lua`` reads."""
-    last_error = task.attempts[-1].error_type if task.attempts else None
-    return [
-        task.queue,
-        task.id,
-        qk.base,
-        envelope_body(task),
-        "" if task.next_attempt_at is None else str(to_us(task.next_attempt_at)),
-        delay_us,
-        task.attempt_count,
-        task.redrive_count,
-        attempts_json(task.attempts),
-        task.handler_ref,
-        error_arg(last_error),
-        qk.wake,
-        task.priority,
-        keys_text(task.keys),
-    ]
-
-
-def import_row(task: Envelope, qk: QueueKeys) -> list[Any]:
-    """The per-task values ``import_tasks.lua`` reads: where the task is indexed, then every
-    hash field it is stored with."""
-    fields: list[Any] = [
-        "body",
-        envelope_body(task),
-        "status",
-        str(task.status),
-        "attempt_count",
-        task.attempt_count,
-        "redrive_count",
-        task.redrive_count,
-        "attempts",
-        attempts_json(task.attempts),
-        "handler_ref",
-        task.handler_ref,
-        "priority",
-        task.priority,
-    ]
-    last_error = task.attempts[-1].error_type if task.attempts else None
-    if last_error is not None:
-        fields += ["error_type", last_error]
-    if task.claimed_by is not None:
-        fields += ["claimed_by", task.claimed_by]
-    if task.keys:
-        fields += ["keys", keys_text(task.keys)]
-    for name in TIME_FIELDS:
-        at = getattr(task, name)
-        if at is not None:
-            fields += [name, str(to_us(at))]
-    at = status_time(task)
-    return [
-        task.queue,
-        task.id,
-        qk.base,
-        STATUS_SETS[task.status],
-        task.priority,
-        "" if at is None else str(to_us(at)),
-        STATUS_TIME_FIELDS[task.status],
-        qk.wake,
-        len(fields) // 2,
-        *fields,
-    ]
 
 
 def _filter_args(dlq_filter: DLQFilter | None) -> list[str]:
@@ -159,44 +80,6 @@ def group_label(label: bytes) -> tuple[str, str | None]:
     handler, error = rest[:size], rest[size:]
     text = handler.decode("utf-8", "replace")
     return text, error[1:].decode("utf-8", "replace") if error else None
-
-
-def admission(
-    prefix: str, registry: str, tasks: Sequence[Envelope], rows: Sequence[list[Any]]
-) -> tuple[list[str], list[Any]]:
-    """The keys and arguments of one admitting script call (``enqueue.lua`` or
-    ``import_tasks.lua``) on a single server, where the script keeps the id index and the
-    queue registry; ``rows`` holds each task's values (:func:`enqueue_row`,
-    :func:`import_row`). On Cluster, :func:`rdq_redis._cluster.admit_on_cluster` builds them."""
-    keys: list[str] = []
-    args: list[Any] = [len(tasks), "1", registry]
-    for task, row in zip(tasks, rows, strict=True):
-        qk = QueueKeys(prefix, task.queue)
-        keys += [qk.levels, qk.task(task.id), index_key(prefix, task.id)]
-        args += row
-    return keys, args
-
-
-def admitted(reply: Any) -> list[bool]:
-    """The per-task "stored" flags of an admitting script, or its ``IDConflict``."""
-    if reply[0] == b"IDCONFLICT":
-        raise IDConflict(reply[1].decode(), reply[2].decode())
-    if reply[0] != b"OK":
-        raise StorageError(f"unexpected reply from an admitting script: {reply!r}")
-    return [flag == 1 for flag in reply[1]]
-
-
-def claimed(queue: str, reply: Any) -> list[Claimed]:
-    """``claim_due.lua``'s reply (id, token and hash of each task claimed) as claims."""
-    return [
-        Claimed(
-            envelope_from_hash(
-                hash_pairs(fields), task_id=task_id.decode(), queue=queue, status=Status.IN_FLIGHT
-            ),
-            token.decode(),
-        )
-        for task_id, token, fields in reply
-    ]
 
 
 def dlq_groups(reply: Any) -> list[DLQGroup]:

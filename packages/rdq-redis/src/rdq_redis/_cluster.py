@@ -12,53 +12,19 @@ and race windows.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 from rdq.errors import IDConflict
 from rdq.spi import Envelope, first_of_each_id
-from rdq_redis._args import admitted
 from rdq_redis._connection import Client
 from rdq_redis._errors import translate_errors
-from rdq_redis._keys import QueueKeys, index_key, registry_key
-from rdq_redis._scripts import Scripts
+from rdq_redis._keys import index_key, registry_key
 
 __all__ = [
-    "admit_on_cluster",
     "forget_ids",
     "forget_queue",
     "register_queues",
     "reserve_ids",
 ]
-
-
-async def admit_on_cluster(
-    client: Client,
-    scripts: Scripts,
-    prefix: str,
-    address: str,
-    script: str,
-    tasks: Sequence[Envelope],
-    rows: Sequence[list[Any]],
-) -> list[bool]:
-    """Run an admitting script (``enqueue`` or ``import_tasks``, one argument row per task)
-    on Cluster: reserve the ids and register the queues, then one script call per queue."""
-    await reserve_ids(client, prefix, address, tasks)
-    await register_queues(client, prefix, address, {t.queue for t in tasks})
-    by_queue: dict[str, list[int]] = {}
-    for i, task in enumerate(tasks):
-        by_queue.setdefault(task.queue, []).append(i)
-    stored = [False] * len(tasks)
-    for queue, positions in by_queue.items():
-        qk = QueueKeys(prefix, queue)
-        keys: list[str] = []
-        args: list[Any] = [len(positions), "0", ""]
-        for i in positions:
-            keys += [qk.levels, qk.task(tasks[i].id)]
-            args += rows[i]
-        flags = admitted(await scripts.run(script, keys, args))
-        for i, flag in zip(positions, flags, strict=True):
-            stored[i] = flag
-    return stored
 
 
 async def reserve_ids(client: Client, prefix: str, address: str, tasks: Sequence[Envelope]) -> None:

@@ -23,11 +23,10 @@ from typing import Any
 
 from rdq.errors import StorageError
 from rdq_redis._cluster import register_queues
-from rdq_redis._connection import Client
+from rdq_redis._connection import Client, Scripts
 from rdq_redis._errors import translate_errors
 from rdq_redis._eviction import eviction_evidence
 from rdq_redis._keys import LAYOUT, QueueKeys, layout_key, registry_key
-from rdq_redis._scripts import Scripts
 
 __all__ = [
     "check_layout",

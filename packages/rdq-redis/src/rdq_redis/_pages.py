@@ -29,8 +29,8 @@ from rdq.spi import (
     task_scope,
 )
 from rdq_redis._codec import audit_entry, envelope_from_hash, from_us, hash_pairs, score_us, to_us
+from rdq_redis._connection import Scripts
 from rdq_redis._keys import STATUS_SETS, AuditKeys, QueueKeys
-from rdq_redis._scripts import Scripts
 
 __all__ = ["audit_page", "dlq_page", "task_page"]
 

@@ -1,7 +1,7 @@
 """The Lua scripts' text, read from the wheel: each script is ``lua/_lib.lua`` (the shared
 helpers), for the scripts that read control records ``lua/_flow.lua`` (the flow-control
 helpers), for the claim ``lua/_order.lua`` (the claim orders of contract version 4), then
-``lua/<name>.lua``. :mod:`rdq_redis._scripts` registers and runs them."""
+``lua/<name>.lua``. :class:`rdq_redis._connection.Scripts` registers and runs them."""
 
 from __future__ import annotations
 

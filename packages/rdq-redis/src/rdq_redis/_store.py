@@ -1,14 +1,14 @@
 """``RedisStorage``: the storage contract on Redis, every mutation one Lua script.
 
 :class:`~rdq.spi.StorageBase` checks that the store is open and validates every argument; the
-``_operations`` here run the scripts (see :mod:`rdq_redis._args` for their arguments); those of
-contract version 3 are in :mod:`rdq_redis._controls` (control records) and
-:mod:`rdq_redis._fleet` (the worker registry and the counts), what a fenced script's refusal
-means in :mod:`rdq_redis._fencing`."""
+``_operations`` here run the scripts (see :mod:`rdq_redis._args` for their arguments), or call
+the module that runs them for the newer half of the contract: :mod:`rdq_redis._admission`
+(admission), :mod:`rdq_redis._claims` (claims), :mod:`rdq_redis._controls` (control records,
+``retry_now``) and :mod:`rdq_redis._fleet` (the worker registry and the counts). What a fenced
+script's refusal means is in :mod:`rdq_redis._fencing`."""
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -37,25 +37,23 @@ from rdq.spi import (
     TaskFilter,
     WorkerInfo,
 )
-from rdq_redis import _args, _controls, _fencing, _fleet
-from rdq_redis._cluster import admit_on_cluster, forget_ids, forget_queue
+from rdq_redis import _admission, _args, _claims, _controls, _fencing, _fleet
+from rdq_redis._cluster import forget_ids, forget_queue
 from rdq_redis._codec import (
     audit_body,
     envelope_from_hash,
-    error_arg,
     from_us,
     hash_pairs,
     score_us,
     to_us,
 )
-from rdq_redis._connection import Client, Connection, open_connection
+from rdq_redis._connection import Client, Connection, Scripts, open_connection
 from rdq_redis._errors import translate_errors
 from rdq_redis._eviction import check_eviction
 from rdq_redis._keys import LAYOUT, AuditKeys, QueueKeys, registry_key
 from rdq_redis._migrate import check_layout, migrate, older_layout_error, stored_layout
 from rdq_redis._notify import Waiters
 from rdq_redis._pages import audit_page, dlq_page, task_page
-from rdq_redis._scripts import Scripts
 from rdq_redis._url import RedisConfig, parse_url
 
 __all__ = ["CAPABILITIES", "RedisStorage"]
@@ -196,48 +194,30 @@ class RedisStorage(StorageBase):
         reply = await self._live().scripts.run("next_due", [qk.levels], [qk.base])
         return int(reply[0]), score_us(reply[1]) if reply[1] else None
 
-    # --- admission -------------------------------------------------------------------------
+    # --- admission (the scripts' calls in _admission) ----------------------------------------
 
     async def _enqueue(self, task: Envelope, delay: timedelta | None) -> bool:
         return (await self._enqueue_batch([task], delay))[0]
 
     async def _enqueue_batch(self, tasks: list[Envelope], delay: timedelta | None) -> list[bool]:
-        delay_us = _args.micros(delay or timedelta(0))
-        rows = [_args.enqueue_row(task, self._keys(task.queue), delay_us) for task in tasks]
-        return await self._admit("enqueue", tasks, rows)
+        rows = _admission.enqueue_rows(tasks, self._prefix, delay)
+        scripts = await self._ready()
+        return await _admission.admit(scripts, self._redis, self._config, "enqueue", tasks, rows)
 
     async def _import_tasks(self, tasks: list[Envelope]) -> list[bool]:
-        rows = [_args.import_row(task, self._keys(task.queue)) for task in tasks]
-        return await self._admit("import_tasks", tasks, rows)
-
-    async def _admit(self, script: str, tasks: list[Envelope], rows: list[list[Any]]) -> list[bool]:
-        """Run an admitting script (``enqueue`` or ``import_tasks``): one call on a single
-        server; on Cluster the ids are reserved and the queues registered first, then one call
-        per queue."""
+        rows = _admission.import_rows(tasks, self._prefix)
         scripts = await self._ready()
-        if not self._cluster:
-            keys, args = _args.admission(self._prefix, self._registry, tasks, rows)
-            return _args.admitted(await scripts.run(script, keys, args))
-        return await admit_on_cluster(
-            self._redis(), scripts, self._prefix, self._address, script, tasks, rows
+        return await _admission.admit(
+            scripts, self._redis, self._config, "import_tasks", tasks, rows
         )
 
-    # --- claiming --------------------------------------------------------------------------
+    # --- claiming (the script's call in _claims) ----------------------------------------------
 
     async def _claim_due(
         self, queue: str, limit: int, lease: timedelta, worker_id: str | None
     ) -> list[Claimed]:
         scripts = await self._ready()
-        qk = self._keys(queue)
-        # The token names the queue, so resolving a claim needs no id -> queue lookup; the
-        # script makes one per task claimed from this claim's random stem.
-        stem = f"{queue}/{secrets.token_hex(16)}"
-        reply = await scripts.run(
-            "claim_due",
-            [qk.levels],
-            [qk.base, _args.micros(lease), error_arg(worker_id), limit, stem],
-        )
-        return _args.claimed(queue, reply)
+        return await _claims.claim_due(scripts, self._prefix, queue, limit, lease, worker_id)
 
     async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         scripts = await self._ready()
@@ -396,7 +376,7 @@ class RedisStorage(StorageBase):
     ) -> tuple[list[AuditEntry], str | None]:
         return await audit_page(await self._ready(), AuditKeys(self._prefix), audit_filter, page)
 
-    # --- flow control (contract version 3, in _controls) -----------------------------------
+    # --- control records (the scripts' calls in _controls) -----------------------------------
 
     async def _list_controls(self, queue: str | None) -> list[Control]:
         return await _controls.list_controls(await self._ready(), self._redis, self._config, queue)
@@ -414,11 +394,9 @@ class RedisStorage(StorageBase):
         )
 
     async def _retry_now(self, queue: str, task_ids: list[str]) -> int:
-        scripts = await self._ready()
-        qk = self._keys(queue)
-        return int(await scripts.run("retry_now", [qk.levels], [qk.base, qk.wake, *task_ids]))
+        return await _controls.retry_now(await self._ready(), self._prefix, queue, task_ids)
 
-    # --- the fleet and counts (contract version 3, in _fleet) --------------------------------
+    # --- the fleet and counts (the scripts' calls in _fleet) --------------------------------
 
     async def _heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
         return await _fleet.heartbeat_worker(await self._ready(), self._prefix, info)

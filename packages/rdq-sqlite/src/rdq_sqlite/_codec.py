@@ -31,6 +31,7 @@ __all__ = [
     "envelope_from_row",
     "filter_params",
     "from_us",
+    "ids_param",
     "import_row",
     "new_row",
     "to_us",
@@ -81,6 +82,11 @@ def at_us(us: int) -> datetime:
 
 def _json(value: Any) -> str:
     return _encode(value).decode()
+
+
+def ids_param(ids: Sequence[str]) -> str:
+    """Task ids as one JSON array, the parameter statements read with ``json_each(:ids)``."""
+    return _json(list(ids))
 
 
 def encode_attempt(attempt: Attempt) -> str:

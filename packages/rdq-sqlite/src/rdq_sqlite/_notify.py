@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
-from rdq_sqlite import _flow
+from rdq_sqlite import _claims
 from rdq_sqlite._clock import now_for_read
 from rdq_sqlite._queries import SQL
 
@@ -127,7 +127,7 @@ def data_version(conn: sqlite3.Connection) -> int:
 def next_due(conn: sqlite3.Connection, queue: str) -> tuple[int, int | None, int]:
     """``(now, earliest time a task of queue may be claimed or None, data_version)``, all in
     microseconds. A queue with controls counts from when they may let its tasks through
-    (:func:`rdq_sqlite._flow.claimable_at`), so a paused queue is not due."""
+    (:func:`rdq_sqlite._claims.claimable_at`), so a paused queue is not due."""
     due = conn.execute(SQL.next_due, {"queue": queue}).fetchone()[0]
     now = now_for_read(conn)
-    return now, _flow.claimable_at(conn, queue, now, due), data_version(conn)
+    return now, _claims.claimable_at(conn, queue, now, due), data_version(conn)

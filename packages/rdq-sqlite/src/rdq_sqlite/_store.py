@@ -1,10 +1,13 @@
 """``SqliteStorage``: the storage contract on one SQLite file, durable and embedded.
 
 :class:`~rdq.spi.StorageBase` checks that the store is open and validates every argument;
-each ``_operation`` here runs one function of :mod:`._writes` (inside one ``BEGIN IMMEDIATE``
-transaction on the write link) or of :mod:`._reads`, :mod:`._pages` or :mod:`._notify` (on
-the read link, which WAL lets run beside a write), on the link's own thread, and rings the
-doorbell (:mod:`._notify`) for the queues a write made due.
+each ``_operation`` here runs one function, on the link's own thread, and rings the doorbell
+(:mod:`._notify`) for the queues a write made due. Writes run inside one ``BEGIN IMMEDIATE``
+transaction on the write link: :mod:`._admission` (admission), :mod:`._claims` (claims),
+:mod:`._controls` (control records, ``retry_now``), :mod:`._fleet` (the worker registry and
+counts) and :mod:`._writes` (the rest); reads on the read link, which WAL lets run beside a
+write: :mod:`._pages`, :mod:`._reads`, :mod:`._notify`, and the reads of :mod:`._controls` and
+:mod:`._fleet`.
 """
 
 from __future__ import annotations
@@ -41,7 +44,17 @@ from rdq.spi import (
     TaskFilter,
     WorkerInfo,
 )
-from rdq_sqlite import _backup, _fleet, _flow, _notify, _pages, _reads, _writes
+from rdq_sqlite import (
+    _admission,
+    _backup,
+    _claims,
+    _controls,
+    _fleet,
+    _notify,
+    _pages,
+    _reads,
+    _writes,
+)
 from rdq_sqlite._codec import at_us, to_us
 from rdq_sqlite._connection import Link, Mode
 from rdq_sqlite._migrate import LATEST, apply_migrations, check_version, create_if_empty
@@ -227,12 +240,12 @@ class SqliteStorage(StorageBase):
 
     async def _enqueue_batch(self, tasks: list[Envelope], delay: timedelta | None) -> list[bool]:
         delay_us = 0 if delay is None else delay // _US
-        flags = await self._write(_writes.enqueue, tasks, delay_us)
+        flags = await self._write(_admission.enqueue, tasks, delay_us)
         self._bell.ring(task.queue for task, stored in zip(tasks, flags, strict=True) if stored)
         return flags
 
     async def _import_tasks(self, tasks: list[Envelope]) -> list[bool]:
-        flags = await self._write(_writes.import_tasks, tasks)
+        flags = await self._write(_admission.import_tasks, tasks)
         self._bell.ring(
             task.queue
             for task, stored in zip(tasks, flags, strict=True)
@@ -245,7 +258,7 @@ class SqliteStorage(StorageBase):
     async def _claim_due(
         self, queue: str, limit: int, lease: timedelta, worker_id: str | None
     ) -> list[Claimed]:
-        return await self._write(_writes.claim, queue, limit, lease // _US, worker_id)
+        return await self._write(_claims.claim, queue, limit, lease // _US, worker_id)
 
     async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
         return at_us(await self._write(_writes.extend_lease, task_id, token, lease // _US))
@@ -323,21 +336,21 @@ class SqliteStorage(StorageBase):
     # --- flow control ----------------------------------------------------------------------
 
     async def _list_controls(self, queue: str | None) -> list[Control]:
-        return await self._snapshot(_flow.list_controls, queue)
+        return await self._snapshot(_controls.list_controls, queue)
 
     async def _put_control(self, control: Control, expected_version: int) -> Control:
-        stored = await self._write(_flow.put_control, control, expected_version)
+        stored = await self._write(_controls.put_control, control, expected_version)
         self._bell.ring([control.queue])  # it may let held-back tasks through
         return stored
 
     async def _delete_control(self, queue: str, key: str, expected_version: int) -> bool:
-        deleted = await self._write(_flow.delete_control, queue, key, expected_version)
+        deleted = await self._write(_controls.delete_control, queue, key, expected_version)
         if deleted:
             self._bell.ring([queue])
         return deleted
 
     async def _retry_now(self, queue: str, task_ids: list[str]) -> int:
-        moved = await self._write(_flow.retry_now, queue, task_ids)
+        moved = await self._write(_controls.retry_now, queue, task_ids)
         if moved:
             self._bell.ring([queue])
         return moved

@@ -1,39 +1,55 @@
-"""The memory store's flow-control records, worker registry and counts (the arguments already
-checked by the store; every function is called under the state's lock)."""
+"""The control records of the memory store (capability ``control``): ``list_controls``,
+``put_control`` (compare-and-set on the version), ``delete_control``, ``retry_now``, and the
+live leases of a key (``in_use``), which claims count too (:mod:`rdq_memory._claims`).
+
+Each operation of :class:`ControlOperations` is one call of a function here under the state's
+lock (the arguments already checked by the store).
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from datetime import datetime
 
 import msgspec
 
 from rdq.errors import ControlConflict
-from rdq.spi import (
-    QUEUE_KEY,
-    ClaimGate,
-    Control,
-    Counts,
-    Status,
-    WorkerInfo,
-    task_keys,
-)
+from rdq.spi import Control, Status, task_keys
+from rdq_memory._core import MemoryCore
 from rdq_memory._state import MemoryState
 
 __all__ = [
-    "add_counts",
-    "claim_gate",
+    "ControlOperations",
     "delete_control",
-    "heartbeat",
-    "keep_gate",
+    "in_use",
     "list_controls",
-    "purge_counts",
-    "purge_workers",
     "put_control",
-    "read_counts",
     "retry_now",
 ]
+
+
+class ControlOperations(MemoryCore):
+    """Control records and ``retry_now`` (see the module docstring)."""
+
+    async def _list_controls(self, queue: str | None) -> list[Control]:
+        with self._state.lock:
+            return list_controls(self._state, queue, self._clock_now())
+
+    async def _put_control(self, control: Control, expected_version: int) -> Control:
+        with self._state.lock:
+            stored = put_control(self._state, control, expected_version, self._clock_now())
+            self._state.wake(control.queue)  # a control lifted may make tasks claimable
+            return stored
+
+    async def _delete_control(self, queue: str, key: str, expected_version: int) -> bool:
+        with self._state.lock:
+            deleted = delete_control(self._state, queue, key, expected_version)
+            self._state.wake(queue)
+            return deleted
+
+    async def _retry_now(self, queue: str, task_ids: list[str]) -> int:
+        with self._state.lock:
+            return retry_now(self._state, queue, task_ids, self._clock_now())
 
 
 def in_use(state: MemoryState, queue: str, keys: set[str], now: datetime) -> Counter[str]:
@@ -49,30 +65,6 @@ def in_use(state: MemoryState, queue: str, keys: set[str], now: datetime) -> Cou
                 if key in keys:
                     counts[key] += 1
     return counts
-
-
-def claim_gate(state: MemoryState, queue: str, now: datetime) -> ClaimGate | None:
-    """The gate a claim of ``queue`` goes through, or ``None`` when nothing restricts it."""
-    controls = state.controls.get(queue)
-    if not controls:
-        return None
-    limited = {k for k, c in controls.items() if c.concurrency is not None}
-    gate = ClaimGate(
-        controls, state.buckets.get(queue, {}), in_use(state, queue, limited, now), now
-    )
-    return None if gate.idle else gate
-
-
-def keep_gate(state: MemoryState, queue: str, gate: ClaimGate) -> None:
-    """Store what a claim took from the gates and the rate buckets (no version change)."""
-    controls = state.controls[queue]
-    for key, left in gate.gates.items():
-        controls[key] = msgspec.structs.replace(controls[key], gate=left)
-    state.buckets.setdefault(queue, {}).update(gate.buckets)
-
-
-def blocked_queue(gate: ClaimGate) -> bool:
-    return gate.blocks_everything(QUEUE_KEY)
 
 
 def list_controls(state: MemoryState, queue: str | None, now: datetime) -> list[Control]:
@@ -125,24 +117,6 @@ def delete_control(state: MemoryState, queue: str, key: str, expected_version: i
     return True
 
 
-def heartbeat(state: MemoryState, info: WorkerInfo, now: datetime) -> WorkerInfo:
-    before = state.workers.get(info.id)
-    started = before.started_at if before is not None else now
-    stored = msgspec.structs.replace(
-        info, queues=list(info.queues), extra=dict(info.extra), started_at=started, seen_at=now
-    )
-    state.workers[info.id] = stored
-    return stored
-
-
-def purge_workers(state: MemoryState, seen_before: datetime) -> int:
-    workers = state.workers
-    doomed = [i for i, w in workers.items() if w.seen_at is not None and w.seen_at < seen_before]
-    for worker_id in doomed:
-        del workers[worker_id]
-    return len(doomed)
-
-
 def retry_now(state: MemoryState, queue: str, task_ids: list[str], now: datetime) -> int:
     """Make the listed PENDING tasks of ``queue`` that are not yet due due at ``now``."""
     moved = 0
@@ -161,27 +135,3 @@ def retry_now(state: MemoryState, queue: str, task_ids: list[str], now: datetime
     if moved:
         state.wake(queue)
     return moved
-
-
-def add_counts(state: MemoryState, counts: Sequence[Counts]) -> None:
-    for entry in counts:
-        total = state.counts.setdefault((entry.queue, entry.minute), [0, 0, 0, 0])
-        total[0] += entry.succeeded
-        total[1] += entry.failed
-        total[2] += entry.dead
-        total[3] += entry.deferred
-
-
-def read_counts(state: MemoryState, queue: str | None, since: datetime) -> list[Counts]:
-    return [
-        Counts(queue=q, minute=m, succeeded=c[0], failed=c[1], dead=c[2], deferred=c[3])
-        for (q, m), c in sorted(state.counts.items())
-        if (queue is None or q == queue) and m >= since
-    ]
-
-
-def purge_counts(state: MemoryState, before: datetime) -> int:
-    doomed = [key for key in state.counts if key[1] < before]
-    for key in doomed:
-        del state.counts[key]
-    return len(doomed)

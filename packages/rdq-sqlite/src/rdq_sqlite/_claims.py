@@ -1,17 +1,19 @@
-"""Flow control (contract version 3): control records, the claims that honour them, and what
-``wait_due`` needs to know about tasks the controls hold back.
+"""Claims (``claim_due``): the claim of a queue without controls, the claim through its
+controls, and what ``wait_due`` needs to know about tasks the controls hold back.
 
-Claims decide in Python with :class:`rdq.spi.ClaimGate` (the rule as the reference store
-applies it), inside the claim's write transaction: ``BEGIN IMMEDIATE`` holds the database's
-write lock, so the controls read, the tasks leased and what the claim takes from gates and
-rate buckets are one atomic step.
+Every claim runs inside one write transaction: ``BEGIN IMMEDIATE`` holds the database's write
+lock, so the controls read, the tasks leased and what the claim takes from gates and rate
+buckets are one atomic step. :func:`claim` reads, with the clock row, whether the queue has a
+control record or held tasks (two index seeks); a queue without them is claimed as it always
+was (:func:`_pick_plain`: one index seek per priority that holds claimable tasks), one with
+them through its controls (:func:`pick`). Both lease what they picked in the same
+transaction, with a ``LEASE_EXPIRED`` record for each lapsed lease reclaimed.
 
-A claim of a queue without controls never comes here: :func:`rdq_sqlite._writes.claim` reads,
-with the clock row, whether the queue has a control record or held tasks (two index seeks)
-and otherwise claims exactly as before. With controls, :func:`pick` reads the queue's control
-records and, when one sets a concurrency limit, the live leases per key (``in_use.sql``: one
-range of the status index over the queue's live leases, never the tasks waiting), builds the
-gate and visits candidates in claim order (priority, then due time, then id) from
+Claims through controls decide in Python with :class:`rdq.spi.ClaimGate` (the rule as the
+reference store applies it). :func:`pick` reads the queue's control records and, when one sets
+a concurrency limit, the live leases per key (``in_use.sql``: one range of the status index
+over the queue's live leases, never the tasks waiting), builds the gate and visits candidates
+in claim order (priority, then due time, then id) from
 
 - the claim index (tasks no claim has held back), one priority at a time, and
 - the tasks *held* under each key whose control lets tasks through now (index ``task_held``).
@@ -37,30 +39,33 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import msgspec
-
-from rdq.errors import ControlConflict
 from rdq.spi import (
     MAX_PRIORITY,
     QUEUE_KEY,
+    Attempt,
     Bucket,
+    Claimed,
     ClaimGate,
     ClaimOrder,
     Control,
+    Outcome,
+    Status,
     handler_key,
 )
-from rdq_sqlite._clock import now_for_read, tick
-from rdq_sqlite._codec import at_us, decode_keys, to_us
+from rdq_sqlite._clock import advance
+from rdq_sqlite._codec import (
+    at_us,
+    decode_keys,
+    encode_attempt,
+    envelope_from_row,
+    from_us,
+    ids_param,
+    to_us,
+)
+from rdq_sqlite._controls import control_from_row, live_leases
 from rdq_sqlite._queries import SQL
 
-__all__ = [
-    "claimable_at",
-    "delete_control",
-    "list_controls",
-    "pick",
-    "put_control",
-    "retry_now",
-]
+__all__ = ["claim", "claimable_at", "pick"]
 
 Row = tuple[Any, ...]
 """A candidate as ``claim_scan.sql`` and ``held_candidates.sql`` select it: id, status,
@@ -80,56 +85,69 @@ HOLD_CHUNK = 5000
 development VM): a claim stays short however deep the backlog; the next claim goes on."""
 
 _HANDLER = handler_key("")  # "handler:", the prefix of every handler's key
-_encode = msgspec.json.Encoder().encode
-_decode_state = msgspec.json.Decoder(dict[str, Any]).decode
 
 
-def _state(raw: str) -> dict[str, Any]:
-    try:
-        return _decode_state(raw)
-    except Exception:  # a control edited by hand: shown, never raised
-        return {"unreadable": raw}
+def claim(
+    conn: sqlite3.Connection, queue: str, limit: int, lease_us: int, worker_id: str | None
+) -> list[Claimed]:
+    """Claim up to ``limit`` due tasks of ``queue``, highest priority first, then oldest due.
+
+    The clock row and whether the queue has controls (or held tasks) are one read; a queue
+    without them is claimed as it always was (:func:`_pick_plain`), one with them through its
+    controls (:func:`pick`), in the same transaction."""
+    latest, controlled = conn.execute(SQL.claim_clock, {"queue": queue}).fetchone()
+    now = advance(conn, latest)
+    picked = (pick if controlled else _pick_plain)(conn, queue, limit, now)
+    if not picked:
+        return []
+    common = {"expires": now + lease_us, "now": now, "worker_id": worker_id}
+    claimed: dict[str, tuple[Any, ...]] = {}
+    pending = [row[0] for row in picked if row[1] == Status.PENDING]
+    if pending:
+        for row in conn.execute(SQL.claim_pending, {"ids": ids_param(pending), **common}):
+            claimed[row[1]] = row
+    for task_id, status, attempt_count, lease_expires_at, claimed_at, claimed_by in picked:
+        if status == Status.PENDING:
+            continue
+        lapsed = from_us(lease_expires_at)
+        record = Attempt(
+            number=attempt_count + 1,
+            outcome=Outcome.LEASE_EXPIRED,
+            error_type="LeaseExpired",
+            error_message=(
+                f"lease expired at {lapsed.isoformat() if lapsed else '?'} "
+                "before the attempt was resolved"
+            ),
+            started_at=from_us(claimed_at),
+            finished_at=from_us(now),
+            worker_id=claimed_by,
+        )
+        row = conn.execute(
+            SQL.claim_expired, {"id": task_id, "attempt": encode_attempt(record), **common}
+        ).fetchone()
+        claimed[row[1]] = row
+    return [Claimed(envelope_from_row(claimed[row[0]][1:]), claimed[row[0]][0]) for row in picked]
 
 
-def _control(row: Row) -> tuple[Control, Bucket | None]:
-    """A control row as ``queue_controls.sql`` selects it, and its rate bucket."""
-    queue, key, paused, gate, concurrency, rate, per, burst, state, version, updated_at = row[:11]
-    tokens, tokens_at, fair, aging = row[11:15]
-    control = Control(
-        queue=queue,
-        key=key,
-        paused=bool(paused),
-        gate=gate,
-        concurrency=concurrency,
-        rate=rate,
-        per=per,
-        burst=burst,
-        fair=fair,
-        aging=aging,
-        state=_state(state),
-        version=version,
-        updated_at=at_us(updated_at),
-    )
-    bucket = None if tokens is None or tokens_at is None else Bucket(tokens, at_us(tokens_at))
-    return control, bucket
+def _pick_plain(
+    conn: sqlite3.Connection, queue: str, limit: int, now: int
+) -> list[tuple[Any, ...]]:
+    """Up to ``limit`` due tasks of a queue without controls, in claim order.
 
-
-def _limits(control: Control) -> bool:
-    """True when ``control`` can hold a task back."""
-    return control.paused or any(
-        value is not None for value in (control.gate, control.concurrency, control.rate)
-    )
-
-
-def _leases(conn: sqlite3.Connection, queue: str, now: int) -> dict[str, tuple[int, int]]:
-    """Per key: how many tasks of ``queue`` with the key hold a live lease at ``now``, and
-    the earliest end of those leases (microseconds)."""
-    leases: dict[str, tuple[int, int]] = {}
-    for key, count, earliest in conn.execute(SQL.in_use, {"queue": queue, "now": now}):
-        if count:
-            before_count, before_earliest = leases.get(key, (0, earliest))
-            leases[key] = (before_count + count, min(before_earliest, earliest))
-    return leases
+    The priorities are visited with one index seek each (only those that hold claimable
+    tasks), so tasks due later never make a claim scan."""
+    picked: list[tuple[Any, ...]] = []
+    below = MAX_PRIORITY + 1
+    while len(picked) < limit:
+        found = conn.execute(SQL.claim_next_priority, {"queue": queue, "below": below}).fetchone()
+        if found is None:
+            break
+        below = found[0]
+        picked += conn.execute(
+            SQL.claim_candidates,
+            {"queue": queue, "priority": below, "now": now, "limit": limit - len(picked)},
+        ).fetchall()
+    return picked
 
 
 class _Flow:
@@ -139,12 +157,12 @@ class _Flow:
         self.controls: dict[str, Control] = {}
         buckets: dict[str, Bucket] = {}
         for row in conn.execute(SQL.queue_controls, {"queue": queue}):
-            control, bucket = _control(row)
+            control, bucket = control_from_row(row)
             self.controls[control.key] = control
             if bucket is not None:
                 buckets[control.key] = bucket
         limited = [c.key for c in self.controls.values() if c.concurrency is not None]
-        self.leases = _leases(conn, queue, now) if limited else {}
+        self.leases = live_leases(conn, queue, now) if limited else {}
         self.gate = ClaimGate(
             self.controls,
             buckets,
@@ -383,97 +401,3 @@ def claimable_at(conn: sqlite3.Connection, queue: str, now: int, due: int | None
     times = [due] + [flow.admits_at(key, now) for key in _held_keys(conn, queue)]
     known = [t for t in times if t is not None]
     return max(min(known), opens) if known else None
-
-
-def list_controls(conn: sqlite3.Connection, queue: str | None) -> list[Control]:
-    """In one read snapshot: the control records of ``queue`` (of every queue for ``None``),
-    by queue then key, with ``in_use`` counted at the store's now."""
-    now = now_for_read(conn)
-    if queue is None:
-        rows = conn.execute(SQL.list_controls).fetchall()
-    else:
-        rows = conn.execute(SQL.queue_controls, {"queue": queue}).fetchall()
-    leases: dict[str, dict[str, tuple[int, int]]] = {}
-    out = []
-    for row in rows:
-        control, _ = _control(row)
-        if control.queue not in leases:
-            leases[control.queue] = _leases(conn, control.queue, now)
-        used = leases[control.queue].get(control.key)
-        out.append(msgspec.structs.replace(control, in_use=0 if used is None else used[0]))
-    return out
-
-
-def _found(conn: sqlite3.Connection, queue: str, key: str) -> Control | None:
-    row = conn.execute(SQL.get_control, {"queue": queue, "key": key}).fetchone()
-    return None if row is None else _control(row)[0]
-
-
-def put_control(conn: sqlite3.Connection, control: Control, expected_version: int) -> Control:
-    """Inside a write transaction: store ``control`` over ``expected_version`` (the version
-    is in the update's ``WHERE``); ``ControlConflict``, nothing changed, otherwise."""
-    now = tick(conn)
-    queue, key = control.queue, control.key
-    current = _found(conn, queue, key)
-    if (0 if current is None else current.version) != expected_version:
-        raise ControlConflict(queue, key, current)
-    state = _encode(control.state).decode()
-    per = float(control.per)
-    params = {
-        "queue": queue,
-        "key": key,
-        "paused": int(control.paused),
-        "gate": control.gate,
-        "concurrency": control.concurrency,
-        "rate": control.rate,
-        "per": per,
-        "burst": control.burst,
-        "fair": control.fair,
-        "aging": None if control.aging is None else float(control.aging),
-        "state": state,
-        "now": now,
-    }
-    if current is None:
-        conn.execute(SQL.insert_control, params)
-    else:
-        refill = control.rate is None or (current.rate, current.per, current.bucket) != (
-            control.rate,
-            per,
-            control.bucket,
-        )
-        cursor = conn.execute(
-            SQL.update_control, {**params, "expected": expected_version, "refill": refill}
-        )
-        if cursor.rowcount != 1:  # cannot happen under the write lock; never a lost update
-            raise ControlConflict(queue, key, _found(conn, queue, key))
-    if not _limits(control):
-        conn.execute(SQL.release_held, {"queue": queue, "key": key})
-    return msgspec.structs.replace(
-        control,
-        per=per,
-        state=_state(state),
-        version=expected_version + 1,
-        updated_at=at_us(now),
-        in_use=None,
-    )
-
-
-def delete_control(conn: sqlite3.Connection, queue: str, key: str, expected_version: int) -> bool:
-    """Inside a write transaction: delete the control over ``expected_version`` and release
-    the tasks held under its key; False if there was none."""
-    current = _found(conn, queue, key)
-    if current is None:
-        return False
-    if current.version != expected_version:
-        raise ControlConflict(queue, key, current)
-    conn.execute(SQL.delete_control, {"queue": queue, "key": key, "expected": expected_version})
-    conn.execute(SQL.release_held, {"queue": queue, "key": key})
-    return True
-
-
-def retry_now(conn: sqlite3.Connection, queue: str, task_ids: Sequence[str]) -> int:
-    """Inside a write transaction: the listed PENDING tasks not yet due become due now."""
-    now = tick(conn)
-    ids = _encode(list(task_ids)).decode()
-    cursor = conn.execute(SQL.retry_now, {"queue": queue, "ids": ids, "now": now})
-    return cursor.rowcount

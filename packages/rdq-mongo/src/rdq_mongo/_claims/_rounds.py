@@ -1,4 +1,5 @@
-"""``claim_due``: leasing due tasks by findAndModify, honouring the queue's control records.
+"""One ``claim_due`` call (:class:`Claim`): leasing due tasks by findAndModify, honouring the
+queue's control records.
 
 **No record restricts the queue** (the common case): one lookup of the queue's control
 document by ``_id`` (finding none, or records that neither pause nor limit), then what the
@@ -56,7 +57,7 @@ errs on the side of the limit) and its reservation lapses after the operation ti
 1. counts the live leases of the concurrency-limited keys, as above (only if there are any);
 2. reads every due task that no control holds back from the start of the claim (id,
    priority, due time, handler, keys; the paused and closed keys left out by the server),
-   and arranges them with ``rdq.spi.ClaimOrder`` (``_ordered``);
+   and arranges them with ``rdq.spi.ClaimOrder`` (``_order``);
 3. decides with ``ClaimGate`` in that order which of them the records let through (a task
    held back by a limit the tasks before it used up is skipped where it stands) and takes
    ``totals`` as in step 4 above;
@@ -83,14 +84,14 @@ from pymongo import ReturnDocument
 from pymongo.errors import PyMongoError
 
 from rdq.spi import QUEUE_KEY, Claimed, ClaimGate, handler_key
-from rdq_mongo import _control_view as ctl
 from rdq_mongo import _filters as f
+from rdq_mongo._claims import _view as ctl
+from rdq_mongo._claims._order import Candidate, arranged, decide, read_candidates
+from rdq_mongo._claims._plan import Plan
+from rdq_mongo._claims._view import View
 from rdq_mongo._codec import envelope_from_document
 from rdq_mongo._connection import Connection, Document
-from rdq_mongo._control_view import View
 from rdq_mongo._controls import live_leases
-from rdq_mongo._ordered import Candidate, arranged, decide, read_candidates
-from rdq_mongo._plan import Plan
 from rdq_mongo._updates import claim_update
 
 __all__ = ["HOLD_MARGIN_US", "Claim"]

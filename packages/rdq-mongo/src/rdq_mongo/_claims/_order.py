@@ -8,7 +8,7 @@ time, handler and keys of every due task that no control holds back from the sta
 claim (:func:`read_candidates`, one ``find``), arranges them in Python with
 :meth:`rdq.spi.ClaimOrder.arrange`, decides with ``rdq.spi.ClaimGate`` which of them the
 controls let through in that order (:func:`decide`: a task held back by a limit the tasks
-before it used up is skipped where it stands), and then leases them by id (``_claims``).
+before it used up is skipped where it stands), and then leases them by id (``_rounds``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from datetime import UTC, datetime, timedelta
 from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, QUEUE_KEY, ClaimGate, ClaimOrder, handler_key
 from rdq.spi.limits import MAX_AGING
 from rdq_mongo import _filters as f
+from rdq_mongo._claims._plan import Plan
 from rdq_mongo._codec import EPOCH
 from rdq_mongo._connection import Connection, Document
-from rdq_mongo._plan import Plan
 
 __all__ = ["Candidate", "arranged", "decide", "read_candidates"]
 

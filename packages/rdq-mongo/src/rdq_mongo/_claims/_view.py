@@ -5,9 +5,9 @@ the limits (:func:`take_filter`, :func:`take_update`), give back what a claim di
 (:func:`expire_update`).
 
 The stored form and the operations on the records themselves (list, put, delete) are in
-:mod:`rdq_mongo._controls`; the claim that uses all this is in :mod:`rdq_mongo._claims`. Kept
-apart because this is the claim's side only: every function here reads a ``View`` or writes
-against one, fenced on the write id the view saw.
+:mod:`rdq_mongo._controls`; the claim that uses all this is in
+:mod:`rdq_mongo._claims._rounds`. Kept apart because this is the claim's side only: every
+function here reads a ``View`` or writes against one, fenced on the write id the view saw.
 """
 
 from __future__ import annotations
