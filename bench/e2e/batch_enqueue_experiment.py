@@ -33,7 +33,7 @@ import rdq
 from bench.e2e import cluster
 from bench.e2e.systems import payload
 from rdq._ids import new_task_ids
-from rdq.spi import limits
+from rdq.spi import bounds
 from rdq_postgres._admission import admission
 
 QUEUE = "exp"
@@ -110,7 +110,7 @@ async def run(args: argparse.Namespace) -> None:
             "envelopes": lambda: [
                 client._envelope(s, task_ids[i]) for i, s in enumerate(submissions)
             ],
-            "check_tasks": lambda: limits.check_tasks(built),
+            "check_tasks": lambda: bounds.check_tasks(built),
             "admission parameters": lambda: admission(storage._sql, built, None),
         }
         print(f"{args.batches} batches of {args.size} (after {args.warmup} unmeasured), per batch:")

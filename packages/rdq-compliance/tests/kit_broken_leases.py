@@ -15,7 +15,7 @@ import msgspec
 
 from kit_broken_stores import _Broken
 from rdq.errors import StaleClaim
-from rdq.spi import Attempt, Capabilities, Claimed, Stats, Status, limits
+from rdq.spi import Attempt, Capabilities, Claimed, Stats, Status, bounds
 from rdq_memory import MemoryStorage
 from rdq_memory._state import Record
 
@@ -145,13 +145,13 @@ class RoundsDueTimesUp(_ClaimsByAnotherClock):
 
 class WaitDueReturnsFalseAtOnce(_Broken):
     async def wait_due(self, queue: str, timeout: float) -> bool:
-        limits.check_queue(queue)
+        bounds.check_queue(queue)
         return False
 
 
 class WaitDueAlwaysWakesAtOnce(_Broken):
     async def wait_due(self, queue: str, timeout: float) -> bool:
-        limits.check_queue(queue)
+        bounds.check_queue(queue)
         return True
 
 

@@ -33,7 +33,7 @@ from rdq.spi import (
     Status,
     TaskFilter,
     audit_scope,
-    limits,
+    bounds,
     task_scope,
 )
 from rdq_memory import MemoryStorage
@@ -153,7 +153,7 @@ class RedriveResetsThePriority(_Broken):
 class AcceptsAnyPriority(_Broken):
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
         try:
-            limits.check_priority(task.priority)
+            bounds.check_priority(task.priority)
         except Exception:
             task = msgspec.structs.replace(task, priority=0)
         return await super().enqueue(task, delay=delay)
@@ -239,7 +239,7 @@ class AcceptsAnyWorkerId(_Broken):
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
     ) -> list[Claimed]:
         try:
-            limits.check_worker_id(worker_id)
+            bounds.check_worker_id(worker_id)
         except Exception:
             worker_id = None
         return await super().claim_due(queue, limit, lease, worker_id=worker_id)
@@ -388,9 +388,9 @@ class RedrivesCancelledTasks(_Broken):
 class CancelSkipsMalformedIds(_Broken):
     async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
         good = []
-        for task_id in task_ids[: limits.MAX_SELECTOR_IDS]:
+        for task_id in task_ids[: bounds.MAX_SELECTOR_IDS]:
             try:
-                good.append(limits.check_task_id(task_id))
+                good.append(bounds.check_task_id(task_id))
             except Exception:
                 continue
         return await super().cancel(queue, good)
@@ -399,7 +399,7 @@ class CancelSkipsMalformedIds(_Broken):
 class CancelAcceptsAnyQueueName(_Broken):
     async def cancel(self, queue: str, task_ids: Sequence[str]) -> int:
         try:
-            limits.check_queue(queue)
+            bounds.check_queue(queue)
         except Exception:
             return 0
         return await super().cancel(queue, task_ids)
@@ -493,7 +493,7 @@ class ListsTasksById(_Broken):
         self, queue: str, task_filter: TaskFilter, page: Page
     ) -> tuple[list[Envelope], str | None]:
         tasks, _ = await super().list_tasks(
-            queue, task_filter, msgspec.structs.replace(page, limit=limits.MAX_LIMIT, cursor=None)
+            queue, task_filter, msgspec.structs.replace(page, limit=bounds.MAX_LIMIT, cursor=None)
         )
         tasks.sort(key=lambda t: t.id)
         return _offset_page(tasks, queue, task_filter, page)
@@ -519,7 +519,7 @@ class ListsTasksByOffset(_Broken):
         self, queue: str, task_filter: TaskFilter, page: Page
     ) -> tuple[list[Envelope], str | None]:
         tasks, _ = await super().list_tasks(
-            queue, task_filter, msgspec.structs.replace(page, limit=limits.MAX_LIMIT, cursor=None)
+            queue, task_filter, msgspec.structs.replace(page, limit=bounds.MAX_LIMIT, cursor=None)
         )
         return _offset_page(tasks, queue, task_filter, page)
 
@@ -645,7 +645,7 @@ class ImportStoresTasksBeforeAConflict(_Broken):
 class ImportChecksOnlyTheEnvelope(_Broken):
     async def import_tasks(self, tasks: Sequence[Envelope]) -> list[bool]:
         for task in tasks:
-            limits.check_task(task)
+            bounds.check_task(task)
         stored = []
         with self._state.lock:
             for task in tasks:
@@ -671,7 +671,7 @@ class AuditListsOldestFirst(_Broken):
         self, audit_filter: AuditFilter | None, page: Page
     ) -> tuple[list[AuditEntry], str | None]:
         entries, _ = await super().list_audit(
-            audit_filter, msgspec.structs.replace(page, limit=limits.MAX_LIMIT, cursor=None)
+            audit_filter, msgspec.structs.replace(page, limit=bounds.MAX_LIMIT, cursor=None)
         )
         entries.reverse()
         start = int(page.cursor) if page.cursor else 0
@@ -695,7 +695,7 @@ class AuditPagesByOffset(_Broken):
         self, audit_filter: AuditFilter | None, page: Page
     ) -> tuple[list[AuditEntry], str | None]:
         entries, _ = await super().list_audit(
-            audit_filter, msgspec.structs.replace(page, limit=limits.MAX_LIMIT, cursor=None)
+            audit_filter, msgspec.structs.replace(page, limit=bounds.MAX_LIMIT, cursor=None)
         )
         scope = audit_scope(audit_filter)
         start = int(KeysetCursor.decode(page.cursor, scope).id) if page.cursor else 0
@@ -725,7 +725,7 @@ class AuditCursorsIgnoreTheirFilter(_Broken):
 class AuditAcceptsAnyEntry(_Broken):
     async def append_audit(self, entry: AuditEntry) -> AuditEntry:
         try:
-            limits.check_audit_entry(entry)
+            bounds.check_audit_entry(entry)
         except Exception:
             return msgspec.structs.replace(entry, id="unchecked", time=self._clock_now())
         return await super().append_audit(entry)

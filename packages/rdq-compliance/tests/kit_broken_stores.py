@@ -29,7 +29,7 @@ from rdq.spi import (
     Selector,
     Stats,
     Status,
-    limits,
+    bounds,
 )
 from rdq_memory import MemoryStorage
 from rdq_memory._state import Record
@@ -122,9 +122,9 @@ class ClaimsNewestFirst(_Broken):
     async def claim_due(
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
     ) -> list[Claimed]:
-        limits.check_queue(queue)
-        limits.check_limit(limit)
-        limits.check_lease(lease)
+        bounds.check_queue(queue)
+        bounds.check_limit(limit)
+        bounds.check_lease(lease)
         now = self._clock_now()
         due = [
             r
@@ -152,9 +152,9 @@ class IgnoresLimit(_Broken):
     async def claim_due(
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
     ) -> list[Claimed]:
-        limits.check_limit(limit)
+        bounds.check_limit(limit)
         return await super().claim_due(
-            queue, min(limit + 1, limits.MAX_LIMIT), lease, worker_id=worker_id
+            queue, min(limit + 1, bounds.MAX_LIMIT), lease, worker_id=worker_id
         )
 
 
@@ -273,7 +273,7 @@ class RescheduleIgnoresNextAt(_Broken):
     async def reschedule(
         self, task_id: str, token: str, attempt: Attempt, next_at: datetime
     ) -> None:
-        limits.check_aware(next_at, "next_at")
+        bounds.check_aware(next_at, "next_at")
         await super().reschedule(task_id, token, attempt, self._clock_now())
 
 
@@ -299,7 +299,7 @@ class AcceptsTheSameIdInAnotherQueue(_Broken):
 class StoresInvalidTasksBeforeCheckingThem(_Broken):
     async def enqueue(self, task: Envelope, *, delay: timedelta | None = None) -> bool:
         try:
-            limits.check_task(task)
+            bounds.check_task(task)
         except Exception:
             if self.record(task.id) is None:  # keep what fits, then complain
                 kept = msgspec.structs.replace(task, payload=None, headers={}, extra={})
@@ -389,8 +389,8 @@ class PaginatesByOffset(_Broken):
     async def dlq_list(
         self, queue: str, dlq_filter: DLQFilter | None, page: Page
     ) -> tuple[list[Envelope], str | None]:
-        limits.check_queue(queue)
-        limits.check_page(page)
+        bounds.check_queue(queue)
+        bounds.check_page(page)
         offset = 0
         if page.cursor is not None:
             try:
@@ -402,7 +402,7 @@ class PaginatesByOffset(_Broken):
                 raise StaleCursor("another queue")
             offset = cursor.offset
         everything, _ = await super().dlq_list(
-            queue, dlq_filter, Page(limit=limits.MAX_LIMIT, include_attempts=page.include_attempts)
+            queue, dlq_filter, Page(limit=bounds.MAX_LIMIT, include_attempts=page.include_attempts)
         )
         chunk = everything[offset : offset + page.limit]
         more = offset + page.limit < len(everything)
@@ -457,7 +457,7 @@ class ListsAttemptsUnasked(_Broken):
 
 class PurgeSucceededIgnoresTheCutoff(_Broken):
     async def purge_succeeded(self, queue: str, older_than: datetime) -> int:
-        limits.check_aware(older_than, "older_than")
+        bounds.check_aware(older_than, "older_than")
         return await super().purge_succeeded(queue, datetime.max.replace(tzinfo=UTC))
 
 
@@ -472,7 +472,7 @@ class StatsCountsDeadTasksAsPending(_Broken):
 
 class WaitDueNeverWakes(_Broken):
     async def wait_due(self, queue: str, timeout: float) -> bool:
-        limits.check_queue(queue)
+        bounds.check_queue(queue)
         return False
 
 
@@ -582,9 +582,9 @@ class ClaimsWithoutHoldingTheTasks(_Broken):
     async def claim_due(
         self, queue: str, limit: int, lease: timedelta, *, worker_id: str | None = None
     ) -> list[Claimed]:
-        limits.check_queue(queue)
-        limits.check_limit(limit)
-        limits.check_lease(lease)
+        bounds.check_queue(queue)
+        bounds.check_limit(limit)
+        bounds.check_lease(lease)
         now = self._clock_now()
         due = sorted(
             (

@@ -14,8 +14,8 @@ from rdq.spi import (
     ClaimOrder,
     Control,
     aged_due,
+    bounds,
     fair_group,
-    limits,
     ranked,
 )
 from rdq_memory import MemoryStorage
@@ -79,10 +79,10 @@ def test_ranked_reads_each_group_lazily_one_ahead() -> None:
 
 def test_fair_and_aging_belong_to_the_queue_control_only() -> None:
     with pytest.raises(ValidationError) as caught:
-        limits.check_control(Control(queue="q", key="dep:x", fair="tenant:"))
+        bounds.check_control(Control(queue="q", key="dep:x", fair="tenant:"))
     assert caught.value.field == "control.fair"
     with pytest.raises(ValidationError) as caught:
-        limits.check_control(Control(queue="q", key=QUEUE_KEY, aging=0.0))
+        bounds.check_control(Control(queue="q", key=QUEUE_KEY, aging=0.0))
     assert caught.value.field == "control.aging"
     assert ClaimOrder.of(Control(queue="q", key=QUEUE_KEY, fair="t:", aging=3)) == ClaimOrder(
         "t:", 3

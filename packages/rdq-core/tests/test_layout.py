@@ -33,7 +33,7 @@ LEAVES = ("rdq.errors",)
 
 @cache
 def graph() -> grimp.ImportGraph:
-    return grimp.build_graph("rdq", exclude_type_checking_imports=False)
+    return grimp.build_graph("rdq", exclude_type_checking_imports=False, cache_dir=None)
 
 
 def imports() -> Iterator[tuple[str, str]]:

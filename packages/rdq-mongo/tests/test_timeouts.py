@@ -30,7 +30,7 @@ from rdq.spi import (
     Selector,
     Status,
     TaskFilter,
-    limits,
+    bounds,
 )
 from rdq_compliance.servers.mongo import SecantusProcess
 
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.skipif(
 TIMEOUT = 1.0
 OUTER = 30.0
 """How long a test waits for the server to stop or come back before it fails."""
-CALL_BOUND = limits.DEFAULT_OPERATION_TIMEOUT
+CALL_BOUND = bounds.DEFAULT_OPERATION_TIMEOUT
 """How long a test lets one call on a frozen server run: a call still waiting when the
 default timeout (10 s) would have fired has ignored the URL's ``timeout``."""
 

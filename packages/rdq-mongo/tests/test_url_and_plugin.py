@@ -9,7 +9,7 @@ import pytest
 
 from rdq import open_storage
 from rdq.errors import ConfigError
-from rdq.spi import Envelope, limits
+from rdq.spi import Envelope, bounds
 from rdq_mongo import MongoStorage
 from rdq_mongo._url import parse_url
 
@@ -116,7 +116,7 @@ def test_timeout_is_rdqs_own_option_and_never_reaches_pymongo() -> None:
     assert parsed.driver_url == "mongodb://h/db?w=majority"
     assert parse_url("mongodb://h/db", timeout=3).timeout == 3.0
     assert "timeout" not in parse_url("mongodb://h/db", timeout=3).client_options
-    assert parse_url("mongodb://h/db").timeout == limits.DEFAULT_OPERATION_TIMEOUT
+    assert parse_url("mongodb://h/db").timeout == bounds.DEFAULT_OPERATION_TIMEOUT
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf"])

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from rdq.errors import IDConflict, NotFound, StorageError, ValidationError
-from rdq.spi import Attempt, Envelope, Outcome, RetryOverride, limits
+from rdq.spi import Attempt, Envelope, Outcome, RetryOverride, bounds
 from rdq_postgres import PostgresStorage
 
 _PAYLOADS: list[Any] = [
@@ -213,7 +213,7 @@ def _bad_tasks() -> list[tuple[Envelope, str]]:
         ({"redrive_count": -1}, "redrive_count"),
         ({"next_attempt_at": datetime(2030, 1, 1)}, "next_attempt_at"),
         ({"payload": object()}, "payload"),
-        ({"payload": "x" * limits.MAX_PAYLOAD_BYTES}, "payload"),
+        ({"payload": "x" * bounds.MAX_PAYLOAD_BYTES}, "payload"),
     ]
     return [(msgspec.structs.replace(good, **change), field) for change, field in bad]
 
@@ -224,7 +224,7 @@ async def test_invalid_task_is_named_and_nothing_stored(
     storage: PostgresStorage, bad: Envelope, field: str
 ) -> None:
     with pytest.raises(ValidationError) as expected:
-        limits.check_task(bad)
+        bounds.check_task(bad)
     assert expected.value.field == field
     # the same queue and handler before it, so the batch has checked those names already
     batch = [_task("a"), _task("b", queue="r"), bad, _task("c")]

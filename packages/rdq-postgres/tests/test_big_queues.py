@@ -10,13 +10,13 @@ from typing import Any
 import asyncpg
 import pytest
 
-from rdq.spi import Status, limits
+from rdq.spi import Status, bounds
 from rdq_postgres import PostgresStorage
 
 ClaimPlan = Callable[..., Awaitable[list[dict[str, Any]]]]
 """The fixture ``claim_plan``: its signature is conftest.py's ``ClaimPlan``."""
 
-THRESHOLD = limits.EXACT_COUNT_THRESHOLD
+THRESHOLD = bounds.EXACT_COUNT_THRESHOLD
 
 
 async def _insert(
@@ -214,11 +214,11 @@ async def test_a_claim_from_a_deep_queue_updates_by_primary_key_at_any_limit(
     finally:
         await conn.close()
 
-    for limit in (1, limits.MAX_LIMIT):
+    for limit in (1, bounds.MAX_LIMIT):
         nodes = await claim_plan(storage, "deep", limit)
         assert not [n for n in nodes if n["Node Type"] in ("Seq Scan", "Hash Join")], limit
         by_key = [n for n in nodes if n.get("Index Name") == "task_pkey"]
         assert by_key, limit
         assert by_key[0]["Actual Rows"] * by_key[0]["Actual Loops"] == limit, limit
-    claimed = await storage.claim_due("deep", limits.MAX_LIMIT, timedelta(seconds=30))
-    assert len({c.task.id for c in claimed}) == limits.MAX_LIMIT
+    claimed = await storage.claim_due("deep", bounds.MAX_LIMIT, timedelta(seconds=30))
+    assert len({c.task.id for c in claimed}) == bounds.MAX_LIMIT

@@ -11,7 +11,7 @@ import pytest
 
 from rdq import open_storage
 from rdq.errors import ConfigError
-from rdq.spi import Attempt, Envelope, Outcome, Status, limits
+from rdq.spi import Attempt, Envelope, Outcome, Status, bounds
 from rdq_postgres import PostgresStorage, parse_url
 
 
@@ -27,7 +27,7 @@ def test_rdq_options_are_taken_out_of_the_url_and_the_rest_kept() -> None:
 
 
 def test_the_operation_timeout_defaults_and_is_set_by_url_or_keyword() -> None:
-    assert parse_url("postgresql://db/app").timeout == limits.DEFAULT_OPERATION_TIMEOUT
+    assert parse_url("postgresql://db/app").timeout == bounds.DEFAULT_OPERATION_TIMEOUT
     assert parse_url("postgresql://db/app?timeout=2.5").timeout == 2.5
     assert parse_url("postgresql://db/app?command_timeout=4").timeout == 4  # the older name
     assert parse_url("postgresql://db/app", timeout=None).timeout == 10

@@ -17,13 +17,13 @@ import pytest
 
 from rdq import open_storage
 from rdq.errors import ConfigError, StorageUnavailable
-from rdq.spi import Envelope, Page, Selector, Status, TaskFilter, limits
+from rdq.spi import Envelope, Page, Selector, Status, TaskFilter, bounds
 from rdq_compliance.servers import ServerUnavailable, in_ci
 from rdq_compliance.servers.redis import RedisServer
 from rdq_redis._url import parse_url
 
 TIMEOUT = 1.0
-OUTER = limits.DEFAULT_OPERATION_TIMEOUT
+OUTER = bounds.DEFAULT_OPERATION_TIMEOUT
 """How long a test lets one call on a frozen server run: a call still waiting when the
 default timeout (10 s) would have fired has ignored the URL's ``timeout``."""
 
@@ -61,8 +61,8 @@ async def _times_out(call: Awaitable[Any]) -> float:
 
 def test_timeout_defaults_to_the_contract_and_sets_the_socket_timeouts() -> None:
     config = parse_url("redis://h:1/0")
-    assert config.timeout == limits.DEFAULT_OPERATION_TIMEOUT
-    assert config.client_options["socket_timeout"] == limits.DEFAULT_OPERATION_TIMEOUT
+    assert config.timeout == bounds.DEFAULT_OPERATION_TIMEOUT
+    assert config.client_options["socket_timeout"] == bounds.DEFAULT_OPERATION_TIMEOUT
     config = parse_url("redis://h:1/0?timeout=2.5&socket_connect_timeout=1")
     assert (config.timeout, config.client_options["socket_timeout"]) == (2.5, 2.5)
     # an explicit socket option wins: it stays in the URL redis-py reads

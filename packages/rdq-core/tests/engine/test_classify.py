@@ -7,7 +7,7 @@ import random
 import rdq
 from rdq.config import QueueConfig
 from rdq.retry._classify import Action, classify_error, error_type_name, truncate_message
-from rdq.spi import Outcome, limits
+from rdq.spi import Outcome, bounds
 
 CONFIG = QueueConfig(max_attempts=3, backoff=rdq.Backoff.fixed(5), non_retryable=(KeyError,))
 
@@ -76,7 +76,7 @@ def test_timeout_is_retryable():
 def test_messages_are_bounded():
     d = classify_error(AppError("x" * 10_000), 1, CONFIG)
     assert d.error_message is not None
-    assert len(d.error_message) == limits.MAX_ERROR_MESSAGE_LENGTH
+    assert len(d.error_message) == bounds.MAX_ERROR_MESSAGE_LENGTH
     assert truncate_message("short") == "short"
 
 

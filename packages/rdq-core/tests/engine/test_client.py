@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 
 import rdq
-from rdq.spi import RetryOverride, Status, limits
-from rdq.spi.limits import _arguments as arguments
+from rdq.spi import RetryOverride, Status, bounds
+from rdq.spi.bounds import _arguments as arguments
 
 from .conftest import fast_worker, running, wait_status
 
@@ -173,13 +173,13 @@ async def test_submit_many_validates_every_group_before_storing_any(storage, que
 @pytest.mark.asyncio
 async def test_a_batch_is_validated_once_per_task(storage, queue, monkeypatch):
     checked: list[str] = []
-    check_task = limits.check_task
+    check_task = bounds.check_task
 
     def counting(task: object) -> object:
         checked.append(getattr(task, "id", ""))
         return check_task(task)
 
-    monkeypatch.setattr(limits, "check_task", counting)  # the client's own checks
+    monkeypatch.setattr(bounds, "check_task", counting)  # the client's own checks
     monkeypatch.setattr(arguments, "check_task", counting)  # the store's (check_tasks)
     subs = await rdq.Client(storage).submit_many(
         [rdq.Submission("job", i, queue=queue) for i in range(50)]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import rdq
-from rdq.spi import Outcome, Status, limits
+from rdq.spi import Outcome, Status, bounds
 
 from .conftest import Recorder, fast_worker, running, wait_status
 
@@ -101,12 +101,12 @@ async def test_a_huge_traceback_is_cut_from_the_outside_in(storage, queue):
     attempt = task.attempts[-1]
     trace = attempt.traceback
     assert trace is not None
-    assert len(trace) <= limits.MAX_TRACEBACK_LENGTH
+    assert len(trace) <= bounds.MAX_TRACEBACK_LENGTH
     assert "ValueError: the root cause" in trace  # the cause is kept
     assert "raise ValueError(message)" in trace  # its innermost frame too
     assert "direct cause" in trace
     assert attempt.error_message is not None
-    assert len(attempt.error_message) <= limits.MAX_ERROR_MESSAGE_LENGTH
+    assert len(attempt.error_message) <= bounds.MAX_ERROR_MESSAGE_LENGTH
 
 
 async def test_error_types_and_messages_fit_the_contract(storage, queue):
@@ -121,10 +121,10 @@ async def test_error_types_and_messages_fit_the_contract(storage, queue):
     attempt = task.attempts[-1]
     assert attempt.outcome == Outcome.FAILED
     assert attempt.error_type is not None and attempt.error_message is not None
-    assert len(attempt.error_type) <= limits.MAX_ERROR_TYPE_LENGTH
-    assert len(attempt.error_message) <= limits.MAX_ERROR_MESSAGE_LENGTH
+    assert len(attempt.error_type) <= bounds.MAX_ERROR_TYPE_LENGTH
+    assert len(attempt.error_message) <= bounds.MAX_ERROR_MESSAGE_LENGTH
     assert attempt.error_type.startswith(f"{__name__}.EEEE")
-    limits.check_attempt(attempt)
+    bounds.check_attempt(attempt)
 
 
 async def test_an_async_timeout_records_where_the_handler_was_waiting(storage, queue):

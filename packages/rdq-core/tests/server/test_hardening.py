@@ -28,7 +28,7 @@ from litestar.testing import AsyncTestClient
 
 from rdq.callbacks import CallbackSettings
 from rdq.server import HttpCallbackInvoker, TokenSpec, create_app
-from rdq.spi import Attempt, Envelope, Outcome, limits
+from rdq.spi import Attempt, Envelope, Outcome, bounds
 from rdq_memory import MemoryStorage
 
 from .conftest import (
@@ -351,7 +351,7 @@ async def test_the_allow_list_is_checked_whatever_the_scheme_case(client: Client
 
 @pytest.mark.asyncio
 async def test_unknown_fields_count_towards_the_payload_limit(client: Client) -> None:
-    half = "x" * (limits.MAX_PAYLOAD_BYTES // 2 + 10)
+    half = "x" * (bounds.MAX_PAYLOAD_BYTES // 2 + 10)
     response = await client.post(
         "/v1/tasks",
         json={"id": "big", "handler_ref": "h", "payload": half, "smuggled": half},
@@ -571,13 +571,13 @@ async def test_the_openapi_document_declares_every_bound_the_api_enforces(client
     assert await refused("/v1/tasks", {"handler_ref": "h", "retry": {"timeout": 0}})
     headers = schemas["SubmitRequest"]["properties"]["headers"]
     assert headers["propertyNames"] == {"type": "string", "minLength": 1, "maxLength": 128}
-    assert headers["additionalProperties"]["maxLength"] == limits.MAX_HEADER_VALUE_LENGTH
-    assert headers["maxProperties"] == limits.MAX_HEADERS
+    assert headers["additionalProperties"]["maxLength"] == bounds.MAX_HEADER_VALUE_LENGTH
+    assert headers["maxProperties"] == bounds.MAX_HEADERS
     assert await refused("/v1/tasks", {"handler_ref": "h", "headers": {"": "x"}})
     for name in ("ActionRequest", "CancelRequest"):
         ids = schemas[name]["properties"]["ids"]["oneOf"][0]
         assert ids["items"]["minLength"] == 1 and ids["items"]["pattern"]
-        assert ids["maxItems"] == limits.MAX_SELECTOR_IDS
+        assert ids["maxItems"] == bounds.MAX_SELECTOR_IDS
     assert await refused("/v1/queues/default/dlq/purge", {"ids": [""]})
     assert await refused("/v1/queues/default/tasks/cancel", {"ids": ["a b"]})
     for name in ("RetryRequest", "FilterRequest", "TaskFilterRequest"):

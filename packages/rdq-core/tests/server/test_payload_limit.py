@@ -19,7 +19,7 @@ from rdq import Client, open_storage
 from rdq.errors import ValidationError
 from rdq.server import create_app
 from rdq.spi import Storage
-from rdq.spi.limits import MAX_PAYLOAD_BYTES
+from rdq.spi.bounds import MAX_PAYLOAD_BYTES
 
 from .conftest import ADMIN_TOKEN, auth, node_settings, running_node
 

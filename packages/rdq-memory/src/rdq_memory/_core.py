@@ -15,7 +15,7 @@ import threading
 from datetime import UTC, datetime
 
 from rdq.errors import ConfigError
-from rdq.spi import StorageBase, limits
+from rdq.spi import StorageBase, bounds
 from rdq_memory._state import MemoryState
 from rdq_memory._url import Clock, MemoryConfig
 
@@ -44,7 +44,7 @@ class MemoryCore(StorageBase):
         *,
         name: str | None = None,
         clock: Clock | None = None,
-        timeout: float = limits.DEFAULT_OPERATION_TIMEOUT,
+        timeout: float = bounds.DEFAULT_OPERATION_TIMEOUT,
         state: MemoryState | None = None,
     ) -> None:
         if state is not None:

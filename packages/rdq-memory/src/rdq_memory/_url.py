@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from rdq.errors import ConfigError
-from rdq.spi import limits
+from rdq.spi import bounds
 
 __all__ = ["Clock", "MemoryConfig", "parse_url"]
 
@@ -27,7 +27,7 @@ class MemoryConfig:
     anything, so it never runs out). ``clock``: the storage clock (tests inject one)."""
 
     name: str | None = None
-    timeout: float = limits.DEFAULT_OPERATION_TIMEOUT
+    timeout: float = bounds.DEFAULT_OPERATION_TIMEOUT
     clock: Clock | None = None
 
 
@@ -45,7 +45,7 @@ def parse_url(url: str, **options: Any) -> MemoryConfig:
     unknown = sorted(set(settings) - {"timeout", "clock"})
     if unknown:
         raise ConfigError(f"unknown option(s) {unknown}", key=unknown[0])
-    timeout = _timeout(settings.get("timeout", limits.DEFAULT_OPERATION_TIMEOUT))
+    timeout = _timeout(settings.get("timeout", bounds.DEFAULT_OPERATION_TIMEOUT))
     clock = settings.get("clock")
     if clock is not None and not callable(clock):
         raise ConfigError("must be a callable returning an aware datetime", key="clock")

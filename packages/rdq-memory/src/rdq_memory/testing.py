@@ -3,7 +3,7 @@ does not decode, as the compliance kit's ``corrupt_task`` fixture asks."""
 
 from __future__ import annotations
 
-from rdq.spi import limits
+from rdq.spi import bounds
 from rdq_memory._codec import corrupt_raw, corrupt_record
 from rdq_memory._store import MemoryStorage
 
@@ -21,8 +21,8 @@ async def put_corrupt_task(
     """Store a PENDING task of ``queue``, due now, whose stored form is ``raw`` (which must not
     decode as an envelope), by default one of the ``kind`` the compliance kit asks for (see
     ``rdq_compliance.CorruptTaskWriter``). Reads return it with ``corrupt`` set."""
-    limits.check_queue(queue)
-    limits.check_task_id(task_id)
+    bounds.check_queue(queue)
+    bounds.check_task_id(task_id)
     raw = corrupt_raw(queue, task_id, kind) if raw is None else raw
     now = await store.now()
     state = store.state

@@ -43,7 +43,7 @@ from pymongo.errors import DuplicateKeyError
 from rdq.errors import ControlConflict
 from rdq.spi import QUEUE_KEY, Control, Status
 from rdq.spi._flow import HANDLER_PREFIX
-from rdq.spi.limits import MAX_AGING
+from rdq.spi.bounds import MAX_AGING
 from rdq_mongo._codec import from_micros
 from rdq_mongo._connection import Connection, Document
 from rdq_mongo._filters import NOW_US, is_number, retry_now_filter

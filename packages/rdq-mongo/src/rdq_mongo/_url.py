@@ -9,7 +9,7 @@
 * ``rdq_notify=off`` turns off change-stream wake-ups (default ``auto``: on when the server
   is a replica-set member or mongos, where change streams work);
 * ``timeout`` is the operation timeout in seconds (default
-  :data:`rdq.spi.limits.DEFAULT_OPERATION_TIMEOUT`);
+  :data:`rdq.spi.bounds.DEFAULT_OPERATION_TIMEOUT`);
 * every other query parameter is PyMongo's, passed through unchanged.
 """
 
@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from bson.codec_options import DatetimeConversion
 
 from rdq.errors import ConfigError
-from rdq.spi import limits
+from rdq.spi import bounds
 
 __all__ = ["DEFAULT_DATABASE", "DEFAULT_PREFIX", "MongoConfig", "parse_url"]
 
@@ -53,7 +53,7 @@ class MongoConfig:
     """``host:port[,host:port]`` without credentials, for error messages."""
     notify: bool = True
     """False when ``rdq_notify=off``: never use change streams."""
-    timeout: float = limits.DEFAULT_OPERATION_TIMEOUT
+    timeout: float = bounds.DEFAULT_OPERATION_TIMEOUT
     """The operation timeout, in seconds."""
     client_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     """Keyword options for ``AsyncMongoClient`` (the caller's, plus rdq's defaults)."""
@@ -96,7 +96,7 @@ def parse_url(url: str, **options: Any) -> MongoConfig:
         raise ConfigError(f"invalid database name {database!r}", key="storage")
     prefix = DEFAULT_PREFIX
     notify = "auto"
-    timeout: object = options.pop("timeout", limits.DEFAULT_OPERATION_TIMEOUT)
+    timeout: object = options.pop("timeout", bounds.DEFAULT_OPERATION_TIMEOUT)
     kept: list[tuple[str, str]] = []
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name == "rdq_prefix":

@@ -11,7 +11,7 @@ from typing import Any
 
 from pymongo import monitoring
 
-from rdq.spi import Envelope, limits
+from rdq.spi import Envelope, bounds
 from rdq_mongo._codec import envelope_to_document
 from rdq_mongo._store import MongoStorage
 
@@ -37,8 +37,8 @@ async def put_corrupt_task(
     """Store a PENDING task of ``queue``, due a second ago by the server clock, whose stored
     ``fields`` replace those of an intact task (by default those of ``kind``, see
     :data:`CORRUPT_FIELDS`). Reads return it with ``corrupt`` set, naming what is wrong."""
-    limits.check_queue(queue)
-    limits.check_task_id(task_id)
+    bounds.check_queue(queue)
+    bounds.check_task_id(task_id)
     now = await store.now()
     intact = Envelope(
         id=task_id,

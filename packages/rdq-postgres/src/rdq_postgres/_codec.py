@@ -27,8 +27,8 @@ from rdq.spi import (
     RetryOverride,
     Stats,
     Status,
+    bounds,
     envelope_from_builtins,
-    limits,
 )
 from rdq_postgres._times import FarTime
 
@@ -131,7 +131,7 @@ def _written(attempt: object, field: str) -> Attempt:
     changes: dict[str, datetime] = {}
     for name in ("started_at", "finished_at"):
         at = getattr(attempt, name)
-        if at is not None and limits.check_aware(at, f"{field}.{name}").utcoffset():
+        if at is not None and bounds.check_aware(at, f"{field}.{name}").utcoffset():
             changes[name] = at.astimezone(UTC)
     return msgspec.structs.replace(attempt, **changes) if changes else attempt
 

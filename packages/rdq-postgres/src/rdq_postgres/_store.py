@@ -41,9 +41,9 @@ from rdq.spi import (
     StorageBase,
     TaskFilter,
     WorkerInfo,
+    bounds,
     fence,
     group_order,
-    limits,
 )
 from rdq_postgres import _admission, _claims, _controls, _fleet
 from rdq_postgres._codec import (
@@ -89,7 +89,7 @@ CAPABILITIES = Capabilities(
 )
 """What the store offers; ``notify`` follows the URL option of that name."""
 
-_COUNT_CAP = limits.EXACT_COUNT_THRESHOLD + 1
+_COUNT_CAP = bounds.EXACT_COUNT_THRESHOLD + 1
 _OVERVIEW_CONNECTIONS = 4
 """At most this many statements of ``list_queues`` run at once."""
 
@@ -394,7 +394,7 @@ class PostgresStorage(StorageBase):
         return now
 
     async def _stats(self, queue: str) -> Stats:
-        """Counts up to ``limits.EXACT_COUNT_THRESHOLD`` are exact (each reads at most that
+        """Counts up to ``bounds.EXACT_COUNT_THRESHOLD`` are exact (each reads at most that
         many index entries); above it they are the planner's estimate from the table's
         statistics (named in ``Stats.estimated``)."""
         row = await self._db.fetchrow(self._sql.stats, queues=[queue], stop=_COUNT_CAP)

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rdq.errors import ConfigError
-from rdq.spi import limits
+from rdq.spi import bounds
 
 __all__ = ["PostgresConfig", "endpoint", "parse_url"]
 
@@ -38,7 +38,7 @@ class PostgresConfig:
     """Most connections the store opens (plus one for LISTEN when ``notify`` is used)."""
     statement_cache_size: int = 256
     """asyncpg's prepared-statement cache per connection; 0 for PgBouncer transaction mode."""
-    timeout: float = limits.DEFAULT_OPERATION_TIMEOUT
+    timeout: float = bounds.DEFAULT_OPERATION_TIMEOUT
     """Seconds one operation may take, waiting for a connection included, before it raises
     ``StorageUnavailable`` (``migrate`` and ``wait_due``'s wait are exempt)."""
     connect_timeout: float | None = None

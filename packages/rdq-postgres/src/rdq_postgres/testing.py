@@ -3,7 +3,7 @@ that does not decode, as the compliance kit's ``corrupt_task`` fixture asks."""
 
 from __future__ import annotations
 
-from rdq.spi import limits
+from rdq.spi import bounds
 from rdq_postgres._store import PostgresStorage
 
 __all__ = ["put_corrupt_task"]
@@ -25,8 +25,8 @@ async def put_corrupt_task(
     whose retry override does not decode (``kind="deep"``: whose payload nests 5000 levels).
     ``kind="far_time"`` raises ``ValueError``: the schema refuses times outside the years
     1-9999 (``task_time_range_check``)."""
-    limits.check_queue(queue)
-    limits.check_task_id(task_id)
+    bounds.check_queue(queue)
+    bounds.check_task_id(task_id)
     if kind not in ("undecodable", "deep"):
         raise ValueError(f"the schema cannot hold a corrupt task of kind {kind!r}")
     schema = f'"{store.config.schema}"'

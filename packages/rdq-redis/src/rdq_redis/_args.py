@@ -18,8 +18,8 @@ from rdq.spi import (
     DLQGroup,
     Selector,
     Stats,
+    bounds,
     group_order,
-    limits,
 )
 from rdq_redis._codec import (
     attempt_json,
@@ -53,7 +53,7 @@ def token_queue(token: str) -> str | None:
     """The queue a claim token of this store names (``<queue>/<random>.<n>``), or None."""
     queue, _, _ = token.rpartition("/")
     try:
-        return limits.check_queue(queue)
+        return bounds.check_queue(queue)
     except ValidationError:
         return None
 

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from rdq.errors import ConfigError
-from rdq.spi import limits
+from rdq.spi import bounds
 from rdq_redis._keys import DEFAULT_PREFIX, check_prefix
 
 __all__ = ["RedisConfig", "parse_url"]
@@ -42,7 +42,7 @@ class RedisConfig:
     prefix: str
     address: str
     cluster: bool = False
-    timeout: float = limits.DEFAULT_OPERATION_TIMEOUT
+    timeout: float = bounds.DEFAULT_OPERATION_TIMEOUT
     """Seconds an operation may wait on Redis before it raises ``StorageUnavailable``."""
     client_options: dict[str, Any] = field(default_factory=dict)
     sentinel_master: str | None = None
@@ -156,7 +156,7 @@ def _allow_eviction(options: dict[str, Any], query: dict[str, str]) -> bool:
 
 def _timeout(options: dict[str, Any], query: dict[str, str]) -> float:
     """The ``timeout`` option: seconds, more than 0 (``ConfigError`` naming it otherwise)."""
-    raw = options.pop("timeout", query.pop("timeout", limits.DEFAULT_OPERATION_TIMEOUT))
+    raw = options.pop("timeout", query.pop("timeout", bounds.DEFAULT_OPERATION_TIMEOUT))
     try:
         value = float(raw)
     except (TypeError, ValueError):

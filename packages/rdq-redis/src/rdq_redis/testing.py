@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdq.spi import limits
+from rdq.spi import bounds
 from rdq_redis._codec import to_us
 from rdq_redis._errors import translate_errors
 from rdq_redis._keys import index_key, registry_key
@@ -27,8 +27,8 @@ async def put_corrupt_task(
     recurses (``"deep"``) or a ``created_at`` past the year 9999 (``"far_time"``; see
     ``rdq_compliance.CorruptTaskWriter``). Reads return it with ``corrupt`` set."""
     store._check_open()
-    limits.check_queue(queue)
-    limits.check_task_id(task_id)
+    bounds.check_queue(queue)
+    bounds.check_task_id(task_id)
     await store._ready()
     if await store._queue_of(task_id) is not None:
         raise ValueError(f"task {task_id!r} exists already")

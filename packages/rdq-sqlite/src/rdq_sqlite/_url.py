@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from rdq.errors import ConfigError
-from rdq.spi import limits
+from rdq.spi import bounds
 
 __all__ = ["SYNCHRONOUS_MODES", "SqliteConfig", "parse_url"]
 
@@ -34,7 +34,7 @@ class SqliteConfig:
 
     path: str | None
     """The database file (absolute), or ``None`` for a private in-memory database."""
-    timeout: float = limits.DEFAULT_OPERATION_TIMEOUT
+    timeout: float = bounds.DEFAULT_OPERATION_TIMEOUT
     """Seconds one operation may take, waiting for the write lock included, before it raises
     ``StorageUnavailable``."""
     synchronous: str = "FULL"

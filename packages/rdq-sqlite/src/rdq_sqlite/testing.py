@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from rdq.spi import Envelope, limits
+from rdq.spi import Envelope, bounds
 from rdq_sqlite._clock import tick
 from rdq_sqlite._codec import new_row
 from rdq_sqlite._queries import SQL
@@ -26,8 +26,8 @@ async def put_corrupt_task(
     holds ``raw`` (JSON that does not decode), or, by ``kind``, JSON nested deeper than any
     decoder recurses (``"deep"``) or a ``created_at`` past the year 9999 (``"far_time"``). The
     compliance kit's corrupt-task clauses use it (see ``rdq_compliance.CorruptTaskWriter``)."""
-    limits.check_queue(queue)
-    limits.check_task_id(task_id)
+    bounds.check_queue(queue)
+    bounds.check_task_id(task_id)
     created_us: int | None = None
     if kind == "deep":
         raw = "[" * 5000 + "]" * 5000

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from rdq.errors import NotFound, StaleClaim, ValidationError
-from rdq.spi import Capabilities, DLQFilter, Outcome, Selector, Status, Storage, limits
+from rdq.spi import Capabilities, DLQFilter, Outcome, Selector, Status, Storage, bounds
 from rdq_compliance._fixtures import require_capability
 from rdq_compliance._support import (
     LONG_LEASE,
@@ -207,7 +207,7 @@ class CancelClauses:
         cases = {
             "ids[1]": [task.id, ""],
             "ids[0]": ["has space"],
-            "ids": ["x"] * (limits.MAX_SELECTOR_IDS + 1),
+            "ids": ["x"] * (bounds.MAX_SELECTOR_IDS + 1),
         }
         for field, ids in cases.items():
             with pytest.raises(ValidationError) as caught:

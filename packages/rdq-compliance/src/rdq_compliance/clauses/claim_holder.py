@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from rdq.errors import ValidationError
-from rdq.spi import Outcome, Status, Storage, limits
+from rdq.spi import Outcome, Status, Storage, bounds
 from rdq_compliance._support import (
     LONG_LEASE,
     SHORT_LEASE,
@@ -121,7 +121,7 @@ class ClaimHolderClauses:
         self, storage: Storage, queue: str
     ) -> None:
         await storage.enqueue(new_task(queue))
-        for bad in ("", "tab\there", "x" * (limits.MAX_WORKER_ID_LENGTH + 1), 42):
+        for bad in ("", "tab\there", "x" * (bounds.MAX_WORKER_ID_LENGTH + 1), 42):
             with pytest.raises(ValidationError) as caught:
                 await storage.claim_due(queue, 1, LONG_LEASE, worker_id=bad)  # type: ignore[arg-type]
             assert caught.value.field == "worker_id", f"worker_id {bad!r}: {caught.value}"

@@ -20,7 +20,7 @@ from rdq.spi import (
     Status,
     Storage,
     TaskFilter,
-    limits,
+    bounds,
 )
 from rdq_compliance._fixtures import require_capability
 from rdq_compliance._support import (
@@ -41,13 +41,13 @@ BAD_TASKS: dict[str, tuple[dict[str, Any], str]] = {
     # case: (fields that break the envelope, the field the error must name)
     "empty-id": ({"id": ""}, "id"),
     "id-with-a-space": ({"id": "has space"}, "id"),
-    "id-too-long": ({"id": "x" * (limits.MAX_ID_LENGTH + 1)}, "id"),
+    "id-too-long": ({"id": "x" * (bounds.MAX_ID_LENGTH + 1)}, "id"),
     "empty-queue": ({"queue": ""}, "queue"),
     "queue-starting-with-a-dash": ({"queue": "-queue"}, "queue"),
-    "queue-too-long": ({"queue": "q" * (limits.MAX_QUEUE_LENGTH + 1)}, "queue"),
+    "queue-too-long": ({"queue": "q" * (bounds.MAX_QUEUE_LENGTH + 1)}, "queue"),
     "empty-handler-ref": ({"handler_ref": ""}, "handler_ref"),
     "handler-ref-with-whitespace": ({"handler_ref": "mod:fn extra"}, "handler_ref"),
-    "payload-too-large": ({"payload": "x" * limits.MAX_PAYLOAD_BYTES}, "payload"),
+    "payload-too-large": ({"payload": "x" * bounds.MAX_PAYLOAD_BYTES}, "payload"),
     "payload-not-json": ({"payload": {"when": object()}}, "payload"),
     "naive-next-attempt-at": ({"next_attempt_at": datetime(2030, 1, 1)}, "next_attempt_at"),
     "next-attempt-at-past-year-9999-in-utc": (
@@ -55,20 +55,20 @@ BAD_TASKS: dict[str, tuple[dict[str, Any], str]] = {
         "next_attempt_at",
     ),
     "too-many-headers": (
-        {"headers": {f"h{i}": "v" for i in range(limits.MAX_HEADERS + 1)}},
+        {"headers": {f"h{i}": "v" for i in range(bounds.MAX_HEADERS + 1)}},
         "headers",
     ),
     "header-value-too-long": (
-        {"headers": {"big": "v" * (limits.MAX_HEADER_VALUE_LENGTH + 1)}},
+        {"headers": {"big": "v" * (bounds.MAX_HEADER_VALUE_LENGTH + 1)}},
         "headers.big",
     ),
     "negative-attempt-count": ({"attempt_count": -1}, "attempt_count"),
     "attempt-count-not-an-integer": ({"attempt_count": "2"}, "attempt_count"),
-    "payload-nested-too-deeply": ({"payload": nested(limits.MAX_DEPTH + 1)}, "payload"),
+    "payload-nested-too-deeply": ({"payload": nested(bounds.MAX_DEPTH + 1)}, "payload"),
     # deeper than any JSON encoder or decoder recurses: refused, never a RecursionError
     "payload-nested-beyond-the-recursion-limit": ({"payload": nested(5000)}, "payload"),
     "unknown-field-nested-too-deeply": (
-        {"extra": {"newer_field": nested(limits.MAX_DEPTH + 1)}},
+        {"extra": {"newer_field": nested(bounds.MAX_DEPTH + 1)}},
         "newer_field",
     ),
     "retry-max-attempts-not-an-integer": (
@@ -89,10 +89,10 @@ BAD_TASKS: dict[str, tuple[dict[str, Any], str]] = {
 BAD_CLAIMS: dict[str, tuple[int, Any, str]] = {
     "limit-zero": (0, LONG_LEASE, "limit"),
     "limit-negative": (-1, LONG_LEASE, "limit"),
-    "limit-too-large": (limits.MAX_LIMIT + 1, LONG_LEASE, "limit"),
+    "limit-too-large": (bounds.MAX_LIMIT + 1, LONG_LEASE, "limit"),
     "lease-zero": (1, timedelta(0), "lease"),
     "lease-negative": (1, timedelta(seconds=-5), "lease"),
-    "lease-too-long": (1, limits.MAX_LEASE + timedelta(seconds=1), "lease"),
+    "lease-too-long": (1, bounds.MAX_LEASE + timedelta(seconds=1), "lease"),
     "lease-not-a-timedelta": (1, 30.0, "lease"),
 }
 
@@ -118,7 +118,7 @@ QUEUE_OPERATIONS: dict[str, QueueCall] = {
 NEEDS = {"cancel": "cancel", "list_tasks": "task_listing"}
 """The capability an operation of ``QUEUE_OPERATIONS`` belongs to, where it has one."""
 
-BAD_QUEUE_NAMES = ["", " ", "has space", "-dash-first", "q" * (limits.MAX_QUEUE_LENGTH + 1)]
+BAD_QUEUE_NAMES = ["", " ", "has space", "-dash-first", "q" * (bounds.MAX_QUEUE_LENGTH + 1)]
 
 
 def _assert_names(error: ValidationError, field: str) -> None:
@@ -152,7 +152,7 @@ class ValidationClauses:
         self, storage: Storage, queue: str
     ) -> None:
         task = new_task(queue)
-        for delay in (timedelta(seconds=-1), limits.MAX_DELAY + timedelta(days=1)):
+        for delay in (timedelta(seconds=-1), bounds.MAX_DELAY + timedelta(days=1)):
             with pytest.raises(ValidationError) as caught:
                 await storage.enqueue(task, delay=delay)
             _assert_names(caught.value, "delay")
@@ -186,7 +186,7 @@ class ValidationClauses:
 
     @pytest.mark.asyncio
     async def test_get_with_a_malformed_id_raises_validation_error(self, storage: Storage) -> None:
-        for bad in ("", "has space", "x" * (limits.MAX_ID_LENGTH + 1)):
+        for bad in ("", "has space", "x" * (bounds.MAX_ID_LENGTH + 1)):
             with pytest.raises(ValidationError) as caught:
                 await storage.get(bad)
             _assert_names(caught.value, "id")
@@ -198,7 +198,7 @@ class ValidationClauses:
         await storage.enqueue(new_task(queue))
         claimed = await claim_one(storage, queue)
         before = snapshot(await storage.get(claimed.task.id))
-        for lease in (timedelta(0), timedelta(seconds=-1), limits.MAX_LEASE * 2):
+        for lease in (timedelta(0), timedelta(seconds=-1), bounds.MAX_LEASE * 2):
             with pytest.raises(ValidationError) as caught:
                 await storage.extend_lease(claimed.task.id, claimed.token, lease)
             _assert_names(caught.value, "lease")
@@ -244,7 +244,7 @@ class ValidationClauses:
     async def test_dlq_list_with_a_bad_page_limit_raises_validation_error(
         self, storage: Storage, queue: str
     ) -> None:
-        for limit in (0, -1, limits.MAX_LIMIT + 1):
+        for limit in (0, -1, bounds.MAX_LIMIT + 1):
             with pytest.raises(ValidationError) as caught:
                 await storage.dlq_list(queue, None, Page(limit=limit))
             _assert_names(caught.value, "page.limit")

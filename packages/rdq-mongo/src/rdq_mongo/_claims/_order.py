@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, QUEUE_KEY, ClaimGate, ClaimOrder, handler_key
-from rdq.spi.limits import MAX_AGING
+from rdq.spi.bounds import MAX_AGING
 from rdq_mongo import _filters as f
 from rdq_mongo._claims._plan import Plan
 from rdq_mongo._codec import EPOCH
