@@ -21,6 +21,8 @@ The rules, as pure functions over a control record:
   fields the store enforces (:func:`compose`);
 - :mod:`rdq.flow._holds`: which claimed task the worker hands back unrun (a pause, an open
   breaker the store's claim could not see yet);
+- :mod:`rdq.flow._evidence`: what a task's own failures say of its dependency (a quiet
+  queue's outage) and when an outage has held a task too long;
 - :mod:`rdq.flow._keys`: which key a task's breaker has, a dependency's key, a paced
   redrive's.
 
@@ -61,6 +63,7 @@ from rdq.flow._breaker import (
 )
 from rdq.flow._breaker_config import Breaker, check_dependency
 from rdq.flow._compose import LimitState, Lowered, compose, limit_of, lowered_of
+from rdq.flow._evidence import OUTAGE_TOO_LONG, held_too_long, own_outage
 from rdq.flow._holds import claimed_since, paused_key
 from rdq.flow._keys import DEPENDENCY_PREFIX, OP_PREFIX, breaker_key, dependency_key
 from rdq.flow._limit_config import (
@@ -99,6 +102,7 @@ __all__ = [
     "DEPENDENCY_PREFIX",
     "LIMIT_PREFIX",
     "OP_PREFIX",
+    "OUTAGE_TOO_LONG",
     "Breaker",
     "BreakerChange",
     "BreakerState",
@@ -138,6 +142,7 @@ __all__ = [
     "force_open",
     "handler_of",
     "held_by",
+    "held_too_long",
     "holds_nothing",
     "key_kind",
     "limit_of",
@@ -146,6 +151,7 @@ __all__ = [
     "lower",
     "lowered_of",
     "named_key",
+    "own_outage",
     "pause_views",
     "paused_key",
     "plan_limits",

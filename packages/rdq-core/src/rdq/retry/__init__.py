@@ -17,6 +17,8 @@ a retry when attempts are exhausted    dead-letter (the attempt keeps its outcom
   dependency does not), and the decisions made before a handler runs (attempts exhausted,
   corrupt task, unknown handler);
 - :mod:`~rdq.retry._outage`: which failures say the dependency is down;
+- :mod:`~rdq.retry._status`: what an HTTP status says (outage, retryable, rejected), the one
+  table of handlers' HTTP errors, callbacks and docs/engine.md;
 - :mod:`~rdq.retry._decision`: :class:`Decision`, what an attempt comes to (the leaf the
   others speak in);
 - :mod:`~rdq.retry._tracebacks`: the tracebacks attempts record (bounded, the engine's own
@@ -61,6 +63,14 @@ from rdq.retry._exhaustion import (
 )
 from rdq.retry._outage import is_outage, is_outage_type
 from rdq.retry._overrides import resolve
+from rdq.retry._status import (
+    MAX_RETRY_AFTER,
+    StatusClass,
+    StatusFailure,
+    parse_retry_after,
+    status_class,
+    status_failure,
+)
 from rdq.retry._tracebacks import (
     bound_head,
     bound_tail,
@@ -77,6 +87,7 @@ __all__ = [
     "INTERRUPTED_ERROR",
     "INTERRUPTED_UNSTARTED",
     "MAX_DELAY",
+    "MAX_RETRY_AFTER",
     "SUCCESS",
     "TIMEOUT_ERROR",
     "UNCHARGED_OUTCOMES",
@@ -85,6 +96,8 @@ __all__ = [
     "Action",
     "Decision",
     "OutageWindow",
+    "StatusClass",
+    "StatusFailure",
     "attempts_used",
     "backoff_bounds",
     "backoff_delay",
@@ -102,7 +115,10 @@ __all__ = [
     "format_failure",
     "is_outage",
     "is_outage_type",
+    "parse_retry_after",
     "resolve",
+    "status_class",
+    "status_failure",
     "thread_stack",
     "timeout_message",
     "truncate_message",

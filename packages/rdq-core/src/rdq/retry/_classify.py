@@ -3,6 +3,8 @@
 returns                              → SUCCEEDED, complete
 raises rdq.Permanent / non_retryable → PERMANENT, dead-letter at once
 raises rdq.RetryAfter(delay)         → FAILED, retry after ``delay``
+raises an error whose response has a → FAILED, retry no sooner than it (nor the backoff)
+  ``Retry-After`` (see _status)
 exceeds its timeout                  → TIMEOUT, retry after backoff
 raises anything else                 → FAILED, retry after backoff
 a retry when attempts are exhausted  → dead-letter (the attempt keeps its outcome)
@@ -21,6 +23,7 @@ from rdq.retry import _tracebacks
 from rdq.retry._backoff import backoff_delay
 from rdq.retry._decision import HANDLER_IMPORT_ERROR, TIMEOUT_ERROR, Action, Decision
 from rdq.retry._outage import is_outage
+from rdq.retry._status import status_failure
 from rdq.signals import MAX_RETRY_DELAY, Permanent, RetryAfter
 from rdq.spi import Outcome, bounds
 
@@ -114,7 +117,13 @@ def classify_error(
             describe(exc),
             trace,
         )
-    delay = exc.delay.total_seconds() if isinstance(exc, RetryAfter) else None
+    retry_after = exc.delay.total_seconds() if isinstance(exc, RetryAfter) else None
+    delay = retry_after
+    status = status_failure(exc)
+    if status is not None and status.retry_after is not None:
+        # the response said when to come back: not before it (nor before the backoff)
+        retry_after = status.retry_after
+        delay = max(retry_after, backoff_delay(config.backoff, attempt, rng))
     return _retry(
         Outcome.FAILED,
         error_type_name(type(exc)),
@@ -125,7 +134,7 @@ def classify_error(
         rng,
         trace,
         outage=is_outage(exc, config.outage_errors),
-        retry_after=delay,
+        retry_after=retry_after,
     )
 
 
