@@ -131,7 +131,15 @@ def test_redrive_by_filter_on_a_store_is_audited(store_url: str, tmp_path: Path)
         "--json",
     )
     assert code == 0, out
-    assert json.loads(out) == {"action": "redrive", "queue": "q", "count": 3, "dry_run": False}
+    assert json.loads(out) == {
+        "action": "redrive",
+        "queue": "q",
+        "count": 3,
+        "dry_run": False,
+        "done": True,
+        "skipped": [],
+        "hint": None,
+    }
     assert asyncio.run(_status(name, "t0")) == Status.PENDING
     assert asyncio.run(_status(name, "t3")) == Status.DEAD
     (record,) = JsonLinesAuditSink(audit_log).read()

@@ -11,12 +11,23 @@ audited either way: through a node, in the node's name of the token's owner; dir
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 from datetime import datetime
 from typing import Any
 
 import click
 
-from rdq.cli._common import echo_json, json_option, run_async
+from rdq.cli._common import (
+    EXIT_NOTHING,
+    Interrupted,
+    echo_json,
+    exit_code,
+    json_option,
+    prompt,
+    run_async,
+    stopped_by,
+)
 from rdq.cli._options import (
     action_options,
     actor_options,
@@ -31,6 +42,7 @@ from rdq.cli._render import (
     print_groups,
     print_queues,
     print_redrives,
+    print_skipped,
     print_tasks,
 )
 from rdq.cli._targets import Action, Listing, Target, Verb
@@ -179,6 +191,7 @@ def _action_command(verb: Verb) -> click.Command:
         dry_run: bool,
         reason: str | None,
         yes: bool,
+        force: bool,
         actor: str | None,
         audit_log: str | None,
         storage_url: str | None,
@@ -189,7 +202,7 @@ def _action_command(verb: Verb) -> click.Command:
         selected = dlq_filter(error_type, handler_ref, after, before)
         check_selection(ids, selected is not None, everything, "--error-type")
         selector = Selector(ids=list(ids)) if ids else Selector(filter=selected or DLQFilter())
-        action = Action(verb, queue, selector, dry_run=dry_run, reason=reason)
+        action = Action(verb, queue, selector, dry_run=dry_run, reason=reason, force=force)
         target = open_target(storage_url, server_url, token, actor=actor, audit_log=audit_log)
         async with target:
             await confirm_and_act(target, action, yes, as_json)
@@ -238,6 +251,7 @@ async def redrive(
     dry_run: bool,
     reason: str | None,
     yes: bool,
+    force: bool,
     rate: str | None,
     detach: bool,
     cancel_id: str | None,
@@ -274,7 +288,7 @@ async def redrive(
     check_selection(ids, selected is not None, everything, "--error-type")
     selector = Selector(ids=list(ids)) if ids else Selector(filter=selected or DLQFilter())
     if rate is None:
-        action = Action("redrive", queue, selector, dry_run=dry_run, reason=reason)
+        action = Action("redrive", queue, selector, dry_run=dry_run, reason=reason, force=force)
         async with target:
             await confirm_and_act(target, action, yes, as_json)
         return
@@ -282,7 +296,9 @@ async def redrive(
 
     per_second = parse_rate(rate)
     async with target:
-        await _paced(target, queue, selector, per_second, reason, yes, detach, dry_run, as_json)
+        await _paced(
+            target, queue, selector, per_second, reason, yes, detach, dry_run, force, as_json
+        )
 
 
 async def _paced(
@@ -294,23 +310,43 @@ async def _paced(
     yes: bool,
     detach: bool,
     dry_run: bool,
+    force: bool,
     as_json: bool,
 ) -> None:
     """Count, ask, start a paced redrive; then follow it (or, detached, say who will)."""
-    count = await target.act(Action("redrive", queue, selector, dry_run=True, reason=reason))
+    action = Action("redrive", queue, selector, dry_run=True, reason=reason, force=force)
+    seen = await target.preview(action)
+    count = int(seen["count"])
+    if seen.get("skipped") and not as_json:
+        print_skipped(action, seen["skipped"])
     if dry_run or count == 0:
         if as_json:
-            echo_json({"action": "redrive", "queue": queue, "count": count, "dry_run": True})
+            echo_json(
+                {
+                    "action": "redrive",
+                    "queue": queue,
+                    "count": count,
+                    "dry_run": dry_run,
+                    "done": False,
+                    "skipped": seen.get("skipped") or [],
+                    "hint": seen.get("hint"),
+                }
+            )
+        elif count == 0:
+            click.echo("0 tasks match; nothing done" + (" (dry run)" if dry_run else ""))
+            if seen.get("hint"):
+                click.echo(str(seen["hint"]))
         else:
             click.echo(
                 f"redrive would act on {count} task(s) of queue {queue}, at most {rate:g}/s "
                 f"(about {_duration(count / rate)}; dry run)"
             )
+        if count == 0:
+            exit_code(EXIT_NOTHING)
         return
     ask(f"redrive {count} task(s) of queue {queue} at most {rate:g}/s", yes)
     if not yes and reason is None:
-        asked = click.prompt("Reason (kept in the audit trail)", default="", show_default=False)
-        reason = asked.strip() or None
+        reason = prompt("Reason (kept in the audit trail)").strip() or None
     op = await target.start_paced(queue, selector, rate, reason, detach)
     if detach:
         drivers = await target.drivers(op)
@@ -332,14 +368,21 @@ async def _paced(
     with bar as progress:
         try:
             ended = await target.follow(op, progress)
-        except asyncio.CancelledError:  # Ctrl-C: stop it rather than leave it running
+        except asyncio.CancelledError:  # Ctrl-C, SIGHUP, SIGTERM: stop it, never orphan it
+            signum = stopped_by()
+            if signum is None:
+                raise
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()
             bar.stop()
-            ended = await target.cancel_redrive(queue, op["id"], "interrupted (Ctrl-C)")
-            _said(ended, as_json)
-            raise click.exceptions.Exit(130) from None
+            why = f"interrupted ({signal.Signals(signum).name})"
+            ended = await target.cancel_redrive(queue, op["id"], why)
+            with contextlib.suppress(OSError, ValueError):  # the terminal may be gone
+                _said(ended, as_json)
+            raise Interrupted(
+                signum, f"paced redrive {op['id']} cancelled after {ended['done']} task(s)"
+            ) from None
     _said(ended, as_json)
 
 
@@ -406,7 +449,9 @@ class _OpProgress:
 
     def stop(self) -> None:
         if self.enabled:
-            self._progress.stop()
+            with contextlib.suppress(OSError, ValueError):  # a terminal that went away
+                self._progress.stop()
+            self.enabled = False
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import sys
 from collections.abc import Callable
@@ -15,7 +16,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from rdq.audit import describe_selector
-from rdq.cli._common import echo_json
+from rdq.cli._common import (
+    EXIT_NOTHING,
+    EXIT_PARTLY,
+    Interrupted,
+    confirm,
+    echo_json,
+    exit_code,
+    prompt,
+    stopped_by,
+)
 from rdq.cli._targets import Action, Target
 
 __all__ = [
@@ -29,6 +39,7 @@ __all__ = [
     "print_limits",
     "print_queues",
     "print_redrives",
+    "print_skipped",
     "print_task",
     "print_tasks",
     "print_workers",
@@ -208,31 +219,110 @@ def _audit_time(value: Any) -> str:
 
 
 async def confirm_and_act(target: Target, action: Action, yes: bool, as_json: bool) -> None:
-    """Count the selection (a dry run), ask (unless ``yes``), act with a progress bar, report."""
-    dry = Action(action.verb, action.queue, action.selector, dry_run=True, reason=action.reason)
-    count = await target.act(dry)
+    """Count the selection (what it matches now, the named tasks it would skip and why), ask
+    (unless ``yes``), act with a progress bar, report; exit as the module
+    :mod:`rdq.cli._common` says (3: nothing matched, 4: done in part)."""
+    seen = await target.preview(action)
+    count, skipped = int(seen["count"]), list(seen.get("skipped") or [])
     say = _SAY.get(action.verb, action.verb)
-    if action.dry_run or count == 0:
-        _report(action, count, True, as_json)
+    if skipped and not as_json:
+        print_skipped(action, skipped)
+    if count == 0:
+        _report(action, 0, action.dry_run, as_json, seen, done=False)
+        exit_code(EXIT_NOTHING)
+    if action.dry_run:
+        _report(action, count, True, as_json, seen, done=False)
         return
     if not yes:
         if not sys.stdin.isatty():
             raise click.UsageError(f"{say} of {count} tasks needs --yes when not interactive")
-        click.confirm(f"{say} {count} task(s) of queue {action.queue}?", abort=True)
+        if not confirm(f"{say} {count} task(s) of queue {action.queue}?"):
+            raise click.ClickException("not confirmed; nothing was done")
         if action.reason is None:
-            asked = "Reason (kept in the audit trail)"
-            reason = click.prompt(asked, default="", show_default=False)
+            reason = prompt("Reason (kept in the audit trail)")
             action = dataclasses.replace(action, reason=reason.strip() or None)
+    progress = _Done()
     with _ProgressBar(count, as_json) as advance:
-        done = await target.act(action, advance)
-    _report(action, done, False, as_json)
+        try:
+            done = await target.act(action, progress.tracking(advance))
+        except asyncio.CancelledError:
+            signum = stopped_by()
+            if signum is None:
+                raise
+            raise Interrupted(
+                signum,
+                f"{progress.done} task(s) of queue {action.queue} {_DONE[action.verb]} before "
+                f"it stopped (the audit trail says so); the rest were not",
+            ) from None
+    _report(action, done, False, as_json, seen, done=True)
+    if skipped:
+        exit_code(EXIT_PARTLY)
 
 
-def _report(action: Action, count: int, dry_run: bool, as_json: bool) -> None:
+class _Done:
+    """How many tasks the action reported done so far (said when it is interrupted)."""
+
+    def __init__(self) -> None:
+        self.done = 0
+
+    def tracking(
+        self, advance: Callable[[int, int | None], None] | None
+    ) -> Callable[[int, int | None], None]:
+        def report(done: int, total: int | None) -> None:
+            self.done = done
+            if advance is not None:
+                advance(done, total)
+
+        return report
+
+
+def print_skipped(action: Action, skipped: list[dict[str, Any]]) -> None:
+    named = len(set(action.selector.ids or ()))
+    verb = _DONE[action.verb]
+    some = "none" if len(skipped) >= named else f"{len(skipped)}"
+    click.echo(
+        f"{some} of the {named} named task(s) can be {verb}:"
+        if some == "none"
+        else f"{some} of the {named} named task(s) cannot be {verb}:",
+        err=True,
+    )
+    for entry in skipped:
+        click.echo(f"  {entry['id']}: {_skip_text(entry)}", err=True)
+
+
+def _skip_text(entry: dict[str, Any]) -> str:
+    from rdq.admin import Skipped
+
+    return msgspec.convert(entry, Skipped).text
+
+
+def _report(
+    action: Action,
+    count: int,
+    dry_run: bool,
+    as_json: bool,
+    seen: dict[str, Any] | None = None,
+    *,
+    done: bool,
+) -> None:
+    seen = seen or {}
     if as_json:
         echo_json(
-            {"action": action.verb, "queue": action.queue, "count": count, "dry_run": dry_run}
+            {
+                "action": action.verb,
+                "queue": action.queue,
+                "count": count,
+                "dry_run": dry_run,
+                "done": done and count > 0,
+                "skipped": seen.get("skipped") or [],
+                "hint": seen.get("hint"),
+            }
         )
+        return
+    if count == 0:
+        click.echo("0 tasks match; nothing done" + (" (dry run)" if dry_run else ""))
+        if seen.get("hint"):
+            click.echo(str(seen["hint"]))
     elif dry_run:
         say = _SAY.get(action.verb, action.verb)
         click.echo(f"{say} would act on {count} task(s) of queue {action.queue} (dry run)")
@@ -463,9 +553,11 @@ def print_redrives(rows: list[dict[str, Any]], unsupported: str | None) -> None:
 
 
 def ask(what: str, yes: bool) -> None:
-    """Confirm ``what`` (unless ``yes``); refuse without a terminal to ask on."""
+    """Confirm ``what`` (unless ``yes``); refuse without a terminal to ask on. Ctrl-C at the
+    question aborts with nothing done; "no" ends the command (exit 1), nothing done."""
     if yes:
         return
     if not sys.stdin.isatty():
         raise click.UsageError(f"{what} needs --yes when not interactive")
-    click.confirm(f"{what}?", abort=True)
+    if not confirm(f"{what}?"):
+        raise click.ClickException("not confirmed; nothing was done")

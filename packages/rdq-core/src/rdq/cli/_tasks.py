@@ -152,6 +152,7 @@ async def cancel(
     dry_run: bool,
     reason: str | None,
     yes: bool,
+    force: bool,
     actor: str | None,
     audit_log: str | None,
     storage_url: str | None,
@@ -168,7 +169,7 @@ async def cancel(
         selector = TaskSelector(ids=list(ids))
     else:
         selector = TaskSelector(filter=task_filter(status, error_type, handler_ref, after, before))
-    action = Action("cancel", queue, selector, dry_run=dry_run, reason=reason)
+    action = Action("cancel", queue, selector, dry_run=dry_run, reason=reason, force=force)
     target = open_target(storage_url, server_url, token, actor=actor, audit_log=audit_log)
     async with target:
         await confirm_and_act(target, action, yes, as_json)
@@ -194,6 +195,7 @@ async def retry_now(
     dry_run: bool,
     reason: str | None,
     yes: bool,
+    force: bool,
     actor: str | None,
     audit_log: str | None,
     storage_url: str | None,
@@ -212,7 +214,7 @@ async def retry_now(
         selector = TaskSelector(
             filter=task_filter("PENDING", error_type, handler_ref, after, before)
         )
-    action = Action("retry_now", queue, selector, dry_run=dry_run, reason=reason)
+    action = Action("retry_now", queue, selector, dry_run=dry_run, reason=reason, force=force)
     target = open_target(storage_url, server_url, token, actor=actor, audit_log=audit_log)
     async with target:
         await confirm_and_act(target, action, yes, as_json)
