@@ -14,6 +14,7 @@ from rdq.server._api_common import (
     Cursor,
     Limit,
     QueuePath,
+    act_on,
     action_result,
     errors,
     node_of,
@@ -30,7 +31,7 @@ from rdq.server._models import (
     GroupList,
     RedriveRequest,
 )
-from rdq.spi import DLQFilter, Page, Selector, bounds
+from rdq.spi import DLQFilter, Page, Selector, bounds, require
 
 __all__ = ["dlq_groups", "list_dlq", "purge", "redrive"]
 
@@ -147,11 +148,14 @@ async def _act(
     node = node_of(request)
     bounds.check_queue(queue)
     selector = _selector(data)
-    run = node.admin.redrive if action == "redrive" else node.admin.purge
-    count = await run(
-        queue, selector, actor=principal_owner(request), reason=data.reason, dry_run=data.dry_run
+    operation = node.admin.redrive if action == "redrive" else node.admin.purge
+
+    async def run() -> int:
+        return await operation(queue, selector, actor=principal_owner(request), reason=data.reason)
+
+    return await act_on(
+        node, action, queue, selector, force=data.force, dry_run=data.dry_run, run=run
     )
-    return action_result(action, queue, count, data.dry_run)
 
 
 @post(
@@ -174,15 +178,23 @@ async def redrive(
 ) -> ActionResult:
     if data.rate is None:
         plain = ActionRequest(
-            ids=data.ids, filter=data.filter, dry_run=data.dry_run, reason=data.reason
+            ids=data.ids,
+            filter=data.filter,
+            dry_run=data.dry_run,
+            reason=data.reason,
+            force=data.force,
         )
         return await _act(request, "redrive", queue, plain)
     rate = parse_rate(data.rate if isinstance(data.rate, str) else f"{data.rate!r}")
     node = node_of(request)
     bounds.check_queue(queue)
     selector = _selector(data)
+    require(node.storage, "control", "a redrive at a pace")
+    if not data.force:
+        await node.admin.check_names(queue)
     if data.dry_run:
-        return action_result("redrive", queue, await node.admin.count(queue, selector), True)
+        seen = await node.admin.preview("redrive", queue, selector)
+        return action_result("redrive", queue, seen.count, True, seen)
     op = await node.admin.start_paced_redrive(
         queue, selector, rate, actor=principal_owner(request), reason=data.reason, driver=node.id
     )

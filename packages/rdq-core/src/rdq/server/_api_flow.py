@@ -27,7 +27,7 @@ from rdq.flow import (
 )
 from rdq.server._api_common import (
     QueuePath,
-    action_result,
+    act_on,
     errors,
     node_of,
     principal_owner,
@@ -175,6 +175,9 @@ async def _pause(
     admin = node_of(request).admin
     bounds.check_queue(queue)
     key = _key(data)
+    require(admin.storage, "control", "pauses")
+    if not data.force:
+        await admin.check_names(queue, key)
     run = admin.pause if paused else admin.resume
     control = await run(queue, key, actor=principal_owner(request), reason=data.reason)
     return control_doc(control)
@@ -247,10 +250,18 @@ def _breaker_key(key: str, field: str) -> str:
 
 
 async def _set_breaker(
-    request: Request[Any, Any, Any], queue: str, key: str, change: str, reason: str | None
+    request: Request[Any, Any, Any],
+    queue: str,
+    key: str,
+    change: str,
+    reason: str | None,
+    force: bool = False,
 ) -> BreakerDoc:
     node = node_of(request)
     bounds.check_queue(queue)
+    require(node.storage, "control", "breakers")
+    if not force:
+        await node.admin.check_names(queue, key)
     control = await node.admin.set_breaker(
         queue,
         key,
@@ -317,7 +328,9 @@ def _by_body(change: str) -> Any:
         if len(named) != 1:
             raise ValidationError("give exactly one of key, handler and dependency", "key")
         key = data.key if data.key is not None else _key(data)
-        return await _set_breaker(request, queue, _breaker_key(key, named[0]), change, data.reason)
+        return await _set_breaker(
+            request, queue, _breaker_key(key, named[0]), change, data.reason, data.force
+        )
 
     return handler
 
@@ -358,13 +371,23 @@ async def retry_now(
                 before=check_time(chosen.before, "filter.before"),
             )
         )
-    if data.dry_run:
-        count = await admin.count_retry_now(queue, selector)
-    else:
-        count = await admin.retry_now(
+
+    require(admin.storage, "control", "retry now")
+
+    async def run() -> int:
+        return await admin.retry_now(
             queue, selector, actor=principal_owner(request), reason=data.reason
         )
-    return action_result("retry_now", queue, count, data.dry_run)
+
+    return await act_on(
+        node_of(request),
+        "retry_now",
+        queue,
+        selector,
+        force=data.force,
+        dry_run=data.dry_run,
+        run=run,
+    )
 
 
 # --- paced redrives -------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -11,6 +12,7 @@ from litestar.params import JSONBody, PathParameter, QueryParameter
 
 from rdq._ids import new_task_ids
 from rdq.admin import TaskSelector
+from rdq.app import App, unknown_handler, unknown_queue
 from rdq.callbacks import CallbackBlocked, check_callback_url, is_callback_ref
 from rdq.client import task_keys_for
 from rdq.errors import IDConflict, ValidationError
@@ -19,7 +21,7 @@ from rdq.server._api_common import (
     Limit,
     QueuePath,
     Time,
-    action_result,
+    act_on,
     errors,
     node_of,
     principal_owner,
@@ -65,7 +67,10 @@ _KNOWN_FIELDS = frozenset(SubmitRequest.__struct_fields__) | {"format_version"}
     summary="Submit a task",
     description="201 when stored, 200 when the same id already exists in the same queue "
     "(nothing changes; the stored task is returned to tokens with the read right, the "
-    "submitted one to others), 409 when it exists in another queue. The payload's JSON may "
+    "submitted one to others), 409 when it exists in another queue. On a node with an "
+    "application (`--app`) a handler or queue it does not know is a 422 naming the closest "
+    'known one (`"force": true` submits it anyway), and `queue` defaults to the '
+    "handler's. The payload's JSON may "
     "take 1 MiB (1048576 bytes); unknown fields are kept and, as the JSON object they form, "
     "count towards that limit; payloads nest at most 64 levels.",
     responses={
@@ -100,10 +105,16 @@ async def submit_task(
         bounds.check_depth(value, name)
     raw.pop("delay", None)
     raw.pop("format_version", None)
-    raw["id"] = data.id or new_task_ids(1)[0]
-    raw["queue"] = data.queue
-    task = envelope_from_builtins(raw)
+    raw.pop("force", None)
     app = node.engine_app
+    queue = data.queue
+    if app is not None and "queue" not in raw:  # the handler's queue, as the client does
+        queue = app.handler_queue(data.handler_ref) or data.queue
+    if app is not None and not data.force:
+        _check_known(app, data.handler_ref, queue, node.settings.queues)
+    raw["id"] = data.id or new_task_ids(1)[0]
+    raw["queue"] = queue
+    task = envelope_from_builtins(raw)
     if app is not None:  # the keys its dependency and limits give it, as a Client would
         task = task_keys_for(app, task)
     bounds.check_task(task)
@@ -130,6 +141,17 @@ async def submit_task(
         return Response(task_body(task), status_code=200)
     current = await node.storage.get(task.id)
     return Response(task_body(current), status_code=201 if stored else 200)
+
+
+def _check_known(app: App, ref: str, queue: str, worked: Sequence[str]) -> None:
+    """A node with an application refuses what it does not know, as ``rdq.Client`` does: a
+    handler it cannot run (a callback URL is checked against the allow-list instead) and a
+    queue neither it nor the node serves."""
+    escape = '"force": true'
+    if not is_callback_ref(ref) and not app.knows(ref):
+        raise ValidationError(unknown_handler(app, ref, escape=escape), field="handler_ref")
+    if queue not in app.queues and queue not in worked:
+        raise ValidationError(unknown_queue(app, queue, worked, escape=escape), field="queue")
 
 
 @get(
@@ -222,7 +244,12 @@ async def cancel_tasks(
                 before=check_time(chosen.before, "filter.before"),
             )
         )
-    count = await node.admin.cancel(
-        queue, selector, actor=principal_owner(request), reason=data.reason, dry_run=data.dry_run
+
+    async def run() -> int:
+        return await node.admin.cancel(
+            queue, selector, actor=principal_owner(request), reason=data.reason
+        )
+
+    return await act_on(
+        node, "cancel", queue, selector, force=data.force, dry_run=data.dry_run, run=run
     )
-    return action_result("cancel", queue, count, data.dry_run)

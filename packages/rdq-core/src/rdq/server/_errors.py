@@ -9,6 +9,9 @@ code                       status  when
 ``unauthorized``           401     no valid bearer token (``WWW-Authenticate: Bearer``)
 ``forbidden``              403     the token lacks the right the endpoint needs
 ``not_found``              404     no such task, or no such route
+``unknown_name``           404     a queue, handler or dependency nothing on the store
+                                   knows (a typo?): the message names the closest known
+                                   one; ``"force": true`` acts on it anyway
 ``method_not_allowed``     405
 ``id_conflict``            409     the task id exists in another queue
 ``payload_too_large``      413     the body exceeds the node's ``max_body_bytes``
@@ -36,6 +39,7 @@ from rdq.errors import (
     RdqError,
     StaleCursor,
     StorageUnavailable,
+    UnknownName,
     Unsupported,
     ValidationError,
 )
@@ -102,6 +106,9 @@ def to_api_error(exc: Exception) -> ApiError:
     """The API error for any exception a handler raised."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, UnknownName):
+        message = f'{exc.message}; nothing was done (send "force": true to act on it anyway)'
+        return ApiError(404, "unknown_name", message, exc.field)
     if isinstance(exc, ValidationError):
         return ApiError(422, "validation_error", exc.message, exc.field)
     if isinstance(exc, NotFound):

@@ -63,6 +63,9 @@ class PauseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     handler: Name | None = None
     dependency: Name | None = None
     reason: Reason | None = None
+    force: bool = False
+    """Name a queue, handler or dependency nothing on the store knows yet (refused as a typo,
+    ``unknown_name``, without it)."""
 
 
 class ReasonRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -77,6 +80,8 @@ class BreakerRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     handler: Name | None = None
     dependency: Name | None = None
     reason: Reason | None = None
+    force: bool = False
+    """Name a key nothing on the store knows yet (refused as a typo without it)."""
 
 
 class PendingFilterRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -97,6 +102,8 @@ class RetryNowRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     filter: PendingFilterRequest | None = None
     dry_run: bool = False
     reason: Reason | None = None
+    force: bool = False
+    """Act on a queue nothing on the store knows (see ``unknown_name``)."""
 
 
 class RedriveRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -109,6 +116,8 @@ class RedriveRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dry_run: bool = False
     reason: Reason | None = None
     rate: Rate | None = None
+    force: bool = False
+    """Act on a queue nothing on the store knows (see ``unknown_name``)."""
 
 
 class OutageDoc(msgspec.Struct, kw_only=True):

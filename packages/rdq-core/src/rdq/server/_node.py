@@ -42,7 +42,9 @@ class Node:
         sinks = list(audit_sinks)
         if settings.audit_log:
             sinks.append(JsonLinesAuditSink(settings.audit_log))
-        self.admin = TaskAdmin(self.storage, sinks=sinks)
+        self.admin = TaskAdmin(
+            self.storage, sinks=sinks, app=engine_app, declared=list(settings.queues)
+        )
         self.id = node_id()
         """The node's id in the worker registry and as the driver of paced redrives."""
         self.upkeep = NodeUpkeep(

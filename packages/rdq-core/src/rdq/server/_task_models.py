@@ -37,6 +37,7 @@ __all__ = [
     "QueueList",
     "RetryDoc",
     "RetryRequest",
+    "SkippedDoc",
     "StatsDoc",
     "SubmitRequest",
     "TaskDoc",
@@ -72,6 +73,10 @@ class SubmitRequest(msgspec.Struct, kw_only=True):
     priority: Annotated[int, Meta(ge=MIN_PRIORITY, le=MAX_PRIORITY)] = 0
     """Higher is claimed first among due tasks of the queue."""
     retry: RetryRequest | None = None
+    force: bool = False
+    """On a node with an application (``--app``): submit a handler or queue the application
+    does not know (one another application serves); without it such a task is refused with
+    the closest known name. Not stored."""
 
 
 class AttemptDoc(msgspec.Struct, kw_only=True):
@@ -183,6 +188,8 @@ class ActionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     filter: FilterRequest | None = None
     dry_run: bool = False
     reason: Reason | None = None
+    force: bool = False
+    """Act on a queue nothing on the store knows (see ``unknown_name``)."""
 
 
 class TaskFilterRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -202,6 +209,8 @@ class CancelRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     filter: TaskFilterRequest | None = None
     dry_run: bool = False
     reason: Reason | None = None
+    force: bool = False
+    """Act on a queue nothing on the store knows (see ``unknown_name``)."""
 
 
 class OperationDoc(msgspec.Struct, kw_only=True):
@@ -230,7 +239,24 @@ class OperationDoc(msgspec.Struct, kw_only=True):
     cancelled_by: str | None = None
 
 
+class SkippedDoc(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A named task the action did not act on, and why."""
+
+    id: str
+    reason: Literal["not_found", "other_queue", "status", "due"]
+    """``not_found``; ``other_queue`` (it is in ``queue``); ``status`` (it is ``status``, the
+    action takes ``wanted``); ``due`` (a retry now of a task due already)."""
+    queue: str | None = None
+    status: str | None = None
+    wanted: str | None = None
+
+
 class ActionResult(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What an action did (or, with ``dry_run``, would do): ``count`` tasks; the named ids it
+    did not act on, each with why (``skipped``); and, when a filter matched nothing, what
+    the queue holds that is close to it (``hint``). A ``count`` of 0 is the truth: nothing
+    was done."""
+
     action: str
     queue: str
     count: int
@@ -238,6 +264,8 @@ class ActionResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     operation: OperationDoc | None = None
     """A redrive with a ``rate``: the paced redrive it started (``count`` is its total);
     absent otherwise."""
+    skipped: list[SkippedDoc] = []
+    hint: str | None = None
 
 
 class AuditDoc(msgspec.Struct, kw_only=True):
