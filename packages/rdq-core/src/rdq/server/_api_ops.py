@@ -139,11 +139,15 @@ async def readyz(request: Request[Any, Any, Any]) -> Health:
     "/metrics",
     opt={"right": "metrics"},
     summary="Prometheus metrics",
-    description="Needs a `read` token unless the node sets `open_metrics = true`.",
+    description="Needs a `read` token unless the node sets `open_metrics = true`. The queue "
+    "gauges (`rdq_pending`, `rdq_dlq_depth`, …), `rdq_breaker_state`, `rdq_held` and "
+    "`rdq_paused` are read from the store (every queue, whether this node works it or not), "
+    "at most every 10 seconds.",
     media_type=CONTENT_TYPE_LATEST,
     security=_OPTIONAL_TOKEN,
     responses=errors(),
     tags=["ops"],
 )
-async def metrics() -> Response[bytes]:
+async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
+    await node_of(request).gauges.refresh()
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

@@ -12,6 +12,7 @@ from rdq.audit import AuditSink, JsonLinesAuditSink
 from rdq.errors import StorageUnavailable
 from rdq.flow import Breaker, LimitControls
 from rdq.server._auth import Authenticator
+from rdq.server._gauges import QueueGauges
 from rdq.server._settings import ServerSettings
 from rdq.server._upkeep import NodeUpkeep, node_id
 from rdq.spi import ForwardingStorage, Stats, Storage
@@ -51,6 +52,8 @@ class Node:
             self.id, self.admin, list(settings.queues) if settings.work else []
         )
         self.limit_controls = LimitControls()
+        self.gauges = QueueGauges(self.admin, self.queues)
+        """The queue gauges ``/metrics`` serves, read from the store (cached)."""
         """The limit keys whose control records submits through this node know exist."""
 
     def breaker_config(self, queue: str) -> Breaker | None:
