@@ -19,6 +19,7 @@ from rdq.admin._fallback import SCAN_PAGE, list_filtered
 from rdq.admin._finish import to_the_end
 from rdq.admin._flow_admin import FlowAdmin
 from rdq.admin._names import Names, known_names
+from rdq.admin._outlook import Outlook, outlooks
 from rdq.admin._paging import bounded_page
 from rdq.admin._preview import Preview, dlq_hint, sort_ids, task_hint
 from rdq.admin._scan import ids_in, scan_dlq, scan_tasks
@@ -201,6 +202,11 @@ class TaskAdmin(FlowAdmin):
         if audit_filter is not None:
             bounds.check_audit_filter(audit_filter)
         return await self.storage.list_audit(audit_filter, page)
+
+    async def outlook(self, tasks: Sequence[Envelope]) -> list[Outlook]:
+        """What holds each of ``tasks`` and what happens next (see
+        :mod:`rdq.admin._outlook`)."""
+        return await outlooks(self.storage, tasks, app=self.app)
 
     # --- before acting ---------------------------------------------------------------------
 

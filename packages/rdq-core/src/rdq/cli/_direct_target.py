@@ -90,6 +90,21 @@ class DirectTarget(Target):
         seen = await self._admin.preview(action.verb, action.queue, action.selector)
         return dict(msgspec.to_builtins(seen))
 
+    async def outlooks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from rdq.spi import envelope_from_builtins
+
+        found = await self._admin.outlook([envelope_from_builtins(t) for t in tasks])
+        return [msgspec.to_builtins(o) for o in found]
+
+    async def pauses(self, queue: str | None) -> Listed:
+        from rdq.errors import Unsupported
+
+        try:
+            found = await self._admin.pauses(queue)
+        except Unsupported as exc:
+            return [], str(exc)
+        return [msgspec.to_builtins(p) for p in found], None
+
     async def act(self, action: Action, progress: Progress = None) -> int:
         common: dict[str, Any] = {
             "actor": self._actor,

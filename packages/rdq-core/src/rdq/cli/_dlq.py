@@ -45,6 +45,7 @@ from rdq.cli._render import (
     print_skipped,
     print_tasks,
 )
+from rdq.cli._status import incident
 from rdq.cli._targets import Action, Listing, Target, Verb
 from rdq.cli._tasks import show as show_task
 from rdq.spi import DLQFilter, Selector
@@ -64,9 +65,11 @@ async def stats(
     token: str | None,
     as_json: bool,
 ) -> None:
-    """Show statistics of QUEUES, or of every queue that holds a task when none is named."""
+    """Show statistics of QUEUES, or of every queue that holds a task when none is named,
+    each flagged when it is paused, held by a breaker, or served by no live worker."""
     async with open_target(storage_url, server_url, token) as target:
-        rows = await target.stats(list(queues))
+        found = await incident(target, list(queues))
+    rows = [{**f["stats"], "flags": f["flags"]} for f in found]
     if as_json:
         echo_json({"queues": rows})
     else:
@@ -148,20 +151,30 @@ dlq.add_command(show_task, name="show")
 
 
 @dlq.command()
-@click.argument("queue")
+@click.argument("queue", required=False)
 @target_options
 @json_option
 @run_async
 async def groups(
-    queue: str,
+    queue: str | None,
     storage_url: str | None,
     server_url: str | None,
     token: str | None,
     as_json: bool,
 ) -> None:
-    """Count the DLQ of QUEUE by error type and handler, largest group first."""
+    """Count the DLQ of QUEUE (of every queue) by error type and handler, largest group
+    first."""
     async with open_target(storage_url, server_url, token) as target:
-        found = await target.groups(queue)
+        if queue is not None:
+            found = await target.groups(queue)
+        else:
+            found = []
+            for row in await target.stats([]):
+                if row["dlq_depth"]:
+                    found += [
+                        {"queue": row["queue"], **g} for g in await target.groups(row["queue"])
+                    ]
+            found.sort(key=lambda g: (-g["count"], g["queue"]))
     if as_json:
         echo_json({"queue": queue, "groups": found})
     else:

@@ -1,4 +1,4 @@
-"""``rdq queue pause|resume``, ``rdq breakers``, ``rdq breaker open|close``, ``rdq limits``,
+"""``rdq queue pause|resume|status``, ``rdq breakers``, ``rdq breaker open|close``, ``rdq limits``,
 ``rdq workers``:
 flow control and the fleet, on a store directly (``--storage``) or through a node
 (``--server``). Pauses and breakers set by hand are audited as ``rdq dlq redrive`` is."""
@@ -19,13 +19,15 @@ from rdq.cli._render import (
     print_limits,
     print_workers,
 )
+from rdq.cli._status import queue_status
 
 __all__ = ["breaker", "breakers", "limits", "queue", "workers"]
 
 
 @click.group()
 def queue() -> None:
-    """Pause and resume a queue, one of its handlers, or a dependency."""
+    """Pause and resume a queue, one of its handlers, or a dependency; show what holds a
+    queue (status)."""
 
 
 def _pause_command(paused: bool) -> click.Command:
@@ -99,6 +101,7 @@ def _naming(handler: str | None, dependency: str | None) -> str:
 
 queue.add_command(_pause_command(True))
 queue.add_command(_pause_command(False))
+queue.add_command(queue_status)
 
 
 @click.command()

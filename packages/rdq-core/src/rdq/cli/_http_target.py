@@ -39,6 +39,8 @@ class HttpTarget(Target):
         import httpx
 
         self._url = server_url.rstrip("/")
+        self._outlooks: dict[str, dict[str, Any]] = {}
+        """What the last pages said of their tasks (asked with ``outlook=true``)."""
         self._http = httpx.AsyncClient(
             base_url=self._url,
             headers={"Authorization": f"Bearer {token}"},
@@ -95,10 +97,26 @@ class HttpTarget(Target):
             params["cursor"] = listing.cursor
         if isinstance(listing.filter, TaskFilter):
             path = f"/v1/queues/{_seg(listing.queue)}/tasks"
+            params["outlook"] = "true"
         else:
             path = f"/v1/queues/{_seg(listing.queue)}/dlq"
         body = await self._call("GET", path, params=params)
+        for seen in body.get("outlook") or []:
+            self._outlooks[seen["id"]] = seen
         return body["tasks"], body["next_cursor"]
+
+    async def outlooks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        found = []
+        for task in tasks:
+            seen = self._outlooks.get(task["id"])
+            if seen is None:
+                seen = await self._call("GET", f"/v1/tasks/{_seg(task['id'])}/outlook")
+            found.append(seen)
+        return found
+
+    async def pauses(self, queue: str | None) -> Listed:
+        params = {"queue": queue} if queue else {}
+        return await self._listed("/v1/pauses", "pauses", params=params)
 
     async def groups(self, queue: str) -> list[dict[str, Any]]:
         groups: list[dict[str, Any]] = await self._call(

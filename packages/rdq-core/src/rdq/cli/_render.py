@@ -32,7 +32,9 @@ __all__ = [
     "age",
     "ago",
     "ask",
+    "attempts_text",
     "confirm_and_act",
+    "outlook_cell",
     "print_audit",
     "print_breakers",
     "print_groups",
@@ -43,6 +45,7 @@ __all__ = [
     "print_task",
     "print_tasks",
     "print_workers",
+    "probe_text",
 ]
 
 console = Console()
@@ -76,8 +79,11 @@ def print_queues(rows: list[dict[str, Any]]) -> None:
     columns = ("queue", "pending", "in flight", "DLQ", "succeeded", "cancelled", "oldest due")
     for column in columns:
         table.add_column(column, justify="left" if column == "queue" else "right")
+    flagged = any(row.get("flags") for row in rows)
+    if flagged:
+        table.add_column("flags", overflow="fold")
     for row in rows:
-        table.add_row(
+        cells = [
             row["queue"],
             _count(row, "pending"),
             _count(row, "in_flight"),
@@ -85,12 +91,53 @@ def print_queues(rows: list[dict[str, Any]]) -> None:
             _count(row, "succeeded"),
             _count(row, "cancelled"),
             age(row["oldest_pending_age"]),
-        )
+        ]
+        if flagged:
+            cells.append("[yellow]" + ", ".join(row.get("flags") or []) + "[/yellow]")
+        table.add_row(*cells)
     console.print(table)
     if any(row.get("estimated") for row in rows):
         console.print("~ marks an estimate (large counts are estimated by the store)")
     if not rows:
         console.print("no queue holds a task yet")
+    elif flagged:
+        console.print("what holds a flagged queue: rdq queue status QUEUE")
+
+
+def attempts_text(outlook: dict[str, Any] | None, task: dict[str, Any]) -> str:
+    """``4 (2 charged)`` beside ``attempt_count``."""
+    if outlook is None:
+        return str(task["attempt_count"])
+    attempts = outlook["attempts"]
+    if attempts["uncharged"]:
+        return f"{attempts['recorded']} ({attempts['charged']} charged)"
+    return str(attempts["recorded"])
+
+
+def outlook_cell(outlook: dict[str, Any] | None) -> str:
+    """A short "held by / next" cell for a task list."""
+    if outlook is None:
+        return "-"
+    holds = outlook.get("holds") or []
+    if holds:
+        first = holds[0]
+        key = "the whole queue" if first["key"] == "*" else first["key"]
+        if first["kind"] == "pause":
+            return f"paused ({key})"
+        if first["kind"] == "breaker":
+            return f"breaker {first['state'].replace('_', '-')} ({key})"
+        return f"limit full ({key})"
+    holder = outlook.get("holder")
+    if holder is not None:
+        lease = holder.get("lease_in")
+        if lease is not None and lease <= 0:
+            return f"lease lapsed {age(-lease)} ago: reclaim due"
+        if holder.get("status") == "silent":
+            return f"silent worker ({age(holder.get('silent_for'))})"
+        return "running"
+    if outlook.get("served") is False and outlook["status"] == "PENDING":
+        return "no live worker"
+    return "-"
 
 
 def last_error(task: dict[str, Any]) -> str:
@@ -107,25 +154,38 @@ _TIME_OF = {
 }
 
 
-def print_tasks(title: str, status: str, tasks: list[dict[str, Any]], cursor: str | None) -> None:
+def print_tasks(
+    title: str,
+    status: str,
+    tasks: list[dict[str, Any]],
+    cursor: str | None,
+    outlooks: list[dict[str, Any]] | None = None,
+) -> None:
+    """A page of tasks; with their ``outlooks``, the attempts charged beside
+    ``attempt_count`` and what holds each (or who holds it, for IN_FLIGHT ones)."""
     label, field = _TIME_OF[status]
     table = Table(title=title)
     columns = ["id", "handler_ref", label, "attempts", "redrives", "last error"]
     if status == "IN_FLIGHT":
         columns.insert(3, "worker")
+    if outlooks is not None and status in ("PENDING", "IN_FLIGHT"):
+        columns.insert(-1, "held by · next" if status == "PENDING" else "holder")
     for column in columns:
         table.add_column(column, overflow="fold")
-    for task in tasks:
+    seen: list[dict[str, Any] | None] = list(outlooks) if outlooks else [None] * len(tasks)
+    for task, outlook in zip(tasks, seen, strict=False):
         row = [
             task["id"],
             task["handler_ref"],
             str(task.get(field) or "-"),
-            str(task["attempt_count"]),
+            attempts_text(outlook, task),
             str(task["redrive_count"]),
             last_error(task)[:120],
         ]
         if status == "IN_FLIGHT":
             row.insert(3, str(task.get("claimed_by") or "-"))
+        if outlooks is not None and status in ("PENDING", "IN_FLIGHT"):
+            row.insert(-1, outlook_cell(outlook))
         table.add_row(*row)
     console.print(table)
     if cursor:
@@ -166,24 +226,31 @@ def print_task(task: dict[str, Any], all_tracebacks: bool) -> None:
         console.print(f"({hidden} earlier traceback(s): --tracebacks shows them all)")
 
 
-def print_groups(queue: str, groups: list[dict[str, Any]]) -> None:
-    table = Table(title=f"DLQ of {queue} by error")
-    for column in ("count", "error type", "handler_ref", "first", "last"):
+def print_groups(queue: str | None, groups: list[dict[str, Any]]) -> None:
+    """The DLQ of ``queue`` by error, or of every queue (a queue column first)."""
+    table = Table(title=f"DLQ of {queue} by error" if queue else "every DLQ by error")
+    columns = ["count", "error type", "handler_ref", "first", "last"]
+    if queue is None:
+        columns.insert(0, "queue")
+    for column in columns:
         table.add_column(column, overflow="fold", justify="right" if column == "count" else "left")
     for g in groups:
-        table.add_row(
+        cells = [
             str(g["count"]),
             g.get("error_type") or "-",
             g["handler_ref"],
             str(g["first_dead_lettered_at"]),
             str(g["last_dead_lettered_at"]),
-        )
+        ]
+        table.add_row(*([g["queue"], *cells] if queue is None else cells))
     console.print(table)
     if groups:
         console.print(
             "act on a group: rdq dlq redrive|purge "
-            f"{queue} --error-type TYPE --handler-ref REF --reason …"
+            f"{queue or 'QUEUE'} --error-type TYPE --handler-ref REF --reason …"
         )
+    elif queue is None:
+        console.print("every DLQ is empty")
 
 
 def print_audit(entries: list[dict[str, Any]], cursor: str | None) -> None:
@@ -400,19 +467,19 @@ def print_breakers(rows: list[dict[str, Any]], unsupported: str | None) -> None:
         console.print(f"no breakers to show: {unsupported}", markup=False, highlight=False)
         return
     table = Table(title="breakers")
-    for column in ("queue", "key", "state", "since", "error", "held"):
+    for column in ("queue", "key", "state", "outage", "error", "held"):
         table.add_column(
             column,
             overflow="fold",
             justify="right" if column == "held" else "left",
-            no_wrap=column == "held",
+            no_wrap=column in ("held", "key"),
         )
     for b in rows:
         state = _STATE.get(b["state"], b["state"])
         if b["state"] == "open" and b.get("by"):
             state += f" by {b['by']}"
         elif b["state"] == "open" and b.get("until"):
-            state += f", probes {ago(b['until'])}"
+            state += f", {probe_text(b['until'])}"
         elif b["state"] == "half_open" and b.get("probes_left") is not None:
             state += f", {b['probes_left']} probe(s) left"
         elif b["state"] == "closed" and b.get("rate"):
@@ -420,12 +487,37 @@ def print_breakers(rows: list[dict[str, Any]], unsupported: str | None) -> None:
         error = " ".join(x for x in (b.get("error_type"), b.get("error_message")) if x)
         if b.get("sample_task"):
             error += f" (e.g. {b['sample_task']})"
-        table.add_row(b["queue"], b["key"], state, ago(b.get("since")), error or "-", held_text(b))
+        table.add_row(b["queue"], b["key"], state, _breaker_since(b), error or "-", held_text(b))
     console.print(table)
     if not rows:
         console.print("no breaker has tripped")
     elif any(b["state"] != "closed" for b in rows):
         console.print("close one by hand: rdq breaker close KEY --queue QUEUE --reason …")
+
+
+def probe_text(until: Any, now: Any = None) -> str:
+    """``probes in 3m``, or ``probe due since 5m`` once its cool-down is over (a worker of
+    the queue probes it at its next look)."""
+    at = _time(until)
+    current = _time(now) or datetime.now(UTC)
+    if at is not None and at <= current:
+        return f"probe due since {age((current - at).total_seconds())}"
+    return f"probes {ago(until, now)}"
+
+
+def _breaker_since(breaker: dict[str, Any]) -> str:
+    """An open breaker's outage: its start and how long it has lasted (a failed probe
+    re-opens the breaker, but the outage goes on); a closed one's last outage."""
+    outages = breaker.get("outages") or []
+    last = outages[-1] if outages else None
+    if last is None:
+        return f"since {ago(breaker.get('since'))}"
+    start = _time(last.get("start"))
+    end = _time(last.get("end"))
+    lasted = age(((end or datetime.now(UTC)) - start).total_seconds()) if start else "-"
+    if end is None:
+        return f"for {lasted}"
+    return f"lasted {lasted}, ended {ago(last.get('end'))}"
 
 
 def _rate_text(rate: int | None, per: float) -> str:
@@ -522,10 +614,17 @@ def print_workers(rows: list[dict[str, Any]], unsupported: str | None) -> None:
             state += " (node)"
         seen = "now" if w["silent_for"] < 1 else f"{age(w['silent_for'])} ago"
         held = f"{w['held']}/{w['concurrency']}" if w.get("kind") != "node" else "-"
+        if w["status"] == "silent" and w.get("lapsed"):
+            held += f" ({w['lapsed']} lapsed: reclaim due)"
         table.add_row(w["id"], w["host"], state, seen, ", ".join(w["queues"]) or "-", held)
     console.print(table)
     if not rows:
         console.print("no worker is registered on this store")
+    elif any(w["status"] == "silent" and w.get("held") for w in rows):
+        console.print(
+            "a silent worker's held tasks are counted from the store: they fall as other "
+            "workers reclaim them once their leases lapse"
+        )
 
 
 def print_redrives(rows: list[dict[str, Any]], unsupported: str | None) -> None:

@@ -114,6 +114,15 @@ class Target(abc.ABC):
     async def groups(self, queue: str) -> list[dict[str, Any]]: ...
 
     @abc.abstractmethod
+    async def outlooks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What holds each of ``tasks`` (as :meth:`get` and :meth:`page` give them) and what
+        happens next, as :class:`rdq.admin.Outlook` says it, in their order."""
+
+    @abc.abstractmethod
+    async def pauses(self, queue: str | None) -> Listed:
+        """Every paused key of ``queue`` (of every queue), with what it holds."""
+
+    @abc.abstractmethod
     async def preview(self, action: Action) -> dict[str, Any]:
         """What ``action`` would act on now, as :class:`rdq.admin.Preview` says it
         (``count``, ``skipped``, ``hint``); ``UnknownName`` (or a ``TargetError`` saying so)

@@ -44,6 +44,8 @@ from rdq.server._models import (
     LimitDoc,
     LimitList,
     OperationDoc,
+    PausedDoc,
+    PauseList,
     PauseRequest,
     ReasonRequest,
     RedriveList,
@@ -59,6 +61,7 @@ __all__ = [
     "list_breakers",
     "list_controls",
     "list_limits",
+    "list_pauses",
     "list_redrives",
     "pause",
     "queue_limits",
@@ -215,6 +218,28 @@ async def resume(
     request: Request[Any, Any, Any], queue: QueuePath, data: JSONBody[PauseRequest]
 ) -> ControlDoc:
     return await _pause(request, queue, data, False)
+
+
+@get(
+    "/v1/pauses",
+    opt={"right": "read"},
+    summary="Every paused key of every queue",
+    description="Who paused what (the whole queue `*`, `handler:<ref>`, `dep:<name>`), when "
+    "and why, and the PENDING tasks each holds when that is cheap to count (a whole queue's, "
+    "a handler's on a store that filters itself). A store without the `control` capability "
+    "answers an empty list with `unsupported` saying so.",
+    responses=errors(422),
+    tags=["flow"],
+)
+async def list_pauses(
+    request: Request[Any, Any, Any],
+    queue: Annotated[str | None, QueryParameter(max_length=bounds.MAX_QUEUE_LENGTH)] = None,
+) -> PauseList:
+    try:
+        found = await node_of(request).admin.pauses(queue or None)
+    except Unsupported as exc:
+        return PauseList(pauses=[], unsupported=str(exc))
+    return PauseList(pauses=[msgspec.convert(msgspec.to_builtins(p), PausedDoc) for p in found])
 
 
 # --- breakers -------------------------------------------------------------------------------

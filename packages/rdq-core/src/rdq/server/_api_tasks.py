@@ -6,12 +6,13 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Annotated, Any
 
+import msgspec
 from litestar import Request, Response, get, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, PathParameter, QueryParameter
 
 from rdq._ids import new_task_ids
-from rdq.admin import TaskSelector
+from rdq.admin import Outlook, TaskSelector
 from rdq.app import App, unknown_handler, unknown_queue
 from rdq.callbacks import CallbackBlocked, check_callback_url, is_callback_ref
 from rdq.client import task_keys_for
@@ -31,15 +32,17 @@ from rdq.server._api_common import (
 from rdq.server._body import check_time, json_body
 from rdq.server._errors import ApiError
 from rdq.server._models import (
+    TASK_ID_PATTERN,
     ActionResult,
     CancelRequest,
+    OutlookDoc,
     SubmitRequest,
     TaskDoc,
     TaskPage,
 )
 from rdq.spi import Page, Status, TaskFilter, bounds, envelope_from_builtins
 
-__all__ = ["cancel_tasks", "get_task", "list_tasks", "submit_task"]
+__all__ = ["cancel_tasks", "get_task", "list_tasks", "submit_task", "task_outlook"]
 
 _READ_ONLY_FIELDS = (
     "status",
@@ -170,6 +173,35 @@ async def get_task(
     return task_body(task)  # type: ignore[no-any-return]
 
 
+def outlook_doc(outlook: Outlook) -> OutlookDoc:
+    return msgspec.convert(msgspec.to_builtins(outlook), OutlookDoc)
+
+
+@get(
+    "/v1/tasks/{task_id:str}/outlook",
+    opt={"right": "read"},
+    summary="What holds a task and what happens next",
+    description="Judged by the store's clock: the pauses, open or half-open breakers (with "
+    "their outage's start) and full limits that hold a PENDING task back, whether a live "
+    "worker serves its queue, who holds an IN_FLIGHT one (a silent worker, a lapsed lease "
+    "awaiting its reclaim), and its attempts as the engine counts them: `charged` beside "
+    "`attempt_count` (DEFERRED and INTERRUPTED attempts and failures during an outage of its "
+    "dependency use up none) and what is `left` of `max_attempts` when that is known.",
+    responses=errors(404, 422),
+    tags=["tasks"],
+)
+async def task_outlook(
+    request: Request[Any, Any, Any],
+    task_id: Annotated[
+        str,
+        PathParameter(min_length=1, max_length=bounds.MAX_ID_LENGTH, pattern=TASK_ID_PATTERN),
+    ],
+) -> OutlookDoc:
+    admin = node_of(request).admin
+    (outlook,) = await admin.outlook([await admin.get(task_id)])
+    return outlook_doc(outlook)
+
+
 @get(
     "/v1/queues/{queue:str}/tasks",
     opt={"right": "read"},
@@ -198,6 +230,9 @@ async def list_tasks(
     include_attempts: Annotated[
         bool, QueryParameter(description="Include every attempt record")
     ] = False,
+    outlook: Annotated[
+        bool, QueryParameter(description="Add what holds each task and what happens next")
+    ] = False,
 ) -> TaskPage:
     node = node_of(request)
     task_filter = TaskFilter(
@@ -211,7 +246,8 @@ async def list_tasks(
     tasks, next_cursor = await node.admin.list_tasks(
         queue, task_filter, page, max_bytes=node.settings.max_page_bytes
     )
-    return TaskPage(tasks=[task_body(t) for t in tasks], next_cursor=next_cursor)
+    seen = [outlook_doc(o) for o in await node.admin.outlook(tasks)] if outlook else None
+    return TaskPage(tasks=[task_body(t) for t in tasks], next_cursor=next_cursor, outlook=seen)
 
 
 @post(

@@ -34,7 +34,9 @@ __all__ = [
     "MinuteDoc",
     "OutageDoc",
     "PauseDoc",
+    "PauseList",
     "PauseRequest",
+    "PausedDoc",
     "PendingFilterRequest",
     "RateList",
     "ReasonRequest",
@@ -164,6 +166,25 @@ class PauseDoc(msgspec.Struct, kw_only=True):
     by: str | None = None
     reason: str | None = None
     at: str | None = None
+
+
+class PausedDoc(msgspec.Struct, kw_only=True):
+    """A paused key of a queue: who paused it, when and why, and the PENDING tasks it holds
+    when that is cheap to count (``held`` null otherwise; ``held_more``: at least that many)."""
+
+    queue: str
+    key: str
+    by: str | None = None
+    reason: str | None = None
+    at: datetime | None = None
+    held: int | None = None
+    held_more: bool = False
+
+
+class PauseList(msgspec.Struct, kw_only=True):
+    pauses: list[PausedDoc]
+    unsupported: str | None = None
+    """Set when the store keeps no control records: what it lacks (the list is empty)."""
 
 
 class DeclaredLimitDoc(msgspec.Struct, kw_only=True):

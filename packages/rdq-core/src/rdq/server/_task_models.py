@@ -26,6 +26,7 @@ __all__ = [
     "ActionRequest",
     "ActionResult",
     "AttemptDoc",
+    "AttemptsDoc",
     "AuditDoc",
     "AuditPage",
     "CancelRequest",
@@ -33,7 +34,10 @@ __all__ = [
     "FilterRequest",
     "GroupDoc",
     "GroupList",
+    "HoldDoc",
+    "HolderDoc",
     "OperationDoc",
+    "OutlookDoc",
     "QueueList",
     "RetryDoc",
     "RetryRequest",
@@ -151,10 +155,66 @@ class DLQPage(msgspec.Struct, kw_only=True):
     """Pass as ``cursor`` for the next page; null on the last page."""
 
 
+class HoldDoc(msgspec.Struct, kw_only=True):
+    """What holds a PENDING task back: a ``pause``, a ``breaker`` (open or half-open; ``since``
+    is its outage's start, ``until`` its next probe) or a full ``limit``."""
+
+    kind: Literal["pause", "breaker", "limit"]
+    key: str
+    state: str | None = None
+    by: str | None = None
+    reason: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    detail: str | None = None
+
+
+class HolderDoc(msgspec.Struct, kw_only=True):
+    """Who holds an IN_FLIGHT task: its worker, ``live`` or ``silent`` (null: not
+    registered), and its lease (``lease_in`` seconds, by the store's clock; negative: it
+    lapsed and the task waits to be reclaimed)."""
+
+    worker: str | None
+    status: str | None = None
+    silent_for: float | None = None
+    lease_in: float | None = None
+
+
+class AttemptsDoc(msgspec.Struct, kw_only=True):
+    """A task's attempts since its last redrive: ``recorded`` (``attempt_count``), of which
+    ``charged`` used up one of ``max_attempts`` (DEFERRED and INTERRUPTED attempts and
+    failures during an outage of its dependency do not), and ``left`` when ``max_attempts``
+    is known (the task's override, the node's application, or its queue's live workers)."""
+
+    recorded: int
+    charged: int
+    uncharged: int
+    max: int | None = None
+    left: int | None = None
+
+
+class OutlookDoc(msgspec.Struct, kw_only=True):
+    """What holds a task and what happens next, judged by the store's clock."""
+
+    id: str
+    queue: str
+    status: str
+    next: str
+    """One sentence: what happens next."""
+    holds: list[HoldDoc] = []
+    holder: HolderDoc | None = None
+    served: bool | None = None
+    """A live worker serves the task's queue (null: the store keeps no worker registry)."""
+    attempts: AttemptsDoc
+
+
 class TaskPage(msgspec.Struct, kw_only=True):
     tasks: list[TaskDoc]
     next_cursor: str | None
     """Pass as ``cursor`` for the next page; null on the last page."""
+    outlook: list[OutlookDoc] | None = None
+    """With ``outlook=true``: what holds each task and what happens next, in the order of
+    ``tasks``."""
 
 
 class GroupDoc(msgspec.Struct, kw_only=True):

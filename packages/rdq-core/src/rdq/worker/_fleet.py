@@ -168,7 +168,8 @@ class Fleet:
 def served(app: App, queues: Sequence[str]) -> dict[str, Any]:
     """What a worker of ``app`` on ``queues`` registers beside its queues: the handlers it
     runs there and the dependencies they call (``extra["handlers"]``,
-    ``extra["dependencies"]``)."""
+    ``extra["dependencies"]``), and each queue's ``max_attempts`` (so that an operator's
+    surface without the application can say how many attempts a task has left)."""
     handlers = sorted(ref for ref in app.handler_names if app.handler_queue(ref) in (*queues, None))
     dependencies = {
         dep
@@ -179,7 +180,11 @@ def served(app: App, queues: Sequence[str]) -> dict[str, Any]:
     dependencies.update(
         dep for queue in queues if (dep := app.queue_config(queue).dependency) is not None
     )
-    return {"handlers": handlers, "dependencies": sorted(dependencies)}
+    return {
+        "handlers": handlers,
+        "dependencies": sorted(dependencies),
+        "max_attempts": {queue: app.queue_config(queue).max_attempts for queue in queues},
+    }
 
 
 def _fields(info: WorkerInfo) -> dict[str, Any]:
