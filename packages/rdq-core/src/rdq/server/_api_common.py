@@ -19,9 +19,11 @@ from rdq.server._node import Node
 from rdq.spi import Envelope, Selector, bounds, envelope_to_builtins
 
 __all__ = [
+    "QUEUE_PATTERN",
     "Cursor",
     "Limit",
     "QueuePath",
+    "QueueQuery",
     "Time",
     "act_on",
     "action_result",
@@ -57,16 +59,29 @@ def errors(*statuses: int, secured: bool = True) -> dict[int, ResponseSpec]:
     }
 
 
+QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-:]*$"
 QueuePath = Annotated[
     str,
-    PathParameter(
-        min_length=1,
+    PathParameter(min_length=1, max_length=bounds.MAX_QUEUE_LENGTH, pattern=QUEUE_PATTERN),
+]
+QueueQuery = Annotated[
+    str | None,
+    QueryParameter(
         max_length=bounds.MAX_QUEUE_LENGTH,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-:]*$",
+        pattern=r"^([A-Za-z0-9][A-Za-z0-9._\-:]*)?$",
+        description="Only this queue (empty: every queue)",
     ),
 ]
+"""A queue named in a query to narrow a listing: a queue's name, or empty for every queue."""
 Limit = Annotated[int, QueryParameter(ge=1, le=bounds.MAX_LIMIT)]
-Cursor = Annotated[str | None, QueryParameter(max_length=4096)]
+Cursor = Annotated[
+    str | None,
+    QueryParameter(
+        max_length=4096,
+        description="The `next_cursor` of the previous page, as it was given: any other "
+        "text is a 400 `stale_cursor` (a cursor is opaque, and bound to its queue and filter)",
+    ),
+]
 Time = Annotated[
     str | None,
     QueryParameter(format="date-time", max_length=64, description="RFC 3339 with offset"),

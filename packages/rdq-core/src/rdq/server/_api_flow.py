@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, get, post
-from litestar.params import JSONBody, PathParameter, QueryParameter
+from litestar.params import JSONBody, PathParameter
 
 from rdq.admin import Operation, TaskSelector
 from rdq.errors import Unsupported, ValidationError
@@ -27,6 +27,7 @@ from rdq.flow import (
 )
 from rdq.server._api_common import (
     QueuePath,
+    QueueQuery,
     act_on,
     errors,
     node_of,
@@ -34,6 +35,7 @@ from rdq.server._api_common import (
     selection,
 )
 from rdq.server._body import check_time, json_body
+from rdq.server._fields import VISIBLE
 from rdq.server._models import (
     ActionResult,
     BreakerDoc,
@@ -75,7 +77,7 @@ KeyPath = Annotated[
     PathParameter(
         min_length=1,
         max_length=bounds.MAX_CONTROL_KEY_LENGTH,
-        pattern=r"^[^\s\x00-\x1f\x7f/]+$",
+        pattern=f"^(handler|dep):{VISIBLE.replace('^', '^/', 1)}+$",
         description="`handler:<ref>` or `dep:<name>` (URL-encoded); a key holding a `/` (a "
         "callback URL's handler) is named in the body of `/breakers/open` instead",
     ),
@@ -160,7 +162,7 @@ async def queue_limits(request: Request[Any, Any, Any], queue: QueuePath) -> Lim
 )
 async def list_limits(
     request: Request[Any, Any, Any],
-    queue: Annotated[str | None, QueryParameter(max_length=bounds.MAX_QUEUE_LENGTH)] = None,
+    queue: QueueQuery = None,
 ) -> LimitList:
     return await _limits(request, queue or None)
 
@@ -194,8 +196,10 @@ async def _pause(
     summary="Pause a queue, a handler or a dependency",
     description="With neither `handler` nor `dependency`, the whole queue. No worker or node "
     "claims the paused tasks from its next claim on; they keep their attempts and submits are "
-    "still accepted. Pausing what is paused changes nothing. Audited.",
-    responses=errors(400, 413, 415, 422, 501),
+    "still accepted. Pausing what is paused changes nothing. A queue, handler or dependency "
+    "nothing on the store knows is a 404 `unknown_name` naming the closest known one "
+    '(`"force": true` names it for the future). Audited.',
+    responses=errors(400, 404, 413, 415, 422, 501),
     tags=["flow"],
 )
 async def pause(
@@ -211,7 +215,7 @@ async def pause(
     status_code=200,
     summary="Lift a pause",
     description="Names what to resume as `pause` does. Audited.",
-    responses=errors(400, 413, 415, 422, 501),
+    responses=errors(400, 404, 413, 415, 422, 501),
     tags=["flow"],
 )
 async def resume(
@@ -233,7 +237,7 @@ async def resume(
 )
 async def list_pauses(
     request: Request[Any, Any, Any],
-    queue: Annotated[str | None, QueryParameter(max_length=bounds.MAX_QUEUE_LENGTH)] = None,
+    queue: QueueQuery = None,
 ) -> PauseList:
     try:
         found = await node_of(request).admin.pauses(queue or None)
@@ -258,7 +262,7 @@ async def list_pauses(
 )
 async def list_breakers(
     request: Request[Any, Any, Any],
-    queue: Annotated[str | None, QueryParameter(max_length=bounds.MAX_QUEUE_LENGTH)] = None,
+    queue: QueueQuery = None,
 ) -> BreakerList:
     try:
         found = await node_of(request).admin.breakers(queue or None)
@@ -317,8 +321,9 @@ def _by_path(change: str) -> Any:
         status_code=200,
         summary=f"{change.capitalize()} a breaker by hand",
         description=_BY_HAND[change] + " A key holding a `/` (the handler of a callback URL) "
-        f"is named in the body of `/breakers/{change}` instead. Audited.",
-        responses=errors(400, 413, 415, 422, 501),
+        f"is named in the body of `/breakers/{change}` instead. A name nothing on the store "
+        'knows is a 404 `unknown_name` (`"force": true` in the body names it anyway). Audited.',
+        responses=errors(400, 404, 413, 415, 422, 501),
         tags=["flow"],
         name=f"breaker-{change}-by-path",
     )
@@ -341,8 +346,9 @@ def _by_body(change: str) -> Any:
         status_code=200,
         summary=f"{change.capitalize()} a breaker named in the body",
         description=_BY_HAND[change] + " Name it by exactly one of `key` (as listed by "
-        "`/v1/breakers`), `handler` and `dependency`. Audited.",
-        responses=errors(400, 413, 415, 422, 501),
+        "`/v1/breakers`), `handler` and `dependency`. A name nothing on the store knows is a "
+        '404 `unknown_name` (`"force": true` names it anyway). Audited.',
+        responses=errors(400, 404, 413, 415, 422, 501),
         tags=["flow"],
         name=f"breaker-{change}-by-body",
     )
@@ -374,8 +380,9 @@ breaker_handlers = [_by_path("open"), _by_path("close"), _by_body("open"), _by_b
     summary="Make waiting PENDING tasks due now",
     description="Select by `ids` or `filter` (exactly one of them); the selected PENDING "
     "tasks that wait out a backoff become due at once (others are left alone). `dry_run` "
-    "only counts them. Audited.",
-    responses=errors(400, 413, 415, 422, 501),
+    "only counts them. The answer names the ids it did not act on and why (`skipped`). "
+    "Audited.",
+    responses=errors(400, 404, 413, 415, 422, 501),
     tags=["flow"],
 )
 async def retry_now(

@@ -11,7 +11,7 @@ from litestar.params import QueryParameter
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from rdq.errors import NotFound
-from rdq.server._api_common import Cursor, Limit, QueuePath, Time, errors, node_of
+from rdq.server._api_common import Cursor, Limit, QueuePath, QueueQuery, Time, errors, node_of
 from rdq.server._body import check_time
 from rdq.server._models import AuditDoc, AuditPage, QueueList, StatsDoc
 from rdq.spi import AuditEntry, AuditFilter, Page, Stats, bounds
@@ -61,7 +61,7 @@ async def queue_stats(request: Request[Any, Any, Any], queue: QueuePath) -> Stat
 )
 async def list_audit(
     request: Request[Any, Any, Any],
-    queue: Annotated[str | None, QueryParameter(max_length=bounds.MAX_QUEUE_LENGTH)] = None,
+    queue: QueueQuery = None,
     action: Annotated[str | None, QueryParameter(max_length=bounds.MAX_AUDIT_WORD_LENGTH)] = None,
     actor: Annotated[str | None, QueryParameter(max_length=bounds.MAX_AUDIT_WORD_LENGTH)] = None,
     after: Time = None,

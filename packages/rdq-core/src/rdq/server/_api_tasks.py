@@ -29,7 +29,7 @@ from rdq.server._api_common import (
     selection,
     task_body,
 )
-from rdq.server._body import check_time, json_body
+from rdq.server._body import check_time, json_body, whole_numbers
 from rdq.server._errors import ApiError
 from rdq.server._models import (
     TASK_ID_PATTERN,
@@ -88,20 +88,12 @@ async def submit_task(
     request: Request[Any, Any, Any], data: JSONBody[SubmitRequest]
 ) -> Response[TaskDoc]:
     node = node_of(request)
-    raw: Any = await request.json()
+    raw: Any = whole_numbers(await request.json(), SubmitRequest)
     if not isinstance(raw, dict):
         raise ApiError(422, "validation_error", "the body must be a JSON object", "body")
     for name in _READ_ONLY_FIELDS:
         if name in raw:
             raise ApiError(422, "validation_error", "is set by rdq and cannot be submitted", name)
-    retry = data.retry
-    if (
-        retry is not None
-        and retry.base is not None
-        and retry.cap is not None
-        and retry.cap < retry.base
-    ):
-        raise ValidationError("must not be smaller than base", field="retry.cap")
     bounds.check_depth(raw.get("payload"), "payload")
     unknown = {k: v for k, v in raw.items() if k not in _KNOWN_FIELDS}
     for name, value in unknown.items():
@@ -113,7 +105,7 @@ async def submit_task(
     queue = data.queue
     if app is not None and "queue" not in raw:  # the handler's queue, as the client does
         queue = app.handler_queue(data.handler_ref) or data.queue
-    if app is not None and not data.force:
+    if app is not None and app.handler_names and not data.force:
         _check_known(app, data.handler_ref, queue, node.settings.queues)
     raw["id"] = data.id or new_task_ids(1)[0]
     raw["queue"] = queue
@@ -167,7 +159,10 @@ def _check_known(app: App, ref: str, queue: str, worked: Sequence[str]) -> None:
 )
 async def get_task(
     request: Request[Any, Any, Any],
-    task_id: Annotated[str, PathParameter(min_length=1, max_length=bounds.MAX_ID_LENGTH)],
+    task_id: Annotated[
+        str,
+        PathParameter(min_length=1, max_length=bounds.MAX_ID_LENGTH, pattern=TASK_ID_PATTERN),
+    ],
 ) -> TaskDoc:
     task = await node_of(request).admin.get(task_id)
     return task_body(task)  # type: ignore[no-any-return]
@@ -259,8 +254,8 @@ async def list_tasks(
     description="Select by `ids` or `filter` (exactly one of them; both or neither is a 422). "
     "A cancelled PENDING task never runs; an IN_FLIGHT one's claim is revoked, so its worker "
     "abandons it at its next heartbeat or resolution. `dry_run` only counts. Every cancel is "
-    "audited with the token's owner.",
-    responses=errors(400, 413, 415, 422),
+    "audited with the token's owner. Unknown queues, skipped ids and hints as for a redrive.",
+    responses=errors(400, 404, 413, 415, 422),
     tags=["tasks"],
 )
 async def cancel_tasks(

@@ -12,6 +12,7 @@ import msgspec
 from msgspec import Meta
 
 from rdq.server._fields import (
+    VISIBLE,
     ErrorType,
     FilterHandlerRef,
     Reason,
@@ -49,13 +50,27 @@ __all__ = [
 
 Name = Annotated[
     str,
-    Meta(min_length=1, max_length=bounds.MAX_HANDLER_REF_LENGTH, pattern=r"^[^\s\x00-\x1f\x7f]+$"),
+    Meta(min_length=1, max_length=bounds.MAX_HANDLER_REF_LENGTH, pattern=f"^{VISIBLE}+$"),
 ]
-ControlKey = Annotated[
+BreakerKey = Annotated[
     str,
-    Meta(min_length=1, max_length=bounds.MAX_CONTROL_KEY_LENGTH, pattern=r"^[^\s\x00-\x1f\x7f]+$"),
+    Meta(
+        min_length=1,
+        max_length=bounds.MAX_CONTROL_KEY_LENGTH,
+        pattern=f"^(handler|dep):{VISIBLE}+$",
+    ),
 ]
-Rate = Annotated[float, Meta(gt=0, le=100_000)] | Annotated[str, Meta(min_length=1, max_length=32)]
+"""A breaker's key: ``handler:<ref>`` or ``dep:<name>``."""
+RATE_PATTERN = (
+    r"^(0*([1-9][0-9]{0,4}(\.[0-9]+)?|100000(\.0+)?)|0*\.[0-9]*[1-9][0-9]*)"
+    r"(/(s|sec|m|min|h))?$"
+)
+"""A rate as text: more than 0 and at most 100,000 (so at most 100,000 a second whatever the
+unit), per second (``/s``, ``/sec``, or none), minute (``/m``, ``/min``) or hour (``/h``)."""
+Rate = (
+    Annotated[float, Meta(gt=0, le=100_000)]
+    | Annotated[str, Meta(min_length=1, max_length=32, pattern=RATE_PATTERN)]
+)
 
 
 class PauseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -78,7 +93,7 @@ class BreakerRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The breaker to open or close by its ``key`` (as ``GET /v1/breakers`` lists it), or by
     its ``handler`` or ``dependency`` — exactly one of the three."""
 
-    key: ControlKey | None = None
+    key: BreakerKey | None = None
     handler: Name | None = None
     dependency: Name | None = None
     reason: Reason | None = None

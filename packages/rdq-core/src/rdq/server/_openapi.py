@@ -18,8 +18,10 @@ from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 from litestar.openapi.spec import Components, Reference, Schema, SecurityScheme
 from litestar.openapi.spec.enums import OpenAPIType
 
+from rdq.admin import MAX_PACED_IDS
 from rdq.server import _models
 from rdq.server._errors import error_response
+from rdq.server._flow_models import RATE_PATTERN
 from rdq.spi import bounds
 
 __all__ = ["openapi_config", "refine"]
@@ -62,7 +64,9 @@ def refine(app: Litestar) -> None:
     _exactly_one(schemas.get("RedriveRequest"), "FilterRequest")
     _exactly_one(schemas.get("RetryNowRequest"), "PendingFilterRequest")
     _rate(schemas.get("RedriveRequest"))
+    _paced_ids(schemas.get("RedriveRequest"))
     _one_name(schemas.get("BreakerRequest"), "key", "handler", "dependency")
+    _at_most_one(schemas.get("PauseRequest"), "handler", "dependency")
     for name in _models.__all__:
         model = getattr(_models, name)
         schema = schemas.get(name)
@@ -148,11 +152,36 @@ def _rate(schema: Schema | None) -> None:
     schema.properties["rate"] = Schema(
         one_of=[
             Schema(type=OpenAPIType.NUMBER, exclusive_minimum=0, maximum=100_000),
-            Schema(type=OpenAPIType.STRING, min_length=1, max_length=32),
+            Schema(type=OpenAPIType.STRING, min_length=1, max_length=32, pattern=RATE_PATTERN),
             Schema(type=OpenAPIType.NULL),
         ],
-        description="Tasks per second, or text: `50/s`, `600/min`, `3000/h`.",
+        description="Tasks per second, or text: `50/s`, `600/min`, `3000/h` (more than 0 and "
+        "at most 100,000 in the unit given).",
     )
+
+
+def _at_most_one(schema: Schema | None, *names: str) -> None:
+    """At most one of ``names`` is given (not null): each alternative leaves all but one of
+    them out or null."""
+    if schema is None or not schema.properties:
+        return
+    null = Schema(type=OpenAPIType.NULL)
+    schema.any_of = [Schema(properties={n: null for n in names if n != name}) for name in names]
+    schema.description = (
+        (schema.description or "") + f" Give at most one of {', '.join(names)}."
+    ).strip()
+
+
+def _paced_ids(schema: Schema | None) -> None:
+    """A paced redrive (a ``rate`` given) by ids takes at most ``MAX_PACED_IDS`` of them."""
+    if schema is None:
+        return
+    null = Schema(type=OpenAPIType.NULL)
+    few = Schema(one_of=[_task_ids(min_items=1), null])
+    few_ids = few.one_of[0] if few.one_of else None
+    if isinstance(few_ids, Schema):
+        few_ids.max_items = MAX_PACED_IDS
+    schema.any_of = [Schema(properties={"rate": null}), Schema(properties={"ids": few})]
 
 
 def _one_name(schema: Schema | None, *names: str) -> None:

@@ -52,7 +52,8 @@ __all__ = [
 
 class RetryRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """A per-task override of the queue's retry settings (durations in seconds); unset fields
-    keep the queue's values. ``cap`` must not be below ``base``."""
+    keep the queue's values. A ``cap`` below ``base`` is taken as ``base`` (the engine never
+    waits less than ``base`` for a cap's sake)."""
 
     max_attempts: Annotated[int, Meta(ge=1, le=1000)] | None = None
     backoff: Literal["exponential", "fixed", "linear"] | None = None
