@@ -30,6 +30,10 @@ async def incident(target: Target, queues: list[str]) -> list[dict[str, Any]]:
     pauses, _ = await target.pauses(queues[0] if len(queues) == 1 else None)
     limits, _ = await target.limits(queues[0] if len(queues) == 1 else None)
     workers, _, no_registry = await target.workers()
+    if not queues:  # a queue with a pause or a breaker but no task yet is shown too
+        listed = {row["queue"] for row in stats}
+        held = sorted({x["queue"] for x in (*pauses, *breakers)} - listed)
+        stats = sorted([*stats, *await target.stats(held)] if held else stats, key=_name)
     rows = []
     for row in stats:
         name = row["queue"]
@@ -50,6 +54,10 @@ async def incident(target: Target, queues: list[str]) -> list[dict[str, Any]]:
         found["flags"] = flags_of(found)
         rows.append(found)
     return rows
+
+
+def _name(row: dict[str, Any]) -> str:
+    return str(row["queue"])
 
 
 def flags_of(found: dict[str, Any]) -> list[str]:
