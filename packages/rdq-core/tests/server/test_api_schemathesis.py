@@ -12,8 +12,9 @@ the node handed out, bound to its queue and filter), so a generated one is answe
 valid request may get. The node's other 400 is malformed JSON, which a generated body never
 is.
 
-The example count is bounded so the run takes some 20 seconds; ``RDQ_SCHEMATHESIS_EXAMPLES``
-raises it (``-n``) for a longer hunt.
+Two nodes are tried: a plain one, and one with an application (``--app``), whose document
+also lists the handlers and queues a submit may name. The example count is bounded so each
+run takes some 20 seconds; ``RDQ_SCHEMATHESIS_EXAMPLES`` raises it (``-n``) for a longer hunt.
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ from pathlib import Path
 import pytest
 import uvicorn
 
+from rdq import App
 from rdq.server import create_app
 from rdq.spi import Attempt, Control, Envelope, Outcome, WorkerInfo
 from rdq_memory import MemoryStorage
 
 from .conftest import ADMIN_TOKEN, node_settings
 
-EXAMPLES = int(os.environ.get("RDQ_SCHEMATHESIS_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("RDQ_SCHEMATHESIS_EXAMPLES", "15"))
 
 
 async def _scene(name: str) -> None:
@@ -80,11 +82,28 @@ async def _scene(name: str) -> None:
         )
 
 
-@pytest.fixture(scope="module")
-def node_url() -> Iterator[str]:
+def _application() -> App:
+    app = App()
+    app.queue("pay")
+    app.queue("mail")
+
+    @app.handler("charge", queue="pay", dependency="psp")
+    async def charge(payload: object) -> None: ...
+
+    @app.handler("send", queue="mail")
+    async def send(payload: object) -> None: ...
+
+    return app
+
+
+@pytest.fixture(scope="module", params=["plain", "with-app"])
+def node_url(request: pytest.FixtureRequest) -> Iterator[str]:
     name = f"schemathesis-{uuid.uuid4().hex}"
     asyncio.run(_scene(name))
-    app = create_app(node_settings(storage=f"memory://{name}", open_metrics=True, work=False))
+    app = create_app(
+        node_settings(storage=f"memory://{name}", open_metrics=True, work=False),
+        engine_app=_application() if request.param == "with-app" else None,
+    )
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

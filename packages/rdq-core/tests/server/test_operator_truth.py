@@ -158,6 +158,12 @@ def test_a_typo_is_refused_with_the_closest_name(store_url: str) -> None:
     assert code == 0 and "paused the whole queue of queue reports" in out, out
     code, out = rdq("queue", "status", "reports", *where, "--json")
     assert json.loads(out)["queues"][0]["flags"] == ["paused"]
+    code, out = rdq("stats", *where, "--json")
+    assert "reports" in {q["queue"] for q in json.loads(out)["queues"]}, "shown, though empty"
+    code, out = rdq("queue", "resume", "reports", "--reason", "not yet", *where)
+    assert code == 0
+    code, out = rdq("queue", "pause", "reports", *where)
+    assert code == 1 and "unknown queue 'reports'" in out, "the resume left no phantom record"
 
 
 def test_named_ids_are_sorted_and_nothing_matched_is_never_a_dry_run(store_url: str) -> None:

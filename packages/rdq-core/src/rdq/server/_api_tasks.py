@@ -106,7 +106,8 @@ async def submit_task(
     if app is not None and "queue" not in raw:  # the handler's queue, as the client does
         queue = app.handler_queue(data.handler_ref) or data.queue
     if app is not None and app.handler_names and not data.force:
-        _check_known(app, data.handler_ref, queue, node.settings.queues)
+        named = queue if "queue" in raw else None  # a typo can only be in a queue named
+        _check_known(app, data.handler_ref, named, node.settings.queues)
     raw["id"] = data.id or new_task_ids(1)[0]
     raw["queue"] = queue
     task = envelope_from_builtins(raw)
@@ -138,14 +139,14 @@ async def submit_task(
     return Response(task_body(current), status_code=201 if stored else 200)
 
 
-def _check_known(app: App, ref: str, queue: str, worked: Sequence[str]) -> None:
+def _check_known(app: App, ref: str, queue: str | None, worked: Sequence[str]) -> None:
     """A node with an application refuses what it does not know, as ``rdq.Client`` does: a
     handler it cannot run (a callback URL is checked against the allow-list instead) and a
     queue neither it nor the node serves."""
     escape = '"force": true'
     if not is_callback_ref(ref) and not app.knows(ref):
         raise ValidationError(unknown_handler(app, ref, escape=escape), field="handler_ref")
-    if queue not in app.queues and queue not in worked:
+    if queue is not None and queue not in app.queues and queue not in worked:
         raise ValidationError(unknown_queue(app, queue, worked, escape=escape), field="queue")
 
 
