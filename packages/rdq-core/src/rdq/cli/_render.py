@@ -632,7 +632,7 @@ def print_redrives(rows: list[dict[str, Any]], unsupported: str | None) -> None:
         console.print(f"no paced redrives to show: {unsupported}", markup=False, highlight=False)
         return
     table = Table(title="paced redrives (newest first)")
-    for column in ("id", "queue", "status", "progress", "started", "by", "reason"):
+    for column in ("id", "queue", "status", "progress", "started", "by", "driver", "reason"):
         table.add_column(column, overflow="fold", no_wrap=column in ("id", "progress"))
     for op in rows:
         table.add_row(
@@ -642,6 +642,7 @@ def print_redrives(rows: list[dict[str, Any]], unsupported: str | None) -> None:
             f"{op['done']}/{op['total']} at {op['rate']:g}/s",
             ago(op.get("started_at")),
             op.get("actor") or "-",
+            _driver(op),
             op.get("reason") or "",
         )
     console.print(table)
@@ -649,6 +650,21 @@ def print_redrives(rows: list[dict[str, Any]], unsupported: str | None) -> None:
         console.print("no paced redrive on this store")
     elif any(op["status"] == "running" for op in rows):
         console.print("cancel one: rdq dlq redrive --cancel ID --queue QUEUE")
+
+
+def _driver(op: dict[str, Any]) -> str:
+    """Who drives a running paced redrive: its driver (``cli:host:pid:…`` in a terminal,
+    ``node:…`` on a node), or that nobody does since its driver stopped renewing it (a node
+    takes it over within seconds; none running: it waits)."""
+    if op["status"] != "running":
+        return "-"
+    driver = op.get("driver")
+    until = _time(op.get("driver_until"))
+    if not driver:
+        return "nobody yet"
+    if until is not None and until < datetime.now(UTC):
+        return f"{driver} (stopped {ago(op.get('driver_until'))}: a node takes it over)"
+    return str(driver)
 
 
 def ask(what: str, yes: bool) -> None:
