@@ -29,7 +29,8 @@ tasks) with ``_crontime``; ``signals`` (:class:`Permanent`, :class:`RetryAfter`,
 :class:`Unavailable`); ``errors`` (the error tree); ``plugins`` (discovering storage
 plugins) with ``_storage_url`` (the store used when none is named); ``callbacks`` (HTTP
 callback tasks: the receiver's side); ``audit`` (audit records and recording them);
-``logging``, ``metrics``, ``tracing``; ``_ids`` (task ids); ``__main__`` (``python -m rdq``).
+``logging``, ``metrics``, ``tracing``; ``_ids`` (task ids); ``_suggest`` ("did you mean",
+the closest known name to a typo); ``__main__`` (``python -m rdq``).
 """
 
 from typing import TYPE_CHECKING, Any

@@ -109,7 +109,7 @@ class CallbackUnreachable(CallbackError):
     """The receiver could not be reached (DNS failure, refused or broken connection)."""
 
 
-class CallbackSettings(msgspec.Struct, kw_only=True, frozen=True):
+class CallbackSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """How callbacks are made. Durations in seconds.
 
     ``allow_hosts`` lists host names (``hooks.example.com``), subdomain wildcards

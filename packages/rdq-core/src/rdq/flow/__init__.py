@@ -34,7 +34,9 @@ Writing and reading the records:
 - :mod:`rdq.flow._provision`: the record of a per-value limit key, created by the first
   submitter of its value;
 - :mod:`rdq.flow._views`, :mod:`rdq.flow._limit_views`: breakers, pauses and limits as the
-  API, the console, the CLI and the metrics show them.
+  API, the console, the CLI and the metrics show them;
+- :mod:`rdq.flow._trail`: which of a breaker's own transitions the audit trail keeps (the
+  outage's start and end, not every probe).
 
 Who applies them: the worker (``rdq/worker/_flow.py`` feeds outcomes to the breakers and
 holds tasks, ``_limits.py`` keeps the declared limits in the records, ``_order.py`` the
@@ -85,6 +87,7 @@ from rdq.flow._limit_views import LimitValue, LimitView, count_waiting, limit_vi
 from rdq.flow._manual import BreakerChange, force_breaker, set_paused
 from rdq.flow._provision import LimitControls
 from rdq.flow._records import control_key, holds_nothing, update_control
+from rdq.flow._trail import outage_length, trail_reason
 from rdq.flow._views import (
     BreakerView,
     PauseView,
@@ -151,6 +154,7 @@ __all__ = [
     "lower",
     "lowered_of",
     "named_key",
+    "outage_length",
     "own_outage",
     "pause_views",
     "paused_key",
@@ -163,6 +167,7 @@ __all__ = [
     "restore",
     "set_paused",
     "state_of",
+    "trail_reason",
     "trip",
     "undeclare",
     "update_control",

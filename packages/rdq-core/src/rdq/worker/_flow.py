@@ -466,6 +466,7 @@ class FlowControl:
     ) -> Control | None:
         """Apply ``change`` to the key's breaker (see :meth:`apply`) and report the new
         state. Audited when ``action``."""
+        before = self.breaker(queue, key)
         stored = await self.apply(queue, key, change)
         if stored is None:
             return None
@@ -481,17 +482,10 @@ class FlowControl:
                 gate=stored.gate,
                 worker_id=self.worker_id,
             )
-            if self.storage.capabilities().audit:
+            kept = flow.trail_reason(action, before, breaker, reason)  # not every probe
+            if kept is not None and self.storage.capabilities().audit:
                 await record_action(
-                    self.storage,
-                    [],
-                    action,
-                    queue,
-                    {"key": key},
-                    self.worker_id,
-                    reason,
-                    0,
-                    None,
+                    self.storage, [], action, queue, {"key": key}, self.worker_id, kept, 0, None
                 )
         return stored
 
