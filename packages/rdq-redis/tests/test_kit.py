@@ -35,6 +35,7 @@ EXPECTED_CAPABILITIES = Capabilities(
     counters=True,
     fair_shares=True,
     priority_aging=True,
+    retention=True,
 )
 """What the Redis store advertises, on one server and on Cluster alike: everything but
 ``transactional_enqueue``."""

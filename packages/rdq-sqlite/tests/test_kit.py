@@ -57,6 +57,7 @@ class TestSqliteFileKeepsTheContract(StorageSuite):
             backup=True,
             fair_shares=True,
             priority_aging=True,
+            retention=True,
         )
 
     @pytest.fixture
@@ -98,6 +99,7 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
             backup=True,
             fair_shares=True,
             priority_aging=True,
+            retention=True,
         )
 
     @pytest.fixture

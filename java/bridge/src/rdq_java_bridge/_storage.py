@@ -280,6 +280,11 @@ class JavaBridgeStorage(StorageBase):
     async def wait_due(self, queue: str, timeout: float) -> bool:
         return bool(await self._call("wait_due", queue=queue, timeout=timeout))
 
+    # --- contract version 5: retention --------------------------------------------------------
+
+    async def expire_tasks(self, queue: str, task_ids: Sequence[str], before: datetime) -> int:
+        return int(await self._call("expire_tasks", queue=queue, ids=list(task_ids), before=before))
+
     # --- contract version 3: flow control, the fleet, counts ----------------------------------
 
     async def list_controls(self, queue: str | None = None) -> list[Control]:

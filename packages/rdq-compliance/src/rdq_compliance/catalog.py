@@ -27,6 +27,7 @@ TITLES = {
     "RoundTripClauses": "Lossless envelope round-trip",
     "RedrivePurgeClauses": "Redrive resets, history persists; purge",
     "CancelClauses": "Cancel",
+    "RetentionClauses": "Retention: expire_tasks (capability retention)",
     "DLQClauses": "Stable DLQ pagination",
     "DLQFilterClauses": "DLQ filters (capability filter_pushdown)",
     "DLQGroupClauses": "DLQ groups",

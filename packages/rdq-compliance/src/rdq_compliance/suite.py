@@ -25,6 +25,7 @@ from rdq_compliance.clauses.operations import OperationClauses
 from rdq_compliance.clauses.priority import PriorityClauses
 from rdq_compliance.clauses.recovery import RecoveryClauses
 from rdq_compliance.clauses.redrive_purge import RedrivePurgeClauses
+from rdq_compliance.clauses.retention import RetentionClauses
 from rdq_compliance.clauses.roundtrip import RoundTripClauses
 from rdq_compliance.clauses.stateful import StatefulClauses
 from rdq_compliance.clauses.transitions import TransitionClauses
@@ -44,6 +45,7 @@ class StorageSuite(
     RoundTripClauses,
     RedrivePurgeClauses,
     CancelClauses,
+    RetentionClauses,
     DLQClauses,
     DLQFilterClauses,
     DLQGroupClauses,

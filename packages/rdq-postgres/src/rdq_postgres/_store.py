@@ -7,8 +7,9 @@ checks that the store is open and validates every argument; each ``_operation`` 
 statement and the reading of its result, or a call of the module that holds them for the
 newer half of the contract: :mod:`rdq_postgres._admission` (admission, ``enqueue_in``),
 :mod:`rdq_postgres._claims` (claims, and the queues a control restricts),
-:mod:`rdq_postgres._controls` (control records, ``retry_now``) and
-:mod:`rdq_postgres._fleet` (the worker registry and counts).
+:mod:`rdq_postgres._controls` (control records, ``retry_now``),
+:mod:`rdq_postgres._fleet` (the worker registry and counts) and
+:mod:`rdq_postgres._retention` (what leaves the store).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from rdq.spi import (
     fence,
     group_order,
 )
-from rdq_postgres import _admission, _claims, _controls, _fleet
+from rdq_postgres import _admission, _claims, _controls, _fleet, _retention
 from rdq_postgres._codec import (
     attempt_args,
     audit_values,
@@ -84,6 +85,7 @@ CAPABILITIES = Capabilities(
     counters=True,
     fair_shares=True,
     priority_aging=True,
+    retention=True,
     reopen=True,
     transactional_enqueue=True,
 )
@@ -404,6 +406,9 @@ class PostgresStorage(StorageBase):
         row = await self._db.fetchrow(self._sql.purge_succeeded, queue=queue, older_than=older_than)
         deleted: int = row["n"]
         return deleted
+
+    async def _expire_tasks(self, queue: str, task_ids: list[str], before: datetime) -> int:
+        return await _retention.expire_tasks(self._db, self._sql, queue, task_ids, before)
 
     async def _wait_due(self, queue: str, timeout: float) -> bool:
         """Block until a task of ``queue`` may be due (a NOTIFY from an enqueue, reschedule or

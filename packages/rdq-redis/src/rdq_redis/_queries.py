@@ -23,6 +23,7 @@ SCRIPT_NAMES = (
     "redrive",
     "purge",
     "purge_succeeded",
+    "expire_tasks",
     "stats",
     "dlq_groups",
     "next_due",

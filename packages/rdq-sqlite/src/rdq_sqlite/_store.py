@@ -5,9 +5,9 @@ each ``_operation`` here runs one function, on the link's own thread, and rings 
 (:mod:`._notify`) for the queues a write made due. Writes run inside one ``BEGIN IMMEDIATE``
 transaction on the write link: :mod:`._admission` (admission), :mod:`._claims` (claims),
 :mod:`._controls` (control records, ``retry_now``), :mod:`._fleet` (the worker registry and
-counts) and :mod:`._writes` (the rest); reads on the read link, which WAL lets run beside a
-write: :mod:`._pages`, :mod:`._reads`, :mod:`._notify`, and the reads of :mod:`._controls` and
-:mod:`._fleet`.
+counts), :mod:`._retention` (what leaves the store) and :mod:`._writes` (the rest); reads on
+the read link, which WAL lets run beside a write: :mod:`._pages`, :mod:`._reads`,
+:mod:`._notify`, and the reads of :mod:`._controls` and :mod:`._fleet`.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from rdq_sqlite import (
     _notify,
     _pages,
     _reads,
+    _retention,
     _writes,
 )
 from rdq_sqlite._codec import at_us, to_us
@@ -132,6 +133,7 @@ class SqliteStorage(StorageBase):
             backup=True,
             fair_shares=True,
             priority_aging=True,
+            retention=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -396,6 +398,9 @@ class SqliteStorage(StorageBase):
             total += count
             if count < _PURGE_CHUNK:
                 return total
+
+    async def _expire_tasks(self, queue: str, task_ids: list[str], before: datetime) -> int:
+        return await self._write(_retention.expire_tasks, queue, task_ids, to_us(before) or 0)
 
     async def _wait_due(self, queue: str, timeout: float) -> bool:
         if not self.config.notify:

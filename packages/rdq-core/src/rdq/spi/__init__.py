@@ -17,7 +17,8 @@
 
 The modules: ``_protocol`` (:class:`Storage`), ``_contract`` (versions, capabilities),
 ``_models`` (the envelope and its kin), ``_flow`` (control records, workers, counts);
-``_base``, ``_lifecycle``, ``_flow_operations`` (:class:`StorageBase`, in three parts),
+``_base``, ``_lifecycle``, ``_flow_operations``, ``_keeping_operations`` (:class:`StorageBase`,
+in four parts),
 ``defaults`` (the later operations built on version-1 ones), ``_proxy``
 (:class:`ForwardingStorage`); ``bounds`` (and its former name ``limits``), ``codec``,
 ``cursor``, ``_helpers``, ``_pacing``, ``_gate`` (:class:`ClaimGate`), ``_order``

@@ -22,7 +22,7 @@ from rdq.spi._models import Capabilities
 
 __all__ = ["CONTRACT_VERSION", "FEATURES", "Feature", "require", "supports"]
 
-CONTRACT_VERSION = 4
+CONTRACT_VERSION = 5
 """The contract version this release of rdq defines."""
 
 
@@ -141,6 +141,14 @@ FEATURES: dict[str, Feature] = {
             "acceleration",
             ("complete_many",),
             "a worker keeps one complete_many call in flight",
+        ),
+        Feature(
+            "retention",
+            5,
+            "feature",
+            ("expire_tasks",),
+            "archives, then deletes by get, purge and purge_succeeded: a task redriven and "
+            "dead-lettered again between two of those calls can leave unarchived",
         ),
         Feature(
             "reopen",

@@ -246,6 +246,14 @@ class Capabilities(msgspec.Struct, kw_only=True, frozen=True):
     while the first is. Without it one, because where each call is a transaction of its own
     (PostgreSQL) two smaller ones cost more than they save."""
 
+    # --- contract version 5 -------------------------------------------------------------------
+    retention: bool = False
+    """``expire_tasks(queue, ids, before)`` deletes exactly the listed finished tasks whose
+    status time is before ``before``, each atomically (the engine archives them first).
+    Without it ``StorageBase`` builds it on ``get``, ``purge`` and ``purge_succeeded``, which
+    can delete a task redriven and dead-lettered again between two of those calls, and
+    finished tasks older than the listed ones that were never listed."""
+
     # --- announced optional operations ----------------------------------------------------------
     reopen: bool = False
     """``reopen()`` builds a second store on the same data, with connections of its own (the

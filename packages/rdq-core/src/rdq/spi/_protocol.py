@@ -373,6 +373,24 @@ class Storage(Protocol):
         """(``counters``) Delete the counts of minutes before ``before``; return how many
         (queue, minute) entries were deleted."""
 
+    # --- what the store keeps, and for how long (contract version 5) ---------------------------
+
+    async def expire_tasks(self, queue: str, task_ids: Sequence[str], before: datetime) -> int:
+        """(``retention``) Delete the listed tasks of ``queue`` that are finished — DEAD,
+        SUCCEEDED or CANCELLED — with their status time (``dead_lettered_at``,
+        ``completed_at``, ``cancelled_at``) before ``before``, each atomically; return how many
+        were deleted. Every other id is left alone: unknown, of another queue, PENDING or
+        IN_FLIGHT, or finished at or after ``before`` — so a task redriven and dead-lettered
+        again since the caller read it stays (its new ``dead_lettered_at`` is the store's
+        now). An id given twice counts once; at most ``bounds.MAX_SELECTOR_IDS`` ids
+        (``ValidationError`` naming ``ids`` or ``ids[i]``); a naive ``before`` is a
+        ``ValidationError`` naming ``before``.
+
+        This is the retention step: the engine reads finished tasks past their time to live,
+        archives them, then expires exactly those, so a task leaves the store only once it
+        is archived. ``StorageBase`` has a default built on ``get``, ``purge`` and
+        ``purge_succeeded`` (see ``Capabilities.retention`` for what it cannot promise)."""
+
     async def enqueue_in(
         self, connection: object, tasks: Sequence[Envelope], *, delay: timedelta | None = None
     ) -> list[bool]:

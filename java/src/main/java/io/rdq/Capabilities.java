@@ -14,7 +14,9 @@ package io.rdq;
  * {@code control} (control records that claims honour, {@link Storage#retryNow}),
  * {@code workerRegistry} and {@code counters}; and those of contract version 4:
  * {@code fairShares} and {@code priorityAging} (claims in the order a queue's own control
- * asks for: {@link Control#fair()}, {@link Control#aging()}).
+ * asks for: {@link Control#fair()}, {@link Control#aging()}); and that of contract version 5:
+ * {@code retention} ({@link Storage#expireTasks}: exactly the listed finished tasks whose status
+ * time is before the cut-off leave the store).
  */
 public record Capabilities(
         int contractVersion,
@@ -34,7 +36,8 @@ public record Capabilities(
         boolean workerRegistry,
         boolean counters,
         boolean fairShares,
-        boolean priorityAging) {
+        boolean priorityAging,
+        boolean retention) {
     /** The contract version this binding implements ({@code rdq.spi.CONTRACT_VERSION}). */
-    public static final int CONTRACT_VERSION = 4;
+    public static final int CONTRACT_VERSION = 5;
 }

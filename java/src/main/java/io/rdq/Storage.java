@@ -109,6 +109,14 @@ public interface Storage extends AutoCloseable {
 
     Capabilities capabilities();
 
+    // --- retention (contract version 5, capability retention) --------------------------------
+
+    /** Delete the listed tasks of {@code queue} that are finished (DEAD, SUCCEEDED, CANCELLED)
+     * with their status time before {@code before}, each atomically; every other id is left
+     * alone (a task redriven and dead-lettered again since it was read is later, and stays).
+     * Returns how many were deleted. */
+    int expireTasks(String queue, List<String> taskIds, Instant before);
+
     // --- flow control (contract version 3, capability control) ------------------------------
 
     /** The control records of {@code queue} (every queue when null), by queue then key, each

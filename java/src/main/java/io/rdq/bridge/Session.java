@@ -248,6 +248,7 @@ final class Session implements Runnable {
             case "now" -> g.writeString(Times.format(store().now()));
             case "stats" -> stats(g, store().stats(a.string("queue")));
             case "purge_succeeded" -> g.writeNumber(store().purgeSucceeded(a.string("queue"), a.instant("older_than")));
+            case "expire_tasks" -> g.writeNumber(store().expireTasks(a.string("queue"), a.strings("ids"), a.instant("before")));
             case "wait_due" -> {
                 double seconds = a.number("timeout");
                 if (!(seconds >= 0) || Double.isInfinite(seconds)) {
@@ -339,6 +340,7 @@ final class Session implements Runnable {
         g.writeBooleanField("counters", c.counters());
         g.writeBooleanField("fair_shares", c.fairShares());
         g.writeBooleanField("priority_aging", c.priorityAging());
+        g.writeBooleanField("retention", c.retention());
         g.writeEndObject();
     }
 

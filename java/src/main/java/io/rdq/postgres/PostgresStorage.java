@@ -242,7 +242,8 @@ public final class PostgresStorage implements Storage {
                 true, // worker registry
                 true, // counters
                 true, // fair shares
-                true); // priority aging
+                true, // priority aging
+                true); // retention
     }
 
     private void announce(String queue) {
@@ -1022,6 +1023,19 @@ public final class PostgresStorage implements Storage {
         ready();
         Limits.checkQueue(queue);
         return stats(List.of(queue)).get(0);
+    }
+
+    @Override
+    public int expireTasks(String queue, List<String> taskIds, Instant before) {
+        ready();
+        Limits.checkQueue(queue);
+        Limits.checkCancelIds(taskIds);
+        Limits.checkInstant(before, "before");
+        if (taskIds.isEmpty()) {
+            return 0;
+        }
+        String[] ids = taskIds.stream().distinct().toArray(String[]::new);
+        return update("expire_tasks", Params.of().set("queue", queue).set("ids", ids).set("before", before));
     }
 
     @Override

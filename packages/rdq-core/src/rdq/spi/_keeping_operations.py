@@ -1,0 +1,38 @@
+"""The operations of contract version 5 in :class:`~rdq.spi.StorageBase`: what a store keeps
+and for how long — the retention step (``expire_tasks``).
+
+The same template as the rest of the base (check open, validate through
+:mod:`rdq.spi.bounds`, call the store's ``_operation`` within the operation timeout). They
+live apart from the older operations because they are one concern — a task's lifetime in the
+store — that a store adopts as a whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from rdq.spi import bounds, defaults
+from rdq.spi._flow_operations import FlowOperations
+
+__all__ = ["KeepingOperations"]
+
+
+class KeepingOperations(FlowOperations):
+    """``expire_tasks`` (see the module docstring); stores subclass
+    :class:`~rdq.spi.StorageBase`, which inherits it."""
+
+    async def expire_tasks(self, queue: str, task_ids: Sequence[str], before: datetime) -> int:
+        self._check_open()
+        bounds.check_queue(queue)
+        ids = list(dict.fromkeys(bounds.check_ids(task_ids)))
+        bounds.check_aware(before, "before")
+        if not ids:
+            return 0
+        return await self._run(self._expire_tasks(queue, ids, before))
+
+    async def _expire_tasks(self, queue: str, task_ids: list[str], before: datetime) -> int:
+        """``task_ids``: valid, each once. By default built on ``get``, ``purge`` and
+        ``purge_succeeded`` (:func:`rdq.spi.defaults.expire_by_purge`); override it with one
+        atomic deletion per task and advertise ``retention``."""
+        return await defaults.expire_by_purge(self, queue, task_ids, before)  # type: ignore[arg-type]
