@@ -19,7 +19,8 @@ worker.
 
 The package's rooms, each a package with its own map: ``worker`` (claiming and running
 tasks), ``retry`` (what an attempt comes to), ``flow`` (breakers, pauses and limits),
-``admin`` (the operator's actions), ``server`` (the HTTP API and the console), ``cli`` (the
+``retention`` (how long finished tasks stay, and the archive they go to first), ``admin``
+(the operator's actions), ``server`` (the HTTP API and the console), ``cli`` (the
 ``rdq`` command), ``spi`` (the storage contract and everything a plugin uses).
 
 Its modules: ``app`` (:class:`App`, the registry of queues and handlers) with ``_handlers``

@@ -63,8 +63,9 @@ class QueueConfig:
     ``max_attempts`` counts every attempt (the first one included); ``timeout`` bounds one
     handler call; ``lease`` is the claim lease the worker heartbeats while a handler runs;
     ``concurrency`` bounds the handlers one worker runs at once for this queue; ``task_ttl``
-    is how long succeeded tasks are kept; ``non_retryable`` lists exception types that
-    dead-letter a task at once; ``priority`` is the default priority of its tasks."""
+    is how long succeeded tasks are kept (``dead_ttl`` dead ones: for ever unless set);
+    ``non_retryable`` lists exception types that dead-letter a task at once; ``priority`` is
+    the default priority of its tasks."""
 
     max_attempts: int = 5
     backoff: Backoff = Backoff()
@@ -96,6 +97,13 @@ class QueueConfig:
     """Seconds of waiting worth one step of priority, so that no priority waits for ever
     behind a stream of higher ones. ``0``: declared strict; ``None``: not declared here (the
     default order is strict). Written to the store like ``fair`` (``priority_aging``)."""
+    dead_ttl: float | None = None
+    """Seconds a DEAD task is kept; past that, retention writes it to the archive and then
+    removes it (see :mod:`rdq.retention`). ``None`` (the default): kept until an operator
+    redrives or purges it."""
+    archive_succeeded: bool = False
+    """Archive SUCCEEDED and CANCELLED tasks too before ``task_ttl`` removes them (otherwise
+    they are deleted without an archive, as they always were)."""
 
     def validate(self, queue: str) -> QueueConfig:
         """Return self if every setting is valid, else raise ``ConfigError`` naming the key."""
@@ -152,6 +160,12 @@ class QueueConfig:
                 f"must be a key prefix of at most {bounds.MAX_TASK_KEY_LENGTH} characters "
                 "without whitespace ('' for none)",
             )
+        if self.dead_ttl is not None and (
+            not is_number(self.dead_ttl) or not 0 < self.dead_ttl < math.inf
+        ):
+            raise bad("dead_ttl", "must be a positive number of seconds (none: keep)")
+        if not isinstance(self.archive_succeeded, bool):
+            raise bad("archive_succeeded", "must be true or false")
         aging = self.priority_aging
         if aging is not None and (not is_number(aging) or not 0 <= aging <= bounds.MAX_AGING):
             raise bad(

@@ -61,9 +61,12 @@ Action = Literal[
     "breaker.probe",
     "breaker.close",
     "redrive.cancel",
+    "expire",
+    "import",
 ]
-"""What an operator (or, for a breaker, the engine) did. The breaker's own transitions are
-recorded with the worker's id as the actor."""
+"""What an operator (or, for a breaker or retention, the engine) did. The breaker's own
+transitions and retention's rounds (``expire``: archived, then removed) are recorded with the
+worker's id as the actor; ``import`` puts archived or exported tasks back."""
 
 
 class AuditRecord(msgspec.Struct, kw_only=True, frozen=True):

@@ -19,6 +19,8 @@ The TOML layout (durations in seconds)::
     lease = 30.0
     concurrency = 20
     task_ttl = 86400.0
+    dead_ttl = 2592000.0         # DEAD tasks archived, then removed after 30 days (default: kept)
+    archive_succeeded = false    # archive SUCCEEDED/CANCELLED ones too before task_ttl removes them
     non_retryable = ["myapp.errors:InvalidAddress", "ValueError"]
     priority = 0                 # -10..10, higher claimed first; applied at submit
     dependency = "smtp"          # its handlers' breaker trips together
@@ -45,6 +47,11 @@ The TOML layout (durations in seconds)::
     concurrency = 5
     name = "tenant"              # per value of a field of the task: limit:tenant:<value>
     value = "payload.tenant"
+
+    [archive]                    # where finished tasks go before they leave (see rdq.retention)
+    directory = "/var/lib/rdq/archive"   # JSON Lines, gzip, rotated (default ./rdq-archive)
+    max_file_bytes = 67108864
+    # sink = "myapp.archive:to_s3"       # or a sink of your own, by import path
 
     [schedules.nightly-report]   # see rdq.schedules
     handler = "build_report"
@@ -77,11 +84,14 @@ from rdq.flow import Breaker, Concurrency, Limit, Rate, check_dependency, field_
 from rdq.spi import bounds
 
 __all__ = [
+    "ARCHIVE_SETTINGS",
+    "SECTIONS",
     "Backoff",
     "BackoffKind",
     "Breaker",
     "QueueConfig",
     "load_toml",
+    "parse_archive",
     "parse_config",
     "read_toml",
 ]
@@ -95,11 +105,11 @@ def parse_config(
     Returns the defaults and each queue's config (queue keys not given take the defaults).
     Raises ``ConfigError`` naming the key for unknown keys and invalid values."""
     for key in data:
-        if key not in ("defaults", "queues", "schedules"):
+        if key not in SECTIONS:
             raise ConfigError(
                 "unknown section"
-                + did_you_mean(key, ("defaults", "queues", "schedules"))
-                + " (expected [defaults], [queues.NAME] or [schedules.NAME])",
+                + did_you_mean(key, SECTIONS)
+                + " (expected [defaults], [queues.NAME], [schedules.NAME] or [archive])",
                 key=key,
             )
     base = defaults or QueueConfig()
@@ -122,6 +132,34 @@ def parse_config(
     return base, queues
 
 
+SECTIONS = ("defaults", "queues", "schedules", "archive")
+"""The tables a config file holds."""
+ARCHIVE_SETTINGS = {"directory": str, "max_file_bytes": int, "compress": bool, "sink": str}
+"""Every key of the ``[archive]`` table."""
+
+
+def parse_archive(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``[archive]`` table, checked: ``directory`` or ``sink`` (not both),
+    ``max_file_bytes``, ``compress``. ``ConfigError`` naming the key otherwise."""
+    raw = data.get("archive", {})
+    if not isinstance(raw, Mapping):
+        raise ConfigError("must be a table", key="archive")
+    for key, value in raw.items():
+        expected = ARCHIVE_SETTINGS.get(key)
+        if expected is None:
+            raise ConfigError(
+                "unknown archive setting" + did_you_mean(key, ARCHIVE_SETTINGS),
+                key=f"archive.{key}",
+            )
+        ok = is_int(value) if expected is int else isinstance(value, expected)
+        if not ok or (expected is str and not value):
+            what = {str: "text", int: "an integer", bool: "true or false"}[expected]
+            raise ConfigError(f"must be {what}", key=f"archive.{key}")
+    if "directory" in raw and "sink" in raw:
+        raise ConfigError("give a directory or a sink, not both", key="archive.sink")
+    return dict(raw)
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
     """The parsed TOML file at ``path``; ``ConfigError`` if it is unreadable or invalid."""
     try:
@@ -140,7 +178,15 @@ def load_toml(
     return parse_config(read_toml(path), defaults)
 
 
-_SCALAR_KEYS = ("max_attempts", "timeout", "lease", "concurrency", "task_ttl", "priority")
+_SCALAR_KEYS = (
+    "max_attempts",
+    "timeout",
+    "lease",
+    "concurrency",
+    "task_ttl",
+    "priority",
+    "dead_ttl",
+)
 _BACKOFF_KEYS = ("backoff", "base", "cap")
 QUEUE_SETTINGS = (
     *_SCALAR_KEYS,
@@ -150,6 +196,7 @@ QUEUE_SETTINGS = (
     "dependency",
     "fair",
     "priority_aging",
+    "archive_succeeded",
     "breaker",
     "limits",
 )
@@ -181,6 +228,10 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
                     key=f"{prefix}.{key}",
                 )
             changes[key] = float(value)
+        elif key == "archive_succeeded":
+            if not isinstance(value, bool):
+                raise ConfigError("must be true or false", key=f"{prefix}.{key}")
+            changes[key] = value
         elif key == "breaker":
             changes[key] = _breaker(value, config.breaker, f"{prefix}.{key}")
         elif key == "limits":

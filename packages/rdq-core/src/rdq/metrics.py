@@ -16,6 +16,8 @@ import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
+    "ARCHIVED",
+    "ARCHIVE_FAILURES",
     "ATTEMPTS",
     "AUDIT_FAILURES",
     "BREAKER_OPEN_TOO_LONG",
@@ -25,6 +27,7 @@ __all__ = [
     "DEAD_LETTERED",
     "DEFERRED",
     "DLQ_DEPTH",
+    "EXPIRED",
     "HANDLER_DURATION",
     "HELD",
     "IN_FLIGHT",
@@ -134,6 +137,21 @@ AUDIT_FAILURES = Counter(
 )
 SUCCEEDED_PURGED = Counter(
     "rdq_succeeded_purged", "Succeeded tasks deleted after their task_ttl.", ["queue"]
+)
+ARCHIVED = Counter(
+    "rdq_archived",
+    "Finished tasks written to the archive before leaving the store (retention and purges).",
+    ["queue", "status"],
+)
+EXPIRED = Counter(
+    "rdq_expired",
+    "Finished tasks retention removed from the store (each archived first).",
+    ["queue", "status"],
+)
+ARCHIVE_FAILURES = Counter(
+    "rdq_archive_failures",
+    "Retention rounds stopped by an error (the archive refused a batch, or the store failed).",
+    ["queue"],
 )
 PENDING = Gauge("rdq_pending", "PENDING tasks (due or not), by the storage.", ["queue"])
 IN_FLIGHT = Gauge("rdq_in_flight", "IN_FLIGHT tasks over all workers, by the storage.", ["queue"])

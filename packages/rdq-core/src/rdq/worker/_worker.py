@@ -347,6 +347,7 @@ class Worker(ClaimLoops):
                         stats_interval=self.stats_interval,
                         purge_interval=self.purge_interval,
                         fleet=fleet,
+                        runner=self.worker_id,
                     ),
                     name="rdq-maintenance",
                 )
