@@ -25,6 +25,8 @@ The TOML layout (durations in seconds)::
     outage_errors = ["myapp.errors:SmtpDown"]
     fair = "tenant:"             # claims shared among the tasks' tenant:… keys
     priority_aging = 60.0        # a minute of waiting is worth one step of priority
+    max_snoozes = 100            # rdq.Snooze: how often one task may say "not yet"
+    snooze_retry_after = false   # a 429/503 with Retry-After snoozes instead of failing
 
     [queues.emails.breaker]      # or: breaker = false
     window = 30.0                # see rdq.Breaker
@@ -140,7 +142,15 @@ def load_toml(
     return parse_config(read_toml(path), defaults)
 
 
-_SCALAR_KEYS = ("max_attempts", "timeout", "lease", "concurrency", "task_ttl", "priority")
+_SCALAR_KEYS = (
+    "max_attempts",
+    "timeout",
+    "lease",
+    "concurrency",
+    "task_ttl",
+    "priority",
+    "max_snoozes",
+)
 _BACKOFF_KEYS = ("backoff", "base", "cap")
 QUEUE_SETTINGS = (
     *_SCALAR_KEYS,
@@ -150,6 +160,7 @@ QUEUE_SETTINGS = (
     "dependency",
     "fair",
     "priority_aging",
+    "snooze_retry_after",
     "breaker",
     "limits",
 )
@@ -181,6 +192,13 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
                     key=f"{prefix}.{key}",
                 )
             changes[key] = float(value)
+        elif key == "snooze_retry_after":
+            if not isinstance(value, bool):
+                raise ConfigError(
+                    f"must be true or false (queue {queue or '<defaults>'!r})",
+                    key=f"{prefix}.{key}",
+                )
+            changes[key] = value
         elif key == "breaker":
             changes[key] = _breaker(value, config.breaker, f"{prefix}.{key}")
         elif key == "limits":
