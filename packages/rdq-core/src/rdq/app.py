@@ -145,6 +145,8 @@ class App:
         limits: list[Limit] | tuple[Limit, ...] | None = None,
         fair: str | None = None,
         priority_aging: float | None = None,
+        max_snoozes: int | None = None,
+        snooze_retry_after: bool | None = None,
         dead_ttl: float | None = None,
         archive_succeeded: bool | None = None,
     ) -> QueueConfig:
@@ -177,6 +179,8 @@ class App:
                 ("limits", tuple(limits) if limits is not None else None),
                 ("fair", fair),
                 ("priority_aging", priority_aging),
+                ("max_snoozes", max_snoozes),
+                ("snooze_retry_after", snooze_retry_after),
                 ("dead_ttl", dead_ttl),
                 ("archive_succeeded", archive_succeeded),
             )

@@ -27,6 +27,8 @@ The TOML layout (durations in seconds)::
     outage_errors = ["myapp.errors:SmtpDown"]
     fair = "tenant:"             # claims shared among the tasks' tenant:… keys
     priority_aging = 60.0        # a minute of waiting is worth one step of priority
+    max_snoozes = 100            # rdq.Snooze: how often one task may say "not yet"
+    snooze_retry_after = false   # a 429/503 with Retry-After snoozes instead of failing
 
     [queues.emails.breaker]      # or: breaker = false
     window = 30.0                # see rdq.Breaker
@@ -185,6 +187,7 @@ _SCALAR_KEYS = (
     "concurrency",
     "task_ttl",
     "priority",
+    "max_snoozes",
     "dead_ttl",
 )
 _BACKOFF_KEYS = ("backoff", "base", "cap")
@@ -196,6 +199,7 @@ QUEUE_SETTINGS = (
     "dependency",
     "fair",
     "priority_aging",
+    "snooze_retry_after",
     "archive_succeeded",
     "breaker",
     "limits",
@@ -228,6 +232,13 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
                     key=f"{prefix}.{key}",
                 )
             changes[key] = float(value)
+        elif key == "snooze_retry_after":
+            if not isinstance(value, bool):
+                raise ConfigError(
+                    f"must be true or false (queue {queue or '<defaults>'!r})",
+                    key=f"{prefix}.{key}",
+                )
+            changes[key] = value
         elif key == "archive_succeeded":
             if not isinstance(value, bool):
                 raise ConfigError("must be true or false", key=f"{prefix}.{key}")

@@ -5,6 +5,7 @@ the handler returns                    SUCCEEDED, complete
 it raises ``rdq.Permanent`` or a type  PERMANENT, dead-letter at once
 the queue lists as ``non_retryable``
 it raises ``rdq.RetryAfter(delay)``    FAILED, retry after ``delay``
+it raises ``rdq.Snooze(delay)``        SNOOZED, run again after ``delay``, no attempt used
 it exceeds its timeout                 TIMEOUT, retry after backoff
 it raises anything else                FAILED, retry after backoff
 a retry when attempts are exhausted    dead-letter (the attempt keeps its outcome)
@@ -44,6 +45,8 @@ from rdq.retry._decision import (
     CORRUPT_TASK,
     HANDLER_IMPORT_ERROR,
     INTERRUPTED_ERROR,
+    SNOOZE,
+    SNOOZED_TOO_OFTEN,
     SUCCESS,
     TIMEOUT_ERROR,
     UNDECODABLE_PAYLOAD,
@@ -56,6 +59,7 @@ from rdq.retry._exhaustion import (
     UNCHARGED_OUTCOMES,
     OutageWindow,
     attempts_used,
+    bound_snoozes,
     corrupt,
     exhausted,
     uncharged,
@@ -88,6 +92,8 @@ __all__ = [
     "INTERRUPTED_UNSTARTED",
     "MAX_DELAY",
     "MAX_RETRY_AFTER",
+    "SNOOZE",
+    "SNOOZED_TOO_OFTEN",
     "SUCCESS",
     "TIMEOUT_ERROR",
     "UNCHARGED_OUTCOMES",
@@ -102,6 +108,7 @@ __all__ = [
     "backoff_bounds",
     "backoff_delay",
     "bound_head",
+    "bound_snoozes",
     "bound_tail",
     "cancelled_at",
     "classify_error",

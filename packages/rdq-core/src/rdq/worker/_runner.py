@@ -181,6 +181,7 @@ class Runner:
         if decision is None or run.fenced:  # lost lease, or the outcome is already written
             return None
         self._duration(task.queue).observe(self.clock.mono() - t0)
+        decision = retry.bound_snoozes(task, decision, config)
         if flow is not None:
             decision = await flow.record(run, decision)
         return decision
