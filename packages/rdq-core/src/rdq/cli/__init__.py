@@ -1,7 +1,8 @@
 """The ``rdq`` command line. Each command lives in its own module, imported only when run.
 
 - the commands (:data:`COMMANDS`): ``_backends``, ``_migrate``, ``_worker``, ``_demo``,
-  ``_server``, ``_dlq`` (``stats`` and ``dlq``), ``_tasks``, ``_flow`` (``queue``,
+  ``_server``, ``_dlq`` (``stats`` and ``dlq``) with ``_dlq_files`` (``dlq export`` and
+  ``dlq import``), ``_tasks``, ``_flow`` (``queue``,
   ``breakers``, ``breaker``, ``limits``, ``workers``), ``_status`` (``queue status``, the
   flags of ``stats``, what holds a task), ``_audit``, ``_copy``, ``_backup``,
   ``_schedules``;
@@ -30,7 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stats": ("_dlq:stats", "Show queue statistics (every queue by default)."),
     "dlq": (
         "_dlq:dlq",
-        "List, inspect, group, redrive (at a pace too) and purge dead-lettered tasks.",
+        "List, inspect, group, redrive (at a pace too), purge, export and import dead-lettered "
+        "tasks.",
     ),
     "tasks": ("_tasks:tasks", "Find, inspect, cancel and retry now tasks in any status."),
     "queue": (

@@ -32,14 +32,26 @@ __all__ = ["DirectTarget"]
 class DirectTarget(Target):
     """Acts on a store through :class:`rdq.admin.TaskAdmin` (audited as ``actor``)."""
 
-    def __init__(self, storage_url: str, *, actor: str, audit_log: str | None = None) -> None:
+    def __init__(
+        self,
+        storage_url: str,
+        *,
+        actor: str,
+        audit_log: str | None = None,
+        archive: str | None = "",
+    ) -> None:
+        """``archive``: where a purge writes what it deletes (a directory or
+        ``module:attribute``; ``""``: the default, ``RDQ_ARCHIVE`` or ``./rdq-archive``;
+        ``None``: nowhere)."""
         from rdq.admin import TaskAdmin
         from rdq.audit import AuditSink, JsonLinesAuditSink
         from rdq.plugins import open_storage
+        from rdq.retention import archive_from
 
         self._storage = open_storage(storage_url)
         sinks: list[AuditSink] = [JsonLinesAuditSink(audit_log)] if audit_log else []
-        self._admin = TaskAdmin(self._storage, sinks=sinks)
+        chosen = None if archive is None else archive_from(archive or None)
+        self._admin = TaskAdmin(self._storage, sinks=sinks, archive=chosen)
         self._actor = actor
         self._driver = f"cli:{_host_pid()}"
 
@@ -63,6 +75,16 @@ class DirectTarget(Target):
         except NotImplementedError:
             raise TargetError("this store cannot list its queues yet: name them") from None
         return [msgspec.to_builtins(s) for s in found]
+
+    async def retention(self, queues: list[str]) -> dict[str, dict[str, Any]]:
+        from rdq.retention import read_records
+
+        found = await read_records(self._storage)
+        return {
+            queue: {"queue": queue, "recorded": True, **msgspec.to_builtins(record)}
+            for queue, record in found.items()
+            if queue in queues
+        }
 
     async def get(self, task_id: str) -> dict[str, Any]:
         from rdq.spi import envelope_to_builtins
@@ -105,24 +127,38 @@ class DirectTarget(Target):
             return [], str(exc)
         return [msgspec.to_builtins(p) for p in found], None
 
-    async def act(self, action: Action, progress: Progress = None) -> int:
-        common: dict[str, Any] = {
-            "actor": self._actor,
-            "reason": action.reason,
-            "dry_run": action.dry_run,
-            "progress": progress,
-        }
+    async def act(self, action: Action, progress: Progress = None) -> dict[str, Any]:
         if action.verb == "retry_now" and isinstance(action.selector, TaskSelector):
             if action.dry_run:
-                return await self._admin.count_retry_now(action.queue, action.selector)
-            return await self._admin.retry_now(
-                action.queue, action.selector, actor=self._actor, reason=action.reason
-            )
-        if isinstance(action.selector, TaskSelector):
-            return await self._admin.cancel(action.queue, action.selector, **common)
-        if action.verb == "redrive":
-            return await self._admin.redrive(action.queue, action.selector, **common)
-        return await self._admin.purge(action.queue, action.selector, **common)
+                count = await self._admin.count_retry_now(action.queue, action.selector)
+            else:
+                count = await self._admin.retry_now(
+                    action.queue, action.selector, actor=self._actor, reason=action.reason
+                )
+            return {"matched": count, "done": count, "gone": 0}
+        report = await self._admin.act(
+            action.verb,
+            action.queue,
+            action.selector,
+            actor=self._actor,
+            reason=action.reason,
+            dry_run=action.dry_run,
+            progress=progress,
+        )
+        return report.to_builtins()
+
+    async def import_dead(
+        self, queue: str, tasks: list[dict[str, Any]], reason: str | None
+    ) -> dict[str, Any]:
+        from rdq.spi import envelope_from_builtins
+
+        report = await self._admin.import_dead(
+            [envelope_from_builtins(t) for t in tasks],
+            actor=self._actor,
+            queue=queue,
+            reason=reason,
+        )
+        return dict(msgspec.to_builtins(report))
 
     async def audit(self, query: AuditQuery) -> tuple[list[dict[str, Any]], str | None]:
         from rdq.spi import Page

@@ -77,6 +77,14 @@ class HttpTarget(Target):
                 f"(HTTP {response.status_code}, {kind}, for {method} {path})"
             ) from None
 
+    async def retention(self, queues: list[str]) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        for queue in queues:
+            doc: dict[str, Any] = await self._call("GET", f"/v1/queues/{_seg(queue)}/retention")
+            if doc.get("archived") or doc.get("expired") or doc.get("last_run"):
+                found[queue] = doc
+        return found
+
     async def stats(self, queues: list[str]) -> list[dict[str, Any]]:
         if not queues:
             rows: list[dict[str, Any]] = await self._call("GET", "/v1/queues", key="queues")
@@ -135,11 +143,16 @@ class HttpTarget(Target):
             found["hint"] = found["hint"] or answer.get("hint")
         return found
 
-    async def act(self, action: Action, progress: Progress = None) -> int:
-        total = 0
+    async def act(self, action: Action, progress: Progress = None) -> dict[str, Any]:
+        report: dict[str, Any] = {"matched": 0, "done": 0, "gone": 0}
         for answer in await self._send(action, progress):
-            total += answer["count"]
-        return total
+            report["done"] += answer["count"]
+            report["matched"] += answer.get("matched", answer["count"])
+            report["gone"] += answer.get("gone", 0)
+            if answer.get("archive"):
+                report["archived"] = report.get("archived", 0) + (answer.get("archived") or 0)
+                report["archive"] = answer["archive"]
+        return report
 
     async def _send(self, action: Action, progress: Progress = None) -> list[dict[str, Any]]:
         """The action's request(s) (ids in chunks), and each answer."""
@@ -173,6 +186,17 @@ class HttpTarget(Target):
             if progress is not None:
                 progress(min(start + _HTTP_ID_CHUNK, len(ids)), len(ids))
         return answers
+
+    async def import_dead(
+        self, queue: str, tasks: list[dict[str, Any]], reason: str | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"tasks": tasks}
+        if reason:
+            body["reason"] = reason
+        answer: dict[str, Any] = await self._call(
+            "POST", f"/v1/queues/{_seg(queue)}/dlq/import", json=body
+        )
+        return answer
 
     async def audit(self, query: AuditQuery) -> tuple[list[dict[str, Any]], str | None]:
         params: dict[str, Any] = dict(msgspec.to_builtins(query.filter or {}))

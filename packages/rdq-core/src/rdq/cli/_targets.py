@@ -108,6 +108,11 @@ class Target(abc.ABC):
     async def get(self, task_id: str) -> dict[str, Any]: ...
 
     @abc.abstractmethod
+    async def retention(self, queues: list[str]) -> dict[str, dict[str, Any]]:
+        """What retention archived and removed, by queue (as ``GET
+        /v1/queues/{q}/retention`` says it), for the queues that have a record."""
+
+    @abc.abstractmethod
     async def page(self, listing: Listing) -> tuple[list[dict[str, Any]], str | None]: ...
 
     @abc.abstractmethod
@@ -129,7 +134,18 @@ class Target(abc.ABC):
         for a queue nothing knows, unless the action is forced."""
 
     @abc.abstractmethod
-    async def act(self, action: Action, progress: Progress = None) -> int: ...
+    async def act(self, action: Action, progress: Progress = None) -> dict[str, Any]:
+        """Run ``action``; what it came to: ``matched`` (when it began), ``done`` and
+        ``gone`` (matched, then gone before it reached them); a purge that archived says
+        ``archived`` and ``archive`` (where)."""
+
+    @abc.abstractmethod
+    async def import_dead(
+        self, queue: str, tasks: list[dict[str, Any]], reason: str | None
+    ) -> dict[str, Any]:
+        """Put the DEAD tasks of ``queue`` among ``tasks`` (envelopes as JSON-ready dicts) back
+        into its DLQ; what :class:`rdq.admin.ImportReport` says (``imported``, ``existing``,
+        ``skipped``)."""
 
     @abc.abstractmethod
     async def audit(self, query: AuditQuery) -> tuple[list[dict[str, Any]], str | None]: ...

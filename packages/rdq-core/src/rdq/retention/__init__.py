@@ -27,7 +27,7 @@ from rdq.retention._files import (
     read_tasks,
     write_tasks,
 )
-from rdq.retention._record import RetentionRecord, read_record
+from rdq.retention._record import RetentionRecord, read_record, read_records
 from rdq.retention._sinks import ARCHIVE_ENV, Archive, FunctionArchive, archive_from, load_sink
 from rdq.retention._step import (
     Expiry,
@@ -54,6 +54,7 @@ __all__ = [
     "archive_then_purge",
     "load_sink",
     "read_record",
+    "read_records",
     "read_tasks",
     "retain",
     "write_tasks",

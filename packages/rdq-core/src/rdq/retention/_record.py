@@ -19,7 +19,7 @@ import msgspec
 from rdq.flow import RETENTION_KEY, update_control
 from rdq.spi import Control, Storage, require
 
-__all__ = ["RetentionRecord", "give_back", "read_record", "take"]
+__all__ = ["RetentionRecord", "give_back", "read_record", "read_records", "take"]
 
 
 class RetentionRecord(msgspec.Struct, kw_only=True, frozen=True):
@@ -64,6 +64,13 @@ async def read_record(storage: Storage, queue: str) -> RetentionRecord | None:
         if control.key == RETENTION_KEY:
             return _of(control)
     return None
+
+
+async def read_records(storage: Storage) -> dict[str, RetentionRecord]:
+    """Every queue's retention record, by queue (``{}`` without ``control``)."""
+    if not storage.capabilities().control:
+        return {}
+    return {c.queue: _of(c) for c in await storage.list_controls(None) if c.key == RETENTION_KEY}
 
 
 async def take(storage: Storage, queue: str, runner: str, now: datetime, lease: timedelta) -> bool:

@@ -12,7 +12,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, PathParameter, QueryParameter
 
 from rdq._ids import new_task_ids
-from rdq.admin import Outlook, TaskSelector
+from rdq.admin import ActionReport, Outlook, TaskSelector
 from rdq.app import App, unknown_handler, unknown_queue
 from rdq.callbacks import CallbackBlocked, check_callback_url, is_callback_ref
 from rdq.client import task_keys_for
@@ -277,9 +277,9 @@ async def cancel_tasks(
             )
         )
 
-    async def run() -> int:
-        return await node.admin.cancel(
-            queue, selector, actor=principal_owner(request), reason=data.reason
+    async def run() -> ActionReport:
+        return await node.admin.act(
+            "cancel", queue, selector, actor=principal_owner(request), reason=data.reason
         )
 
     return await act_on(

@@ -11,6 +11,7 @@ from rdq.app import App
 from rdq.audit import AuditSink, JsonLinesAuditSink
 from rdq.errors import StorageUnavailable
 from rdq.flow import Breaker, LimitControls
+from rdq.retention import Archive, archive_from
 from rdq.server._auth import Authenticator
 from rdq.server._gauges import QueueGauges
 from rdq.server._settings import ServerSettings
@@ -44,7 +45,11 @@ class Node:
         if settings.audit_log:
             sinks.append(JsonLinesAuditSink(settings.audit_log))
         self.admin = TaskAdmin(
-            self.storage, sinks=sinks, app=engine_app, declared=list(settings.queues)
+            self.storage,
+            sinks=sinks,
+            app=engine_app,
+            declared=list(settings.queues),
+            archive=_purge_archive(settings, engine_app),
         )
         self.id = node_id()
         """The node's id in the worker registry and as the driver of paced redrives."""
@@ -120,3 +125,10 @@ class TimeLimitedStorage(ForwardingStorage):
             raise StorageUnavailable(
                 f"the storage did not answer {name} within {self._seconds:g}s"
             ) from None
+
+
+def _purge_archive(settings: ServerSettings, engine_app: App | None) -> Archive | None:
+    """Where the node's purges archive what they delete (``None``: they do not)."""
+    if not settings.archive_purges:
+        return None
+    return engine_app.archive if engine_app is not None else archive_from(None)

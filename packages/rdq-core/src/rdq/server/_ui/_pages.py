@@ -17,6 +17,7 @@ from litestar.response import Template
 from rdq import flow
 from rdq.errors import NotFound, StaleCursor, ValidationError
 from rdq.retry import attempts_used, resolve
+from rdq.server._api_retention import retention_of
 from rdq.server._node import Node
 from rdq.server._ui._charts import bar_chart, sparkline, summary
 from rdq.server._ui._common import node_of, page, parse_time, queue_url, session, text
@@ -238,9 +239,11 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         error = f"{exc.field}: {exc.message}" if isinstance(exc, ValidationError) else str(exc)
     except NotImplementedError:
         error = f"This store cannot list {state.label.lower()} tasks yet."
+    retention: dict[str, Any] | None = None
     if state.status == Status.DEAD:
         groups = [msgspec.to_builtins(g) for g in await node.admin.dlq_groups(queue)]
         await _add_samples(node, queue, groups)
+        retention = msgspec.to_builtins(await retention_of(node, queue))
     flow = await flow_of(node, queue)
     fleet = await fleet_of(node)
     declared = await limits_of(node, queue)
@@ -308,6 +311,9 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         rates_unsupported=rates_unsupported,
         redrives=[msgspec.to_builtins(op) for op in redrives],
         control_url=f"/ui/queues/{quote(queue, safe='')}/control",
+        retention=retention,
+        export_url=f"/ui/queues/{quote(queue, safe='')}/export"
+        + (f"?{urlencode(kept)}" if kept else ""),
         live=True,
     )
 

@@ -1,0 +1,37 @@
+"""The console's export: a queue's DLQ (or the part its filters select) as a JSON Lines file to
+download, one task per line with every attempt — what ``rdq dlq export`` writes and
+``rdq dlq import`` takes back. It needs the ``read`` right, like the pages."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from litestar import Request, get
+from litestar.response import Stream
+
+from rdq.server._api_common import node_of
+from rdq.server._api_retention import NDJSON, dlq_lines
+from rdq.server._ui._common import session, text
+from rdq.server._ui._pages import FILTER_KEYS, PathText, dlq_filter
+from rdq.spi import bounds
+
+__all__ = ["export_dlq"]
+
+
+@get("/queues/{queue:str}/export", include_in_schema=False)
+async def export_dlq(request: Request[Any, Any, Any], queue: PathText) -> Stream:
+    session(request)
+    bounds.check_queue(queue)
+    filters = {k: text(request.query_params.get(k)) for k in FILTER_KEYS}
+    chosen = dlq_filter(filters) if any(filters.values()) else None
+    lines = await dlq_lines(node_of(request), queue, chosen)
+    name = quote(f"{queue}-dlq.jsonl", safe="")
+    return Stream(
+        lines,
+        media_type=NDJSON,
+        headers={
+            "Content-Disposition": f"attachment; filename*=UTF-8''{name}",
+            "Cache-Control": "no-store",
+        },
+    )
