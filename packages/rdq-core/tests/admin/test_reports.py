@@ -105,10 +105,8 @@ async def test_a_purge_with_an_archive_writes_every_task_there_before_deleting_i
     assert (await storage.stats("q")).dlq_depth == 1
     assert (await storage.get(kept[0])).status == Status.DEAD
     [entry], _ = await storage.list_audit(AuditFilter(action="purge"), Page())
-    assert (
-        (entry.count == 3
-        and entry.selector == {"filter": {"error_type": "Boom"}})
-        or (entry.selector == {"ids": ids})
+    assert (entry.count == 3 and entry.selector == {"filter": {"error_type": "Boom"}}) or (
+        entry.selector == {"ids": ids}
     )
 
 
