@@ -232,3 +232,30 @@ async def test_the_console_shows_retention_exports_and_purges_with_a_report(
     assert "1 task(s) purged. Matched 1, already gone 0." in landing.text
     assert "written to the archive before it was deleted" in landing.text
     assert [t.id for t in read_tasks(os.environ["RDQ_ARCHIVE"]) if t.id == "t1"]
+
+
+def test_export_purge_and_import_on_a_sqlite_file(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/rdq.db"
+
+    async def seed() -> None:
+        async with rdq.open_storage(url) as store:
+            await store.migrate()
+            for i in range(3):
+                await store.enqueue(Envelope(id=f"s{i}", queue="q", handler_ref="h", payload=[i]))
+            for claim in await store.claim_due("q", 3, timedelta(seconds=60)):
+                attempt = Attempt(number=1, outcome=Outcome.PERMANENT, error_type="Boom")
+                await store.dead_letter(claim.task.id, claim.token, attempt)
+
+    asyncio.run(seed())
+    file = tmp_path / "out.jsonl"
+    assert rdq_cli("dlq", "export", "q", "--to", str(file), "--storage", url)[0] == 0
+    code, out = rdq_cli(
+        "dlq", "purge", "q", "--all", "--yes", "--storage", url, "--archive", str(tmp_path / "a")
+    )
+    assert code == 0 and "(matched 3, already gone 0)" in out, out
+    assert sorted(t.id for t in read_tasks(tmp_path / "a")) == ["s0", "s1", "s2"]
+    code, out = rdq_cli("dlq", "import", str(file), "--storage", url)
+    assert code == 0 and "3 dead task(s) imported" in out, out
+    code, out = rdq_cli("dlq", "list", "q", "--storage", url, "--json", "--attempts")
+    listed = json.loads(out)["tasks"]
+    assert [t["payload"] for t in listed] == [[0], [1], [2]] and all(t["attempts"] for t in listed)
