@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 
 from rdq import flow
-from rdq.admin import TaskAdmin, TaskSelector
-from rdq.admin._pace import DRIVER_LEASE, TICK, resume_orphans
+from rdq.admin import TaskAdmin, TaskSelector, resume_orphans
+from rdq.admin._pace import DRIVER_LEASE, TICK
 from rdq.audit import MemoryAuditSink
 from rdq.errors import Unsupported, ValidationError
 from rdq.spi import (
