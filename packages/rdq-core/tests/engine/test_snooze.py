@@ -34,7 +34,7 @@ def not_ready_until(ready_at: int) -> tuple[rdq.App, list[int]]:
 
 
 async def test_a_snooze_runs_the_task_again_after_its_delay_and_uses_up_no_attempt() -> None:
-    app, _calls = not_ready_until(ready_at=4)
+    app, _ = not_ready_until(ready_at=4)
     async with virtual_store() as storage, worker(app, storage):
         sub = await rdq.Client(storage, app).submit("export", {})
         task = await settle(storage, sub.id, Status.SUCCEEDED)
@@ -117,7 +117,7 @@ async def test_max_snoozes_is_checked_as_a_queue_setting() -> None:
     app = rdq.App()
     with pytest.raises(rdq.ConfigError, match="max_snoozes"):
         app.queue("q", max_snoozes=-1)
-    _config, queues = rdq.config.parse_config(
+    _, queues = rdq.config.parse_config(
         {"queues": {"q": {"max_snoozes": 5, "snooze_retry_after": True}}}
     )
     assert queues["q"].max_snoozes == 5 and queues["q"].snooze_retry_after is True
