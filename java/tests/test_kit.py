@@ -44,6 +44,7 @@ class TestJavaKeepsTheContract(StorageSuite):
             fair_shares=True,
             priority_aging=True,
             retention=True,
+            dedup=True,
             reopen=True,
         )
 

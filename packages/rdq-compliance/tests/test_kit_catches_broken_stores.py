@@ -28,6 +28,7 @@ BROKEN_MODULES = (
     "kit_broken_flow",
     "kit_broken_order",
     "kit_broken_retention",
+    "kit_broken_dedup",
 )
 """The modules beside this file that hold broken stores (``BROKEN_STORES`` in each)."""
 

@@ -56,4 +56,5 @@ class TestMemoryStoreKeepsTheContract(StorageSuite):
             fair_shares=True,
             priority_aging=True,
             retention=True,
+            dedup=True,
         )

@@ -79,6 +79,7 @@ class TestPostgresKeepsTheContract(StorageSuite):
             fair_shares=True,
             priority_aging=True,
             retention=True,
+            dedup=True,
             reopen=True,
             transactional_enqueue=True,
         )

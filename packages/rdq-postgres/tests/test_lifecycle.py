@@ -94,6 +94,7 @@ def test_capabilities_are_pinned() -> None:
         fair_shares=True,
         priority_aging=True,
         retention=True,
+        dedup=True,
         reopen=True,
         transactional_enqueue=True,
     )
@@ -118,6 +119,7 @@ def test_capabilities_are_pinned() -> None:
         fair_shares=True,
         priority_aging=True,
         retention=True,
+        dedup=True,
         reopen=True,
         transactional_enqueue=True,
     )

@@ -58,6 +58,7 @@ class TestSqliteFileKeepsTheContract(StorageSuite):
             fair_shares=True,
             priority_aging=True,
             retention=True,
+            dedup=True,
         )
 
     @pytest.fixture
@@ -100,6 +101,7 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
             fair_shares=True,
             priority_aging=True,
             retention=True,
+            dedup=True,
         )
 
     @pytest.fixture

@@ -24,6 +24,7 @@ TITLES = {
     "RecoveryClauses": "Lease recovery counts",
     "TransitionClauses": "Atomic transitions",
     "AdmissionClauses": "Idempotent enqueue and IDConflict",
+    "DedupClauses": "Dedup keys: admit (capability dedup)",
     "RoundTripClauses": "Lossless envelope round-trip",
     "RedrivePurgeClauses": "Redrive resets, history persists; purge",
     "CancelClauses": "Cancel",

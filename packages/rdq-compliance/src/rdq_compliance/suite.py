@@ -13,6 +13,7 @@ from rdq_compliance.clauses.claiming import ClaimingClauses
 from rdq_compliance.clauses.control import ControlClauses
 from rdq_compliance.clauses.corrupt import CorruptTaskClauses
 from rdq_compliance.clauses.crash import CrashClauses
+from rdq_compliance.clauses.dedup import DedupClauses
 from rdq_compliance.clauses.dlq import DLQClauses, DLQFilterClauses
 from rdq_compliance.clauses.fairness import FairShareClauses
 from rdq_compliance.clauses.fencing import FencingClauses
@@ -42,6 +43,7 @@ class StorageSuite(
     RecoveryClauses,
     TransitionClauses,
     AdmissionClauses,
+    DedupClauses,
     RoundTripClauses,
     RedrivePurgeClauses,
     CancelClauses,

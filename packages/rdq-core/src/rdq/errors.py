@@ -10,6 +10,7 @@ backend it runs on.
     │   ├── NotFound                 no task with that id
     │   ├── StaleCursor              the DLQ cursor cannot be used
     │   ├── IDConflict               the id exists in another queue
+    │   │   └── DedupConflict        the dedup key is held by a task of another queue
     │   ├── ControlConflict          a control record changed since it was read
     │   ├── NotConnected             the store is not open (before connect, after aclose)
     │   ├── Unsupported              the store lacks a capability (also NotImplementedError)
@@ -27,6 +28,7 @@ from typing import Any
 __all__ = [
     "ConfigError",
     "ControlConflict",
+    "DedupConflict",
     "IDConflict",
     "NotConnected",
     "NotFound",
@@ -82,6 +84,16 @@ class IDConflict(StorageError):
         self.task_id = task_id
         self.existing_queue = existing_queue
         super().__init__(f"task id {task_id!r} already exists in queue {existing_queue!r}")
+
+
+class DedupConflict(IDConflict):
+    """A dedup key is held by a live task of another queue: keys are unique across queues, as
+    task ids are. ``task_id`` is the holder's id."""
+
+    def __init__(self, key: str, existing_queue: str, task_id: str) -> None:
+        super().__init__(task_id, existing_queue)
+        self.key = key
+        self.args = (f"dedup key {key!r} is held by task {task_id!r} of queue {existing_queue!r}",)
 
 
 class ControlConflict(StorageError):

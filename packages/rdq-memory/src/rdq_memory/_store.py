@@ -284,6 +284,7 @@ CAPABILITIES = Capabilities(
     fair_shares=True,
     priority_aging=True,
     retention=True,
+    dedup=True,
 )
 """Everything the contract offers but ``enqueue_in`` (there is no application transaction in
 process memory)."""

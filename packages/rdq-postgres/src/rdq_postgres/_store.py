@@ -25,6 +25,7 @@ import msgspec
 from rdq.errors import NotFound, StaleClaim
 from rdq.spi import (
     CONTRACT_VERSION,
+    Admitted,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -33,6 +34,7 @@ from rdq.spi import (
     Completion,
     Control,
     Counts,
+    Dedup,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -86,6 +88,7 @@ CAPABILITIES = Capabilities(
     fair_shares=True,
     priority_aging=True,
     retention=True,
+    dedup=True,
     reopen=True,
     transactional_enqueue=True,
 )
@@ -406,6 +409,9 @@ class PostgresStorage(StorageBase):
         row = await self._db.fetchrow(self._sql.purge_succeeded, queue=queue, older_than=older_than)
         deleted: int = row["n"]
         return deleted
+
+    async def _admit(self, task: Envelope, dedup: Dedup, delay: timedelta | None) -> Admitted:
+        return await _admission.admit(self._db, self._sql, self._announcing, task, dedup, delay)
 
     async def _expire_tasks(self, queue: str, task_ids: list[str], before: datetime) -> int:
         return await _retention.expire_tasks(self._db, self._sql, queue, task_ids, before)

@@ -24,6 +24,7 @@ import msgspec
 from rdq.errors import NotFound, StaleClaim, Unsupported, ValidationError
 from rdq.spi import (
     CONTRACT_VERSION,
+    Admitted,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -33,6 +34,7 @@ from rdq.spi import (
     Completion,
     Control,
     Counts,
+    Dedup,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -134,6 +136,7 @@ class SqliteStorage(StorageBase):
             fair_shares=True,
             priority_aging=True,
             retention=True,
+            dedup=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -398,6 +401,13 @@ class SqliteStorage(StorageBase):
             total += count
             if count < _PURGE_CHUNK:
                 return total
+
+    async def _admit(self, task: Envelope, dedup: Dedup, delay: timedelta | None) -> Admitted:
+        delay_us = (delay or timedelta(0)) // _US
+        admitted, due = await self._write(_admission.admit, task, dedup, delay_us)
+        if due:
+            self._bell.ring([task.queue])
+        return admitted
 
     async def _expire_tasks(self, queue: str, task_ids: list[str], before: datetime) -> int:
         return await self._write(_retention.expire_tasks, queue, task_ids, to_us(before) or 0)

@@ -151,6 +151,14 @@ FEATURES: dict[str, Feature] = {
             "dead-lettered again between two of those calls can leave unarchived",
         ),
         Feature(
+            "dedup",
+            5,
+            "feature",
+            ("admit",),
+            "serves mode skip only, by a task id derived from the key (held while that task "
+            "exists, or for the fixed period of the window it falls in); refuses the others",
+        ),
+        Feature(
             "reopen",
             2,
             "feature",

@@ -1,5 +1,6 @@
 """The operations of contract version 5 in :class:`~rdq.spi.StorageBase`: what a store keeps
-and for how long — the retention step (``expire_tasks``).
+and for how long — the retention step (``expire_tasks``) and admission under a dedup key
+(``admit``).
 
 The same template as the rest of the base (check open, validate through
 :mod:`rdq.spi.bounds`, call the store's ``_operation`` within the operation timeout). They
@@ -10,17 +11,30 @@ store — that a store adopts as a whole.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rdq.spi import bounds, defaults
 from rdq.spi._flow_operations import FlowOperations
+from rdq.spi._models import Admitted, Dedup, Envelope
 
 __all__ = ["KeepingOperations"]
 
 
 class KeepingOperations(FlowOperations):
-    """``expire_tasks`` (see the module docstring); stores subclass
-    :class:`~rdq.spi.StorageBase`, which inherits it."""
+    """``expire_tasks`` and ``admit`` (see the module docstring); stores subclass
+    :class:`~rdq.spi.StorageBase`, which inherits them."""
+
+    async def admit(
+        self, task: Envelope, dedup: Dedup, *, delay: timedelta | None = None
+    ) -> Admitted:
+        self._check_open()
+        bounds.check_task(task)
+        bounds.check_dedup(dedup)
+        bounds.check_delay(delay)
+        return await self._run(self._admit(task, dedup, delay))
+
+    async def _admit(self, task: Envelope, dedup: Dedup, delay: timedelta | None) -> Admitted:
+        raise self._unsupported("dedup")
 
     async def expire_tasks(self, queue: str, task_ids: Sequence[str], before: datetime) -> int:
         self._check_open()

@@ -47,6 +47,7 @@ from typing import Protocol, Self, runtime_checkable
 from rdq.errors import NotFound, StaleClaim
 from rdq.spi._flow import Control, Counts, WorkerInfo
 from rdq.spi._models import (
+    Admitted,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -54,6 +55,7 @@ from rdq.spi._models import (
     Capabilities,
     Claimed,
     Completion,
+    Dedup,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -374,6 +376,26 @@ class Storage(Protocol):
         (queue, minute) entries were deleted."""
 
     # --- what the store keeps, and for how long (contract version 5) ---------------------------
+
+    async def admit(
+        self, task: Envelope, dedup: Dedup, *, delay: timedelta | None = None
+    ) -> Admitted:
+        """(``dedup``) ``enqueue`` for a task submitted with a dedup key, in one atomic step:
+        decide whether the key is held (see :class:`~rdq.spi.Dedup`), then add the task and
+        give it the key (``added``), or leave, extend or replace the holder as ``dedup.mode``
+        says. Of any number of concurrent admissions of one key, exactly one adds a task
+        while the key is held: no two live tasks ever hold a key. Returns what was done and
+        the task that holds the key now.
+
+        Idempotent by id first, as ``enqueue``: a task whose id exists in the same queue is
+        ``skipped`` (nothing changes, the key untouched), in another queue ``IDConflict``.
+        A key held by a task of another queue raises :class:`~rdq.errors.DedupConflict`
+        (keys are unique across queues, as ids are) and changes nothing. Times are the
+        store's: the window from its now, the debounced due time its now + ``delay`` (or the
+        task's ``next_attempt_at``) capped at the holder's ``created_at`` + ``max_age``.
+        ``replace`` and ``debounce`` change the holder's ``payload`` and ``headers`` only
+        (and, for ``debounce``, its due time); a holder that is not PENDING is left alone
+        (``skipped``)."""
 
     async def expire_tasks(self, queue: str, task_ids: Sequence[str], before: datetime) -> int:
         """(``retention``) Delete the listed tasks of ``queue`` that are finished — DEAD,

@@ -14,6 +14,7 @@ from rdq.errors import NotFound, StaleClaim, Unsupported
 from rdq.spi import defaults
 from rdq.spi._flow import Control, Counts, WorkerInfo
 from rdq.spi._models import (
+    Admitted,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -21,6 +22,7 @@ from rdq.spi._models import (
     Capabilities,
     Claimed,
     Completion,
+    Dedup,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -233,6 +235,11 @@ class ForwardingStorage:
             "expire_tasks", lambda: self.inner.expire_tasks(queue, task_ids, before)
         )
 
+    async def admit(
+        self, task: Envelope, dedup: Dedup, *, delay: timedelta | None = None
+    ) -> Admitted:
+        return await self._forward("admit", lambda: self.inner.admit(task, dedup, delay=delay))
+
 
 _OPTIONAL = {
     "enqueue_in": "transactional_enqueue",
@@ -256,6 +263,7 @@ _OPTIONAL = {
     "read_counts": "counters",
     "purge_counts": "counters",
     "backup": "backup",
+    "admit": "dedup",
 }
 """Operations a bare store of an earlier contract may lack, and their capability."""
 

@@ -16,7 +16,8 @@ package io.rdq;
  * {@code fairShares} and {@code priorityAging} (claims in the order a queue's own control
  * asks for: {@link Control#fair()}, {@link Control#aging()}); and that of contract version 5:
  * {@code retention} ({@link Storage#expireTasks}: exactly the listed finished tasks whose status
- * time is before the cut-off leave the store).
+ * time is before the cut-off leave the store) and {@code dedup} ({@link Storage#admit}: one live
+ * task per dedup key).
  */
 public record Capabilities(
         int contractVersion,
@@ -37,7 +38,8 @@ public record Capabilities(
         boolean counters,
         boolean fairShares,
         boolean priorityAging,
-        boolean retention) {
+        boolean retention,
+        boolean dedup) {
     /** The contract version this binding implements ({@code rdq.spi.CONTRACT_VERSION}). */
     public static final int CONTRACT_VERSION = 5;
 }

@@ -481,6 +481,42 @@ public final class Limits {
     }
 
     /** The ids given to {@code cancel}. */
+    public static final int MAX_DEDUP_KEY_LENGTH = 200;
+
+    /** The dedup settings of {@link Storage#admit}, as {@code rdq.spi.bounds.check_dedup}
+     * checks them (the same fields named). */
+    public static Dedup checkDedup(Dedup dedup) {
+        if (dedup == null) {
+            throw new ValidationException("dedup", "must be a dedup setting");
+        }
+        String key = dedup.key();
+        if (key == null || key.isEmpty() || key.codePointCount(0, key.length()) > MAX_DEDUP_KEY_LENGTH) {
+            throw new ValidationException("dedup.key", "must be 1-" + MAX_DEDUP_KEY_LENGTH + " characters");
+        }
+        if (key.codePoints().anyMatch(c -> Character.isWhitespace(c) || Character.isSpaceChar(c) || c < 0x20 || c == 0x7f)) {
+            throw new ValidationException("dedup.key", "must not contain whitespace or control characters");
+        }
+        if (!Dedup.MODES.contains(dedup.mode())) {
+            throw new ValidationException("dedup.mode", "must be one of " + String.join(", ", Dedup.MODES));
+        }
+        double longest = MAX_DELAY.getSeconds();
+        checkSeconds(dedup.window(), longest, "dedup.window");
+        checkSeconds(dedup.maxAge(), longest, "dedup.max_age");
+        if (dedup.mode().equals("extend") && dedup.window() == null) {
+            throw new ValidationException("dedup.window", "extend starts the window again: give one");
+        }
+        if (dedup.mode().equals("debounce") && dedup.maxAge() == null) {
+            throw new ValidationException("dedup.max_age", "debounce needs a max_age");
+        }
+        return dedup;
+    }
+
+    private static void checkSeconds(Double seconds, double longest, String field) {
+        if (seconds != null && !(seconds > 0 && seconds <= longest)) {
+            throw new ValidationException(field, "must be more than 0 and at most " + (long) longest + " seconds");
+        }
+    }
+
     public static List<String> checkCancelIds(List<String> ids) {
         if (ids == null) {
             throw new ValidationException("ids", "must be a list of task ids");

@@ -117,6 +117,16 @@ public interface Storage extends AutoCloseable {
      * Returns how many were deleted. */
     int expireTasks(String queue, List<String> taskIds, Instant before);
 
+    // --- dedup keys (contract version 5, capability dedup) ------------------------------------
+
+    /** {@link #enqueue} under a dedup key, atomically: the task is added and takes the key when
+     * no live task holds it; otherwise the holder is left (skipped), its window started again
+     * (extended) or, when still PENDING, given the task's payload and headers (replaced; with
+     * debounce also its due time, capped at the holder's created_at + maxAge). Of concurrent
+     * admissions of one key exactly one adds a task. {@link IdConflictException} for an id of
+     * another queue, {@link DedupConflictException} for a key held in another queue. */
+    Admitted admit(Envelope task, Dedup dedup, Duration delay);
+
     // --- flow control (contract version 3, capability control) ------------------------------
 
     /** The control records of {@code queue} (every queue when null), by queue then key, each

@@ -32,7 +32,10 @@ control                key 1–1100 characters without whitespace; ``gate``/``co
 worker info            a worker id; ``pid``/``concurrency``/``held`` ≥ 0; at most 1 000
                        queues; ``heartbeat`` in (0, 3 600] s
 counts                 at most 1 000 entries per call, each of a whole minute
-selector ids           at most 10 000 per call (redrive, purge, cancel)
+selector ids           at most 10 000 per call (redrive, purge, cancel, expire_tasks)
+dedup                  a key of 1–200 characters without whitespace; ``window`` and
+                       ``max_age`` in (0 s, ``MAX_DELAY``]; ``extend`` needs a window,
+                       ``debounce`` a ``max_age``
 worker id              1–200 characters, no control characters
 attempt                ``number`` ≥ 1; ``error_type`` at most 1024 characters,
                        ``error_message`` at most 8 192, ``traceback`` at most 32 768 (the
@@ -54,6 +57,7 @@ from rdq.spi.bounds._arguments import (
     check_completions,
     check_control,
     check_counts,
+    check_dedup,
     check_filter,
     check_ids,
     check_imported_task,
@@ -94,6 +98,7 @@ from rdq.spi.bounds._values import (
     MAX_CONTROL_KEY_LENGTH,
     MAX_CONTROL_STATE_BYTES,
     MAX_COUNTS,
+    MAX_DEDUP_KEY_LENGTH,
     MAX_DELAY,
     MAX_DEPTH,
     MAX_ERROR_MESSAGE_LENGTH,
@@ -124,6 +129,7 @@ __all__ = [
     "MAX_CONTROL_KEY_LENGTH",
     "MAX_CONTROL_STATE_BYTES",
     "MAX_COUNTS",
+    "MAX_DEDUP_KEY_LENGTH",
     "MAX_DELAY",
     "MAX_DEPTH",
     "MAX_ERROR_MESSAGE_LENGTH",
@@ -153,6 +159,7 @@ __all__ = [
     "check_control",
     "check_control_key",
     "check_counts",
+    "check_dedup",
     "check_delay",
     "check_depth",
     "check_filter",

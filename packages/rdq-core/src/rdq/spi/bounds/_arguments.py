@@ -12,6 +12,8 @@ from rdq.spi._models import (
     AuditEntry,
     AuditFilter,
     Completion,
+    Dedup,
+    DedupMode,
     DLQFilter,
     Envelope,
     Page,
@@ -40,6 +42,8 @@ from rdq.spi.bounds._values import (
     MAX_AUDIT_WORD_LENGTH,
     MAX_CONTROL_STATE_BYTES,
     MAX_COUNTS,
+    MAX_DEDUP_KEY_LENGTH,
+    MAX_DELAY,
     MAX_DEPTH,
     MAX_ERROR_MESSAGE_LENGTH,
     MAX_LIMIT,
@@ -321,3 +325,40 @@ def check_counts(value: object, field: str = "counts") -> list[Counts]:
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:
                 raise ValidationError("must be a non-negative integer", f"{where}.{name}")
     return list(value)
+
+
+def check_dedup(value: object, field: str = "dedup") -> Dedup:
+    """A :class:`~rdq.spi.Dedup`: a key of 1–200 characters without whitespace or control
+    characters, a known mode, a ``window`` and a ``max_age`` each ``None`` or more than 0 and
+    at most ``MAX_DELAY`` seconds; ``extend`` needs a window, ``debounce`` a ``max_age``."""
+    if not isinstance(value, Dedup):
+        raise ValidationError("must be an rdq.spi.Dedup", field=field)
+    key = value.key
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_DEDUP_KEY_LENGTH:
+        raise ValidationError(f"must be 1-{MAX_DEDUP_KEY_LENGTH} characters", f"{field}.key")
+    if not _KEY_RE.fullmatch(key):
+        raise ValidationError("must not contain whitespace or control characters", f"{field}.key")
+    mode: object = value.mode  # a Dedup built without its constructor's checks may hold anything
+    if not isinstance(mode, DedupMode):
+        modes = ", ".join(m.value for m in DedupMode)
+        raise ValidationError(f"must be one of {modes}", field=f"{field}.mode")
+    longest = MAX_DELAY.total_seconds()
+    for name in ("window", "max_age"):
+        seconds = getattr(value, name)
+        if seconds is None:
+            continue
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise ValidationError("must be a number of seconds", field=f"{field}.{name}")
+        if not 0 < seconds <= longest:
+            raise ValidationError(
+                f"must be more than 0 and at most {longest:g} seconds", field=f"{field}.{name}"
+            )
+    if value.mode == DedupMode.EXTEND and value.window is None:
+        raise ValidationError("extend starts the window again: give one", f"{field}.window")
+    if value.mode == DedupMode.DEBOUNCE and value.max_age is None:
+        raise ValidationError(
+            "debounce needs a max_age, so that a stream of submissions cannot put its task off "
+            "for ever",
+            field=f"{field}.max_age",
+        )
+    return value
