@@ -35,6 +35,7 @@ EXPECTED = Capabilities(
     fair_shares=True,
     priority_aging=True,
     retention=True,
+    dedup=True,
     transactional_enqueue=False,
 )
 

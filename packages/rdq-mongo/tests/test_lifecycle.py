@@ -112,6 +112,7 @@ EXPECTED = Capabilities(
     fair_shares=True,
     priority_aging=True,
     retention=True,
+    dedup=True,
     transactional_enqueue=False,
 )
 """What the store advertises, connected or not (``rdq_notify=off`` turns ``notify`` off)."""

@@ -23,6 +23,7 @@ from pymongo import ReturnDocument, UpdateOne
 from rdq.errors import NotConnected, NotFound, StaleClaim, StorageError
 from rdq.spi import (
     CONTRACT_VERSION,
+    Admitted,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -31,6 +32,7 @@ from rdq.spi import (
     Completion,
     Control,
     Counts,
+    Dedup,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -46,7 +48,7 @@ from rdq.spi import (
 from rdq_mongo import _controls, _fleet, _pages, _retention
 from rdq_mongo import _filters as f
 from rdq_mongo import _updates as u
-from rdq_mongo._admission import Admission, admit_batch, admit_one
+from rdq_mongo._admission import Admission, admit_batch, admit_dedup, admit_one
 from rdq_mongo._claims import HOLD_MARGIN_US, Claim
 from rdq_mongo._codec import (
     attempt_to_document,
@@ -133,6 +135,7 @@ class MongoStorage(StorageBase):
             fair_shares=True,
             priority_aging=True,
             retention=True,
+            dedup=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -433,6 +436,10 @@ class MongoStorage(StorageBase):
         # is bounded by it.
         with translate_errors(self._config.where):
             return await wait_due(connection, queue, timeout, self._config.timeout)
+
+    async def _admit(self, task: Envelope, dedup: Dedup, delay: timedelta | None) -> Admitted:
+        with self._errors() as connection:
+            return await admit_dedup(connection, task, dedup, delay)
 
     async def _expire_tasks(self, queue: str, task_ids: list[str], before: datetime) -> int:
         with self._errors() as connection:

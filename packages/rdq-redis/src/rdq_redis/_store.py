@@ -19,6 +19,7 @@ import msgspec
 from rdq.errors import NotConnected, NotFound, StaleClaim
 from rdq.spi import (
     CONTRACT_VERSION,
+    Admitted,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -27,6 +28,7 @@ from rdq.spi import (
     Completion,
     Control,
     Counts,
+    Dedup,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -83,6 +85,7 @@ CAPABILITIES = Capabilities(
     fair_shares=True,
     priority_aging=True,
     retention=True,
+    dedup=True,
 )
 """What the store offers, on one server and on Cluster alike: everything but
 ``enqueue_in`` (Redis has no transaction of the application's to join)."""
@@ -445,6 +448,10 @@ class RedisStorage(StorageBase):
             total += len(deleted)
             if len(deleted) < _PURGE_BATCH:
                 return total
+
+    async def _admit(self, task: Envelope, dedup: Dedup, delay: timedelta | None) -> Admitted:
+        scripts = await self._ready()
+        return await _admission.admit_dedup(scripts, self._redis, self._config, task, dedup, delay)
 
     async def _expire_tasks(self, queue: str, task_ids: list[str], before: datetime) -> int:
         qk = self._keys(queue)

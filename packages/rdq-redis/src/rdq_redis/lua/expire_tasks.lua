@@ -24,6 +24,7 @@ for i = 7, #ARGV do
         if n == 1 then
           group_remove(base, key, id)
         end
+        drop_dedup(base, key, id)
         redis.call('DEL', key)
         if indexed then
           redis.call('DEL', index_key(prefix, id))
