@@ -2,7 +2,7 @@
 
 - the commands (:data:`COMMANDS`): ``_backends``, ``_migrate``, ``_worker``, ``_demo``,
   ``_server``, ``_dlq`` (``stats`` and ``dlq``) with ``_dlq_files`` (``dlq export`` and
-  ``dlq import``), ``_tasks``, ``_flow`` (``queue``,
+  ``dlq import``), ``_submit``, ``_tasks``, ``_flow`` (``queue``,
   ``breakers``, ``breaker``, ``limits``, ``workers``), ``_status`` (``queue status``, the
   flags of ``stats``, what holds a task), ``_audit``, ``_copy``, ``_backup``,
   ``_schedules``;
@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("_demo:demo", "Watch rdq retry, dead-letter and redrive tasks (in memory)."),
     "server": ("_server:server", "Run an rdq server node (HTTP API, DLQ UI, worker)."),
     "stats": ("_dlq:stats", "Show queue statistics (every queue by default)."),
+    "submit": ("_submit:submit", "Submit a task (with an id, a delay, a dedup key)."),
     "dlq": (
         "_dlq:dlq",
         "List, inspect, group, redrive (at a pace too), purge, export and import dead-lettered "

@@ -147,6 +147,15 @@ class DirectTarget(Target):
         )
         return report.to_builtins()
 
+    async def submit(self, request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        from rdq.client import Client
+        from rdq.spi import envelope_to_builtins
+
+        options = dict(request)
+        handler = options.pop("handler_ref")
+        submitted = await Client(self._storage, actor=self._actor).submit(handler, **options)
+        return submitted.outcome, envelope_to_builtins(await self._storage.get(submitted.id))
+
     async def import_dead(
         self, queue: str, tasks: list[dict[str, Any]], reason: str | None
     ) -> dict[str, Any]:

@@ -187,6 +187,22 @@ class HttpTarget(Target):
                 progress(min(start + _HTTP_ID_CHUNK, len(ids)), len(ids))
         return answers
 
+    async def submit(self, request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        import httpx
+
+        body = {k: v for k, v in request.items() if v is not None}
+        try:
+            response = await self._http.post("/v1/tasks", json=body)
+        except httpx.HTTPError as exc:
+            raise TargetError(f"cannot reach {self._url}: {exc or type(exc).__name__}") from None
+        if response.status_code >= 400:
+            raise TargetError(_describe(response))
+        outcome = response.headers.get("rdq-outcome") or (
+            "added" if response.status_code == 201 else "skipped"
+        )
+        task: dict[str, Any] = response.json()
+        return outcome, task
+
     async def import_dead(
         self, queue: str, tasks: list[dict[str, Any]], reason: str | None
     ) -> dict[str, Any]:

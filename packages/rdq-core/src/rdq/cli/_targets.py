@@ -140,6 +140,12 @@ class Target(abc.ABC):
         ``archived`` and ``archive`` (where)."""
 
     @abc.abstractmethod
+    async def submit(self, request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Submit the task ``request`` describes (the body of ``POST /v1/tasks``: handler_ref,
+        queue, id, payload, headers, delay, priority, dedup_*); what the submission did
+        (``added``, ``skipped``, ``replaced``, ``extended``) and the task that holds it."""
+
+    @abc.abstractmethod
     async def import_dead(
         self, queue: str, tasks: list[dict[str, Any]], reason: str | None
     ) -> dict[str, Any]:

@@ -8,15 +8,18 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, get, post
+from litestar.datastructures import ResponseHeader
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, PathParameter, QueryParameter
 
+from rdq._dedup import admit as admit_under_key
+from rdq._dedup import dedup_of
 from rdq._ids import new_task_ids
 from rdq.admin import ActionReport, Outlook, TaskSelector
 from rdq.app import App, unknown_handler, unknown_queue
 from rdq.callbacks import CallbackBlocked, check_callback_url, is_callback_ref
 from rdq.client import task_keys_for
-from rdq.errors import IDConflict, ValidationError
+from rdq.errors import DedupConflict, IDConflict, ValidationError
 from rdq.server._api_common import (
     Cursor,
     Limit,
@@ -40,7 +43,15 @@ from rdq.server._models import (
     TaskDoc,
     TaskPage,
 )
-from rdq.spi import Page, Status, TaskFilter, bounds, envelope_from_builtins
+from rdq.spi import (
+    Dedup,
+    Envelope,
+    Page,
+    Status,
+    TaskFilter,
+    bounds,
+    envelope_from_builtins,
+)
 
 __all__ = ["cancel_tasks", "get_task", "list_tasks", "submit_task", "task_outlook"]
 
@@ -70,15 +81,29 @@ _KNOWN_FIELDS = frozenset(SubmitRequest.__struct_fields__) | {"format_version"}
     summary="Submit a task",
     description="201 when stored, 200 when the same id already exists in the same queue "
     "(nothing changes; the stored task is returned to tokens with the read right, the "
-    "submitted one to others), 409 when it exists in another queue. On a node with an "
+    "submitted one to others), 409 when it exists in another queue. With a `dedup_key`, the "
+    "submission is folded into the live task that holds the key (`dedup_mode`: skip, "
+    "replace, extend or debounce): 201 when it added a task, else 200 with the task that "
+    "holds the key; 409 when the key is held in another queue. The `RDQ-Outcome` header "
+    "says what the submission did: `added`, `skipped`, `replaced` or `extended`; a "
+    "submission that added no task is in the audit trail (`dedup`). On a node with an "
     "application (`--app`) a handler or queue it does not know is a 422 naming the closest "
     'known one (`"force": true` submits it anyway), and `queue` defaults to the '
     "handler's. The payload's JSON may "
     "take 1 MiB (1048576 bytes); unknown fields are kept and, as the JSON object they form, "
     "count towards that limit; payloads nest at most 64 levels.",
+    response_headers=[
+        ResponseHeader(
+            name="RDQ-Outcome",
+            description="added, skipped, replaced or extended",
+            documentation_only=True,
+        )
+    ],
     responses={
         200: ResponseSpec(
-            data_container=TaskDoc, description="Already submitted", generate_examples=False
+            data_container=TaskDoc,
+            description="Already submitted, or folded into the task that holds the dedup key",
+            generate_examples=False,
         ),
         **errors(400, 409, 413, 415, 422),
     },
@@ -101,6 +126,9 @@ async def submit_task(
     raw.pop("delay", None)
     raw.pop("format_version", None)
     raw.pop("force", None)
+    for name in _DEDUP_FIELDS:  # how to admit it, not the task
+        raw.pop(name, None)
+    dedup = dedup_of(data.dedup_key, data.dedup_window, data.dedup_mode, data.dedup_max_age)
     app = node.engine_app
     queue = data.queue
     if app is not None and "queue" not in raw:  # the handler's queue, as the client does
@@ -124,6 +152,8 @@ async def submit_task(
     may_read = request.state.principal.can("read")
     if app is not None:
         await node.limit_controls.ensure(node.storage, app.limit_plan, [task])
+    if dedup is not None:
+        return await _admit(request, task, dedup, delay, id_given=data.id is not None)
     try:
         stored = await node.storage.enqueue(task, delay=delay)
     except IDConflict:
@@ -136,7 +166,49 @@ async def submit_task(
         # what this caller submitted
         return Response(task_body(task), status_code=200)
     current = await node.storage.get(task.id)
-    return Response(task_body(current), status_code=201 if stored else 200)
+    outcome = {OUTCOME_HEADER: "added" if stored else "skipped"}
+    return Response(task_body(current), status_code=201 if stored else 200, headers=outcome)
+
+
+OUTCOME_HEADER = "RDQ-Outcome"
+_DEDUP_FIELDS = ("dedup_key", "dedup_window", "dedup_mode", "dedup_max_age")
+
+
+async def _admit(
+    request: Request[Any, Any, Any],
+    task: Envelope,
+    dedup: Dedup,
+    delay: timedelta | None,
+    *,
+    id_given: bool,
+) -> Response[Any]:
+    """A submission under a dedup key: the holder's envelope, 201 when it was added (200
+    otherwise), and what happened in ``RDQ-Outcome``."""
+    node = node_of(request)
+    may_read = request.state.principal.can("read")
+    try:
+        admitted = await admit_under_key(
+            node.storage,
+            task,
+            dedup,
+            delay,
+            actor=principal_owner(request),
+            sinks=node.admin.sinks,
+            id_given=id_given,
+        )
+    except IDConflict as conflict:
+        if may_read:
+            raise
+        what = "dedup key is held" if isinstance(conflict, DedupConflict) else "task id exists"
+        raise ApiError(409, "id_conflict", f"the {what} in another queue", "id") from None
+    outcome = admitted.outcome.value
+    status = 201 if outcome == "added" else 200
+    headers = {OUTCOME_HEADER: outcome}
+    if not may_read:  # the stored task is for readers only: what this caller submitted
+        echoed = msgspec.structs.replace(task, id=admitted.task_id)
+        return Response(task_body(echoed), status_code=status, headers=headers)
+    current = await node.storage.get(admitted.task_id)
+    return Response(task_body(current), status_code=status, headers=headers)
 
 
 def _check_known(app: App, ref: str, queue: str | None, worked: Sequence[str]) -> None:

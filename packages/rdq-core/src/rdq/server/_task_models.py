@@ -11,6 +11,7 @@ import msgspec
 from msgspec import Meta
 
 from rdq.server._fields import (
+    DedupKey,
     Delay,
     ErrorType,
     FilterHandlerRef,
@@ -82,6 +83,20 @@ class SubmitRequest(msgspec.Struct, kw_only=True):
     """On a node with an application (``--app``): submit a handler or queue the application
     does not know (one another application serves); without it such a task is refused with
     the closest known name. Not stored."""
+    dedup_key: DedupKey | None = None
+    """Fold the submission into the live task that holds this key (keys are unique across
+    queues, as ids are): see ``dedup_mode``. The ``RDQ-Outcome`` header of the answer says
+    what happened. Not stored in the envelope."""
+    dedup_window: Seconds | None = None
+    """Seconds the key stays held after its task's submission (default: while the task is
+    pending or running)."""
+    dedup_mode: Literal["skip", "replace", "extend", "debounce"] = "skip"
+    """What a submission of a held key does: nothing (``skip``), start its window again
+    (``extend``), put its payload and headers into the holder if it has not started
+    (``replace``), and also make the holder due after this ``delay`` (``debounce``)."""
+    dedup_max_age: Seconds | None = None
+    """``debounce``: the holder is never due later than this many seconds after it was first
+    submitted (default 3600)."""
 
 
 class AttemptDoc(msgspec.Struct, kw_only=True):
