@@ -45,6 +45,7 @@ class TestJavaKeepsTheContract(StorageSuite):
             priority_aging=True,
             retention=True,
             dedup=True,
+            payload_refs=True,
             reopen=True,
         )
 

@@ -29,6 +29,7 @@ BROKEN_MODULES = (
     "kit_broken_order",
     "kit_broken_retention",
     "kit_broken_dedup",
+    "kit_broken_payload_refs",
 )
 """The modules beside this file that hold broken stores (``BROKEN_STORES`` in each)."""
 

@@ -57,4 +57,5 @@ class TestMemoryStoreKeepsTheContract(StorageSuite):
             priority_aging=True,
             retention=True,
             dedup=True,
+            payload_refs=True,
         )

@@ -80,6 +80,7 @@ class TestPostgresKeepsTheContract(StorageSuite):
             priority_aging=True,
             retention=True,
             dedup=True,
+            payload_refs=True,
             reopen=True,
             transactional_enqueue=True,
         )

@@ -95,6 +95,7 @@ def test_capabilities_are_pinned() -> None:
         priority_aging=True,
         retention=True,
         dedup=True,
+        payload_refs=True,
         reopen=True,
         transactional_enqueue=True,
     )
@@ -120,6 +121,7 @@ def test_capabilities_are_pinned() -> None:
         priority_aging=True,
         retention=True,
         dedup=True,
+        payload_refs=True,
         reopen=True,
         transactional_enqueue=True,
     )

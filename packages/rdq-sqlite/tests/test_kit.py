@@ -59,6 +59,7 @@ class TestSqliteFileKeepsTheContract(StorageSuite):
             priority_aging=True,
             retention=True,
             dedup=True,
+            payload_refs=True,
         )
 
     @pytest.fixture
@@ -102,6 +103,7 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
             priority_aging=True,
             retention=True,
             dedup=True,
+            payload_refs=True,
         )
 
     @pytest.fixture

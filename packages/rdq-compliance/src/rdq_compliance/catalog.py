@@ -29,6 +29,7 @@ TITLES = {
     "RedrivePurgeClauses": "Redrive resets, history persists; purge",
     "CancelClauses": "Cancel",
     "RetentionClauses": "Retention: expire_tasks (capability retention)",
+    "PayloadRefClauses": "Payload references: held_payload_refs (capability payload_refs)",
     "DLQClauses": "Stable DLQ pagination",
     "DLQFilterClauses": "DLQ filters (capability filter_pushdown)",
     "DLQGroupClauses": "DLQ groups",

@@ -23,6 +23,7 @@ from rdq_compliance.clauses.imports import ImportClauses
 from rdq_compliance.clauses.lifecycle import ClockClauses, LifecycleClauses
 from rdq_compliance.clauses.listing import TaskListingClauses
 from rdq_compliance.clauses.operations import OperationClauses
+from rdq_compliance.clauses.payload_refs import PayloadRefClauses
 from rdq_compliance.clauses.priority import PriorityClauses
 from rdq_compliance.clauses.recovery import RecoveryClauses
 from rdq_compliance.clauses.redrive_purge import RedrivePurgeClauses
@@ -48,6 +49,7 @@ class StorageSuite(
     RedrivePurgeClauses,
     CancelClauses,
     RetentionClauses,
+    PayloadRefClauses,
     DLQClauses,
     DLQFilterClauses,
     DLQGroupClauses,

@@ -19,7 +19,8 @@ worker.
 
 The package's rooms, each a package with its own map: ``worker`` (claiming and running
 tasks), ``retry`` (what an attempt comes to), ``flow`` (breakers, pauses and limits),
-``retention`` (how long finished tasks stay, and the archive they go to first), ``admin``
+``retention`` (how long finished tasks stay, and the archive they go to first), ``blobs``
+(payloads too big for a row, by reference), ``admin``
 (the operator's actions), ``server`` (the HTTP API and the console), ``cli`` (the
 ``rdq`` command), ``spi`` (the storage contract and everything a plugin uses).
 

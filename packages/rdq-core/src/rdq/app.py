@@ -55,11 +55,13 @@ from rdq._handlers import (
 from rdq._handlers import import_path as import_path
 from rdq._handlers import make_handler as make_handler
 from rdq._suggest import did_you_mean
+from rdq.blobs import Blobs, BlobStore, blobs_from
 from rdq.config import (
     Backoff,
     Breaker,
     QueueConfig,
     parse_archive,
+    parse_blobs,
     parse_config,
     read_toml,
 )
@@ -95,17 +97,23 @@ class App:
         *,
         import_prefixes: list[str] | None = None,
         archive: Archive | str | None = None,
+        blobs: Blobs | BlobStore | str | None = None,
     ) -> None:
         """``import_prefixes``: module prefixes (``"myapp"`` allows ``myapp.jobs:send``) from
         which handler_refs of the form ``pkg.module:function`` may be imported at claim time.
         None (the default) allows none: only registered handlers and scheme invokers run.
         ``archive``: where finished tasks go before retention removes them (see
         :mod:`rdq.retention`): an archive, a directory, or ``module:attribute`` naming a sink;
-        ``None``: ``RDQ_ARCHIVE``, else the directory ``rdq-archive``."""
+        ``None``: ``RDQ_ARCHIVE``, else the directory ``rdq-archive``. ``blobs``: where payloads
+        above the inline limit go (see :mod:`rdq.blobs`): settings, a blob store, a directory
+        or a URL; ``None``: ``RDQ_BLOBS``, else the directory ``rdq-blobs``."""
         self._defaults = (defaults or QueueConfig()).validate("")
         self._archive_setting: Archive | str | None = archive
         self._archive_options: dict[str, Any] = {}
         self._archive: Archive | None = None
+        self._blobs_setting: Blobs | BlobStore | str | None = blobs
+        self._blobs_options: dict[str, Any] = {}
+        self._blobs: Blobs | None = blobs if isinstance(blobs, Blobs) else None
         self._import_prefixes = tuple(import_prefixes or ())
         self._queues: dict[str, QueueConfig] = {}
         self._handlers: dict[str, Handler] = {}
@@ -205,6 +213,7 @@ class App:
         defaults, queues = parse_config(data, self._defaults)
         schedules = parse_schedules(data.get("schedules", {}))
         archive = parse_archive(data)
+        blob_settings = parse_blobs(data)
         for name, config in queues.items():
             _plan(name, config, self._handlers)
         self._defaults = defaults
@@ -218,9 +227,28 @@ class App:
             self._archive_setting = archive.get("sink") or archive.get("directory")
             self._archive_options = options
             self._archive = None
+        if blob_settings:
+            self._blobs_setting = blob_settings.pop("url", None) or blob_settings.pop(
+                "directory", None
+            )
+            self._blobs_options = blob_settings
+            self._blobs = None
         self._changed()
 
     # --- the archive -------------------------------------------------------------------------
+
+    @property
+    def blobs(self) -> Blobs:
+        """Where payloads above the inline limit go, and the limits (built at first use;
+        ``ConfigError`` for a store that cannot be opened)."""
+        if self._blobs is None:
+            setting = self._blobs_setting
+            self._blobs = (
+                setting
+                if isinstance(setting, Blobs)
+                else blobs_from(setting, **self._blobs_options)
+            )
+        return self._blobs
 
     @property
     def archive(self) -> Archive:

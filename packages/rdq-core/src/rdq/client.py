@@ -32,12 +32,13 @@ from typing import Any, Self, TypeVar
 
 import msgspec
 
-from rdq import tracing
+from rdq import metrics, tracing
 from rdq._dedup import admit as admit_under_key
 from rdq._dedup import dedup_of
 from rdq._ids import new_task_ids
 from rdq._storage_url import storage_url
 from rdq.app import DEFAULT_QUEUE, App, import_path, unknown_handler
+from rdq.blobs import Blobs, Offloaded, blobs_from, offload
 from rdq.errors import Unsupported, ValidationError
 from rdq.flow import DEPENDENCY_PREFIX, LimitControls
 from rdq.plugins import open_storage
@@ -111,6 +112,7 @@ class Client:
         self.storage = storage
         self.app = app
         self.actor = actor or f"client@{socket.gethostname()}"
+        self._blobs: Blobs | None = None
         self._limit_controls = LimitControls()
 
     @classmethod
@@ -187,6 +189,7 @@ class Client:
             tracing.trace_headers(),
         )
         dedup = dedup_of(dedup_key, dedup_window, dedup_mode, dedup_max_age)
+        task, blob = await self._offload(task)
         await self._provision([task])
         if dedup is not None:
             if connection is not None:
@@ -194,12 +197,42 @@ class Client:
                     "a submit under a dedup key is not taken in the application's transaction",
                     field="dedup_key",
                 )
-            return await self._admit(task, dedup, wait, id is not None)
+            submitted = await self._admit(task, dedup, wait, id is not None)
+            await self._keep(blob)
+            return submitted
         if connection is not None:
             [created] = await self._enqueue_in(connection, [task], wait)
         else:
             created = await self.storage.enqueue(task, delay=wait)
+        await self._keep(blob)
         return Submitted(task.id, task.queue, created, "added" if created else "skipped")
+
+    @property
+    def blobs(self) -> Blobs:
+        """Where this client puts payloads above the inline limit (the app's, else
+        ``RDQ_BLOBS``, else ``./rdq-blobs``: see :mod:`rdq.blobs`)."""
+        if self._blobs is None:
+            self._blobs = self.app.blobs if self.app is not None else blobs_from(None)
+        return self._blobs
+
+    async def _offload(self, task: Envelope) -> tuple[Envelope, Offloaded | None]:
+        """``task`` with its payload in the blob store when it is above the inline limit and
+        the store indexes payload references (else as it is: the store checks its size)."""
+        if not self.storage.capabilities().payload_refs:
+            return task, None
+        blobs = self.blobs
+        stored, blob = await offload(
+            task, blobs.store, inline_limit=blobs.inline_limit, max_bytes=blobs.max_bytes
+        )
+        if blob is not None:
+            metrics.PAYLOADS_OFFLOADED.labels(task.queue).inc()
+        return stored, blob
+
+    async def _keep(self, blob: Offloaded | None) -> None:
+        """The blob of a task just stored is still there (a sweep that ran between the blob
+        and the task may have taken it: put it back)."""
+        if blob is not None and not await self.blobs.store.exists(blob.digest):
+            await self.blobs.store.put(blob.digest, blob.data)
 
     async def _admit(
         self, task: Envelope, dedup: Dedup, wait: timedelta | None, id_given: bool
@@ -225,6 +258,12 @@ class Client:
         built = [self._envelope(s, s.id if s.id is not None else ids.pop(), trace) for s in items]
         if not built:
             return []
+        blobs: list[Offloaded] = []
+        for index, (task, wait) in enumerate(built):
+            stored, blob = await self._offload(task)
+            if blob is not None:
+                built[index] = (stored, wait)
+                blobs.append(blob)
         await self._provision([task for task, _ in built])
         created: list[bool] = [False] * len(built)
         if connection is not None or self.storage.capabilities().batch_enqueue:
@@ -250,6 +289,8 @@ class Client:
                     bounds.check_task(task)
             for index, (task, wait) in enumerate(built):
                 created[index] = await self.storage.enqueue(task, delay=wait)
+        for blob in blobs:
+            await self._keep(blob)
         return [
             Submitted(task.id, task.queue, flag, "added" if flag else "skipped")
             for (task, _), flag in zip(built, created, strict=True)

@@ -55,6 +55,10 @@ The TOML layout (durations in seconds)::
     max_file_bytes = 67108864
     # sink = "myapp.archive:to_s3"       # or a sink of your own, by import path
 
+    [blobs]                      # payloads above the inline limit (see rdq.blobs)
+    url = "s3://bucket/rdq-blobs"        # or directory = "…" (default ./rdq-blobs)
+    inline_limit = 262144                # bytes of JSON kept in the row (default 1 MiB)
+
     [schedules.nightly-report]   # see rdq.schedules
     handler = "build_report"
     cron = "0 3 * * *"
@@ -87,6 +91,7 @@ from rdq.spi import bounds
 
 __all__ = [
     "ARCHIVE_SETTINGS",
+    "BLOB_SETTINGS",
     "SECTIONS",
     "Backoff",
     "BackoffKind",
@@ -94,6 +99,7 @@ __all__ = [
     "QueueConfig",
     "load_toml",
     "parse_archive",
+    "parse_blobs",
     "parse_config",
     "read_toml",
 ]
@@ -111,7 +117,7 @@ def parse_config(
             raise ConfigError(
                 "unknown section"
                 + did_you_mean(key, SECTIONS)
-                + " (expected [defaults], [queues.NAME], [schedules.NAME] or [archive])",
+                + " (expected [defaults], [queues.NAME], [schedules.NAME], [archive] or [blobs])",
                 key=key,
             )
     base = defaults or QueueConfig()
@@ -134,7 +140,7 @@ def parse_config(
     return base, queues
 
 
-SECTIONS = ("defaults", "queues", "schedules", "archive")
+SECTIONS = ("defaults", "queues", "schedules", "archive", "blobs")
 """The tables a config file holds."""
 ARCHIVE_SETTINGS = {"directory": str, "max_file_bytes": int, "compress": bool, "sink": str}
 """Every key of the ``[archive]`` table."""
@@ -159,6 +165,40 @@ def parse_archive(data: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"must be {what}", key=f"archive.{key}")
     if "directory" in raw and "sink" in raw:
         raise ConfigError("give a directory or a sink, not both", key="archive.sink")
+    return dict(raw)
+
+
+BLOB_SETTINGS = {
+    "directory": str,
+    "url": str,
+    "inline_limit": int,
+    "max_bytes": int,
+    "grace": float,
+    "sweep_interval": float,
+}
+"""Every key of the ``[blobs]`` table."""
+
+
+def parse_blobs(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``[blobs]`` table, checked: ``directory`` or ``url`` (not both), ``inline_limit``
+    and ``max_bytes`` (bytes), ``grace`` and ``sweep_interval`` (seconds)."""
+    raw = data.get("blobs", {})
+    if not isinstance(raw, Mapping):
+        raise ConfigError("must be a table", key="blobs")
+    for key, value in raw.items():
+        expected = BLOB_SETTINGS.get(key)
+        if expected is None:
+            raise ConfigError(
+                "unknown blobs setting" + did_you_mean(key, BLOB_SETTINGS), key=f"blobs.{key}"
+            )
+        ok = {str: isinstance(value, str) and bool(value), int: is_int(value)}.get(
+            expected, is_number(value)
+        )
+        if not ok:
+            what = {str: "text", int: "an integer"}.get(expected, "a number of seconds")
+            raise ConfigError(f"must be {what}", key=f"blobs.{key}")
+    if "directory" in raw and "url" in raw:
+        raise ConfigError("give a directory or a url, not both", key="blobs.url")
     return dict(raw)
 
 

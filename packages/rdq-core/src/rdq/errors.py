@@ -14,6 +14,7 @@ backend it runs on.
     │   ├── ControlConflict          a control record changed since it was read
     │   ├── NotConnected             the store is not open (before connect, after aclose)
     │   ├── Unsupported              the store lacks a capability (also NotImplementedError)
+    │   ├── PayloadMissing           the blob a task's payload reference names is not there
     │   └── StorageUnavailable       the backend cannot be reached (retryable)
     ├── ValidationError              bad input, names the field
     │   └── UnknownName              a queue, handler or dependency nothing knows
@@ -32,6 +33,7 @@ __all__ = [
     "IDConflict",
     "NotConnected",
     "NotFound",
+    "PayloadMissing",
     "PluginError",
     "RdqError",
     "StaleClaim",
@@ -133,6 +135,17 @@ class Unsupported(StorageError, NotImplementedError):
             f"{store} does not offer the {capability!r} capability{what}; use a backend that "
             "advertises it (`rdq backends --capabilities` lists what each offers)"
         )
+
+
+class PayloadMissing(StorageError):
+    """The blob a task's payload reference names is not in the blob store (or is not what
+    its digest says): the payload cannot be read."""
+
+    def __init__(self, digest: str, where: str, reason: str = "not there") -> None:
+        self.digest = digest
+        self.where = where
+        self.reason = reason
+        super().__init__(f"payload blob sha256:{digest} is {reason} ({where})")
 
 
 class StorageUnavailable(StorageError):

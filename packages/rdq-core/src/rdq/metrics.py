@@ -20,6 +20,7 @@ __all__ = [
     "ARCHIVE_FAILURES",
     "ATTEMPTS",
     "AUDIT_FAILURES",
+    "BLOBS_DELETED",
     "BREAKER_OPEN_TOO_LONG",
     "BREAKER_STATE",
     "BREAKER_TRANSITIONS",
@@ -42,6 +43,7 @@ __all__ = [
     "LOOP_STALL_SECONDS",
     "OLDEST_PENDING_AGE",
     "PAUSED",
+    "PAYLOADS_OFFLOADED",
     "PENDING",
     "PURGED",
     "REDRIVEN",
@@ -147,6 +149,14 @@ EXPIRED = Counter(
     "rdq_expired",
     "Finished tasks retention removed from the store (each archived first).",
     ["queue", "status"],
+)
+BLOBS_DELETED = Counter(
+    "rdq_blobs_deleted", "Payload blobs the sweep deleted: no task referred to them any more."
+)
+PAYLOADS_OFFLOADED = Counter(
+    "rdq_payloads_offloaded",
+    "Payloads above the inline limit put in the blob store by this process.",
+    ["queue"],
 )
 ARCHIVE_FAILURES = Counter(
     "rdq_archive_failures",

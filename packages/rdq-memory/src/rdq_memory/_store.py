@@ -285,6 +285,7 @@ CAPABILITIES = Capabilities(
     priority_aging=True,
     retention=True,
     dedup=True,
+    payload_refs=True,
 )
 """Everything the contract offers but ``enqueue_in`` (there is no application transaction in
 process memory)."""

@@ -89,6 +89,7 @@ CAPABILITIES = Capabilities(
     priority_aging=True,
     retention=True,
     dedup=True,
+    payload_refs=True,
     reopen=True,
     transactional_enqueue=True,
 )
@@ -412,6 +413,9 @@ class PostgresStorage(StorageBase):
 
     async def _admit(self, task: Envelope, dedup: Dedup, delay: timedelta | None) -> Admitted:
         return await _admission.admit(self._db, self._sql, self._announcing, task, dedup, delay)
+
+    async def _held_payload_refs(self, refs: list[str]) -> set[str]:
+        return await _retention.held_payload_refs(self._db, self._sql, refs)
 
     async def _expire_tasks(self, queue: str, task_ids: list[str], before: datetime) -> int:
         return await _retention.expire_tasks(self._db, self._sql, queue, task_ids, before)

@@ -137,6 +137,7 @@ class SqliteStorage(StorageBase):
             priority_aging=True,
             retention=True,
             dedup=True,
+            payload_refs=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -408,6 +409,9 @@ class SqliteStorage(StorageBase):
         if due:
             self._bell.ring([task.queue])
         return admitted
+
+    async def _held_payload_refs(self, refs: list[str]) -> set[str]:
+        return await self._read(_retention.held_payload_refs, refs)
 
     async def _expire_tasks(self, queue: str, task_ids: list[str], before: datetime) -> int:
         return await self._write(_retention.expire_tasks, queue, task_ids, to_us(before) or 0)

@@ -56,7 +56,7 @@ __all__ = [
 
 Right = Literal["read", "submit", "admin"]
 RIGHTS: tuple[Right, ...] = ("read", "submit", "admin")
-_ENGINE_TABLES = ("defaults", "queues", "schedules", "archive")
+_ENGINE_TABLES = ("defaults", "queues", "schedules", "archive", "blobs")
 """Top-level tables of a node's TOML file that configure the engine (``App.configure``)."""
 DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
 """Largest request body the API accepts (a 1 MiB payload plus room for the rest)."""

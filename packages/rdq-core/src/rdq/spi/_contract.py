@@ -159,6 +159,13 @@ FEATURES: dict[str, Feature] = {
             "exists, or for the fixed period of the window it falls in); refuses the others",
         ),
         Feature(
+            "payload_refs",
+            5,
+            "feature",
+            ("held_payload_refs",),
+            "keeps every payload inline: one above the inline limit (1 MiB) is refused",
+        ),
+        Feature(
             "reopen",
             2,
             "feature",

@@ -1,6 +1,6 @@
 """The operations of contract version 5 in :class:`~rdq.spi.StorageBase`: what a store keeps
-and for how long — the retention step (``expire_tasks``) and admission under a dedup key
-(``admit``).
+and for how long — the retention step (``expire_tasks``), admission under a dedup key
+(``admit``) and the payload references tasks hold (``held_payload_refs``).
 
 The same template as the rest of the base (check open, validate through
 :mod:`rdq.spi.bounds`, call the store's ``_operation`` within the operation timeout). They
@@ -21,8 +21,20 @@ __all__ = ["KeepingOperations"]
 
 
 class KeepingOperations(FlowOperations):
-    """``expire_tasks`` and ``admit`` (see the module docstring); stores subclass
+    """``expire_tasks``, ``admit`` and ``held_payload_refs`` (see the module docstring); stores
+    subclass
     :class:`~rdq.spi.StorageBase`, which inherits them."""
+
+    async def held_payload_refs(self, refs: Sequence[str]) -> set[str]:
+        self._check_open()
+        checked = list(dict.fromkeys(bounds.check_payload_refs(refs)))
+        if not checked:
+            return set()
+        return await self._run(self._held_payload_refs(checked))
+
+    async def _held_payload_refs(self, refs: list[str]) -> set[str]:
+        """``refs``: valid, each once, at least one."""
+        raise self._unsupported("payload_refs")
 
     async def admit(
         self, task: Envelope, dedup: Dedup, *, delay: timedelta | None = None

@@ -15,6 +15,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
+    "PAYLOAD_REF_HEADER",
     "STATUS_TIME_FIELDS",
     "AdmitOutcome",
     "Admitted",
@@ -41,6 +42,10 @@ __all__ = [
 
 FORMAT_VERSION = 1
 """The envelope format this release writes. Readers keep fields they do not know."""
+
+PAYLOAD_REF_HEADER = "rdq-payload-ref"
+"""The header of a task whose payload lives in a blob store (``sha256:<hex digest>``; its
+``payload`` is then ``null``): stores index it (capability ``payload_refs``)."""
 
 MIN_PRIORITY = -10
 MAX_PRIORITY = 10
@@ -265,6 +270,11 @@ class Capabilities(msgspec.Struct, kw_only=True, frozen=True):
     other live task holds the key (see :class:`Dedup`), atomically: of concurrent admissions
     of one key exactly one adds a task. Without it the engine refuses every mode but ``skip``,
     which it serves by a task id derived from the key (see ``docs/engine.md``)."""
+    payload_refs: bool = False
+    """``held_payload_refs(refs)``: which payload references (the ``rdq-payload-ref`` header)
+    some stored task carries, from an index. Without it the engine keeps payloads inline
+    (those above the inline limit are refused, as before): a blob it could not prove unused
+    could never be deleted."""
 
     # --- announced optional operations ----------------------------------------------------------
     reopen: bool = False

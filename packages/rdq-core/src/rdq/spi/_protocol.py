@@ -377,6 +377,17 @@ class Storage(Protocol):
 
     # --- what the store keeps, and for how long (contract version 5) ---------------------------
 
+    async def held_payload_refs(self, refs: Sequence[str]) -> set[str]:
+        """(``payload_refs``) Which of ``refs`` some stored task carries in its
+        ``rdq-payload-ref`` header (:data:`~rdq.spi.PAYLOAD_REF_HEADER`), in any status and
+        any queue: a task admitted, imported or changed (a dedup replacement writes its
+        headers) carries its reference from then on, and no longer once it is deleted
+        (purged, expired, the finished-task TTL) or its headers changed. Answered from an
+        index, not a scan of every task. At most ``bounds.MAX_LIMIT`` references of at most
+        ``bounds.MAX_PAYLOAD_REF_LENGTH`` characters each (``ValidationError`` naming
+        ``refs`` or ``refs[i]``). The engine deletes a blob only when no task holds its
+        reference."""
+
     async def admit(
         self, task: Envelope, dedup: Dedup, *, delay: timedelta | None = None
     ) -> Admitted:

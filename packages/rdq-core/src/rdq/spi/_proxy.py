@@ -240,6 +240,9 @@ class ForwardingStorage:
     ) -> Admitted:
         return await self._forward("admit", lambda: self.inner.admit(task, dedup, delay=delay))
 
+    async def held_payload_refs(self, refs: Sequence[str]) -> set[str]:
+        return await self._forward("held_payload_refs", lambda: self.inner.held_payload_refs(refs))
+
 
 _OPTIONAL = {
     "enqueue_in": "transactional_enqueue",
@@ -264,6 +267,7 @@ _OPTIONAL = {
     "purge_counts": "counters",
     "backup": "backup",
     "admit": "dedup",
+    "held_payload_refs": "payload_refs",
 }
 """Operations a bare store of an earlier contract may lack, and their capability."""
 

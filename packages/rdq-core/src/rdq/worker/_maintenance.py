@@ -1,7 +1,8 @@
 """Periodic upkeep a worker does beside its handlers: queue statistics for the metrics gauges,
 deletion of succeeded tasks older than their queue's ``task_ttl``, and retention (DEAD tasks
 past a queue's ``dead_ttl``, and finished ones past ``task_ttl`` when the queue archives them:
-each written to the app's archive before it leaves, see :mod:`rdq.retention`).
+each written to the app's archive before it leaves, see :mod:`rdq.retention`), and the sweep
+of payload blobs no task refers to any more (see :mod:`rdq.blobs`).
 
 Cut-offs are computed on the storage's clock (learned from ``Stats.as_of`` and from claims),
 never from the local wall clock, so a skewed worker never purges early.
@@ -16,6 +17,7 @@ from typing import Any
 
 from rdq import flow, metrics
 from rdq.app import App
+from rdq.blobs import sweep
 from rdq.retention import Expiry, retain
 from rdq.spi import Stats, Status, Storage
 from rdq.worker._clock import StorageClock
@@ -148,6 +150,7 @@ async def maintenance_loop(
     ``runner`` (the worker's id) takes each queue's retention record for its rounds. Errors
     are logged, not raised."""
     next_purge = clock.mono() + min(purge_interval, stats_interval)
+    next_sweep = clock.mono() + min(purge_interval, stats_interval)
     while True:
         try:
             await refresh_stats(storage, queues, clock)
@@ -159,6 +162,12 @@ async def maintenance_loop(
                     log.info("purged succeeded tasks past their task_ttl", count=purged)
                 if fleet is not None:
                     await fleet.upkeep()
+            if clock.mono() >= next_sweep and storage.capabilities().payload_refs:
+                blobs = app.blobs
+                next_sweep = clock.mono() + blobs.sweep_interval
+                swept = await sweep(storage, blobs.store, grace=blobs.grace)
+                if swept.deleted:
+                    log.info("deleted payload blobs no task refers to", count=swept.deleted)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -22,9 +22,10 @@ from typing import Any
 
 from rdq import metrics, retry, tracing
 from rdq.app import App, HandlerImportError
-from rdq.errors import NotFound, StaleClaim, StorageUnavailable
+from rdq.blobs import reference_of, resolve
+from rdq.errors import NotFound, PayloadMissing, StaleClaim, StorageUnavailable
 from rdq.retry import Action, Decision, bound_head, bound_tail, coroutine_stack
-from rdq.spi import Attempt, Completion, Doubling, Outcome, Status, Storage, bounds
+from rdq.spi import Attempt, Claimed, Completion, Doubling, Outcome, Status, Storage, bounds
 from rdq.worker._clock import StorageClock
 from rdq.worker._completer import Completer
 from rdq.worker._deadlines import Deadlines
@@ -35,6 +36,9 @@ from rdq.worker._run import Run
 from rdq.worker._threads import HandlerThreads
 
 __all__ = ["WRITE_RETRY_CAP", "WRITE_RETRY_FIRST", "Runner"]
+
+PAYLOAD_MISSING = "rdq.PayloadMissing"
+"""The error type of an attempt whose payload's blob was not there: dead-lettered."""
 
 WRITE_RETRY_FIRST = 0.05
 WRITE_RETRY_CAP = 5.0
@@ -152,6 +156,21 @@ class Runner:
         exhausted = retry.exhausted(task, run.used, config)
         if exhausted is not None:
             return exhausted
+        if reference_of(task) is not None:  # the payload is in the blob store: read it back
+            try:
+                task = await resolve(task, self.app.blobs.store)
+            except PayloadMissing as exc:
+                self.log.error(
+                    "the payload's blob is gone; the task is dead-lettered",
+                    **self._fields(task.id, task.queue, run.number),
+                    error=str(exc),
+                )
+                return Decision(
+                    Action.DEAD_LETTER, Outcome.PERMANENT, 0.0, PAYLOAD_MISSING, str(exc)
+                )
+            except Exception as exc:  # the blob store did not answer: an ordinary failure
+                return retry.classify_error(exc, run.used, config, rng=self.rng)
+            run.claimed = Claimed(task, run.claimed.token)
         try:
             target = self.app.resolve(task.handler_ref)
         except HandlerImportError as exc:

@@ -47,6 +47,7 @@ from rdq.spi.bounds._values import (
     MAX_DEPTH,
     MAX_ERROR_MESSAGE_LENGTH,
     MAX_LIMIT,
+    MAX_PAYLOAD_REF_LENGTH,
     MAX_SELECTOR_IDS,
     MAX_TASK_KEY_LENGTH,
     MAX_WORKER_QUEUES,
@@ -362,3 +363,20 @@ def check_dedup(value: object, field: str = "dedup") -> Dedup:
             field=f"{field}.max_age",
         )
     return value
+
+
+def check_payload_refs(refs: object, field: str = "refs") -> list[str]:
+    """A list of at most ``MAX_LIMIT`` payload references, each 1–200 characters without
+    whitespace or control characters (a lone string is refused)."""
+    if isinstance(refs, str | bytes) or not isinstance(refs, Sequence):
+        raise ValidationError("must be a list of payload references", field=field)
+    if len(refs) > MAX_LIMIT:
+        raise ValidationError(f"more than {MAX_LIMIT} references", field=field)
+    for i, ref in enumerate(refs):
+        if not isinstance(ref, str) or not 1 <= len(ref) <= MAX_PAYLOAD_REF_LENGTH:
+            raise ValidationError(
+                f"must be 1-{MAX_PAYLOAD_REF_LENGTH} characters", field=f"{field}[{i}]"
+            )
+        if not _KEY_RE.fullmatch(ref):
+            raise ValidationError("must not contain whitespace", field=f"{field}[{i}]")
+    return list(refs)
