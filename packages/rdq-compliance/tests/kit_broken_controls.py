@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 
-from kit_broken_stores import _Broken
+from kit_broken_stores import STATEFUL, _Broken
 from rdq.errors import ControlConflict, StaleClaim
 from rdq.spi import (
     Claimed,
@@ -688,11 +688,14 @@ class AgingKeepsItsFirstValue(_KeepsTheFirstOrder):
 
 
 BROKEN_STORES: dict[type, list[str]] = {
-    PausesAKeyInEveryQueue: ["test_the_same_key_in_two_queues_is_two_controls_that_never_touch"],
+    PausesAKeyInEveryQueue: [
+        "test_the_same_key_in_two_queues_is_two_controls_that_never_touch",
+        STATEFUL,
+    ],
     SharesRateBucketsAcrossQueues: [
         "test_gates_and_rate_buckets_of_one_key_in_two_queues_are_apart"
     ],
-    ListsControlsAsWritten: ["test_list_controls_lists_by_queue_then_key"],
+    ListsControlsAsWritten: ["test_list_controls_lists_by_queue_then_key", STATEFUL],
     CachesControlsPerStore: [
         "test_a_control_written_through_one_store_holds_for_claims_through_another"
     ],
@@ -712,7 +715,7 @@ BROKEN_STORES: dict[type, list[str]] = {
     RefusesLapsedExtensionsUnderALimit: [
         "test_an_extension_of_a_lapsed_lease_takes_its_slot_again_when_one_is_free"
     ],
-    CancelledTasksKeepTheirSlots: ["test_a_cancelled_task_frees_its_slot"],
+    CancelledTasksKeepTheirSlots: ["test_a_cancelled_task_frees_its_slot", STATEFUL],
     CompleteManyKeepsTheSlots: ["test_complete_many_frees_the_slot_of_every_task_it_completes"],
     CountsOnlyLeasesTakenUnderALimit: ["test_a_limit_set_while_tasks_run_counts_them"],
     RescheduledTasksLoseTheirKeys: [

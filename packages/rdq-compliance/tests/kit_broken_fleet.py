@@ -11,7 +11,7 @@ from datetime import datetime
 
 import msgspec
 
-from kit_broken_stores import _Broken
+from kit_broken_stores import STATEFUL, _Broken
 from rdq.spi import Counts, Status, WorkerInfo
 
 # --- retry now ----------------------------------------------------------------------------------
@@ -202,7 +202,8 @@ class PurgesTheMinuteOfTheCutoff(_Broken):
 
 BROKEN_STORES: dict[type, list[str]] = {
     RetryNowMovesDueTasksToNow: [
-        "test_retry_now_leaves_a_task_already_due_where_it_stands_in_line"
+        "test_retry_now_leaves_a_task_already_due_where_it_stands_in_line",
+        STATEFUL,
     ],
     RetryNowRevivesDeadTasks: ["test_retry_now_leaves_running_lapsed_and_finished_tasks_alone"],
     RetryNowResetsThePriority: [
