@@ -19,6 +19,7 @@
 The modules: ``_protocol`` (:class:`Storage`), ``_contract`` (versions, capabilities),
 ``_models`` (the envelope and its kin), ``_flow`` (control records, workers, counts);
 ``_base``, ``_lifecycle``, ``_flow_operations`` (:class:`StorageBase`, in three parts),
+``_legacy`` (the template put in front of a store written before it),
 ``defaults`` (the later operations built on version-1 ones), ``_proxy``
 (:class:`ForwardingStorage`); ``bounds`` (and its former name ``limits``), ``codec``,
 ``cursor``, ``_helpers``, ``_pacing``, ``_gate`` (:class:`ClaimGate`, :func:`slots_free`),
