@@ -7,6 +7,7 @@ to the kit tests that must fail against it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import datetime
 
 import msgspec
@@ -200,6 +201,25 @@ class PurgesTheMinuteOfTheCutoff(_Broken):
             return len(doomed)
 
 
+class DropsTheWorkersExtras(_Broken):
+    async def _heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
+        return await super()._heartbeat_worker(msgspec.structs.replace(info, extra={}))
+
+
+class AcceptsAnyWorker(_Broken):
+    """Registers a worker without checking what it says."""
+
+    async def heartbeat_worker(self, info: WorkerInfo) -> WorkerInfo:
+        return await self._run(self._heartbeat_worker(info))
+
+
+class AcceptsAnyCounts(_Broken):
+    """Adds counts without checking them."""
+
+    async def add_counts(self, counts: Sequence[Counts]) -> None:
+        await self._run(self._add_counts(list(counts)))
+
+
 BROKEN_STORES: dict[type, list[str]] = {
     RetryNowMovesDueTasksToNow: [
         "test_retry_now_leaves_a_task_already_due_where_it_stands_in_line",
@@ -223,5 +243,8 @@ BROKEN_STORES: dict[type, list[str]] = {
     PurgesTheMinuteOfTheCutoff: [
         "test_read_counts_takes_the_minute_since_and_purge_counts_keeps_the_minute_before"
     ],
+    DropsTheWorkersExtras: ["test_every_field_of_a_worker_is_kept_as_given"],
+    AcceptsAnyWorker: ["test_a_bad_worker_registration_raises_validation_error"],
+    AcceptsAnyCounts: ["test_counts_must_be_whole_minutes_of_non_negative_numbers"],
 }
 """Each broken store and the kit tests that must fail against it."""
