@@ -1,9 +1,12 @@
 """The application the outage scenario's ``rdq worker`` processes run.
 
-``call`` POSTs to the dependency (``OUTAGE_SERVICE``, refusing connections during the outage);
-``healthy`` calls one that stays up (``OUTAGE_HEALTHY``). Queue ``q`` as the scenario gives
-it: ``max_attempts=5``, ``Backoff.exponential(base=1, cap=10)``, concurrency 10, the breaker
-at its defaults (``OUTAGE_BREAKER=off`` turns it off, to measure what it saves).
+``call`` POSTs to the dependency (``OUTAGE_SERVICE``, down during the outage); ``call_b`` does
+too, beside it on the same named dependency when ``OUTAGE_SHARED=1`` (``dependency="svc"`` on
+both: one breaker); ``healthy`` calls one that stays up (``OUTAGE_HEALTHY``). Queue ``q`` as
+the scenario gives it: ``max_attempts=5``, ``Backoff.exponential(base=1, cap=10)``,
+concurrency 10, the breaker at its defaults (``OUTAGE_BREAKER=off`` turns it off, to measure
+what it saves). Every call is ``response.raise_for_status()`` on httpx: the most common way a
+handler calls a service.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import rdq
 
 SERVICE = os.environ.get("OUTAGE_SERVICE", "http://127.0.0.1:18080/")
 HEALTHY = os.environ.get("OUTAGE_HEALTHY", "http://127.0.0.1:18081/")
+DEPENDENCY = "svc" if os.environ.get("OUTAGE_SHARED") == "1" else None
 
 app = rdq.App()
 app.queue(
@@ -36,8 +40,14 @@ def _http() -> httpx.AsyncClient:
     return _client
 
 
-@app.handler("call", queue="q")
+@app.handler("call", queue="q", dependency=DEPENDENCY)
 async def call(payload: dict[str, int]) -> None:
+    response = await _http().post(SERVICE, json=payload)
+    response.raise_for_status()
+
+
+@app.handler("call_b", queue="q", dependency=DEPENDENCY)
+async def call_b(payload: dict[str, int]) -> None:
     response = await _http().post(SERVICE, json=payload)
     response.raise_for_status()
 

@@ -39,7 +39,7 @@ import importlib
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,6 +54,7 @@ from rdq._handlers import (
 )
 from rdq._handlers import import_path as import_path
 from rdq._handlers import make_handler as make_handler
+from rdq._suggest import did_you_mean
 from rdq.config import (
     Backoff,
     Breaker,
@@ -67,7 +68,16 @@ from rdq.schedules import CatchUp, Schedule, parse_schedules
 from rdq.spi import Envelope
 from rdq.spi import bounds as contract
 
-__all__ = ["App", "Handler", "HandlerImportError", "SchemeInvoker", "TaskContext", "load_app"]
+__all__ = [
+    "App",
+    "Handler",
+    "HandlerImportError",
+    "SchemeInvoker",
+    "TaskContext",
+    "load_app",
+    "unknown_handler",
+    "unknown_queue",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -123,6 +133,8 @@ class App:
         limits: list[Limit] | tuple[Limit, ...] | None = None,
         fair: str | None = None,
         priority_aging: float | None = None,
+        max_snoozes: int | None = None,
+        snooze_retry_after: bool | None = None,
     ) -> QueueConfig:
         """Declare (or re-configure) queue ``name``; settings not given keep the queue's current
         value (or the defaults). Applies to tasks already waiting; ``limits`` (see
@@ -152,6 +164,8 @@ class App:
                 ("limits", tuple(limits) if limits is not None else None),
                 ("fair", fair),
                 ("priority_aging", priority_aging),
+                ("max_snoozes", max_snoozes),
+                ("snooze_retry_after", snooze_retry_after),
             )
             if value is not None
         }
@@ -414,6 +428,27 @@ class App:
 
     def _importable(self, ref: str) -> bool:
         return is_under(ref.partition(":")[0], self._import_prefixes)
+
+
+def unknown_handler(app: App, ref: str, *, escape: str = "check_handler=False") -> str:
+    """What to say of a handler ``app`` does not know: the closest it knows (did you mean),
+    what it knows, and how to submit it anyway (``escape``: the client's ``check_handler=False``,
+    the API's ``"force": true``)."""
+    known = app.handler_names
+    message = f"the app has no handler {ref!r}" + did_you_mean(ref, known)
+    message += "; known handlers: " + (", ".join(known) if known else "none registered")
+    return message + f" (submit with {escape} for another application's handler)"
+
+
+def unknown_queue(
+    app: App, queue: str, also: Sequence[str] = (), *, escape: str = '"force": true'
+) -> str:
+    """What to say of a queue neither ``app`` (its declared queues and its handlers') nor
+    ``also`` names, as :func:`unknown_handler` says it of a handler."""
+    known = sorted({*app.queues, *also})
+    message = f"the app has no queue {queue!r}" + did_you_mean(queue, known)
+    message += "; known queues: " + (", ".join(known) if known else "none")
+    return message + f" (submit with {escape} for a queue another application serves)"
 
 
 def _handler_limits(ref: str, value: object) -> tuple[Limit, ...]:

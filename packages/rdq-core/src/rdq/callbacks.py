@@ -7,8 +7,11 @@ An ``rdq server`` node POSTs the task's envelope (JSON) to the URL, signed so th
 check it came from rdq, and turns the answer into the task's outcome:
 
 * 2xx: success;
-* 408, 425, 429, 5xx, connection errors and timeouts: retryable (``Retry-After`` in seconds or
-  as an HTTP date is honoured through :class:`rdq.RetryAfter`);
+* 408, 425, 429, 5xx, connection errors and timeouts: retryable; 408, 429, 502, 503, 504,
+  timeouts and unreachable receivers are outage-class (they feed the breaker), 500, 425 and
+  the other 5xx are not (the table, and why, is :mod:`rdq.retry._status`'s, shared with
+  handlers' own HTTP errors); a ``Retry-After`` in seconds or as an HTTP date is honoured (on
+  an outage-class status through :class:`rdq.RetryAfter`);
 * any other status (other 4xx, and 3xx: redirects are not followed): :class:`rdq.Permanent`.
 
 Signature scheme (version ``v1``)::
@@ -36,20 +39,20 @@ connection (DNS rebinding) cannot redirect it.
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import hmac
 import ipaddress
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
 from rdq.errors import ConfigError
+from rdq.retry import MAX_RETRY_AFTER, parse_retry_after
 
 __all__ = [
+    "MAX_RETRY_AFTER",
     "CallbackBlocked",
     "CallbackError",
     "CallbackFailed",
@@ -67,8 +70,6 @@ __all__ = [
 
 SIGNATURE_HEADER = "X-Rdq-Signature"
 TIMESTAMP_HEADER = "X-Rdq-Timestamp"
-MAX_RETRY_AFTER = 86_400.0
-"""``Retry-After`` values are capped at one day."""
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -89,7 +90,15 @@ class CallbackRejected(CallbackError):
 
 
 class CallbackFailed(CallbackError):
-    """The receiver answered 408, 425, 429 or 5xx: retryable."""
+    """The receiver answered 408, 425, 429 or 5xx: retryable. ``status`` is the status it
+    answered, ``retry_after`` the seconds its ``Retry-After`` asked for (``None``: none)."""
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
 
 
 class CallbackTimeout(CallbackError):
@@ -100,7 +109,7 @@ class CallbackUnreachable(CallbackError):
     """The receiver could not be reached (DNS failure, refused or broken connection)."""
 
 
-class CallbackSettings(msgspec.Struct, kw_only=True, frozen=True):
+class CallbackSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """How callbacks are made. Durations in seconds.
 
     ``allow_hosts`` lists host names (``hooks.example.com``), subdomain wildcards
@@ -211,21 +220,3 @@ def verify(
     offered = [p.strip()[3:] for p in signature_header.split(",") if p.strip().startswith("v1=")]
     expected = [sign(secret, timestamp, body) for secret in secrets]
     return any(hmac.compare_digest(o, e) for o in offered for e in expected)
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date), capped
-    at :data:`MAX_RETRY_AFTER`; None if absent or unreadable."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return min(float(value), MAX_RETRY_AFTER)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    seconds = (when - (now or datetime.now(UTC))).total_seconds()
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import difflib
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -33,7 +32,7 @@ import msgspec
 from rdq import tracing
 from rdq._ids import new_task_ids
 from rdq._storage_url import storage_url
-from rdq.app import DEFAULT_QUEUE, App, import_path
+from rdq.app import DEFAULT_QUEUE, App, import_path, unknown_handler
 from rdq.errors import Unsupported, ValidationError
 from rdq.flow import DEPENDENCY_PREFIX, LimitControls
 from rdq.plugins import open_storage
@@ -217,7 +216,7 @@ class Client:
         (delay, retry override); the envelope itself is validated by the store."""
         ref = self._handler_ref(s.handler)
         if s.check_handler and self.app is not None and not self.app.knows(ref):
-            raise ValidationError(_unknown_handler(self.app, ref), field="handler_ref")
+            raise ValidationError(unknown_handler(self.app, ref), field="handler_ref")
         queue = s.queue or (self.app.handler_queue(ref) if self.app else None) or DEFAULT_QUEUE
         wait: timedelta | None
         if s.delay is None:
@@ -285,16 +284,6 @@ def task_keys_for(app: App, task: Envelope) -> Envelope:
     if plan.keyers:
         keys += [k for k in plan.keys_of(task) if k not in keys]
     return msgspec.structs.replace(task, keys=keys) if keys != task.keys else task
-
-
-def _unknown_handler(app: App, ref: str) -> str:
-    known = app.handler_names
-    message = f"the app has no handler {ref!r}"
-    close = difflib.get_close_matches(ref, known, n=1)
-    if close:
-        message += f" (did you mean {close[0]!r}?)"
-    message += "; known handlers: " + (", ".join(known) if known else "none registered")
-    return message + " (submit with check_handler=False for another application's handler)"
 
 
 class SyncClient:

@@ -25,6 +25,8 @@ The TOML layout (durations in seconds)::
     outage_errors = ["myapp.errors:SmtpDown"]
     fair = "tenant:"             # claims shared among the tasks' tenant:… keys
     priority_aging = 60.0        # a minute of waiting is worth one step of priority
+    max_snoozes = 100            # rdq.Snooze: how often one task may say "not yet"
+    snooze_retry_after = false   # a 429/503 with Retry-After snoozes instead of failing
 
     [queues.emails.breaker]      # or: breaker = false
     window = 30.0                # see rdq.Breaker
@@ -71,6 +73,7 @@ from typing import Any
 
 from rdq._checks import is_int, is_number
 from rdq._queue_settings import Backoff, BackoffKind, QueueConfig
+from rdq._suggest import did_you_mean
 from rdq.errors import ConfigError
 from rdq.flow import Breaker, Concurrency, Limit, Rate, check_dependency, field_value
 from rdq.spi import bounds
@@ -96,7 +99,9 @@ def parse_config(
     for key in data:
         if key not in ("defaults", "queues", "schedules"):
             raise ConfigError(
-                "unknown section (expected [defaults], [queues.NAME] or [schedules.NAME])",
+                "unknown section"
+                + did_you_mean(key, ("defaults", "queues", "schedules"))
+                + " (expected [defaults], [queues.NAME] or [schedules.NAME])",
                 key=key,
             )
     base = defaults or QueueConfig()
@@ -137,8 +142,29 @@ def load_toml(
     return parse_config(read_toml(path), defaults)
 
 
-_SCALAR_KEYS = ("max_attempts", "timeout", "lease", "concurrency", "task_ttl", "priority")
+_SCALAR_KEYS = (
+    "max_attempts",
+    "timeout",
+    "lease",
+    "concurrency",
+    "task_ttl",
+    "priority",
+    "max_snoozes",
+)
 _BACKOFF_KEYS = ("backoff", "base", "cap")
+QUEUE_SETTINGS = (
+    *_SCALAR_KEYS,
+    *_BACKOFF_KEYS,
+    "non_retryable",
+    "outage_errors",
+    "dependency",
+    "fair",
+    "priority_aging",
+    "snooze_retry_after",
+    "breaker",
+    "limits",
+)
+"""Every key a ``[defaults]`` or ``[queues.NAME]`` table takes."""
 
 
 def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConfig:
@@ -166,13 +192,22 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
                     key=f"{prefix}.{key}",
                 )
             changes[key] = float(value)
+        elif key == "snooze_retry_after":
+            if not isinstance(value, bool):
+                raise ConfigError(
+                    f"must be true or false (queue {queue or '<defaults>'!r})",
+                    key=f"{prefix}.{key}",
+                )
+            changes[key] = value
         elif key == "breaker":
             changes[key] = _breaker(value, config.breaker, f"{prefix}.{key}")
         elif key == "limits":
             changes[key] = tuple(_limits(value, f"{prefix}.{key}"))
         elif key not in _BACKOFF_KEYS:
             raise ConfigError(
-                f"unknown setting (queue {queue or '<defaults>'!r})", f"{prefix}.{key}"
+                f"unknown setting{did_you_mean(key, QUEUE_SETTINGS)} "
+                f"(queue {queue or '<defaults>'!r})",
+                f"{prefix}.{key}",
             )
     if any(key in raw for key in _BACKOFF_KEYS):
         kind_name = raw.get("backoff", config.backoff.kind.value)
@@ -205,7 +240,9 @@ def _breaker(value: Any, current: Breaker, key: str) -> Breaker:
     known = {f.name for f in dataclasses.fields(Breaker)}
     unknown = sorted(set(value) - known)
     if unknown:
-        raise ConfigError("unknown breaker setting", key=f"{key}.{unknown[0]}")
+        raise ConfigError(
+            "unknown breaker setting" + did_you_mean(unknown[0], known), key=f"{key}.{unknown[0]}"
+        )
     for name, setting in value.items():
         expected = (
             bool if name == "enabled" else (int if name in ("min_calls", "probes") else float)
@@ -247,7 +284,10 @@ def _limits(value: Any, key: str) -> Iterable[Limit]:
             raise ConfigError("must be a table", key=where)
         unknown = sorted(set(raw) - set(_LIMIT_SETTINGS))
         if unknown:
-            raise ConfigError("unknown limit setting", key=f"{where}.{unknown[0]}")
+            raise ConfigError(
+                "unknown limit setting" + did_you_mean(unknown[0], _LIMIT_SETTINGS),
+                key=f"{where}.{unknown[0]}",
+            )
         for name, setting in raw.items():
             expected = _LIMIT_SETTINGS[name]
             ok = {

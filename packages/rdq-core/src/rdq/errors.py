@@ -15,6 +15,7 @@ backend it runs on.
     │   ├── Unsupported              the store lacks a capability (also NotImplementedError)
     │   └── StorageUnavailable       the backend cannot be reached (retryable)
     ├── ValidationError              bad input, names the field
+    │   └── UnknownName              a queue, handler or dependency nothing knows
     ├── ConfigError                  bad configuration, names the key
     └── PluginError                  a storage plugin failed to load
 """
@@ -35,6 +36,7 @@ __all__ = [
     "StaleCursor",
     "StorageError",
     "StorageUnavailable",
+    "UnknownName",
     "Unsupported",
     "ValidationError",
 ]
@@ -132,6 +134,28 @@ class ValidationError(RdqError, ValueError):
         self.field = field
         self.message = message
         super().__init__(f"{field}: {message}" if field else message)
+
+
+class UnknownName(ValidationError):
+    """An operator named a queue, handler or dependency that nothing on the store knows (no
+    task, declared queue, registered worker or control record names it): most likely a
+    typo, refused unless the operator forces it (a name meant for the future). ``kind`` is
+    ``queue``, ``handler`` or ``dependency``; ``suggestion`` the closest known name."""
+
+    def __init__(
+        self, kind: str, name: str, queue: str | None, suggestion: str | None, field: str
+    ) -> None:
+        self.kind = kind
+        self.name = name
+        self.queue = queue
+        self.suggestion = suggestion
+        where = f" in queue {queue!r}" if queue is not None and kind != "queue" else ""
+        guess = f" (did you mean {suggestion!r}?)" if suggestion else ""
+        super().__init__(
+            f"unknown {kind} {name!r}{where}: no task, declared queue, registered worker or "
+            f"control names it{guess}",
+            field=field,
+        )
 
 
 class ConfigError(RdqError, ValueError):

@@ -1,7 +1,10 @@
 """The Prometheus metrics rdq exports, on ``prometheus_client``'s default registry.
 
 Workers update the task metrics; the maintenance loop sets the queue gauges from
-``Storage.stats``; the DLQ admin API counts redrives and purges. Serve them with
+``Storage.stats``; the DLQ admin API counts redrives and purges. A server node (``rdq
+server``, with or without a worker) also sets the queue gauges of every queue, the breakers'
+states, what pauses and breakers hold, and the pauses, from the store, at most every few
+seconds when ``/metrics`` is read. Serve them with
 :func:`start_http_server` (``rdq worker --metrics-port``) or ``prometheus_client.generate_latest``.
 """
 
@@ -23,6 +26,7 @@ __all__ = [
     "DEFERRED",
     "DLQ_DEPTH",
     "HANDLER_DURATION",
+    "HELD",
     "IN_FLIGHT",
     "LIMIT_CONCURRENCY",
     "LIMIT_IN_USE",
@@ -34,6 +38,7 @@ __all__ = [
     "LOOP_STALLS",
     "LOOP_STALL_SECONDS",
     "OLDEST_PENDING_AGE",
+    "PAUSED",
     "PENDING",
     "PURGED",
     "REDRIVEN",
@@ -60,6 +65,19 @@ DEFERRED = Counter(
 BREAKER_STATE = Gauge(
     "rdq_breaker_state",
     "A breaker's state as this process last saw it: 0 closed, 1 half-open, 2 open.",
+    ["queue", "key"],
+)
+HELD = Gauge(
+    "rdq_held",
+    "PENDING tasks a pause or an open or half-open breaker holds back, where the store counts "
+    "them cheaply (a whole queue's, a handler's; a dependency's are not counted); served by "
+    "every rdq server node from the store.",
+    ["queue", "key", "by"],
+)
+PAUSED = Gauge(
+    "rdq_paused",
+    "1 for each paused key of a queue (* the whole queue, handler:REF, dep:NAME); served by "
+    "every rdq server node from the store.",
     ["queue", "key"],
 )
 BREAKER_TRANSITIONS = Counter(

@@ -34,6 +34,7 @@ import msgspec
 from cronsim import CronSim, CronSimError
 
 from rdq import _crontime
+from rdq._suggest import did_you_mean
 from rdq.errors import ConfigError, ValidationError
 from rdq.spi import bounds
 
@@ -191,7 +192,9 @@ def parse_schedules(raw: Mapping[str, Any]) -> list[Schedule]:
             raise ConfigError("must be a table", key=key)
         unknown = sorted(set(table) - known)
         if unknown:
-            raise ConfigError("unknown setting", key=f"{key}.{unknown[0]}")
+            raise ConfigError(
+                "unknown setting" + did_you_mean(unknown[0], known), key=f"{key}.{unknown[0]}"
+            )
         every = table.get("every")
         if every is not None:
             if isinstance(every, bool) or not isinstance(every, int | float):

@@ -199,7 +199,7 @@ async def test_without_shared_controls_each_worker_holds_its_tasks_itself() -> N
     deferred = Counter(a.outcome for t in pending for a in t.attempts)
     assert deferred[Outcome.DEFERRED] > 0, deferred
     assert all(
-        a.error_type == "ConnectionRefusedError" or a.error_type == "rdq.BreakerOpen"
+        a.error_type in ("ConnectionRefusedError", "rdq.BreakerOpen", "rdq.DependencyFailing")
         for t in pending
         for a in t.attempts
     )

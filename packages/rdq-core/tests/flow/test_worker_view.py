@@ -66,7 +66,7 @@ async def test_a_probe_let_through_to_a_worker_that_still_sees_the_breaker_open_
         await probing(storage, control)
         (claimed,) = await storage.claim_due("q", 1, timedelta(seconds=30), worker_id="w1")
         assert worker_flow.breaker("q", KEY).state is flow.State.OPEN, "its view is behind"
-        assert worker_flow.hold(claimed.task) is None, "the store let it through: a probe"
+        assert await worker_flow.hold(claimed.task) is None, "the store let it through: a probe"
         await worker_flow.record(Run(claimed, 30.0, 0.0), SUCCESS)
         (after,) = await storage.list_controls("q")
     assert flow.breaker_of(after).state is flow.State.CLOSED, "the probe's success closed it"
@@ -81,4 +81,4 @@ async def test_a_task_claimed_before_its_breaker_opened_is_held_unrun() -> None:
         )
         await opened(storage)
         await worker_flow.refresh()
-        assert worker_flow.hold(claimed.task) is not None
+        assert await worker_flow.hold(claimed.task) is not None

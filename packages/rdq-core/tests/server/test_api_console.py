@@ -111,7 +111,13 @@ async def test_cancel_pending_and_running_tasks_audited(
     (claim,) = await memory_store.claim_due("work", 1, timedelta(seconds=60), worker_id="w")
     url = "/v1/queues/work/tasks/cancel"
     dry = await client.post(url, json={"ids": ["c0", "c1", "zz"], "dry_run": True}, headers=ADMIN)
-    assert dry.json() == {"action": "cancel", "queue": "work", "count": 2, "dry_run": True}
+    assert dry.json() == {
+        "action": "cancel",
+        "queue": "work",
+        "count": 2,
+        "dry_run": True,
+        "skipped": [{"id": "zz", "reason": "not_found"}],
+    }
     assert (await memory_store.get("c1")).status == Status.PENDING
     reader = await client.post(url, json={"ids": ["c1"]}, headers=READ)
     assert reader.status_code == 403

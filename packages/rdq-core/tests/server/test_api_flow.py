@@ -118,7 +118,12 @@ async def test_pause_and_resume_a_handler_audited(
         ("resume", {"key": "*"}, "alice"),
         ("resume", {"key": "handler:charge"}, "alice"),
     ]
-    dep = await client.post("/v1/queues/pay/pause", json={"dependency": "psp"}, headers=ADMIN)
+    typo = await client.post("/v1/queues/pay/pause", json={"dependency": "psp"}, headers=ADMIN)
+    assert typo.status_code == 404 and _error(typo)["code"] == "unknown_name"
+    assert "unknown dependency 'psp' in queue 'pay'" in _error(typo)["message"]
+    dep = await client.post(
+        "/v1/queues/pay/pause", json={"dependency": "psp", "force": True}, headers=ADMIN
+    )
     assert dep.json()["key"] == "dep:psp" and dep.json()["kind"] == "dependency"
 
 
@@ -188,7 +193,7 @@ async def test_breakers_listed_with_what_they_hold_and_closed_by_hand(
     assert opened.json()["state"] == "open" and opened.json()["by"] == "alice"
     hook = "https://hooks.example/a/b"
     by_body = await client.post(
-        "/v1/queues/mail/breakers/open", json={"handler": hook}, headers=ADMIN
+        "/v1/queues/mail/breakers/open", json={"handler": hook, "force": True}, headers=ADMIN
     )
     assert by_body.json()["key"] == f"handler:{hook}"
     actions = [(r.action, r.queue, r.selector["key"], r.reason) for r in audit_sink.records]
@@ -276,7 +281,13 @@ async def test_a_paced_redrive_is_driven_by_the_node_and_followed(
     dry = await client.post(
         "/v1/queues/pay/dlq/redrive", json={"filter": {}, "rate": 5, "dry_run": True}, headers=ADMIN
     )
-    assert dry.json() == {"action": "redrive", "queue": "pay", "count": 0, "dry_run": True}
+    assert dry.json() == {
+        "action": "redrive",
+        "queue": "pay",
+        "count": 0,
+        "dry_run": True,
+        "hint": "the DLQ of pay is empty",
+    }
     missing = await client.get("/v1/queues/pay/redrives/abc123", headers=READ)
     assert missing.status_code == 404
 

@@ -131,7 +131,15 @@ def test_redrive_by_filter_on_a_store_is_audited(store_url: str, tmp_path: Path)
         "--json",
     )
     assert code == 0, out
-    assert json.loads(out) == {"action": "redrive", "queue": "q", "count": 3, "dry_run": False}
+    assert json.loads(out) == {
+        "action": "redrive",
+        "queue": "q",
+        "count": 3,
+        "dry_run": False,
+        "done": True,
+        "skipped": [],
+        "hint": None,
+    }
     assert asyncio.run(_status(name, "t0")) == Status.PENDING
     assert asyncio.run(_status(name, "t3")) == Status.DEAD
     (record,) = JsonLinesAuditSink(audit_log).read()
@@ -189,7 +197,8 @@ def test_the_same_commands_through_a_node(node_url: str, store_url: str) -> None
     code, out = rdq("dlq", "show", "t2", *remote, "--json")
     assert json.loads(out)["id"] == "t2"
     code, out = rdq("dlq", "purge", "q", "t3", "t4", "missing", *remote, "--yes")
-    assert code == 0 and "2 task(s) of queue q purged" in out
+    assert code == 4 and "2 task(s) of queue q purged" in out, "done in part: exit 4"
+    assert "1 of the 3 named task(s) cannot be purged:\n  missing: not found" in out
     code, out = rdq("dlq", "redrive", "q", "--all", *remote, "--yes", "--json")
     assert json.loads(out)["count"] == 3
     assert asyncio.run(_status(name, "t0")) == Status.PENDING

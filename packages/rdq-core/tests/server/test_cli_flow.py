@@ -182,6 +182,19 @@ def test_the_same_commands_directly_and_through_a_node(store_url: str, node_url:
     code, out = rdq(
         "breaker", "open", "dep:psp", "--queue", "pay", "--storage", store_url, "--yes", "--json"
     )
+    assert code == 1 and "unknown dependency 'psp'" in out, "no task or worker names psp yet"
+    code, out = rdq(
+        "breaker",
+        "open",
+        "dep:psp",
+        "--queue",
+        "pay",
+        "--storage",
+        store_url,
+        "--yes",
+        "--json",
+        "--force",
+    )
     assert json.loads(out)["state"] == "open" and json.loads(out)["by"]
     code, out = rdq("breaker", "open", "psp", "--queue", "pay", *remote, "--yes")
     assert code == 2 and "KEY is handler:REF or dep:NAME" in out
@@ -197,11 +210,20 @@ def test_retry_now_by_ids_and_by_filter(store_url: str, node_url: str) -> None:
     code, out = rdq("tasks", "retry-now", "pay", "--handler-ref", "charge", "--dry-run", *local)
     assert code == 0 and "retry now would act on 3 task(s) of queue pay (dry run)" in out
     code, out = rdq("tasks", "retry-now", "pay", "w0", "nope", "--yes", *remote, "--json")
-    assert json.loads(out) == {"action": "retry_now", "queue": "pay", "count": 1, "dry_run": False}
+    assert code == 4, "done in part: one of the named tasks is not there"
+    assert json.loads(out) == {
+        "action": "retry_now",
+        "queue": "pay",
+        "count": 1,
+        "dry_run": False,
+        "done": True,
+        "skipped": [{"id": "nope", "reason": "not_found"}],
+        "hint": None,
+    }
     code, out = rdq("tasks", "retry-now", "pay", "--all", "--yes", "--reason", "PSP back", *local)
     assert code == 0 and "2 task(s) of queue pay made due now" in out
     code, out = rdq("tasks", "retry-now", "pay", "--all", *local)
-    assert code == 0 and "0 task(s)" in out, "nothing left to make due: nothing asked"
+    assert code == 3 and "0 tasks match; nothing done" in out, "nothing left: nothing asked"
 
     async def due() -> int:
         async with _store(name) as store:

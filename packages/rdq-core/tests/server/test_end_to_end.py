@@ -88,7 +88,7 @@ async def test_callbacks_retry_dead_letter_and_redrive_over_http(
 ) -> None:
     base_url, queue, audit_path = node
     receiver.script("/flaky", Reply(500), Reply(503), Reply(200))
-    receiver.script("/broken", Reply(503, body=b"down"))
+    receiver.script("/broken", Reply(500, body=b"down"))  # retryable, charged: not an outage
     receiver.script("/gone", Reply(404, body=b"no such customer"))
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
         unauthenticated = await http.post("/v1/tasks", json={"handler_ref": "x"})

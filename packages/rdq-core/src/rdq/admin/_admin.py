@@ -16,10 +16,15 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from rdq.admin._fallback import SCAN_PAGE, list_filtered
+from rdq.admin._finish import to_the_end
 from rdq.admin._flow_admin import FlowAdmin
+from rdq.admin._names import Names, known_names
+from rdq.admin._outlook import Outlook, outlooks
 from rdq.admin._paging import bounded_page
+from rdq.admin._preview import Preview, dlq_hint, sort_ids, task_hint
 from rdq.admin._scan import ids_in, scan_dlq, scan_tasks
 from rdq.admin._selectors import TaskSelector, check_task_selector
+from rdq.app import App
 from rdq.audit import COUNT_UNKNOWN, Action, AuditSink, check_action, record_action
 from rdq.errors import StorageUnavailable
 from rdq.logging import get_logger
@@ -60,9 +65,21 @@ class TaskAdmin(FlowAdmin):
     ``rdq.audit`` logger, and to every sink in ``sinks`` (dry runs change nothing and are not
     recorded)."""
 
-    def __init__(self, storage: Storage, *, sinks: Sequence[AuditSink] = ()) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        sinks: Sequence[AuditSink] = (),
+        app: App | None = None,
+        declared: Sequence[str] = (),
+    ) -> None:
+        """``app`` and ``declared`` (queue names) are what the surface's application knows
+        beside the store (a node's ``--app`` and ``--queue``): names they declare are known
+        to :meth:`check_names`."""
         self.storage = storage
         self.sinks: list[AuditSink] = list(sinks)
+        self.app = app
+        self.declared = list(declared)
 
     @property
     def filters_in_storage(self) -> bool:
@@ -186,6 +203,64 @@ class TaskAdmin(FlowAdmin):
             bounds.check_audit_filter(audit_filter)
         return await self.storage.list_audit(audit_filter, page)
 
+    async def outlook(self, tasks: Sequence[Envelope]) -> list[Outlook]:
+        """What holds each of ``tasks`` and what happens next (see
+        :mod:`rdq.admin._outlook`)."""
+        return await outlooks(self.storage, tasks, app=self.app)
+
+    # --- before acting ---------------------------------------------------------------------
+
+    async def names(self, queue: str | None = None) -> Names:
+        """The queues known on the store (and to the surface's application), and, for
+        ``queue``, its known handlers and dependencies (see :mod:`rdq.admin._names`)."""
+        return await known_names(self.storage, queue, app=self.app, declared=self.declared)
+
+    async def check_names(self, queue: str, key: str | None = None) -> None:
+        """Raise ``UnknownName`` (with the closest known name) unless ``queue`` — and the
+        handler or dependency ``key`` names in it — is known: an operator's typo is refused
+        before anything is written. Surfaces skip this when the operator forces a name meant
+        for the future."""
+        bounds.check_queue(queue)
+        names = await self.names(queue if key is not None else None)
+        names.check_queue(queue)
+        if key is not None:
+            names.check_key(queue, key)
+
+    async def preview(
+        self, action: Action, queue: str, selector: Selector | TaskSelector
+    ) -> Preview:
+        """What ``action`` would act on now: the count, the named ids it would skip (with
+        why) and, when a filter matches nothing, a hint of what is close to it."""
+        bounds.check_queue(queue)
+        if isinstance(selector, TaskSelector):
+            check_task_selector(selector)
+        else:
+            bounds.check_selector(selector)
+        if selector.ids is not None:
+            now = await self.storage.now() if action == "retry_now" else None
+            taken, skipped = await sort_ids(self.storage, action, queue, selector.ids, now)
+            return Preview(count=len(taken), skipped=skipped)
+        if isinstance(selector, TaskSelector):
+            count = (
+                await self.count_retry_now(queue, selector)
+                if action == "retry_now"
+                else await self.count_cancel(queue, selector)
+            )
+        else:
+            count = await self.count(queue, selector, action=action)
+        if count:
+            return Preview(count=count)
+        return Preview(count=0, hint=await self._hint(queue, selector))
+
+    async def _hint(self, queue: str, selector: Selector | TaskSelector) -> str:
+        if isinstance(selector, Selector):
+            return dlq_hint(queue, await self.storage.dlq_groups(queue), selector.filter)
+        chosen = selector.filter or TaskFilter(status=Status.PENDING)
+        stats = await self.storage.stats(queue)
+        in_status = {Status.PENDING: stats.pending, Status.IN_FLIGHT: stats.in_flight}
+        names = await self.names(queue)
+        return task_hint(queue, chosen, sorted(names.handlers), in_status.get(chosen.status))
+
     # --- acting ----------------------------------------------------------------------------
 
     async def redrive(
@@ -303,9 +378,11 @@ class TaskAdmin(FlowAdmin):
                 if self.filters_in_storage:
                     operation = self.storage.redrive if action == "redrive" else self.storage.purge
                     in_doubt = True
-                    done = await operation(queue, selector)
+                    done, stopped = await to_the_end(operation(queue, selector))
                     in_doubt = False
                     _report(progress, done, done)
+                    if stopped:
+                        raise asyncio.CancelledError
                     return done
                 ids = [
                     t.id
@@ -323,10 +400,18 @@ class TaskAdmin(FlowAdmin):
             for start in range(0, len(ids), CHUNK):
                 chunk = ids[start : start + CHUNK]
                 in_doubt = True
-                done += await self._apply(action, queue, chunk)
+                applied, stopped = await to_the_end(self._apply(action, queue, chunk))
+                done += applied
                 in_doubt = False
                 _report(progress, min(start + CHUNK, len(ids)), len(ids))
+                if stopped:
+                    raise asyncio.CancelledError
             return done
+        except asyncio.CancelledError:
+            error = "interrupted: stopped before the rest" if not in_doubt else None
+            if in_doubt:
+                error = f"interrupted; {COUNT_UNKNOWN} ({done} known done before it)"
+            raise
         except BaseException as exc:
             error = f"{type(exc).__name__}: {exc}"
             if in_doubt and _may_have_applied(exc):

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 import msgspec
 
 from rdq.errors import ValidationError
-from rdq.spi import Counts, Storage, WorkerInfo, bounds, require
+from rdq.spi import Counts, Page, Status, Storage, TaskFilter, WorkerInfo, bounds, require
 
 __all__ = [
     "LIVE_HEARTBEATS",
@@ -25,6 +25,8 @@ __all__ = [
     "workers_serving",
 ]
 
+SILENT_SCAN = bounds.MAX_LIMIT
+"""IN_FLIGHT tasks of a queue read to count what a silent worker still holds."""
 LIVE_HEARTBEATS = 2
 """A worker seen within this many of its heartbeats is live; one silent for longer, silent."""
 MAX_RATE_MINUTES = 180
@@ -53,6 +55,9 @@ class WorkerView(msgspec.Struct, kw_only=True, frozen=True):
     """``live`` (seen within two heartbeats) or ``silent``."""
     silent_for: float = 0.0
     """Seconds since it was last seen."""
+    lapsed: int = 0
+    """Silent: how many of the tasks it still holds have a lease that lapsed (they wait to be
+    reclaimed by another worker)."""
 
 
 def _worker_view(info: WorkerInfo, now: datetime) -> WorkerView:
@@ -70,11 +75,45 @@ def _worker_view(info: WorkerInfo, now: datetime) -> WorkerView:
 
 
 async def worker_views(storage: Storage) -> tuple[datetime, list[WorkerView]]:
-    """The store's now and every registered worker, live ones first, each group by id."""
+    """The store's now and every registered worker, live ones first, each group by id. A
+    silent worker's ``held`` is counted from the store (the tasks still claimed by it, which
+    fall as other workers reclaim them), not taken from its last heartbeat."""
     require(storage, "worker_registry", "the fleet view")
     now = await storage.now()
     views = [_worker_view(info, now) for info in await storage.list_workers()]
+    silent = [w for w in views if w.status == "silent" and w.kind != _NODE]
+    if silent:
+        held = await _still_held(storage, silent, now)
+        views = [
+            msgspec.structs.replace(w, held=held[w.id][0], lapsed=held[w.id][1])
+            if w.id in held
+            else w
+            for w in views
+        ]
     return now, sorted(views, key=lambda w: (w.status != "live", w.id))
+
+
+async def _still_held(
+    storage: Storage, silent: Sequence[WorkerView], now: datetime
+) -> dict[str, tuple[int, int]]:
+    """For each silent worker: the IN_FLIGHT tasks still claimed by it (of the first
+    :data:`SILENT_SCAN` of each queue it served), and how many of those have a lapsed
+    lease."""
+    counts = {w.id: [0, 0] for w in silent}
+    for queue in sorted({q for w in silent for q in w.queues}):
+        try:
+            tasks, _ = await storage.list_tasks(
+                queue, TaskFilter(status=Status.IN_FLIGHT), Page(limit=SILENT_SCAN)
+            )
+        except NotImplementedError:
+            return {}
+        for task in tasks:
+            found = counts.get(task.claimed_by or "")
+            if found is not None:
+                found[0] += 1
+                lapsed = task.lease_expires_at is not None and task.lease_expires_at <= now
+                found[1] += lapsed
+    return {worker_id: (held, lapsed) for worker_id, (held, lapsed) in counts.items()}
 
 
 def _minute(at: datetime) -> datetime:

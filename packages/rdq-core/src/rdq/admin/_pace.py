@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from rdq import metrics
+from rdq.admin._finish import to_the_end
 from rdq.admin._scan import scan_dlq
 from rdq.audit import AuditSink, check_action, record_action
 from rdq.errors import ValidationError
@@ -235,26 +236,13 @@ async def drive_redrive(
         tokens = min(max(op.rate, 1.0), tokens + (mono - last) * op.rate)
         last = mono
         take = min(int(tokens), op.total - op.done, bounds.MAX_LIMIT)
-        returned, tried, exhausted = 0, 0, False
         if take > 0:
-            ids, tried, exhausted = await _next(storage, op, take)
-            if ids:
-                returned = await storage.redrive(queue, Selector(ids=ids))
-                metrics.REDRIVEN.labels(queue).inc(returned)
             tokens -= max(take, 1)
-        done = op.done + returned
-        finished = exhausted or done >= op.total
-        step = msgspec.structs.replace(
-            op,
-            done=done,
-            position=op.position + tried,
-            driver=driver,
-            driver_until=now + timedelta(seconds=DRIVER_LEASE),
-            status="done" if finished else "running",
-            finished_at=now if finished else None,
-        )
-        _, stored = await update_control(storage, queue, key, functools.partial(_step, op, step))
-        current = _of(stored) if stored is not None else None
+        # one tick's redrive and the record of it, finished even if the driver is cancelled
+        # meanwhile: the record (and the audit entry of a cancel) counts what was returned
+        current, stopped = await to_the_end(_tick(storage, op, take, driver, now))
+        if stopped:
+            raise asyncio.CancelledError
         if current is None:  # cancelled or taken over meanwhile: look again
             continue
         if progress is not None:
@@ -273,6 +261,32 @@ async def drive_redrive(
             )
             return current
         await asyncio.sleep(TICK)
+
+
+async def _tick(
+    storage: Storage, op: Operation, take: int, driver: str, now: datetime
+) -> Operation | None:
+    """Return the next ``take`` tasks of ``op`` and record the step; the operation as stored
+    after it (``None``: it changed meanwhile, a cancel or another driver)."""
+    returned, tried, exhausted = 0, 0, False
+    if take > 0:
+        ids, tried, exhausted = await _next(storage, op, take)
+        if ids:
+            returned = await storage.redrive(op.queue, Selector(ids=ids))
+            metrics.REDRIVEN.labels(op.queue).inc(returned)
+    done = op.done + returned
+    finished = exhausted or done >= op.total
+    step = msgspec.structs.replace(
+        op,
+        done=done,
+        position=op.position + tried,
+        driver=driver,
+        driver_until=now + timedelta(seconds=DRIVER_LEASE),
+        status="done" if finished else "running",
+        finished_at=now if finished else None,
+    )
+    _, stored = await update_control(storage, op.queue, op.key, functools.partial(_step, op, step))
+    return _of(stored) if stored is not None else None
 
 
 def _step(seen: Operation, step: Operation, control: Control) -> Control | None:

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
+from rdq.admin._finish import to_the_end
 from rdq.admin._scan import scan_tasks
 from rdq.admin._selectors import TaskSelector, check_task_selector
 from rdq.audit import AuditSink, check_action, record_action
@@ -42,8 +44,16 @@ async def retry_now(
                 for t in page
             ]
         for start in range(0, len(ids), bounds.MAX_SELECTOR_IDS):
-            done += await storage.retry_now(queue, ids[start : start + bounds.MAX_SELECTOR_IDS])
+            chunk = ids[start : start + bounds.MAX_SELECTOR_IDS]
+            applied, stopped = await to_the_end(storage.retry_now(queue, chunk))
+            done += applied
+            if stopped:
+                error = "interrupted: stopped before the rest"
+                raise asyncio.CancelledError
         return done
+    except asyncio.CancelledError:
+        error = error or "interrupted"
+        raise
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
         raise

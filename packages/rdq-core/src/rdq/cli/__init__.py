@@ -2,12 +2,15 @@
 
 - the commands (:data:`COMMANDS`): ``_backends``, ``_migrate``, ``_worker``, ``_demo``,
   ``_server``, ``_dlq`` (``stats`` and ``dlq``), ``_tasks``, ``_flow`` (``queue``,
-  ``breakers``, ``breaker``, ``limits``, ``workers``), ``_audit``, ``_copy``, ``_backup``,
+  ``breakers``, ``breaker``, ``limits``, ``workers``), ``_status`` (``queue status``, the
+  flags of ``stats``, what holds a task), ``_audit``, ``_copy``, ``_backup``,
   ``_schedules``;
 - where the operator commands act: ``_targets`` (the requests and the :class:`Target`),
   ``_direct_target`` (a store), ``_http_target`` (a node);
 - what they share: ``_options`` (where to act, filters, who acts), ``_default`` (the store
-  used when none is named), ``_render`` (tables, confirm-then-act), ``_common``.
+  used when none is named, and read commands never creating one), ``_render`` (tables,
+  confirm-then-act), ``_common`` (running a command: its exit codes, its signals, its
+  prompts).
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "List, inspect, group, redrive (at a pace too) and purge dead-lettered tasks.",
     ),
     "tasks": ("_tasks:tasks", "Find, inspect, cancel and retry now tasks in any status."),
-    "queue": ("_flow:queue", "Pause and resume a queue, a handler or a dependency."),
+    "queue": (
+        "_flow:queue",
+        "Pause and resume a queue, a handler or a dependency; show what holds a queue.",
+    ),
     "breakers": ("_flow:breakers", "List the breakers: open ones, what tripped them, held tasks."),
     "breaker": ("_flow:breaker", "Open or close a breaker by hand."),
     "limits": (

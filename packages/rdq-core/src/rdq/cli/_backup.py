@@ -49,7 +49,7 @@ async def backup(storage_url: str | None, target: Path, force: bool, as_json: bo
 
     The copy holds every task acknowledged before the backup began; a file at --to is
     refused unless --force is given, and is replaced only by a copy that passed its checks."""
-    url = chosen_storage(storage_url)
+    url = chosen_storage(storage_url, existing=True)
     async with open_storage(url) as store:
         require(store, "backup", "rdq backup")
         before = await _task_count(store)

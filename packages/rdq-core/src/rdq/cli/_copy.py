@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rdq.cli._common import echo_json, json_option, run_async
+from rdq.cli._default import chosen_storage
 from rdq.errors import IDConflict, StaleCursor
 from rdq.plugins import open_storage
 from rdq.spi import Page, Stats, Status, Storage, TaskFilter, bounds
@@ -207,6 +208,7 @@ async def copy(
     then check the counts per queue and status of both. Stop the workers first."""
     if source_url == destination_url:
         raise click.UsageError("--from and --to name the same store")
+    source_url = chosen_storage(source_url, existing=True)  # a copy never creates its source
     key = hashlib.blake2b(f"{source_url}\0{destination_url}".encode(), digest_size=8).hexdigest()
     state_path = state_file or Path(f".rdq-copy-{key}.json")
     state = None if restart else CopyState.load(state_path, key)

@@ -84,6 +84,27 @@ class DirectTarget(Target):
     async def groups(self, queue: str) -> list[dict[str, Any]]:
         return [msgspec.to_builtins(g) for g in await self._admin.dlq_groups(queue)]
 
+    async def preview(self, action: Action) -> dict[str, Any]:
+        if not action.force:
+            await self._admin.check_names(action.queue)
+        seen = await self._admin.preview(action.verb, action.queue, action.selector)
+        return dict(msgspec.to_builtins(seen))
+
+    async def outlooks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from rdq.spi import envelope_from_builtins
+
+        found = await self._admin.outlook([envelope_from_builtins(t) for t in tasks])
+        return [msgspec.to_builtins(o) for o in found]
+
+    async def pauses(self, queue: str | None) -> Listed:
+        from rdq.errors import Unsupported
+
+        try:
+            found = await self._admin.pauses(queue)
+        except Unsupported as exc:
+            return [], str(exc)
+        return [msgspec.to_builtins(p) for p in found], None
+
     async def act(self, action: Action, progress: Progress = None) -> int:
         common: dict[str, Any] = {
             "actor": self._actor,
@@ -128,10 +149,15 @@ class DirectTarget(Target):
         dependency: str | None,
         paused: bool,
         reason: str | None,
+        force: bool = False,
     ) -> dict[str, Any]:
         from rdq.flow import control_builtins, control_key
+        from rdq.spi import require
 
         key = control_key(handler=handler, dependency=dependency)
+        require(self._storage, "control", "pauses")
+        if not force:
+            await self._admin.check_names(queue, key)
         run = self._admin.pause if paused else self._admin.resume
         return control_builtins(await run(queue, key, actor=self._actor, reason=reason))
 
@@ -154,10 +180,19 @@ class DirectTarget(Target):
         return [msgspec.to_builtins(v) for v in found], None
 
     async def set_breaker(
-        self, queue: str, key: str, change: Literal["open", "close"], reason: str | None
+        self,
+        queue: str,
+        key: str,
+        change: Literal["open", "close"],
+        reason: str | None,
+        force: bool = False,
     ) -> dict[str, Any]:
         from rdq.flow import breaker_view, held_by
+        from rdq.spi import require
 
+        require(self._storage, "control", "breakers")
+        if not force:
+            await self._admin.check_names(queue, key)
         control = await self._admin.set_breaker(
             queue, key, change, actor=self._actor, reason=reason
         )

@@ -11,12 +11,23 @@ audited either way: through a node, in the node's name of the token's owner; dir
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 from datetime import datetime
 from typing import Any
 
 import click
 
-from rdq.cli._common import echo_json, json_option, run_async
+from rdq.cli._common import (
+    EXIT_NOTHING,
+    Interrupted,
+    echo_json,
+    exit_code,
+    json_option,
+    prompt,
+    run_async,
+    stopped_by,
+)
 from rdq.cli._options import (
     action_options,
     actor_options,
@@ -31,8 +42,10 @@ from rdq.cli._render import (
     print_groups,
     print_queues,
     print_redrives,
+    print_skipped,
     print_tasks,
 )
+from rdq.cli._status import incident
 from rdq.cli._targets import Action, Listing, Target, Verb
 from rdq.cli._tasks import show as show_task
 from rdq.spi import DLQFilter, Selector
@@ -52,9 +65,11 @@ async def stats(
     token: str | None,
     as_json: bool,
 ) -> None:
-    """Show statistics of QUEUES, or of every queue that holds a task when none is named."""
+    """Show statistics of QUEUES, or of every queue that holds a task when none is named,
+    each flagged when it is paused, held by a breaker, or served by no live worker."""
     async with open_target(storage_url, server_url, token) as target:
-        rows = await target.stats(list(queues))
+        found = await incident(target, list(queues))
+    rows = [{**f["stats"], "flags": f["flags"]} for f in found]
     if as_json:
         echo_json({"queues": rows})
     else:
@@ -136,20 +151,30 @@ dlq.add_command(show_task, name="show")
 
 
 @dlq.command()
-@click.argument("queue")
+@click.argument("queue", required=False)
 @target_options
 @json_option
 @run_async
 async def groups(
-    queue: str,
+    queue: str | None,
     storage_url: str | None,
     server_url: str | None,
     token: str | None,
     as_json: bool,
 ) -> None:
-    """Count the DLQ of QUEUE by error type and handler, largest group first."""
+    """Count the DLQ of QUEUE (of every queue) by error type and handler, largest group
+    first."""
     async with open_target(storage_url, server_url, token) as target:
-        found = await target.groups(queue)
+        if queue is not None:
+            found = await target.groups(queue)
+        else:
+            found = []
+            for row in await target.stats([]):
+                if row["dlq_depth"]:
+                    found += [
+                        {"queue": row["queue"], **g} for g in await target.groups(row["queue"])
+                    ]
+            found.sort(key=lambda g: (-g["count"], g["queue"]))
     if as_json:
         echo_json({"queue": queue, "groups": found})
     else:
@@ -179,6 +204,7 @@ def _action_command(verb: Verb) -> click.Command:
         dry_run: bool,
         reason: str | None,
         yes: bool,
+        force: bool,
         actor: str | None,
         audit_log: str | None,
         storage_url: str | None,
@@ -189,7 +215,7 @@ def _action_command(verb: Verb) -> click.Command:
         selected = dlq_filter(error_type, handler_ref, after, before)
         check_selection(ids, selected is not None, everything, "--error-type")
         selector = Selector(ids=list(ids)) if ids else Selector(filter=selected or DLQFilter())
-        action = Action(verb, queue, selector, dry_run=dry_run, reason=reason)
+        action = Action(verb, queue, selector, dry_run=dry_run, reason=reason, force=force)
         target = open_target(storage_url, server_url, token, actor=actor, audit_log=audit_log)
         async with target:
             await confirm_and_act(target, action, yes, as_json)
@@ -238,6 +264,7 @@ async def redrive(
     dry_run: bool,
     reason: str | None,
     yes: bool,
+    force: bool,
     rate: str | None,
     detach: bool,
     cancel_id: str | None,
@@ -274,7 +301,7 @@ async def redrive(
     check_selection(ids, selected is not None, everything, "--error-type")
     selector = Selector(ids=list(ids)) if ids else Selector(filter=selected or DLQFilter())
     if rate is None:
-        action = Action("redrive", queue, selector, dry_run=dry_run, reason=reason)
+        action = Action("redrive", queue, selector, dry_run=dry_run, reason=reason, force=force)
         async with target:
             await confirm_and_act(target, action, yes, as_json)
         return
@@ -282,7 +309,9 @@ async def redrive(
 
     per_second = parse_rate(rate)
     async with target:
-        await _paced(target, queue, selector, per_second, reason, yes, detach, dry_run, as_json)
+        await _paced(
+            target, queue, selector, per_second, reason, yes, detach, dry_run, force, as_json
+        )
 
 
 async def _paced(
@@ -294,23 +323,43 @@ async def _paced(
     yes: bool,
     detach: bool,
     dry_run: bool,
+    force: bool,
     as_json: bool,
 ) -> None:
     """Count, ask, start a paced redrive; then follow it (or, detached, say who will)."""
-    count = await target.act(Action("redrive", queue, selector, dry_run=True, reason=reason))
+    action = Action("redrive", queue, selector, dry_run=True, reason=reason, force=force)
+    seen = await target.preview(action)
+    count = int(seen["count"])
+    if seen.get("skipped") and not as_json:
+        print_skipped(action, seen["skipped"])
     if dry_run or count == 0:
         if as_json:
-            echo_json({"action": "redrive", "queue": queue, "count": count, "dry_run": True})
+            echo_json(
+                {
+                    "action": "redrive",
+                    "queue": queue,
+                    "count": count,
+                    "dry_run": dry_run,
+                    "done": False,
+                    "skipped": seen.get("skipped") or [],
+                    "hint": seen.get("hint"),
+                }
+            )
+        elif count == 0:
+            click.echo("0 tasks match; nothing done" + (" (dry run)" if dry_run else ""))
+            if seen.get("hint"):
+                click.echo(str(seen["hint"]))
         else:
             click.echo(
                 f"redrive would act on {count} task(s) of queue {queue}, at most {rate:g}/s "
                 f"(about {_duration(count / rate)}; dry run)"
             )
+        if count == 0:
+            exit_code(EXIT_NOTHING)
         return
     ask(f"redrive {count} task(s) of queue {queue} at most {rate:g}/s", yes)
     if not yes and reason is None:
-        asked = click.prompt("Reason (kept in the audit trail)", default="", show_default=False)
-        reason = asked.strip() or None
+        reason = prompt("Reason (kept in the audit trail)").strip() or None
     op = await target.start_paced(queue, selector, rate, reason, detach)
     if detach:
         drivers = await target.drivers(op)
@@ -332,14 +381,21 @@ async def _paced(
     with bar as progress:
         try:
             ended = await target.follow(op, progress)
-        except asyncio.CancelledError:  # Ctrl-C: stop it rather than leave it running
+        except asyncio.CancelledError:  # Ctrl-C, SIGHUP, SIGTERM: stop it, never orphan it
+            signum = stopped_by()
+            if signum is None:
+                raise
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()
             bar.stop()
-            ended = await target.cancel_redrive(queue, op["id"], "interrupted (Ctrl-C)")
-            _said(ended, as_json)
-            raise click.exceptions.Exit(130) from None
+            why = f"interrupted ({signal.Signals(signum).name})"
+            ended = await target.cancel_redrive(queue, op["id"], why)
+            with contextlib.suppress(OSError, ValueError):  # the terminal may be gone
+                _said(ended, as_json)
+            raise Interrupted(
+                signum, f"paced redrive {op['id']} cancelled after {ended['done']} task(s)"
+            ) from None
     _said(ended, as_json)
 
 
@@ -406,7 +462,9 @@ class _OpProgress:
 
     def stop(self) -> None:
         if self.enabled:
-            self._progress.stop()
+            with contextlib.suppress(OSError, ValueError):  # a terminal that went away
+                self._progress.stop()
+            self.enabled = False
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

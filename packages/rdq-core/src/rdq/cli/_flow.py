@@ -1,4 +1,4 @@
-"""``rdq queue pause|resume``, ``rdq breakers``, ``rdq breaker open|close``, ``rdq limits``,
+"""``rdq queue pause|resume|status``, ``rdq breakers``, ``rdq breaker open|close``, ``rdq limits``,
 ``rdq workers``:
 flow control and the fleet, on a store directly (``--storage``) or through a node
 (``--server``). Pauses and breakers set by hand are audited as ``rdq dlq redrive`` is."""
@@ -10,7 +10,7 @@ from typing import Literal
 import click
 
 from rdq.cli._common import echo_json, json_option, run_async
-from rdq.cli._options import actor_options, open_target, target_options
+from rdq.cli._options import actor_options, force_option, open_target, target_options
 from rdq.cli._render import (
     ask,
     console,
@@ -19,13 +19,15 @@ from rdq.cli._render import (
     print_limits,
     print_workers,
 )
+from rdq.cli._status import queue_status
 
 __all__ = ["breaker", "breakers", "limits", "queue", "workers"]
 
 
 @click.group()
 def queue() -> None:
-    """Pause and resume a queue, one of its handlers, or a dependency."""
+    """Pause and resume a queue, one of its handlers, or a dependency; show what holds a
+    queue (status)."""
 
 
 def _pause_command(paused: bool) -> click.Command:
@@ -36,6 +38,7 @@ def _pause_command(paused: bool) -> click.Command:
     @click.option("--handler", metavar="REF", help="Only the tasks of this handler_ref.")
     @click.option("--dependency", metavar="NAME", help="Only the tasks of this dependency.")
     @click.option("--reason", help="Why (kept in the audit record).")
+    @force_option
     @actor_options
     @target_options
     @json_option
@@ -45,6 +48,7 @@ def _pause_command(paused: bool) -> click.Command:
         handler: str | None,
         dependency: str | None,
         reason: str | None,
+        force: bool,
         actor: str | None,
         audit_log: str | None,
         storage_url: str | None,
@@ -54,9 +58,13 @@ def _pause_command(paused: bool) -> click.Command:
     ) -> None:
         if handler is not None and dependency is not None:
             raise click.UsageError("give --handler or --dependency, not both")
-        target = open_target(storage_url, server_url, token, actor=actor, audit_log=audit_log)
+        target = open_target(
+            storage_url, server_url, token, actor=actor, audit_log=audit_log, create=force
+        )
         async with target:
-            control = await target.set_paused(queue_name, handler, dependency, paused, reason)
+            control = await target.set_paused(
+                queue_name, handler, dependency, paused, reason, force
+            )
         if as_json:
             echo_json(control)
             return
@@ -93,6 +101,7 @@ def _naming(handler: str | None, dependency: str | None) -> str:
 
 queue.add_command(_pause_command(True))
 queue.add_command(_pause_command(False))
+queue.add_command(queue_status)
 
 
 @click.command()
@@ -151,6 +160,7 @@ def _breaker_command(change: Literal["open", "close"]) -> click.Command:
     @click.option("--queue", "queue_name", required=True, metavar="QUEUE", help="Its queue.")
     @click.option("--reason", help="Why (kept in the audit record).")
     @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+    @force_option
     @actor_options
     @target_options
     @json_option
@@ -160,6 +170,7 @@ def _breaker_command(change: Literal["open", "close"]) -> click.Command:
         queue_name: str,
         reason: str | None,
         yes: bool,
+        force: bool,
         actor: str | None,
         audit_log: str | None,
         storage_url: str | None,
@@ -173,9 +184,11 @@ def _breaker_command(change: Literal["open", "close"]) -> click.Command:
             )
         if change == "open":
             ask(f"open the breaker {key} of queue {queue_name} (held until closed by hand)", yes)
-        target = open_target(storage_url, server_url, token, actor=actor, audit_log=audit_log)
+        target = open_target(
+            storage_url, server_url, token, actor=actor, audit_log=audit_log, create=force
+        )
         async with target:
-            found = await target.set_breaker(queue_name, key, change, reason)
+            found = await target.set_breaker(queue_name, key, change, reason, force)
         if as_json:
             echo_json(found)
         elif found["state"] == "open":

@@ -39,6 +39,8 @@ class HttpTarget(Target):
         import httpx
 
         self._url = server_url.rstrip("/")
+        self._outlooks: dict[str, dict[str, Any]] = {}
+        """What the last pages said of their tasks (asked with ``outlook=true``)."""
         self._http = httpx.AsyncClient(
             base_url=self._url,
             headers={"Authorization": f"Bearer {token}"},
@@ -95,10 +97,26 @@ class HttpTarget(Target):
             params["cursor"] = listing.cursor
         if isinstance(listing.filter, TaskFilter):
             path = f"/v1/queues/{_seg(listing.queue)}/tasks"
+            params["outlook"] = "true"
         else:
             path = f"/v1/queues/{_seg(listing.queue)}/dlq"
         body = await self._call("GET", path, params=params)
+        for seen in body.get("outlook") or []:
+            self._outlooks[seen["id"]] = seen
         return body["tasks"], body["next_cursor"]
+
+    async def outlooks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        found = []
+        for task in tasks:
+            seen = self._outlooks.get(task["id"])
+            if seen is None:
+                seen = await self._call("GET", f"/v1/tasks/{_seg(task['id'])}/outlook")
+            found.append(seen)
+        return found
+
+    async def pauses(self, queue: str | None) -> Listed:
+        params = {"queue": queue} if queue else {}
+        return await self._listed("/v1/pauses", "pauses", params=params)
 
     async def groups(self, queue: str) -> list[dict[str, Any]]:
         groups: list[dict[str, Any]] = await self._call(
@@ -106,7 +124,25 @@ class HttpTarget(Target):
         )
         return groups
 
+    async def preview(self, action: Action) -> dict[str, Any]:
+        import dataclasses
+
+        dry = dataclasses.replace(action, dry_run=True)
+        found: dict[str, Any] = {"count": 0, "skipped": [], "hint": None}
+        for answer in await self._send(dry):
+            found["count"] += answer["count"]
+            found["skipped"] += answer.get("skipped") or []
+            found["hint"] = found["hint"] or answer.get("hint")
+        return found
+
     async def act(self, action: Action, progress: Progress = None) -> int:
+        total = 0
+        for answer in await self._send(action, progress):
+            total += answer["count"]
+        return total
+
+    async def _send(self, action: Action, progress: Progress = None) -> list[dict[str, Any]]:
+        """The action's request(s) (ids in chunks), and each answer."""
         if action.verb == "cancel":
             path = f"/v1/queues/{_seg(action.queue)}/tasks/cancel"
         elif action.verb == "retry_now":
@@ -116,24 +152,27 @@ class HttpTarget(Target):
         extra: dict[str, Any] = {"dry_run": action.dry_run}
         if action.reason:
             extra["reason"] = action.reason
+        if action.force:
+            extra["force"] = True
         selector = action.selector
         if selector.filter is not None:
             chosen = dict(msgspec.to_builtins(selector.filter))
             if action.verb == "retry_now":
                 chosen.pop("status", None)  # PENDING, always
-            body = {"filter": chosen, **extra}
-            count: int = await self._call("POST", path, key="count", json=body)
+            answer: dict[str, Any] = await self._call(
+                "POST", path, json={"filter": chosen, **extra}
+            )
             if progress is not None:
-                progress(count, count)
-            return count
+                progress(answer["count"], answer["count"])
+            return [answer]
         ids = list(selector.ids or [])
-        total = 0
+        answers = []
         for start in range(0, len(ids), _HTTP_ID_CHUNK):
             chunk = ids[start : start + _HTTP_ID_CHUNK]
-            total += await self._call("POST", path, key="count", json={"ids": chunk, **extra})
+            answers.append(await self._call("POST", path, json={"ids": chunk, **extra}))
             if progress is not None:
                 progress(min(start + _HTTP_ID_CHUNK, len(ids)), len(ids))
-        return total
+        return answers
 
     async def audit(self, query: AuditQuery) -> tuple[list[dict[str, Any]], str | None]:
         params: dict[str, Any] = dict(msgspec.to_builtins(query.filter or {}))
@@ -157,8 +196,14 @@ class HttpTarget(Target):
         dependency: str | None,
         paused: bool,
         reason: str | None,
+        force: bool = False,
     ) -> dict[str, Any]:
-        body = {"handler": handler, "dependency": dependency, "reason": reason}
+        body = {
+            "handler": handler,
+            "dependency": dependency,
+            "reason": reason,
+            "force": True if force else None,
+        }
         path = f"/v1/queues/{_seg(queue)}/{'pause' if paused else 'resume'}"
         control: dict[str, Any] = await self._call(
             "POST", path, json={k: v for k, v in body.items() if v is not None}
@@ -175,9 +220,18 @@ class HttpTarget(Target):
         return await self._listed("/v1/limits", "limits")
 
     async def set_breaker(
-        self, queue: str, key: str, change: Literal["open", "close"], reason: str | None
+        self,
+        queue: str,
+        key: str,
+        change: Literal["open", "close"],
+        reason: str | None,
+        force: bool = False,
     ) -> dict[str, Any]:
-        body = {"key": key, **({"reason": reason} if reason else {})}
+        body = {
+            "key": key,
+            **({"reason": reason} if reason else {}),
+            **({"force": True} if force else {}),
+        }
         path = f"/v1/queues/{_seg(queue)}/breakers/{change}"
         breaker: dict[str, Any] = await self._call("POST", path, json=body)
         return breaker

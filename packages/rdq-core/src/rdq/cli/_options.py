@@ -24,6 +24,7 @@ __all__ = [
     "actor_options",
     "check_selection",
     "filter_options",
+    "force_option",
     "open_target",
     "target_options",
 ]
@@ -35,9 +36,16 @@ def _apply(fn: Callable[..., Any], options: list[Callable[..., Any]]) -> Callabl
     return fn
 
 
+FORCE_HELP = (
+    "Act on a name nothing on the store knows yet (no task, worker or control names it): "
+    "without it such a name is refused as a typo, with the closest known one."
+)
+force_option = click.option("--force", is_flag=True, help=FORCE_HELP)
+
+
 def action_options(all_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--all`` (helped by ``all_help``), ``--dry-run``, ``--reason``, ``--yes``: what every
-    bulk action (redrive, purge, cancel) takes."""
+    """``--all`` (helped by ``all_help``), ``--dry-run``, ``--reason``, ``--yes``,
+    ``--force``: what every bulk action (redrive, purge, cancel, retry now) takes."""
 
     def options(fn: Callable[..., Any]) -> Callable[..., Any]:
         return _apply(
@@ -47,6 +55,7 @@ def action_options(all_help: str) -> Callable[[Callable[..., Any]], Callable[...
                 click.option("--dry-run", is_flag=True, help="Only count the selected tasks."),
                 click.option("--reason", help="Why (kept in the audit record)."),
                 click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation."),
+                force_option,
             ],
         )
 
@@ -169,7 +178,10 @@ def open_target(
     *,
     actor: str | None = None,
     audit_log: str | None = None,
+    create: bool = False,
 ) -> Target:
+    """Where the command acts: the node ``server_url`` names, or a store (which must exist
+    unless ``create``: see :func:`rdq.cli._default.chosen_storage`)."""
     if storage_url and server_url:
         raise click.UsageError("give --storage or --server, not both")
     if server_url:
@@ -178,7 +190,9 @@ def open_target(
         return HttpTarget(server_url, token)
     _log_to_stderr()
     return DirectTarget(
-        chosen_storage(storage_url), actor=actor or _default_actor(), audit_log=audit_log
+        chosen_storage(storage_url, existing=not create),
+        actor=actor or _default_actor(),
+        audit_log=audit_log,
     )
 
 

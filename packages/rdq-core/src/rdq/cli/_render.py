@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import sys
 from collections.abc import Callable
@@ -15,23 +16,36 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from rdq.audit import describe_selector
-from rdq.cli._common import echo_json
+from rdq.cli._common import (
+    EXIT_NOTHING,
+    EXIT_PARTLY,
+    Interrupted,
+    confirm,
+    echo_json,
+    exit_code,
+    prompt,
+    stopped_by,
+)
 from rdq.cli._targets import Action, Target
 
 __all__ = [
     "age",
     "ago",
     "ask",
+    "attempts_text",
     "confirm_and_act",
+    "outlook_cell",
     "print_audit",
     "print_breakers",
     "print_groups",
     "print_limits",
     "print_queues",
     "print_redrives",
+    "print_skipped",
     "print_task",
     "print_tasks",
     "print_workers",
+    "probe_text",
 ]
 
 console = Console()
@@ -65,8 +79,11 @@ def print_queues(rows: list[dict[str, Any]]) -> None:
     columns = ("queue", "pending", "in flight", "DLQ", "succeeded", "cancelled", "oldest due")
     for column in columns:
         table.add_column(column, justify="left" if column == "queue" else "right")
+    flagged = any(row.get("flags") for row in rows)
+    if flagged:
+        table.add_column("flags", overflow="fold")
     for row in rows:
-        table.add_row(
+        cells = [
             row["queue"],
             _count(row, "pending"),
             _count(row, "in_flight"),
@@ -74,12 +91,53 @@ def print_queues(rows: list[dict[str, Any]]) -> None:
             _count(row, "succeeded"),
             _count(row, "cancelled"),
             age(row["oldest_pending_age"]),
-        )
+        ]
+        if flagged:
+            cells.append("[yellow]" + ", ".join(row.get("flags") or []) + "[/yellow]")
+        table.add_row(*cells)
     console.print(table)
     if any(row.get("estimated") for row in rows):
         console.print("~ marks an estimate (large counts are estimated by the store)")
     if not rows:
         console.print("no queue holds a task yet")
+    elif flagged:
+        console.print("what holds a flagged queue: rdq queue status QUEUE")
+
+
+def attempts_text(outlook: dict[str, Any] | None, task: dict[str, Any]) -> str:
+    """``4 (2 charged)`` beside ``attempt_count``."""
+    if outlook is None:
+        return str(task["attempt_count"])
+    attempts = outlook["attempts"]
+    if attempts["uncharged"]:
+        return f"{attempts['recorded']} ({attempts['charged']} charged)"
+    return str(attempts["recorded"])
+
+
+def outlook_cell(outlook: dict[str, Any] | None) -> str:
+    """A short "held by / next" cell for a task list."""
+    if outlook is None:
+        return "-"
+    holds = outlook.get("holds") or []
+    if holds:
+        first = holds[0]
+        key = "the whole queue" if first["key"] == "*" else first["key"]
+        if first["kind"] == "pause":
+            return f"paused ({key})"
+        if first["kind"] == "breaker":
+            return f"breaker {first['state'].replace('_', '-')} ({key})"
+        return f"limit full ({key})"
+    holder = outlook.get("holder")
+    if holder is not None:
+        lease = holder.get("lease_in")
+        if lease is not None and lease <= 0:
+            return f"lease lapsed {age(-lease)} ago: reclaim due"
+        if holder.get("status") == "silent":
+            return f"silent worker ({age(holder.get('silent_for'))})"
+        return "running"
+    if outlook.get("served") is False and outlook["status"] == "PENDING":
+        return "no live worker"
+    return "-"
 
 
 def last_error(task: dict[str, Any]) -> str:
@@ -96,25 +154,38 @@ _TIME_OF = {
 }
 
 
-def print_tasks(title: str, status: str, tasks: list[dict[str, Any]], cursor: str | None) -> None:
+def print_tasks(
+    title: str,
+    status: str,
+    tasks: list[dict[str, Any]],
+    cursor: str | None,
+    outlooks: list[dict[str, Any]] | None = None,
+) -> None:
+    """A page of tasks; with their ``outlooks``, the attempts charged beside
+    ``attempt_count`` and what holds each (or who holds it, for IN_FLIGHT ones)."""
     label, field = _TIME_OF[status]
     table = Table(title=title)
     columns = ["id", "handler_ref", label, "attempts", "redrives", "last error"]
     if status == "IN_FLIGHT":
         columns.insert(3, "worker")
+    if outlooks is not None and status in ("PENDING", "IN_FLIGHT"):
+        columns.insert(-1, "held by · next" if status == "PENDING" else "holder")
     for column in columns:
         table.add_column(column, overflow="fold")
-    for task in tasks:
+    seen: list[dict[str, Any] | None] = list(outlooks) if outlooks else [None] * len(tasks)
+    for task, outlook in zip(tasks, seen, strict=False):
         row = [
             task["id"],
             task["handler_ref"],
             str(task.get(field) or "-"),
-            str(task["attempt_count"]),
+            attempts_text(outlook, task),
             str(task["redrive_count"]),
             last_error(task)[:120],
         ]
         if status == "IN_FLIGHT":
             row.insert(3, str(task.get("claimed_by") or "-"))
+        if outlooks is not None and status in ("PENDING", "IN_FLIGHT"):
+            row.insert(-1, outlook_cell(outlook))
         table.add_row(*row)
     console.print(table)
     if cursor:
@@ -155,24 +226,31 @@ def print_task(task: dict[str, Any], all_tracebacks: bool) -> None:
         console.print(f"({hidden} earlier traceback(s): --tracebacks shows them all)")
 
 
-def print_groups(queue: str, groups: list[dict[str, Any]]) -> None:
-    table = Table(title=f"DLQ of {queue} by error")
-    for column in ("count", "error type", "handler_ref", "first", "last"):
+def print_groups(queue: str | None, groups: list[dict[str, Any]]) -> None:
+    """The DLQ of ``queue`` by error, or of every queue (a queue column first)."""
+    table = Table(title=f"DLQ of {queue} by error" if queue else "every DLQ by error")
+    columns = ["count", "error type", "handler_ref", "first", "last"]
+    if queue is None:
+        columns.insert(0, "queue")
+    for column in columns:
         table.add_column(column, overflow="fold", justify="right" if column == "count" else "left")
     for g in groups:
-        table.add_row(
+        cells = [
             str(g["count"]),
             g.get("error_type") or "-",
             g["handler_ref"],
             str(g["first_dead_lettered_at"]),
             str(g["last_dead_lettered_at"]),
-        )
+        ]
+        table.add_row(*([g["queue"], *cells] if queue is None else cells))
     console.print(table)
     if groups:
         console.print(
             "act on a group: rdq dlq redrive|purge "
-            f"{queue} --error-type TYPE --handler-ref REF --reason …"
+            f"{queue or 'QUEUE'} --error-type TYPE --handler-ref REF --reason …"
         )
+    elif queue is None:
+        console.print("every DLQ is empty")
 
 
 def print_audit(entries: list[dict[str, Any]], cursor: str | None) -> None:
@@ -208,31 +286,110 @@ def _audit_time(value: Any) -> str:
 
 
 async def confirm_and_act(target: Target, action: Action, yes: bool, as_json: bool) -> None:
-    """Count the selection (a dry run), ask (unless ``yes``), act with a progress bar, report."""
-    dry = Action(action.verb, action.queue, action.selector, dry_run=True, reason=action.reason)
-    count = await target.act(dry)
+    """Count the selection (what it matches now, the named tasks it would skip and why), ask
+    (unless ``yes``), act with a progress bar, report; exit as the module
+    :mod:`rdq.cli._common` says (3: nothing matched, 4: done in part)."""
+    seen = await target.preview(action)
+    count, skipped = int(seen["count"]), list(seen.get("skipped") or [])
     say = _SAY.get(action.verb, action.verb)
-    if action.dry_run or count == 0:
-        _report(action, count, True, as_json)
+    if skipped and not as_json:
+        print_skipped(action, skipped)
+    if count == 0:
+        _report(action, 0, action.dry_run, as_json, seen, done=False)
+        exit_code(EXIT_NOTHING)
+    if action.dry_run:
+        _report(action, count, True, as_json, seen, done=False)
         return
     if not yes:
         if not sys.stdin.isatty():
             raise click.UsageError(f"{say} of {count} tasks needs --yes when not interactive")
-        click.confirm(f"{say} {count} task(s) of queue {action.queue}?", abort=True)
+        if not confirm(f"{say} {count} task(s) of queue {action.queue}?"):
+            raise click.ClickException("not confirmed; nothing was done")
         if action.reason is None:
-            asked = "Reason (kept in the audit trail)"
-            reason = click.prompt(asked, default="", show_default=False)
+            reason = prompt("Reason (kept in the audit trail)")
             action = dataclasses.replace(action, reason=reason.strip() or None)
+    progress = _Done()
     with _ProgressBar(count, as_json) as advance:
-        done = await target.act(action, advance)
-    _report(action, done, False, as_json)
+        try:
+            done = await target.act(action, progress.tracking(advance))
+        except asyncio.CancelledError:
+            signum = stopped_by()
+            if signum is None:
+                raise
+            raise Interrupted(
+                signum,
+                f"{progress.done} task(s) of queue {action.queue} {_DONE[action.verb]} before "
+                f"it stopped (the audit trail says so); the rest were not",
+            ) from None
+    _report(action, done, False, as_json, seen, done=True)
+    if skipped:
+        exit_code(EXIT_PARTLY)
 
 
-def _report(action: Action, count: int, dry_run: bool, as_json: bool) -> None:
+class _Done:
+    """How many tasks the action reported done so far (said when it is interrupted)."""
+
+    def __init__(self) -> None:
+        self.done = 0
+
+    def tracking(
+        self, advance: Callable[[int, int | None], None] | None
+    ) -> Callable[[int, int | None], None]:
+        def report(done: int, total: int | None) -> None:
+            self.done = done
+            if advance is not None:
+                advance(done, total)
+
+        return report
+
+
+def print_skipped(action: Action, skipped: list[dict[str, Any]]) -> None:
+    named = len(set(action.selector.ids or ()))
+    verb = _DONE[action.verb]
+    some = "none" if len(skipped) >= named else f"{len(skipped)}"
+    click.echo(
+        f"{some} of the {named} named task(s) can be {verb}:"
+        if some == "none"
+        else f"{some} of the {named} named task(s) cannot be {verb}:",
+        err=True,
+    )
+    for entry in skipped:
+        click.echo(f"  {entry['id']}: {_skip_text(entry)}", err=True)
+
+
+def _skip_text(entry: dict[str, Any]) -> str:
+    from rdq.admin import Skipped
+
+    return msgspec.convert(entry, Skipped).text
+
+
+def _report(
+    action: Action,
+    count: int,
+    dry_run: bool,
+    as_json: bool,
+    seen: dict[str, Any] | None = None,
+    *,
+    done: bool,
+) -> None:
+    seen = seen or {}
     if as_json:
         echo_json(
-            {"action": action.verb, "queue": action.queue, "count": count, "dry_run": dry_run}
+            {
+                "action": action.verb,
+                "queue": action.queue,
+                "count": count,
+                "dry_run": dry_run,
+                "done": done and count > 0,
+                "skipped": seen.get("skipped") or [],
+                "hint": seen.get("hint"),
+            }
         )
+        return
+    if count == 0:
+        click.echo("0 tasks match; nothing done" + (" (dry run)" if dry_run else ""))
+        if seen.get("hint"):
+            click.echo(str(seen["hint"]))
     elif dry_run:
         say = _SAY.get(action.verb, action.verb)
         click.echo(f"{say} would act on {count} task(s) of queue {action.queue} (dry run)")
@@ -310,19 +467,19 @@ def print_breakers(rows: list[dict[str, Any]], unsupported: str | None) -> None:
         console.print(f"no breakers to show: {unsupported}", markup=False, highlight=False)
         return
     table = Table(title="breakers")
-    for column in ("queue", "key", "state", "since", "error", "held"):
+    for column in ("queue", "key", "state", "outage", "error", "held"):
         table.add_column(
             column,
             overflow="fold",
             justify="right" if column == "held" else "left",
-            no_wrap=column == "held",
+            no_wrap=column in ("held", "key"),
         )
     for b in rows:
         state = _STATE.get(b["state"], b["state"])
         if b["state"] == "open" and b.get("by"):
             state += f" by {b['by']}"
         elif b["state"] == "open" and b.get("until"):
-            state += f", probes {ago(b['until'])}"
+            state += f", {probe_text(b['until'])}"
         elif b["state"] == "half_open" and b.get("probes_left") is not None:
             state += f", {b['probes_left']} probe(s) left"
         elif b["state"] == "closed" and b.get("rate"):
@@ -330,12 +487,37 @@ def print_breakers(rows: list[dict[str, Any]], unsupported: str | None) -> None:
         error = " ".join(x for x in (b.get("error_type"), b.get("error_message")) if x)
         if b.get("sample_task"):
             error += f" (e.g. {b['sample_task']})"
-        table.add_row(b["queue"], b["key"], state, ago(b.get("since")), error or "-", held_text(b))
+        table.add_row(b["queue"], b["key"], state, _breaker_since(b), error or "-", held_text(b))
     console.print(table)
     if not rows:
         console.print("no breaker has tripped")
     elif any(b["state"] != "closed" for b in rows):
         console.print("close one by hand: rdq breaker close KEY --queue QUEUE --reason …")
+
+
+def probe_text(until: Any, now: Any = None) -> str:
+    """``probes in 3m``, or ``probe due since 5m`` once its cool-down is over (a worker of
+    the queue probes it at its next look)."""
+    at = _time(until)
+    current = _time(now) or datetime.now(UTC)
+    if at is not None and at <= current:
+        return f"probe due since {age((current - at).total_seconds())}"
+    return f"probes {ago(until, now)}"
+
+
+def _breaker_since(breaker: dict[str, Any]) -> str:
+    """An open breaker's outage: its start and how long it has lasted (a failed probe
+    re-opens the breaker, but the outage goes on); a closed one's last outage."""
+    outages = breaker.get("outages") or []
+    last = outages[-1] if outages else None
+    if last is None:
+        return f"since {ago(breaker.get('since'))}"
+    start = _time(last.get("start"))
+    end = _time(last.get("end"))
+    lasted = age(((end or datetime.now(UTC)) - start).total_seconds()) if start else "-"
+    if end is None:
+        return f"for {lasted}"
+    return f"lasted {lasted}, ended {ago(last.get('end'))}"
 
 
 def _rate_text(rate: int | None, per: float) -> str:
@@ -432,10 +614,17 @@ def print_workers(rows: list[dict[str, Any]], unsupported: str | None) -> None:
             state += " (node)"
         seen = "now" if w["silent_for"] < 1 else f"{age(w['silent_for'])} ago"
         held = f"{w['held']}/{w['concurrency']}" if w.get("kind") != "node" else "-"
+        if w["status"] == "silent" and w.get("lapsed"):
+            held += f" ({w['lapsed']} lapsed: reclaim due)"
         table.add_row(w["id"], w["host"], state, seen, ", ".join(w["queues"]) or "-", held)
     console.print(table)
     if not rows:
         console.print("no worker is registered on this store")
+    elif any(w["status"] == "silent" and w.get("held") for w in rows):
+        console.print(
+            "a silent worker's held tasks are counted from the store: they fall as other "
+            "workers reclaim them once their leases lapse"
+        )
 
 
 def print_redrives(rows: list[dict[str, Any]], unsupported: str | None) -> None:
@@ -443,7 +632,7 @@ def print_redrives(rows: list[dict[str, Any]], unsupported: str | None) -> None:
         console.print(f"no paced redrives to show: {unsupported}", markup=False, highlight=False)
         return
     table = Table(title="paced redrives (newest first)")
-    for column in ("id", "queue", "status", "progress", "started", "by", "reason"):
+    for column in ("id", "queue", "status", "progress", "started", "by", "driver", "reason"):
         table.add_column(column, overflow="fold", no_wrap=column in ("id", "progress"))
     for op in rows:
         table.add_row(
@@ -453,6 +642,7 @@ def print_redrives(rows: list[dict[str, Any]], unsupported: str | None) -> None:
             f"{op['done']}/{op['total']} at {op['rate']:g}/s",
             ago(op.get("started_at")),
             op.get("actor") or "-",
+            _driver(op),
             op.get("reason") or "",
         )
     console.print(table)
@@ -462,10 +652,27 @@ def print_redrives(rows: list[dict[str, Any]], unsupported: str | None) -> None:
         console.print("cancel one: rdq dlq redrive --cancel ID --queue QUEUE")
 
 
+def _driver(op: dict[str, Any]) -> str:
+    """Who drives a running paced redrive: its driver (``cli:host:pid:…`` in a terminal,
+    ``node:…`` on a node), or that nobody does since its driver stopped renewing it (a node
+    takes it over within seconds; none running: it waits)."""
+    if op["status"] != "running":
+        return "-"
+    driver = op.get("driver")
+    until = _time(op.get("driver_until"))
+    if not driver:
+        return "nobody yet"
+    if until is not None and until < datetime.now(UTC):
+        return f"{driver} (stopped {ago(op.get('driver_until'))}: a node takes it over)"
+    return str(driver)
+
+
 def ask(what: str, yes: bool) -> None:
-    """Confirm ``what`` (unless ``yes``); refuse without a terminal to ask on."""
+    """Confirm ``what`` (unless ``yes``); refuse without a terminal to ask on. Ctrl-C at the
+    question aborts with nothing done; "no" ends the command (exit 1), nothing done."""
     if yes:
         return
     if not sys.stdin.isatty():
         raise click.UsageError(f"{what} needs --yes when not interactive")
-    click.confirm(f"{what}?", abort=True)
+    if not confirm(f"{what}?"):
+        raise click.ClickException("not confirmed; nothing was done")

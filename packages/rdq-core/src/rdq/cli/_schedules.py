@@ -12,7 +12,7 @@ from rich.table import Table
 
 from rdq.app import App, load_app
 from rdq.cli._common import echo_json, json_option, run_async
-from rdq.cli._default import STORAGE_ENV
+from rdq.cli._default import STORAGE_ENV, chosen_storage
 from rdq.errors import NotFound
 from rdq.plugins import open_storage
 from rdq.schedules import Schedule
@@ -49,7 +49,7 @@ async def schedules(
         app.load_config(config_path)
     rows: list[dict[str, Any]]
     if storage_url:
-        async with open_storage(storage_url) as storage:
+        async with open_storage(chosen_storage(storage_url, existing=True)) as storage:
             now = await storage.now()
             rows = [await _row(app, s, now, storage) for s in app.schedules.values()]
         clock = "storage"

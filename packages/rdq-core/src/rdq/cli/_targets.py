@@ -67,6 +67,9 @@ class Action:
     selector: Selector | TaskSelector
     dry_run: bool
     reason: str | None = None
+    force: bool = False
+    """Act on a queue nothing knows yet (a name meant for the future), not refused as a
+    typo."""
 
     def __post_init__(self) -> None:
         if self.verb not in _VERBS:
@@ -111,6 +114,21 @@ class Target(abc.ABC):
     async def groups(self, queue: str) -> list[dict[str, Any]]: ...
 
     @abc.abstractmethod
+    async def outlooks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What holds each of ``tasks`` (as :meth:`get` and :meth:`page` give them) and what
+        happens next, as :class:`rdq.admin.Outlook` says it, in their order."""
+
+    @abc.abstractmethod
+    async def pauses(self, queue: str | None) -> Listed:
+        """Every paused key of ``queue`` (of every queue), with what it holds."""
+
+    @abc.abstractmethod
+    async def preview(self, action: Action) -> dict[str, Any]:
+        """What ``action`` would act on now, as :class:`rdq.admin.Preview` says it
+        (``count``, ``skipped``, ``hint``); ``UnknownName`` (or a ``TargetError`` saying so)
+        for a queue nothing knows, unless the action is forced."""
+
+    @abc.abstractmethod
     async def act(self, action: Action, progress: Progress = None) -> int: ...
 
     @abc.abstractmethod
@@ -129,8 +147,10 @@ class Target(abc.ABC):
         dependency: str | None,
         paused: bool,
         reason: str | None,
+        force: bool = False,
     ) -> dict[str, Any]:
-        """Pause (or resume) a handler, a dependency, or the whole queue; the control after."""
+        """Pause (or resume) a handler, a dependency, or the whole queue; the control after.
+        A name nothing knows is refused (``UnknownName``) unless ``force``."""
 
     @abc.abstractmethod
     async def breakers(self, queue: str | None) -> Listed: ...
@@ -141,9 +161,15 @@ class Target(abc.ABC):
 
     @abc.abstractmethod
     async def set_breaker(
-        self, queue: str, key: str, change: Literal["open", "close"], reason: str | None
+        self,
+        queue: str,
+        key: str,
+        change: Literal["open", "close"],
+        reason: str | None,
+        force: bool = False,
     ) -> dict[str, Any]:
-        """Open or close the breaker of ``key`` by hand; the breaker after."""
+        """Open or close the breaker of ``key`` by hand; the breaker after. A name nothing
+        knows is refused (``UnknownName``) unless ``force``."""
 
     @abc.abstractmethod
     async def workers(self) -> tuple[list[dict[str, Any]], str | None, str | None]:

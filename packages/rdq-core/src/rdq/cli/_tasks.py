@@ -18,6 +18,7 @@ from rdq.cli._options import (
     target_options,
 )
 from rdq.cli._render import confirm_and_act, print_task, print_tasks
+from rdq.cli._status import print_outlook
 from rdq.cli._targets import Action, Listing, status_of
 from rdq.spi import Status, TaskFilter
 
@@ -86,18 +87,20 @@ async def list_command(
     found: list[dict[str, Any]] = []
     async with open_target(storage_url, server_url, token) as target:
         while True:
-            listing = Listing(queue, selected, limit, cursor, attempts or not as_json)
+            listing = Listing(queue, selected, limit, cursor, True)
             page, cursor = await target.page(listing)
             found.extend(page)
             if not all_pages or cursor is None:
                 break
+        outlooks = await target.outlooks(found)
     if as_json:
         if not attempts:
             for task in found:
                 task.pop("attempts", None)
-        echo_json({"tasks": found, "next_cursor": cursor})
+        echo_json({"tasks": found, "next_cursor": cursor, "outlook": outlooks})
     else:
-        print_tasks(f"{selected.status.value} tasks of {queue}", selected.status, found, cursor)
+        title = f"{selected.status.value} tasks of {queue}"
+        print_tasks(title, selected.status, found, cursor, outlooks)
 
 
 @tasks.command()
@@ -118,10 +121,12 @@ async def show(
     `rdq tasks show` and `rdq dlq show` are the same command."""
     async with open_target(storage_url, server_url, token) as target:
         task = await target.get(task_id)
+        (outlook,) = await target.outlooks([task])
     if as_json:
         echo_json(task)
     else:
         print_task(task, tracebacks)
+        print_outlook(outlook)
 
 
 @tasks.command()
@@ -152,6 +157,7 @@ async def cancel(
     dry_run: bool,
     reason: str | None,
     yes: bool,
+    force: bool,
     actor: str | None,
     audit_log: str | None,
     storage_url: str | None,
@@ -168,7 +174,7 @@ async def cancel(
         selector = TaskSelector(ids=list(ids))
     else:
         selector = TaskSelector(filter=task_filter(status, error_type, handler_ref, after, before))
-    action = Action("cancel", queue, selector, dry_run=dry_run, reason=reason)
+    action = Action("cancel", queue, selector, dry_run=dry_run, reason=reason, force=force)
     target = open_target(storage_url, server_url, token, actor=actor, audit_log=audit_log)
     async with target:
         await confirm_and_act(target, action, yes, as_json)
@@ -194,6 +200,7 @@ async def retry_now(
     dry_run: bool,
     reason: str | None,
     yes: bool,
+    force: bool,
     actor: str | None,
     audit_log: str | None,
     storage_url: str | None,
@@ -212,7 +219,7 @@ async def retry_now(
         selector = TaskSelector(
             filter=task_filter("PENDING", error_type, handler_ref, after, before)
         )
-    action = Action("retry_now", queue, selector, dry_run=dry_run, reason=reason)
+    action = Action("retry_now", queue, selector, dry_run=dry_run, reason=reason, force=force)
     target = open_target(storage_url, server_url, token, actor=actor, audit_log=audit_log)
     async with target:
         await confirm_and_act(target, action, yes, as_json)

@@ -21,6 +21,8 @@ The rules, as pure functions over a control record:
   fields the store enforces (:func:`compose`);
 - :mod:`rdq.flow._holds`: which claimed task the worker hands back unrun (a pause, an open
   breaker the store's claim could not see yet);
+- :mod:`rdq.flow._evidence`: what a task's own failures say of its dependency (a quiet
+  queue's outage) and when an outage has held a task too long;
 - :mod:`rdq.flow._keys`: which key a task's breaker has, a dependency's key, a paced
   redrive's.
 
@@ -32,7 +34,9 @@ Writing and reading the records:
 - :mod:`rdq.flow._provision`: the record of a per-value limit key, created by the first
   submitter of its value;
 - :mod:`rdq.flow._views`, :mod:`rdq.flow._limit_views`: breakers, pauses and limits as the
-  API, the console, the CLI and the metrics show them.
+  API, the console, the CLI and the metrics show them;
+- :mod:`rdq.flow._trail`: which of a breaker's own transitions the audit trail keeps (the
+  outage's start and end, not every probe).
 
 Who applies them: the worker (``rdq/worker/_flow.py`` feeds outcomes to the breakers and
 holds tasks, ``_limits.py`` keeps the declared limits in the records, ``_order.py`` the
@@ -61,6 +65,7 @@ from rdq.flow._breaker import (
 )
 from rdq.flow._breaker_config import Breaker, check_dependency
 from rdq.flow._compose import LimitState, Lowered, compose, limit_of, lowered_of
+from rdq.flow._evidence import OUTAGE_TOO_LONG, held_too_long, own_outage
 from rdq.flow._holds import claimed_since, paused_key
 from rdq.flow._keys import DEPENDENCY_PREFIX, OP_PREFIX, breaker_key, dependency_key
 from rdq.flow._limit_config import (
@@ -82,6 +87,7 @@ from rdq.flow._limit_views import LimitValue, LimitView, count_waiting, limit_vi
 from rdq.flow._manual import BreakerChange, force_breaker, set_paused
 from rdq.flow._provision import LimitControls
 from rdq.flow._records import control_key, holds_nothing, update_control
+from rdq.flow._trail import outage_length, trail_reason
 from rdq.flow._views import (
     BreakerView,
     PauseView,
@@ -99,6 +105,7 @@ __all__ = [
     "DEPENDENCY_PREFIX",
     "LIMIT_PREFIX",
     "OP_PREFIX",
+    "OUTAGE_TOO_LONG",
     "Breaker",
     "BreakerChange",
     "BreakerState",
@@ -138,6 +145,7 @@ __all__ = [
     "force_open",
     "handler_of",
     "held_by",
+    "held_too_long",
     "holds_nothing",
     "key_kind",
     "limit_of",
@@ -146,6 +154,8 @@ __all__ = [
     "lower",
     "lowered_of",
     "named_key",
+    "outage_length",
+    "own_outage",
     "pause_views",
     "paused_key",
     "plan_limits",
@@ -157,6 +167,7 @@ __all__ = [
     "restore",
     "set_paused",
     "state_of",
+    "trail_reason",
     "trip",
     "undeclare",
     "update_control",

@@ -129,9 +129,11 @@ def ramp_rate_of(control: Control | None) -> int | None:
 class Window:
     """One worker's recent attempts on one key: (monotonic time, outage-class?, store time)
     of each; the store time is the attempt's ``finished_at``, so an outage that begins at the
-    first failure covers that failure exactly."""
+    first failure covers that failure exactly. ``streak`` counts the outage-class failures in
+    a row since the last call that came back otherwise (a success, or a failure of the
+    task's own), whatever the window holds."""
 
-    __slots__ = ("_bad", "_entries", "error_types")
+    __slots__ = ("_bad", "_entries", "error_types", "streak", "streak_from")
 
     def __init__(self) -> None:
         self._entries: collections.deque[tuple[float, bool, datetime]] = collections.deque()
@@ -140,12 +142,17 @@ class Window:
         adds one entry, so a scan of the window per attempt would cost a busy key's worker
         time in proportion to its rate."""
         self.error_types: set[str] = set()
+        self.streak = 0
+        self.streak_from: datetime | None = None
+        """When the first failure of the streak ended (store time)."""
 
     def add(
         self, now: float, outage: bool, error_type: str | None, config: Breaker, at: datetime
     ) -> None:
         self._entries.append((now, outage, at))
         self._bad += outage
+        self.streak = self.streak + 1 if outage else 0
+        self.streak_from = (self.streak_from or at) if outage else None
         if outage and error_type is not None:
             self.error_types.add(error_type)
         self._trim(now, config)
@@ -166,16 +173,27 @@ class Window:
         return next((at for _, bad, at in self._entries if bad), None)
 
     def trips(self, now: float, config: Breaker) -> bool:
-        """True when outage-class failures dominate the recent attempts."""
+        """True when outage-class failures dominate the recent attempts, or the last
+        ``min_calls`` of them were all outage-class (a key that was healthy a moment ago
+        trips as fast as one that was idle)."""
         self._trim(now, config)
+        if self.streak >= config.min_calls:
+            return True
         calls = len(self._entries)
         if calls < config.min_calls:
             return False
         return self._bad >= config.threshold * calls
 
+    def failing(self, config: Breaker) -> bool:
+        """True while the last ``probes`` calls on the key all failed outage-class: the
+        worker then runs at most ``probes`` of the key's tasks at once."""
+        return self.streak >= max(1, config.probes)
+
     def clear(self) -> None:
         self._entries.clear()
         self._bad = 0
+        self.streak = 0
+        self.streak_from = None
         self.error_types.clear()
 
 

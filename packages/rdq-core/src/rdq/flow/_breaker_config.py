@@ -25,7 +25,17 @@ class Breaker:
     seconds it is *half-open*: ``probes`` tasks, fleet-wide, may run; a success closes it and
     its held tasks are let go over ``ramp`` seconds; a failure opens it again for twice the
     cool-down, at most ``max_cooldown``. Open for longer than ``alert_after`` seconds, it
-    stays open and says so (an ERROR log line, the ``rdq_breaker_open_too_long`` gauge)."""
+    stays open and says so (an ERROR log line, the ``rdq_breaker_open_too_long`` gauge).
+
+    A key's recent outcomes count before its window fills: ``min_calls`` outage-class failures
+    in a row on one worker trip it whatever the window holds, and after ``probes`` in a row
+    that worker runs at most ``probes`` of the key's tasks at once (the others are handed back
+    unrun) until one call comes back otherwise. A task that used up two or more attempts on
+    outage-class failures, with no success on its key since the first of them, trips it too
+    (a quiet queue's outage). A task held for an outage that would have used up its attempts
+    without it goes to the DLQ once its first outage-class failure is ``max_hold`` seconds
+    old (``rdq.OutageTooLong``): a dependency down that long, or a task failing for a reason
+    of its own, is an operator's to look at."""
 
     enabled: bool = True
     window: float = 30.0
@@ -36,6 +46,7 @@ class Breaker:
     probes: int = 3
     ramp: float = 20.0
     alert_after: float = 3600.0
+    max_hold: float = 3600.0
 
     @classmethod
     def off(cls) -> Breaker:
@@ -43,7 +54,7 @@ class Breaker:
         return cls(enabled=False)
 
     def validate(self, key: str) -> Breaker:
-        for name in ("window", "cooldown", "max_cooldown", "ramp", "alert_after"):
+        for name in ("window", "cooldown", "max_cooldown", "ramp", "alert_after", "max_hold"):
             value = getattr(self, name)
             if not is_number(value) or not 0 <= value < math.inf:
                 raise ConfigError("must be a non-negative number of seconds", f"{key}.{name}")

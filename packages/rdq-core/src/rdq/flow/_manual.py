@@ -14,7 +14,7 @@ import msgspec
 from rdq.audit import AuditSink, check_action, record_action
 from rdq.flow._breaker import State, breaker_of, close, force_open
 from rdq.flow._breaker_config import Breaker
-from rdq.flow._records import update_control
+from rdq.flow._records import holds_nothing, update_control
 from rdq.spi import Control, Storage, bounds
 
 __all__ = ["BreakerChange", "force_breaker", "set_paused"]
@@ -34,7 +34,8 @@ async def set_paused(
     now: datetime,
 ) -> Control:
     """Pause (or resume) the tasks of ``key`` in ``queue``: no worker or node claims them
-    from the next claim on; they keep their attempts, and submits are still accepted."""
+    from the next claim on; they keep their attempts, and submits are still accepted. A
+    resume that leaves the record holding nothing deletes it."""
     check_action(queue, actor, reason)
     bounds.check_control_key(key)
 
@@ -49,6 +50,9 @@ async def set_paused(
         return msgspec.structs.replace(control, paused=paused, state=state)
 
     before, after = await update_control(storage, queue, key, change)
+    if after is not None and not paused and holds_nothing(after):
+        # a resume leaves nothing to keep: the record goes (a typo'd pause leaves no trace)
+        await storage.delete_control(queue, key, expected_version=after.version)
     await record_action(
         storage,
         list(sinks),

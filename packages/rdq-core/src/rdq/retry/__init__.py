@@ -5,6 +5,7 @@ the handler returns                    SUCCEEDED, complete
 it raises ``rdq.Permanent`` or a type  PERMANENT, dead-letter at once
 the queue lists as ``non_retryable``
 it raises ``rdq.RetryAfter(delay)``    FAILED, retry after ``delay``
+it raises ``rdq.Snooze(delay)``        SNOOZED, run again after ``delay``, no attempt used
 it exceeds its timeout                 TIMEOUT, retry after backoff
 it raises anything else                FAILED, retry after backoff
 a retry when attempts are exhausted    dead-letter (the attempt keeps its outcome)
@@ -17,6 +18,8 @@ a retry when attempts are exhausted    dead-letter (the attempt keeps its outcom
   dependency does not), and the decisions made before a handler runs (attempts exhausted,
   corrupt task, unknown handler);
 - :mod:`~rdq.retry._outage`: which failures say the dependency is down;
+- :mod:`~rdq.retry._status`: what an HTTP status says (outage, retryable, rejected), the one
+  table of handlers' HTTP errors, callbacks and docs/engine.md;
 - :mod:`~rdq.retry._decision`: :class:`Decision`, what an attempt comes to (the leaf the
   others speak in);
 - :mod:`~rdq.retry._tracebacks`: the tracebacks attempts record (bounded, the engine's own
@@ -42,6 +45,8 @@ from rdq.retry._decision import (
     CORRUPT_TASK,
     HANDLER_IMPORT_ERROR,
     INTERRUPTED_ERROR,
+    SNOOZE,
+    SNOOZED_TOO_OFTEN,
     SUCCESS,
     TIMEOUT_ERROR,
     UNDECODABLE_PAYLOAD,
@@ -54,6 +59,7 @@ from rdq.retry._exhaustion import (
     UNCHARGED_OUTCOMES,
     OutageWindow,
     attempts_used,
+    bound_snoozes,
     corrupt,
     exhausted,
     uncharged,
@@ -61,6 +67,14 @@ from rdq.retry._exhaustion import (
 )
 from rdq.retry._outage import is_outage, is_outage_type
 from rdq.retry._overrides import resolve
+from rdq.retry._status import (
+    MAX_RETRY_AFTER,
+    StatusClass,
+    StatusFailure,
+    parse_retry_after,
+    status_class,
+    status_failure,
+)
 from rdq.retry._tracebacks import (
     bound_head,
     bound_tail,
@@ -77,6 +91,9 @@ __all__ = [
     "INTERRUPTED_ERROR",
     "INTERRUPTED_UNSTARTED",
     "MAX_DELAY",
+    "MAX_RETRY_AFTER",
+    "SNOOZE",
+    "SNOOZED_TOO_OFTEN",
     "SUCCESS",
     "TIMEOUT_ERROR",
     "UNCHARGED_OUTCOMES",
@@ -85,10 +102,13 @@ __all__ = [
     "Action",
     "Decision",
     "OutageWindow",
+    "StatusClass",
+    "StatusFailure",
     "attempts_used",
     "backoff_bounds",
     "backoff_delay",
     "bound_head",
+    "bound_snoozes",
     "bound_tail",
     "cancelled_at",
     "classify_error",
@@ -102,7 +122,10 @@ __all__ = [
     "format_failure",
     "is_outage",
     "is_outage_type",
+    "parse_retry_after",
     "resolve",
+    "status_class",
+    "status_failure",
     "thread_stack",
     "timeout_message",
     "truncate_message",

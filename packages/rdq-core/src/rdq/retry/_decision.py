@@ -15,6 +15,8 @@ __all__ = [
     "CORRUPT_TASK",
     "HANDLER_IMPORT_ERROR",
     "INTERRUPTED_ERROR",
+    "SNOOZE",
+    "SNOOZED_TOO_OFTEN",
     "SUCCESS",
     "TIMEOUT_ERROR",
     "UNDECODABLE_PAYLOAD",
@@ -30,6 +32,8 @@ ATTEMPTS_EXHAUSTED = "rdq.AttemptsExhausted"
 INTERRUPTED_ERROR = "rdq.Interrupted"
 CORRUPT_TASK = "rdq.CorruptTask"
 HANDLER_IMPORT_ERROR = "rdq.HandlerImportError"
+SNOOZE = "rdq.Snooze"
+SNOOZED_TOO_OFTEN = "rdq.SnoozedTooOften"
 
 
 class Action(enum.Enum):

@@ -2,7 +2,8 @@
 task that does not decode, a handler nobody serves, a task claimed ahead of a shutdown.
 
 :func:`attempts_used` counts the attempts since the last redrive minus those that use up
-none: INTERRUPTED (a graceful shutdown), DEFERRED (held while its dependency was down), and
+none: INTERRUPTED (a graceful shutdown), DEFERRED (held while its dependency was down),
+SNOOZED (the handler said "not yet"; :func:`bound_snoozes` keeps that finite), and
 a failure with one of an outage's error types while the outage lasted (an outage of the
 task's breaker key, as the breaker remembers it)."""
 
@@ -17,6 +18,7 @@ from rdq.retry._decision import (
     ATTEMPTS_EXHAUSTED,
     CORRUPT_TASK,
     INTERRUPTED_ERROR,
+    SNOOZED_TOO_OFTEN,
     UNKNOWN_HANDLER,
     Action,
     Decision,
@@ -28,13 +30,14 @@ __all__ = [
     "UNCHARGED_OUTCOMES",
     "OutageWindow",
     "attempts_used",
+    "bound_snoozes",
     "corrupt",
     "exhausted",
     "uncharged",
     "unknown_handler",
 ]
 
-UNCHARGED_OUTCOMES = frozenset({Outcome.INTERRUPTED, Outcome.DEFERRED})
+UNCHARGED_OUTCOMES = frozenset({Outcome.INTERRUPTED, Outcome.DEFERRED, Outcome.SNOOZED})
 """Outcomes of attempts that do not use up one of the task's ``max_attempts``."""
 
 INTERRUPTED_UNSTARTED = Decision(
@@ -124,3 +127,24 @@ def unknown_handler(task: Envelope) -> Decision:
 
 def _last_outcome(task: Envelope) -> str:
     return task.attempts[-1].outcome.value if task.attempts else "unknown"
+
+
+def bound_snoozes(task: Envelope, decision: Decision, config: QueueConfig) -> Decision:
+    """``decision``, unless it snoozes ``task`` once more than ``config.max_snoozes`` allows
+    since its last redrive: then the task goes to the DLQ saying so."""
+    if decision.outcome is not Outcome.SNOOZED:
+        return decision
+    count = task.attempt_count
+    earlier = task.attempts[-count:] if count and task.attempts else []
+    snoozes = 1 + sum(1 for a in earlier if a.outcome is Outcome.SNOOZED)
+    if snoozes <= config.max_snoozes:
+        return decision
+    return Decision(
+        Action.DEAD_LETTER,
+        Outcome.SNOOZED,
+        0.0,
+        SNOOZED_TOO_OFTEN,
+        f"snoozed {snoozes} times, more than max_snoozes ({config.max_snoozes}); last: "
+        f"{decision.error_type}: {decision.error_message}",
+        decision.traceback,
+    )

@@ -9,12 +9,18 @@ outage-class                                not outage-class
 aborted, broken pipe) and ``OSError`` with  types the queue lists as ``non_retryable``
 those errnos, ``TimeoutError``, the         plain bugs: ``KeyError``, ``TypeError``,
 handler's own timeout                       ``ValueError``, …
-``rdq.RetryAfter``, ``rdq.Unavailable``     an HTTP callback's 4xx (``CallbackRejected``)
+``rdq.RetryAfter``, ``rdq.Unavailable``     an HTTP status that is not 408, 429, 502, 503
+a status-bearing error of a well-known      or 504 (500 included), from a handler's client
+client (httpx ``raise_for_status()``,       or a callback (see :mod:`rdq.retry._status`)
+requests, aiohttp, botocore, gRPC, …) with  a gRPC code other than those
+408, 429, 502, 503 or 504 (gRPC:
+``UNAVAILABLE``, ``DEADLINE_EXCEEDED``,
+``RESOURCE_EXHAUSTED``; botocore throttling)
 well-known client libraries' connect,
 timeout and protocol errors (httpx, aiohttp,
 requests, urllib3, redis, asyncpg, …) by name
-an HTTP callback's 5xx, 408, 429, timeout or
-unreachable receiver
+an HTTP callback's timeout or unreachable
+receiver
 the types in the queue's ``outage_errors``
 ==========================================  =================================================
 
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import errno
 
+from rdq.retry._status import StatusClass, status_failure
 from rdq.signals import Permanent, RetryAfter, Unavailable
 
 __all__ = ["OUTAGE_TYPE_NAMES", "is_outage", "is_outage_type"]
@@ -114,11 +121,17 @@ def is_outage_type(
 
 
 def is_outage(exc: BaseException, extra: tuple[type[BaseException], ...] = ()) -> bool:
-    """True if ``exc`` says the task's dependency is down (see the table above)."""
+    """True if ``exc`` says the task's dependency is down (see the table above): an error
+    that carries a status is judged by its status, unless the queue lists its type."""
     if isinstance(exc, Permanent):
         return False
     if isinstance(exc, RetryAfter | Unavailable):
         return True
+    if extra and isinstance(exc, extra):
+        return True
+    status = status_failure(exc)
+    if status is not None:
+        return status.kind is StatusClass.OUTAGE
     if isinstance(exc, OSError) and exc.errno in _ERRNOS:
         return True
     return is_outage_type(type(exc), extra)

@@ -7,6 +7,7 @@ HTTP callback tasks with :class:`HttpCallbackInvoker`.
 - ``_app``: the Litestar application (API, console, OpenAPI, the node's worker);
   ``_settings``: its settings (TOML, environment, flags); ``_node``: what every request
   handler shares; ``_upkeep``: the node's own registration and paced redrives;
+  ``_gauges``: the queue, breaker and pause gauges ``/metrics`` serves, read from the store;
 - ``_api``: the API's router, one module per area (``_api_tasks``, ``_api_dlq``,
   ``_api_flow``, ``_api_fleet``, ``_api_ops``) and what they share (``_api_common``);
 - ``_models``, ``_task_models``, ``_flow_models``, ``_fields``: the request and response

@@ -19,6 +19,7 @@ from rdq.server._api_flow import (
     list_breakers,
     list_controls,
     list_limits,
+    list_pauses,
     list_redrives,
     pause,
     queue_limits,
@@ -27,7 +28,7 @@ from rdq.server._api_flow import (
     retry_now,
 )
 from rdq.server._api_ops import healthz, list_audit, list_queues, metrics, queue_stats, readyz
-from rdq.server._api_tasks import cancel_tasks, get_task, list_tasks, submit_task
+from rdq.server._api_tasks import cancel_tasks, get_task, list_tasks, submit_task, task_outlook
 from rdq.server._node import Node
 
 __all__ = ["api_handlers", "known_query_guard", "principal_guard"]
@@ -91,6 +92,7 @@ def _query_names(handler: BaseRouteHandler, path_params: dict[str, Any]) -> froz
 api_handlers = [
     submit_task,
     get_task,
+    task_outlook,
     list_tasks,
     cancel_tasks,
     list_queues,
@@ -102,6 +104,7 @@ api_handlers = [
     list_controls,
     pause,
     resume,
+    list_pauses,
     list_breakers,
     list_limits,
     queue_limits,

@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
+import msgspec
 from litestar import Request
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import PathParameter, QueryParameter
 
+from rdq.admin import Preview, TaskSelector
 from rdq.audit import Action
 from rdq.errors import ValidationError
 from rdq.server._errors import ErrorBody
-from rdq.server._models import ActionResult
+from rdq.server._models import ActionResult, SkippedDoc
 from rdq.server._node import Node
-from rdq.spi import Envelope, bounds, envelope_to_builtins
+from rdq.spi import Envelope, Selector, bounds, envelope_to_builtins
 
 __all__ = [
+    "QUEUE_PATTERN",
     "Cursor",
     "Limit",
     "QueuePath",
+    "QueueQuery",
     "Time",
+    "act_on",
     "action_result",
     "errors",
     "node_of",
@@ -53,16 +59,29 @@ def errors(*statuses: int, secured: bool = True) -> dict[int, ResponseSpec]:
     }
 
 
+QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-:]*$"
 QueuePath = Annotated[
     str,
-    PathParameter(
-        min_length=1,
+    PathParameter(min_length=1, max_length=bounds.MAX_QUEUE_LENGTH, pattern=QUEUE_PATTERN),
+]
+QueueQuery = Annotated[
+    str | None,
+    QueryParameter(
         max_length=bounds.MAX_QUEUE_LENGTH,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-:]*$",
+        pattern=r"^([A-Za-z0-9][A-Za-z0-9._\-:]*)?$",
+        description="Only this queue (empty: every queue)",
     ),
 ]
+"""A queue named in a query to narrow a listing: a queue's name, or empty for every queue."""
 Limit = Annotated[int, QueryParameter(ge=1, le=bounds.MAX_LIMIT)]
-Cursor = Annotated[str | None, QueryParameter(max_length=4096)]
+Cursor = Annotated[
+    str | None,
+    QueryParameter(
+        max_length=4096,
+        description="The `next_cursor` of the previous page, as it was given: any other "
+        "text is a 400 `stale_cursor` (a cursor is opaque, and bound to its queue and filter)",
+    ),
+]
 Time = Annotated[
     str | None,
     QueryParameter(format="date-time", max_length=64, description="RFC 3339 with offset"),
@@ -85,8 +104,46 @@ def task_body(task: Envelope) -> Any:
     return envelope_to_builtins(task)
 
 
-def action_result(action: Action, queue: str, count: int, dry_run: bool) -> ActionResult:
-    return ActionResult(action=action, queue=queue, count=count, dry_run=dry_run)
+def action_result(
+    action: Action, queue: str, count: int, dry_run: bool, seen: Preview | None = None
+) -> ActionResult:
+    skipped = (
+        [msgspec.convert(msgspec.to_builtins(s), SkippedDoc) for s in seen.skipped] if seen else []
+    )
+    return ActionResult(
+        action=action,
+        queue=queue,
+        count=count,
+        dry_run=dry_run,
+        skipped=skipped,
+        hint=seen.hint if seen is not None else None,
+    )
+
+
+async def act_on(
+    node: Node,
+    action: Action,
+    queue: str,
+    selector: Selector | TaskSelector,
+    *,
+    force: bool,
+    dry_run: bool,
+    run: Callable[[], Awaitable[int]],
+) -> ActionResult:
+    """An action's answer: the queue checked (``unknown_name`` unless ``force``), then a dry
+    run's count, or the action (``run``) — skipping nothing when the named ids hold nothing to
+    act on — with the named ids it did not act on and, when nothing matched, a hint."""
+    bounds.check_queue(queue)
+    if not force:
+        await node.admin.check_names(queue)
+    if dry_run or selector.ids is not None:
+        seen = await node.admin.preview(action, queue, selector)
+        if dry_run or seen.count == 0:
+            return action_result(action, queue, seen.count, dry_run, seen)
+        return action_result(action, queue, await run(), False, seen)
+    count = await run()
+    hinted = await node.admin.preview(action, queue, selector) if count == 0 else None
+    return action_result(action, queue, count, False, hinted)
 
 
 F = TypeVar("F")

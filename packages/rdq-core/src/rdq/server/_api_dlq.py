@@ -8,12 +8,14 @@ from typing import Annotated, Any
 from litestar import Request, get, post
 from litestar.params import JSONBody, QueryParameter
 
-from rdq.admin import parse_rate
+from rdq.admin import MAX_PACED_IDS, parse_rate
 from rdq.audit import Action
+from rdq.errors import ValidationError
 from rdq.server._api_common import (
     Cursor,
     Limit,
     QueuePath,
+    act_on,
     action_result,
     errors,
     node_of,
@@ -30,7 +32,7 @@ from rdq.server._models import (
     GroupList,
     RedriveRequest,
 )
-from rdq.spi import DLQFilter, Page, Selector, bounds
+from rdq.spi import DLQFilter, Page, Selector, bounds, require
 
 __all__ = ["dlq_groups", "list_dlq", "purge", "redrive"]
 
@@ -147,11 +149,14 @@ async def _act(
     node = node_of(request)
     bounds.check_queue(queue)
     selector = _selector(data)
-    run = node.admin.redrive if action == "redrive" else node.admin.purge
-    count = await run(
-        queue, selector, actor=principal_owner(request), reason=data.reason, dry_run=data.dry_run
+    operation = node.admin.redrive if action == "redrive" else node.admin.purge
+
+    async def run() -> int:
+        return await operation(queue, selector, actor=principal_owner(request), reason=data.reason)
+
+    return await act_on(
+        node, action, queue, selector, force=data.force, dry_run=data.dry_run, run=run
     )
-    return action_result(action, queue, count, data.dry_run)
 
 
 @post(
@@ -165,8 +170,11 @@ async def _act(
     'second, or `"600/min"`), the redrive is paced: the answer holds the `operation` it '
     "started (follow it at `/v1/queues/{queue}/redrives/{id}`), which this node drives and "
     "any node takes over if this one stops; by ids it takes at most 1000. Every redrive is "
-    "audited with the token's owner.",
-    responses=errors(400, 413, 415, 422, 501),
+    "audited with the token's owner. A queue nothing on the store knows is a 404 "
+    '`unknown_name` (`"force": true` acts on it anyway); the answer names the ids it did '
+    "not act on and why (`skipped`), and says what is close to a filter that matched nothing "
+    "(`hint`).",
+    responses=errors(400, 404, 413, 415, 422, 501),
     tags=["dlq"],
 )
 async def redrive(
@@ -174,15 +182,25 @@ async def redrive(
 ) -> ActionResult:
     if data.rate is None:
         plain = ActionRequest(
-            ids=data.ids, filter=data.filter, dry_run=data.dry_run, reason=data.reason
+            ids=data.ids,
+            filter=data.filter,
+            dry_run=data.dry_run,
+            reason=data.reason,
+            force=data.force,
         )
         return await _act(request, "redrive", queue, plain)
     rate = parse_rate(data.rate if isinstance(data.rate, str) else f"{data.rate!r}")
     node = node_of(request)
     bounds.check_queue(queue)
     selector = _selector(data)
+    if selector.ids is not None and len(selector.ids) > MAX_PACED_IDS:
+        raise ValidationError(f"a paced redrive by ids takes at most {MAX_PACED_IDS}", "ids")
+    require(node.storage, "control", "a redrive at a pace")
+    if not data.force:
+        await node.admin.check_names(queue)
     if data.dry_run:
-        return action_result("redrive", queue, await node.admin.count(queue, selector), True)
+        seen = await node.admin.preview("redrive", queue, selector)
+        return action_result("redrive", queue, seen.count, True, seen)
     op = await node.admin.start_paced_redrive(
         queue, selector, rate, actor=principal_owner(request), reason=data.reason, driver=node.id
     )
@@ -201,8 +219,9 @@ async def redrive(
     status_code=200,
     summary="Delete dead-lettered (or, by ids, cancelled) tasks",
     description="Select like redrive; by ids, CANCELLED tasks of the queue are deleted too. "
-    "Every purge is audited with the token's owner.",
-    responses=errors(400, 413, 415, 422),
+    "Every purge is audited with the token's owner. Unknown queues, skipped ids and hints as "
+    "for redrive.",
+    responses=errors(400, 404, 413, 415, 422),
     tags=["dlq"],
 )
 async def purge(

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, get, post
-from litestar.params import JSONBody, PathParameter, QueryParameter
+from litestar.params import JSONBody, PathParameter
 
 from rdq.admin import Operation, TaskSelector
 from rdq.errors import Unsupported, ValidationError
@@ -27,13 +27,15 @@ from rdq.flow import (
 )
 from rdq.server._api_common import (
     QueuePath,
-    action_result,
+    QueueQuery,
+    act_on,
     errors,
     node_of,
     principal_owner,
     selection,
 )
 from rdq.server._body import check_time, json_body
+from rdq.server._fields import VISIBLE
 from rdq.server._models import (
     ActionResult,
     BreakerDoc,
@@ -44,6 +46,8 @@ from rdq.server._models import (
     LimitDoc,
     LimitList,
     OperationDoc,
+    PausedDoc,
+    PauseList,
     PauseRequest,
     ReasonRequest,
     RedriveList,
@@ -59,6 +63,7 @@ __all__ = [
     "list_breakers",
     "list_controls",
     "list_limits",
+    "list_pauses",
     "list_redrives",
     "pause",
     "queue_limits",
@@ -72,7 +77,7 @@ KeyPath = Annotated[
     PathParameter(
         min_length=1,
         max_length=bounds.MAX_CONTROL_KEY_LENGTH,
-        pattern=r"^[^\s\x00-\x1f\x7f/]+$",
+        pattern=f"^(handler|dep):{VISIBLE.replace('^', '^/', 1)}+$",
         description="`handler:<ref>` or `dep:<name>` (URL-encoded); a key holding a `/` (a "
         "callback URL's handler) is named in the body of `/breakers/open` instead",
     ),
@@ -157,7 +162,7 @@ async def queue_limits(request: Request[Any, Any, Any], queue: QueuePath) -> Lim
 )
 async def list_limits(
     request: Request[Any, Any, Any],
-    queue: Annotated[str | None, QueryParameter(max_length=bounds.MAX_QUEUE_LENGTH)] = None,
+    queue: QueueQuery = None,
 ) -> LimitList:
     return await _limits(request, queue or None)
 
@@ -175,6 +180,9 @@ async def _pause(
     admin = node_of(request).admin
     bounds.check_queue(queue)
     key = _key(data)
+    require(admin.storage, "control", "pauses")
+    if not data.force:
+        await admin.check_names(queue, key)
     run = admin.pause if paused else admin.resume
     control = await run(queue, key, actor=principal_owner(request), reason=data.reason)
     return control_doc(control)
@@ -188,8 +196,10 @@ async def _pause(
     summary="Pause a queue, a handler or a dependency",
     description="With neither `handler` nor `dependency`, the whole queue. No worker or node "
     "claims the paused tasks from its next claim on; they keep their attempts and submits are "
-    "still accepted. Pausing what is paused changes nothing. Audited.",
-    responses=errors(400, 413, 415, 422, 501),
+    "still accepted. Pausing what is paused changes nothing. A queue, handler or dependency "
+    "nothing on the store knows is a 404 `unknown_name` naming the closest known one "
+    '(`"force": true` names it for the future). Audited.',
+    responses=errors(400, 404, 413, 415, 422, 501),
     tags=["flow"],
 )
 async def pause(
@@ -205,13 +215,35 @@ async def pause(
     status_code=200,
     summary="Lift a pause",
     description="Names what to resume as `pause` does. Audited.",
-    responses=errors(400, 413, 415, 422, 501),
+    responses=errors(400, 404, 413, 415, 422, 501),
     tags=["flow"],
 )
 async def resume(
     request: Request[Any, Any, Any], queue: QueuePath, data: JSONBody[PauseRequest]
 ) -> ControlDoc:
     return await _pause(request, queue, data, False)
+
+
+@get(
+    "/v1/pauses",
+    opt={"right": "read"},
+    summary="Every paused key of every queue",
+    description="Who paused what (the whole queue `*`, `handler:<ref>`, `dep:<name>`), when "
+    "and why, and the PENDING tasks each holds when that is cheap to count (a whole queue's, "
+    "a handler's on a store that filters itself). A store without the `control` capability "
+    "answers an empty list with `unsupported` saying so.",
+    responses=errors(422),
+    tags=["flow"],
+)
+async def list_pauses(
+    request: Request[Any, Any, Any],
+    queue: QueueQuery = None,
+) -> PauseList:
+    try:
+        found = await node_of(request).admin.pauses(queue or None)
+    except Unsupported as exc:
+        return PauseList(pauses=[], unsupported=str(exc))
+    return PauseList(pauses=[msgspec.convert(msgspec.to_builtins(p), PausedDoc) for p in found])
 
 
 # --- breakers -------------------------------------------------------------------------------
@@ -230,7 +262,7 @@ async def resume(
 )
 async def list_breakers(
     request: Request[Any, Any, Any],
-    queue: Annotated[str | None, QueryParameter(max_length=bounds.MAX_QUEUE_LENGTH)] = None,
+    queue: QueueQuery = None,
 ) -> BreakerList:
     try:
         found = await node_of(request).admin.breakers(queue or None)
@@ -247,10 +279,18 @@ def _breaker_key(key: str, field: str) -> str:
 
 
 async def _set_breaker(
-    request: Request[Any, Any, Any], queue: str, key: str, change: str, reason: str | None
+    request: Request[Any, Any, Any],
+    queue: str,
+    key: str,
+    change: str,
+    reason: str | None,
+    force: bool = False,
 ) -> BreakerDoc:
     node = node_of(request)
     bounds.check_queue(queue)
+    require(node.storage, "control", "breakers")
+    if not force:
+        await node.admin.check_names(queue, key)
     control = await node.admin.set_breaker(
         queue,
         key,
@@ -281,8 +321,9 @@ def _by_path(change: str) -> Any:
         status_code=200,
         summary=f"{change.capitalize()} a breaker by hand",
         description=_BY_HAND[change] + " A key holding a `/` (the handler of a callback URL) "
-        f"is named in the body of `/breakers/{change}` instead. Audited.",
-        responses=errors(400, 413, 415, 422, 501),
+        f"is named in the body of `/breakers/{change}` instead. A name nothing on the store "
+        'knows is a 404 `unknown_name` (`"force": true` in the body names it anyway). Audited.',
+        responses=errors(400, 404, 413, 415, 422, 501),
         tags=["flow"],
         name=f"breaker-{change}-by-path",
     )
@@ -305,8 +346,9 @@ def _by_body(change: str) -> Any:
         status_code=200,
         summary=f"{change.capitalize()} a breaker named in the body",
         description=_BY_HAND[change] + " Name it by exactly one of `key` (as listed by "
-        "`/v1/breakers`), `handler` and `dependency`. Audited.",
-        responses=errors(400, 413, 415, 422, 501),
+        "`/v1/breakers`), `handler` and `dependency`. A name nothing on the store knows is a "
+        '404 `unknown_name` (`"force": true` names it anyway). Audited.',
+        responses=errors(400, 404, 413, 415, 422, 501),
         tags=["flow"],
         name=f"breaker-{change}-by-body",
     )
@@ -317,7 +359,9 @@ def _by_body(change: str) -> Any:
         if len(named) != 1:
             raise ValidationError("give exactly one of key, handler and dependency", "key")
         key = data.key if data.key is not None else _key(data)
-        return await _set_breaker(request, queue, _breaker_key(key, named[0]), change, data.reason)
+        return await _set_breaker(
+            request, queue, _breaker_key(key, named[0]), change, data.reason, data.force
+        )
 
     return handler
 
@@ -336,8 +380,9 @@ breaker_handlers = [_by_path("open"), _by_path("close"), _by_body("open"), _by_b
     summary="Make waiting PENDING tasks due now",
     description="Select by `ids` or `filter` (exactly one of them); the selected PENDING "
     "tasks that wait out a backoff become due at once (others are left alone). `dry_run` "
-    "only counts them. Audited.",
-    responses=errors(400, 413, 415, 422, 501),
+    "only counts them. The answer names the ids it did not act on and why (`skipped`). "
+    "Audited.",
+    responses=errors(400, 404, 413, 415, 422, 501),
     tags=["flow"],
 )
 async def retry_now(
@@ -358,13 +403,23 @@ async def retry_now(
                 before=check_time(chosen.before, "filter.before"),
             )
         )
-    if data.dry_run:
-        count = await admin.count_retry_now(queue, selector)
-    else:
-        count = await admin.retry_now(
+
+    require(admin.storage, "control", "retry now")
+
+    async def run() -> int:
+        return await admin.retry_now(
             queue, selector, actor=principal_owner(request), reason=data.reason
         )
-    return action_result("retry_now", queue, count, data.dry_run)
+
+    return await act_on(
+        node_of(request),
+        "retry_now",
+        queue,
+        selector,
+        force=data.force,
+        dry_run=data.dry_run,
+        run=run,
+    )
 
 
 # --- paced redrives -------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from litestar.params import QueryParameter
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from rdq.errors import NotFound
-from rdq.server._api_common import Cursor, Limit, QueuePath, Time, errors, node_of
+from rdq.server._api_common import Cursor, Limit, QueuePath, QueueQuery, Time, errors, node_of
 from rdq.server._body import check_time
 from rdq.server._models import AuditDoc, AuditPage, QueueList, StatsDoc
 from rdq.spi import AuditEntry, AuditFilter, Page, Stats, bounds
@@ -61,7 +61,7 @@ async def queue_stats(request: Request[Any, Any, Any], queue: QueuePath) -> Stat
 )
 async def list_audit(
     request: Request[Any, Any, Any],
-    queue: Annotated[str | None, QueryParameter(max_length=bounds.MAX_QUEUE_LENGTH)] = None,
+    queue: QueueQuery = None,
     action: Annotated[str | None, QueryParameter(max_length=bounds.MAX_AUDIT_WORD_LENGTH)] = None,
     actor: Annotated[str | None, QueryParameter(max_length=bounds.MAX_AUDIT_WORD_LENGTH)] = None,
     after: Time = None,
@@ -139,11 +139,15 @@ async def readyz(request: Request[Any, Any, Any]) -> Health:
     "/metrics",
     opt={"right": "metrics"},
     summary="Prometheus metrics",
-    description="Needs a `read` token unless the node sets `open_metrics = true`.",
+    description="Needs a `read` token unless the node sets `open_metrics = true`. The queue "
+    "gauges (`rdq_pending`, `rdq_dlq_depth`, …), `rdq_breaker_state`, `rdq_held` and "
+    "`rdq_paused` are read from the store (every queue, whether this node works it or not), "
+    "at most every 10 seconds.",
     media_type=CONTENT_TYPE_LATEST,
     security=_OPTIONAL_TOKEN,
     responses=errors(),
     tags=["ops"],
 )
-async def metrics() -> Response[bytes]:
+async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
+    await node_of(request).gauges.refresh()
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

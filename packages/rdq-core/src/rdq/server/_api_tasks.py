@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Annotated, Any
 
+import msgspec
 from litestar import Request, Response, get, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, PathParameter, QueryParameter
 
 from rdq._ids import new_task_ids
-from rdq.admin import TaskSelector
+from rdq.admin import Outlook, TaskSelector
+from rdq.app import App, unknown_handler, unknown_queue
 from rdq.callbacks import CallbackBlocked, check_callback_url, is_callback_ref
 from rdq.client import task_keys_for
 from rdq.errors import IDConflict, ValidationError
@@ -19,25 +22,27 @@ from rdq.server._api_common import (
     Limit,
     QueuePath,
     Time,
-    action_result,
+    act_on,
     errors,
     node_of,
     principal_owner,
     selection,
     task_body,
 )
-from rdq.server._body import check_time, json_body
+from rdq.server._body import check_time, json_body, whole_numbers
 from rdq.server._errors import ApiError
 from rdq.server._models import (
+    TASK_ID_PATTERN,
     ActionResult,
     CancelRequest,
+    OutlookDoc,
     SubmitRequest,
     TaskDoc,
     TaskPage,
 )
 from rdq.spi import Page, Status, TaskFilter, bounds, envelope_from_builtins
 
-__all__ = ["cancel_tasks", "get_task", "list_tasks", "submit_task"]
+__all__ = ["cancel_tasks", "get_task", "list_tasks", "submit_task", "task_outlook"]
 
 _READ_ONLY_FIELDS = (
     "status",
@@ -65,7 +70,10 @@ _KNOWN_FIELDS = frozenset(SubmitRequest.__struct_fields__) | {"format_version"}
     summary="Submit a task",
     description="201 when stored, 200 when the same id already exists in the same queue "
     "(nothing changes; the stored task is returned to tokens with the read right, the "
-    "submitted one to others), 409 when it exists in another queue. The payload's JSON may "
+    "submitted one to others), 409 when it exists in another queue. On a node with an "
+    "application (`--app`) a handler or queue it does not know is a 422 naming the closest "
+    'known one (`"force": true` submits it anyway), and `queue` defaults to the '
+    "handler's. The payload's JSON may "
     "take 1 MiB (1048576 bytes); unknown fields are kept and, as the JSON object they form, "
     "count towards that limit; payloads nest at most 64 levels.",
     responses={
@@ -80,30 +88,29 @@ async def submit_task(
     request: Request[Any, Any, Any], data: JSONBody[SubmitRequest]
 ) -> Response[TaskDoc]:
     node = node_of(request)
-    raw: Any = await request.json()
+    raw: Any = whole_numbers(await request.json(), SubmitRequest)
     if not isinstance(raw, dict):
         raise ApiError(422, "validation_error", "the body must be a JSON object", "body")
     for name in _READ_ONLY_FIELDS:
         if name in raw:
             raise ApiError(422, "validation_error", "is set by rdq and cannot be submitted", name)
-    retry = data.retry
-    if (
-        retry is not None
-        and retry.base is not None
-        and retry.cap is not None
-        and retry.cap < retry.base
-    ):
-        raise ValidationError("must not be smaller than base", field="retry.cap")
     bounds.check_depth(raw.get("payload"), "payload")
     unknown = {k: v for k, v in raw.items() if k not in _KNOWN_FIELDS}
     for name, value in unknown.items():
         bounds.check_depth(value, name)
     raw.pop("delay", None)
     raw.pop("format_version", None)
-    raw["id"] = data.id or new_task_ids(1)[0]
-    raw["queue"] = data.queue
-    task = envelope_from_builtins(raw)
+    raw.pop("force", None)
     app = node.engine_app
+    queue = data.queue
+    if app is not None and "queue" not in raw:  # the handler's queue, as the client does
+        queue = app.handler_queue(data.handler_ref) or data.queue
+    if app is not None and app.handler_names and not data.force:
+        named = queue if "queue" in raw else None  # a typo can only be in a queue named
+        _check_known(app, data.handler_ref, named, node.settings.queues)
+    raw["id"] = data.id or new_task_ids(1)[0]
+    raw["queue"] = queue
+    task = envelope_from_builtins(raw)
     if app is not None:  # the keys its dependency and limits give it, as a Client would
         task = task_keys_for(app, task)
     bounds.check_task(task)
@@ -132,6 +139,17 @@ async def submit_task(
     return Response(task_body(current), status_code=201 if stored else 200)
 
 
+def _check_known(app: App, ref: str, queue: str | None, worked: Sequence[str]) -> None:
+    """A node with an application refuses what it does not know, as ``rdq.Client`` does: a
+    handler it cannot run (a callback URL is checked against the allow-list instead) and a
+    queue neither it nor the node serves."""
+    escape = '"force": true'
+    if not is_callback_ref(ref) and not app.knows(ref):
+        raise ValidationError(unknown_handler(app, ref, escape=escape), field="handler_ref")
+    if queue is not None and queue not in app.queues and queue not in worked:
+        raise ValidationError(unknown_queue(app, queue, worked, escape=escape), field="queue")
+
+
 @get(
     "/v1/tasks/{task_id:str}",
     opt={"right": "read"},
@@ -142,10 +160,42 @@ async def submit_task(
 )
 async def get_task(
     request: Request[Any, Any, Any],
-    task_id: Annotated[str, PathParameter(min_length=1, max_length=bounds.MAX_ID_LENGTH)],
+    task_id: Annotated[
+        str,
+        PathParameter(min_length=1, max_length=bounds.MAX_ID_LENGTH, pattern=TASK_ID_PATTERN),
+    ],
 ) -> TaskDoc:
     task = await node_of(request).admin.get(task_id)
     return task_body(task)  # type: ignore[no-any-return]
+
+
+def outlook_doc(outlook: Outlook) -> OutlookDoc:
+    return msgspec.convert(msgspec.to_builtins(outlook), OutlookDoc)
+
+
+@get(
+    "/v1/tasks/{task_id:str}/outlook",
+    opt={"right": "read"},
+    summary="What holds a task and what happens next",
+    description="Judged by the store's clock: the pauses, open or half-open breakers (with "
+    "their outage's start) and full limits that hold a PENDING task back, whether a live "
+    "worker serves its queue, who holds an IN_FLIGHT one (a silent worker, a lapsed lease "
+    "awaiting its reclaim), and its attempts as the engine counts them: `charged` beside "
+    "`attempt_count` (DEFERRED and INTERRUPTED attempts and failures during an outage of its "
+    "dependency use up none) and what is `left` of `max_attempts` when that is known.",
+    responses=errors(404, 422),
+    tags=["tasks"],
+)
+async def task_outlook(
+    request: Request[Any, Any, Any],
+    task_id: Annotated[
+        str,
+        PathParameter(min_length=1, max_length=bounds.MAX_ID_LENGTH, pattern=TASK_ID_PATTERN),
+    ],
+) -> OutlookDoc:
+    admin = node_of(request).admin
+    (outlook,) = await admin.outlook([await admin.get(task_id)])
+    return outlook_doc(outlook)
 
 
 @get(
@@ -176,6 +226,9 @@ async def list_tasks(
     include_attempts: Annotated[
         bool, QueryParameter(description="Include every attempt record")
     ] = False,
+    outlook: Annotated[
+        bool, QueryParameter(description="Add what holds each task and what happens next")
+    ] = False,
 ) -> TaskPage:
     node = node_of(request)
     task_filter = TaskFilter(
@@ -189,7 +242,8 @@ async def list_tasks(
     tasks, next_cursor = await node.admin.list_tasks(
         queue, task_filter, page, max_bytes=node.settings.max_page_bytes
     )
-    return TaskPage(tasks=[task_body(t) for t in tasks], next_cursor=next_cursor)
+    seen = [outlook_doc(o) for o in await node.admin.outlook(tasks)] if outlook else None
+    return TaskPage(tasks=[task_body(t) for t in tasks], next_cursor=next_cursor, outlook=seen)
 
 
 @post(
@@ -201,8 +255,8 @@ async def list_tasks(
     description="Select by `ids` or `filter` (exactly one of them; both or neither is a 422). "
     "A cancelled PENDING task never runs; an IN_FLIGHT one's claim is revoked, so its worker "
     "abandons it at its next heartbeat or resolution. `dry_run` only counts. Every cancel is "
-    "audited with the token's owner.",
-    responses=errors(400, 413, 415, 422),
+    "audited with the token's owner. Unknown queues, skipped ids and hints as for a redrive.",
+    responses=errors(400, 404, 413, 415, 422),
     tags=["tasks"],
 )
 async def cancel_tasks(
@@ -222,7 +276,12 @@ async def cancel_tasks(
                 before=check_time(chosen.before, "filter.before"),
             )
         )
-    count = await node.admin.cancel(
-        queue, selector, actor=principal_owner(request), reason=data.reason, dry_run=data.dry_run
+
+    async def run() -> int:
+        return await node.admin.cancel(
+            queue, selector, actor=principal_owner(request), reason=data.reason
+        )
+
+    return await act_on(
+        node, "cancel", queue, selector, force=data.force, dry_run=data.dry_run, run=run
     )
-    return action_result("cancel", queue, count, data.dry_run)

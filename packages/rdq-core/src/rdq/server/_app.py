@@ -106,7 +106,8 @@ def create_app(
         lifespan=[lifespan],
         logging_config=None,
     )
-    refine(app)
+    knows = engine_app if engine_app is not None and engine_app.handler_names else None
+    refine(app, knows, settings.queues, callbacks=bool(settings.callbacks.allow_hosts))
     return app
 
 

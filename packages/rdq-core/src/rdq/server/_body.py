@@ -22,7 +22,7 @@ from rdq.errors import ValidationError
 from rdq.server._errors import ApiError, body_field
 from rdq.spi import bounds
 
-__all__ = ["check_time", "json_body", "require_json"]
+__all__ = ["check_time", "json_body", "require_json", "whole_numbers"]
 
 
 async def require_json(request: Request[Any, Any, Any]) -> None:
@@ -54,7 +54,7 @@ def json_body(model: type[Any]) -> Callable[[Request[Any, Any, Any]], Awaitable[
     async def hook(request: Request[Any, Any, Any]) -> None:
         await require_json(request)
         try:
-            msgspec.convert(await request.json(), model)
+            msgspec.convert(whole_numbers(await request.json(), model), model)
         except msgspec.ValidationError as exc:
             message = str(exc)
             field = body_field(message)
@@ -62,6 +62,35 @@ def json_body(model: type[Any]) -> Callable[[Request[Any, Any, Any]], Awaitable[
             raise ApiError(422, "validation_error", message, field) from None
 
     return hook
+
+
+def whole_numbers(value: Any, model: Any) -> Any:
+    """``value`` (decoded JSON) with each number written with a fraction of zero (``192.0``,
+    ``1e2``) that ``model`` declares an integer turned into that integer: JSON Schema — and so
+    the OpenAPI document and every client generated from it — calls ``192.0`` an integer, and
+    the API takes what its document calls valid. Other fields, payloads included, are left as
+    they were sent."""
+    return _whole(value, msgspec.inspect.type_info(model))
+
+
+def _whole(value: Any, info: Any) -> Any:
+    inspect = msgspec.inspect
+    if isinstance(info, inspect.Metadata):
+        return _whole(value, info.type)
+    if isinstance(info, inspect.UnionType):
+        for option in info.types:
+            value = _whole(value, option)
+        return value
+    if isinstance(info, inspect.IntType):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+    if isinstance(info, inspect.ListType) and isinstance(value, list):
+        return [_whole(item, info.item_type) for item in value]
+    if isinstance(info, inspect.StructType) and isinstance(value, dict):
+        fields = {f.encode_name: f.type for f in info.fields}
+        return {k: _whole(v, fields[k]) if k in fields else v for k, v in value.items()}
+    return value
 
 
 def check_time(value: datetime | str | None, field: str) -> datetime | None:

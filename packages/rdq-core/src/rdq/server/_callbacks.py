@@ -30,6 +30,7 @@ from rdq.callbacks import (
     sign,
 )
 from rdq.logging import get_logger
+from rdq.retry import StatusClass, status_class
 from rdq.server._addresses import address_allowed, embedded_ipv4
 from rdq.signals import Permanent, RetryAfter
 from rdq.spi import Envelope, encode_envelope
@@ -38,7 +39,6 @@ __all__ = ["HttpCallbackInvoker"]
 
 _log = get_logger("rdq.callbacks")
 _ERROR_BODY_BYTES = 512
-_RETRYABLE_STATUS = frozenset({408, 425, 429})
 
 
 class _RedactRequestLines(logging.Filter):
@@ -189,13 +189,14 @@ def _classify(response: httpx.Response, snippet: bytes) -> int:
         return status
     detail = snippet.decode("utf-8", "replace").strip()
     message = f"HTTP {status}" + (f": {detail}" if detail else "")
-    if status in _RETRYABLE_STATUS or status >= 500:
-        delay = parse_retry_after(response.headers.get("Retry-After"))
-        failure = CallbackFailed(message)
-        if delay is not None:
-            raise RetryAfter(delay, message) from failure
-        raise failure
-    raise CallbackRejected(message)
+    kind = status_class(status)
+    if kind is StatusClass.REJECTED:
+        raise CallbackRejected(message)
+    delay = parse_retry_after(response.headers.get("Retry-After"))
+    failure = CallbackFailed(message, status=status, retry_after=delay)
+    if delay is not None and kind is StatusClass.OUTAGE:
+        raise RetryAfter(delay, message) from failure
+    raise failure
 
 
 def _host_header(scheme: str, host: str, port: int) -> str:

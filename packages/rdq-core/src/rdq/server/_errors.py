@@ -9,7 +9,10 @@ code                       status  when
 ``unauthorized``           401     no valid bearer token (``WWW-Authenticate: Bearer``)
 ``forbidden``              403     the token lacks the right the endpoint needs
 ``not_found``              404     no such task, or no such route
-``method_not_allowed``     405
+``unknown_name``           404     a queue, handler or dependency nothing on the store
+                                   knows (a typo?): the message names the closest known
+                                   one; ``"force": true`` acts on it anyway
+``method_not_allowed``     405     (``Allow`` names the methods the path takes)
 ``id_conflict``            409     the task id exists in another queue
 ``payload_too_large``      413     the body exceeds the node's ``max_body_bytes``
 ``unsupported_media_type`` 415     a POST body not sent as ``application/json``
@@ -36,6 +39,7 @@ from rdq.errors import (
     RdqError,
     StaleCursor,
     StorageUnavailable,
+    UnknownName,
     Unsupported,
     ValidationError,
 )
@@ -90,11 +94,19 @@ _HTTP_CODES = {
 }
 
 
-def error_response(status: int, code: str, message: str, field: str | None = None) -> Response[Any]:
-    headers = {"WWW-Authenticate": 'Bearer realm="rdq"'} if status == 401 else None
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response[Any]:
+    headers = dict(headers or {})
+    if status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="rdq"'
     body = ErrorBody(error=ErrorDetail(code=code, message=message, field=field))
     return Response(
-        content=body, status_code=status, headers=headers, media_type="application/json"
+        content=body, status_code=status, headers=headers or None, media_type="application/json"
     )
 
 
@@ -102,6 +114,9 @@ def to_api_error(exc: Exception) -> ApiError:
     """The API error for any exception a handler raised."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, UnknownName):
+        message = f'{exc.message}; nothing was done (send "force": true to act on it anyway)'
+        return ApiError(404, "unknown_name", message, exc.field)
     if isinstance(exc, ValidationError):
         return ApiError(422, "validation_error", exc.message, exc.field)
     if isinstance(exc, NotFound):
@@ -168,7 +183,18 @@ def body_field(message: str) -> str:
 
 def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     error = to_api_error(exc)
-    return error_response(error.status, error.code, error.message, error.field)
+    headers = None
+    if error.status == 405 and isinstance(exc, HTTPException) and exc.headers:
+        allow = {k.lower(): v for k, v in exc.headers.items()}.get("allow")
+        headers = {"Allow": _methods(allow)} if allow else None
+    return error_response(error.status, error.code, error.message, error.field, headers)
+
+
+def _methods(allow: str) -> str:
+    """``GET, HEAD`` from Litestar's list, which also names ``OPTIONS`` (answered for every
+    path) — sorted, so the header reads the same every time."""
+    methods = {m.strip().upper() for m in allow.split(",") if m.strip()}
+    return ", ".join(sorted(methods))
 
 
 exception_handlers: dict[type[Exception] | int, Any] = {Exception: handle}

@@ -13,6 +13,7 @@ from rdq.spi import bounds
 
 __all__ = [
     "TASK_ID_PATTERN",
+    "VISIBLE",
     "Delay",
     "ErrorType",
     "FilterHandlerRef",
@@ -24,6 +25,11 @@ __all__ = [
 ]
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9._\-:@+=~]+$"
+VISIBLE = r"[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+"""One character that is neither a control character nor white space, spelled out: ``\\s``
+means other characters in Python's ``re`` (the node's checks) than in the ECMA-262 regular
+expressions of JSON Schema (the OpenAPI document, and the clients generated from it), so a
+pattern written with it would call a name valid in one and not in the other."""
 TaskId = Annotated[
     str, Meta(min_length=1, max_length=bounds.MAX_ID_LENGTH, pattern=TASK_ID_PATTERN)
 ]
@@ -35,7 +41,7 @@ QueueName = Annotated[
 ]
 HandlerRef = Annotated[
     str,
-    Meta(min_length=1, max_length=bounds.MAX_HANDLER_REF_LENGTH, pattern=r"^[^\s\x00-\x1f\x7f]+$"),
+    Meta(min_length=1, max_length=bounds.MAX_HANDLER_REF_LENGTH, pattern=f"^{VISIBLE}+$"),
 ]
 Delay = Annotated[float, Meta(ge=0, le=366 * 86400)]
 Seconds = Annotated[float, Meta(ge=0, le=366 * 86400)]

@@ -12,6 +12,7 @@ import msgspec
 from msgspec import Meta
 
 from rdq.server._fields import (
+    VISIBLE,
     ErrorType,
     FilterHandlerRef,
     Reason,
@@ -34,7 +35,9 @@ __all__ = [
     "MinuteDoc",
     "OutageDoc",
     "PauseDoc",
+    "PauseList",
     "PauseRequest",
+    "PausedDoc",
     "PendingFilterRequest",
     "RateList",
     "ReasonRequest",
@@ -47,13 +50,27 @@ __all__ = [
 
 Name = Annotated[
     str,
-    Meta(min_length=1, max_length=bounds.MAX_HANDLER_REF_LENGTH, pattern=r"^[^\s\x00-\x1f\x7f]+$"),
+    Meta(min_length=1, max_length=bounds.MAX_HANDLER_REF_LENGTH, pattern=f"^{VISIBLE}+$"),
 ]
-ControlKey = Annotated[
+BreakerKey = Annotated[
     str,
-    Meta(min_length=1, max_length=bounds.MAX_CONTROL_KEY_LENGTH, pattern=r"^[^\s\x00-\x1f\x7f]+$"),
+    Meta(
+        min_length=1,
+        max_length=bounds.MAX_CONTROL_KEY_LENGTH,
+        pattern=f"^(handler|dep):{VISIBLE}+$",
+    ),
 ]
-Rate = Annotated[float, Meta(gt=0, le=100_000)] | Annotated[str, Meta(min_length=1, max_length=32)]
+"""A breaker's key: ``handler:<ref>`` or ``dep:<name>``."""
+RATE_PATTERN = (
+    r"^(0*([1-9][0-9]{0,4}(\.[0-9]+)?|100000(\.0+)?)|0*\.[0-9]*[1-9][0-9]*)"
+    r"(/(s|sec|m|min|h))?$"
+)
+"""A rate as text: more than 0 and at most 100,000 (so at most 100,000 a second whatever the
+unit), per second (``/s``, ``/sec``, or none), minute (``/m``, ``/min``) or hour (``/h``)."""
+Rate = (
+    Annotated[float, Meta(gt=0, le=100_000)]
+    | Annotated[str, Meta(min_length=1, max_length=32, pattern=RATE_PATTERN)]
+)
 
 
 class PauseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -63,6 +80,9 @@ class PauseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     handler: Name | None = None
     dependency: Name | None = None
     reason: Reason | None = None
+    force: bool = False
+    """Name a queue, handler or dependency nothing on the store knows yet (refused as a typo,
+    ``unknown_name``, without it)."""
 
 
 class ReasonRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -73,10 +93,12 @@ class BreakerRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The breaker to open or close by its ``key`` (as ``GET /v1/breakers`` lists it), or by
     its ``handler`` or ``dependency`` — exactly one of the three."""
 
-    key: ControlKey | None = None
+    key: BreakerKey | None = None
     handler: Name | None = None
     dependency: Name | None = None
     reason: Reason | None = None
+    force: bool = False
+    """Name a key nothing on the store knows yet (refused as a typo without it)."""
 
 
 class PendingFilterRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -97,6 +119,8 @@ class RetryNowRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     filter: PendingFilterRequest | None = None
     dry_run: bool = False
     reason: Reason | None = None
+    force: bool = False
+    """Act on a queue nothing on the store knows (see ``unknown_name``)."""
 
 
 class RedriveRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -109,6 +133,8 @@ class RedriveRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dry_run: bool = False
     reason: Reason | None = None
     rate: Rate | None = None
+    force: bool = False
+    """Act on a queue nothing on the store knows (see ``unknown_name``)."""
 
 
 class OutageDoc(msgspec.Struct, kw_only=True):
@@ -155,6 +181,25 @@ class PauseDoc(msgspec.Struct, kw_only=True):
     by: str | None = None
     reason: str | None = None
     at: str | None = None
+
+
+class PausedDoc(msgspec.Struct, kw_only=True):
+    """A paused key of a queue: who paused it, when and why, and the PENDING tasks it holds
+    when that is cheap to count (``held`` null otherwise; ``held_more``: at least that many)."""
+
+    queue: str
+    key: str
+    by: str | None = None
+    reason: str | None = None
+    at: datetime | None = None
+    held: int | None = None
+    held_more: bool = False
+
+
+class PauseList(msgspec.Struct, kw_only=True):
+    pauses: list[PausedDoc]
+    unsupported: str | None = None
+    """Set when the store keeps no control records: what it lacks (the list is empty)."""
 
 
 class DeclaredLimitDoc(msgspec.Struct, kw_only=True):

@@ -12,6 +12,7 @@ from rdq.audit import AuditSink, JsonLinesAuditSink
 from rdq.errors import StorageUnavailable
 from rdq.flow import Breaker, LimitControls
 from rdq.server._auth import Authenticator
+from rdq.server._gauges import QueueGauges
 from rdq.server._settings import ServerSettings
 from rdq.server._upkeep import NodeUpkeep, node_id
 from rdq.spi import ForwardingStorage, Stats, Storage
@@ -42,13 +43,17 @@ class Node:
         sinks = list(audit_sinks)
         if settings.audit_log:
             sinks.append(JsonLinesAuditSink(settings.audit_log))
-        self.admin = TaskAdmin(self.storage, sinks=sinks)
+        self.admin = TaskAdmin(
+            self.storage, sinks=sinks, app=engine_app, declared=list(settings.queues)
+        )
         self.id = node_id()
         """The node's id in the worker registry and as the driver of paced redrives."""
         self.upkeep = NodeUpkeep(
             self.id, self.admin, list(settings.queues) if settings.work else []
         )
         self.limit_controls = LimitControls()
+        self.gauges = QueueGauges(self.admin, self.queues)
+        """The queue gauges ``/metrics`` serves, read from the store (cached)."""
         """The limit keys whose control records submits through this node know exist."""
 
     def breaker_config(self, queue: str) -> Breaker | None:

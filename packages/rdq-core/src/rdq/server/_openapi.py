@@ -9,6 +9,7 @@ matches what the API does (schemathesis fuzzes the API against this very documen
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -18,8 +19,11 @@ from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 from litestar.openapi.spec import Components, Reference, Schema, SecurityScheme
 from litestar.openapi.spec.enums import OpenAPIType
 
+from rdq.admin import MAX_PACED_IDS
+from rdq.app import App
 from rdq.server import _models
 from rdq.server._errors import error_response
+from rdq.server._flow_models import RATE_PATTERN
 from rdq.spi import bounds
 
 __all__ = ["openapi_config", "refine"]
@@ -50,9 +54,22 @@ async def _json_not_found(response: Response[Any]) -> Response[Any]:
     return response
 
 
-def refine(app: Litestar) -> None:
-    """Write the rules the generator leaves out into ``app``'s OpenAPI document."""
+def refine(
+    app: Litestar,
+    engine_app: App | None = None,
+    worked: Sequence[str] = (),
+    *,
+    callbacks: bool = True,
+) -> None:
+    """Write the rules the generator leaves out into ``app``'s OpenAPI document; with the
+    node's application (``engine_app``, one with handlers), the handlers and queues a submit
+    may name; without a callback allow-list (``callbacks`` false), that a ``handler_ref`` is
+    no callback URL."""
     schemas = app.openapi_schema.components.schemas or {}
+    if engine_app is not None:
+        _known_to_the_app(schemas.get("SubmitRequest"), engine_app, worked, callbacks)
+    if not callbacks:
+        _no_callbacks(schemas.get("SubmitRequest"))
     _bounded_below(schemas.get("SubmitRequest"), "delay")
     _bounded_below(schemas.get("RetryRequest"), "base", "cap")
     _bounded_below(schemas.get("RetryRequest"), "timeout", exclusive=True)
@@ -62,7 +79,9 @@ def refine(app: Litestar) -> None:
     _exactly_one(schemas.get("RedriveRequest"), "FilterRequest")
     _exactly_one(schemas.get("RetryNowRequest"), "PendingFilterRequest")
     _rate(schemas.get("RedriveRequest"))
+    _paced_ids(schemas.get("RedriveRequest"))
     _one_name(schemas.get("BreakerRequest"), "key", "handler", "dependency")
+    _at_most_one(schemas.get("PauseRequest"), "handler", "dependency")
     for name in _models.__all__:
         model = getattr(_models, name)
         schema = schemas.get(name)
@@ -148,11 +167,81 @@ def _rate(schema: Schema | None) -> None:
     schema.properties["rate"] = Schema(
         one_of=[
             Schema(type=OpenAPIType.NUMBER, exclusive_minimum=0, maximum=100_000),
-            Schema(type=OpenAPIType.STRING, min_length=1, max_length=32),
+            Schema(type=OpenAPIType.STRING, min_length=1, max_length=32, pattern=RATE_PATTERN),
             Schema(type=OpenAPIType.NULL),
         ],
-        description="Tasks per second, or text: `50/s`, `600/min`, `3000/h`.",
+        description="Tasks per second, or text: `50/s`, `600/min`, `3000/h` (more than 0 and "
+        "at most 100,000 in the unit given).",
     )
+
+
+def _at_most_one(schema: Schema | None, *names: str) -> None:
+    """At most one of ``names`` is given (not null): each alternative leaves all but one of
+    them out or null."""
+    if schema is None or not schema.properties:
+        return
+    null = Schema(type=OpenAPIType.NULL)
+    schema.any_of = [Schema(properties={n: null for n in names if n != name}) for name in names]
+    schema.description = (
+        (schema.description or "") + f" Give at most one of {', '.join(names)}."
+    ).strip()
+
+
+_CALLBACK = r"^[Hh][Tt][Tt][Pp][Ss]?://"
+
+
+def _no_callbacks(schema: Schema | None) -> None:
+    """A node without a callback allow-list refuses every callback URL."""
+    if schema is None or not schema.properties:
+        return
+    given = schema.properties.get("handler_ref")
+    if isinstance(given, Schema):
+        given.schema_not = Schema(pattern=_CALLBACK)
+        given.description = (
+            (given.description or "") + " No callback URL: this node allows no callback host."
+        ).strip()
+
+
+def _known_to_the_app(
+    schema: Schema | None, engine_app: App, worked: Sequence[str], callbacks: bool
+) -> None:
+    """A node with an application refuses a ``handler_ref`` it does not know (a callback
+    URL aside, checked against the allow-list) and a ``queue`` neither it nor the node
+    serves, unless ``force`` is true. (An import path under the application's allowed
+    prefixes is known too; the document lists the registered names only.)"""
+    if schema is None or not schema.properties:
+        return
+    handlers: list[Schema | Reference] = [
+        Schema(type=OpenAPIType.STRING, enum=list(engine_app.handler_names))
+    ]
+    if callbacks:
+        handlers.append(Schema(type=OpenAPIType.STRING, pattern=_CALLBACK))
+    queues = sorted({*engine_app.queues, *worked})
+    forced = Schema(required=["force"], properties={"force": Schema(const=True)})
+    known = Schema(
+        properties={
+            "handler_ref": Schema(any_of=handlers),
+            "queue": Schema(type=OpenAPIType.STRING, enum=list(queues)),
+        }
+    )
+    schema.any_of = [forced, known]
+    schema.description = (
+        (schema.description or "")
+        + " This node's application takes the handlers and queues listed; `force` submits "
+        "others."
+    ).strip()
+
+
+def _paced_ids(schema: Schema | None) -> None:
+    """A paced redrive (a ``rate`` given) by ids takes at most ``MAX_PACED_IDS`` of them."""
+    if schema is None:
+        return
+    null = Schema(type=OpenAPIType.NULL)
+    few = Schema(one_of=[_task_ids(min_items=1), null])
+    few_ids = few.one_of[0] if few.one_of else None
+    if isinstance(few_ids, Schema):
+        few_ids.max_items = MAX_PACED_IDS
+    schema.any_of = [Schema(properties={"rate": null}), Schema(properties={"ids": few})]
 
 
 def _one_name(schema: Schema | None, *names: str) -> None:

@@ -31,12 +31,14 @@ import hashlib
 import os
 import re
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
 from rdq._storage_url import named_storage
+from rdq._suggest import did_you_mean
 from rdq.app import DEFAULT_QUEUE, App
 from rdq.callbacks import CallbackSettings
 from rdq.errors import ConfigError
@@ -60,7 +62,7 @@ DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
 """Largest request body the API accepts (a 1 MiB payload plus room for the rest)."""
 
 
-class TokenSpec(msgspec.Struct, kw_only=True, frozen=True):
+class TokenSpec(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """One bearer token: its owner (named in audit records) and its rights. The token itself
     is given as ``token``, as the name of an environment variable ``token_env``, or only by
     its SHA-256 hex digest ``sha256`` (so the config file holds no secret)."""
@@ -110,7 +112,7 @@ class TokenSpec(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError("give exactly one of token, token_env, sha256", key=where)
 
 
-class ServerSettings(msgspec.Struct, kw_only=True, frozen=True):
+class ServerSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """Everything a node needs besides the engine's queue configs."""
 
     storage: str | None = None
@@ -248,8 +250,10 @@ def load_settings(
             raise ConfigError(f"cannot read {config_path}: {exc}", key="config") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{config_path} is not valid TOML: {exc}", key="config") from None
+        _known_keys(document, ("server", *_ENGINE_TABLES), "")
         data = dict(document.get("server") or {})
         engine = {k: v for k, v in document.items() if k in _ENGINE_TABLES}
+        _check_server_table(data)
     callbacks = dict(data.pop("callbacks", None) or {})
     secrets_env = callbacks.pop("secrets_env", None)
     if secrets_env:
@@ -288,6 +292,36 @@ def load_settings(
     for i, spec in enumerate(settings.tokens):
         spec.digest(f"server.tokens[{i}]")
     return settings, engine
+
+
+def _known_keys(table: Any, known: Sequence[str], where: str) -> None:
+    """``ConfigError`` naming the first key of ``table`` not among ``known`` (with the closest
+    known one): a misspelt key (``prot = 8080``) is refused, never silently ignored."""
+    if not isinstance(table, dict):
+        return
+    for key in table:
+        if key not in known:
+            name = f"{where}.{key}" if where else key
+            kind = "key" if where else "table"
+            raise ConfigError(
+                f"unknown {kind}{did_you_mean(key, known)}; the {where or 'file'} "
+                f"takes: {', '.join(sorted(known))}",
+                key=name,
+            )
+
+
+def _check_server_table(data: dict[str, Any]) -> None:
+    """Every key of ``[server]``, ``[server.callbacks]`` and each ``[[server.tokens]]`` is
+    one the node reads."""
+    _known_keys(data, ServerSettings.__struct_fields__, "server")
+    _known_keys(
+        data.get("callbacks"),
+        (*CallbackSettings.__struct_fields__, "secrets_env"),
+        "server.callbacks",
+    )
+    tokens = data.get("tokens")
+    for i, token in enumerate(tokens if isinstance(tokens, list) else []):
+        _known_keys(token, TokenSpec.__struct_fields__, f"server.tokens[{i}]")
 
 
 def worked_queues(settings: ServerSettings, app: App | None) -> list[str]:

@@ -26,6 +26,7 @@ __all__ = [
     "ActionRequest",
     "ActionResult",
     "AttemptDoc",
+    "AttemptsDoc",
     "AuditDoc",
     "AuditPage",
     "CancelRequest",
@@ -33,10 +34,14 @@ __all__ = [
     "FilterRequest",
     "GroupDoc",
     "GroupList",
+    "HoldDoc",
+    "HolderDoc",
     "OperationDoc",
+    "OutlookDoc",
     "QueueList",
     "RetryDoc",
     "RetryRequest",
+    "SkippedDoc",
     "StatsDoc",
     "SubmitRequest",
     "TaskDoc",
@@ -47,7 +52,8 @@ __all__ = [
 
 class RetryRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """A per-task override of the queue's retry settings (durations in seconds); unset fields
-    keep the queue's values. ``cap`` must not be below ``base``."""
+    keep the queue's values. A ``cap`` below ``base`` is taken as ``base`` (the engine never
+    waits less than ``base`` for a cap's sake)."""
 
     max_attempts: Annotated[int, Meta(ge=1, le=1000)] | None = None
     backoff: Literal["exponential", "fixed", "linear"] | None = None
@@ -72,6 +78,10 @@ class SubmitRequest(msgspec.Struct, kw_only=True):
     priority: Annotated[int, Meta(ge=MIN_PRIORITY, le=MAX_PRIORITY)] = 0
     """Higher is claimed first among due tasks of the queue."""
     retry: RetryRequest | None = None
+    force: bool = False
+    """On a node with an application (``--app``): submit a handler or queue the application
+    does not know (one another application serves); without it such a task is refused with
+    the closest known name. Not stored."""
 
 
 class AttemptDoc(msgspec.Struct, kw_only=True):
@@ -146,10 +156,66 @@ class DLQPage(msgspec.Struct, kw_only=True):
     """Pass as ``cursor`` for the next page; null on the last page."""
 
 
+class HoldDoc(msgspec.Struct, kw_only=True):
+    """What holds a PENDING task back: a ``pause``, a ``breaker`` (open or half-open; ``since``
+    is its outage's start, ``until`` its next probe) or a full ``limit``."""
+
+    kind: Literal["pause", "breaker", "limit"]
+    key: str
+    state: str | None = None
+    by: str | None = None
+    reason: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    detail: str | None = None
+
+
+class HolderDoc(msgspec.Struct, kw_only=True):
+    """Who holds an IN_FLIGHT task: its worker, ``live`` or ``silent`` (null: not
+    registered), and its lease (``lease_in`` seconds, by the store's clock; negative: it
+    lapsed and the task waits to be reclaimed)."""
+
+    worker: str | None
+    status: str | None = None
+    silent_for: float | None = None
+    lease_in: float | None = None
+
+
+class AttemptsDoc(msgspec.Struct, kw_only=True):
+    """A task's attempts since its last redrive: ``recorded`` (``attempt_count``), of which
+    ``charged`` used up one of ``max_attempts`` (DEFERRED and INTERRUPTED attempts and
+    failures during an outage of its dependency do not), and ``left`` when ``max_attempts``
+    is known (the task's override, the node's application, or its queue's live workers)."""
+
+    recorded: int
+    charged: int
+    uncharged: int
+    max: int | None = None
+    left: int | None = None
+
+
+class OutlookDoc(msgspec.Struct, kw_only=True):
+    """What holds a task and what happens next, judged by the store's clock."""
+
+    id: str
+    queue: str
+    status: str
+    next: str
+    """One sentence: what happens next."""
+    holds: list[HoldDoc] = []
+    holder: HolderDoc | None = None
+    served: bool | None = None
+    """A live worker serves the task's queue (null: the store keeps no worker registry)."""
+    attempts: AttemptsDoc
+
+
 class TaskPage(msgspec.Struct, kw_only=True):
     tasks: list[TaskDoc]
     next_cursor: str | None
     """Pass as ``cursor`` for the next page; null on the last page."""
+    outlook: list[OutlookDoc] | None = None
+    """With ``outlook=true``: what holds each task and what happens next, in the order of
+    ``tasks``."""
 
 
 class GroupDoc(msgspec.Struct, kw_only=True):
@@ -183,6 +249,8 @@ class ActionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     filter: FilterRequest | None = None
     dry_run: bool = False
     reason: Reason | None = None
+    force: bool = False
+    """Act on a queue nothing on the store knows (see ``unknown_name``)."""
 
 
 class TaskFilterRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -202,6 +270,8 @@ class CancelRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     filter: TaskFilterRequest | None = None
     dry_run: bool = False
     reason: Reason | None = None
+    force: bool = False
+    """Act on a queue nothing on the store knows (see ``unknown_name``)."""
 
 
 class OperationDoc(msgspec.Struct, kw_only=True):
@@ -230,7 +300,24 @@ class OperationDoc(msgspec.Struct, kw_only=True):
     cancelled_by: str | None = None
 
 
+class SkippedDoc(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A named task the action did not act on, and why."""
+
+    id: str
+    reason: Literal["not_found", "other_queue", "status", "due"]
+    """``not_found``; ``other_queue`` (it is in ``queue``); ``status`` (it is ``status``, the
+    action takes ``wanted``); ``due`` (a retry now of a task due already)."""
+    queue: str | None = None
+    status: str | None = None
+    wanted: str | None = None
+
+
 class ActionResult(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What an action did (or, with ``dry_run``, would do): ``count`` tasks; the named ids it
+    did not act on, each with why (``skipped``); and, when a filter matched nothing, what
+    the queue holds that is close to it (``hint``). A ``count`` of 0 is the truth: nothing
+    was done."""
+
     action: str
     queue: str
     count: int
@@ -238,6 +325,8 @@ class ActionResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     operation: OperationDoc | None = None
     """A redrive with a ``rate``: the paced redrive it started (``count`` is its total);
     absent otherwise."""
+    skipped: list[SkippedDoc] = []
+    hint: str | None = None
 
 
 class AuditDoc(msgspec.Struct, kw_only=True):

@@ -1,7 +1,9 @@
 """The worker in the fleet's view: its registration, kept fresh by a heartbeat (who it is, what
-it serves, what it holds), and the attempts it ends, counted per queue and minute for the
-rates over time. Both go to the store (capabilities ``worker_registry`` and ``counters``);
-without them, nothing is sent and nothing is lost but the view.
+it serves — its queues, and the handlers and dependencies it runs, so that an operator's typo
+of one is told from a name a worker knows —, what it holds), and the attempts it ends,
+counted per queue and minute for the rates over time. Both go to the store (capabilities
+``worker_registry`` and ``counters``); without them, nothing is sent and nothing is lost but
+the view.
 
 Counting costs nothing per task beyond a dictionary increment: the counts are added to the
 store's in one call every :data:`FLUSH` seconds (and once more when the worker stops); a
@@ -20,10 +22,11 @@ from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from rdq.app import App
 from rdq.spi import Counts, Outcome, Storage, WorkerInfo
 from rdq.worker._clock import StorageClock
 
-__all__ = ["COUNTS_TTL", "FLUSH", "HEARTBEAT", "WORKER_TTL", "Fleet"]
+__all__ = ["COUNTS_TTL", "FLUSH", "HEARTBEAT", "WORKER_TTL", "Fleet", "served"]
 
 HEARTBEAT = 5.0
 """Seconds between two heartbeats of a worker's registration."""
@@ -40,6 +43,7 @@ _FIELDS = {
     Outcome.TIMEOUT: 1,
     Outcome.PERMANENT: 2,
     Outcome.DEFERRED: 3,
+    Outcome.SNOOZED: 3,  # rescheduled without an attempt used, as a held task is
 }
 
 
@@ -62,6 +66,8 @@ class Fleet:
         concurrency: int,
         held: Callable[[], int],
         log: Any,
+        *,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         caps = storage.capabilities()
         self.storage = storage
@@ -79,6 +85,7 @@ class Fleet:
             queues=list(queues),
             concurrency=concurrency,
             heartbeat=HEARTBEAT,
+            extra=dict(extra or {}),
         )
         self._counts: defaultdict[tuple[str, datetime], list[int]] = defaultdict(
             lambda: [0, 0, 0, 0]
@@ -157,6 +164,28 @@ class Fleet:
             await self.storage.purge_workers(now - WORKER_TTL)
         if self.counting:
             await self.storage.purge_counts(now - COUNTS_TTL)
+
+
+def served(app: App, queues: Sequence[str]) -> dict[str, Any]:
+    """What a worker of ``app`` on ``queues`` registers beside its queues: the handlers it
+    runs there and the dependencies they call (``extra["handlers"]``,
+    ``extra["dependencies"]``), and each queue's ``max_attempts`` (so that an operator's
+    surface without the application can say how many attempts a task has left)."""
+    handlers = sorted(ref for ref in app.handler_names if app.handler_queue(ref) in (*queues, None))
+    dependencies = {
+        dep
+        for queue in queues
+        for ref in handlers
+        if (dep := app.dependency_for(queue, ref)) is not None
+    }
+    dependencies.update(
+        dep for queue in queues if (dep := app.queue_config(queue).dependency) is not None
+    )
+    return {
+        "handlers": handlers,
+        "dependencies": sorted(dependencies),
+        "max_attempts": {queue: app.queue_config(queue).max_attempts for queue in queues},
+    }
 
 
 def _fields(info: WorkerInfo) -> dict[str, Any]:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
 import random
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -44,6 +45,12 @@ another worker's trip — reaches this worker within that; the store's claim hon
 once anyway)."""
 ALERT_EVERY = 300.0
 """Seconds between two ERROR lines about one breaker held open too long."""
+REREAD = 0.1
+"""Seconds between two reads of a queue's control records while one of its keys fails on
+this worker (another worker's trip reaches it within that, not within :data:`REFRESH`)."""
+THROTTLE_DELAY = 1.0
+"""Seconds (and up to as many again) before a task handed back by the throttle of a failing
+key is due again."""
 _STATE_GAUGE = {flow.State.CLOSED: 0, flow.State.HALF_OPEN: 1, flow.State.OPEN: 2}
 
 
@@ -72,6 +79,15 @@ class FlowControl:
         self._controls: dict[str, dict[str, Control]] = {q: {} for q in self.queues}
         self._windows: defaultdict[tuple[str, str], flow.Window] = defaultdict(flow.Window)
         self._alerted: dict[tuple[str, str], float] = {}
+        self._running: Counter[tuple[str, str]] = Counter()
+        """This worker's tasks of each key that passed :meth:`hold` and have not ended."""
+        self._counted: dict[str, tuple[str, str]] = {}
+        self._answered: dict[tuple[str, str], datetime] = {}
+        """When a call on each key last came back otherwise than outage-class (store time)."""
+        self._outage_types: defaultdict[tuple[str, str], set[str]] = defaultdict(set)
+        """The outage-class error types seen on each key since then."""
+        self._read_at: dict[str, float] = {}
+        self._reading: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self.limits = LimitKeeper(app, storage, clock, worker_id, log, self.apply)
         """The declared limits of the queues, kept in the same records."""
         self.declared: DeclaredOrder | None = None
@@ -87,11 +103,13 @@ class FlowControl:
         one are not charged)."""
         return self.breaker(task.queue, flow.breaker_key(task)).outages
 
-    def hold(self, task: Envelope) -> Decision | None:
-        """The decision that hands ``task`` back unrun, or ``None``: it may run. A task is held
-        when a key of it is paused (claimed just before the pause) or its breaker is open
-        (claimed just before it opened, or from a store that cannot hold it back); held, it
-        uses up no attempt."""
+    async def hold(self, task: Envelope) -> Decision | None:
+        """The decision that hands ``task`` back unrun, or ``None``: it may run (call
+        :meth:`ended` when it has). A task is held when a key of it is paused (claimed just
+        before the pause), when its breaker is open (claimed just before it opened, or from a
+        store that cannot hold it back), and when the last calls on its key all failed
+        outage-class and this worker already runs as many of them as a half-open breaker
+        would (``probes``); held, it uses up no attempt."""
         key = flow.paused_key(task, self._controls.get(task.queue, {}), self.shared)
         if key is not None:
             return Decision(
@@ -101,14 +119,42 @@ class FlowControl:
                 "rdq.Paused",
                 f"held: {key} of queue {task.queue} is paused; no attempt used",
             )
-        if not self.app.breaker_for(task.queue, task.handler_ref).enabled:
+        config = self.app.breaker_for(task.queue, task.handler_ref)
+        if not config.enabled:
             return None
-        breaker = self.breaker(task.queue, flow.breaker_key(task))
-        if breaker.state is not flow.State.OPEN:
-            return None
-        if self.shared and flow.claimed_since(task, breaker):
-            return None  # the store let it through as a probe; this worker's view is behind
-        return self.deferral(breaker)
+        slot = (task.queue, flow.breaker_key(task))
+        window = self._windows.get(slot)
+        if window is not None and window.streak and self.shared:
+            await self._reread(task.queue)  # another worker may have tripped it just now
+        breaker = self.breaker(*slot)
+        if breaker.state is flow.State.OPEN and not (
+            self.shared and flow.claimed_since(task, breaker)  # else a probe let through
+        ):
+            return self.deferral(breaker)
+        if window is not None and window.failing(config) and self._running[slot] >= config.probes:
+            return self._throttled(slot[1], window, config)
+        self._running[slot] += 1
+        self._counted[task.id] = slot
+        return None
+
+    def ended(self, task: Envelope) -> None:
+        """``task``, which :meth:`hold` let run, has ended (whatever its outcome)."""
+        slot = self._counted.pop(task.id, None)
+        if slot is not None:
+            self._running[slot] -= 1
+            if self._running[slot] <= 0:
+                del self._running[slot]
+
+    def _throttled(self, key: str, window: flow.Window, config: Breaker) -> Decision:
+        wait = THROTTLE_DELAY + self.rng.uniform(0, THROTTLE_DELAY)
+        return Decision(
+            Action.RESCHEDULE,
+            Outcome.DEFERRED,
+            wait,
+            "rdq.DependencyFailing",
+            f"held: the last {window.streak} calls on {key} failed outage-class; this worker "
+            f"runs {config.probes} of its tasks at once until one comes back; no attempt used",
+        )
 
     def deferral(self, breaker: flow.BreakerState, decision: Decision | None = None) -> Decision:
         """The decision that holds a task while ``breaker`` is open: rescheduled for when it
@@ -116,6 +162,8 @@ class FlowControl:
         now = self.clock.now()
         until = breaker.until or now + timedelta(seconds=max(breaker.cooldown, 1.0))
         wait = max(0.0, (until - now).total_seconds()) + self.rng.uniform(0, 1.0)
+        if decision is not None and decision.retry_after:
+            wait = max(wait, decision.retry_after)  # the service said when to come back
         message = "held: its dependency is down (breaker open); no attempt used"
         if decision is not None and decision.error_message:
             message = f"{decision.error_message} — held, breaker open; no attempt used"
@@ -137,7 +185,7 @@ class FlowControl:
         if self.shared and decision.retry_after is not None:
             await self.limits.record(task, decision)
         config = self.app.breaker_for(task.queue, task.handler_ref)
-        if not config.enabled or decision.outcome is Outcome.DEFERRED:
+        if not config.enabled or decision.outcome in (Outcome.DEFERRED, Outcome.SNOOZED):
             return decision
         key = flow.breaker_key(task)
         queue = task.queue
@@ -145,7 +193,9 @@ class FlowControl:
         outage = failed and decision.outage
         window = self._windows[(queue, key)]
         mono = self.clock.mono()
-        window.add(mono, outage, decision.error_type, config, run.finished or self.clock.now())
+        finished = run.finished or self.clock.now()
+        window.add(mono, outage, decision.error_type, config, finished)
+        self._remember(queue, key, outage, decision, finished)
         state = self.breaker(queue, key).state
         if (
             state is flow.State.OPEN
@@ -178,21 +228,87 @@ class FlowControl:
                 )
                 window.clear()
         elif state is flow.State.CLOSED and outage and window.trips(mono, config):
-            started = window.first_failure(mono, config) or self.clock.now()
+            streak = window.streak >= config.min_calls
+            started = (
+                window.streak_from if streak else window.first_failure(mono, config)
+            ) or self.clock.now()
             types = sorted(window.error_types | set(_types(decision)))
+            why = (
+                f"the last {window.streak} calls failed outage-class"
+                if streak
+                else f"outage-class failures dominate the last {config.window:g}s"
+            )
             await self._change(
                 queue,
                 key,
                 lambda c: _trip(c, self.clock, config, started, types, decision, task.id),
                 "breaker.open",
-                f"outage-class failures dominate the last {config.window:g}s: "
-                f"{decision.error_type}",
+                f"{why}: {decision.error_type}",
             )
+        elif state is flow.State.CLOSED and outage and decision.action is Action.DEAD_LETTER:
+            await self._trip_on_own_failures(run, decision, key, config)
         if outage and self.breaker(queue, key).state is not flow.State.CLOSED:
+            max_attempts = run.config.max_attempts if run.config is not None else 1
+            held_for = flow.held_too_long(task, max_attempts, config, self.clock.now())
+            if held_for is not None:
+                return _too_long(decision, held_for, config)
             await self._widen(queue, key, config)
             metrics.DEFERRED.labels(queue).inc()
             return self.deferral(self.breaker(queue, key), decision)
         return decision
+
+    def _remember(
+        self, queue: str, key: str, outage: bool, decision: Decision, finished: datetime
+    ) -> None:
+        """What a task's own failures are judged against: when a call on the key last came
+        back otherwise than outage-class, and the outage-class types seen since."""
+        slot = (queue, key)
+        if not outage:
+            self._answered[slot] = finished
+            self._outage_types.pop(slot, None)
+        elif decision.error_type is not None:
+            self._outage_types[slot].add(decision.error_type)
+
+    async def _trip_on_own_failures(
+        self, run: Run, decision: Decision, key: str, config: Breaker
+    ) -> None:
+        """A task used up its attempts on outage-class failures before any window could
+        fill (a quiet queue): when nothing says its key worked since the first of them, they
+        are the evidence, and the breaker trips from that first failure (so none of them is
+        charged, and the task is held like the rest of its key's)."""
+        task, queue = run.claimed.task, run.claimed.task.queue
+        now = self.clock.now()
+        slot = (queue, key)
+        started = flow.own_outage(
+            task,
+            decision.error_type,
+            self._outage_types.get(slot, ()),
+            self._answered.get(slot),
+            self.breaker(queue, key).outages,
+            now,
+        )
+        if started is None:
+            return
+        types = sorted(self._outage_types.get(slot, set()) | set(_types(decision)))
+        await self._change(
+            queue,
+            key,
+            lambda c: _trip(c, self.clock, config, started, types, decision, task.id),
+            "breaker.open",
+            f"a task used up its attempts on outage-class failures, and no call on {key} "
+            f"came back otherwise since {started.isoformat(timespec='seconds')}: "
+            f"{decision.error_type}",
+        )
+
+    async def _reread(self, queue: str) -> None:
+        """Read the queue's control records again unless that was done within
+        :data:`REREAD` (one read at a time per queue); a store that cannot answer is left to
+        the next refresh."""
+        async with self._reading[queue]:
+            if self.clock.mono() - self._read_at.get(queue, -math.inf) < REREAD:
+                return
+            with contextlib.suppress(Exception):
+                await self._read(queue)
 
     # --- keeping up with the store and the clock ---------------------------------------------
 
@@ -224,6 +340,7 @@ class FlowControl:
             await self.limits.reconcile(queue, self._controls[queue])
 
     async def _read(self, queue: str) -> None:
+        self._read_at[queue] = self.clock.mono()
         found = await self.storage.list_controls(queue)
         self._controls[queue] = {c.key: c for c in found}
         for control in found:
@@ -349,6 +466,7 @@ class FlowControl:
     ) -> Control | None:
         """Apply ``change`` to the key's breaker (see :meth:`apply`) and report the new
         state. Audited when ``action``."""
+        before = self.breaker(queue, key)
         stored = await self.apply(queue, key, change)
         if stored is None:
             return None
@@ -364,17 +482,10 @@ class FlowControl:
                 gate=stored.gate,
                 worker_id=self.worker_id,
             )
-            if self.storage.capabilities().audit:
+            kept = flow.trail_reason(action, before, breaker, reason)  # not every probe
+            if kept is not None and self.storage.capabilities().audit:
                 await record_action(
-                    self.storage,
-                    [],
-                    action,
-                    queue,
-                    {"key": key},
-                    self.worker_id,
-                    reason,
-                    0,
-                    None,
+                    self.storage, [], action, queue, {"key": key}, self.worker_id, kept, 0, None
                 )
         return stored
 
@@ -417,4 +528,20 @@ def _trip(
         error_type=decision.error_type,
         error_message=decision.error_message,
         sample_task=task_id,
+    )
+
+
+def _too_long(decision: Decision, held_for: float, config: Breaker) -> Decision:
+    """Dead-letter a task an outage has held longer than ``config.max_hold`` after its
+    attempts would have run out."""
+    return Decision(
+        Action.DEAD_LETTER,
+        decision.outcome,
+        0.0,
+        flow.OUTAGE_TOO_LONG,
+        f"held for an outage of its dependency for {held_for:.0f}s, more than the breaker's "
+        f"max_hold of {config.max_hold:g}s, with its attempts used up; last error: "
+        f"{decision.error_type}: {decision.error_message}",
+        decision.traceback,
+        True,
     )

@@ -166,17 +166,22 @@ class Runner:
             return failed
         if target is None:
             return retry.unknown_handler(task)
-        if flow is not None and (held := flow.hold(task)) is not None:
+        if flow is not None and (held := await flow.hold(task)) is not None:
             return held  # claimed just before a pause or its breaker opened: not run
         run.ctx_fields = (self.worker_id, run.number)
         t0 = self.clock.mono()
-        decision = await invoke(
-            run, target, None, config, run.used, self.threads, self.rng, self.deadlines
-        )
+        try:
+            decision = await invoke(
+                run, target, None, config, run.used, self.threads, self.rng, self.deadlines
+            )
+        finally:
+            if flow is not None:
+                flow.ended(task)
         run.finished = self.clock.now()
         if decision is None or run.fenced:  # lost lease, or the outcome is already written
             return None
         self._duration(task.queue).observe(self.clock.mono() - t0)
+        decision = retry.bound_snoozes(task, decision, config)
         if flow is not None:
             decision = await flow.record(run, decision)
         return decision

@@ -45,7 +45,7 @@ from rdq.spi import Storage, bounds
 from rdq.worker._claiming import OUTAGE_RETRY_CAP, OUTAGE_RETRY_FIRST, ClaimLoops
 from rdq.worker._clock import Monotonic, StorageClock
 from rdq.worker._completer import MAX_FLUSHES, Completer
-from rdq.worker._fleet import Fleet
+from rdq.worker._fleet import Fleet, served
 from rdq.worker._flow import FlowControl
 from rdq.worker._heartbeat import heartbeat_loop
 from rdq.worker._maintenance import maintenance_loop
@@ -247,6 +247,7 @@ class Worker(ClaimLoops):
             size,
             lambda: len(self._runs),
             self.log,
+            extra=served(self.app, self.queues),
         )
         await _quietly(fleet.heartbeat(), self.log)  # registered before its first claim
         leaving = asyncio.Event()
