@@ -58,8 +58,8 @@ async def both(
             "0007_claim_function",
             "0008_claim_plan",
             "0009_claim_plan_statistics",
-            "0010_dedup_keys",
-            "0011_payload_refs",
+            "0010_lapsed_lease_slots",
+            "0011_dedup_keys",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -226,8 +226,8 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0007_claim_function",
             "0008_claim_plan",
             "0009_claim_plan_statistics",
-            "0010_dedup_keys",
-            "0011_payload_refs",
+            "0010_lapsed_lease_slots",
+            "0011_dedup_keys",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")
@@ -317,7 +317,7 @@ async def test_a_queue_python_makes_fair_and_aged_is_claimed_in_that_order_by_ja
 @pytest.mark.asyncio
 async def test_a_dedup_key_is_one_key_for_both_languages(both: tuple[Storage, Storage]) -> None:
     """A key Python gave a task holds against Java's admissions, and the other way round: one
-    table, one function (admit_task(), migration 0010) for both."""
+    table, one function (admit_task(), migration 0011) for both."""
     from rdq.errors import DedupConflict
     from rdq.spi import AdmitOutcome, Dedup, DedupMode, Envelope
 

@@ -71,8 +71,9 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0007_claim_function",
             "0008_claim_plan",
             "0009_claim_plan_statistics",
-            "0010_dedup_keys",
-            "0011_payload_refs",
+            "0010_lapsed_lease_slots",
+            "0011_dedup_keys",
+            "0012_payload_refs",
         ]
         assert await store.migrate() == []
 
@@ -127,8 +128,9 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0007_claim_function",
             "0008_claim_plan",
             "0009_claim_plan_statistics",
-            "0010_dedup_keys",
-            "0011_payload_refs",
+            "0010_lapsed_lease_slots",
+            "0011_dedup_keys",
+            "0012_payload_refs",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -305,8 +307,9 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0007_claim_function",
                 "0008_claim_plan",
                 "0009_claim_plan_statistics",
-                "0010_dedup_keys",
-                "0011_payload_refs",
+                "0010_lapsed_lease_slots",
+                "0011_dedup_keys",
+                "0012_payload_refs",
             ]
             after = {
                 r["id"]: dict(r)
@@ -342,10 +345,10 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
 
 
 @pytest.mark.asyncio
-async def test_upgrading_a_populated_version_9_schema_to_dedup_keys_keeps_every_task(
+async def test_upgrading_a_populated_version_10_schema_to_dedup_keys_keeps_every_task(
     postgres_url: str,
 ) -> None:
-    """Migration 0010 (dedup keys) upgrades in place: the tasks a version-9 schema holds read
+    """Migration 0011 (dedup keys) upgrades in place: the tasks a version-10 schema holds read
     back unchanged, and admissions under a key work beside them; a task deleted takes its key
     with it."""
     from rdq.spi import AdmitOutcome, Dedup, Envelope, Selector
@@ -355,7 +358,7 @@ async def test_upgrading_a_populated_version_9_schema_to_dedup_keys_keeps_every_
     store = PostgresStorage.from_url(f"{postgres_url}?schema={schema}")
     s = f'"{schema}"'
     try:
-        await _schema_at(conn, schema, 9)
+        await _schema_at(conn, schema, 10)
         await conn.execute(
             f"INSERT INTO {s}.task (id, queue, handler_ref, payload, status, next_attempt_at)"
             " SELECT 'p-' || n, 'q', 'job', json_build_object('n', n), 'PENDING', now()"
@@ -363,7 +366,7 @@ async def test_upgrading_a_populated_version_9_schema_to_dedup_keys_keeps_every_
         )
         before = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
         async with store:
-            assert await store.migrate() == ["0010_dedup_keys", "0011_payload_refs"]
+            assert await store.migrate() == ["0011_dedup_keys", "0012_payload_refs"]
             after = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
             assert [dict(r) for r in after] == [dict(r) for r in before]
             first = Envelope(id="k-1", queue="q", handler_ref="job")

@@ -1,6 +1,6 @@
 """Admission (``enqueue``, ``enqueue_batch``, ``import_tasks``, ``enqueue_in``, and ``admit``
 under a dedup key): the statements that admit tasks, their values, the reading of their
-results and the wake-ups they owe. ``admit`` is one call of ``admit_task()`` (migration 0010),
+results and the wake-ups they owe. ``admit`` is one call of ``admit_task()`` (migration 0011),
 which serializes the admissions of one key under an advisory lock.
 
 A batch is one statement (:class:`Admission`), whichever connection runs it: the store's pool,

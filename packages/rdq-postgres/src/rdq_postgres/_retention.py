@@ -1,7 +1,7 @@
 """What leaves the PostgreSQL store: ``expire_tasks``, the retention step, one ``DELETE`` of
 the listed finished tasks whose status time is before the cut-off (``expire_tasks.sql``; the
 engine archived those tasks first); and ``held_payload_refs``, the payload references the tasks
-left hold (``held_payload_refs.sql``, on the index of migration 0011)."""
+left hold (``held_payload_refs.sql``, on the index of migration 0012)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
--- Admit one task under dedup key :dedup_key (admit_task(), migration 0010): one row
+-- Admit one task under dedup key :dedup_key (admit_task(), migration 0011): one row
 -- (outcome, task_id, queue). :keys: the task's keys joined by U+001F ('' for none).
 SELECT outcome, task_id, queue FROM {schema}.admit_task(
     :dedup_key, :dedup_mode, :window_us::bigint, :max_age_us::bigint,
