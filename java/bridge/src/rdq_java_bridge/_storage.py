@@ -282,7 +282,7 @@ class JavaBridgeStorage(StorageBase):
     async def wait_due(self, queue: str, timeout: float) -> bool:
         return bool(await self._call("wait_due", queue=queue, timeout=timeout))
 
-    # --- contract version 5: retention and dedup keys ------------------------------------------
+    # --- contract version 5: retention, dedup keys, payload references --------------------------
 
     async def admit(
         self, task: Envelope, dedup: Dedup, *, delay: timedelta | None = None
@@ -292,6 +292,9 @@ class JavaBridgeStorage(StorageBase):
 
     async def expire_tasks(self, queue: str, task_ids: Sequence[str], before: datetime) -> int:
         return int(await self._call("expire_tasks", queue=queue, ids=list(task_ids), before=before))
+
+    async def _held_payload_refs(self, refs: Sequence[str]) -> set[str]:
+        return set(await self._call("held_payload_refs", refs=list(refs)))
 
     # --- contract version 3: flow control, the fleet, counts ----------------------------------
 

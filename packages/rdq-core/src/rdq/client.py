@@ -32,13 +32,13 @@ from typing import Any, Self, TypeVar
 
 import msgspec
 
-from rdq import metrics, tracing
+from rdq import tracing
 from rdq._dedup import admit as admit_under_key
 from rdq._dedup import dedup_of
 from rdq._ids import new_task_ids
 from rdq._storage_url import storage_url
 from rdq.app import DEFAULT_QUEUE, App, import_path, unknown_handler
-from rdq.blobs import Blobs, Offloaded, blobs_from, offload
+from rdq.blobs import Blobs, Offloaded, blobs_from
 from rdq.errors import Unsupported, ValidationError
 from rdq.flow import DEPENDENCY_PREFIX, LimitControls
 from rdq.plugins import open_storage
@@ -198,13 +198,13 @@ class Client:
                     field="dedup_key",
                 )
             submitted = await self._admit(task, dedup, wait, id is not None)
-            await self._keep(blob)
+            await self._keep([blob])
             return submitted
         if connection is not None:
             [created] = await self._enqueue_in(connection, [task], wait)
         else:
             created = await self.storage.enqueue(task, delay=wait)
-        await self._keep(blob)
+        await self._keep([blob])
         return Submitted(task.id, task.queue, created, "added" if created else "skipped")
 
     @property
@@ -220,19 +220,11 @@ class Client:
         the store indexes payload references (else as it is: the store checks its size)."""
         if not self.storage.capabilities().payload_refs:
             return task, None
-        blobs = self.blobs
-        stored, blob = await offload(
-            task, blobs.store, inline_limit=blobs.inline_limit, max_bytes=blobs.max_bytes
-        )
-        if blob is not None:
-            metrics.PAYLOADS_OFFLOADED.labels(task.queue).inc()
-        return stored, blob
+        return await self.blobs.offload(task)
 
-    async def _keep(self, blob: Offloaded | None) -> None:
-        """The blob of a task just stored is still there (a sweep that ran between the blob
-        and the task may have taken it: put it back)."""
-        if blob is not None and not await self.blobs.store.exists(blob.digest):
-            await self.blobs.store.put(blob.digest, blob.data)
+    async def _keep(self, blobs: Sequence[Offloaded | None]) -> None:
+        if any(blob is not None for blob in blobs):
+            await self.blobs.keep(blobs)
 
     async def _admit(
         self, task: Envelope, dedup: Dedup, wait: timedelta | None, id_given: bool
@@ -289,8 +281,7 @@ class Client:
                     bounds.check_task(task)
             for index, (task, wait) in enumerate(built):
                 created[index] = await self.storage.enqueue(task, delay=wait)
-        for blob in blobs:
-            await self._keep(blob)
+        await self._keep(blobs)
         return [
             Submitted(task.id, task.queue, flag, "added" if flag else "skipped")
             for (task, _), flag in zip(built, created, strict=True)

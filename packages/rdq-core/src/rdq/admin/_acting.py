@@ -23,6 +23,7 @@ from rdq.audit import (
     check_action,
     record_action,
 )
+from rdq.blobs import Blobs
 from rdq.errors import StorageUnavailable
 from rdq.logging import get_logger
 from rdq.retention import Archive
@@ -45,6 +46,7 @@ class Acting:
     storage: Storage
     sinks: list[AuditSink]
     archive: Archive | None
+    blobs: Blobs | None
 
     @property
     def filters_in_storage(self) -> bool:
@@ -242,7 +244,9 @@ class Acting:
         def advance(done: int, matched: int) -> None:
             _progress(progress, done, None)
 
-        return await purge_archived(self.storage, archive, queue, pages(), advance)
+        return await purge_archived(
+            self.storage, archive, queue, pages(), advance, blobs=self.blobs
+        )
 
     async def _apply(self, action: Action, queue: str, ids: list[str]) -> int:
         if action == "cancel":

@@ -30,6 +30,7 @@ from rdq.audit import (
     AuditSink,
     check_action,
 )
+from rdq.blobs import Blobs
 from rdq.logging import get_logger
 from rdq.retention import Archive
 from rdq.spi import (
@@ -71,22 +72,38 @@ class TaskAdmin(Acting, FlowAdmin):
         app: App | None = None,
         declared: Sequence[str] = (),
         archive: Archive | None = None,
+        blobs: Blobs | None = None,
     ) -> None:
         """``app`` and ``declared`` (queue names) are what the surface's application knows
         beside the store (a node's ``--app`` and ``--queue``): names they declare are known
         to :meth:`check_names`. With an ``archive``, a purge writes every task it deletes to
-        it first (see :mod:`rdq.retention`)."""
+        it first (see :mod:`rdq.retention`). ``blobs``: where payloads kept by reference are
+        (see :mod:`rdq.blobs`): :meth:`get`, :meth:`read_payloads`, the archive of a purge
+        and an import read and write them there; without it a task is given as stored."""
         self.storage = storage
         self.sinks: list[AuditSink] = list(sinks)
         self.app = app
         self.declared = list(declared)
         self.archive = archive
+        self.blobs = blobs
 
     # --- reading ---------------------------------------------------------------------------
 
-    async def get(self, task_id: str) -> Envelope:
-        """The task with every attempt. Raises ``NotFound``, ``ValidationError``."""
-        return await self.storage.get(bounds.check_task_id(task_id))
+    async def get(self, task_id: str, *, payload: bool = True) -> Envelope:
+        """The task with every attempt, its payload read back from the blob store when it is
+        kept by reference (unless ``payload`` is false). Raises ``NotFound``,
+        ``ValidationError``."""
+        task = await self.storage.get(bounds.check_task_id(task_id))
+        if payload:
+            (task,) = await self.read_payloads([task])
+        return task
+
+    async def read_payloads(self, tasks: Sequence[Envelope]) -> list[Envelope]:
+        """``tasks`` with the payloads kept by reference read back (see
+        :meth:`rdq.blobs.Blobs.readable`: a missing blob leaves a task as stored)."""
+        if self.blobs is None:
+            return list(tasks)
+        return await self.blobs.readable(tasks)
 
     async def stats(self, queue: str) -> Stats:
         return await self.storage.stats(bounds.check_queue(queue))
@@ -342,6 +359,7 @@ class TaskAdmin(Acting, FlowAdmin):
             reason=reason,
             sinks=self.sinks,
             report=report,
+            blobs=self.blobs,
         )
 
     # --- helpers -------------------------------------------------------------------------

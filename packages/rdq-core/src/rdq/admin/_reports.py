@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import msgspec
 
+from rdq.blobs import Blobs
 from rdq.errors import NotFound
 from rdq.retention import Archive, archive_then_purge
 from rdq.spi import Envelope, Status, Storage
@@ -60,14 +61,16 @@ async def purge_archived(
     queue: str,
     pages: AsyncIterator[list[Envelope]],
     progress: Callable[[int, int], None] | None = None,
+    blobs: Blobs | None = None,
 ) -> ActionReport:
     """Purge the tasks ``pages`` hold (read with their attempts), each page written to
-    ``archive`` before it is deleted (see :func:`rdq.retention.archive_then_purge`)."""
+    ``archive`` before it is deleted (see :func:`rdq.retention.archive_then_purge`; with
+    ``blobs``, payloads kept by reference are archived whole)."""
     matched = done = archived = 0
     where: str | None = None
     async for page in pages:
         matched += len(page)
-        expired, said = await archive_then_purge(storage, archive, queue, page)
+        expired, said = await archive_then_purge(storage, archive, queue, page, blobs)
         archived += len(page)
         done += expired
         where = said or where

@@ -53,7 +53,11 @@ class Offloaded:
 
 
 def reference_of(task: Envelope) -> str | None:
-    """The task's payload reference (``sha256:<digest>``), or ``None`` for an inline one."""
+    """The task's payload reference (``sha256:<digest>``), or ``None`` for an inline one. A
+    task whose payload was read back (the API's, an export's, the archive's) keeps the header
+    beside its payload: it is inline."""
+    if task.payload is not None:
+        return None
     return task.headers.get(PAYLOAD_REF_HEADER)
 
 
@@ -76,7 +80,14 @@ async def offload(
     bytes, else with the payload in ``blobs`` and the reference in its headers.
     ``ValidationError`` (field ``payload``) past ``max_bytes``."""
     if reference_of(task) is not None:
-        return task, None  # already a reference (rdq copy, an import)
+        return task, None  # already a reference (rdq copy)
+    if PAYLOAD_REF_HEADER in task.headers:  # read back (an export, the archive): anew
+        headers = {
+            k: v
+            for k, v in task.headers.items()
+            if k not in (PAYLOAD_REF_HEADER, PAYLOAD_SIZE_HEADER)
+        }
+        task = msgspec.structs.replace(task, headers=headers)
     data = msgspec.json.encode(task.payload)
     if len(data) <= inline_limit:
         return task, None

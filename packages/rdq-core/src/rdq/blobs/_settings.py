@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rdq.blobs._codec import DEFAULT_MAX_PAYLOAD_BYTES
+from rdq import metrics
+from rdq.blobs._codec import DEFAULT_MAX_PAYLOAD_BYTES, Offloaded, offload, reference_of, resolve
 from rdq.blobs._stores import BlobStore, DirectoryBlobStore, FsspecBlobStore
 from rdq.blobs._sweep import DEFAULT_GRACE
-from rdq.errors import ConfigError
-from rdq.spi import bounds
+from rdq.errors import ConfigError, PayloadMissing
+from rdq.logging import get_logger
+from rdq.spi import Envelope, bounds
+
+_log = get_logger("rdq.blobs")
 
 __all__ = ["BLOBS_ENV", "DEFAULT_BLOB_DIR", "DEFAULT_SWEEP_INTERVAL", "Blobs", "blobs_from"]
 
@@ -48,6 +53,41 @@ class Blobs:
             value = getattr(self, key)
             if not isinstance(value, int | float) or not 0 < value < math.inf:
                 raise ConfigError("must be a positive number of seconds", key=f"blobs.{key}")
+
+    async def offload(self, task: Envelope) -> tuple[Envelope, Offloaded | None]:
+        """``task`` as a store that indexes references keeps it: its payload in the blob
+        store when its JSON is above the inline limit (:func:`rdq.blobs.offload`)."""
+        stored, blob = await offload(
+            task, self.store, inline_limit=self.inline_limit, max_bytes=self.max_bytes
+        )
+        if blob is not None:
+            metrics.PAYLOADS_OFFLOADED.labels(task.queue).inc()
+        return stored, blob
+
+    async def keep(self, blobs: Iterable[Offloaded | None]) -> None:
+        """The blobs of tasks just stored are still there (a sweep that ran between a blob and
+        its task may have taken one: it is put back)."""
+        for blob in blobs:
+            if blob is not None and not await self.store.exists(blob.digest):
+                await self.store.put(blob.digest, blob.data)
+
+    async def resolve(self, task: Envelope) -> Envelope:
+        """``task`` with its payload read back (:func:`rdq.blobs.resolve`)."""
+        return await resolve(task, self.store)
+
+    async def readable(self, tasks: Sequence[Envelope]) -> list[Envelope]:
+        """``tasks`` with their payloads read back, for a reader (the console, the API, an
+        export, the archive): a task whose blob is missing is given as stored, its reference
+        in its headers and its payload ``null`` (and said in the log)."""
+        found = []
+        for task in tasks:
+            if reference_of(task) is not None:
+                try:
+                    task = await self.resolve(task)
+                except PayloadMissing as exc:
+                    _log.warning("a payload cannot be read back", task_id=task.id, error=str(exc))
+            found.append(task)
+        return found
 
 
 def blobs_from(spec: str | BlobStore | None = None, **settings: Any) -> Blobs:

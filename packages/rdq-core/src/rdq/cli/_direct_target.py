@@ -8,6 +8,7 @@ so that ``rdq --help`` stays quick.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Literal, Self
 
@@ -24,9 +25,12 @@ from rdq.cli._targets import (
     Target,
     TargetError,
 )
-from rdq.spi import Selector, TaskFilter
+from rdq.spi import DLQFilter, Selector, TaskFilter
 
 __all__ = ["DirectTarget"]
+
+_EXPORT_PAGE = 500
+_EXPORT_PART = 10
 
 
 class DirectTarget(Target):
@@ -45,13 +49,14 @@ class DirectTarget(Target):
         ``None``: nowhere)."""
         from rdq.admin import TaskAdmin
         from rdq.audit import AuditSink, JsonLinesAuditSink
+        from rdq.blobs import blobs_from
         from rdq.plugins import open_storage
         from rdq.retention import archive_from
 
         self._storage = open_storage(storage_url)
         sinks: list[AuditSink] = [JsonLinesAuditSink(audit_log)] if audit_log else []
         chosen = None if archive is None else archive_from(archive or None)
-        self._admin = TaskAdmin(self._storage, sinks=sinks, archive=chosen)
+        self._admin = TaskAdmin(self._storage, sinks=sinks, archive=chosen, blobs=blobs_from(None))
         self._actor = actor
         self._driver = f"cli:{_host_pid()}"
 
@@ -102,6 +107,21 @@ class DirectTarget(Target):
         else:
             tasks, cursor = await self._admin.list_dlq(listing.queue, listing.filter, page)
         return [envelope_to_builtins(t) for t in tasks], cursor
+
+    async def export(
+        self, queue: str, chosen: DLQFilter | None
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        from rdq.spi import Page, envelope_to_builtins
+
+        cursor: str | None = None
+        while True:
+            page = Page(limit=_EXPORT_PAGE, cursor=cursor, include_attempts=True)
+            tasks, cursor = await self._admin.list_dlq(queue, chosen, page)
+            for start in range(0, len(tasks), _EXPORT_PART):  # payloads read back a few at a time
+                part = await self._admin.read_payloads(tasks[start : start + _EXPORT_PART])
+                yield [envelope_to_builtins(t) for t in part]
+            if cursor is None:
+                return
 
     async def groups(self, queue: str) -> list[dict[str, Any]]:
         return [msgspec.to_builtins(g) for g in await self._admin.dlq_groups(queue)]

@@ -12,7 +12,6 @@ import click
 
 from rdq.cli._common import EXIT_NOTHING, EXIT_PARTLY, echo_json, exit_code, json_option, run_async
 from rdq.cli._options import actor_options, dlq_filter, filter_options, open_target, target_options
-from rdq.cli._targets import Listing
 
 __all__ = ["export_dlq", "import_dlq"]
 
@@ -56,12 +55,8 @@ async def export_dlq(
     out = ExportFile(to_file)
     try:
         async with open_target(storage_url, server_url, token) as target:
-            cursor: str | None = None
-            while True:
-                page, cursor = await target.page(Listing(queue, selected, _PAGE, cursor, True))
-                out.add(envelope_from_builtins(task) for task in page)
-                if cursor is None:
-                    break
+            async for part in target.export(queue, selected):
+                out.add(envelope_from_builtins(task) for task in part)
     except BaseException:
         out.abort()
         raise

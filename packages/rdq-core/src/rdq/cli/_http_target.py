@@ -7,6 +7,7 @@ with its code, message and field. A paced redrive is driven by the node and watc
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import quote
@@ -23,7 +24,7 @@ from rdq.cli._targets import (
     Target,
     TargetError,
 )
-from rdq.spi import Selector, TaskFilter
+from rdq.spi import DLQFilter, Selector, TaskFilter
 
 __all__ = ["HttpTarget"]
 
@@ -112,6 +113,29 @@ class HttpTarget(Target):
         for seen in body.get("outlook") or []:
             self._outlooks[seen["id"]] = seen
         return body["tasks"], body["next_cursor"]
+
+    async def export(
+        self, queue: str, chosen: DLQFilter | None
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        import httpx
+
+        params = {k: v for k, v in msgspec.to_builtins(chosen or {}).items() if v is not None}
+        path = f"/v1/queues/{_seg(queue)}/dlq/export"
+        try:
+            async with self._http.stream("GET", path, params=params) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    if _is_rdq_error(response):
+                        raise TargetError(_describe(response))
+                    raise TargetError(
+                        f"{self._url} does not answer like an rdq server node "
+                        f"(HTTP {response.status_code}, for GET {path})"
+                    )
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        yield [msgspec.json.decode(line)]
+        except httpx.HTTPError as exc:
+            raise TargetError(f"cannot reach {self._url}: {exc or type(exc).__name__}") from None
 
     async def outlooks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         found = []

@@ -13,7 +13,7 @@ one; :func:`rdq.cli._options.open_target` picks one).
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -114,6 +114,11 @@ class Target(abc.ABC):
 
     @abc.abstractmethod
     async def page(self, listing: Listing) -> tuple[list[dict[str, Any]], str | None]: ...
+
+    @abc.abstractmethod
+    def export(self, queue: str, chosen: DLQFilter | None) -> AsyncIterator[list[dict[str, Any]]]:
+        """The DLQ of ``queue`` (what ``chosen`` selects), oldest first, every attempt
+        included and every payload whole (one kept by reference read back), in parts."""
 
     @abc.abstractmethod
     async def groups(self, queue: str) -> list[dict[str, Any]]: ...

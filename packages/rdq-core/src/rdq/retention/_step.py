@@ -24,6 +24,7 @@ from typing import Any
 
 from rdq import metrics
 from rdq.audit import record_action
+from rdq.blobs import PAYLOAD_SIZE_HEADER, Blobs, reference_of
 from rdq.retention._record import give_back, take
 from rdq.retention._sinks import Archive
 from rdq.spi import (
@@ -53,6 +54,9 @@ ROUND_PAGES = 25
 LEASE = timedelta(minutes=5)
 """How long a worker holds a queue's retention for a round before another may take it."""
 _US = timedelta(microseconds=1)
+WRITE_BYTES = 64 * 1024 * 1024
+"""Payload bytes read back from the blob store for one write to the archive at most (a page
+of tasks whose payloads are kept by reference is written in parts)."""
 
 
 @dataclass(frozen=True)
@@ -111,15 +115,23 @@ async def _finished_before(
 
 
 async def archive_then_expire(
-    storage: Storage, archive: Archive, queue: str, tasks: Sequence[Envelope]
+    storage: Storage,
+    archive: Archive,
+    queue: str,
+    tasks: Sequence[Envelope],
+    blobs: Blobs | None = None,
 ) -> tuple[int, str]:
     """Write ``tasks`` (finished tasks of ``queue``, read with their attempts) to ``archive``,
     then expire exactly those from the store; return how many left it, and where they went.
-    A task with no status time (a corrupt one) is neither archived nor expired."""
+    A task with no status time (a corrupt one) is neither archived nor expired. With
+    ``blobs``, a payload kept by reference is archived whole (read back first), so the
+    archive holds what the blob store lets go once the task has left."""
     kept = [t for t in tasks if status_time(t) is not None and t.corrupt is None]
     if not kept:
         return 0, ""
-    where = await archive.write(kept)
+    where = ""
+    for part in _parts(kept) if blobs is not None else [kept]:
+        where = await archive.write(await blobs.readable(part) if blobs is not None else part)
     before = max(at for t in kept if (at := status_time(t)) is not None) + _US
     expired = 0
     for start in range(0, len(kept), bounds.MAX_SELECTOR_IDS):
@@ -128,12 +140,40 @@ async def archive_then_expire(
     return expired, where
 
 
+def _parts(tasks: Sequence[Envelope]) -> list[list[Envelope]]:
+    """``tasks`` in parts whose payloads kept by reference take at most :data:`WRITE_BYTES`
+    together (a payload larger than that is a part of its own)."""
+    parts: list[list[Envelope]] = [[]]
+    size = 0
+    for task in tasks:
+        weight = _referenced_bytes(task)
+        if parts[-1] and size + weight > WRITE_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(task)
+        size += weight
+    return parts
+
+
+def _referenced_bytes(task: Envelope) -> int:
+    if reference_of(task) is None:
+        return 0
+    try:
+        return int(task.headers.get(PAYLOAD_SIZE_HEADER, "0"))
+    except ValueError:
+        return 0
+
+
 async def archive_then_purge(
-    storage: Storage, archive: Archive, queue: str, tasks: Sequence[Envelope]
+    storage: Storage,
+    archive: Archive,
+    queue: str,
+    tasks: Sequence[Envelope],
+    blobs: Blobs | None = None,
 ) -> tuple[int, str]:
     """An operator's purge of ``tasks`` (DEAD or CANCELLED, read with their attempts), archived
     first: :func:`archive_then_expire`, counted in the metrics."""
-    expired, where = await archive_then_expire(storage, archive, queue, tasks)
+    expired, where = await archive_then_expire(storage, archive, queue, tasks, blobs)
     for status, count in _by_status(tasks).items():
         metrics.ARCHIVED.labels(queue, status).inc(count)
     return expired, where
@@ -161,6 +201,7 @@ async def retain(
     runner: str,
     now: datetime,
     log: Any = None,
+    blobs: Blobs | None = None,
 ) -> RetentionRound | None:
     """One round of ``queue``'s retention: for each expiry, archive then expire what it
     selects (up to :data:`ROUND_PAGES` pages each). ``None`` when there was nothing to do.
@@ -182,7 +223,7 @@ async def retain(
         for expiry in work:
             status = expiry.status.value
             async for page in _finished_before(storage, queue, expiry):
-                expired, where = await archive_then_expire(storage, archive, queue, page)
+                expired, where = await archive_then_expire(storage, archive, queue, page, blobs)
                 result.where = where or result.where
                 result.archived[status] = result.archived.get(status, 0) + len(page)
                 result.expired[status] = result.expired.get(status, 0) + expired

@@ -13,6 +13,7 @@ from litestar.params import JSONBody, QueryParameter
 from litestar.response import Stream
 
 from rdq.admin import ImportReport
+from rdq.blobs import reference_of
 from rdq.errors import ValidationError
 from rdq.retention import read_record
 from rdq.server._api_common import QueuePath, errors, node_of, principal_owner
@@ -107,13 +108,23 @@ async def export_dlq(
 
 async def dlq_lines(node: Node, queue: str, chosen: DLQFilter | None) -> AsyncIterator[bytes]:
     """The DLQ of ``queue`` as JSON Lines, page by page (the first page is read before this
-    returns, so a bad filter or a store error is an error answer, not a cut stream)."""
+    returns, so a bad filter or a store error is an error answer, not a cut stream); a payload
+    kept by reference is read back and written whole."""
     first, cursor = await _page(node.admin, queue, chosen, None)
 
     async def lines() -> AsyncIterator[bytes]:
         page, after = first, cursor
         while True:
-            yield b"".join(encode_envelope(task) + b"\n" for task in page)
+            inline: list[bytes] = []
+            for task in page:
+                if reference_of(task) is None:
+                    inline.append(encode_envelope(task) + b"\n")
+                    continue
+                yield b"".join(inline)  # a payload kept by reference: read back one at a time
+                inline = []
+                (whole,) = await node.admin.read_payloads([task])
+                yield encode_envelope(whole) + b"\n"
+            yield b"".join(inline)
             if after is None:
                 return
             page, after = await _page(node.admin, queue, chosen, after)

@@ -141,6 +141,9 @@ async def submit_task(
     task = envelope_from_builtins(raw)
     if app is not None:  # the keys its dependency and limits give it, as a Client would
         task = task_keys_for(app, task)
+    blob, submitted = None, task
+    if node.storage.capabilities().payload_refs:  # above the inline limit: by reference
+        task, blob = await node.blobs.offload(task)
     bounds.check_task(task)
     bounds.check_submitted_size(task)
     if is_callback_ref(task.handler_ref):
@@ -153,7 +156,11 @@ async def submit_task(
     if app is not None:
         await node.limit_controls.ensure(node.storage, app.limit_plan, [task])
     if dedup is not None:
-        return await _admit(request, task, dedup, delay, id_given=data.id is not None)
+        answer = await _admit(
+            request, task, dedup, delay, id_given=data.id is not None, echo=submitted
+        )
+        await node.blobs.keep([blob])
+        return answer
     try:
         stored = await node.storage.enqueue(task, delay=delay)
     except IDConflict:
@@ -161,11 +168,12 @@ async def submit_task(
             raise
         # without the read right, a submit must not tell which queue holds a foreign id
         raise ApiError(409, "id_conflict", "the task id exists in another queue", "id") from None
+    await node.blobs.keep([blob])
     if not stored and not may_read:
         # the stored task (its payload, attempts, tracebacks) is for readers only: echo
         # what this caller submitted
-        return Response(task_body(task), status_code=200)
-    current = await node.storage.get(task.id)
+        return Response(task_body(submitted), status_code=200)
+    current = await node.admin.get(task.id)
     outcome = {OUTCOME_HEADER: "added" if stored else "skipped"}
     return Response(task_body(current), status_code=201 if stored else 200, headers=outcome)
 
@@ -181,9 +189,11 @@ async def _admit(
     delay: timedelta | None,
     *,
     id_given: bool,
+    echo: Envelope,
 ) -> Response[Any]:
     """A submission under a dedup key: the holder's envelope, 201 when it was added (200
-    otherwise), and what happened in ``RDQ-Outcome``."""
+    otherwise), and what happened in ``RDQ-Outcome``; ``echo`` (what the caller submitted, its
+    payload inline) to a caller without the read right."""
     node = node_of(request)
     may_read = request.state.principal.can("read")
     try:
@@ -205,9 +215,9 @@ async def _admit(
     status = 201 if outcome == "added" else 200
     headers = {OUTCOME_HEADER: outcome}
     if not may_read:  # the stored task is for readers only: what this caller submitted
-        echoed = msgspec.structs.replace(task, id=admitted.task_id)
+        echoed = msgspec.structs.replace(echo, id=admitted.task_id)
         return Response(task_body(echoed), status_code=status, headers=headers)
-    current = await node.storage.get(admitted.task_id)
+    current = await node.admin.get(admitted.task_id)
     return Response(task_body(current), status_code=status, headers=headers)
 
 
@@ -266,7 +276,7 @@ async def task_outlook(
     ],
 ) -> OutlookDoc:
     admin = node_of(request).admin
-    (outlook,) = await admin.outlook([await admin.get(task_id)])
+    (outlook,) = await admin.outlook([await admin.get(task_id, payload=False)])
     return outlook_doc(outlook)
 
 

@@ -9,6 +9,7 @@ from typing import TypeVar
 from rdq.admin import TaskAdmin
 from rdq.app import App
 from rdq.audit import AuditSink, JsonLinesAuditSink
+from rdq.blobs import Blobs, blobs_from
 from rdq.errors import StorageUnavailable
 from rdq.flow import Breaker, LimitControls
 from rdq.retention import Archive, archive_from
@@ -40,6 +41,9 @@ class Node:
         self.engine_app = engine_app
         """The application whose queue configs the node knows (``--app``), if any."""
         self.storage: Storage = TimeLimitedStorage(storage, settings.request_timeout)
+        self.blobs: Blobs = engine_app.blobs if engine_app is not None else blobs_from(None)
+        """Where payloads above the inline limit go, and are read back from (the app's
+        ``[blobs]``, else ``RDQ_BLOBS``, else ``./rdq-blobs``: see :mod:`rdq.blobs`)."""
         self.auth = Authenticator(settings)
         sinks = list(audit_sinks)
         if settings.audit_log:
@@ -50,6 +54,7 @@ class Node:
             app=engine_app,
             declared=list(settings.queues),
             archive=_purge_archive(settings, engine_app),
+            blobs=self.blobs,
         )
         self.id = node_id()
         """The node's id in the worker registry and as the driver of paced redrives."""

@@ -121,7 +121,10 @@ async def _expire_queue(
         if count:
             metrics.SUCCEEDED_PURGED.labels(queue).inc(count)
     if expiries:
-        done = await retain(storage, app.archive, queue, expiries, runner=runner, now=now, log=log)
+        blobs = app.blobs if storage.capabilities().payload_refs else None
+        done = await retain(
+            storage, app.archive, queue, expiries, runner=runner, now=now, log=log, blobs=blobs
+        )
         if done is not None:
             count += done.count
     return count

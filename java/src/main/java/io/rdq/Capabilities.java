@@ -16,8 +16,9 @@ package io.rdq;
  * {@code fairShares} and {@code priorityAging} (claims in the order a queue's own control
  * asks for: {@link Control#fair()}, {@link Control#aging()}); and that of contract version 5:
  * {@code retention} ({@link Storage#expireTasks}: exactly the listed finished tasks whose status
- * time is before the cut-off leave the store) and {@code dedup} ({@link Storage#admit}: one live
- * task per dedup key).
+ * time is before the cut-off leave the store), {@code dedup} ({@link Storage#admit}: one live
+ * task per dedup key) and {@code payloadRefs} ({@link Storage#heldPayloadRefs}: which payload
+ * references stored tasks hold).
  */
 public record Capabilities(
         int contractVersion,
@@ -39,7 +40,8 @@ public record Capabilities(
         boolean fairShares,
         boolean priorityAging,
         boolean retention,
-        boolean dedup) {
+        boolean dedup,
+        boolean payloadRefs) {
     /** The contract version this binding implements ({@code rdq.spi.CONTRACT_VERSION}). */
     public static final int CONTRACT_VERSION = 5;
 }

@@ -42,6 +42,9 @@ public final class Limits {
     public static final int MAX_CONTROL_STATE_BYTES = 64 * 1024;
     public static final int MAX_WORKER_QUEUES = 1000;
     public static final int MAX_COUNTS = 1000;
+    /** A payload reference ({@code rdq-payload-ref}): {@code sha256:} and 64 hex digits as rdq
+     * writes it, at most this long as any store keeps it. */
+    public static final int MAX_PAYLOAD_REF_LENGTH = 200;
     public static final double DEFAULT_OPERATION_TIMEOUT = 10.0;
     public static final long EXACT_COUNT_THRESHOLD = 10_000;
 
@@ -509,6 +512,29 @@ public final class Limits {
             throw new ValidationException("dedup.max_age", "debounce needs a max_age");
         }
         return dedup;
+    }
+
+    /** The references of {@link Storage#heldPayloadRefs}, as {@code rdq.spi.bounds.check_payload_refs}
+     * checks them: at most {@link #MAX_LIMIT}, each 1-{@link #MAX_PAYLOAD_REF_LENGTH} characters
+     * without whitespace or control characters. */
+    public static List<String> checkPayloadRefs(List<String> refs) {
+        if (refs == null) {
+            throw new ValidationException("refs", "must be a list of payload references");
+        }
+        if (refs.size() > MAX_LIMIT) {
+            throw new ValidationException("refs", "more than " + MAX_LIMIT + " references");
+        }
+        for (int i = 0; i < refs.size(); i++) {
+            String ref = refs.get(i);
+            String field = "refs[" + i + "]";
+            if (ref == null || ref.isEmpty() || ref.codePointCount(0, ref.length()) > MAX_PAYLOAD_REF_LENGTH) {
+                throw new ValidationException(field, "must be 1-" + MAX_PAYLOAD_REF_LENGTH + " characters");
+            }
+            if (ref.codePoints().anyMatch(c -> Character.isWhitespace(c) || Character.isSpaceChar(c) || c < 0x20 || c == 0x7f)) {
+                throw new ValidationException(field, "must not contain whitespace");
+            }
+        }
+        return refs;
     }
 
     private static void checkSeconds(Double seconds, double longest, String field) {

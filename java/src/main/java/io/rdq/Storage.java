@@ -3,6 +3,7 @@ package io.rdq;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.List;
+import java.util.Set;
 
 /**
  * The storage contract of rdq: the same operations, promises and errors as the Python
@@ -116,6 +117,14 @@ public interface Storage extends AutoCloseable {
      * alone (a task redriven and dead-lettered again since it was read is later, and stays).
      * Returns how many were deleted. */
     int expireTasks(String queue, List<String> taskIds, Instant before);
+
+    // --- payload references (contract version 5, capability payloadRefs) ----------------------
+
+    /** Which of {@code refs} some stored task carries in its {@code rdq-payload-ref} header, in
+     * any status and any queue (admitted, imported or written by a dedup replacement); a
+     * reference no stored task carries is not in the answer. rdq deletes a payload's blob only
+     * when no task holds its reference. At most {@link Limits#MAX_LIMIT} references. */
+    Set<String> heldPayloadRefs(List<String> refs);
 
     // --- dedup keys (contract version 5, capability dedup) ------------------------------------
 

@@ -1,14 +1,16 @@
-"""The console's export: a queue's DLQ (or the part its filters select) as a JSON Lines file to
-download, one task per line with every attempt — what ``rdq dlq export`` writes and
-``rdq dlq import`` takes back. It needs the ``read`` right, like the pages."""
+"""The console's downloads: a queue's DLQ (or the part its filters select) as a JSON Lines file,
+one task per line with every attempt — what ``rdq dlq export`` writes and ``rdq dlq import``
+takes back —, and a task's payload whole (the task page shows the start of a large one). They
+need the ``read`` right, like the pages."""
 
 from __future__ import annotations
 
 from typing import Any
 from urllib.parse import quote
 
+import msgspec
 from litestar import Request, get
-from litestar.response import Stream
+from litestar.response import Response, Stream
 
 from rdq.server._api_common import node_of
 from rdq.server._api_retention import NDJSON, dlq_lines
@@ -16,7 +18,7 @@ from rdq.server._ui._common import session, text
 from rdq.server._ui._pages import FILTER_KEYS, PathText, dlq_filter
 from rdq.spi import bounds
 
-__all__ = ["export_dlq"]
+__all__ = ["download_payload", "export_dlq"]
 
 
 @get("/queues/{queue:str}/export", include_in_schema=False)
@@ -30,6 +32,23 @@ async def export_dlq(request: Request[Any, Any, Any], queue: PathText) -> Stream
     return Stream(
         lines,
         media_type=NDJSON,
+        headers={
+            "Content-Disposition": f"attachment; filename*=UTF-8''{name}",
+            "Cache-Control": "no-store",
+        },
+    )
+
+
+@get("/tasks/{task_id:str}/payload", include_in_schema=False)
+async def download_payload(request: Request[Any, Any, Any], task_id: PathText) -> Response[bytes]:
+    """The task's payload as a JSON file (one kept by reference read back from the blob
+    store)."""
+    session(request)
+    task = await node_of(request).admin.get(task_id)
+    name = quote(f"{task.id}-payload.json", safe="")
+    return Response(
+        msgspec.json.encode(task.payload),
+        media_type="application/json",
         headers={
             "Content-Disposition": f"attachment; filename*=UTF-8''{name}",
             "Cache-Control": "no-store",

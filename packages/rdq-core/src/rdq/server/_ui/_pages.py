@@ -15,6 +15,7 @@ from litestar.params import PathParameter
 from litestar.response import Template
 
 from rdq import flow
+from rdq.blobs import reference_of
 from rdq.errors import NotFound, StaleCursor, ValidationError
 from rdq.retry import attempts_used, resolve
 from rdq.server._api_retention import retention_of
@@ -32,6 +33,7 @@ from rdq.server._ui._fleet import (
 )
 from rdq.server._ui._paging import DEFAULT_SIZE, SIZES, paging_of
 from rdq.spi import (
+    PAYLOAD_REF_HEADER,
     AuditFilter,
     Counts,
     DLQFilter,
@@ -368,7 +370,7 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
     except (NotFound, ValidationError):
         return page(request, "search.html", 404, principal=principal, query=task_id, not_found=True)
     task = envelope_to_builtins(envelope)
-    payload = msgspec.json.format(msgspec.json.encode(envelope.payload), indent=2).decode()
+    payload, cut = _shown_payload(envelope)
     known = set(Envelope.__struct_fields__) - {"extra"}
     extra = {k: v for k, v in task.items() if k not in known}
     fleet = await fleet_of(node)
@@ -381,6 +383,9 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
         holds=await _holds(node, envelope),
         retry_waits=await _waits(node, envelope, fleet.now),
         payload=payload,
+        payload_cut=cut,
+        payload_ref=envelope.headers.get(PAYLOAD_REF_HEADER),
+        payload_missing=reference_of(envelope) is not None,
         extra=msgspec.json.format(msgspec.json.encode(extra), indent=2).decode() if extra else "",
         attempts=list(reversed(task.get("attempts") or [])),
         newest_traceback=next(
@@ -390,6 +395,19 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
         attempts_left=await _attempts_left(node, envelope),
         live=envelope.status in (Status.PENDING, Status.IN_FLIGHT),
     )
+
+
+SHOWN_PAYLOAD = 256 * 1024
+"""Characters of a payload's JSON the task page shows; a larger one is downloaded whole."""
+
+
+def _shown_payload(task: Envelope) -> tuple[str, int | None]:
+    """The payload's JSON as the page shows it (indented; the start only when it is large)
+    and, when cut, its whole size in bytes."""
+    data = msgspec.json.encode(task.payload)
+    if len(data) > SHOWN_PAYLOAD:
+        return data[:SHOWN_PAYLOAD].decode(errors="replace"), len(data)
+    return msgspec.json.format(data, indent=2).decode(), None
 
 
 async def _holds(node: Node, task: Envelope) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
--- rdq schema version 10: dedup keys (contract version 5, capability dedup).
+-- rdq schema version 11: dedup keys (contract version 5, capability dedup).
 --
 -- dedup holds one row per key given to a task: the task that holds it, its queue, and until
 -- when (held_until; NULL: while the task is PENDING or IN_FLIGHT). A key whose task is gone is

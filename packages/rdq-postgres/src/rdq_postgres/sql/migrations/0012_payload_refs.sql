@@ -1,4 +1,4 @@
--- rdq schema version 11: payload references (contract version 5, capability payload_refs).
+-- rdq schema version 12: payload references (contract version 5, capability payload_refs).
 --
 -- A task whose payload lives in a blob store carries the reference in its headers
 -- (rdq-payload-ref); before the engine deletes a blob it asks which references tasks still hold

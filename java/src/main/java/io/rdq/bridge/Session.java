@@ -259,6 +259,13 @@ final class Session implements Runnable {
                 g.writeEndObject();
             }
             case "expire_tasks" -> g.writeNumber(store().expireTasks(a.string("queue"), a.strings("ids"), a.instant("before")));
+            case "held_payload_refs" -> {
+                g.writeStartArray();
+                for (String ref : new java.util.TreeSet<>(store().heldPayloadRefs(a.strings("refs")))) {
+                    g.writeString(ref);
+                }
+                g.writeEndArray();
+            }
             case "wait_due" -> {
                 double seconds = a.number("timeout");
                 if (!(seconds >= 0) || Double.isInfinite(seconds)) {
@@ -352,6 +359,7 @@ final class Session implements Runnable {
         g.writeBooleanField("priority_aging", c.priorityAging());
         g.writeBooleanField("retention", c.retention());
         g.writeBooleanField("dedup", c.dedup());
+        g.writeBooleanField("payload_refs", c.payloadRefs());
         g.writeEndObject();
     }
 

@@ -247,7 +247,8 @@ public final class PostgresStorage implements Storage {
                 true, // fair shares
                 true, // priority aging
                 true, // retention
-                true); // dedup
+                true, // dedup
+                true); // payload refs
     }
 
     private void announce(String queue) {
@@ -1072,6 +1073,17 @@ public final class PostgresStorage implements Storage {
         }
         String[] ids = taskIds.stream().distinct().toArray(String[]::new);
         return update("expire_tasks", Params.of().set("queue", queue).set("ids", ids).set("before", before));
+    }
+
+    @Override
+    public Set<String> heldPayloadRefs(List<String> refs) {
+        ready();
+        Limits.checkPayloadRefs(refs);
+        if (refs.isEmpty()) {
+            return Set.of();
+        }
+        String[] asked = refs.stream().distinct().toArray(String[]::new);
+        return new HashSet<>(query("held_payload_refs", Params.of().set("refs", asked), r -> r.getString("ref")));
     }
 
     @Override
