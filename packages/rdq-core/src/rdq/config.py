@@ -25,6 +25,11 @@ The TOML layout (durations in seconds)::
     outage_errors = ["myapp.errors:SmtpDown"]
     fair = "tenant:"             # claims shared among the tasks' tenant:… keys
     priority_aging = 60.0        # a minute of waiting is worth one step of priority
+    encrypt = true               # seal payloads (see rdq.keys; default: when keys are set)
+
+    [queues.emails.scrub]        # or: scrub = false (see rdq.scrub)
+    keys = ["iban"]              # more key names whose values are scrubbed
+    patterns = ["acct-[0-9]{8}"] # more regular expressions, each becomes [redacted]
 
     [queues.emails.breaker]      # or: breaker = false
     window = 30.0                # see rdq.Breaker
@@ -74,6 +79,7 @@ from rdq._queue_settings import Backoff, BackoffKind, QueueConfig
 from rdq._suggest import did_you_mean
 from rdq.errors import ConfigError
 from rdq.flow import Breaker, Concurrency, Limit, Rate, check_dependency, field_value
+from rdq.scrub import Scrubber
 from rdq.spi import bounds
 
 __all__ = [
@@ -152,6 +158,8 @@ QUEUE_SETTINGS = (
     "priority_aging",
     "breaker",
     "limits",
+    "scrub",
+    "encrypt",
 )
 """Every key a ``[defaults]`` or ``[queues.NAME]`` table takes."""
 
@@ -185,6 +193,12 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
             changes[key] = _breaker(value, config.breaker, f"{prefix}.{key}")
         elif key == "limits":
             changes[key] = tuple(_limits(value, f"{prefix}.{key}"))
+        elif key == "scrub":
+            changes[key] = _scrub(value, f"{prefix}.{key}")
+        elif key == "encrypt":
+            if not isinstance(value, bool):
+                raise ConfigError("must be true or false", key=f"{prefix}.{key}")
+            changes[key] = value
         elif key not in _BACKOFF_KEYS:
             raise ConfigError(
                 f"unknown setting{did_you_mean(key, QUEUE_SETTINGS)} "
@@ -211,6 +225,31 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
                 )
         changes["backoff"] = Backoff(kind, float(base), float(cap))
     return dataclasses.replace(config, **changes) if changes else config
+
+
+def _scrub(value: Any, key: str) -> Scrubber:
+    """``scrub = false`` / ``true``, or a ``[queues.NAME.scrub]`` table: ``defaults``,
+    ``keys``, ``patterns``."""
+    if isinstance(value, bool):
+        return Scrubber(enabled=value)
+    if not isinstance(value, Mapping):
+        raise ConfigError("must be true, false or a table (defaults, keys, patterns)", key=key)
+    known = ("defaults", "keys", "patterns")
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ConfigError(
+            "unknown scrub setting" + did_you_mean(unknown[0], known), key=f"{key}.{unknown[0]}"
+        )
+    defaults = value.get("defaults", True)
+    if not isinstance(defaults, bool):
+        raise ConfigError("must be true or false", key=f"{key}.defaults")
+    lists: dict[str, tuple[str, ...]] = {}
+    for name in ("keys", "patterns"):
+        items = value.get(name, [])
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise ConfigError("must be a list of strings", key=f"{key}.{name}")
+        lists[name] = tuple(items)
+    return Scrubber(defaults=defaults, keys=lists["keys"], patterns=lists["patterns"]).validate(key)
 
 
 def _breaker(value: Any, current: Breaker, key: str) -> Breaker:
