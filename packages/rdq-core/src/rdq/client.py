@@ -33,9 +33,9 @@ from rdq import tracing
 from rdq._ids import new_task_ids
 from rdq._storage_url import storage_url
 from rdq.app import DEFAULT_QUEUE, App, import_path, unknown_handler
-from rdq.errors import ConfigError, Unsupported, ValidationError
+from rdq.errors import Unsupported, ValidationError
 from rdq.flow import DEPENDENCY_PREFIX, LimitControls
-from rdq.keys import KEY_ENV, KEY_FILE_ENV, Keyring, seal
+from rdq.keys import Keyring, sealed_for
 from rdq.plugins import open_storage
 from rdq.spi import DEFAULT_PRIORITY, Envelope, RetryOverride, Storage, bounds, require
 
@@ -282,17 +282,7 @@ class Client:
     def _sealed(self, task: Envelope) -> Envelope:
         """``task`` with its payload sealed when its queue and the keyring say so."""
         wanted = self.app.queue_config(task.queue).encrypt if self.app is not None else None
-        if wanted is False:
-            return task
-        if self.keys is None or self.keys.active is None:
-            if wanted:
-                raise ConfigError(
-                    f"queue {task.queue!r} encrypts its payloads, and this client has no "
-                    f"active payload key (set {KEY_ENV} or {KEY_FILE_ENV}, or pass keys=)",
-                    key=f"queues.{task.queue}.encrypt",
-                )
-            return task
-        return seal(task, self.keys)
+        return sealed_for(task, self.keys, wanted)
 
     def _handler_ref(self, handler: str | Callable[..., Any]) -> str:
         if isinstance(handler, str):

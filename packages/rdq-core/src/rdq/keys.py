@@ -56,6 +56,7 @@ __all__ = [
     "is_sealed",
     "open_payload",
     "seal",
+    "sealed_for",
     "sealed_with",
     "unsealed",
 ]
@@ -265,6 +266,23 @@ def seal(task: Envelope, keyring: Keyring) -> Envelope:
     return msgspec.structs.replace(
         task, payload=base64.b64encode(sealed).decode("ascii"), headers=headers
     )
+
+
+def sealed_for(task: Envelope, keyring: Keyring | None, wanted: bool | None) -> Envelope:
+    """``task`` as a submit stores it: sealed when its queue wants it (``wanted``: the
+    queue's ``encrypt``; ``None``: whenever the keyring has an active key). ``ConfigError``
+    when the queue wants it and there is no active key."""
+    if wanted is False:
+        return task
+    if keyring is None or keyring.active is None:
+        if wanted:
+            raise ConfigError(
+                f"queue {task.queue!r} encrypts its payloads, and this process has no active "
+                f"payload key (set {KEY_ENV} or {KEY_FILE_ENV})",
+                key=f"queues.{task.queue}.encrypt",
+            )
+        return task
+    return seal(task, keyring)
 
 
 def open_payload(task: Envelope, keyring: Keyring | None) -> Any:

@@ -262,7 +262,7 @@ async def test_a_paced_redrive_is_driven_by_the_node_and_followed(
     op = result["operation"]
     assert result["count"] == 6 and op["total"] == 6 and op["rate"] == 20
     node_id = client.app.state.node.id
-    assert op["driver"] == node_id and op["actor"] == "alice"
+    assert op["driver"] == node_id and op["actor"] == "alice (admin)"
 
     async def done() -> bool:
         got = await client.get(f"/v1/queues/pay/redrives/{op['id']}", headers=READ)
