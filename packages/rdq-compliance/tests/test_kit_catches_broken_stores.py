@@ -27,6 +27,7 @@ BROKEN_MODULES = (
     "kit_broken_promises",
     "kit_broken_flow",
     "kit_broken_order",
+    "kit_broken_payloads",
 )
 """The modules beside this file that hold broken stores (``BROKEN_STORES`` in each)."""
 
