@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -203,8 +202,10 @@ def _resealed(task: Envelope, keyring: Keyring) -> Envelope:
 
 class _Journal:
     """The re-sealed copies of the batch being swapped, on disk before the swap changes
-    anything (see the module docstring). One JSON object per line: ``{"batch": [...]}`` then
-    ``{"done": n}`` once that batch is swapped."""
+    anything (see the module docstring): one line ``{"n": …, "batch": [...]}``, written over
+    the file and fsynced before the batch's first change, and the file emptied once the batch
+    is swapped — so it holds at most one batch, the one a kill may have left half done (a
+    ``{"done": n}`` line, which earlier journals ended a batch with, is honoured too)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -238,7 +239,7 @@ class _Journal:
         self._batches += 1
         n = self._batches
         body = [envelope_to_builtins(t) for t in tasks]
-        self._append({"n": n, "batch": body})
+        self._write(msgspec.json.encode({"n": n, "batch": body}) + b"\n")
         ids = [t.id for t in tasks]
         if status is Status.PENDING:
             cancelled = await storage.cancel(queue, ids)
@@ -250,17 +251,17 @@ class _Journal:
             tasks = await _gone(storage, tasks)
         if tasks:
             await storage.import_tasks(tasks)
-        self._append({"done": n})
+        self._write(b"")  # the batch is swapped: nothing left to recover
         return len(tasks)
 
     def finish(self) -> None:
         """The rotation ended: no batch is left to recover."""
         self.path.unlink(missing_ok=True)
 
-    def _append(self, entry: dict[str, Any]) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    def _write(self, content: bytes) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_TRUNC | os.O_CREAT, 0o600)
         try:
-            os.write(fd, msgspec.json.encode(entry) + b"\n")
+            os.write(fd, content)
             os.fsync(fd)
         finally:
             os.close(fd)
