@@ -144,7 +144,8 @@ def _rules(scrubber: Scrubber) -> tuple[Callable[[str], str], ...]:
         alternatives = "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True))
         keyed = re.compile(
             rf"""(?i)(?<![\w-])(["']?(?:{alternatives})["']?\s*[:=]\s*)"""
-            r"""(?!\[redacted\])(?:"[^"]*"|'[^']*'|(?:bearer|basic)\s+\S+|[^\s,;&)}\]]+)"""
+            r"""(?!\[redacted\])(?:"[^"]*"|'[^']*'"""
+            r"""|(?:bearer|basic)\s+(?:\[token\]|[^\s"',;&)}\]]+)|[^\s,;&)}\]]+)"""
         )
         rules.append(functools.partial(keyed.sub, r"\1[redacted]"))
     for pattern in scrubber.patterns:
