@@ -19,7 +19,7 @@ import pytest
 import rdq
 from rdq.admin import rotate_keys
 from rdq.keys import Keyring, generate_key, open_payload, seal, sealed_with
-from rdq.spi import Attempt, Outcome, Page, Selector, Status, Storage, TaskFilter
+from rdq.spi import Attempt, AuditFilter, Outcome, Page, Selector, Status, Storage, TaskFilter
 
 from .conftest import CARD, keyring
 
@@ -65,7 +65,9 @@ async def test_a_rotation_reseals_every_task_it_may_and_says_what_it_left(
     foreign = await rdq.Client(store, keys=other).submit("pay", 1, queue=queue, delay=3600)
     before = await _everything(store, queue)
 
-    report = await rotate_keys(store, new, journal=tmp_path / "j.jsonl", actor="ops@box")
+    report = await rotate_keys(
+        store, new, journal=tmp_path / "j.jsonl", queues=[queue], actor="ops@box"
+    )
     assert (report.resealed, report.in_motion, report.clear, report.unreadable) == (9, 1, 1, 1)
     assert report.missing_keys == {"gone": 1} and not report.complete
     assert not (tmp_path / "j.jsonl").exists()
@@ -81,11 +83,13 @@ async def test_a_rotation_reseals_every_task_it_may_and_says_what_it_left(
             assert sealed_with(task) == "v1"  # in motion: left for the next run
     assert after[clear.id].payload == {"n": "clear"} and sealed_with(after[foreign.id]) == "gone"
     if store.capabilities().audit:
-        entries, _ = await store.list_audit(None, Page(limit=10))
+        entries, _ = await store.list_audit(AuditFilter(queue=queue), Page(limit=10))
         assert [(e.action, e.queue, e.count, e.actor) for e in entries] == [
             ("keys.rotate", queue, 9, "ops@box")
         ]
-    again = await rotate_keys(store, new, journal=tmp_path / "j.jsonl", actor="ops@box")
+    again = await rotate_keys(
+        store, new, journal=tmp_path / "j.jsonl", queues=[queue], actor="ops@box"
+    )
     assert again.resealed == 0 and again.current == 9
 
 
@@ -118,7 +122,7 @@ async def test_a_rotation_killed_mid_swap_finishes_from_its_journal(
     journal.write_bytes(b"".join(msgspec.json.encode(x) + b"\n" for x in lines) + b'{"n": 4, "ba')
     await store.cancel(queue, [t.id for t in tasks[3:9]])  # batches 2 and 3 were cancelled
     await store.purge(queue, Selector(ids=[t.id for t in tasks[6:9]]))  # batch 3 purged too
-    report = await rotate_keys(store, new, journal=journal, actor="ops")
+    report = await rotate_keys(store, new, journal=journal, queues=[queue], actor="ops")
     assert report.recovered == 9 and report.resealed == 0 and report.current == 9
     after = await _everything(store, queue)
     assert sorted(after) == sorted(t.id for t in tasks)

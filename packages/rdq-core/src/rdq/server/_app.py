@@ -92,7 +92,13 @@ def create_app(
             await stack.enter_async_context(_upkeep(node))
             if settings.work and settings.queues:
                 await stack.enter_async_context(_working(settings, store, engine_app, keyring))
-            _log.info("node started", queues=settings.queues, work=settings.work)
+            _log.info(
+                "node started",
+                queues=settings.queues,
+                work=settings.work,
+                payload_keys=keyring.versions if keyring is not None else [],
+                active_key=keyring.active if keyring is not None else None,
+            )
             yield
         _log.info("node stopped")
 
@@ -212,6 +218,15 @@ def _warn_about(settings: ServerSettings, node: Node, engine_app: App | None) ->
             "callbacks are sent unsigned: no callback secret is configured "
             "(set RDQ_CALLBACK_SECRET or [server.callbacks] secrets)"
         )
+    if engine_app is not None and node.keys is None:
+        sealed = [q for q in engine_app.queues if engine_app.queue_config(q).encrypt]
+        if sealed:
+            _log.warning(
+                "queues that encrypt their payloads get no submit through this node, and "
+                "its worker and console open no payload: it holds no payload key "
+                "(set RDQ_PAYLOAD_KEYS, RDQ_PAYLOAD_KEYS_FILE or RDQ_PAYLOAD_KEYS_PROVIDER)",
+                queues=sealed,
+            )
     if node.auth.ephemeral_owners:
         _log.warning(
             "UI sessions of tokens configured only by sha256 hold on this node until it "
