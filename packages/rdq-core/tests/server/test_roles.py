@@ -7,6 +7,7 @@ import base64
 import re
 import secrets
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import msgspec
@@ -84,7 +85,7 @@ async def node(store: MemoryStorage) -> AsyncIterator[tuple[Client, MemoryAuditS
 async def _dead(store: MemoryStorage, task_id: str, payload: Any, keys: Keyring | None) -> None:
     task = Envelope(id=task_id, queue="default", handler_ref="pay", payload=payload)
     await store.enqueue(seal(task, keys) if keys else task)
-    [claimed] = await store.claim_due("default", 1, __import__("datetime").timedelta(seconds=30))
+    [claimed] = await store.claim_due("default", 1, timedelta(seconds=30))
     await store.dead_letter(
         task_id,
         claimed.token,

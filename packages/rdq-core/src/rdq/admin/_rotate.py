@@ -36,7 +36,7 @@ from pathlib import Path
 import msgspec
 
 from rdq.audit import AuditSink, record_action
-from rdq.errors import NotFound, PayloadKeyError
+from rdq.errors import ConfigError, NotFound, PayloadKeyError
 from rdq.keys import Keyring, seal, sealed_with, unsealed
 from rdq.spi import (
     Envelope,
@@ -112,7 +112,7 @@ async def rotate_keys(
     for capability in ("cancel", "task_listing", "queue_listing", "import_tasks"):
         require(storage, capability, "rotating payload keys in place")
     if keyring.active is None:
-        seal(Envelope(id="-", queue="-", handler_ref="-"), keyring)  # raises ConfigError
+        raise ConfigError("the keyring has no active key to seal with", key="payload_keys.active")
     started = time.monotonic()
     report = Rotation(active=keyring.active or "")
     path = Path(journal)
@@ -125,8 +125,9 @@ async def rotate_keys(
         before = report.resealed
         for status in (*_ROTATED, *_LEFT):
             state.status = status.value
-            await _rotate_status(storage, keyring, queue, status, report, done, batch, margin,
-                                 state, progress)  # fmt: skip
+            await _rotate_status(
+                storage, keyring, queue, status, report, done, batch, margin, state, progress
+            )
         if report.resealed > before:
             report.queues[queue] = report.resealed - before
             await record_action(
