@@ -58,6 +58,7 @@ async def both(
             "0007_claim_function",
             "0008_claim_plan",
             "0009_claim_plan_statistics",
+            "0010_lapsed_lease_slots",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -224,6 +225,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0007_claim_function",
             "0008_claim_plan",
             "0009_claim_plan_statistics",
+            "0010_lapsed_lease_slots",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")

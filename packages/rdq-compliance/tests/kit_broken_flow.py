@@ -12,7 +12,7 @@ from datetime import datetime
 
 import msgspec
 
-from kit_broken_stores import _Broken
+from kit_broken_stores import STATEFUL, _Broken
 from rdq.spi import Bucket, ClaimGate, Control, Counts, Envelope, Status, WorkerInfo
 from rdq_memory import _controls
 
@@ -328,41 +328,56 @@ class PurgeCountsKeepsEverything(_Broken):
 CAS = "test_put_control_over_a_stale_version_raises_control_conflict_and_changes_nothing"
 
 BROKEN_STORES: dict[type, list[str]] = {
-    PutControlIgnoresTheVersion: [CAS],
-    PutControlKeepsTheVersion: [CAS],
+    PutControlIgnoresTheVersion: [CAS, STATEFUL],
+    PutControlKeepsTheVersion: [CAS, STATEFUL],
     ReadsThenWritesControls: ["test_of_racing_writers_of_one_version_exactly_one_succeeds"],
     DeleteIgnoresTheVersion: ["test_delete_control_is_fenced_on_its_version"],
     ClaimsPausedTasks: [
         "test_a_paused_queue_is_not_claimed_and_resumes_when_the_pause_is_lifted",
         "test_a_paused_handler_or_task_key_holds_back_only_its_tasks",
+        STATEFUL,
     ],
-    StopsAtTheFirstHeldBackTask: ["test_a_paused_handler_or_task_key_holds_back_only_its_tasks"],
+    StopsAtTheFirstHeldBackTask: [
+        "test_a_paused_handler_or_task_key_holds_back_only_its_tasks",
+        STATEFUL,
+    ],
     GatesNeverEmpty: ["test_a_gate_lets_exactly_that_many_claims_through_and_keeps_the_version"],
     TakingFromAGateBumpsTheVersion: [
-        "test_a_gate_lets_exactly_that_many_claims_through_and_keeps_the_version"
+        "test_a_gate_lets_exactly_that_many_claims_through_and_keeps_the_version",
+        STATEFUL,
     ],
-    IgnoresConcurrency: ["test_a_concurrency_limit_is_never_exceeded_by_concurrent_claimants"],
+    IgnoresConcurrency: [
+        "test_a_concurrency_limit_is_never_exceeded_by_concurrent_claimants",
+        STATEFUL,
+    ],
     CountsLapsedLeasesAsHeld: [
-        "test_a_concurrency_slot_comes_back_on_resolution_and_when_a_lease_lapses"
+        "test_a_concurrency_slot_comes_back_on_resolution_and_when_a_lease_lapses",
+        STATEFUL,
     ],
     IgnoresConcurrencyOfTheQueueAndHandlers: [
-        "test_a_concurrency_limit_of_the_queue_or_a_handler_counts_every_task_of_it"
+        "test_a_concurrency_limit_of_the_queue_or_a_handler_counts_every_task_of_it",
+        STATEFUL,
     ],
     ChecksOnlyTheFirstLimitedKey: [
-        "test_a_task_with_several_limited_keys_needs_and_takes_a_slot_of_each"
+        "test_a_task_with_several_limited_keys_needs_and_takes_a_slot_of_each",
+        STATEFUL,
     ],
     KeepsTheSlotOfAFailedAttempt: [
-        "test_a_concurrency_slot_comes_back_when_its_task_is_rescheduled_or_dead_lettered"
+        "test_a_concurrency_slot_comes_back_when_its_task_is_rescheduled_or_dead_lettered",
+        STATEFUL,
     ],
-    ReportsNoUse: ["test_a_concurrency_limit_is_never_exceeded_by_concurrent_claimants"],
+    ReportsNoUse: ["test_a_concurrency_limit_is_never_exceeded_by_concurrent_claimants", STATEFUL],
     IgnoresRates: ["test_a_rate_limit_holds_over_any_window_of_its_period"],
     BucketHoldsAWholePeriod: ["test_a_rate_limit_holds_over_any_window_of_its_period"],
     SpendsABucketReadBeforeTheClaim: [
         "test_a_rate_limit_holds_over_any_window_under_concurrent_claimants"
     ],
     KeepsTheBucketWhenTheRateChanges: ["test_a_change_of_rate_refills_the_bucket"],
-    RetryNowMovesRunningTasks: ["test_retry_now_makes_waiting_tasks_due_and_ignores_the_others"],
-    DropsTheTaskKeys: ["test_a_task_keeps_its_keys_through_every_change_of_status"],
+    RetryNowMovesRunningTasks: [
+        "test_retry_now_makes_waiting_tasks_due_and_ignores_the_others",
+        STATEFUL,
+    ],
+    DropsTheTaskKeys: ["test_a_task_keeps_its_keys_through_every_change_of_status", STATEFUL],
     EveryHeartbeatIsAStart: [
         "test_a_heartbeat_stores_the_worker_with_the_store_time_and_keeps_its_start"
     ],

@@ -15,6 +15,7 @@ from types import ModuleType
 import pytest
 
 from rdq_compliance.clauses.corrupt import CorruptTaskClauses
+from rdq_compliance.suite import CLAUSES
 
 HERE = Path(__file__).parent
 MODULE = "test_generated_broken_suites.py"
@@ -28,6 +29,10 @@ BROKEN_MODULES = (
     "kit_broken_flow",
     "kit_broken_order",
     "kit_broken_payloads",
+    "kit_broken_scope",
+    "kit_broken_controls",
+    "kit_broken_changes",
+    "kit_broken_fleet",
 )
 """The modules beside this file that hold broken stores (``BROKEN_STORES`` in each)."""
 
@@ -166,6 +171,11 @@ def kit_run(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
     return outcomes
 
 
+def _cases(kit_run: Outcomes, node: str) -> dict[str, str]:
+    """The outcome of ``node``, or of each of its cases for a parametrized test."""
+    return {n: o for n, o in kit_run.outcome.items() if n == node or n.startswith(node + "[")}
+
+
 @pytest.mark.parametrize(
     ("store", "test"),
     [(store.__name__, test) for store, tests in BROKEN_STORES.items() for test in tests],
@@ -174,18 +184,24 @@ def test_the_kit_fails_the_broken_store_on_the_named_clause(
     kit_run: Outcomes, store: str, test: str
 ) -> None:
     node = _node(store, test)
-    outcome = kit_run.outcome.get(node, "not run")
-    assert outcome == "failed", f"{store} should fail {test}, but it {outcome}"
+    cases = _cases(kit_run, node)
+    failed = [n for n, o in cases.items() if o == "failed"]
+    assert failed, f"{store} should fail {test}, but it {sorted(set(cases.values())) or 'not run'}"
     # failed on the promise it breaks, not on a slip of the broken store's own code
-    slip = next((e for e in SLIPS if f"{e}:" in kit_run.details.get(node, "")), None)
-    assert slip is None, f"{store} fails {test} with a {slip} of its own:\n{kit_run.details[node]}"
+    for case in failed:
+        slip = next((e for e in SLIPS if f"{e}:" in kit_run.details.get(case, "")), None)
+        assert slip is None, (
+            f"{store} fails {case} with a {slip} of its own:\n{kit_run.details[case]}"
+        )
 
 
 @pytest.mark.parametrize("test", sorted({t for tests in BROKEN_STORES.values() for t in tests}))
 def test_the_intact_reference_store_passes_the_same_clause(kit_run: Outcomes, test: str) -> None:
     node = _node("MemoryStorage", test)
-    outcome = kit_run.outcome.get(node, "not run")
-    assert outcome == "passed", f"{test}: {outcome}\n{kit_run.details.get(node, '')}"
+    cases = _cases(kit_run, node)
+    assert cases, f"{test}: not run"
+    for case, outcome in cases.items():
+        assert outcome == "passed", f"{case}: {outcome}\n{kit_run.details.get(case, '')}"
 
 
 @pytest.mark.parametrize("test", CORRUPT_TESTS)
@@ -198,3 +214,20 @@ def test_a_suite_without_the_corrupt_task_fixture_fails_those_clauses_naming_it(
     for run in ran:
         assert kit_run.outcome[run] == "error", f"{run}: {kit_run.outcome[run]}"
         assert "must define a `corrupt_task` fixture" in kit_run.details[run]
+
+
+GROWN = [clause for clause in CLAUSES if getattr(clause, "since", 1) >= 3]
+"""The clause groups of contract versions 3 and 4 (flow control, the fleet, the claim order)."""
+
+
+def test_every_clause_of_contracts_3_and_4_has_a_broken_store_it_catches() -> None:
+    """Each clause of what contracts 3 and 4 added is named by a broken store above (and the
+    test above proves the clause fails it)."""
+    named = {test for tests in BROKEN_STORES.values() for test in tests}
+    unnamed = sorted(
+        f"{clause.__name__}.{test}"
+        for clause in GROWN
+        for test in vars(clause)
+        if test.startswith("test_") and test not in named
+    )
+    assert not unnamed, f"clauses no broken store proves: {unnamed}"

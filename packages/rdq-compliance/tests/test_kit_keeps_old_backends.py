@@ -3,20 +3,29 @@ engine adapts to it, and the kit runs every clause of its version and reports th
 as "not implemented" skips that name the capability or version it lacks.
 
 The kit runs in a nested pytest session over a generated module with one ``StorageSuite``
-subclass per old backend (``kit_old_contract``), like a third party's ``test_kit.py``.
+subclass per old backend (``kit_old_contract``), like a third party's ``test_kit.py``, and one
+for the backend written before the contract had versions (``kit_before_versions``), installed
+as a plugin of its own scheme and tested with the guide's test class of that time: a
+``storage_url``, a ``storage`` opened from it, nothing else.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import rdq
 from rdq.errors import Unsupported
+from rdq.plugins import reload_plugins
 from rdq.spi import CONTRACT_VERSION, FEATURES, Status, adapt
+from rdq_compliance._accounting import UNPINNED
+from rdq_compliance._gates import NOT_IMPLEMENTED
 from rdq_compliance.suite import StorageSuite
 
 HERE = Path(__file__).parent
@@ -41,6 +50,23 @@ class Test{name}(StorageSuite):
     @pytest.fixture
     def expected_capabilities(self):
         return VERSION_1_CAPABILITIES
+"""
+
+BEFORE_VERSIONS = "BeforeVersionsStore"
+_SUITE_BEFORE_VERSIONS = """
+class TestBeforeVersionsStore(StorageSuite):
+    # the guide's test class before contract versions: no expected_capabilities, no
+    # corrupt_task, nothing but the URL and the store
+
+    @pytest.fixture
+    def storage_url(self):
+        return {url!r}
+
+    @pytest_asyncio.fixture
+    async def storage(self, storage_url):
+        async with open_storage(storage_url) as store:
+            await store.migrate()
+            yield store
 """
 
 VERSION_2_FLAGS = {name for name, feature in FEATURES.items() if feature.since == 2}
@@ -73,15 +99,49 @@ class Outcomes:
 
 
 @pytest.fixture(scope="module")
-def kit_run(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
+def before_versions_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A URL of the backend of ``kit_before_versions``, its plugin installed for this process
+    and the processes it starts (the chaos test's workers): a distribution's metadata with its
+    ``rdq.storage`` entry point, on ``sys.path`` and ``PYTHONPATH``."""
+    site = tmp_path_factory.mktemp("site")
+    info = site / "kit_before_versions-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: kit-before-versions\nVersion: 1.0\n", encoding="utf-8"
+    )
+    (info / "entry_points.txt").write_text(
+        "[rdq.storage]\nbeforeversions = kit_before_versions\n", encoding="utf-8"
+    )
+    paths = [str(site), str(HERE)]
+    saved_path, saved_env = list(sys.path), os.environ.get("PYTHONPATH")
+    sys.path[:0] = paths
+    os.environ["PYTHONPATH"] = os.pathsep.join([*paths, *([saved_env] if saved_env else [])])
+    importlib.invalidate_caches()
+    reload_plugins()
+    try:
+        database = tmp_path_factory.mktemp("before-versions") / "kit.db"
+        yield f"beforeversions:///{database}"
+    finally:
+        sys.path[:] = saved_path
+        if saved_env is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved_env
+        reload_plugins()
+
+
+@pytest.fixture(scope="module")
+def kit_run(tmp_path_factory: pytest.TempPathFactory, before_versions_url: str) -> Outcomes:
     workdir = tmp_path_factory.mktemp("old-backends")
     source = [
         "import pytest",
         "import pytest_asyncio",
+        "from rdq import open_storage",
         "from rdq.spi import adapt",
         "from rdq_compliance import StorageSuite",
         f"from kit_old_contract import VERSION_1_CAPABILITIES, {', '.join(STORES)}",
         *(_SUITE.format(name=name) for name in STORES),
+        _SUITE_BEFORE_VERSIONS.format(url=before_versions_url),
     ]
     (workdir / MODULE).write_text("\n".join(source))
     (workdir / "pytest.ini").write_text(
@@ -138,6 +198,34 @@ def test_each_newer_clause_skips_naming_the_capability_or_version_it_lacks(
     )
     version_skips = [r for r in not_implemented.values() if "contract version 2 (the store" in r]
     assert version_skips, "the version-2 behaviours (lifecycle, corrupt tasks) must skip"
+
+
+def test_a_backend_written_before_versions_passes_with_capability_skips_only(
+    kit_run: Outcomes,
+) -> None:
+    """Public overrides and the guide's test class of that time: every clause of version 1
+    passes (the chaos test across processes, the clauses later added to ``enqueue``, which
+    hold through the template, the capabilities taken as declared); every other skips as
+    not implemented."""
+    nodes = {n: o for n, o in kit_run.outcome.items() if f"::Test{BEFORE_VERSIONS}::" in n}
+    failed = {n: kit_run.details[n] for n, o in nodes.items() if o == "failed"}
+    assert not failed, f"the backend written before versions failed: {failed}"
+    skipped = {n: kit_run.reason.get(n, "") for n, o in nodes.items() if o == "skipped"}
+    others = {n: r for n, r in skipped.items() if not r.startswith(NOT_IMPLEMENTED)}
+    assert not others, f"skips that are not capability or version skips: {others}"
+    for test in (
+        "test_chaos_kill9_worker_mid_handler_is_recovered_without_double_claims",
+        "test_enqueue_sets_the_fields_the_store_owns",
+        "test_enqueue_with_a_negative_or_too_long_delay_raises_validation_error",
+        "test_capabilities_are_exactly_the_ones_the_backend_declares",
+        "test_no_double_claim_across_separate_connections",
+        "test_no_double_claim_under_concurrent_claimants",
+    ):
+        ran = {n: o for n, o in nodes.items() if n.endswith(f"::{test}")}
+        assert ran and set(ran.values()) == {"passed"}, f"{test}: {ran}"
+    passed = [n for n, o in nodes.items() if o == "passed"]
+    assert len(passed) >= 120, f"only {len(passed)} clauses ran"
+    assert any(UNPINNED in line for line in kit_run.summary), "the account says nothing pinned"
 
 
 def test_the_summary_says_which_features_the_backend_lacks(kit_run: Outcomes) -> None:

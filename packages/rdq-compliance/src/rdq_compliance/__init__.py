@@ -22,6 +22,7 @@ if "pytest" in sys.modules:
     sys.modules["pytest"].register_assert_rewrite(
         "rdq_compliance.clauses",
         "rdq_compliance._support",
+        "rdq_compliance._flow_support",
         "rdq_compliance.stateful",
         "rdq_compliance._machine_base",
         "rdq_compliance.model",

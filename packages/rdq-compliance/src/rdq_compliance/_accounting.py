@@ -24,7 +24,7 @@ import pytest
 from rdq.spi import CONTRACT_VERSION
 from rdq_compliance._gates import NOT_IMPLEMENTED
 
-__all__ = ["MIN_TESTS", "KitAccounting"]
+__all__ = ["MIN_TESTS", "UNPINNED", "KitAccounting"]
 
 MIN_TESTS = 10
 """Selections smaller than this (``-k fencing``) are reported but never failed for skips."""
@@ -34,6 +34,13 @@ SUITE_PROPERTY = "rdq-kit-suite"
 """The user property naming a kit test's suite (``module::class``) on its reports."""
 VERSION_PROPERTY = "rdq-kit-contract-version"
 """The user property of the contract version the store under test states."""
+UNPINNED_PROPERTY = "rdq-kit-capabilities-unpinned"
+"""The user property of a test that took the store's capabilities for the expected ones (its
+suite defines no ``expected_capabilities``)."""
+UNPINNED = (
+    "capabilities not pinned: the suite defines no expected_capabilities fixture, so the kit "
+    "takes what the store declares (a capability lost skips its clauses instead of failing)"
+)
 
 
 @dataclass
@@ -46,6 +53,7 @@ class _Account:
     reasons: Counter[str] = field(default_factory=Counter)
     lacking: Counter[str] = field(default_factory=Counter)
     contract_version: int | None = None
+    unpinned: bool = False
 
     @property
     def total(self) -> int:
@@ -98,6 +106,8 @@ class KitAccounting:
         version = properties.get(VERSION_PROPERTY)
         if isinstance(version, int):
             account.contract_version = version
+        if properties.get(UNPINNED_PROPERTY):
+            account.unpinned = True
         if report.skipped:
             reason = _reason(report)
             if reason.startswith(NOT_IMPLEMENTED):
@@ -118,6 +128,11 @@ class KitAccounting:
         """The contract version the store of ``item``'s suite states (on its reports)."""
         if item.nodeid in self.suite_of:
             item.user_properties.append((VERSION_PROPERTY, version))
+
+    def note_unpinned(self, item: pytest.Item) -> None:
+        """``item``'s suite defines no ``expected_capabilities`` (on its reports)."""
+        if item.nodeid in self.suite_of:
+            item.user_properties.append((UNPINNED_PROPERTY, True))
 
     def hollow_suites(self) -> list[str]:
         return [name for name, a in self.accounts.items() if a.too_many_skipped()]
@@ -143,6 +158,8 @@ class KitAccounting:
                         False,
                     )
                 )
+            if a.unpinned:
+                lines.append((f"    {UNPINNED}", False))
             for reason, count in a.reasons.most_common():
                 lines.append((f"    skipped {count}: {reason}", False))
             for reason, count in sorted(a.lacking.items()):

@@ -267,12 +267,15 @@ class _Watch:
 
 
 async def _reread(storage: Storage, queue: str, tasks: int) -> dict[str, Envelope]:
-    """Every task of the run as stored, history included (one listing, then ``get`` for any
-    task that is not SUCCEEDED)."""
-    listed = await list_all_tasks(
-        storage, queue, TaskFilter(status=Status.SUCCEEDED), include_attempts=True
-    )
-    stored = {task.id: task for task in listed}
+    """Every task of the run as stored, history included: one listing of the SUCCEEDED ones
+    where the store has ``list_tasks`` (capability ``task_listing``, contract version 2), then
+    ``get`` for every task not listed (each task, from a store of version 1)."""
+    stored: dict[str, Envelope] = {}
+    if storage.capabilities().task_listing:
+        listed = await list_all_tasks(
+            storage, queue, TaskFilter(status=Status.SUCCEEDED), include_attempts=True
+        )
+        stored = {task.id: task for task in listed}
     for n in range(tasks):
         task_id = f"{queue}-{n:05d}"
         if task_id not in stored:

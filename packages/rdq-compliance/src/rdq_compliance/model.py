@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from rdq.spi import Attempt, DLQFilter, Envelope, Outcome, Status
+from rdq_compliance._flow_model import FlowModel
 
 __all__ = ["ContractModel", "ModelTask", "exported", "modelled"]
 
@@ -45,6 +46,7 @@ class ModelTask:
     token: str | None = None
     """The current token (None for an IN_FLIGHT task imported without one)."""
     old_tokens: list[str] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
 
     def key(self) -> Key:
         due = self.due_at if self.status == Status.PENDING else self.lease_expires_at
@@ -57,6 +59,8 @@ class ContractModel:
 
     def __init__(self) -> None:
         self.tasks: dict[str, ModelTask] = {}
+        self.flow = FlowModel()
+        """The control records (contract version 3), for a store with ``control``."""
 
     # --- admission -------------------------------------------------------------------------
 
@@ -91,6 +95,17 @@ class ContractModel:
         """The tasks of ``queue`` surely due at ``at``, most urgent first (ties by id)."""
         sure, _ = self.due(queue, at, at)
         return sorted((self.tasks[i] for i in sure), key=ModelTask.key)
+
+    def claim_order_favouring(self, queue: str, at: datetime, claimed: set[str]) -> list[ModelTask]:
+        """The claim order of the tasks surely due at ``at``, each tie broken in favour of the
+        tasks in ``claimed``: the contract leaves the order of tied tasks to the store, and a
+        claim through controls took a valid batch exactly when taking the tasks in this order
+        gives it (what a tie's claimed tasks take from the limits is the same in any order)."""
+        sure, _ = self.due(queue, at, at)
+        return sorted(
+            (self.tasks[i] for i in sure),
+            key=lambda t: (t.key()[:2], t.id not in claimed, t.id),
+        )
 
     def whole_ties(self, queue: str, at: datetime, limit: int) -> int:
         """``limit``, raised until the tasks due at ``at`` that it takes end where the claim
@@ -265,6 +280,7 @@ def exported(
     priority: int,
     due: datetime,
     past: datetime,
+    keys: list[str] | None = None,
 ) -> Envelope:
     """A task as another store would export it, in ``status``: one failed attempt, created a
     day before ``past``; a PENDING one due at ``due``, an IN_FLIGHT one whose lease ends at
@@ -278,6 +294,7 @@ def exported(
         priority=priority,
         attempts=[Attempt(number=1, outcome=Outcome.FAILED, error_type=error_type)],
         attempt_count=1,
+        keys=list(keys or []),
         created_at=past - timedelta(days=1),
         next_attempt_at=due if status == Status.PENDING else past,
     )
@@ -310,4 +327,5 @@ def modelled(task: Envelope, never: datetime) -> ModelTask:
         attempt_count=task.attempt_count,
         outcomes=[a.outcome for a in task.attempts],
         last_error_type=task.attempts[-1].error_type if task.attempts else None,
+        keys=list(task.keys),
     )

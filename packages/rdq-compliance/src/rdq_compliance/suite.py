@@ -11,6 +11,9 @@ from rdq_compliance.clauses.capabilities import CapabilityClauses
 from rdq_compliance.clauses.claim_holder import ClaimHolderClauses
 from rdq_compliance.clauses.claiming import ClaimingClauses
 from rdq_compliance.clauses.control import ControlClauses
+from rdq_compliance.clauses.control_changes import ControlChangeClauses
+from rdq_compliance.clauses.control_leases import ControlLeaseClauses
+from rdq_compliance.clauses.control_scope import ControlScopeClauses
 from rdq_compliance.clauses.corrupt import CorruptTaskClauses
 from rdq_compliance.clauses.crash import CrashClauses
 from rdq_compliance.clauses.dlq import DLQClauses, DLQFilterClauses
@@ -25,6 +28,7 @@ from rdq_compliance.clauses.operations import OperationClauses
 from rdq_compliance.clauses.priority import PriorityClauses
 from rdq_compliance.clauses.recovery import RecoveryClauses
 from rdq_compliance.clauses.redrive_purge import RedrivePurgeClauses
+from rdq_compliance.clauses.retry_now import RetryNowClauses
 from rdq_compliance.clauses.roundtrip import RoundTripClauses
 from rdq_compliance.clauses.stateful import StatefulClauses
 from rdq_compliance.clauses.transitions import TransitionClauses
@@ -51,6 +55,10 @@ class StorageSuite(
     ImportClauses,
     AuditClauses,
     ControlClauses,
+    ControlScopeClauses,
+    ControlLeaseClauses,
+    ControlChangeClauses,
+    RetryNowClauses,
     FairShareClauses,
     AgingClauses,
     WorkerRegistryClauses,

@@ -26,13 +26,13 @@ Its modules: ``app`` (:class:`App`, the registry of queues and handlers) with ``
 (what a handler is); ``client`` (submitting); ``config`` (queue configs from code or TOML)
 with ``_queue_settings`` (the settings classes) and ``_checks``; ``schedules`` (periodic
 tasks) with ``_crontime``; ``signals`` (:class:`Permanent`, :class:`RetryAfter`,
-:class:`Unavailable`); ``errors`` (the error tree); ``plugins`` (discovering storage
-plugins) with ``_storage_url`` (the store used when none is named); ``callbacks`` (HTTP
-callback tasks: the receiver's side); ``audit`` (audit records and recording them);
-``keys`` (sealed payloads: :class:`Keyring`, versioned AES-256-GCM keys); ``scrub``
-(:class:`Scrubber`, secrets taken out of error messages and tracebacks);
-``logging``, ``metrics``, ``tracing``; ``_ids`` (task ids); ``_suggest`` ("did you mean",
-the closest known name to a typo); ``__main__`` (``python -m rdq``).
+:class:`Snooze`, :class:`Unavailable`); ``errors`` (the error tree); ``plugins``
+(discovering storage plugins) with ``_storage_url`` (the store used when none is named);
+``callbacks`` (HTTP callback tasks: the receiver's side); ``audit`` (audit records and
+recording them); ``keys`` (sealed payloads: :class:`Keyring`, versioned AES-256-GCM keys);
+``scrub`` (:class:`Scrubber`, secrets taken out of error messages and tracebacks);
+``logging``, ``metrics``, ``tracing``; ``_ids`` (task ids); ``_suggest`` ("did you mean", the
+closest known name to a typo); ``__main__`` (``python -m rdq``).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -56,7 +56,7 @@ from rdq.flow import Concurrency, Rate
 from rdq.keys import Keyring
 from rdq.plugins import installed_backends, open_storage
 from rdq.scrub import Scrubber
-from rdq.signals import Permanent, RetryAfter, Unavailable
+from rdq.signals import Permanent, RetryAfter, Snooze, Unavailable
 from rdq.spi import RetryOverride
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ __all__ = [
     "RetryOverride",
     "SchemeInvoker",
     "Scrubber",
+    "Snooze",
     "StaleClaim",
     "StaleCursor",
     "StorageError",

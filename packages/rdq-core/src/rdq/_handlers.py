@@ -16,12 +16,14 @@ import inspect
 import types
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Any
+from datetime import timedelta
+from typing import Any, NoReturn
 
 import msgspec
 
 from rdq.errors import ConfigError
 from rdq.flow import Breaker, Limit
+from rdq.signals import Snooze
 from rdq.spi import Envelope
 
 __all__ = [
@@ -61,6 +63,11 @@ class TaskContext:
     redrive_count: int
     worker_id: str
     task: Envelope
+
+    def snooze(self, delay: float | timedelta, reason: str | None = None) -> NoReturn:
+        """Run this task again after ``delay`` without using up an attempt: the same as
+        ``raise rdq.Snooze(delay, reason)`` (see :class:`rdq.Snooze`)."""
+        raise Snooze(delay, reason)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -19,7 +19,10 @@ from rdq.flow import Breaker, Limit, check_dependency, check_limits
 from rdq.scrub import Scrubber
 from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, bounds
 
-__all__ = ["Backoff", "BackoffKind", "QueueConfig"]
+__all__ = ["MAX_SNOOZES", "Backoff", "BackoffKind", "QueueConfig"]
+
+MAX_SNOOZES = 100_000
+"""The most a queue's ``max_snoozes`` may be."""
 
 
 class BackoffKind(enum.StrEnum):
@@ -104,6 +107,15 @@ class QueueConfig:
     """Seal the payloads of the queue's tasks (see :mod:`rdq.keys`). ``None`` (the default):
     when the submitting client has a keyring with an active key; ``True``: always (a submit
     without one is refused); ``False``: never."""
+    max_snoozes: int = 100
+    """How often one task may snooze (``rdq.Snooze``) since its last redrive before the next
+    snooze sends it to the DLQ (``rdq.SnoozedTooOften``) instead: a task that is never ready
+    is not rescheduled for ever. ``0``: a snooze always dead-letters."""
+    snooze_retry_after: bool = False
+    """A handler's HTTP error that carries a ``Retry-After`` (a 429 of a rate limit, a 503 of
+    a service that says when to come back) snoozes the task for that long instead of failing
+    it: no attempt used and no breaker fed. Off by default: such an error is outage-class and
+    honours its ``Retry-After`` as a failure."""
 
     def validate(self, queue: str) -> QueueConfig:
         """Return self if every setting is valid, else raise ``ConfigError`` naming the key."""
@@ -136,6 +148,10 @@ class QueueConfig:
             raise bad("task_ttl", "must be a positive number of seconds")
         if not is_int(self.priority) or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
             raise bad("priority", f"must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}")
+        if not is_int(self.max_snoozes) or not 0 <= self.max_snoozes <= MAX_SNOOZES:
+            raise bad("max_snoozes", f"must be an integer from 0 to {MAX_SNOOZES}")
+        if not isinstance(self.snooze_retry_after, bool):
+            raise bad("snooze_retry_after", "must be true or false")
         for key, types in (
             ("non_retryable", self.non_retryable),
             ("outage_errors", self.outage_errors),

@@ -133,6 +133,8 @@ class App:
         limits: list[Limit] | tuple[Limit, ...] | None = None,
         fair: str | None = None,
         priority_aging: float | None = None,
+        max_snoozes: int | None = None,
+        snooze_retry_after: bool | None = None,
     ) -> QueueConfig:
         """Declare (or re-configure) queue ``name``; settings not given keep the queue's current
         value (or the defaults). Applies to tasks already waiting; ``limits`` (see
@@ -162,6 +164,8 @@ class App:
                 ("limits", tuple(limits) if limits is not None else None),
                 ("fair", fair),
                 ("priority_aging", priority_aging),
+                ("max_snoozes", max_snoozes),
+                ("snooze_retry_after", snooze_retry_after),
             )
             if value is not None
         }

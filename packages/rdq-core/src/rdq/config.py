@@ -30,6 +30,8 @@ The TOML layout (durations in seconds)::
     [queues.emails.scrub]        # or: scrub = false (see rdq.scrub)
     keys = ["iban"]              # more key names whose values are scrubbed
     patterns = ["acct-[0-9]{8}"] # more regular expressions, each becomes [redacted]
+    max_snoozes = 100            # rdq.Snooze: how often one task may say "not yet"
+    snooze_retry_after = false   # a 429/503 with Retry-After snoozes instead of failing
 
     [queues.emails.breaker]      # or: breaker = false
     window = 30.0                # see rdq.Breaker
@@ -146,7 +148,15 @@ def load_toml(
     return parse_config(read_toml(path), defaults)
 
 
-_SCALAR_KEYS = ("max_attempts", "timeout", "lease", "concurrency", "task_ttl", "priority")
+_SCALAR_KEYS = (
+    "max_attempts",
+    "timeout",
+    "lease",
+    "concurrency",
+    "task_ttl",
+    "priority",
+    "max_snoozes",
+)
 _BACKOFF_KEYS = ("backoff", "base", "cap")
 QUEUE_SETTINGS = (
     *_SCALAR_KEYS,
@@ -156,6 +166,7 @@ QUEUE_SETTINGS = (
     "dependency",
     "fair",
     "priority_aging",
+    "snooze_retry_after",
     "breaker",
     "limits",
     "scrub",
@@ -189,6 +200,13 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
                     key=f"{prefix}.{key}",
                 )
             changes[key] = float(value)
+        elif key == "snooze_retry_after":
+            if not isinstance(value, bool):
+                raise ConfigError(
+                    f"must be true or false (queue {queue or '<defaults>'!r})",
+                    key=f"{prefix}.{key}",
+                )
+            changes[key] = value
         elif key == "breaker":
             changes[key] = _breaker(value, config.breaker, f"{prefix}.{key}")
         elif key == "limits":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-__all__ = ["Permanent", "RetryAfter", "Unavailable"]
+__all__ = ["Permanent", "RetryAfter", "Snooze", "Unavailable"]
 
 MAX_RETRY_DELAY = 366 * 86400.0
 """Seconds: the longest delay a retry can be scheduled out."""
@@ -44,3 +44,21 @@ class Unavailable(Exception):
     dependency is rescheduled without using up an attempt (see :class:`rdq.Breaker`).
 
     ``raise rdq.Unavailable("payment provider answered 503") from exc``."""
+
+
+class Snooze(Exception):
+    """Raise from a handler when the task cannot be done *yet* (a resource not ready, a 429
+    that is no outage): it runs again after ``delay`` without using up an attempt, and its
+    attempt is recorded as ``SNOOZED``. It says nothing of the task's dependency (it never
+    counts toward a breaker). A queue's ``max_snoozes`` bounds how often one task may snooze:
+    past it, the task goes to the DLQ (``rdq.SnoozedTooOften``) rather than snooze for ever.
+
+    ``raise rdq.Snooze(30, "the export is not ready")``, or ``ctx.snooze(30)``."""
+
+    def __init__(self, delay: float | timedelta, reason: str | None = None) -> None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+        if not seconds >= 0:  # negative or NaN
+            raise ValueError("Snooze delay must not be negative")
+        self.delay = timedelta(seconds=min(seconds, MAX_RETRY_DELAY))
+        self.reason = reason
+        super().__init__(reason or f"snoozed for {seconds:g}s")

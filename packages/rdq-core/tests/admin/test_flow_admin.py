@@ -1,5 +1,6 @@
 """Operator controls through TaskAdmin: pause and resume, breakers by hand, retry now, and
-redrives at a pace (progress, cancel half-way, resumed after its driver died) — each audited."""
+redrives at a pace (progress, cancel half-way, resumed after its driver died) — each audited.
+The paced redrives run on simulated time: their pace is checked to the driver's tick."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from datetime import timedelta
 import pytest
 
 from rdq import flow
-from rdq.admin import TaskAdmin, TaskSelector
-from rdq.admin._pace import DRIVER_LEASE, resume_orphans
+from rdq.admin import TaskAdmin, TaskSelector, resume_orphans
+from rdq.admin._pace import DRIVER_LEASE, TICK
 from rdq.audit import MemoryAuditSink
 from rdq.errors import Unsupported, ValidationError
 from rdq.spi import (
@@ -128,6 +129,7 @@ async def test_flow_controls_on_a_store_without_them_are_refused_naming_the_capa
     assert await admin.list_controls() == []
 
 
+@pytest.mark.looptime
 async def test_a_paced_redrive_returns_at_most_its_rate_and_reports_progress(
     storage: Storage, dead_letter: DeadLetter
 ) -> None:
@@ -147,12 +149,13 @@ async def test_a_paced_redrive_returns_at_most_its_rate_and_reports_progress(
     took = loop.time() - started
     assert (done.status, done.done) == ("done", 30)
     assert seen == sorted(seen) and seen[-1] == 30 and len(seen) >= 3, seen
-    assert took >= 1.0, f"30 tasks at 20/s took {took:.2f}s"
+    assert 30 / 20 <= took <= 30 / 20 + TICK, f"30 tasks at 20/s took {took:.2f}s"
     assert (await storage.stats("q")).dlq_depth == 0
     (record,) = [r for r in sink.records if r.action == "redrive"]
     assert record.count == 30 and record.selector["op"] == op.id and record.reason == "psp back"
 
 
+@pytest.mark.looptime
 async def test_a_paced_redrive_cancelled_half_way_leaves_the_rest_in_the_dlq(
     storage: Storage, dead_letter: DeadLetter
 ) -> None:
@@ -161,18 +164,20 @@ async def test_a_paced_redrive_cancelled_half_way_leaves_the_rest_in_the_dlq(
     admin = TaskAdmin(storage)
     op = await admin.start_paced_redrive("q", Selector(filter=DLQFilter()), 10.0, actor="ops")
     driving = asyncio.create_task(admin.drive_paced_redrive("q", op.id, driver="test"))
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.1)
     cancelled = await admin.cancel_paced_redrive("q", op.id, actor="ops", reason="not yet")
     finished = await asyncio.wait_for(driving, 10)
     assert cancelled.status == finished.status == "cancelled"
     left = (await storage.stats("q")).dlq_depth
-    assert 0 < left < 40 and finished.done == 40 - left
+    assert finished.done == 40 - left
+    assert 10 * (1.1 - TICK) <= finished.done <= 10 * 1.1, "what 10/s returns in 1.1 s"
     (record,) = await _audit(storage, "redrive.cancel")
     assert record.count == finished.done  # type: ignore[attr-defined]
     with pytest.raises(ValidationError):
         await admin.cancel_paced_redrive("q", "no-such-op", actor="ops")
 
 
+@pytest.mark.looptime
 async def test_a_paced_redrive_whose_driver_died_is_taken_over_and_finished(
     storage: Storage, dead_letter: DeadLetter
 ) -> None:

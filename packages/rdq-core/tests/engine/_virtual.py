@@ -25,14 +25,13 @@ def virtual_store(offset: timedelta = timedelta(0)) -> MemoryStorage:
 
 @asynccontextmanager
 async def worker(app: rdq.App, storage: Storage, **options: object) -> AsyncIterator[rdq.Worker]:
-    """A worker on the loop's clock, running for the block."""
+    """A worker on the loop's clock, running for the block; ``options`` override its
+    defaults here (no maintenance, a grace period of one second, ``poll_min=POLL``)."""
+    options = {"maintenance": False, "grace_period": 1.0, "poll_min": POLL, **options}
     w = rdq.Worker(
         app,
         storage,
         clock=asyncio.get_running_loop().time,
-        maintenance=False,
-        grace_period=1.0,
-        poll_min=POLL,
         **options,  # type: ignore[arg-type]
     )
     task = asyncio.create_task(w.run())

@@ -8,7 +8,6 @@ import threading
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -63,15 +62,6 @@ async def wait_status(
 
     await eventually(check, f"task {task_id} {status}", timeout)
     return found[0]
-
-
-async def until_storage_time(storage: Storage, at: datetime) -> None:
-    """Wait until the store's own clock has passed ``at``."""
-
-    async def passed() -> bool:
-        return await storage.now() > at
-
-    await eventually(passed, f"the storage clock past {at.isoformat()}")
 
 
 @asynccontextmanager

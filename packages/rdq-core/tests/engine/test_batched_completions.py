@@ -16,6 +16,7 @@ from rdq import metrics
 from rdq.spi import Capabilities, Completion, ForwardingStorage, Outcome, Status, Storage
 from rdq.worker import DEFAULT_MAX_UNRECORDED
 
+from ._virtual import POLL, virtual_store, worker
 from .conftest import Recorder, eventually, fast_worker, running
 
 pytestmark = pytest.mark.asyncio
@@ -186,12 +187,13 @@ async def test_an_outage_during_a_flush_neither_loses_nor_doubles_a_success(
     assert set(runs.values()) == {1}  # retried writes, not re-run handlers
 
 
-async def test_an_outage_longer_than_the_lease_ends_in_a_rerun_not_a_loss(storage, queue):
+@pytest.mark.looptime
+async def test_an_outage_longer_than_the_lease_ends_in_a_rerun_not_a_loss():
     """When the store cannot record completions for longer than the engine keeps retrying,
-    the tasks are reclaimed after their lease and run again: every one still ends SUCCEEDED
-    exactly once (at-least-once)."""
-    app, runs = counting_app(queue, concurrency=5, lease=1.0)
-    ids = await submit(storage, queue, 5)
+    the tasks are reclaimed when their lease lapses and run again: every one still ends
+    SUCCEEDED exactly once (at-least-once). On simulated time: the outage outlasts three
+    leases."""
+    app, runs = counting_app("q", concurrency=5, lease=10.0)
     refused: list[int] = []
     log = Recorder()
 
@@ -202,18 +204,26 @@ async def test_an_outage_longer_than_the_lease_ends_in_a_rerun_not_a_loss(storag
             raise rdq.StorageUnavailable("connection refused (127.0.0.1:5432)")
         return await flush()
 
-    view = StoreView(storage, batch_complete=True, around_flush=outage)
-    async with running(fast_worker(app, view, logger=log)):  # type: ignore[arg-type]
-        await all_settled(storage, ids)
+    async with virtual_store() as storage:
+        ids = await submit(storage, "q", 5)
+        view = StoreView(storage, batch_complete=True, around_flush=outage)
+        async with worker(app, view, logger=log):
+            await all_settled(storage, ids)
+        tasks = [await storage.get(task_id) for task_id in ids]
     assert refused
     assert log.events("could not record the outcome")  # the engine gave up retrying the write
     rerun = 0
-    for task_id in ids:
-        task = await storage.get(task_id)
+    for task in tasks:
         outcomes = [a.outcome for a in task.attempts]
         assert outcomes.count(Outcome.SUCCEEDED) == 1, outcomes
         assert outcomes[-1] == Outcome.SUCCEEDED
         assert set(outcomes[:-1]) <= {Outcome.LEASE_EXPIRED}, outcomes
+        for lapsed in task.attempts[:-1]:
+            assert lapsed.started_at is not None and lapsed.finished_at is not None
+            held = (lapsed.finished_at - lapsed.started_at).total_seconds()
+            # the write is retried (and the lease renewed) for two leases after the handler
+            # ended; once given up, the lease lapses within one more
+            assert 2 * 10.0 <= held <= 3 * 10.0 + POLL, f"run again {held}s after the claim"
         rerun += len(outcomes) > 1
     assert rerun > 0  # the lease expiry, recorded, re-ran what the engine gave up
 

@@ -1,5 +1,6 @@
 """Tasks the worker must not run: one whose stored form does not decode is dead-lettered at
-once as ``rdq.CorruptTask``; one an operator cancels while it runs is abandoned."""
+once as ``rdq.CorruptTask``; one an operator cancels while it runs is abandoned (the async
+handlers on simulated time: at the lease's next renewal)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import pytest
 
 import rdq
 from rdq.spi import DLQFilter, Outcome, Page, Status, Storage
+from rdq.worker._heartbeat import MAX_TICK
 from rdq_memory.testing import put_corrupt_task
 
+from ._virtual import POLL, until, virtual_store, worker
 from .conftest import Recorder, eventually, fast_worker, running, wait_status
 
 pytestmark = pytest.mark.asyncio
@@ -87,33 +90,45 @@ async def test_corrupt_tasks_are_dead_lettered_unrun_and_spare_their_batch(stora
     assert {line["error_type"] for line in lines} == {"rdq.CorruptTask"}
 
 
-async def test_cancelling_a_running_async_task_abandons_its_handler(storage, queue):
+@pytest.mark.looptime
+async def test_cancelling_a_running_async_task_abandons_its_handler():
+    """The worker learns of the cancel at the lease's next renewal (a third of the lease after
+    the claim) and cancels the handler then."""
     app = rdq.App()
-    app.queue(queue, lease=0.6, timeout=60)
+    app.queue("q", lease=30.0, timeout=600)
     started = asyncio.Event()
-    cancelled = asyncio.Event()
+    times: dict[str, float] = {}
+    loop = asyncio.get_running_loop()
 
-    @app.handler("long", queue=queue)
+    @app.handler("long", queue="q")
     async def long(payload: object) -> None:
+        times["started"] = loop.time()
         started.set()
         try:
-            await asyncio.sleep(60)
+            await asyncio.sleep(600)
         except asyncio.CancelledError:
-            cancelled.set()
+            times["cancelled"] = loop.time()
             raise
 
-    sub = await rdq.Client(storage, app).submit("long", queue=queue)
     log = Recorder()
-    async with running(fast_worker(app, storage, logger=log)):
-        await asyncio.wait_for(started.wait(), 30)
-        assert await storage.cancel(queue, [sub.id]) == 1
-        await asyncio.wait_for(cancelled.wait(), 30)  # at the next renewal
-    task = await storage.get(sub.id)
+    async with virtual_store() as storage:
+        sub = await rdq.Client(storage, app).submit("long", queue="q")
+        async with worker(app, storage, logger=log):
+            await started.wait()
+            assert await storage.cancel("q", [sub.id]) == 1
+            await until(lambda: _true("cancelled" in times), 0.1)
+        task = await storage.get(sub.id)
     assert task.status == Status.CANCELLED
     assert task.attempts == []  # the abandoned handler's outcome is never written
     [line] = log.events("task cancelled by an operator; abandoning its handler")
-    assert line["task_id"] == sub.id and line["queue"] == queue
+    assert line["task_id"] == sub.id and line["queue"] == "q"
     assert not log.events("lease lost")
+    noticed = times["cancelled"] - times["started"]
+    assert 10.0 <= noticed <= 10.0 + MAX_TICK, f"cancelled {noticed}s after it started"
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def test_cancelling_a_running_thread_task_fences_it_off(storage, queue):
@@ -151,30 +166,37 @@ async def _slot_freed(worker: rdq.Worker, log: Recorder) -> bool:
     return bool(log.events("task cancelled by an operator")) and worker.in_flight == 0
 
 
-async def test_a_revoked_running_task_gives_its_slot_to_a_waiting_one(storage, queue):
+@pytest.mark.looptime
+async def test_a_revoked_running_task_gives_its_slot_to_a_waiting_one():
     # Five slots, all taken by long handlers, one task waiting: the revoke frees one slot,
-    # fewer than a claim usually waits for, and the waiting task must still get it.
+    # fewer than a claim usually waits for, and the waiting task must still get it, as soon
+    # as the worker learns of the revoke (at the next renewal of the lease).
     app = rdq.App()
-    app.queue(queue, lease=0.6, timeout=600, concurrency=5)
+    app.queue("q", lease=30.0, timeout=600, concurrency=5)
     started: dict[str, asyncio.Event] = {}
+    loop = asyncio.get_running_loop()
 
-    @app.handler("long", queue=queue)
+    @app.handler("long", queue="q")
     async def long(payload: Any) -> None:
         started[payload].set()
         await asyncio.sleep(600)  # only a revoke ends it within the test
 
-    client = rdq.Client(storage, app)
     names = [f"n{i}" for i in range(6)]
-    for name in names:
-        started[name] = asyncio.Event()
-        await client.submit("long", name, queue=queue, id=f"{queue}-{name}")
-    async with running(fast_worker(app, storage, grace_period=0.1)):
+    async with virtual_store() as storage:
+        client = rdq.Client(storage, app)
+        for name in names:
+            started[name] = asyncio.Event()
+            await client.submit("long", name, queue="q", id=f"q-{name}")
+        async with worker(app, storage, grace_period=0.1):
 
-        async def five_started() -> bool:
-            return sum(event.is_set() for event in started.values()) == 5
+            async def five_started() -> bool:
+                return sum(event.is_set() for event in started.values()) == 5
 
-        await eventually(five_started)
-        [waiting] = [name for name in names if not started[name].is_set()]
-        revoked = next(name for name in names if started[name].is_set())
-        assert await storage.cancel(queue, [f"{queue}-{revoked}"]) == 1
-        await asyncio.wait_for(started[waiting].wait(), 30)  # the revoked one's slot
+            await until(five_started, 0.01)
+            [waiting] = [name for name in names if not started[name].is_set()]
+            revoked = next(name for name in names if started[name].is_set())
+            revoked_at = loop.time()
+            assert await storage.cancel("q", [f"q-{revoked}"]) == 1
+            await started[waiting].wait()  # the revoked one's slot
+            took = loop.time() - revoked_at
+    assert took <= 30.0 / 3 + MAX_TICK + POLL, f"the slot came back {took}s after the revoke"

@@ -1,8 +1,9 @@
 """Limits that hold across the fleet, on the memory store and PostgreSQL, with several workers
 as a user runs them: at most N tasks of a key run at once however many workers claim (a
 queue's, a handler's, a named key's, each value's of a per-value key); the workers write the
-declared limits and follow a change of them; two submitters of a new value create one record;
-a dead worker's slots come back within one lease."""
+declared limits; two submitters of a new value create one record. How workers follow a change
+of the limits over time, and when a dead worker's slots come back, is measured on simulated
+time in test_fleet_limits_virtual.py."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -158,95 +157,3 @@ async def test_submitters_racing_on_a_new_value_create_one_record_and_every_task
     again = await clients[0].submit("h", {"tenant": "new"})
     assert (await storage.get(again.id)).keys == ["limit:tenant:new"]
     assert (await storage.list_controls(queue))[0].version == 1, "a known value costs no call"
-
-
-async def test_a_worker_follows_a_change_of_its_limits_and_lifts_one_no_longer_declared(
-    storage: Storage, queue: str
-) -> None:
-    app = rdq.App()
-    app.queue(
-        queue, limits=[rdq.Concurrency(5, key="psp"), rdq.Concurrency(2, key=tenant, name="t")]
-    )
-    app.register("h", lambda: None, queue=queue)
-    stale = rdq.App()  # a submitter of an older release: it declares 3 per value
-    stale.queue(queue, limits=[rdq.Concurrency(3, key=tenant, name="t")])
-    stale.register("h", lambda: None, queue=queue)
-    await rdq.Client(storage, stale).submit("h", {"tenant": "x"}, delay=3600)
-    assert (await controls(storage, queue))["limit:t:x"].concurrency == 3
-    async with running(fast_worker(app, storage)):
-
-        async def declared(expected: dict[str, int]) -> bool:
-            found = await controls(storage, queue)
-            return {k: c.concurrency for k, c in found.items()} == expected
-
-        await eventually(lambda: declared({"limit:psp": 5, "limit:t:x": 2}), "the declaration")
-        app.queue(queue, limits=[rdq.Concurrency(7, key="psp")])
-        await eventually(lambda: declared({"limit:psp": 7}), "the change, the value's lifted")
-        app.queue(queue, limits=[])
-        await eventually(lambda: declared({}), "every limit lifted")
-
-
-async def test_a_worker_started_earlier_leaves_a_later_declaration_alone(
-    storage: Storage, queue: str
-) -> None:
-    def app_with(limit: int) -> rdq.App:
-        app = rdq.App()
-        app.queue(queue, limits=[rdq.Concurrency(limit, key="psp")])
-        app.register("h", lambda: None, queue=queue)
-        return app
-
-    async with running(fast_worker(app_with(3), storage)):
-
-        async def psp() -> int | None:
-            found = (await controls(storage, queue)).get("limit:psp")
-            return found.concurrency if found is not None else None
-
-        await eventually(lambda: _is(psp(), 3), "the first worker's declaration")
-        async with running(fast_worker(app_with(4), storage)):
-            await eventually(lambda: _is(psp(), 4), "the later worker's declaration")
-            version = (await controls(storage, queue))["limit:psp"].version
-            await asyncio.sleep(2.5)  # two refreshes of each worker
-            after = (await controls(storage, queue))["limit:psp"]
-            assert (after.concurrency, after.version) == (4, version), "no tug of war"
-
-
-async def _is(value: Any, expected: object) -> bool:
-    return bool(await value == expected)
-
-
-async def test_the_slots_a_dead_worker_held_come_back_within_one_lease(
-    storage: Storage, queue: str
-) -> None:
-    gauge = Gauge()
-    app = rdq.App()
-    app.queue(queue, concurrency=20, lease=5.0, limits=[rdq.Concurrency(10, key="psp")])
-
-    @app.handler("pay", queue=queue)
-    async def pay(payload: object) -> None:
-        await gauge.run()
-
-    await rdq.Client(storage, app).submit_many([rdq.Submission("pay", i) for i in range(30)])
-    async with running(fast_worker(app, storage)):
-        await eventually(lambda: _is(_in_use(storage, queue), 0), "the worker's declaration")
-    lease = timedelta(seconds=1.5)
-    dead = await storage.claim_due(queue, 30, lease)  # a worker that dies holding them
-    assert len(dead) == 10, "the limit holds for a claim made by hand too"
-    expires = dead[0].task.lease_expires_at
-    assert expires is not None
-    async with running(fast_worker(app, storage, poll_min=0.01)):
-        await asyncio.sleep(0.5)
-        assert gauge.peak["all"] == 0, "no slot while the dead worker's leases live"
-        await drained(storage, queue, 30, patience=30.0)
-        first = min(
-            t.attempts[-1].started_at
-            for t in [await storage.get(c.task.id) for c in dead]
-            if t.attempts[-1].started_at is not None
-        )
-    assert first >= expires, "nothing of the key ran before the leases lapsed"
-    assert first - expires < timedelta(seconds=3), f"slots back {first - expires} after lapse"
-    assert gauge.peak["all"] == 10
-
-
-async def _in_use(storage: Storage, queue: str) -> int | None:
-    found = (await controls(storage, queue)).get("limit:psp")
-    return found.in_use if found is not None else None

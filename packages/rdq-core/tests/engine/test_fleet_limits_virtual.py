@@ -1,21 +1,28 @@
-"""Rate limits across workers, on simulated time: no window of the period sees more than the
+"""Limits across workers, on simulated time: no window of the period sees more than the
 rate and its burst, the rate is used, and a handler's ``RetryAfter`` halves an adaptive rate
-until its delay has passed, then the declared rate is back."""
+until its delay has passed, then the declared rate is back; a change of the declared limits
+reaches the store within a refresh, and a worker started earlier never undoes a later one's;
+the slots a dead worker held come back as its leases lapse."""
 
 from __future__ import annotations
 
 import asyncio
 from contextlib import AsyncExitStack
+from datetime import timedelta
 
 import pytest
 
 import rdq
 from rdq import flow
-from rdq.spi import Storage
+from rdq.spi import Envelope, Storage
 
 from ._virtual import until, virtual_store, worker
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+REFRESH = 1.0
+"""Seconds between a worker's reads of its queues' control records (rdq's workers refresh
+every second): a change of the declared limits reaches the store within that."""
 
 
 def busiest(starts: list[float], window: float) -> int:
@@ -101,3 +108,92 @@ async def test_a_retry_after_halves_an_adaptive_rate_until_its_delay_has_passed(
 
 async def _is(value: object, expected: object) -> bool:
     return bool(await value == expected)  # type: ignore[misc]
+
+
+def tenant(task: Envelope) -> object:
+    return task.payload["tenant"]
+
+
+async def declared(storage: Storage) -> dict[str, int | None]:
+    """The concurrency of each control record of queue ``q``, by key."""
+    return {c.key: c.concurrency for c in await storage.list_controls("q")}
+
+
+async def test_a_worker_follows_a_change_of_its_limits_within_a_refresh() -> None:
+    """A worker declares its limits over a submitter's older declaration, and a change of them
+    (a value's limit no longer declared is lifted) reaches the store within one refresh."""
+    app = rdq.App()
+    app.queue("q", limits=[rdq.Concurrency(5, key="psp"), rdq.Concurrency(2, key=tenant, name="t")])
+    app.register("h", lambda: None, queue="q")
+    stale = rdq.App()  # a submitter of an older release: it declares 3 per value
+    stale.queue("q", limits=[rdq.Concurrency(3, key=tenant, name="t")])
+    stale.register("h", lambda: None, queue="q")
+    loop = asyncio.get_running_loop()
+    async with virtual_store() as storage:
+        await rdq.Client(storage, stale).submit("h", {"tenant": "x"}, delay=3600)
+        assert (await declared(storage))["limit:t:x"] == 3
+        async with worker(app, storage):
+
+            async def follows(expected: dict[str, int | None]) -> float:
+                changed = loop.time()
+                return await until(lambda: _is(declared(storage), expected), 0.01) - changed
+
+            assert await follows({"limit:psp": 5, "limit:t:x": 2}) <= REFRESH + 0.01
+            app.queue("q", limits=[rdq.Concurrency(7, key="psp")])
+            assert await follows({"limit:psp": 7}) <= REFRESH + 0.01, "the value's lifted"
+            app.queue("q", limits=[])
+            assert await follows({}) <= REFRESH + 0.01, "every limit lifted"
+
+
+async def test_a_worker_started_earlier_leaves_a_later_declaration_alone() -> None:
+    def app_with(limit: int) -> rdq.App:
+        app = rdq.App()
+        app.queue("q", limits=[rdq.Concurrency(limit, key="psp")])
+        app.register("h", lambda: None, queue="q")
+        return app
+
+    async with virtual_store() as storage, worker(app_with(3), storage):
+        await until(lambda: _is(psp(storage), 3), 0.01)
+        async with worker(app_with(4), storage):
+            await until(lambda: _is(psp(storage), 4), 0.01)
+            (before,) = await storage.list_controls("q")
+            await asyncio.sleep(60 * REFRESH)  # sixty refreshes of each worker
+            (after,) = await storage.list_controls("q")
+    assert (after.concurrency, after.version) == (4, before.version), "no tug of war"
+
+
+async def psp(storage: Storage) -> int | None:
+    return (await declared(storage)).get("limit:psp")
+
+
+async def test_the_slots_a_dead_worker_held_come_back_as_its_leases_lapse() -> None:
+    """A worker dies holding all ten slots of a limit: nothing of the key runs while its
+    leases live, and the next worker takes the slots within one idle poll of their lapse
+    (``poll_max``), ten at once, no more."""
+    app = rdq.App()
+    app.queue("q", concurrency=20, lease=30.0, limits=[rdq.Concurrency(10, key="psp")])
+    running = {"now": 0, "peak": 0}
+
+    @app.handler("pay", queue="q")
+    async def pay(payload: object) -> None:
+        running["now"] += 1
+        running["peak"] = max(running["peak"], running["now"])
+        await asyncio.sleep(0.03)
+        running["now"] -= 1
+
+    async with virtual_store() as storage:
+        async with worker(app, storage):
+            await until(lambda: _is(psp(storage), 10), 0.01)  # the worker's declaration
+        await rdq.Client(storage, app).submit_many([rdq.Submission("pay", i) for i in range(30)])
+        dead = await storage.claim_due("q", 30, timedelta(seconds=30))  # a worker that dies
+        assert len(dead) == 10, "the limit holds for a claim made by hand too"
+        expires = dead[0].task.lease_expires_at
+        assert expires is not None
+        async with worker(app, storage, poll_max=1.0):
+            await asyncio.sleep(29.9)
+            assert running["peak"] == 0, "no slot while the dead worker's leases live"
+            await drained(storage, 30)
+            reruns = [await storage.get(c.task.id) for c in dead]
+    first = min(t.attempts[-1].started_at for t in reruns if t.attempts[-1].started_at)
+    assert 0.0 <= (first - expires).total_seconds() <= 1.0, f"slots back {first - expires} on"
+    assert running["peak"] == 10

@@ -1,4 +1,5 @@
-"""Metrics, maintenance (stats gauges, task_ttl purge) and logging configuration."""
+"""Metrics, maintenance (stats gauges, task_ttl purge, on simulated time) and logging
+configuration."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from datetime import timedelta
 
 import pytest
 from prometheus_client import REGISTRY
@@ -17,7 +19,8 @@ from rdq import logging as rdq_logging
 from rdq import metrics
 from rdq.spi import Status
 
-from .conftest import eventually, fast_worker, running, wait_status
+from ._virtual import START, settle, until, virtual_store, worker
+from .conftest import fast_worker, running, wait_status
 
 
 def sample(name: str, **labels: str) -> float:
@@ -53,9 +56,13 @@ async def test_worker_counts_claims_attempts_and_dead_letters(storage, queue):
 
 
 @pytest.mark.asyncio
-async def test_maintenance_publishes_stats_and_purges_succeeded_after_ttl(storage, queue):
+@pytest.mark.looptime
+async def test_maintenance_publishes_stats_and_purges_succeeded_after_ttl(queue):
+    """On simulated time: a success is purged once its ``task_ttl`` has passed, at the first
+    purge after that (every ``purge_interval``, looked at every ``stats_interval``), not
+    before; the stats gauges follow the store."""
     app = rdq.App()
-    app.queue(queue, task_ttl=0.2, max_attempts=1)
+    app.queue(queue, task_ttl=600, max_attempts=1)
 
     @app.handler("ok", queue=queue)
     async def ok(payload: object) -> None:
@@ -65,29 +72,34 @@ async def test_maintenance_publishes_stats_and_purges_succeeded_after_ttl(storag
     async def bad(payload: object) -> None:
         raise rdq.Permanent("no")
 
-    client = rdq.Client(storage, app)
-    done = await client.submit("ok")
-    await client.submit("bad")
-    await client.submit("ok", delay=3600)
-    worker = fast_worker(app, storage, maintenance=True, stats_interval=0.1, purge_interval=0.1)
-    async with running(worker):
+    async with virtual_store() as storage:
+        client = rdq.Client(storage, app)
+        done = await client.submit("ok")
+        await client.submit("bad")
+        await client.submit("ok", delay=86_400)
+        options = {"maintenance": True, "stats_interval": 15.0, "purge_interval": 60.0}
+        async with worker(app, storage, **options):
+            succeeded = await settle(storage, done.id, Status.SUCCEEDED)
 
-        async def purged() -> bool:
-            try:
-                await storage.get(done.id)
-            except rdq.NotFound:
-                return True
-            return False
+            async def purged() -> bool:
+                try:
+                    await storage.get(done.id)
+                except rdq.NotFound:
+                    return True
+                return False
 
-        await eventually(purged)
+            purged_at = START + timedelta(seconds=await until(purged, 5.0))
 
-        async def gauges() -> bool:
-            return (
-                sample("rdq_dlq_depth", queue=queue) == 1
-                and sample("rdq_pending", queue=queue) == 1
-            )
+            async def gauges() -> bool:
+                return (
+                    sample("rdq_dlq_depth", queue=queue) == 1
+                    and sample("rdq_pending", queue=queue) == 1
+                )
 
-        await eventually(gauges)
+            await until(gauges, 1.0)
+    assert succeeded.completed_at is not None
+    kept = (purged_at - succeeded.completed_at).total_seconds()
+    assert 600 <= kept <= 600 + 60 + 15 + 5, f"purged {kept}s after it succeeded"
     assert sample("rdq_succeeded_purged_total", queue=queue) == 1
 
 

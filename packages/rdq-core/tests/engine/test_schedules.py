@@ -1,6 +1,8 @@
 """Periodic schedules: ticks (cron across DST changes, fixed intervals), exactly one task per
 tick however many workers race on it, what happens to ticks missed while nobody ran, the TOML
-form and ``rdq schedules``."""
+form and ``rdq schedules``. The workers that wait for a tick, a downtime or a change of the
+zone's clock run on simulated time (``_virtual.py``): a minute of downtime costs no real time,
+and a tick is checked to the instant it was enqueued."""
 
 from __future__ import annotations
 
@@ -11,19 +13,19 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 import rdq
-from rdq.schedules import Schedule, decide
+from rdq.schedules import MAX_SLEEP, Schedule, decide
 from rdq.spi import Status, Storage
+from rdq_compliance.testing import FaultyStorage
 
+from ._virtual import START, virtual_store, worker
 from .conftest import eventually, fast_worker, running
 
 RDQ = str(Path(sys.executable).parent / "rdq")
@@ -202,15 +204,11 @@ async def wait_task(storage: Storage, task_id: str, status: Status) -> rdq.spi.E
     return found[0]
 
 
-def fake_clock(offset: list[float]) -> Callable[[], datetime]:
-    """The storage clock: real time moved by ``offset[0]`` seconds (changeable)."""
-    return lambda: datetime.now(UTC) + timedelta(seconds=offset[0])
-
-
-def phase(offset: list[float], period: float, at: float) -> None:
-    """Move the fake clock so that it reads ``at`` seconds past a tick of ``period``."""
-    now = datetime.now(UTC).timestamp() + offset[0]
-    offset[0] += (at - now % period) % period
+async def until_phase(storage: Storage, period: float, at: float) -> None:
+    """Wait (on simulated time) until the store's clock reads ``at`` seconds past a tick of
+    ``period``."""
+    now = (await storage.now()).timestamp()
+    await asyncio.sleep((at - now % period) % period)
 
 
 async def tasks_of(storage: Storage, queue: str) -> set[str]:
@@ -224,10 +222,11 @@ async def tasks_of(storage: Storage, queue: str) -> set[str]:
 
 
 @pytest.mark.asyncio
+@pytest.mark.looptime
 @pytest.mark.parametrize("catch_up", ["last", "skip"])
 async def test_a_stop_longer_than_grace_follows_the_catch_up_policy(catch_up: str):
-    """A worker runs a 2-second schedule, stops; 60 s pass on the storage clock (30 ticks)
-    with no worker; a worker starts 1 s past a tick (grace 0.5 s, so that tick is missed).
+    """A worker runs a 2-second schedule, stops; 60 s pass (30 ticks) with no worker; a
+    worker starts 1 s past a tick (grace 0.5 s, so that tick is missed).
     "last" enqueues the latest missed tick once and drops the others; "skip" drops them all.
     Both go on with the next tick."""
     queue = f"q-{uuid.uuid4().hex[:8]}"
@@ -242,20 +241,19 @@ async def test_a_stop_longer_than_grace_follows_the_catch_up_policy(catch_up: st
     schedule = app.schedule(
         "two-seconds", job, every=timedelta(seconds=2), grace=0.5, catch_up=catch_up
     )
-    offset = [0.0]
-    async with rdq.open_storage(f"memory://sched-{queue}", clock=fake_clock(offset)) as storage:
-        phase(offset, 2.0, 0.2)
+    async with virtual_store() as storage:
+        await until_phase(storage, 2.0, 0.2)
         first_tick = schedule.last_tick(await storage.now())
         assert first_tick is not None
-        async with running(fast_worker(app, storage)):
+        async with worker(app, storage):
             await wait_task(storage, schedule.task_id(first_tick), Status.SUCCEEDED)
         before = await tasks_of(storage, queue)
-        offset[0] += 60.0  # downtime
-        phase(offset, 2.0, 1.0)
+        await asyncio.sleep(60.0)  # downtime
+        await until_phase(storage, 2.0, 1.0)
         missed = schedule.last_tick(await storage.now())
         assert missed is not None
         following = missed + timedelta(seconds=2)
-        async with running(fast_worker(app, storage)):
+        async with worker(app, storage):
             await wait_task(storage, schedule.task_id(following), Status.SUCCEEDED)
         after = await tasks_of(storage, queue)
     new = after - before
@@ -267,11 +265,12 @@ async def test_a_stop_longer_than_grace_follows_the_catch_up_policy(catch_up: st
 
 
 @pytest.mark.asyncio
+@pytest.mark.looptime
 @pytest.mark.parametrize("catch_up", ["last", "skip"])
 async def test_a_stop_within_grace_enqueues_the_latest_tick_of_the_gap_only(catch_up: str):
-    """A 2-second schedule with grace 60 s; every worker stops for 15 s on the storage clock
-    (7 ticks pass, each within grace of a worker's restart). The restarted worker enqueues the
-    latest of them, on time, under either policy; the 6 it superseded are dropped."""
+    """A 2-second schedule with grace 60 s; every worker stops for 15 s (7 ticks pass, each
+    within grace of a worker's restart). The restarted worker enqueues the latest of them, on
+    time, under either policy; the 6 it superseded are dropped."""
     queue = f"q-{uuid.uuid4().hex[:8]}"
     app = rdq.App()
     app.queue(queue)
@@ -283,17 +282,15 @@ async def test_a_stop_within_grace_enqueues_the_latest_tick_of_the_gap_only(catc
     schedule = app.schedule(
         "two-seconds", job, every=timedelta(seconds=2), grace=60, catch_up=catch_up
     )
-    offset = [0.0]
-    async with rdq.open_storage(f"memory://grace-{queue}", clock=fake_clock(offset)) as storage:
-        phase(offset, 2.0, 0.2)
-        stopped = await storage.now()
-        first_tick = schedule.last_tick(stopped)
+    async with virtual_store() as storage:
+        await until_phase(storage, 2.0, 0.2)
+        first_tick = schedule.last_tick(await storage.now())
         assert first_tick is not None
-        async with running(fast_worker(app, storage)):
+        async with worker(app, storage):
             await wait_task(storage, schedule.task_id(first_tick), Status.SUCCEEDED)
         before = await tasks_of(storage, queue)
-        offset[0] += 15.0  # downtime
-        phase(offset, 2.0, 1.0)
+        await asyncio.sleep(15.0)  # downtime
+        await until_phase(storage, 2.0, 1.0)
         restart = await storage.now()
         latest = schedule.last_tick(restart)
         assert latest is not None
@@ -301,10 +298,12 @@ async def test_a_stop_within_grace_enqueues_the_latest_tick_of_the_gap_only(catc
         assert len(gap) >= 7 and gap[-1] == latest
         assert all((restart - tick).total_seconds() < 60 for tick in gap)
         following = latest + timedelta(seconds=2)
-        async with running(fast_worker(app, storage)):
+        async with worker(app, storage):
             await wait_task(storage, schedule.task_id(following), Status.SUCCEEDED)
+            on_time = await storage.get(schedule.task_id(latest))
         after = await tasks_of(storage, queue)
     assert after - before == {schedule.task_id(latest), schedule.task_id(following)}
+    assert on_time.created_at == restart, "enqueued as the worker started"
 
 
 def latest_tick_of(schedule: Schedule, task_ids: set[str]) -> datetime:
@@ -314,6 +313,7 @@ def latest_tick_of(schedule: Schedule, task_ids: set[str]) -> datetime:
 
 
 @pytest.mark.asyncio
+@pytest.mark.looptime
 async def test_a_worker_ticks_by_the_storage_clock_across_a_dst_change():
     """The storage clock reads 01:59:59.5 CET on 2026-03-29, just before Berlin skips
     02:00-03:00: a 02:30 daily schedule ticks right after the change, at 01:00Z."""
@@ -326,18 +326,16 @@ async def test_a_worker_ticks_by_the_storage_clock_across_a_dst_change():
         return None
 
     schedule = app.schedule("nightly", job, cron="30 2 * * *", tz="Europe/Berlin")
-    target = utc(2026, 3, 29, 0, 59, 59, 500000)
-    offset = [(target - datetime.now(UTC)).total_seconds()]
-    async with rdq.open_storage(f"memory://dst-{queue}", clock=fake_clock(offset)) as storage:
-        started = time.monotonic()
-        async with running(fast_worker(app, storage)):
-            task = await wait_task(storage, "schedule:nightly:20260329T010000Z", Status.SUCCEEDED)
-        assert time.monotonic() - started < 20
+    before_the_change = utc(2026, 3, 29, 0, 59, 59, 500000)
+    async with virtual_store(before_the_change - START) as storage, worker(app, storage):
+        task = await wait_task(storage, "schedule:nightly:20260329T010000Z", Status.SUCCEEDED)
     assert task.headers["rdq-schedule-tick"] == "2026-03-29T01:00:00+00:00"
+    assert task.created_at == utc(2026, 3, 29, 1), "enqueued at the tick, half a second on"
     assert schedule.next_tick(utc(2026, 3, 29, 1)) == utc(2026, 3, 30, 0, 30)
 
 
 @pytest.mark.asyncio
+@pytest.mark.looptime
 async def test_a_worker_started_in_the_repeated_hour_neither_repeats_a_tick_nor_spins():
     """Berlin, 2026-10-25: a worker runs the 02:30 tick (02:30 CEST, 00:30Z) and stops; another
     starts at 01:10Z, 02:10 CET, in the hour the change repeats. The day's tick has run: it
@@ -358,30 +356,24 @@ async def test_a_worker_started_in_the_repeated_hour_neither_repeats_a_tick_nor_
         app.schedule("berlin", tick, cron="30 2 * * *", tz="Europe/Berlin", catch_up=catch_up)
         return app
 
-    offset = [(utc(2026, 10, 25, 0, 29, 59, 500000) - datetime.now(UTC)).total_seconds()]
-    reads = [0]
-    clock = fake_clock(offset)
-
-    def counted() -> datetime:
-        reads[0] += 1
-        return clock()
-
     today = "schedule:berlin:20261025T003000Z"
-    async with rdq.open_storage(f"memory://fold-{queue}", clock=counted) as storage:
+    async with virtual_store(utc(2026, 10, 25, 0, 29, 59, 500000) - START) as memory:
+        storage = FaultyStorage(memory)  # counts the reads of the storage clock
         # "skip": the first worker drops the previous day's tick, so the store holds today's
-        async with running(fast_worker(berlin_app("skip"), storage)):
+        async with worker(berlin_app("skip"), storage):
             await wait_task(storage, today, Status.SUCCEEDED)
         assert await tasks_of(storage, queue) == {today}
-        offset[0] += 40 * 60.0
-        async with running(fast_worker(berlin_app("last"), storage)):
+        await until_phase(storage, 86_400.0, 70 * 60.0)  # to 01:10Z, 02:10 CET
+        async with worker(berlin_app("last"), storage):
             await asyncio.sleep(0.5)
-            reads[0] = 0
-            await asyncio.sleep(1.5)
-            reads_in_window = reads[0]
-            await asyncio.sleep(0.5)
+            before = storage.calls["now"]
+            await asyncio.sleep(60.0)
+            reads = storage.calls["now"] - before
         assert await tasks_of(storage, queue) == {today}
     assert ran == [today]
-    assert reads_in_window < 40, reads_in_window  # a loop at its 10 ms floor reads ~150 times
+    # one read per MAX_SLEEP while the next tick is a day away; a loop at its 10 ms floor
+    # would read 6,000 times
+    assert reads <= 60.0 / MAX_SLEEP + 1, reads
 
 
 # --- rdq schedules -------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Each failed attempt carries the formatted traceback of its failure: the handler's frames (not
 the engine's), chained causes, bounded in size with the innermost frames kept; a timeout
-records where the handler was; every text of an attempt fits the contract's limits."""
+records where the handler was; every text of an attempt fits the contract's limits. The
+async timeouts run on simulated time (``_virtual.py``): their timeout and fence cost no real
+time."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from typing import Any
 import pytest
 
 import rdq
-from rdq.spi import Outcome, Status, bounds
+from rdq.spi import Envelope, Outcome, Status, bounds
 
+from ._virtual import settle, virtual_store, worker
 from .conftest import Recorder, fast_worker, running, wait_status
 
 pytestmark = pytest.mark.asyncio
@@ -29,6 +32,15 @@ async def run_one(storage: Any, app: rdq.App, handler: str, **kwargs: Any) -> An
     async with running(fast_worker(app, storage, logger=log)):
         task = await wait_status(storage, sub.id, Status.DEAD)
     return task, log
+
+
+async def run_virtual(app: rdq.App, handler: str) -> Envelope:
+    """``run_one`` on simulated time, on the memory store: a timeout, and the fence of a
+    handler that ignores it, cost no real time."""
+    async with virtual_store() as storage:
+        sub = await rdq.Client(storage, app).submit(handler)
+        async with worker(app, storage):
+            return await settle(storage, sub.id, Status.DEAD)
 
 
 def one_attempt_app(queue: str, **config: Any) -> rdq.App:
@@ -127,17 +139,18 @@ async def test_error_types_and_messages_fit_the_contract(storage, queue):
     bounds.check_attempt(attempt)
 
 
-async def test_an_async_timeout_records_where_the_handler_was_waiting(storage, queue):
-    app = one_attempt_app(queue, timeout=0.3)
+@pytest.mark.looptime
+async def test_an_async_timeout_records_where_the_handler_was_waiting():
+    app = one_attempt_app("q", timeout=0.3)
 
     async def fetch_report() -> None:
         await asyncio.sleep(30)  # the slow call
 
-    @app.handler("report", queue=queue)
+    @app.handler("report", queue="q")
     async def report(payload: object) -> None:
         await fetch_report()
 
-    task, _ = await run_one(storage, app, "report")
+    task = await run_virtual(app, "report")
     attempt = task.attempts[-1]
     assert (attempt.outcome, attempt.error_type) == (Outcome.TIMEOUT, "rdq.Timeout")
     trace = attempt.traceback
@@ -169,8 +182,9 @@ async def test_a_thread_timeout_records_where_the_function_was(storage, queue):
     assert "_threads.py" not in trace
 
 
-async def test_a_handler_that_swallows_its_cancellation_is_recorded_where_it_hid(storage, queue):
-    app = one_attempt_app(queue, timeout=0.2)
+@pytest.mark.looptime
+async def test_a_handler_that_swallows_its_cancellation_is_recorded_where_it_hid():
+    app = one_attempt_app("q", timeout=0.2)
 
     done = asyncio.Event()
 
@@ -181,12 +195,12 @@ async def test_a_handler_that_swallows_its_cancellation_is_recorded_where_it_hid
             except asyncio.CancelledError:
                 continue
 
-    @app.handler("stubborn", queue=queue)
+    @app.handler("stubborn", queue="q")
     async def handler(payload: object) -> None:
         await stubborn()
 
     try:
-        task, _ = await run_one(storage, app, "stubborn")
+        task = await run_virtual(app, "stubborn")
     finally:
         done.set()
     attempt = task.attempts[-1]

@@ -66,11 +66,14 @@ async def test_exponential_backoff_with_full_jitter_stays_within_its_bounds() ->
 async def test_retry_after_waits_the_delay_the_handler_asked_for() -> None:
     app = rdq.App()
     app.queue("q", max_attempts=5, backoff=rdq.Backoff.fixed(1.0))
-    app.register("limited", failing(1, lambda n: rdq.RetryAfter(90)), queue="q")
+    app.register("limited", failing(1, lambda n: rdq.RetryAfter(90, "rate limited")), queue="q")
     async with virtual_store() as storage:
         sub = await rdq.Client(storage, app).submit("limited")
         async with worker(app, storage):
             task = await settle(storage, sub.id, Status.SUCCEEDED)
+    asked, ran = task.attempts
+    assert (asked.outcome, asked.error_type) == (Outcome.FAILED, "rdq.RetryAfter")
+    assert asked.error_message == "rate limited" and ran.outcome == Outcome.SUCCEEDED
     (gap,) = gaps(task)
     assert 90.0 <= gap <= 90.0 + POLL
 
@@ -125,6 +128,7 @@ async def test_a_lease_lost_by_a_dead_worker_is_reclaimed_when_it_expires_and_re
 
 
 async def test_heartbeats_keep_the_lease_of_a_handler_that_runs_ten_leases_long() -> None:
+    """A second worker claims all along: it never finds the lease lapsed."""
     app = rdq.App()
     app.queue("q", lease=10.0, timeout=600.0, max_attempts=1)
 
@@ -134,7 +138,7 @@ async def test_heartbeats_keep_the_lease_of_a_handler_that_runs_ten_leases_long(
 
     async with virtual_store() as storage:
         sub = await rdq.Client(storage, app).submit("long")
-        async with worker(app, storage):
+        async with worker(app, storage), worker(app, storage):
             task = await settle(storage, sub.id, Status.SUCCEEDED)
     (attempt,) = task.attempts  # no LEASE_EXPIRED: never reclaimed while it ran
     assert attempt.outcome == Outcome.SUCCEEDED

@@ -145,7 +145,7 @@ def test_pause_and_resume_on_a_store_audited(store_url: str) -> None:
     code, out = rdq("queue", "pause", "pay", *where, "--json")
     assert json.loads(out)["key"] == "*" and json.loads(out)["paused"] is True
     code, out = rdq("queue", "resume", "pay", *where)
-    assert code == 0 and "the whole queue of queue pay is not paused" in out
+    assert code == 0 and "the whole queue pay is not paused" in out
     code, out = rdq("queue", "pause", "pay", "--handler", "a", "--dependency", "b", *where)
     assert code == 2 and "not both" in out
     code, out = rdq("audit", "--storage", store_url, "--json")

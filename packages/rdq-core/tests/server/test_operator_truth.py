@@ -155,7 +155,7 @@ def test_a_typo_is_refused_with_the_closest_name(store_url: str) -> None:
         assert code == 1 and said in out and "did you mean" in out, (args, out)
         assert "--force" in out
     code, out = rdq("queue", "pause", "reports", "--reason", "soon", "--force", *where)
-    assert code == 0 and "paused the whole queue of queue reports" in out, out
+    assert code == 0 and "paused the whole queue reports" in out, out
     code, out = rdq("queue", "status", "reports", *where, "--json")
     assert json.loads(out)["queues"][0]["flags"] == ["paused"]
     code, out = rdq("stats", *where, "--json")

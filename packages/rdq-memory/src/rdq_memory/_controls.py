@@ -1,6 +1,7 @@
 """The control records of the memory store (capability ``control``): ``list_controls``,
 ``put_control`` (compare-and-set on the version), ``delete_control``, ``retry_now``, and the
-live leases of a key (``in_use``), which claims count too (:mod:`rdq_memory._claims`).
+live leases of a key (``in_use``), which claims count too (:mod:`rdq_memory._claims`), as does
+the extension of a lapsed lease (``lapsed_lease_fits``).
 
 Each operation of :class:`ControlOperations` is one call of a function here under the state's
 lock (the arguments already checked by the store).
@@ -14,7 +15,7 @@ from datetime import datetime
 import msgspec
 
 from rdq.errors import ControlConflict
-from rdq.spi import Control, Status, task_keys
+from rdq.spi import Control, Envelope, Status, slots_free, task_keys
 from rdq_memory._core import MemoryCore
 from rdq_memory._state import MemoryState
 
@@ -22,6 +23,7 @@ __all__ = [
     "ControlOperations",
     "delete_control",
     "in_use",
+    "lapsed_lease_fits",
     "list_controls",
     "put_control",
     "retry_now",
@@ -65,6 +67,21 @@ def in_use(state: MemoryState, queue: str, keys: set[str], now: datetime) -> Cou
                 if key in keys:
                     counts[key] += 1
     return counts
+
+
+def lapsed_lease_fits(state: MemoryState, task: Envelope, now: datetime) -> bool:
+    """Whether the lease of ``task`` (IN_FLIGHT, its token checked) may be extended now: a
+    live lease always, a lapsed one only into a free slot of every concurrency limit of its
+    keys (``rdq.spi.slots_free``)."""
+    expires = task.lease_expires_at
+    if expires is not None and expires > now:
+        return True
+    controls = state.controls.get(task.queue)
+    if not controls:
+        return True
+    keys = task_keys(task)
+    limited = {k for k in keys if k in controls and controls[k].concurrency is not None}
+    return slots_free(controls, in_use(state, task.queue, limited, now), keys)
 
 
 def list_controls(state: MemoryState, queue: str | None, now: datetime) -> list[Control]:

@@ -4,8 +4,8 @@ The store is built in layers on :mod:`rdq_memory._core` (the state and the clock
 of operations per module of the backend layout: :mod:`rdq_memory._admission` (admission),
 :mod:`rdq_memory._claims` (claims), :mod:`rdq_memory._controls` (control records,
 ``retry_now``), :mod:`rdq_memory._fleet` (the worker registry, the counts) and this module
-(leases, resolution, the DLQ, listings, the audit trail, stats, and the store's
-capabilities).
+(leases — a lapsed one extended only into a free slot —, resolution, the DLQ, listings, the
+audit trail, stats, and the store's capabilities).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from rdq.spi import (
 from rdq_memory._admission import AdmissionOperations
 from rdq_memory._claims import ClaimOperations
 from rdq_memory._codec import read
-from rdq_memory._controls import ControlOperations
+from rdq_memory._controls import ControlOperations, lapsed_lease_fits
 from rdq_memory._core import forget_named_stores
 from rdq_memory._fleet import FleetOperations
 from rdq_memory._notify import wait_due
@@ -77,7 +77,10 @@ class MemoryStorage(AdmissionOperations, ClaimOperations, ControlOperations, Fle
         state = self._state
         with state.lock:
             record = self._fenced(task_id, token)
-            expires = self._clock_now() + lease
+            now = self._clock_now()
+            if not lapsed_lease_fits(state, record.task, now):
+                raise StaleClaim(task_id)
+            expires = now + lease
             record.task.lease_expires_at = expires
             record.bump()
             state.schedule(record)

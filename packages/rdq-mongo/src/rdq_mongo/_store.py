@@ -46,7 +46,7 @@ from rdq_mongo import _controls, _fleet, _pages
 from rdq_mongo import _filters as f
 from rdq_mongo import _updates as u
 from rdq_mongo._admission import Admission, admit_batch, admit_one
-from rdq_mongo._claims import HOLD_MARGIN_US, Claim
+from rdq_mongo._claims import HOLD_MARGIN_US, Claim, extend
 from rdq_mongo._codec import (
     attempt_to_document,
     audit_from_document,
@@ -208,13 +208,9 @@ class MongoStorage(StorageBase):
                     await claim.settle()
 
     async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        hold_us = int(self._config.timeout * 1_000_000) + HOLD_MARGIN_US
         with self._errors() as connection:
-            doc = await connection.tasks.find_one_and_update(
-                f.claimed_with(task_id, token),
-                u.extend_update(_micros(lease)),
-                projection={"lease_expires_at": 1},
-                return_document=ReturnDocument.AFTER,
-            )
+            doc = await extend(connection, task_id, token, _micros(lease), hold_us)
             applied = doc is not None
             fence(
                 task_id, found=applied or await self._exists(connection, task_id), applied=applied

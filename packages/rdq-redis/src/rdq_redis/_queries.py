@@ -44,8 +44,9 @@ SCRIPT_NAMES = (
 )
 """Every script the package ships (``lua/<name>.lua``)."""
 
-FLOW_SCRIPTS = frozenset({"claim_due", "next_due", "list_controls"})
-"""The scripts that read control records: ``lua/_flow.lua`` goes in front of them."""
+FLOW_SCRIPTS = frozenset({"claim_due", "next_due", "list_controls", "extend_lease"})
+"""The scripts that read control records (an extension of a lapsed lease checks the
+concurrency limits): ``lua/_flow.lua`` goes in front of them."""
 
 ORDER_SCRIPTS = frozenset({"claim_due"})
 """The scripts that claim in a fair or aged order: ``lua/_order.lua`` goes after

@@ -4,7 +4,8 @@
 
 Writes are functions run inside one write transaction (see :mod:`rdq_sqlite._connection`);
 ``list_controls`` runs in one read snapshot. Deleting a control, or lifting every limit it
-sets, releases the tasks claims held under its key (see :mod:`rdq_sqlite._claims`).
+sets, releases the tasks claims held under its key (see :mod:`rdq_sqlite._claims`). An
+extension of a lapsed lease asks :func:`lapsed_lease_fits` whether a slot is free.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from typing import Any
 import msgspec
 
 from rdq.errors import ControlConflict
-from rdq.spi import Bucket, Control
+from rdq.spi import QUEUE_KEY, Bucket, Control, handler_key, slots_free
 from rdq_sqlite._clock import now_for_read, tick
-from rdq_sqlite._codec import at_us
+from rdq_sqlite._codec import at_us, decode_keys
 from rdq_sqlite._queries import SQL
 
 __all__ = [
     "control_from_row",
     "delete_control",
+    "lapsed_lease_fits",
     "list_controls",
     "live_leases",
     "put_control",
@@ -80,6 +82,26 @@ def live_leases(conn: sqlite3.Connection, queue: str, now: int) -> dict[str, tup
             before_count, before_earliest = leases.get(key, (0, earliest))
             leases[key] = (before_count + count, min(before_earliest, earliest))
     return leases
+
+
+def lapsed_lease_fits(conn: sqlite3.Connection, task_id: str, token: str, now: int) -> bool:
+    """Whether the lease of ``task_id`` held with ``token`` may be extended at ``now``: a live
+    lease (or a token that is not current: the extension's own fence says so) always, a
+    lapsed one only into a free slot of every concurrency limit of its keys
+    (``rdq.spi.slots_free``). Inside the extension's write transaction."""
+    row = conn.execute(SQL.lease_holder, {"id": task_id, "token": token}).fetchone()
+    if row is None or row[1] is None or row[1] > now:
+        return True
+    queue, _, handler_ref, raw_keys = row
+    controls = {
+        control.key: control
+        for control, _ in map(control_from_row, conn.execute(SQL.queue_controls, {"queue": queue}))
+        if control.concurrency is not None
+    }
+    if not controls:
+        return True
+    used = {key: count for key, (count, _) in live_leases(conn, queue, now).items()}
+    return slots_free(controls, used, [QUEUE_KEY, handler_key(handler_ref), *decode_keys(raw_keys)])
 
 
 def list_controls(conn: sqlite3.Connection, queue: str | None) -> list[Control]:

@@ -33,6 +33,7 @@ from rdq_sqlite._codec import (
     from_us,
     ids_param,
 )
+from rdq_sqlite._controls import lapsed_lease_fits
 from rdq_sqlite._queries import SQL
 
 __all__ = [
@@ -55,8 +56,11 @@ def _fence(conn: sqlite3.Connection, task_id: str, row: object) -> None:
 
 
 def extend_lease(conn: sqlite3.Connection, task_id: str, token: str, lease_us: int) -> int:
-    """The new lease expiry (the store's now + lease) of a claim still held."""
+    """The new lease expiry (the store's now + lease) of a claim still held; ``StaleClaim``
+    for a lapsed lease whose concurrency slot another task took meanwhile."""
     now = tick(conn)
+    if not lapsed_lease_fits(conn, task_id, token, now):
+        raise StaleClaim(task_id)
     row = conn.execute(
         SQL.extend_lease, {"id": task_id, "token": token, "expires": now + lease_us}
     ).fetchone()

@@ -10,6 +10,8 @@ import pytest
 
 from rdq.errors import ValidationError
 from rdq.spi import Counts, Storage, WorkerInfo
+from rdq_compliance._fixtures import StorageOpener
+from rdq_compliance._flow_support import two_stores
 from rdq_compliance._support import new_id
 
 __all__ = ["CountClauses", "WorkerRegistryClauses"]
@@ -113,6 +115,84 @@ class WorkerRegistryClauses:
                 await storage.heartbeat_worker(bad)
             assert caught.value.field == field
 
+    @pytest.mark.asyncio
+    async def test_purge_workers_goes_by_the_last_heartbeat_not_the_first(
+        self, storage: Storage
+    ) -> None:
+        alive = await storage.heartbeat_worker(_worker())
+        silent = await storage.heartbeat_worker(_worker())
+        await asyncio.sleep(0.01)
+        marker = await storage.heartbeat_worker(_worker())
+        await asyncio.sleep(0.01)
+        again = await storage.heartbeat_worker(WorkerInfo(id=alive.id, host="kit-host"))
+        assert again.started_at == alive.started_at and marker.seen_at is not None
+        assert await storage.purge_workers(marker.seen_at) >= 1
+        left = {w.id for w in await storage.list_workers()}
+        assert silent.id not in left, "silent since before the cut-off"
+        assert alive.id in left, "started before the cut-off, heard from since"
+        assert marker.id in left, "seen at the cut-off itself is not before it"
+
+    @pytest.mark.asyncio
+    async def test_a_heartbeat_stamps_the_store_times_whatever_the_worker_sends(
+        self, storage: Storage
+    ) -> None:
+        long_ago = datetime(2001, 2, 3, 4, 5, 6, tzinfo=UTC)
+        before = await storage.now()
+        first = await storage.heartbeat_worker(_worker(started_at=long_ago, seen_at=long_ago))
+        assert first.started_at is not None and first.started_at >= before
+        assert first.seen_at == first.started_at
+        later = await storage.heartbeat_worker(
+            _worker(id=first.id, started_at=datetime(2050, 1, 1, tzinfo=UTC), seen_at=long_ago)
+        )
+        assert later.started_at == first.started_at, "the start stays the first heartbeat's"
+        assert later.seen_at is not None and later.seen_at >= first.seen_at
+        got = {w.id: w for w in await storage.list_workers()}[first.id]
+        assert (got.started_at, got.seen_at) == (first.started_at, later.seen_at)
+
+    @pytest.mark.asyncio
+    async def test_heartbeats_of_several_workers_each_keep_their_own_start(
+        self, storage: Storage
+    ) -> None:
+        """Workers of one host, heard from in turn: each start is its own first heartbeat's."""
+        ids = [_worker().id for _ in range(3)]
+        starts: dict[str, datetime | None] = {}
+        for round_ in range(3):
+            for worker_id in ids:
+                stored = await storage.heartbeat_worker(_worker(id=worker_id, held=round_))
+                starts.setdefault(worker_id, stored.started_at)
+                assert stored.started_at == starts[worker_id], f"{worker_id}, round {round_}"
+                await asyncio.sleep(0.005)
+        assert len(set(starts.values())) == 3, "three workers started at three moments"
+        listed = {w.id: w for w in await storage.list_workers()}
+        assert {i: listed[i].started_at for i in ids} == starts
+        assert all(listed[i].held == 2 for i in ids)
+
+    @pytest.mark.asyncio
+    async def test_a_worker_removed_and_heard_from_again_starts_afresh(
+        self, storage: Storage
+    ) -> None:
+        first = await storage.heartbeat_worker(_worker())
+        assert await storage.remove_worker(first.id)
+        await asyncio.sleep(0.01)
+        back = await storage.heartbeat_worker(WorkerInfo(id=first.id, host="kit-host"))
+        assert back.started_at is not None and first.started_at is not None
+        assert back.started_at > first.started_at, "a new start: it was forgotten"
+        assert back.started_at == back.seen_at
+
+    @pytest.mark.asyncio
+    async def test_the_registry_is_one_for_every_store_instance(
+        self, storage: Storage, open_peer_storage: StorageOpener
+    ) -> None:
+        async with two_stores(open_peer_storage) as (a, b):
+            first = await a.heartbeat_worker(_worker())
+            await asyncio.sleep(0.01)
+            later = await b.heartbeat_worker(WorkerInfo(id=first.id, held=4))
+            assert later.started_at == first.started_at, "the start of the fleet's registry"
+            seen = {w.id: w for w in await a.list_workers()}[first.id]
+            assert (seen.held, seen.seen_at) == (4, later.seen_at)
+            assert await b.remove_worker(first.id)
+            assert first.id not in {w.id for w in await a.list_workers()}
+
 
 def _minute(offset: int = 0) -> datetime:
     base = datetime(2031, 5, 6, 7, 8, tzinfo=UTC)
@@ -188,3 +268,54 @@ class CountClauses:
                 await storage.add_counts([bad])
             assert caught.value.field == field
         assert await storage.read_counts(queue, _minute(-60)) == []
+
+    @pytest.mark.asyncio
+    async def test_every_count_adds_up_over_repeated_additions_and_within_one_call(
+        self, storage: Storage, queue: str
+    ) -> None:
+        minute = _minute(20)
+        await storage.add_counts(
+            [
+                Counts(queue=queue, minute=minute, succeeded=1, failed=2, dead=3, deferred=4),
+                Counts(queue=queue, minute=minute, succeeded=10, failed=20, dead=30, deferred=40),
+                Counts(queue=queue, minute=_minute(21), deferred=1),
+            ]
+        )
+        await storage.add_counts(
+            [Counts(queue=queue, minute=minute, succeeded=100, failed=200, dead=300, deferred=1)]
+        )
+        got = await storage.read_counts(queue, minute)
+        assert got == [
+            Counts(queue=queue, minute=minute, succeeded=111, failed=222, dead=333, deferred=45),
+            Counts(queue=queue, minute=_minute(21), deferred=1),
+        ], "each of the four counts adds up: entries of one call and of every call"
+
+    @pytest.mark.asyncio
+    async def test_concurrent_additions_through_two_stores_lose_none(
+        self, storage: Storage, open_peer_storage: StorageOpener, queue: str
+    ) -> None:
+        async with two_stores(open_peer_storage) as (a, b):
+
+            async def writer(n: int) -> None:
+                store = (a, b)[n % 2]
+                for _ in range(10):
+                    entry = Counts(queue=queue, minute=_minute(), failed=1, dead=2, deferred=n)
+                    await store.add_counts([entry])
+
+            await asyncio.gather(*(writer(n) for n in range(8)))
+            (got,) = await a.read_counts(queue, _minute())
+            assert (got.failed, got.dead, got.deferred) == (80, 160, 10 * sum(range(8)))
+
+    @pytest.mark.asyncio
+    async def test_read_counts_takes_the_minute_since_and_purge_counts_keeps_the_minute_before(
+        self, storage: Storage, queue: str
+    ) -> None:
+        base = datetime(2001, 3, 4, 5, 6, tzinfo=UTC)
+        minutes = [base + timedelta(minutes=n) for n in (-1, 0, 1)]
+        await storage.add_counts([Counts(queue=queue, minute=m, succeeded=1) for m in minutes])
+        assert [c.minute for c in await storage.read_counts(queue, base)] == minutes[1:], (
+            "from since on: since itself included"
+        )
+        assert await storage.purge_counts(base) >= 1
+        left = [c.minute for c in await storage.read_counts(queue, minutes[0])]
+        assert left == minutes[1:], "only the minutes before the cut-off go"

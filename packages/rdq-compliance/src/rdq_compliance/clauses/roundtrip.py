@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 
 from rdq.keys import Keyring, open_payload, seal
@@ -217,6 +218,26 @@ class RoundTripClauses:
         )
         await storage.reschedule(claimed.task.id, claimed.token, record, start + timedelta(days=1))
         assert (await storage.get(claimed.task.id)).attempts == [record]
+
+    @pytest.mark.asyncio
+    async def test_round_trip_keeps_every_outcome_the_contract_names(
+        self, storage: Storage, queue: str
+    ) -> None:
+        """Each outcome an attempt can record (``Outcome.SNOOZED``, the newest, included) is
+        read back as written: a store that keeps a list of the outcomes it knows would turn a
+        newer engine's attempts into corrupt tasks."""
+        await storage.enqueue(new_task(queue))
+        written = []
+        for number, outcome in enumerate(Outcome, start=1):
+            claimed = await claim_one(storage, queue)
+            start = claim_time(claimed, LONG_LEASE)
+            record = Attempt(number=number, outcome=outcome, error_type=f"rdq.{outcome.value}")
+            record = msgspec.structs.replace(record, finished_at=start)
+            await storage.reschedule(claimed.task.id, claimed.token, record, start)
+            written.append(record)
+        stored = await storage.get(claimed.task.id)
+        assert [a.outcome for a in stored.attempts] == list(Outcome)
+        assert stored.attempts == written
 
     @pytest.mark.asyncio
     async def test_round_trip_keeps_microsecond_timestamps(

@@ -14,8 +14,11 @@ class StatefulClauses:
     """Any sequence of operations (enqueue with priorities; claims with long and short leases,
     so leases lapse and are reclaimed; extend, reschedule, complete, dead_letter with current,
     lapsed, old and made-up tokens; cancel; import in any status; redrive, purge, get,
-    list_tasks, stats, purge_succeeded) leaves the store where the contract's model says it
-    must be."""
+    list_tasks, stats, purge_succeeded; with ``control``, tasks with keys, and control records
+    read, changed and written back — pauses, breakers opening, probing and closing,
+    concurrency limits, gates and rates set, changed and cleared —, deleted or written over a
+    stale version, and ``retry_now``, so claims and extensions meet controls that change)
+    leaves the store where the contract's model says it must be."""
 
     since = 2
     """The machine models contract version 2 (cancel, import, priorities, claim holders)."""

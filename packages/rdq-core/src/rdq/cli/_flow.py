@@ -68,15 +68,19 @@ def _pause_command(paused: bool) -> click.Command:
         if as_json:
             echo_json(control)
             return
-        what = {"queue": "the whole queue"}.get(control["kind"], control["key"])
+        what = (
+            f"the whole queue {queue_name}"
+            if control["kind"] == "queue"
+            else f"{control['key']} of queue {queue_name}"
+        )
         if control["paused"]:
             pause = control.get("pause") or {}
             by = f" by {pause['by']}" if pause.get("by") else ""
             why = f": {pause['reason']}" if pause.get("reason") else ""
-            click.echo(f"paused {what} of queue {queue_name}{by}{why}")
+            click.echo(f"paused {what}{by}{why}")
             click.echo(f"lift it: rdq queue resume {queue_name}" + _naming(handler, dependency))
         else:
-            click.echo(f"{what} of queue {queue_name} is not paused: its tasks are claimed")
+            click.echo(f"{what} is not paused: its tasks are claimed")
 
     command.help = (
         ("Pause" if paused else "Resume")

@@ -26,7 +26,7 @@ __all__ = ["OUTAGE_TOO_LONG", "held_too_long", "own_outage"]
 OUTAGE_TOO_LONG = "rdq.OutageTooLong"
 """The error type of a task dead-lettered by :func:`held_too_long`."""
 _FAILED = (Outcome.FAILED, Outcome.TIMEOUT)
-_NEUTRAL = (Outcome.DEFERRED, Outcome.INTERRUPTED, Outcome.LEASE_EXPIRED)
+_NEUTRAL = (Outcome.DEFERRED, Outcome.INTERRUPTED, Outcome.LEASE_EXPIRED, Outcome.SNOOZED)
 """Attempts that say nothing of the dependency: held, interrupted, or lost with a worker."""
 
 

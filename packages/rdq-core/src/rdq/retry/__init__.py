@@ -5,6 +5,7 @@ the handler returns                    SUCCEEDED, complete
 it raises ``rdq.Permanent`` or a type  PERMANENT, dead-letter at once
 the queue lists as ``non_retryable``
 it raises ``rdq.RetryAfter(delay)``    FAILED, retry after ``delay``
+it raises ``rdq.Snooze(delay)``        SNOOZED, run again after ``delay``, no attempt used
 it exceeds its timeout                 TIMEOUT, retry after backoff
 it raises anything else                FAILED, retry after backoff
 a retry when attempts are exhausted    dead-letter (the attempt keeps its outcome)
@@ -45,6 +46,8 @@ from rdq.retry._decision import (
     HANDLER_IMPORT_ERROR,
     INTERRUPTED_ERROR,
     PAYLOAD_KEY_UNAVAILABLE,
+    SNOOZE,
+    SNOOZED_TOO_OFTEN,
     SUCCESS,
     TIMEOUT_ERROR,
     UNDECODABLE_PAYLOAD,
@@ -59,6 +62,7 @@ from rdq.retry._exhaustion import (
     UNCHARGED_OUTCOMES,
     OutageWindow,
     attempts_used,
+    bound_snoozes,
     corrupt,
     exhausted,
     payload_unreadable,
@@ -95,6 +99,8 @@ __all__ = [
     "MAX_DELAY",
     "MAX_RETRY_AFTER",
     "PAYLOAD_KEY_UNAVAILABLE",
+    "SNOOZE",
+    "SNOOZED_TOO_OFTEN",
     "SUCCESS",
     "TIMEOUT_ERROR",
     "UNCHARGED_OUTCOMES",
@@ -109,6 +115,7 @@ __all__ = [
     "backoff_bounds",
     "backoff_delay",
     "bound_head",
+    "bound_snoozes",
     "bound_tail",
     "cancelled_at",
     "classify_error",

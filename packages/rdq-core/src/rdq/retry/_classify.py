@@ -3,6 +3,8 @@
 returns                              → SUCCEEDED, complete
 raises rdq.Permanent / non_retryable → PERMANENT, dead-letter at once
 raises rdq.RetryAfter(delay)         → FAILED, retry after ``delay``
+raises rdq.Snooze(delay)             → SNOOZED, run again after ``delay``, no attempt used
+  (also an HTTP error with a ``Retry-After`` on a queue with ``snooze_retry_after``)
 raises an error whose response has a → FAILED, retry no sooner than it (nor the backoff)
   ``Retry-After`` (see _status)
 exceeds its timeout                  → TIMEOUT, retry after backoff
@@ -21,10 +23,10 @@ import random
 from rdq.config import QueueConfig
 from rdq.retry import _tracebacks
 from rdq.retry._backoff import backoff_delay
-from rdq.retry._decision import HANDLER_IMPORT_ERROR, TIMEOUT_ERROR, Action, Decision
+from rdq.retry._decision import HANDLER_IMPORT_ERROR, SNOOZE, TIMEOUT_ERROR, Action, Decision
 from rdq.retry._outage import is_outage
 from rdq.retry._status import status_failure
-from rdq.signals import MAX_RETRY_DELAY, Permanent, RetryAfter
+from rdq.signals import MAX_RETRY_DELAY, Permanent, RetryAfter, Snooze
 from rdq.spi import Outcome, bounds
 
 __all__ = [
@@ -108,6 +110,8 @@ def classify_error(
         cause = exc.__cause__
         type_name = error_type_name(type(cause) if cause is not None else type(exc))
         return Decision(Action.DEAD_LETTER, Outcome.PERMANENT, 0.0, type_name, describe(exc), trace)
+    if isinstance(exc, Snooze):
+        return _snoozed(exc.delay.total_seconds(), SNOOZE, describe(exc))
     if config.non_retryable and isinstance(exc, config.non_retryable):
         return Decision(
             Action.DEAD_LETTER,
@@ -120,6 +124,8 @@ def classify_error(
     retry_after = exc.delay.total_seconds() if isinstance(exc, RetryAfter) else None
     delay = retry_after
     status = status_failure(exc)
+    if status is not None and status.retry_after is not None and config.snooze_retry_after:
+        return _snoozed(status.retry_after, error_type_name(type(exc)), describe(exc), trace)
     if status is not None and status.retry_after is not None:
         # the response said when to come back: not before it (nor before the backoff)
         retry_after = status.retry_after
@@ -178,4 +184,13 @@ def _retry(
     capped = min(delay, MAX_DELAY)
     return Decision(
         Action.RESCHEDULE, outcome, capped, error_type, message, trace, outage, retry_after
+    )
+
+
+def _snoozed(delay: float, error_type: str, message: str, trace: str | None = None) -> Decision:
+    """Run the task again after ``delay`` seconds, using up no attempt (a queue's
+    ``max_snoozes`` bounds how often: :func:`rdq.retry.bound_snoozes`)."""
+    capped = min(delay, MAX_DELAY)
+    return Decision(
+        Action.RESCHEDULE, Outcome.SNOOZED, capped, error_type, message, trace, retry_after=None
     )

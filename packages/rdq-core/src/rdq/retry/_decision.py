@@ -16,6 +16,8 @@ __all__ = [
     "HANDLER_IMPORT_ERROR",
     "INTERRUPTED_ERROR",
     "PAYLOAD_KEY_UNAVAILABLE",
+    "SNOOZE",
+    "SNOOZED_TOO_OFTEN",
     "SUCCESS",
     "TIMEOUT_ERROR",
     "UNDECODABLE_PAYLOAD",
@@ -32,6 +34,8 @@ INTERRUPTED_ERROR = "rdq.Interrupted"
 CORRUPT_TASK = "rdq.CorruptTask"
 HANDLER_IMPORT_ERROR = "rdq.HandlerImportError"
 PAYLOAD_KEY_UNAVAILABLE = "rdq.PayloadKeyUnavailable"
+SNOOZE = "rdq.Snooze"
+SNOOZED_TOO_OFTEN = "rdq.SnoozedTooOften"
 
 
 class Action(enum.Enum):

@@ -3,7 +3,8 @@ task that does not decode, a handler nobody serves, a task claimed ahead of a sh
 sealed payload this worker cannot open.
 
 :func:`attempts_used` counts the attempts since the last redrive minus those that use up
-none: INTERRUPTED (a graceful shutdown), DEFERRED (held while its dependency was down), and
+none: INTERRUPTED (a graceful shutdown), DEFERRED (held while its dependency was down),
+SNOOZED (the handler said "not yet"; :func:`bound_snoozes` keeps that finite), and
 a failure with one of an outage's error types while the outage lasted (an outage of the
 task's breaker key, as the breaker remembers it)."""
 
@@ -19,6 +20,7 @@ from rdq.retry._decision import (
     CORRUPT_TASK,
     INTERRUPTED_ERROR,
     PAYLOAD_KEY_UNAVAILABLE,
+    SNOOZED_TOO_OFTEN,
     UNKNOWN_HANDLER,
     Action,
     Decision,
@@ -32,6 +34,7 @@ __all__ = [
     "UNCHARGED_OUTCOMES",
     "OutageWindow",
     "attempts_used",
+    "bound_snoozes",
     "corrupt",
     "exhausted",
     "payload_unreadable",
@@ -39,7 +42,7 @@ __all__ = [
     "unknown_handler",
 ]
 
-UNCHARGED_OUTCOMES = frozenset({Outcome.INTERRUPTED, Outcome.DEFERRED})
+UNCHARGED_OUTCOMES = frozenset({Outcome.INTERRUPTED, Outcome.DEFERRED, Outcome.SNOOZED})
 """Outcomes of attempts that do not use up one of the task's ``max_attempts``."""
 
 INTERRUPTED_UNSTARTED = Decision(
@@ -155,3 +158,24 @@ def payload_unreadable(task: Envelope, reason: str) -> Decision:
 
 def _last_outcome(task: Envelope) -> str:
     return task.attempts[-1].outcome.value if task.attempts else "unknown"
+
+
+def bound_snoozes(task: Envelope, decision: Decision, config: QueueConfig) -> Decision:
+    """``decision``, unless it snoozes ``task`` once more than ``config.max_snoozes`` allows
+    since its last redrive: then the task goes to the DLQ saying so."""
+    if decision.outcome is not Outcome.SNOOZED:
+        return decision
+    count = task.attempt_count
+    earlier = task.attempts[-count:] if count and task.attempts else []
+    snoozes = 1 + sum(1 for a in earlier if a.outcome is Outcome.SNOOZED)
+    if snoozes <= config.max_snoozes:
+        return decision
+    return Decision(
+        Action.DEAD_LETTER,
+        Outcome.SNOOZED,
+        0.0,
+        SNOOZED_TOO_OFTEN,
+        f"snoozed {snoozes} times, more than max_snoozes ({config.max_snoozes}); last: "
+        f"{decision.error_type}: {decision.error_message}",
+        decision.traceback,
+    )

@@ -11,17 +11,19 @@
   envelope codec, keyset cursors (:class:`DLQCursor`, :class:`KeysetCursor`) and
   :func:`page_of`, :func:`fence`, :func:`first_of_each_id`, :func:`stored_flags`,
   :func:`group_order`; :class:`Doubling`, the backoff of every retry loop; :class:`ClaimGate`
-  and :class:`ClaimOrder`, the rules of a claim for stores that decide claims in Python;
+  and :class:`ClaimOrder`, the rules of a claim for stores that decide claims in Python, and
+  :func:`slots_free`, the rule of extending a lapsed lease;
 - registration: :data:`hookimpl` and the hook :func:`rdq_storage_factory` (entry-point group
   ``rdq.storage``).
 
 The modules: ``_protocol`` (:class:`Storage`), ``_contract`` (versions, capabilities),
 ``_models`` (the envelope and its kin), ``_flow`` (control records, workers, counts);
 ``_base``, ``_lifecycle``, ``_flow_operations`` (:class:`StorageBase`, in three parts),
+``_legacy`` (the template put in front of a store written before it),
 ``defaults`` (the later operations built on version-1 ones), ``_proxy``
 (:class:`ForwardingStorage`); ``bounds`` (and its former name ``limits``), ``codec``,
-``cursor``, ``_helpers``, ``_pacing``, ``_gate`` (:class:`ClaimGate`), ``_order``
-(:class:`ClaimOrder`); ``hookspecs`` and ``_registry`` (registration).
+``cursor``, ``_helpers``, ``_pacing``, ``_gate`` (:class:`ClaimGate`, :func:`slots_free`),
+``_order`` (:class:`ClaimOrder`); ``hookspecs`` and ``_registry`` (registration).
 
 ``rdq_compliance.StorageSuite`` checks that a store keeps the contract; the guide is
 ``docs/writing-a-backend.md`` and the changes of promise from version to version are in
@@ -46,7 +48,7 @@ from rdq.spi import bounds, limits
 from rdq.spi._base import StorageBase
 from rdq.spi._contract import CONTRACT_VERSION, FEATURES, Feature, require, supports
 from rdq.spi._flow import QUEUE_KEY, Control, Counts, WorkerInfo, handler_key, task_keys
-from rdq.spi._gate import Bucket, ClaimGate, refill
+from rdq.spi._gate import Bucket, ClaimGate, refill, slots_free
 from rdq.spi._helpers import fence, first_of_each_id, group_order, page_of, stored_flags
 from rdq.spi._models import (
     DEFAULT_PRIORITY,
@@ -179,6 +181,7 @@ __all__ = [
     "rdq_storage_factory",
     "refill",
     "require",
+    "slots_free",
     "status_time",
     "stored_flags",
     "supports",

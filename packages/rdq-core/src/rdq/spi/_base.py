@@ -17,12 +17,16 @@ defaults here: built on the version-1 operations where that can be done correctl
 naming the capability the store does not advertise.
 
 A store written before this template overrode the public operations themselves; it keeps
-working: an ``_operation`` whose public operation a subclass overrides is not required of it.
+working: an ``_operation`` whose public operation a subclass overrides is not required of it,
+and such an override is put behind the template (:func:`rdq.spi._legacy.adopt`), so the
+template's checks and promises (bounds, the operation timeout, the store-owned fields of a
+new task) hold for it too.
 
 The template is in layers: :mod:`rdq.spi._lifecycle` (opening, closing, the open check and the
 operation timeout), :mod:`rdq.spi._flow_operations` (flow control, the worker registry and the
 counters of contract versions 3 and 4) and this module (the rest of the operations, and the
-check that a store implements those of version 1).
+check that a store implements those of version 1); :mod:`rdq.spi._legacy` puts the public
+overrides of a store written before the template behind it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any, ClassVar, Self
 from rdq.errors import NotFound, StaleClaim, ValidationError
 from rdq.spi import bounds, defaults
 from rdq.spi._flow_operations import FlowOperations
+from rdq.spi._legacy import adopt
 from rdq.spi._models import (
     Attempt,
     AuditEntry,
@@ -82,6 +87,7 @@ class StorageBase(FlowOperations):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        adopt(cls, StorageBase)
         cls._unimplemented = tuple(
             name
             for name in _VERSION_1

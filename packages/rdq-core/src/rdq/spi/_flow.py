@@ -59,7 +59,10 @@ class Control(msgspec.Struct, kw_only=True, frozen=True):
       the same atomic step; the ``version`` does not change for that);
     - ``concurrency`` is ``None``, or fewer tasks with the key hold a *live* lease (IN_FLIGHT
       with ``lease_expires_at`` after the store's now) — a lapsed lease's slot is free again,
-      so a dead worker's slots come back within one lease;
+      so a dead worker's slots come back within one lease, and the lapsed lease is extended
+      only while a slot is free (``Storage.extend_lease``): at most ``concurrency`` tasks with
+      the key ever hold a live lease at once, a limit lowered below its use apart (the live
+      leases keep their slots until they end);
     - ``rate`` is ``None``, or a token is left in the key's bucket: ``rate`` claims per
       ``per`` seconds, refilled continuously by the store's clock, holding at most ``burst``
       tokens (default ``max(1, rate // 10)``), so no window of ``per`` seconds sees more than

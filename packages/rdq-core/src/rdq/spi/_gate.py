@@ -12,7 +12,7 @@ from datetime import datetime
 
 from rdq.spi._flow import Control
 
-__all__ = ["Bucket", "ClaimGate", "refill"]
+__all__ = ["Bucket", "ClaimGate", "refill", "slots_free"]
 
 
 @dataclass
@@ -31,6 +31,22 @@ def refill(control: Control, bucket: Bucket | None, now: datetime) -> Bucket:
     rate = control.rate or 0
     elapsed = max(0.0, (now - bucket.at).total_seconds())
     return Bucket(min(float(control.bucket), bucket.tokens + elapsed * rate / control.per), now)
+
+
+def slots_free(
+    controls: Mapping[str, Control], in_use: Mapping[str, int], keys: Iterable[str]
+) -> bool:
+    """Whether a lapsed lease of a task with ``keys`` may be extended: True when every
+    concurrency limit among ``controls`` of those keys has a free slot now (``in_use``: the
+    live leases per key, of which the lapsed one is not). An extension is no new claim, so
+    pauses, gates and rates do not hold it back; a live lease is extended whatever this says
+    (it holds its slots already)."""
+    for key in keys:
+        control = controls.get(key)
+        limit = None if control is None else control.concurrency
+        if limit is not None and in_use.get(key, 0) >= limit:
+            return False
+    return True
 
 
 class ClaimGate:

@@ -68,6 +68,9 @@ class Outcome(enum.StrEnum):
     DEFERRED = "DEFERRED"
     """(contract version 3) The task's dependency was down (its circuit breaker open or
     probing): the engine rescheduled it without using up one of its attempts."""
+    SNOOZED = "SNOOZED"
+    """(contract version 4) The handler said "not yet" (``rdq.Snooze``): the engine
+    rescheduled it for the delay it asked, without using up one of its attempts."""
 
 
 class Attempt(msgspec.Struct, kw_only=True, frozen=True):

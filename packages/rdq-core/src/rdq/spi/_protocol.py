@@ -147,13 +147,22 @@ class Storage(Protocol):
         """Set the lease of a claimed task to the store's now + ``lease`` (not the old expiry
         + ``lease``); return the new expiry.
 
+        Under a concurrency limit (``control``): a live lease is always extended (it holds its
+        slots, whatever the limits say now), but a lapsed one holds none (see
+        :class:`~rdq.spi.Control`), and extending it takes its slots again — it is extended
+        only when every concurrency limit of the task's keys has a free slot now, and raises
+        ``StaleClaim`` (changing nothing) when another task took one meanwhile; its holder may
+        still resolve it. Pauses, gates and rates do not apply: an extension is no claim
+        (:func:`~rdq.spi.slots_free` is the rule as code).
+
         Raises ``StaleClaim`` (changing nothing) if ``token`` is not the current token of an
         IN_FLIGHT task, ``NotFound`` if the task does not exist."""
 
     # --- resolution (fenced) ---------------------------------------------------------------
     #
     # A token stays current until the task is claimed again, resolved or cancelled: a lease
-    # that lapsed but was not yet reclaimed can still be extended or resolved by its holder.
+    # that lapsed but was not yet reclaimed can still be resolved by its holder, and extended
+    # (unless another task took its concurrency slot meanwhile: see ``extend_lease``).
     # Once another claimant reclaims the task (or an operator cancels it), the old token is
     # stale for good. Resolution times (completed_at, dead_lettered_at) are the store's now,
     # never the attempt's finished_at.

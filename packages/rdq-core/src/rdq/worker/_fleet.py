@@ -43,6 +43,7 @@ _FIELDS = {
     Outcome.TIMEOUT: 1,
     Outcome.PERMANENT: 2,
     Outcome.DEFERRED: 3,
+    Outcome.SNOOZED: 3,  # rescheduled without an attempt used, as a held task is
 }
 
 

@@ -185,7 +185,7 @@ class FlowControl:
         if self.shared and decision.retry_after is not None:
             await self.limits.record(task, decision)
         config = self.app.breaker_for(task.queue, task.handler_ref)
-        if not config.enabled or decision.outcome is Outcome.DEFERRED:
+        if not config.enabled or decision.outcome in (Outcome.DEFERRED, Outcome.SNOOZED):
             return decision
         key = flow.breaker_key(task)
         queue = task.queue

@@ -207,6 +207,7 @@ class Runner:
             return None
         decision = _scrubbed(decision, config.scrub)
         self._duration(task.queue).observe(self.clock.mono() - t0)
+        decision = retry.bound_snoozes(task, decision, config)
         if flow is not None:
             decision = await flow.record(run, decision)
         return decision

@@ -217,18 +217,21 @@ def _fence(key: str, view: View) -> Document:
     return {"$eq": ["$$e.w", {"$literal": view.elements[key].get("w")}]}
 
 
-def take_filter(view: View, totals: Mapping[str, int], live: Mapping[str, int]) -> Document:
+def take_filter(
+    view: View, totals: Mapping[str, int], live: Mapping[str, int], *, slots_only: bool = False
+) -> Document:
     """The queue's document if it still lets ``totals[key]`` more tasks through each key:
     the record unchanged since ``view`` (its write id), gate and tokens enough, and for a
     concurrency limit no reservation removed since the leases were counted (``seq``) and
-    ``live`` leases plus every reservation plus these within the limit."""
+    ``live`` leases plus every reservation plus these within the limit. ``slots_only``: the
+    concurrency slots alone (an extension of a lapsed lease, which is no claim)."""
     conditions: list[Document] = []
     for key, n in totals.items():
         control = view.controls[key]
         checks: list[Document] = [_fence(key, view)]
-        if control.gate is not None:
+        if control.gate is not None and not slots_only:
             checks.append({"$gte": ["$$e.gate", n]})
-        if control.rate is not None:
+        if control.rate is not None and not slots_only:
             checks.append({"$gte": [_refilled("$$e", control), n]})
         if control.concurrency is not None:
             checks.append({"$eq": [{"$ifNull": ["$$e.seq", 0]}, view.seq(key)]})
@@ -238,16 +241,18 @@ def take_filter(view: View, totals: Mapping[str, int], live: Mapping[str, int]) 
     return {"_id": view.queue, "$expr": {"$and": conditions}}
 
 
-def take_update(view: View, totals: Mapping[str, int], owner: str, hold_us: int) -> Pipeline:
-    """Take ``totals[key]`` from each key's gate and bucket, and reserve as many of its
-    concurrency slots for claim ``owner`` until now + ``hold_us``."""
+def take_update(
+    view: View, totals: Mapping[str, int], owner: str, hold_us: int, *, slots_only: bool = False
+) -> Pipeline:
+    """Take ``totals[key]`` from each key's gate and bucket (unless ``slots_only``), and
+    reserve as many of its concurrency slots for claim ``owner`` until now + ``hold_us``."""
     changes: dict[str, Document] = {}
     for key, n in totals.items():
         control = view.controls[key]
         change: Document = {}
-        if control.gate is not None:
+        if control.gate is not None and not slots_only:
             change["gate"] = {"$subtract": ["$$e.gate", n]}
-        if control.rate is not None:
+        if control.rate is not None and not slots_only:
             change["tokens"] = {"$subtract": [_refilled("$$e", control), n]}
             change["at"] = NOW_US
         if control.concurrency is not None:

@@ -1,10 +1,14 @@
 -- Extend the lease of task :id held with :token to now() + :lease_us microseconds; found tells
--- a stale token (the task exists) from a missing task.
+-- a stale token (the task exists) from a missing task. A lapsed lease is extended only into a
+-- free slot of every concurrency limit of its keys (slots_free, migration 0010): no row back
+-- then, as for a stale token.
 WITH ext AS (
-    UPDATE {schema}.task
+    UPDATE {schema}.task AS t
     SET lease_expires_at = now() + :lease_us::bigint * interval '1 microsecond'
-    WHERE id = :id AND token = :token AND status = 'IN_FLIGHT'
-    RETURNING lease_expires_at
+    WHERE t.id = :id AND t.token = :token AND t.status = 'IN_FLIGHT'
+      AND CASE WHEN t.lease_expires_at > now() THEN true
+          ELSE {schema}.slots_free(t.queue, t.handler_ref, t.keys) END
+    RETURNING t.lease_expires_at
 )
 SELECT (SELECT lease_expires_at FROM ext) AS lease_expires_at,
        EXISTS (SELECT 1 FROM {schema}.task WHERE id = :id) AS found

@@ -10,5 +10,8 @@ public enum Outcome {
     INTERRUPTED,
     /** The engine rescheduled the attempt because the task's dependency was down: it uses up
      * none of the task's attempts (contract version 3). */
-    DEFERRED
+    DEFERRED,
+    /** The handler said "not yet" (rdq.Snooze): the engine rescheduled it for the delay it
+     * asked, using up none of the task's attempts (contract version 4). */
+    SNOOZED
 }
