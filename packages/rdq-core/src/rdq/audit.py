@@ -1,5 +1,5 @@
 """Audit records of operator actions (redrive, purge, cancel, retry now, pauses, breakers by
-hand) and of the breakers' own transitions.
+hand, key rotations) and of the breakers' own transitions.
 
 Every such action done through :class:`rdq.admin.TaskAdmin` (the API, the web UI and the CLI
 all go through it) produces one :class:`AuditRecord`: who did what to which queue, with which
@@ -64,6 +64,7 @@ Action = Literal[
     "expire",
     "import",
     "dedup",
+    "keys.rotate",
 ]
 """What an operator (or, for a breaker or retention, the engine) did. The breaker's own
 transitions and retention's rounds (``expire``: archived, then removed) are recorded with the

@@ -62,7 +62,7 @@ async def test_the_api_folds_a_submission_under_its_key_and_says_how(
     assert (await memory_store.stats("orders")).pending == 1
     entries, _ = await memory_store.list_audit(AuditFilter(action="dedup"), Page())
     assert sorted(e.selector["outcome"] for e in entries) == ["replaced", "skipped"]
-    assert {e.actor for e in entries} == {"alice"}
+    assert {e.actor for e in entries} == {"alice (admin)"}
     await _login(client, ADMIN_TOKEN)
     audit = await client.get("/ui/audit")
     assert "replaced into" in audit.text and "key <code>order-7</code>" in audit.text

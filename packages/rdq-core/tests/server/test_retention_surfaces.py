@@ -168,7 +168,7 @@ async def test_the_api_exports_imports_and_says_what_retention_did(tmp_path: Pat
             refused = await client.post("/v1/queues/q/dlq/import", json=body, headers=reader)
             assert refused.status_code == 403
         entries, _ = await store.list_audit(AuditFilter(action="import"), Page())
-        assert [(e.actor, e.count, e.reason) for e in entries] == [("alice", 3, "replay")]
+        assert [(e.actor, e.count, e.reason) for e in entries] == [("alice (admin)", 3, "replay")]
 
 
 def test_stats_shows_what_retention_archived_and_removed(store_url: str, tmp_path: Path) -> None:

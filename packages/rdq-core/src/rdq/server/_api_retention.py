@@ -160,7 +160,7 @@ def _filter(
 
 @post(
     "/v1/queues/{queue:str}/dlq/import",
-    opt={"right": "admin"},
+    opt={"right": "operate"},
     before_request=json_body(ImportRequest),
     status_code=200,
     summary="Put dead tasks back into the DLQ (from an export or an archive)",

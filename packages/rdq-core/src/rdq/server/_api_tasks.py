@@ -19,7 +19,8 @@ from rdq.admin import ActionReport, Outlook, TaskSelector
 from rdq.app import App, unknown_handler, unknown_queue
 from rdq.callbacks import CallbackBlocked, check_callback_url, is_callback_ref
 from rdq.client import task_keys_for
-from rdq.errors import DedupConflict, IDConflict, ValidationError
+from rdq.errors import ConfigError, DedupConflict, IDConflict, ValidationError
+from rdq.keys import sealed_for
 from rdq.server._api_common import (
     Cursor,
     Limit,
@@ -51,6 +52,7 @@ from rdq.spi import (
     TaskFilter,
     bounds,
     envelope_from_builtins,
+    envelope_to_builtins,
 )
 
 __all__ = ["cancel_tasks", "get_task", "list_tasks", "submit_task", "task_outlook"]
@@ -141,11 +143,10 @@ async def submit_task(
     task = envelope_from_builtins(raw)
     if app is not None:  # the keys its dependency and limits give it, as a Client would
         task = task_keys_for(app, task)
-    blob, submitted = None, task
-    if node.storage.capabilities().payload_refs:  # above the inline limit: by reference
-        task, blob = await node.blobs.offload(task)
-    bounds.check_task(task)
-    bounds.check_submitted_size(task)
+    by_reference = node.storage.capabilities().payload_refs
+    if not by_reference:  # else checked once the payload is sealed and kept by reference
+        bounds.check_task(task)
+        bounds.check_submitted_size(task)
     if is_callback_ref(task.handler_ref):
         try:
             check_callback_url(task.handler_ref, node.settings.callbacks)
@@ -153,6 +154,17 @@ async def submit_task(
             raise ApiError(422, "validation_error", str(exc), "handler_ref") from None
     delay = timedelta(seconds=data.delay) if data.delay else None
     may_read = request.state.principal.can("read")
+    submitted = task
+    wanted = app.queue_config(task.queue).encrypt if app is not None else None
+    try:
+        task = sealed_for(task, node.keys, wanted)
+    except ConfigError as exc:
+        raise ApiError(503, "not_configured", exc.message, "payload") from None
+    blob = None
+    if by_reference:  # sealed first, then above the inline limit: by reference
+        task, blob = await node.blobs.offload(task)
+        bounds.check_task(task)
+        bounds.check_submitted_size(task)
     if app is not None:
         await node.limit_controls.ensure(node.storage, app.limit_plan, [task])
     if dedup is not None:
@@ -172,10 +184,12 @@ async def submit_task(
     if not stored and not may_read:
         # the stored task (its payload, attempts, tracebacks) is for readers only: echo
         # what this caller submitted
-        return Response(task_body(submitted), status_code=200)
+        return Response(envelope_to_builtins(submitted), status_code=200)  # type: ignore[arg-type]
     current = await node.admin.get(task.id)
     outcome = {OUTCOME_HEADER: "added" if stored else "skipped"}
-    return Response(task_body(current), status_code=201 if stored else 200, headers=outcome)
+    return Response(
+        task_body(request, current), status_code=201 if stored else 200, headers=outcome
+    )
 
 
 OUTCOME_HEADER = "RDQ-Outcome"
@@ -193,7 +207,7 @@ async def _admit(
 ) -> Response[Any]:
     """A submission under a dedup key: the holder's envelope, 201 when it was added (200
     otherwise), and what happened in ``RDQ-Outcome``; ``echo`` (what the caller submitted, its
-    payload inline) to a caller without the read right."""
+    payload inline and clear) to a caller without the read right."""
     node = node_of(request)
     may_read = request.state.principal.can("read")
     try:
@@ -216,9 +230,9 @@ async def _admit(
     headers = {OUTCOME_HEADER: outcome}
     if not may_read:  # the stored task is for readers only: what this caller submitted
         echoed = msgspec.structs.replace(echo, id=admitted.task_id)
-        return Response(task_body(echoed), status_code=status, headers=headers)
+        return Response(envelope_to_builtins(echoed), status_code=status, headers=headers)
     current = await node.admin.get(admitted.task_id)
-    return Response(task_body(current), status_code=status, headers=headers)
+    return Response(task_body(request, current), status_code=status, headers=headers)
 
 
 def _check_known(app: App, ref: str, queue: str | None, worked: Sequence[str]) -> None:
@@ -248,7 +262,7 @@ async def get_task(
     ],
 ) -> TaskDoc:
     task = await node_of(request).admin.get(task_id)
-    return task_body(task)  # type: ignore[no-any-return]
+    return task_body(request, task)  # type: ignore[no-any-return]
 
 
 def outlook_doc(outlook: Outlook) -> OutlookDoc:
@@ -325,12 +339,14 @@ async def list_tasks(
         queue, task_filter, page, max_bytes=node.settings.max_page_bytes
     )
     seen = [outlook_doc(o) for o in await node.admin.outlook(tasks)] if outlook else None
-    return TaskPage(tasks=[task_body(t) for t in tasks], next_cursor=next_cursor, outlook=seen)
+    return TaskPage(
+        tasks=[task_body(request, t) for t in tasks], next_cursor=next_cursor, outlook=seen
+    )
 
 
 @post(
     "/v1/queues/{queue:str}/tasks/cancel",
-    opt={"right": "admin"},
+    opt={"right": "operate"},
     before_request=json_body(CancelRequest),
     status_code=200,
     summary="Cancel pending tasks, or revoke running ones",

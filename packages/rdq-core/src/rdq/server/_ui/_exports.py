@@ -10,10 +10,12 @@ from urllib.parse import quote
 
 import msgspec
 from litestar import Request, get
+from litestar.exceptions import NotAuthorizedException
 from litestar.response import Response, Stream
 
 from rdq.server._api_common import node_of
 from rdq.server._api_retention import NDJSON, dlq_lines
+from rdq.server._payloads import shown
 from rdq.server._ui._common import session, text
 from rdq.server._ui._pages import FILTER_KEYS, PathText, dlq_filter
 from rdq.spi import bounds
@@ -42,9 +44,12 @@ async def export_dlq(request: Request[Any, Any, Any], queue: PathText) -> Stream
 @get("/tasks/{task_id:str}/payload", include_in_schema=False)
 async def download_payload(request: Request[Any, Any, Any], task_id: PathText) -> Response[bytes]:
     """The task's payload as a JSON file (one kept by reference read back from the blob
-    store)."""
-    session(request)
-    task = await node_of(request).admin.get(task_id)
+    store, one sealed opened), for a role that may read payloads, as the task page shows it."""
+    principal, _ = session(request)
+    node = node_of(request)
+    task, state = shown(await node.admin.get(task_id), principal.can("payloads"), node.keys)
+    if state not in ("clear", "decrypted"):
+        raise NotAuthorizedException("this payload is not readable for your role or this node")
     name = quote(f"{task.id}-payload.json", safe="")
     return Response(
         msgspec.json.encode(task.payload),

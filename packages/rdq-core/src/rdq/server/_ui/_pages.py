@@ -20,6 +20,7 @@ from rdq.errors import NotFound, StaleCursor, ValidationError
 from rdq.retry import attempts_used, resolve
 from rdq.server._api_retention import retention_of
 from rdq.server._node import Node
+from rdq.server._payloads import shown
 from rdq.server._ui._charts import bar_chart, sparkline, summary
 from rdq.server._ui._common import node_of, page, parse_time, queue_url, session, text
 from rdq.server._ui._fleet import (
@@ -236,7 +237,8 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         found, next_cursor = await _list(
             node, queue, state, selected, filters, Page(limit=paging.size, cursor=cursor)
         )
-        tasks = [envelope_to_builtins(t) for t in found]
+        may_read = principal.can("payloads")
+        tasks = [envelope_to_builtins(shown(t, may_read, node.keys)[0]) for t in found]
     except (ValidationError, StaleCursor) as exc:
         error = f"{exc.field}: {exc.message}" if isinstance(exc, ValidationError) else str(exc)
     except NotImplementedError:
@@ -369,8 +371,9 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
         envelope = await node.admin.get(task_id)
     except (NotFound, ValidationError):
         return page(request, "search.html", 404, principal=principal, query=task_id, not_found=True)
-    task = envelope_to_builtins(envelope)
-    payload, cut = _shown_payload(envelope)
+    seen, payload_state = shown(envelope, principal.can("payloads"), node.keys)
+    task = envelope_to_builtins(seen)
+    payload, cut = _shown_payload(seen) if payload_state in ("clear", "decrypted") else ("", None)
     known = set(Envelope.__struct_fields__) - {"extra"}
     extra = {k: v for k, v in task.items() if k not in known}
     fleet = await fleet_of(node)
@@ -383,6 +386,7 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
         holds=await _holds(node, envelope),
         retry_waits=await _waits(node, envelope, fleet.now),
         payload=payload,
+        payload_state=payload_state,
         payload_cut=cut,
         payload_ref=envelope.headers.get(PAYLOAD_REF_HEADER),
         payload_missing=reference_of(envelope) is not None,
