@@ -14,7 +14,7 @@ import rdq
 from rdq.spi import AuditFilter, Capabilities, Page, Status, Storage
 from rdq_memory import MemoryStorage
 
-from .conftest import fast_worker, running, wait_status
+from .conftest import BACKENDS, fast_worker, running, wait_status
 
 
 def _app(queue: str) -> rdq.App:
@@ -67,6 +67,7 @@ async def test_replace_and_debounce_fold_new_data_into_the_waiting_task(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("backend", sorted({*BACKENDS, "sqlite", "postgres"}))  # SQLite always
 async def test_a_hundred_concurrent_submissions_of_one_key_leave_one_live_task(
     storage: Storage, queue: str
 ) -> None:
