@@ -7,6 +7,8 @@ client seals first and offloads the sealed bytes, so the blob store never holds 
 from __future__ import annotations
 
 import secrets
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,17 @@ from .conftest import fast_worker, running, wait_status
 INLINE_LIMIT = 4096
 BIG = {"rows": [f"card 4111 1111 1111 1111, row {i:05d}" for i in range(2000)]}
 """About 80 KiB of JSON: above the inline limit of these tests."""
+
+
+@pytest.fixture(autouse=True)
+def _big_of_its_own() -> Iterator[None]:
+    """A payload of this test's own: a blob is held by any task of any queue carrying its
+    reference, and the tests of one backend share a database."""
+    global BIG
+    kept = BIG
+    BIG = {**kept, "test": uuid.uuid4().hex}
+    yield
+    BIG = kept
 
 
 def _app(queue: str, blob_dir: Path, seen: list[Any], *, fail: bool = False) -> rdq.App:

@@ -88,7 +88,11 @@ async def offload(
             if k not in (PAYLOAD_REF_HEADER, PAYLOAD_SIZE_HEADER)
         }
         task = msgspec.structs.replace(task, headers=headers)
-    data = msgspec.json.encode(task.payload)
+    try:
+        data = msgspec.json.encode(task.payload)
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
+        bounds.check_task(task)  # says what is wrong with it, naming the field
+        raise ValidationError("must be JSON-encodable", field="payload") from None
     if len(data) <= inline_limit:
         return task, None
     if len(data) > max_bytes:
