@@ -8,6 +8,7 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
+import msgspec
 import pytest
 
 from rdq.errors import ValidationError
@@ -116,6 +117,15 @@ class PayloadRefClauses:
         assert await storage.held_payload_refs([ref]) == set()
         assert await storage.import_tasks([archived]) == [True]
         assert await storage.held_payload_refs([ref]) == {ref}
+        # and a task this store never admitted (exported from another store)
+        other = _ref()
+        foreign = msgspec.structs.replace(
+            archived,
+            id=f"{archived.id}-from-elsewhere",
+            headers={**archived.headers, PAYLOAD_REF_HEADER: other},
+        )
+        assert await storage.import_tasks([foreign]) == [True]
+        assert await storage.held_payload_refs([ref, other]) == {ref, other}
 
     @needs("dedup")
     @pytest.mark.asyncio
