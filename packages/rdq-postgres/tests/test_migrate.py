@@ -72,6 +72,8 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
+            "0011_dedup_keys",
+            "0012_payload_refs",
         ]
         assert await store.migrate() == []
 
@@ -127,6 +129,8 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
+            "0011_dedup_keys",
+            "0012_payload_refs",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -304,6 +308,8 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0008_claim_plan",
                 "0009_claim_plan_statistics",
                 "0010_lapsed_lease_slots",
+                "0011_dedup_keys",
+                "0012_payload_refs",
             ]
             after = {
                 r["id"]: dict(r)
@@ -333,6 +339,47 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
             assert await store.enqueue(task)
             assert (await store.get("new-keyed")).keys == ["dep:x"]
             assert len(await store.claim_due("q", 1000, timedelta(minutes=5))) == 499
+    finally:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()
+
+
+@pytest.mark.asyncio
+async def test_upgrading_a_populated_version_10_schema_to_dedup_keys_keeps_every_task(
+    postgres_url: str,
+) -> None:
+    """Migration 0011 (dedup keys) upgrades in place: the tasks a version-10 schema holds read
+    back unchanged, and admissions under a key work beside them; a task deleted takes its key
+    with it."""
+    from rdq.spi import AdmitOutcome, Dedup, Envelope, Selector
+
+    schema = f"m_{secrets.token_hex(5)}"
+    conn = await asyncpg.connect(postgres_url)
+    store = PostgresStorage.from_url(f"{postgres_url}?schema={schema}")
+    s = f'"{schema}"'
+    try:
+        await _schema_at(conn, schema, 10)
+        await conn.execute(
+            f"INSERT INTO {s}.task (id, queue, handler_ref, payload, status, next_attempt_at)"
+            " SELECT 'p-' || n, 'q', 'job', json_build_object('n', n), 'PENDING', now()"
+            " FROM generate_series(1, 300) AS n"
+        )
+        before = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
+        async with store:
+            assert await store.migrate() == ["0011_dedup_keys", "0012_payload_refs"]
+            after = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
+            assert [dict(r) for r in after] == [dict(r) for r in before]
+            first = Envelope(id="k-1", queue="q", handler_ref="job")
+            added = await store.admit(first, Dedup(key="order-7"))
+            assert added.outcome == AdmitOutcome.ADDED
+            again = await store.admit(
+                Envelope(id="k-2", queue="q", handler_ref="job"), Dedup(key="order-7")
+            )
+            assert (again.outcome, again.task_id) == (AdmitOutcome.SKIPPED, "k-1")
+            assert await store.cancel("q", ["k-1"]) == 1
+            assert await store.purge("q", Selector.by_ids("k-1")) == 1
+            assert await conn.fetchval(f"SELECT count(*) FROM {s}.dedup") == 0, "gone with it"
+            assert (await store.stats("q")).pending == 300
     finally:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await conn.close()

@@ -29,6 +29,50 @@ local function index_key(prefix, id)
   return prefix .. ':id:{' .. id .. '}'
 end
 
+-- The dedup record of key `k` in a queue (its holder and until when) and the key's index
+-- entry (key -> queue: keys are unique across queues, as ids are).
+local function dedup_key(base, k)
+  return base .. 'dedup:' .. k
+end
+
+local function dedup_index_key(prefix, k)
+  return prefix .. ':dedup:{' .. k .. '}'
+end
+
+-- Whether a dedup record holds its key at `now`: its task exists and, with an `until`, that
+-- has not passed, or without one the task is PENDING or IN_FLIGHT. Returns held, holder id,
+-- the holder's status and created_at.
+local function dedup_held(base, record, now)
+  local f = redis.call('HMGET', record, 'task', 'until')
+  local holder, until_us = f[1], f[2]
+  if not holder then
+    return false
+  end
+  local t = redis.call('HMGET', base .. 'task:' .. holder, 'status', 'created_at')
+  local status = t[1]
+  if not status then
+    return false
+  end
+  local held
+  if until_us and until_us ~= '' then
+    held = (tonumber(until_us) or 0) > now
+  else
+    held = status == 'PENDING' or status == 'IN_FLIGHT'
+  end
+  return held, holder, status, t[2]
+end
+
+-- A task about to be deleted takes its dedup record with it (when the record is still its).
+local function drop_dedup(base, key, id)
+  local k = redis.call('HGET', key, 'dedup')
+  if k then
+    local record = dedup_key(base, k)
+    if redis.call('HGET', record, 'task') == id then
+      redis.call('DEL', record)
+    end
+  end
+end
+
 local function pending_key(base, p)
   return base .. 'pending:' .. p
 end
