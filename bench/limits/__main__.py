@@ -85,6 +85,13 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
 
+def _pythonpath() -> str:
+    """The workers' PYTHONPATH: the repository (for ``bench.limits.app``) before what this
+    process was given (so a run of other code, ``PYTHONPATH=…/src``, is that code's)."""
+    given = os.environ.get("PYTHONPATH")
+    return f"{ROOT}{os.pathsep}{given}" if given else str(ROOT)
+
+
 def _spawn(url: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
@@ -160,7 +167,7 @@ async def run_once(
         LIMITS_N=str(n),
         LIMITS_CONCURRENCY=str(concurrency),
         LIMITS_STAMPS=str(stamps),
-        PYTHONPATH=str(ROOT),
+        PYTHONPATH=_pythonpath(),
     )
     workers = [_spawn(url, env, stamps / f"worker-{i}.log") for i in range(processes)]
     began = time.monotonic()
@@ -389,7 +396,7 @@ async def kill(storage: Storage, url: str, args: argparse.Namespace) -> None:
         LIMITS_CONCURRENCY="20",
         LIMITS_LEASE=str(lease),
         LIMITS_STAMPS=str(stamps),
-        PYTHONPATH=str(ROOT),
+        PYTHONPATH=_pythonpath(),
     )
     first = _spawn(url, env, stamps / "first.log")
     second: subprocess.Popen[bytes] | None = None

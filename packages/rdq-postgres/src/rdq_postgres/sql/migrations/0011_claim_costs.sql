@@ -1,5 +1,8 @@
--- rdq schema version 11: limits that cost little until they bind (storage contract version 4,
--- unchanged: the same claims, taken with less work and less waiting).
+-- rdq schema version 11: limits that cost little until they bind, and fair or aged claims that
+-- cost O(groups x batch), not O(due backlog) (storage contract version 4, unchanged: the same
+-- claims, in the same order, taken with less work and less waiting).
+--
+-- Limits:
 --
 -- * live_leases(queue, key) counts the live leases of the queue (task_live_idx: the queue's
 --   IN_FLIGHT tasks with a lease after now()) and picks the key's among them. The count of a
@@ -30,10 +33,28 @@
 --   The due tasks are read by statements rather than row by row: the first ones in claim
 --   order that no blocked key holds back, locked FOR UPDATE SKIP LOCKED; a key whose budget
 --   runs out while they are taken is added to the blocked keys and the rest is read again
---   with it (at most once per limited key). The order of a fair or aged queue is migration
---   0006's.
+--   with it (at most once per limited key).
 --
--- One function added, two replaced, one index dropped: instant on any task table. See
+-- Fair shares and priority aging:
+-- * task.grp: a task's group under its queue's fair shares (its first key starting with the
+--   queue's fair prefix, '' when none does), kept at admission; NULL in a queue that is not
+--   fair. Set by a trigger on every insert (so every statement that stores a task, in any
+--   binding, keeps it), and rewritten for every task of the queue when the queue's fair
+--   prefix is set, changed or removed (a trigger on control). The two take one advisory lock
+--   of the queue, shared by inserts, exclusive for the rewrite: a task stored while the prefix
+--   changes is either grouped by the new prefix or rewritten after its insert committed.
+-- * task_group_idx (queue, grp, priority DESC, due_at) over the live tasks of fair queues
+--   only (grp IS NOT NULL): a queue that is not fair pays nothing to keep it.
+-- * ordered_candidates(...): the first `depth` due tasks of each group, found by index probes
+--   (each group's first tasks of each priority), ranked in the claim order of migration 0006.
+--   A fair claim reads its groups (a skip scan of task_group_idx, one probe per group) and
+--   at most 21 x depth tasks per group; an aged claim of a queue that is not fair at most
+--   21 x depth. claim_controlled() takes its candidates from it, with depth growing (x4)
+--   only when tasks it read were taken by other claimants or held back.
+--
+-- One column with no default (no table rewrite), one index dropped, one partial index added
+-- (built by reading the table once; the tasks of queues fair already are grouped first, one
+-- pass over them), five functions and three triggers added, two functions replaced. See
 -- docs/postgres-schema.md.
 
 DROP INDEX IF EXISTS {schema}.task_in_flight_keys_idx;
@@ -61,6 +82,178 @@ BEGIN
           ELSE k COLLATE "default" = ANY (t.keys)
       END;
     RETURN used;
+END
+$$;
+
+ALTER TABLE {schema}.task ADD COLUMN grp text;
+
+-- The group of a task with keys ks under fair prefix p: its first key starting with p, or ''.
+CREATE FUNCTION {schema}.fair_group(ks text[], p text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN starts_with(ks[1], p) THEN ks[1]
+        ELSE coalesce((
+            SELECT u.k FROM unnest(ks) WITH ORDINALITY AS u(k, o)
+            WHERE starts_with(u.k, p) ORDER BY u.o LIMIT 1), '')
+    END
+$$;
+
+
+-- the tasks of queues that are fair already (an upgraded database): one pass over them
+UPDATE {schema}.task AS t
+SET grp = {schema}.fair_group(t.keys, c.fair)
+FROM {schema}.control AS c
+WHERE c.key = '*' AND c.fair IS NOT NULL AND t.queue = c.queue COLLATE "default";
+
+CREATE INDEX task_group_idx ON {schema}.task (queue, grp, priority DESC, due_at)
+    WHERE grp IS NOT NULL AND status IN ('PENDING', 'IN_FLIGHT');
+
+-- Before a task is stored: its group under its queue's fair prefix (NULL: not fair).
+CREATE FUNCTION {schema}.task_group() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    prefix text;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(1380205895, hashtext(NEW.queue));
+    SELECT c.fair INTO prefix FROM {schema}.control AS c
+    WHERE c.queue = NEW.queue AND c.key = '*';
+    NEW.grp := CASE WHEN prefix IS NULL THEN NULL ELSE {schema}.fair_group(NEW.keys, prefix) END;
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER task_group BEFORE INSERT ON {schema}.task
+    FOR EACH ROW EXECUTE FUNCTION {schema}.task_group();
+
+-- After the fair prefix of a queue was set, changed or removed: regroup its tasks.
+CREATE FUNCTION {schema}.regroup() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    q text;
+    prefix text;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        q := OLD.queue;
+        prefix := NULL;
+    ELSE
+        q := NEW.queue;
+        prefix := NEW.fair;
+    END IF;
+    -- wait for the inserts of the queue that read the old prefix; later ones read this one
+    PERFORM pg_advisory_xact_lock(1380205895, hashtext(q));
+    UPDATE {schema}.task AS t
+    SET grp = CASE WHEN prefix IS NULL THEN NULL ELSE {schema}.fair_group(t.keys, prefix) END
+    WHERE t.queue = q COLLATE "default"
+      AND t.grp IS DISTINCT FROM
+          CASE WHEN prefix IS NULL THEN NULL ELSE {schema}.fair_group(t.keys, prefix) END;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER control_fair_set AFTER INSERT ON {schema}.control
+    FOR EACH ROW WHEN (NEW.key = '*' AND NEW.fair IS NOT NULL)
+    EXECUTE FUNCTION {schema}.regroup();
+CREATE TRIGGER control_fair_changed AFTER UPDATE OF fair ON {schema}.control
+    FOR EACH ROW WHEN (NEW.key = '*' AND OLD.fair IS DISTINCT FROM NEW.fair)
+    EXECUTE FUNCTION {schema}.regroup();
+CREATE TRIGGER control_fair_removed AFTER DELETE ON {schema}.control
+    FOR EACH ROW WHEN (OLD.key = '*' AND OLD.fair IS NOT NULL)
+    EXECUTE FUNCTION {schema}.regroup();
+
+-- The due tasks of queue q (due by `started`) that no key of `blocked` holds back, the first
+-- `depth` of each group (fair: by task_group_idx, a group whose own key is blocked skipped
+-- whole; else the queue is one group), in the claim order of the queue's control: by rank in
+-- the group, then aged due time (due_at less priority x aging_s seconds; NULL without
+-- aging), priority, due time. `more`: a group's tasks were cut at `depth` (a deeper read may
+-- find more).
+CREATE FUNCTION {schema}.ordered_candidates(
+    q text, started timestamptz, blocked text[], fair boolean, aging_s double precision,
+    depth bigint
+)
+RETURNS TABLE (id text, due_at timestamptz, more boolean)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF fair THEN
+        RETURN QUERY
+        WITH RECURSIVE groups (g) AS (
+            (SELECT t.grp FROM {schema}.task AS t
+             WHERE t.queue = q AND t.grp IS NOT NULL AND t.status IN ('PENDING', 'IN_FLIGHT')
+             ORDER BY t.grp LIMIT 1)
+            UNION ALL
+            SELECT (SELECT t.grp FROM {schema}.task AS t
+                    WHERE t.queue = q AND t.grp > groups.g AND t.grp IS NOT NULL
+                      AND t.status IN ('PENDING', 'IN_FLIGHT')
+                    ORDER BY t.grp LIMIT 1)
+            FROM groups WHERE groups.g IS NOT NULL
+        ),
+        heads AS (
+            SELECT h.id, h.due_at, h.priority, groups.g AS grp,
+                   h.due_at - h.priority * aging_s * interval '1 second' AS aged,
+                   count(*) OVER (PARTITION BY groups.g, h.priority) AS level_count
+            FROM groups
+            CROSS JOIN unnest('{10,9,8,7,6,5,4,3,2,1,0,-1,-2,-3,-4,-5,-6,-7,-8,-9,-10}'::smallint[]) AS l(p)
+            CROSS JOIN LATERAL (
+                SELECT t.id, t.due_at, t.priority
+                FROM {schema}.task AS t
+                WHERE t.queue = q AND t.grp = groups.g AND t.priority = l.p
+                  AND t.status IN ('PENDING', 'IN_FLIGHT')
+                  AND t.due_at <= started
+                  AND NOT (('handler:' || t.handler_ref) = ANY (blocked))
+                  AND NOT (t.keys && blocked)
+                ORDER BY t.due_at
+                LIMIT depth
+            ) AS h
+            WHERE groups.g IS NOT NULL AND NOT (groups.g = ANY (blocked))
+        ),
+        ranked AS (
+            SELECT heads.id, heads.due_at, heads.priority, heads.aged,
+                   row_number() OVER (
+                       PARTITION BY heads.grp
+                       ORDER BY heads.aged, heads.priority DESC, heads.due_at) AS rank,
+                   bool_or(heads.level_count >= depth) OVER (PARTITION BY heads.grp) AS more
+            FROM heads
+        )
+        SELECT ranked.id, ranked.due_at, ranked.more
+        FROM ranked
+        WHERE ranked.rank <= depth
+        ORDER BY ranked.rank, ranked.aged, ranked.priority DESC, ranked.due_at;
+    ELSE
+        RETURN QUERY
+        WITH heads AS (
+            SELECT h.id, h.due_at, h.priority,
+                   h.due_at - h.priority * aging_s * interval '1 second' AS aged,
+                   count(*) OVER (PARTITION BY h.priority) AS level_count
+            FROM unnest('{10,9,8,7,6,5,4,3,2,1,0,-1,-2,-3,-4,-5,-6,-7,-8,-9,-10}'::smallint[]) AS l(p)
+            CROSS JOIN LATERAL (
+                SELECT t.id, t.due_at, t.priority
+                FROM {schema}.task AS t
+                WHERE t.priority = l.p AND t.queue = q
+                  AND t.status IN ('PENDING', 'IN_FLIGHT')
+                  AND t.due_at <= started
+                  AND NOT (('handler:' || t.handler_ref) = ANY (blocked))
+                  AND NOT (t.keys && blocked)
+                ORDER BY t.due_at
+                LIMIT depth
+            ) AS h
+        ),
+        ranked AS (
+            SELECT heads.id, heads.due_at, heads.priority, heads.aged,
+                   row_number() OVER (ORDER BY heads.aged, heads.priority DESC, heads.due_at)
+                       AS rank,
+                   bool_or(heads.level_count >= depth) OVER () AS more
+            FROM heads
+        )
+        SELECT ranked.id, ranked.due_at, ranked.more
+        FROM ranked
+        WHERE ranked.rank <= depth
+        ORDER BY ranked.rank;
+    END IF;
 END
 $$;
 
@@ -102,11 +295,6 @@ LANGUAGE plpgsql VOLATILE
 -- every statement planned once per connection: custom plans (plpgsql's first choice for a
 -- statement with parameters) planned each of them at every claim, more work than running it
 SET plan_cache_mode = force_generic_plan
--- plan the cursor of an ordered claim for its first rows: a claim reads a handful of them
-SET cursor_tuple_fraction = 0.001
--- a fair or aged claim sorts every due task of the queue: in memory, not on disk, for a
--- backlog of about 100,000 (a sort node takes this much only when it needs it)
-SET work_mem = '32MB'
 AS $$
 DECLARE
     stripes CONSTANT integer := 8;   -- claims of one key that may run side by side
@@ -114,7 +302,6 @@ DECLARE
     started timestamptz := now();
     c record;
     r record;
-    candidates refcursor;
     keys_seen text[] := '{}';        -- the limiting controls, in key order, and how to lock
     modes text[] := '{}';            -- each: 'share' (blocked), 'stripe', 'update'
     blocked text[] := '{}';          -- keys that let nothing through (paused, used up)
@@ -142,6 +329,8 @@ DECLARE
     aging_s double precision;        -- the queue's priority aging: seconds per step
     r_handler text;
     r_keys text[];
+    depth bigint;                    -- an ordered claim's read: how many tasks of each group
+    more boolean;
 BEGIN
     -- A first look, without locks: how to lock each limiting control.
     FOR c IN
@@ -289,73 +478,60 @@ BEGIN
             END LOOP;
         END LOOP;
     ELSE
-        -- the order the queue's own control asks for (rdq.spi.ClaimOrder): by rank in the
-        -- task's group (its first key starting with fair_prefix, '' without one; one group
-        -- when the queue is not fair), then by aged due time (due_at less priority × aging_s
-        -- seconds; the same for all without aging), priority, due time. Every due task that
-        -- no blocked key holds back is ranked: a sort of them all, kept narrow (the
-        -- handler and keys of the few candidates visited are read in the loop below).
-        OPEN candidates FOR
-            SELECT o.id, o.due_at
-            FROM (
-                SELECT g.id, g.due_at, g.aged, g.priority, row_number() OVER (
-                    PARTITION BY g.grp ORDER BY g.aged, g.priority DESC, g.due_at) AS rank
-                FROM (
-                    SELECT t.id, t.due_at, t.priority,
-                           t.due_at - t.priority * aging_s * interval '1 second' AS aged,
-                           CASE
-                               WHEN fair_prefix IS NULL THEN ''
-                               -- most tasks: the first key is the group's
-                               WHEN starts_with(t.keys[1], fair_prefix) THEN t.keys[1]
-                               ELSE coalesce((
-                                   SELECT u.k FROM unnest(t.keys) WITH ORDINALITY AS u(k, o)
-                                   WHERE starts_with(u.k, fair_prefix)
-                                   ORDER BY u.o LIMIT 1), '')
-                           END AS grp
-                    FROM {schema}.task AS t
-                    WHERE t.priority = ANY ('{10,9,8,7,6,5,4,3,2,1,0,-1,-2,-3,-4,-5,-6,-7,-8,-9,-10}'::smallint[])
-                      AND t.queue = q
-                      AND t.status IN ('PENDING', 'IN_FLIGHT')
-                      AND t.due_at <= started
-                      AND NOT (('handler:' || t.handler_ref) = ANY (blocked))
-                      AND NOT (t.keys && blocked)
-                ) AS g
-            ) AS o
-            ORDER BY o.rank, o.aged, o.priority DESC, o.due_at;
+        -- the order the queue's own control asks for (rdq.spi.ClaimOrder), as
+        -- ordered_candidates() ranks the first `depth` due tasks of each group; a deeper read
+        -- only when those were not enough (taken by others, held back) and a group had more
+        depth := n;
         LOOP
-            FETCH candidates INTO r;
-            EXIT WHEN NOT FOUND;
-            IF cardinality(limited) > 0 THEN
-                SELECT t.handler_ref, t.keys INTO r_handler, r_keys
-                FROM {schema}.task AS t WHERE t.id = r.id;
-            END IF;
-            fits := true;
-            FOR i IN 1 .. cardinality(limited) LOOP
-                IF taken[i] >= budget[i] AND (limited[i] = '*'
-                        OR limited[i] = 'handler:' || r_handler OR limited[i] = ANY (r_keys)) THEN
-                    fits := false;
-                    EXIT;
+            more := false;
+            FOR r IN
+                SELECT * FROM {schema}.ordered_candidates(
+                    q, started, blocked, fair_prefix IS NOT NULL, aging_s, depth)
+            LOOP
+                more := more OR r.more;
+                CONTINUE WHEN r.id = ANY (chosen) OR r.id = ANY (passed);
+                IF cardinality(limited) > 0 THEN
+                    SELECT t.handler_ref, t.keys INTO r_handler, r_keys
+                    FROM {schema}.task AS t WHERE t.id = r.id;
                 END IF;
-            END LOOP;
-            CONTINUE WHEN NOT fits;
-            -- still due and not another claimant's (a fresh look at the row, under its lock)
-            PERFORM 1 FROM {schema}.task AS t
-            WHERE t.id = r.id AND t.status IN ('PENDING', 'IN_FLIGHT') AND t.due_at <= started
-            FOR UPDATE SKIP LOCKED;
-            CONTINUE WHEN NOT FOUND;
-            FOR i IN 1 .. cardinality(limited) LOOP
-                IF limited[i] = '*' OR limited[i] = 'handler:' || r_handler
-                        OR limited[i] = ANY (r_keys) THEN
-                    taken[i] := taken[i] + 1;
+                fits := true;
+                FOR i IN 1 .. cardinality(limited) LOOP
+                    IF taken[i] >= budget[i] AND (limited[i] = '*'
+                            OR limited[i] = 'handler:' || r_handler
+                            OR limited[i] = ANY (r_keys)) THEN
+                        fits := false;
+                        EXIT;
+                    END IF;
+                END LOOP;
+                IF NOT fits THEN
+                    passed := passed || r.id;
+                    CONTINUE;
                 END IF;
+                -- still due and not another claimant's (a fresh look at the row, under its lock)
+                PERFORM 1 FROM {schema}.task AS t
+                WHERE t.id = r.id AND t.status IN ('PENDING', 'IN_FLIGHT')
+                  AND t.due_at <= started
+                FOR UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
+                    passed := passed || r.id;
+                    CONTINUE;
+                END IF;
+                FOR i IN 1 .. cardinality(limited) LOOP
+                    IF limited[i] = '*' OR limited[i] = 'handler:' || r_handler
+                            OR limited[i] = ANY (r_keys) THEN
+                        taken[i] := taken[i] + 1;
+                    END IF;
+                END LOOP;
+                chosen := chosen || r.id;
+                dues := dues || r.due_at;
+                EXIT WHEN cardinality(chosen) >= n;
+                -- the queue's own limit used up: nothing behind can be taken
+                EXIT WHEN queue_limit IS NOT NULL AND taken[queue_limit] >= budget[queue_limit];
             END LOOP;
-            chosen := chosen || r.id;
-            dues := dues || r.due_at;
-            EXIT WHEN cardinality(chosen) >= n;
-            -- the queue's own limit used up: nothing behind can be taken
+            EXIT WHEN cardinality(chosen) >= n OR NOT more;
             EXIT WHEN queue_limit IS NOT NULL AND taken[queue_limit] >= budget[queue_limit];
+            depth := depth * 4;
         END LOOP;
-        CLOSE candidates;
     END IF;
     IF cardinality(chosen) = 0 THEN
         RETURN;
