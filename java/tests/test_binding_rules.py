@@ -59,7 +59,7 @@ async def both(
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
-            "0011_claim_costs",
+            "0013_claim_costs",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -227,7 +227,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
-            "0011_claim_costs",
+            "0013_claim_costs",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")

@@ -1,4 +1,4 @@
-"""How claims of a limited queue take their slots on PostgreSQL (schema version 11; the kit
+"""How claims of a limited queue take their slots on PostgreSQL (schema version 13; the kit
 checks that a limit is never exceeded): claims of a concurrency limit with ample room run side
 by side (its control locked FOR SHARE, one of eight advisory stripes each), claims that find a
 limit used up do not wait for each other, and a claim near the limit takes the control FOR
@@ -19,7 +19,7 @@ from rdq_postgres import PostgresStorage
 
 LEASE = timedelta(minutes=10)
 STRIPES, SPAN = 8, 32
-"""claim_controlled()'s constants (migration 0011)."""
+"""claim_controlled()'s constants (migration 0013)."""
 
 
 @pytest_asyncio.fixture

@@ -72,7 +72,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
-            "0011_claim_costs",
+            "0013_claim_costs",
         ]
         assert await store.migrate() == []
 
@@ -128,7 +128,7 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
-            "0011_claim_costs",
+            "0013_claim_costs",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -306,7 +306,7 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0008_claim_plan",
                 "0009_claim_plan_statistics",
                 "0010_lapsed_lease_slots",
-                "0011_claim_costs",
+                "0013_claim_costs",
             ]
             after = {
                 r["id"]: dict(r)

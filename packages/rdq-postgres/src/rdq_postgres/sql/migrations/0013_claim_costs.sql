@@ -1,4 +1,4 @@
--- rdq schema version 11: limits that cost little until they bind, and fair or aged claims that
+-- rdq schema version 13: limits that cost little until they bind, and fair or aged claims that
 -- cost O(groups x batch), not O(due backlog) (storage contract version 4, unchanged: the same
 -- claims, in the same order, taken with less work and less waiting).
 --
