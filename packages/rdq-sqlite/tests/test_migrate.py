@@ -187,7 +187,11 @@ async def test_migrate_upgrades_a_populated_version_1_file_in_place(
     async with store:
         with pytest.raises(StorageError, match="has schema version 1"):
             await store.get("due-old")
-        assert await store.migrate() == ["0002_flow_control", "0003_claim_order"]
+        assert await store.migrate() == [
+            "0002_flow_control",
+            "0003_claim_order",
+            "0004_claim_groups",
+        ]
         assert await store.migrate() == []
         assert user_version(database) == LATEST
 
@@ -235,7 +239,11 @@ def test_the_upgrade_rebuilds_the_claim_index_on_claim_at_and_adds_the_new_table
     conn = sqlite3.connect(database, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
-        assert apply_migrations(conn, str(database)) == ["0002_flow_control", "0003_claim_order"]
+        assert apply_migrations(conn, str(database)) == [
+            "0002_flow_control",
+            "0003_claim_order",
+            "0004_claim_groups",
+        ]
         conn.execute("COMMIT")
         schema = dict(conn.execute("SELECT name, sql FROM sqlite_master").fetchall())
         assert "claim_at" in schema["task_claim"]
