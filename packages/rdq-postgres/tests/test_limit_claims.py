@@ -7,6 +7,8 @@ UPDATE, after every claim beside it has committed, so it counts their leases."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -130,3 +132,61 @@ async def test_many_claims_side_by_side_take_a_limit_exactly(
     assert sum(took) == limit
     (control,) = [c for c in await storage.list_controls("q") if c.key == key]
     assert control.in_use == limit
+
+
+async def _claim_buffers(conn: asyncpg.Connection, schema: str, queue: str) -> tuple[int, int]:
+    """The shared buffers one claim of 10 reads (EXPLAIN ANALYZE counts those read inside the
+    claim function) and how many tasks it took; the claim is rolled back."""
+    tr = conn.transaction()
+    await tr.start()
+    try:
+        plan = await conn.fetchval(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+            f'SELECT * FROM "{schema}".claim_controlled($1, 10, $2, NULL)',
+            queue,
+            int(LEASE.total_seconds() * 1e6),
+        )
+    finally:
+        await tr.rollback()
+    node = json.loads(plan)[0]["Plan"]
+    return int(node["Shared Hit Blocks"]) + int(node["Shared Read Blocks"]), int(
+        node["Actual Rows"]
+    )
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "control",
+    [
+        Control(queue="", key=QUEUE_KEY, fair="tenant:"),
+        Control(queue="", key=QUEUE_KEY, fair="tenant:", aging=2.0),
+        Control(queue="", key=QUEUE_KEY, aging=1.0),
+    ],
+)
+async def test_an_ordered_claim_reads_as_many_buffers_behind_a_backlog_ten_times_deeper(
+    storage: PostgresStorage, open_claim: asyncpg.Connection, schema: str, control: Control
+) -> None:
+    """Deterministic, not a race of clocks: the buffers one fair or aged claim reads behind
+    2,000 and 20,000 due tasks of one tenant (and 3 of another) are about the same (a claim
+    that ranked every due task read ten times as many)."""
+    work = []
+    for depth in (2_000, 20_000):
+        queue = f"ordered-{depth}"
+        await storage.put_control(dataclasses.replace(control, queue=queue), expected_version=0)
+        for start in range(0, depth + 3, 1000):
+            await storage.enqueue_batch(
+                [
+                    Envelope(
+                        id=f"{queue}-{n:06d}",
+                        queue=queue,
+                        handler_ref="h",
+                        keys=["tenant:big" if n < depth else "tenant:small"],
+                    )
+                    for n in range(start, min(depth + 3, start + 1000))
+                ]
+            )
+        await open_claim.execute(f'ANALYZE "{schema}".task')
+        buffers, took = await _claim_buffers(open_claim, schema, queue)
+        assert took == 10
+        work.append(buffers)
+    assert work[1] <= work[0] * 1.5 + 50, work
