@@ -7,7 +7,6 @@ UPDATE, after every claim beside it has committed, so it counts their leases."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -155,16 +154,13 @@ async def _claim_buffers(conn: asyncpg.Connection, schema: str, queue: str) -> t
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize(
-    "control",
-    [
-        Control(queue="", key=QUEUE_KEY, fair="tenant:"),
-        Control(queue="", key=QUEUE_KEY, fair="tenant:", aging=2.0),
-        Control(queue="", key=QUEUE_KEY, aging=1.0),
-    ],
-)
+@pytest.mark.parametrize(("fair", "aging"), [("tenant:", None), ("tenant:", 2.0), (None, 1.0)])
 async def test_an_ordered_claim_reads_as_many_buffers_behind_a_backlog_ten_times_deeper(
-    storage: PostgresStorage, open_claim: asyncpg.Connection, schema: str, control: Control
+    storage: PostgresStorage,
+    open_claim: asyncpg.Connection,
+    schema: str,
+    fair: str | None,
+    aging: float | None,
 ) -> None:
     """Deterministic, not a race of clocks: the buffers one fair or aged claim reads behind
     2,000 and 20,000 due tasks of one tenant (and 3 of another) are about the same (a claim
@@ -172,7 +168,9 @@ async def test_an_ordered_claim_reads_as_many_buffers_behind_a_backlog_ten_times
     work = []
     for depth in (2_000, 20_000):
         queue = f"ordered-{depth}"
-        await storage.put_control(dataclasses.replace(control, queue=queue), expected_version=0)
+        await storage.put_control(
+            Control(queue=queue, key=QUEUE_KEY, fair=fair, aging=aging), expected_version=0
+        )
         for start in range(0, depth + 3, 1000):
             await storage.enqueue_batch(
                 [
