@@ -150,6 +150,11 @@ def p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def p99(drains: list[Drain]) -> float:
+    """The median over rounds of each drain's PING p99."""
+    return statistics.median(p(d.pings_ms, 0.99) for d in drains)
+
+
 async def main(args: argparse.Namespace) -> None:
     print(f"load average before: {os.getloadavg()}")
     for backend in args.backends.split(","):
@@ -182,9 +187,8 @@ async def main(args: argparse.Namespace) -> None:
                     f"plain {[d.small_claim for d in runs['plain']]}, "
                     f"fair {[d.small_claim for d in runs['fair']]}"
                     + (
-                        f"; PING during the fair drain p99 "
-                        f"{statistics.median(p(d.pings_ms, 0.99) for d in runs['fair']):.2f} ms, "
-                        f"plain {statistics.median(p(d.pings_ms, 0.99) for d in runs['plain']):.2f} ms"
+                        f"; PING during the fair drain p99 {p99(runs['fair']):.2f} ms, "
+                        f"plain {p99(runs['plain']):.2f} ms"
                         if backend == "redis"
                         else ""
                     )
