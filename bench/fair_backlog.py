@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -45,6 +47,8 @@ class Drain:
     """the claim (1-based, counted over every claimant) that took the small tenant's last task"""
     claim_ms: float
     pings_ms: list[float] = field(default_factory=list)
+    script_ms: float | None = None
+    """Redis: the server's mean time per script (claims and completions) during the drain"""
 
 
 async def drain(
@@ -84,17 +88,60 @@ async def drain(
     return Drain(taken / seconds, small_claim, statistics.median(times) * 1e3)
 
 
-async def pinging(url: str, stop: asyncio.Event, out: list[float]) -> None:
-    """PING the Redis at ``url`` every 5 ms from a client of its own until ``stop``."""
+_PINGER = """
+import json, sys, time, redis
+client = redis.Redis.from_url(sys.argv[1])
+out = []
+while not sys.stdin.closed:
+    before = time.perf_counter()
+    client.ping()
+    out.append((time.perf_counter() - before) * 1e3)
+    time.sleep(0.005)
+    if len(out) % 20 == 0 and __import__("select").select([sys.stdin], [], [], 0)[0]:
+        break
+print(json.dumps(out))
+"""
+"""Another client of the Redis: a process of its own (not this one's event loop, which the
+claim loops keep busy), sending a PING every 5 ms until its stdin is written to."""
+
+
+@contextlib.asynccontextmanager
+async def pinging(url: str, out: list[float]) -> AsyncIterator[None]:
+    """PING the Redis at ``url`` every 5 ms from another process while the block runs."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _PINGER,
+        url,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        yield
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.write(b"stop\n")
+        await proc.stdin.drain()
+        stdout, _ = await proc.communicate()
+        out.extend(json.loads(stdout))
+
+
+async def script_ms(url: str, reset: bool) -> float:
+    """The server's mean time per script call (claims and completions) since the last reset,
+    from INFO commandstats."""
     import redis.asyncio as aioredis
 
     client = aioredis.from_url(url)
     try:
-        while not stop.is_set():
-            before = time.perf_counter()
-            await client.ping()
-            out.append((time.perf_counter() - before) * 1e3)
-            await asyncio.sleep(0.005)
+        if reset:
+            await client.config_resetstat()
+            return 0.0
+        stats = await client.info("commandstats")
+        calls = sum(
+            v["calls"] for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval")
+        )
+        usec = sum(v["usec"] for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+        return usec / calls / 1e3 if calls else float("nan")
     finally:
         await client.aclose()
 
@@ -108,17 +155,18 @@ async def one(url: str, backend: str, fair: bool, args: argparse.Namespace, dept
                 Control(queue=queue, key=QUEUE_KEY, fair="tenant:"), expected_version=0
             )
         await fill_big_and_small(store, queue, depth, args.shallow)
-        stop = asyncio.Event()
         pings: list[float] = []
-        pinger = asyncio.ensure_future(pinging(url, stop, pings)) if backend == "redis" else None
-        try:
+        if backend == "redis":
+            await script_ms(url, reset=True)
+            async with pinging(url, pings):
+                found = await drain(
+                    store, queue, min(args.drain, depth), args.batch, args.claimants, args.shallow
+                )
+            found.script_ms = await script_ms(url, reset=False)
+        else:
             found = await drain(
                 store, queue, min(args.drain, depth), args.batch, args.claimants, args.shallow
             )
-        finally:
-            stop.set()
-            if pinger is not None:
-                await pinger
         found.pings_ms = pings
         with contextlib.suppress(Exception):
             await store.purge_queue(queue)  # type: ignore[attr-defined]
@@ -170,6 +218,7 @@ async def main(args: argparse.Namespace) -> None:
                         ping = (
                             f", PING p50 {p(found.pings_ms, 0.5):.2f} p99 "
                             f"{p(found.pings_ms, 0.99):.2f} max {max(found.pings_ms):.2f} ms"
+                            f", script {found.script_ms:.3f} ms (server, mean)"
                             if found.pings_ms
                             else ""
                         )
@@ -180,10 +229,10 @@ async def main(args: argparse.Namespace) -> None:
                             flush=True,
                         )
                 plain = statistics.median(d.rate for d in runs["plain"])
-                fair = statistics.median(d.rate for d in runs["fair"])
+                fair_rate = statistics.median(d.rate for d in runs["fair"])
                 print(
-                    f"{backend} {depth:>7} due: plain {plain:7.0f}/s, fair {fair:7.0f}/s "
-                    f"({fair / plain:.2f}x); small tenant's last task in claim "
+                    f"{backend} {depth:>7} due: plain {plain:7.0f}/s, fair {fair_rate:7.0f}/s "
+                    f"({fair_rate / plain:.2f}x); small tenant's last task in claim "
                     f"plain {[d.small_claim for d in runs['plain']]}, "
                     f"fair {[d.small_claim for d in runs['fair']]}"
                     + (
