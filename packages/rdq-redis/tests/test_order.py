@@ -186,3 +186,34 @@ async def test_an_ordered_claim_issues_as_many_commands_behind_a_backlog_ten_tim
             assert sum(int(t.rsplit("-", 1)[1]) >= depth for t in took) == 3
         work.append(calls)
     assert work[1] <= work[0] * 1.5 + 20, work
+
+
+@pytest.mark.asyncio
+async def test_a_queue_made_fair_before_the_group_sets_existed_is_regrouped_by_its_first_claim(
+    storage: Storage, redis_url: str, key_prefix: str
+) -> None:
+    """A store upgraded with a fair queue: its tasks have no group and there are no group sets
+    (removed here by hand); the first claim builds them and shares the queue."""
+    import redis.asyncio as aioredis
+
+    from rdq_redis._keys import QueueKeys
+
+    queue = new_queue()
+    await _put(storage, Control(queue=queue, key=QUEUE_KEY, fair="tenant:"))
+    specs = [{"keys": ["tenant:big"]}] * 30 + [{"keys": ["tenant:small"]}] * 2
+    await _backlog(storage, queue, specs)
+    base = QueueKeys(key_prefix, queue).base
+    client = aioredis.from_url(redis_url)
+    try:
+        names = await client.smembers(f"{base}fairsets")
+        assert len(names) == 2, names  # fair:0:tenant:big, fair:0:tenant:small
+        for name in names:
+            assert await client.delete(f"{base}{name.decode()}") == 1
+        await client.delete(f"{base}fairsets", f"{base}fairidx")
+        for n in range(len(specs)):
+            assert await client.hdel(f"{base}task:{queue}-{n:05d}", "fg") == 1
+        claimed = await _claimed(storage, queue, 4)
+        assert await client.get(f"{base}fairidx") == b"tenant:"
+    finally:
+        await client.aclose()
+    assert claimed == [f"{queue}-00000", f"{queue}-00030", f"{queue}-00001", f"{queue}-00031"]
