@@ -61,6 +61,7 @@ async def both(
             "0010_lapsed_lease_slots",
             "0011_dedup_keys",
             "0012_payload_refs",
+            "0013_claim_costs",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -230,6 +231,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0010_lapsed_lease_slots",
             "0011_dedup_keys",
             "0012_payload_refs",
+            "0013_claim_costs",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")

@@ -79,8 +79,10 @@ async def test_java_migrates_the_schema_the_python_plugin_runs_on(
         done = Attempt(number=1, outcome=Outcome.SUCCEEDED, worker_id="python")
         await python.complete("made-in-java", claimed.token, done)
         assert (await python.get("made-in-java")).status == Status.SUCCEEDED
-    assert [row["version"] for row in java_versions] == list(range(1, len(java_versions) + 1)), (
-        "every migration up to the binding's version, in order"
+    folder = resources.files("rdq_postgres").joinpath("sql", "migrations")
+    numbered = sorted(int(f.name[:4]) for f in folder.iterdir() if f.name[:4].isdigit())
+    assert [row["version"] for row in java_versions] == numbered, (
+        "every migration the Python plugin ships, in order"
     )
 
 

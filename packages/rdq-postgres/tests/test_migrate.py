@@ -74,6 +74,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0010_lapsed_lease_slots",
             "0011_dedup_keys",
             "0012_payload_refs",
+            "0013_claim_costs",
         ]
         assert await store.migrate() == []
 
@@ -131,6 +132,7 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0010_lapsed_lease_slots",
             "0011_dedup_keys",
             "0012_payload_refs",
+            "0013_claim_costs",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -310,6 +312,7 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0010_lapsed_lease_slots",
                 "0011_dedup_keys",
                 "0012_payload_refs",
+                "0013_claim_costs",
             ]
             after = {
                 r["id"]: dict(r)
@@ -366,7 +369,11 @@ async def test_upgrading_a_populated_version_10_schema_to_dedup_keys_keeps_every
         )
         before = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
         async with store:
-            assert await store.migrate() == ["0011_dedup_keys", "0012_payload_refs"]
+            assert await store.migrate() == [
+                "0011_dedup_keys",
+                "0012_payload_refs",
+                "0013_claim_costs",
+            ]
             after = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
             assert [dict(r) for r in after] == [dict(r) for r in before]
             first = Envelope(id="k-1", queue="q", handler_ref="job")

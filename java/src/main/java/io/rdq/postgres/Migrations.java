@@ -20,7 +20,7 @@ import java.util.zip.CRC32;
  */
 final class Migrations {
     /** The schema version this binding's statements are written for. */
-    static final int SUPPORTED = 12;
+    static final int SUPPORTED = 13;
 
     record Migration(int version, String name, String sql) {}
 
@@ -41,13 +41,16 @@ final class Migrations {
             }
         }
         found.sort((a, b) -> Integer.compare(a.version(), b.version()));
-        for (int i = 0; i < found.size(); i++) {
-            if (found.get(i).version() != i + 1) {
-                throw new IllegalStateException("the jar lacks migration " + (i + 1) + " (rebuild it)");
+        Set<Integer> held = new HashSet<>();
+        for (Migration m : found) {
+            if (!held.add(m.version())) {
+                throw new IllegalStateException("the jar holds migration " + m.version() + " twice (rebuild it)");
             }
         }
-        if (found.size() != SUPPORTED) {
-            throw new IllegalStateException("the jar holds migrations up to " + found.size() + ", the code needs " + SUPPORTED);
+        for (int v = 1; v <= SUPPORTED; v++) {
+            if (!held.contains(v)) {
+                throw new IllegalStateException("the jar lacks migration " + v + " (rebuild it)");
+            }
         }
         return found;
     }
