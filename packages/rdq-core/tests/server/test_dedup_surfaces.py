@@ -58,7 +58,7 @@ async def test_the_api_folds_a_submission_under_its_key_and_says_how(
     bad = await client.post(
         "/v1/tasks", json={**body, "dedup_key": "k", "dedup_mode": "extend"}, headers=AUTH
     )
-    assert bad.status_code == 422 and bad.json()["error"]["field"] == "dedup_window"
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "dedup_window"
     assert (await memory_store.stats("orders")).pending == 1
     entries, _ = await memory_store.list_audit(AuditFilter(action="dedup"), Page())
     assert sorted(e.selector["outcome"] for e in entries) == ["replaced", "skipped"]

@@ -130,7 +130,15 @@ async def submit_task(
     raw.pop("force", None)
     for name in _DEDUP_FIELDS:  # how to admit it, not the task
         raw.pop(name, None)
-    dedup = dedup_of(data.dedup_key, data.dedup_window, data.dedup_mode, data.dedup_max_age)
+    try:  # a window or age under a microsecond (0 included): none
+        dedup = dedup_of(
+            data.dedup_key,
+            _seconds_or_none(data.dedup_window),
+            data.dedup_mode,
+            _seconds_or_none(data.dedup_max_age),
+        )
+    except ValidationError as exc:  # fields each valid, that do not go together
+        raise ApiError(400, "bad_dedup", exc.message, exc.field) from None
     app = node.engine_app
     queue = data.queue
     if app is not None and "queue" not in raw:  # the handler's queue, as the client does
@@ -193,6 +201,12 @@ async def submit_task(
 
 
 OUTCOME_HEADER = "RDQ-Outcome"
+
+
+def _seconds_or_none(seconds: float | None) -> float | None:
+    return seconds if seconds is not None and seconds >= 1e-6 else None
+
+
 _DEDUP_FIELDS = ("dedup_key", "dedup_window", "dedup_mode", "dedup_max_age")
 
 

@@ -88,7 +88,7 @@ class SubmitRequest(msgspec.Struct, kw_only=True):
     queues, as ids are): see ``dedup_mode``. The ``RDQ-Outcome`` header of the answer says
     what happened. Not stored in the envelope."""
     dedup_window: Seconds | None = None
-    """Seconds the key stays held after its task's submission (default: while the task is
+    """Seconds the key stays held after its task's submission (default, and 0: while the task is
     pending or running)."""
     dedup_mode: Literal["skip", "replace", "extend", "debounce"] = "skip"
     """What a submission of a held key does: nothing (``skip``), start its window again
