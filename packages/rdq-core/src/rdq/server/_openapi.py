@@ -101,7 +101,7 @@ def refine(
         _known_to_the_app(schemas.get("SubmitRequest"), engine_app, worked, callbacks)
     if not callbacks:
         _no_callbacks(schemas.get("SubmitRequest"))
-    _bounded_below(schemas.get("SubmitRequest"), "delay")
+    _bounded_below(schemas.get("SubmitRequest"), "delay", "dedup_window", "dedup_max_age")
     _bounded_below(schemas.get("RetryRequest"), "base", "cap")
     _bounded_below(schemas.get("RetryRequest"), "timeout", exclusive=True)
     _headers(schemas.get("SubmitRequest"))
