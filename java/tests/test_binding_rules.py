@@ -59,6 +59,7 @@ async def both(
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
+            "0014_claim_floor",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -226,6 +227,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
+            "0014_claim_floor",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")

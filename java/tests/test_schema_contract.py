@@ -17,6 +17,7 @@ from rdq import open_storage
 from rdq.errors import StorageError
 from rdq.spi import Attempt, Envelope, Outcome, Status
 from rdq_java_bridge import BridgeServer, JavaBridgeStorage, java_classpath
+from rdq_postgres._queries import migrations
 
 from .conftest import drop_schema
 
@@ -79,7 +80,8 @@ async def test_java_migrates_the_schema_the_python_plugin_runs_on(
         done = Attempt(number=1, outcome=Outcome.SUCCEEDED, worker_id="python")
         await python.complete("made-in-java", claimed.token, done)
         assert (await python.get("made-in-java")).status == Status.SUCCEEDED
-    assert [row["version"] for row in java_versions] == list(range(1, len(java_versions) + 1)), (
+    every = [v for v, _, _ in migrations(schema, "c")]  # the plugin's files (numbers may skip)
+    assert [row["version"] for row in java_versions] == every, (
         "every migration up to the binding's version, in order"
     )
 

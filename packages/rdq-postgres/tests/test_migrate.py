@@ -72,6 +72,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
+            "0014_claim_floor",
         ]
         assert await store.migrate() == []
 
@@ -127,6 +128,7 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
+            "0014_claim_floor",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -304,6 +306,7 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0008_claim_plan",
                 "0009_claim_plan_statistics",
                 "0010_lapsed_lease_slots",
+                "0014_claim_floor",
             ]
             after = {
                 r["id"]: dict(r)

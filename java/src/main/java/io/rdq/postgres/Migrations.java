@@ -20,7 +20,7 @@ import java.util.zip.CRC32;
  */
 final class Migrations {
     /** The schema version this binding's statements are written for. */
-    static final int SUPPORTED = 10;
+    static final int SUPPORTED = 14;
 
     record Migration(int version, String name, String sql) {}
 
@@ -41,13 +41,16 @@ final class Migrations {
             }
         }
         found.sort((a, b) -> Integer.compare(a.version(), b.version()));
-        for (int i = 0; i < found.size(); i++) {
-            if (found.get(i).version() != i + 1) {
-                throw new IllegalStateException("the jar lacks migration " + (i + 1) + " (rebuild it)");
+        // Numbers may be skipped (a branch takes the number it will have once merged, as the
+        // Python migrator allows): each bundled one once, the newest the one the code needs.
+        for (int i = 1; i < found.size(); i++) {
+            if (found.get(i).version() == found.get(i - 1).version()) {
+                throw new IllegalStateException("the jar holds migration " + found.get(i).version() + " twice (rebuild it)");
             }
         }
-        if (found.size() != SUPPORTED) {
-            throw new IllegalStateException("the jar holds migrations up to " + found.size() + ", the code needs " + SUPPORTED);
+        int newest = found.isEmpty() ? 0 : found.get(found.size() - 1).version();
+        if (newest != SUPPORTED) {
+            throw new IllegalStateException("the jar holds migrations up to " + newest + ", the code needs " + SUPPORTED);
         }
         return found;
     }

@@ -1,0 +1,183 @@
+"""The claim floor (schema version 14): claims start at a due time no live task of the queue
+is due before, raised by the claims themselves and lowered by every write that makes a task
+due before it; exact even while writes and claims race, and the reason the claim keeps its
+pace while a transaction elsewhere holds the xmin horizon.
+
+The kit's clauses ``DueEarlierClauses`` check the promise through the SPI; these tests check
+the mechanism: the floor is raised, each raise waits for the writers in progress, a rolled
+back claim takes its raise with it, and a held horizon leaves the claim's scan short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+import asyncpg
+import pytest
+
+from rdq.spi import Attempt, Completion, Envelope, Outcome
+from rdq_postgres import PostgresStorage
+
+from .conftest import ClaimPlan
+
+LEASE = timedelta(minutes=5)
+DONE = Attempt(number=1, outcome=Outcome.SUCCEEDED)
+
+
+async def _due(storage: PostgresStorage, queue: str, ages: list[float]) -> list[str]:
+    """One task per age (seconds overdue, oldest first); their ids in claim order."""
+    now = await storage.now()
+    tasks = [
+        Envelope(
+            id=f"{queue}-{n:04d}",
+            queue=queue,
+            handler_ref="h",
+            next_attempt_at=now - timedelta(seconds=age),
+        )
+        for n, age in enumerate(sorted(ages, reverse=True))
+    ]
+    assert await storage.enqueue_batch(tasks) == [True] * len(tasks)
+    return [t.id for t in tasks]
+
+
+async def _floor(conn: asyncpg.Connection, schema: str, queue: str) -> datetime:
+    floor: datetime = await conn.fetchval(f'SELECT "{schema}".claim_floor($1)', queue)
+    return floor
+
+
+@pytest.mark.asyncio
+async def test_claims_raise_the_floor_to_the_oldest_task_left_and_the_scan_starts_there(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    ids = await _due(storage, "q", [50, 40, 30, 20, 10])
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        unraised = f"SELECT \"{schema}\".claim_floor($1) = '-infinity'"
+        assert await conn.fetchval(unraised, "q"), "no claim yet: no floor"
+        sql = f'SELECT id FROM "{schema}".claim_due($1, $2, $3, $4)'
+        first = [r["id"] for r in await conn.fetch(sql, "q", 2, 300_000_000, "w")]
+        assert sorted(first) == ids[:2]
+        third = (await storage.get(ids[2])).next_attempt_at
+        # this connection's own floor: the oldest due task left
+        assert await _floor(conn, schema, "q") == third
+        assert [r["id"] for r in await conn.fetch(sql, "q", 1, 300_000_000, "w")] == [ids[2]]
+    finally:
+        await conn.close()
+
+
+@pytest.mark.asyncio
+async def test_a_raise_waits_for_a_write_in_progress_and_the_task_it_wrote_goes_first(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    """A task admitted in an open transaction, due at that transaction's start, is invisible
+    to the claims until it commits; the raises meanwhile find the queue's lock held and
+    leave the floor where it was, so the first claim after the commit takes the task before
+    the younger ones. (Without the lock a raise would move the floor past it.)"""
+    now = await storage.now()
+    younger = [
+        Envelope(
+            id=f"young-{n}",
+            queue="q",
+            handler_ref="h",
+            next_attempt_at=now + timedelta(milliseconds=300 + 10 * n),
+        )
+        for n in range(4)
+    ]
+    await storage.enqueue_batch(younger)
+    app = await asyncpg.connect(postgres_url)
+    claims = await asyncpg.connect(postgres_url)
+    sql = f'SELECT id FROM "{schema}".claim_due($1, $2, $3, $4)'
+    try:
+        async with app.transaction():
+            # due at this transaction's start, which is before the younger tasks' due times
+            await storage.enqueue_in(app, [Envelope(id="in-tx", queue="q", handler_ref="h")])
+            begun = await app.fetchval("SELECT now()")
+            assert begun < younger[0].next_attempt_at  # type: ignore[operator]
+            await asyncio.sleep(0.45)  # the younger tasks fall due meanwhile
+            taken = [r["id"] for r in await claims.fetch(sql, "q", 1, 300_000_000, "w")]
+            assert taken == ["young-0"]  # the task in the open transaction is not visible
+            taken = [r["id"] for r in await claims.fetch(sql, "q", 1, 300_000_000, "w")]
+            assert taken == ["young-1"]
+        taken = [r["id"] for r in await claims.fetch(sql, "q", 1, 300_000_000, "w")]
+        assert taken == ["in-tx"], "the task committed after the raises goes first"
+    finally:
+        await app.close()
+        await claims.close()
+
+
+@pytest.mark.asyncio
+async def test_a_claim_rolled_back_takes_its_raise_with_it(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    ids = await _due(storage, "q", [30, 20, 10])
+    conn = await asyncpg.connect(postgres_url)
+    sql = f'SELECT id FROM "{schema}".claim_due($1, $2, $3, $4)'
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        assert sorted(r["id"] for r in await conn.fetch(sql, "q", 2, 300_000_000, "w")) == ids[:2]
+        await tx.rollback()
+        assert [r["id"] for r in await conn.fetch(sql, "q", 1, 300_000_000, "w")] == [ids[0]]
+    finally:
+        await conn.close()
+
+
+@pytest.mark.asyncio
+async def test_every_write_that_makes_a_task_due_before_the_floor_lowers_it(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    """Each write path (through the store's statements, which the Java binding runs too)
+    lowers the queue's floor when it makes a task due before it, and leaves the floor's row
+    alone when the task is due at the write's own time."""
+    conn = await asyncpg.connect(postgres_url)
+    try:
+
+        async def gen() -> int:
+            value: int = await conn.fetchval(
+                f'SELECT gen FROM "{schema}".claim_floor WHERE queue = $1', "q"
+            )
+            return value
+
+        await _due(storage, "q", [5])
+        await storage.claim_due("q", 1, LEASE)  # the floor's row exists from the first raise
+        start = await gen()
+        await storage.enqueue(Envelope(id="now", queue="q", handler_ref="h"))
+        assert await gen() == start, "a task due now lowers nothing"
+        past = (await storage.now()) - timedelta(hours=1)
+        await storage.enqueue(Envelope(id="past", queue="q", handler_ref="h", next_attempt_at=past))
+        assert await gen() != start
+        low: datetime = await conn.fetchval(
+            f'SELECT low FROM "{schema}".claim_floor WHERE queue = $1', "q"
+        )
+        assert low <= past
+    finally:
+        await conn.close()
+
+
+@pytest.mark.asyncio
+async def test_a_held_horizon_leaves_the_claims_scan_short(
+    storage: PostgresStorage, postgres_url: str, schema: str, claim_plan: ClaimPlan
+) -> None:
+    """While a transaction holds the xmin horizon, 3,000 tasks claimed and completed leave
+    their index entries in front of the queue's oldest due task; the claim's scan starts at
+    the floor, past them (on schema 10 it read every one)."""
+    ids = await _due(storage, "q", [400 - n / 10 for n in range(3_500)])
+    holder = await asyncpg.connect(postgres_url)
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await holder.execute("BEGIN")
+        await holder.fetchval("SELECT txid_current()")
+        sql = f'SELECT id, token FROM "{schema}".claim_due($1, $2, $3, $4)'
+        for _ in range(30):
+            rows = await conn.fetch(sql, "q", 100, 300_000_000, "w")
+            await storage.complete_many([Completion(r["id"], r["token"], DONE) for r in rows])
+        nodes = await claim_plan(storage, "q", 10, on=conn)
+        scan = next(n for n in nodes if n.get("Index Name") == "task_claim_priority_idx")
+        read = scan["Shared Hit Blocks"] + scan["Shared Read Blocks"]
+        assert read < 60, f"the claim's scan read {read} pages: it walked the claimed entries"
+        assert [r["id"] for r in await conn.fetch(sql, "q", 1, 300_000_000, "w")] == [ids[3_000]]
+    finally:
+        await holder.execute("ROLLBACK")
+        await holder.close()
+        await conn.close()
