@@ -201,6 +201,12 @@ async def main() -> None:
     parser.add_argument("--before", type=float, default=20.0, help="shared: seconds up first")
     parser.add_argument("--steady-healthy", type=float, default=150.0, help="shared: tasks/s")
     parser.add_argument("--steady-dependency", type=float, default=10.0, help="shared: tasks/s")
+    parser.add_argument(
+        "--backoff", default="exponential:1", help="exponential:BASE (cap 10 s) or fixed:DELAY"
+    )
+    parser.add_argument(
+        "--kill-after", type=float, default=0.0, help="kill -9 one worker this long into it"
+    )
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
     if args.storage == "postgresql":
@@ -234,6 +240,12 @@ async def _produce(client: rdq.Client, per_second: list[tuple[str, float]], unti
     return sent
 
 
+async def _kill_one(workers: list[asyncio.subprocess.Process], at: float) -> None:
+    """``kill -9`` the first worker at ``at`` (monotonic): its claims lapse, another reclaims."""
+    await asyncio.sleep(max(0.0, at - time.monotonic()))
+    workers[0].send_signal(signal.SIGKILL)
+
+
 async def _drained(storage: Storage, deadline: float) -> float | None:
     """Seconds (monotonic) at which the queue held nothing PENDING or IN_FLIGHT."""
     while time.monotonic() < deadline:
@@ -255,6 +267,7 @@ async def scenario(args: argparse.Namespace) -> None:
         OUTAGE_HEALTHY=f"http://127.0.0.1:{healthy.port}/",
         OUTAGE_BREAKER=args.breaker,
         OUTAGE_SHARED="1" if args.shared_dependency else "0",
+        OUTAGE_BACKOFF=args.backoff,
         PYTHONPATH=str(ROOT),
     )
     service.down_from, service.up_at = 0.0, math.inf  # down until the workers are up
@@ -295,6 +308,9 @@ async def scenario(args: argparse.Namespace) -> None:
             )
             await client.submit("call", {"n": -1}, queue=QUEUE)  # the first one at once
         done_at = None
+        killer = None
+        if args.kill_after:
+            killer = asyncio.create_task(_kill_one(workers, outage_at + args.kill_after))
         try:
             if producer is not None:
                 await producer
@@ -304,8 +320,11 @@ async def scenario(args: argparse.Namespace) -> None:
                 producer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await producer
+            if killer is not None:
+                killer.cancel()
             for proc in workers:
-                proc.send_signal(signal.SIGTERM)
+                if proc.returncode is None:
+                    proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(asyncio.gather(*(proc.wait() for proc in workers)), 60)
         await _report(args, storage, service, healthy, began, done_at)
     await service.stop()

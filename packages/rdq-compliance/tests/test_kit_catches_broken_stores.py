@@ -28,6 +28,7 @@ BROKEN_MODULES = (
     "kit_broken_promises",
     "kit_broken_flow",
     "kit_broken_order",
+    "kit_broken_payloads",
     "kit_broken_scope",
     "kit_broken_controls",
     "kit_broken_changes",

@@ -29,8 +29,10 @@ tasks) with ``_crontime``; ``signals`` (:class:`Permanent`, :class:`RetryAfter`,
 :class:`Snooze`, :class:`Unavailable`); ``errors`` (the error tree); ``plugins``
 (discovering storage plugins) with ``_storage_url`` (the store used when none is named);
 ``callbacks`` (HTTP callback tasks: the receiver's side); ``audit`` (audit records and
-recording them); ``logging``, ``metrics``, ``tracing``; ``_ids`` (task ids); ``_suggest``
-("did you mean", the closest known name to a typo); ``__main__`` (``python -m rdq``).
+recording them); ``keys`` (sealed payloads: :class:`Keyring`, versioned AES-256-GCM keys);
+``scrub`` (:class:`Scrubber`, secrets taken out of error messages and tracebacks);
+``logging``, ``metrics``, ``tracing``; ``_ids`` (task ids); ``_suggest`` ("did you mean", the
+closest known name to a typo); ``__main__`` (``python -m rdq``).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -51,7 +53,9 @@ from rdq.errors import (
     ValidationError,
 )
 from rdq.flow import Concurrency, Rate
+from rdq.keys import Keyring
 from rdq.plugins import installed_backends, open_storage
+from rdq.scrub import Scrubber
 from rdq.signals import Permanent, RetryAfter, Snooze, Unavailable
 from rdq.spi import RetryOverride
 
@@ -68,6 +72,7 @@ __all__ = [
     "ConfigError",
     "Handler",
     "IDConflict",
+    "Keyring",
     "NotFound",
     "Permanent",
     "QueueConfig",
@@ -76,6 +81,7 @@ __all__ = [
     "RetryAfter",
     "RetryOverride",
     "SchemeInvoker",
+    "Scrubber",
     "Snooze",
     "StaleClaim",
     "StaleCursor",

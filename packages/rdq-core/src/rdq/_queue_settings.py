@@ -16,6 +16,7 @@ from typing import Any
 from rdq._checks import is_int, is_number
 from rdq.errors import ConfigError
 from rdq.flow import Breaker, Limit, check_dependency, check_limits
+from rdq.scrub import Scrubber
 from rdq.spi import MAX_PRIORITY, MIN_PRIORITY, bounds
 
 __all__ = ["MAX_SNOOZES", "Backoff", "BackoffKind", "QueueConfig"]
@@ -99,6 +100,13 @@ class QueueConfig:
     """Seconds of waiting worth one step of priority, so that no priority waits for ever
     behind a stream of higher ones. ``0``: declared strict; ``None``: not declared here (the
     default order is strict). Written to the store like ``fair`` (``priority_aging``)."""
+    scrub: Scrubber = dataclasses.field(default_factory=Scrubber)
+    """How the error messages and tracebacks of the queue's attempts are scrubbed before they
+    are stored (see :mod:`rdq.scrub`; on by default)."""
+    encrypt: bool | None = None
+    """Seal the payloads of the queue's tasks (see :mod:`rdq.keys`). ``None`` (the default):
+    when the submitting client has a keyring with an active key; ``True``: always (a submit
+    without one is refused); ``False``: never."""
     max_snoozes: int = 100
     """How often one task may snooze (``rdq.Snooze``) since its last redrive before the next
     snooze sends it to the DLQ (``rdq.SnoozedTooOften``) instead: a task that is never ready
@@ -168,6 +176,11 @@ class QueueConfig:
                 f"must be a key prefix of at most {bounds.MAX_TASK_KEY_LENGTH} characters "
                 "without whitespace ('' for none)",
             )
+        if not isinstance(self.scrub, Scrubber):
+            raise bad("scrub", "must be an rdq.Scrubber")
+        self.scrub.validate(f"{prefix}.scrub")
+        if self.encrypt is not None and not isinstance(self.encrypt, bool):
+            raise bad("encrypt", "must be true, false or unset")
         aging = self.priority_aging
         if aging is not None and (not is_number(aging) or not 0 <= aging <= bounds.MAX_AGING):
             raise bad(

@@ -1,5 +1,5 @@
 """Audit records of operator actions (redrive, purge, cancel, retry now, pauses, breakers by
-hand) and of the breakers' own transitions.
+hand, key rotations) and of the breakers' own transitions.
 
 Every such action done through :class:`rdq.admin.TaskAdmin` (the API, the web UI and the CLI
 all go through it) produces one :class:`AuditRecord`: who did what to which queue, with which
@@ -61,6 +61,7 @@ Action = Literal[
     "breaker.probe",
     "breaker.close",
     "redrive.cancel",
+    "keys.rotate",
 ]
 """What an operator (or, for a breaker, the engine) did. The breaker's own transitions are
 recorded with the worker's id as the actor."""

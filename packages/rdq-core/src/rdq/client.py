@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequen
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 import msgspec
 
@@ -35,6 +35,7 @@ from rdq._storage_url import storage_url
 from rdq.app import DEFAULT_QUEUE, App, import_path, unknown_handler
 from rdq.errors import Unsupported, ValidationError
 from rdq.flow import DEPENDENCY_PREFIX, LimitControls
+from rdq.keys import Keyring, sealed_for
 from rdq.plugins import open_storage
 from rdq.spi import DEFAULT_PRIORITY, Envelope, RetryOverride, Storage, bounds, require
 
@@ -79,15 +80,32 @@ class Client:
     """Submits tasks to a connected ``storage``. ``app`` (optional) maps registered handler
     functions to their names and default queues."""
 
-    def __init__(self, storage: Storage, app: App | None = None) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        app: App | None = None,
+        *,
+        keys: Keyring | Literal["env"] | None = "env",
+    ) -> None:
+        """``keys`` seals payloads before the store sees them (see :mod:`rdq.keys`):
+        ``"env"`` (the default) reads the keyring the environment configures
+        (:meth:`rdq.keys.Keyring.from_env`), ``None`` holds none. With an active key every
+        payload is sealed unless its queue says ``encrypt = false``; a queue that says
+        ``encrypt = true`` refuses a submit without one."""
         self.storage = storage
         self.app = app
+        self.keys = Keyring.from_env() if keys == "env" else keys
         self._limit_controls = LimitControls()
 
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, url: str | None = None, app: App | None = None, **options: Any
+        cls,
+        url: str | None = None,
+        app: App | None = None,
+        *,
+        keys: Keyring | Literal["env"] | None = "env",
+        **options: Any,
     ) -> AsyncIterator[Client]:
         """Open and connect the store for ``url``, yield a client, close the store after.
 
@@ -96,7 +114,7 @@ class Client:
         ``memory://`` unless named, so a task reported stored is in a store that outlives the
         process."""
         async with open_storage(storage_url(url), **options) as storage:
-            yield cls(storage, app)
+            yield cls(storage, app, keys=keys)
 
     async def submit(
         self,
@@ -259,7 +277,12 @@ class Client:
         )
         if self.app is not None:
             task = task_keys_for(self.app, task)
-        return task, wait
+        return self._sealed(task), wait
+
+    def _sealed(self, task: Envelope) -> Envelope:
+        """``task`` with its payload sealed when its queue and the keyring say so."""
+        wanted = self.app.queue_config(task.queue).encrypt if self.app is not None else None
+        return sealed_for(task, self.keys, wanted)
 
     def _handler_ref(self, handler: str | Callable[..., Any]) -> str:
         if isinstance(handler, str):
@@ -293,8 +316,16 @@ class SyncClient:
     :class:`Client` on it; the semantics and errors are the same. Use it as a context manager
     or call :meth:`close`. Without ``url`` it chooses the store as :meth:`Client.open` does."""
 
-    def __init__(self, url: str | None = None, app: App | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        app: App | None = None,
+        *,
+        keys: Keyring | Literal["env"] | None = "env",
+        **options: Any,
+    ) -> None:
         url = storage_url(url)
+        keyring = Keyring.from_env() if keys == "env" else keys  # a bad one fails first
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="rdq-sync-client", daemon=True
@@ -307,7 +338,7 @@ class SyncClient:
         except BaseException:
             self._stop_loop()
             raise
-        self._client = Client(self._storage, app)
+        self._client = Client(self._storage, app, keys=keyring)
 
     def submit(
         self,

@@ -25,6 +25,11 @@ The TOML layout (durations in seconds)::
     outage_errors = ["myapp.errors:SmtpDown"]
     fair = "tenant:"             # claims shared among the tasks' tenant:… keys
     priority_aging = 60.0        # a minute of waiting is worth one step of priority
+    encrypt = true               # seal payloads (see rdq.keys; default: when keys are set)
+
+    [queues.emails.scrub]        # or: scrub = false (see rdq.scrub)
+    keys = ["iban"]              # more key names whose values are scrubbed
+    patterns = ["acct-[0-9]{8}"] # more regular expressions, each becomes [redacted]
     max_snoozes = 100            # rdq.Snooze: how often one task may say "not yet"
     snooze_retry_after = false   # a 429/503 with Retry-After snoozes instead of failing
 
@@ -76,6 +81,7 @@ from rdq._queue_settings import Backoff, BackoffKind, QueueConfig
 from rdq._suggest import did_you_mean
 from rdq.errors import ConfigError
 from rdq.flow import Breaker, Concurrency, Limit, Rate, check_dependency, field_value
+from rdq.scrub import Scrubber
 from rdq.spi import bounds
 
 __all__ = [
@@ -163,6 +169,8 @@ QUEUE_SETTINGS = (
     "snooze_retry_after",
     "breaker",
     "limits",
+    "scrub",
+    "encrypt",
 )
 """Every key a ``[defaults]`` or ``[queues.NAME]`` table takes."""
 
@@ -203,6 +211,12 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
             changes[key] = _breaker(value, config.breaker, f"{prefix}.{key}")
         elif key == "limits":
             changes[key] = tuple(_limits(value, f"{prefix}.{key}"))
+        elif key == "scrub":
+            changes[key] = _scrub(value, f"{prefix}.{key}")
+        elif key == "encrypt":
+            if not isinstance(value, bool):
+                raise ConfigError("must be true or false", key=f"{prefix}.{key}")
+            changes[key] = value
         elif key not in _BACKOFF_KEYS:
             raise ConfigError(
                 f"unknown setting{did_you_mean(key, QUEUE_SETTINGS)} "
@@ -229,6 +243,31 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
                 )
         changes["backoff"] = Backoff(kind, float(base), float(cap))
     return dataclasses.replace(config, **changes) if changes else config
+
+
+def _scrub(value: Any, key: str) -> Scrubber:
+    """``scrub = false`` / ``true``, or a ``[queues.NAME.scrub]`` table: ``defaults``,
+    ``keys``, ``patterns``."""
+    if isinstance(value, bool):
+        return Scrubber(enabled=value)
+    if not isinstance(value, Mapping):
+        raise ConfigError("must be true, false or a table (defaults, keys, patterns)", key=key)
+    known = ("defaults", "keys", "patterns")
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ConfigError(
+            "unknown scrub setting" + did_you_mean(unknown[0], known), key=f"{key}.{unknown[0]}"
+        )
+    defaults = value.get("defaults", True)
+    if not isinstance(defaults, bool):
+        raise ConfigError("must be true or false", key=f"{key}.defaults")
+    lists: dict[str, tuple[str, ...]] = {}
+    for name in ("keys", "patterns"):
+        items = value.get(name, [])
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise ConfigError("must be a list of strings", key=f"{key}.{name}")
+        lists[name] = tuple(items)
+    return Scrubber(defaults=defaults, keys=lists["keys"], patterns=lists["patterns"]).validate(key)
 
 
 def _breaker(value: Any, current: Breaker, key: str) -> Breaker:

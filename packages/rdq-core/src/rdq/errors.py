@@ -17,6 +17,7 @@ backend it runs on.
     ├── ValidationError              bad input, names the field
     │   └── UnknownName              a queue, handler or dependency nothing knows
     ├── ConfigError                  bad configuration, names the key
+    ├── PayloadKeyError              a sealed payload does not open (key missing or wrong)
     └── PluginError                  a storage plugin failed to load
 """
 
@@ -30,6 +31,7 @@ __all__ = [
     "IDConflict",
     "NotConnected",
     "NotFound",
+    "PayloadKeyError",
     "PluginError",
     "RdqError",
     "StaleClaim",
@@ -165,6 +167,18 @@ class ConfigError(RdqError, ValueError):
         self.key = key
         self.message = message
         super().__init__(f"{key}: {message}" if key else message)
+
+
+class PayloadKeyError(RdqError):
+    """A sealed payload does not open here: this process lacks the key ``version`` that sealed
+    it, or that key does not open it (see :mod:`rdq.keys`). The task is never lost for it:
+    a worker puts it back to wait for a worker that holds the key."""
+
+    def __init__(self, task_id: str, version: str | None, reason: str) -> None:
+        self.task_id = task_id
+        self.version = version
+        self.reason = reason
+        super().__init__(f"the payload of task {task_id!r} cannot be decrypted: {reason}")
 
 
 class PluginError(RdqError):

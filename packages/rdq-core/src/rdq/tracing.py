@@ -138,16 +138,23 @@ def attempt_span(
     )
 
 
-def finish_attempt(span: Any, outcome: str | None, error_type: str | None) -> None:
-    """Record the attempt's outcome on its span (``outcome`` None: the lease was lost)."""
+def finish_attempt(
+    span: Any, outcome: str | None, error_type: str | None, error_message: str | None = None
+) -> None:
+    """Record the attempt's outcome on its span (``outcome`` None: the lease was lost). The
+    ``error_message`` given is the scrubbed one the attempt record keeps (see
+    :mod:`rdq.scrub`): a span never carries the text the handler raised."""
     api = _load()
     if api is None or span is None:
         return
     span.set_attribute("rdq.outcome", outcome or "ABANDONED")
     if error_type is not None:
         span.set_attribute("rdq.error_type", error_type)
+    if error_message is not None:
+        span.set_attribute("rdq.error_message", error_message[:1024])
     if outcome not in (None, "SUCCEEDED"):
-        span.set_status(api.trace.Status(api.trace.StatusCode.ERROR, error_type))
+        described = f"{error_type}: {error_message[:256]}" if error_message else error_type
+        span.set_status(api.trace.Status(api.trace.StatusCode.ERROR, described))
 
 
 @contextlib.contextmanager

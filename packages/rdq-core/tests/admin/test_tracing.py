@@ -158,7 +158,7 @@ async def test_an_action_through_the_api_is_a_span_naming_the_token_owner(
             assert response.status_code == 200, response.text
     [redriven] = admin_spans()
     assert redriven.name == "rdq redrive"
-    assert attributes(redriven)["rdq.actor"] == "ops"
+    assert attributes(redriven)["rdq.actor"] == "ops (admin)"
     assert attributes(redriven)["rdq.count"] == 1
 
 

@@ -286,8 +286,8 @@ async def test_redrive_and_purge_with_dry_run_and_audit(
     purged = await client.post(f"{url}/purge", headers=ADMIN, json={"ids": ["t3", "t0"]})
     assert purged.json()["count"] == 1
     assert [(r.actor, r.action, r.count, r.reason) for r in audit_sink.records] == [
-        ("alice", "redrive", 3, "fixed"),
-        ("alice", "purge", 1, None),
+        ("alice (admin)", "redrive", 3, "fixed"),
+        ("alice (admin)", "purge", 1, None),
     ]
     assert (await memory_store.stats("default")).dlq_depth == 1
 

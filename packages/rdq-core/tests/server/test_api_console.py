@@ -144,8 +144,8 @@ async def test_cancel_pending_and_running_tasks_audited(
         assert response.json()["error"]["field"] == field, body
     audit = (await client.get("/v1/audit", params={"action": "cancel"}, headers=READ)).json()
     assert [(e["actor"], e["count"], e["reason"]) for e in audit["entries"]] == [
-        ("alice", 2, None),
-        ("alice", 2, "duplicate orders"),
+        ("alice (admin)", 2, None),
+        ("alice (admin)", 2, "duplicate orders"),
     ]
 
 
@@ -192,7 +192,7 @@ async def test_the_audit_trail_pages_newest_first_and_filters(
     reasons: list[str] = []
     cursor = None
     while True:
-        params: dict[str, Any] = {"limit": 2, "actor": "alice"}
+        params: dict[str, Any] = {"limit": 2, "actor": "alice (admin)"}
         if cursor:
             params["cursor"] = cursor
         body = (await client.get("/v1/audit", params=params, headers=READ)).json()

@@ -100,7 +100,7 @@ async def test_pause_and_resume_a_handler_audited(
     assert paused.status_code == 200, paused.text
     doc = paused.json()
     assert (doc["key"], doc["kind"], doc["paused"]) == ("handler:charge", "handler", True)
-    assert doc["pause"]["by"] == "alice" and doc["pause"]["reason"] == "PSP maintenance"
+    assert doc["pause"]["by"] == "alice (admin)" and doc["pause"]["reason"] == "PSP maintenance"
     assert await memory_store.claim_due("pay", 10, timedelta(seconds=30)) == []
     listed = (await client.get("/v1/queues/pay/controls", headers=READ)).json()
     assert listed["unsupported"] is None
@@ -113,10 +113,10 @@ async def test_pause_and_resume_a_handler_audited(
     assert len(await memory_store.claim_due("pay", 10, timedelta(seconds=30))) == 3
     actions = [(r.action, r.selector, r.actor) for r in audit_sink.records]
     assert actions == [
-        ("pause", {"key": "handler:charge"}, "alice"),
-        ("pause", {"key": "*"}, "alice"),
-        ("resume", {"key": "*"}, "alice"),
-        ("resume", {"key": "handler:charge"}, "alice"),
+        ("pause", {"key": "handler:charge"}, "alice (admin)"),
+        ("pause", {"key": "*"}, "alice (admin)"),
+        ("resume", {"key": "*"}, "alice (admin)"),
+        ("resume", {"key": "handler:charge"}, "alice (admin)"),
     ]
     typo = await client.post("/v1/queues/pay/pause", json={"dependency": "psp"}, headers=ADMIN)
     assert typo.status_code == 404 and _error(typo)["code"] == "unknown_name"
@@ -190,7 +190,7 @@ async def test_breakers_listed_with_what_they_hold_and_closed_by_hand(
     opened = await client.post(
         "/v1/queues/mail/breakers/open", json={"dependency": "smtp", "reason": "x"}, headers=ADMIN
     )
-    assert opened.json()["state"] == "open" and opened.json()["by"] == "alice"
+    assert opened.json()["state"] == "open" and opened.json()["by"] == "alice (admin)"
     hook = "https://hooks.example/a/b"
     by_body = await client.post(
         "/v1/queues/mail/breakers/open", json={"handler": hook, "force": True}, headers=ADMIN
@@ -262,7 +262,7 @@ async def test_a_paced_redrive_is_driven_by_the_node_and_followed(
     op = result["operation"]
     assert result["count"] == 6 and op["total"] == 6 and op["rate"] == 20
     node_id = client.app.state.node.id
-    assert op["driver"] == node_id and op["actor"] == "alice"
+    assert op["driver"] == node_id and op["actor"] == "alice (admin)"
 
     async def done() -> bool:
         got = await client.get(f"/v1/queues/pay/redrives/{op['id']}", headers=READ)
@@ -311,7 +311,7 @@ async def test_a_paced_redrive_is_cancelled_half_way(
     )
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json()["status"] == "cancelled"
-    assert cancelled.json()["cancelled_by"] == "alice"
+    assert cancelled.json()["cancelled_by"] == "alice (admin)"
     await asyncio.sleep(1)
     stats = await memory_store.stats("pay")
     assert stats.dlq_depth > 20 and stats.pending + stats.dlq_depth == 40

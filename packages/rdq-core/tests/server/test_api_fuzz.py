@@ -67,7 +67,7 @@ def node_url() -> Iterator[str]:
 
 def _document() -> dict[str, Any]:
     """The node's OpenAPI document (the same one it serves at /schema/openapi.json)."""
-    app = create_app(node_settings(storage="memory://"))
+    app = create_app(node_settings(storage="memory://", open_metrics=True))
     document: dict[str, Any] = msgspec.json.decode(
         msgspec.json.encode(app.openapi_schema.to_schema())
     )

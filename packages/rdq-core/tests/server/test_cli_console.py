@@ -255,7 +255,7 @@ def test_the_console_commands_through_a_node(node_url: str, store_url: str) -> N
     assert 'KeyError: "sku"' in out
     code, out = rdq("audit", *remote, "--json")
     (entry,) = json.loads(out)["entries"]
-    assert (entry["actor"], entry["action"], entry["count"]) == ("alice", "cancel", 3)
+    assert (entry["actor"], entry["action"], entry["count"]) == ("alice (admin)", "cancel", 3)
 
 
 class _Migrating:

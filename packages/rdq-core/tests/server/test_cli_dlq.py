@@ -207,7 +207,8 @@ def test_the_same_commands_through_a_node(node_url: str, store_url: str) -> None
     )
     assert code == 1
     assert out.strip() == (
-        "Error: server answered HTTP 403: forbidden: the token of 'reader' lacks the 'admin' right"
+        "Error: server answered HTTP 403: forbidden: the token of 'reader' (role 'viewer') may not "
+        "do this: acting on tasks, queues and breakers needs the operator or admin role"
     )
     code, out = rdq("dlq", "list", "q", "--server", node_url, "--token", "bad-token-000000000")
     assert code == 1 and "HTTP 401" in out

@@ -201,7 +201,8 @@ def test_the_same_commands_directly_and_through_a_node(store_url: str, node_url:
     code, out = rdq("breaker", "open", "dep:psp", "--queue", "pay", *remote)
     assert code == 2 and "--yes" in out, "no silent open when nobody can confirm"
     code, out = rdq("queue", "pause", "pay", "--dependency", "psp", *remote, "--json")
-    assert json.loads(out)["key"] == "dep:psp" and json.loads(out)["pause"]["by"] == "alice"
+    paused = json.loads(out)
+    assert paused["key"] == "dep:psp" and paused["pause"]["by"] == "alice (admin)"
 
 
 def test_retry_now_by_ids_and_by_filter(store_url: str, node_url: str) -> None:

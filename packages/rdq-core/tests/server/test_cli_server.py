@@ -117,7 +117,7 @@ max_attempts = 1
     requests = [line for line in lines if "HTTP Request" in line["event"]]
     assert requests and all("/hook?…" in line["event"] for line in requests), requests
     assert any("sent unsigned" in line["event"] for line in lines), "no warning about signing"
-    assert '"actor":"ops"' in (tmp_path / "audit.jsonl").read_text()
+    assert '"actor":"ops (admin)"' in (tmp_path / "audit.jsonl").read_text()
 
 
 def test_rdq_server_refuses_bad_config_with_one_line(tmp_path: Path) -> None:

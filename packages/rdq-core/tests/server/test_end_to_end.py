@@ -158,7 +158,7 @@ async def test_callbacks_retry_dead_letter_and_redrive_over_http(
 
     (record,) = JsonLinesAuditSink(audit_path).read()
     assert (record.actor, record.action, record.queue, record.count, record.reason) == (
-        "alice",
+        "alice (admin)",
         "redrive",
         queue,
         1,

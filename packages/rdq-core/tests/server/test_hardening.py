@@ -553,7 +553,8 @@ async def test_the_openapi_document_says_what_the_api_does(client: Client) -> No
     delay = schemas["SubmitRequest"]["properties"]["delay"]["oneOf"][0]
     assert delay["minimum"] == 0
     for name in ("/healthz", "/readyz"):
-        assert {} in document["paths"][name]["get"]["security"]
+        assert document["paths"][name]["get"]["security"] == []  # open: no token at all
+        assert "401" not in document["paths"][name]["get"]["responses"]
         assert (await client.get(name)).status_code == 200  # open, as declared
     rule = schemas["ActionRequest"]["oneOf"]
     assert [branch["required"] for branch in rule] == [["ids"], ["filter"]]
@@ -594,7 +595,9 @@ async def test_the_openapi_document_declares_every_bound_the_api_enforces(client
         assert schemas[name]["additionalProperties"] is False, name
     assert await refused("/v1/queues/default/dlq/purge", {"ids": ["a"], "surprise": 1})
     assert await refused("/v1/tasks", {"handler_ref": "h", "retry": {"surprise": 1}})
-    assert {} in document["paths"]["/metrics"]["get"]["security"]  # open_metrics = true
+    # protected on this node (open_metrics = false): the document says a token is needed
+    assert document["paths"]["/metrics"]["get"]["security"] == [{"bearer": []}]
+    assert (await client.get("/metrics")).status_code == 401
 
 
 @pytest.mark.asyncio

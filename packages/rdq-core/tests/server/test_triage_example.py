@@ -328,7 +328,9 @@ async def test_an_operator_triages_the_outage(
         (await op.get("/v1/audit"))["entries"],
     ):
         assert [(e["action"], e["queue"], e["count"], e["reason"]) for e in entries] == trail
-        assert {e["actor"] for e in entries} == {"alice"}  # the owner of the node's token
+        assert {e["actor"] for e in entries} == {
+            "alice (admin)"
+        }  # the node's token: its owner and role
     only = (await op.cli("audit", "--queue", "payments", "--action", "purge"))["entries"]
     assert [e["selector"] for e in only] == [{"filter": receipts_group}]
     emails = await op.get("/v1/audit", queue="emails", limit=2)

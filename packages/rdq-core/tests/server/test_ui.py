@@ -123,7 +123,7 @@ async def test_redrive_through_the_confirmation_with_csrf_and_a_reason(
     assert done.status_code == 303, done.text
     assert (await memory_store.get("t1")).status == Status.PENDING
     assert [(r.actor, r.action, r.count, r.reason) for r in audit_sink.records] == [
-        ("alice", "redrive", 1, "relay fixed")
+        ("alice (admin)", "redrive", 1, "relay fixed")
     ]
     landing = await client.get(done.headers["location"])
     assert "1 task(s) redriven." in landing.text

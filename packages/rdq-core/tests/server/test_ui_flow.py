@@ -247,7 +247,7 @@ async def test_a_paced_redrive_from_the_confirmation_page(scene: Any) -> None:
         data={"csrf": _csrf(confirm.text), "do": "cancel-redrive", "id": op.id, "reason": "stop"},
     )
     cancelled = await client.app.state.node.admin.paced_redrive("pay", op.id)
-    assert cancelled.status == "cancelled" and cancelled.cancelled_by == "alice"
+    assert cancelled.status == "cancelled" and cancelled.cancelled_by == "alice (admin)"
     assert (await store.stats("pay")).dlq_depth > 0
     assert [r.action for r in sink.records] == ["redrive.cancel"]
     bad = await client.post("/ui/queues/pay/act", data={**form, "rate": "fast"})

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from rdq.keys import Keyring, open_payload, seal
 from rdq.spi import Attempt, Envelope, Outcome, RetryOverride, Selector, Storage
 from rdq_compliance._support import (
     LONG_LEASE,
@@ -79,9 +80,53 @@ def _given(task: Envelope) -> dict[str, Any]:
     return {k: v for k, v in snapshot(task).items() if k not in owned}
 
 
+SEALED_SIZES = (0, 1, 1000, 60_000)
+"""Bytes of payload the sealed-payload clause seals: empty to well past 64 KiB of base64."""
+
+
 class RoundTripClauses:
     """Every field the caller gives, unknown fields in ``Envelope.extra`` included, comes back
-    unchanged from ``get``, ``claim_due`` and ``dlq_list``."""
+    unchanged from ``get``, ``claim_due`` and ``dlq_list``; a payload the engine sealed comes
+    back byte for byte (the store never looks into a payload)."""
+
+    @pytest.mark.asyncio
+    async def test_round_trip_keeps_sealed_payloads_opaque(
+        self, storage: Storage, queue: str
+    ) -> None:
+        """A payload sealed by the engine (``rdq.keys``: a base64 string of ciphertext, and
+        the header naming its key) comes back byte for byte from ``get``, ``claim_due`` and
+        ``dlq_list``, through a dead-letter and a redrive, and still opens: a store keeps a
+        payload it cannot read, never normalises, cuts or interprets it."""
+        keys = Keyring({"kit": bytes(range(32))}, "kit")
+        given = {
+            size: seal(new_task(queue, payload={"blob": "x" * size, "card": "4111"}), keys)
+            for size in SEALED_SIZES
+        }
+        for task in given.values():
+            await storage.enqueue(task)
+        by_id = {task.id: task for task in given.values()}
+
+        def same(got: Envelope, where: str) -> None:
+            sent = by_id[got.id]
+            assert got.payload == sent.payload, f"{where} changed a sealed payload"
+            assert type(got.payload) is str, f"{where} handed back a sealed payload as no string"
+            assert got.headers == sent.headers, f"{where} changed the headers of a sealed task"
+            assert open_payload(got, keys) == open_payload(sent, keys)
+
+        for task in given.values():
+            same(await storage.get(task.id), "get")
+        claimed = await storage.claim_due(queue, len(given), LONG_LEASE)
+        assert len(claimed) == len(given)
+        for one in claimed:
+            same(one.task, "claim_due")
+            await storage.dead_letter(one.task.id, one.token, attempt(1, Outcome.PERMANENT))
+        listed = await list_whole_dlq(storage, queue)
+        assert len(listed) == len(given)
+        for task in listed:
+            same(task, "dlq_list")
+        assert await storage.redrive(queue, Selector.by_ids(*by_id)) == len(given)
+        for task in given.values():
+            same(await storage.get(task.id), "get after a redrive")
 
     @pytest.mark.asyncio
     async def test_round_trip_keeps_every_envelope_field(

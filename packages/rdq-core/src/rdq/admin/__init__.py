@@ -10,6 +10,8 @@ The rules of pauses, breakers and limits, and their views, are :mod:`rdq.flow`'s
 - ``_admin``: :class:`TaskAdmin` and :class:`DLQAdmin` (find, count, redrive, purge, cancel);
 - ``_flow_admin``: the flow-control half of :class:`TaskAdmin` (through :mod:`rdq.flow`);
 - ``_retry_now``: retry now and its count; ``_pace``: paced redrives;
+- ``_rotate``: :func:`rotate_keys`, re-sealing stored payloads under the active key
+  (resumable from its journal);
 - ``_fleet``: the workers judged live or silent, and the rates of the last hour;
 - ``_names``: the queues, handlers and dependencies known on the store (an operator's typo
   is refused with the closest one); ``_preview``: what an action would act on, the named
@@ -28,6 +30,7 @@ from rdq.admin._names import Names
 from rdq.admin._outlook import Attempts, Hold, Holder, Outlook
 from rdq.admin._pace import MAX_PACED_IDS, Operation, parse_rate, resume_orphans
 from rdq.admin._preview import Preview, Skipped
+from rdq.admin._rotate import Rotation, RotationProgress, rotate_keys
 from rdq.admin._selectors import CANCELLABLE, TaskSelector
 
 __all__ = [
@@ -43,10 +46,13 @@ __all__ = [
     "Outlook",
     "Preview",
     "ProgressCallback",
+    "Rotation",
+    "RotationProgress",
     "Skipped",
     "TaskAdmin",
     "TaskSelector",
     "WorkerView",
     "parse_rate",
     "resume_orphans",
+    "rotate_keys",
 ]

@@ -4,7 +4,7 @@
   ``_server``, ``_dlq`` (``stats`` and ``dlq``), ``_tasks``, ``_flow`` (``queue``,
   ``breakers``, ``breaker``, ``limits``, ``workers``), ``_status`` (``queue status``, the
   flags of ``stats``, what holds a task), ``_audit``, ``_copy``, ``_backup``,
-  ``_schedules``;
+  ``_schedules``, ``_keys`` (payload keys and their rotation);
 - where the operator commands act: ``_targets`` (the requests and the :class:`Target`),
   ``_direct_target`` (a store), ``_http_target`` (a node);
 - what they share: ``_options`` (where to act, filters, who acts), ``_default`` (the store
@@ -48,6 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "copy": ("_copy:copy", "Copy every task, with its history, to another store."),
     "backup": ("_backup:backup", "Write a checked copy of the store to a file (SQLite)."),
     "schedules": ("_schedules:schedules", "List an application's schedules and their next tick."),
+    "keys": ("_keys:keys", "Payload keys: generate, show the keyring, rotate stored payloads."),
 }
 
 

@@ -24,7 +24,7 @@ from rdq.cli._targets import (
     Target,
     TargetError,
 )
-from rdq.spi import Selector, TaskFilter
+from rdq.spi import Envelope, Selector, TaskFilter
 
 __all__ = ["DirectTarget"]
 
@@ -65,12 +65,10 @@ class DirectTarget(Target):
         return [msgspec.to_builtins(s) for s in found]
 
     async def get(self, task_id: str) -> dict[str, Any]:
-        from rdq.spi import envelope_to_builtins
-
-        return envelope_to_builtins(await self._admin.get(task_id))
+        return _opened(await self._admin.get(task_id))
 
     async def page(self, listing: Listing) -> tuple[list[dict[str, Any]], str | None]:
-        from rdq.spi import Page, envelope_to_builtins
+        from rdq.spi import Page
 
         page = Page(
             limit=listing.limit, cursor=listing.cursor, include_attempts=listing.include_attempts
@@ -79,7 +77,7 @@ class DirectTarget(Target):
             tasks, cursor = await self._admin.list_tasks(listing.queue, listing.filter, page)
         else:
             tasks, cursor = await self._admin.list_dlq(listing.queue, listing.filter, page)
-        return [envelope_to_builtins(t) for t in tasks], cursor
+        return [_opened(t) for t in tasks], cursor
 
     async def groups(self, queue: str) -> list[dict[str, Any]]:
         return [msgspec.to_builtins(g) for g in await self._admin.dlq_groups(queue)]
@@ -254,3 +252,22 @@ def _host_pid() -> str:
     import socket
 
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def _opened(task: Envelope) -> dict[str, Any]:
+    """The JSON form of ``task`` with a sealed payload opened by the keyring this
+    environment configures (``payload_state`` ``decrypted``), or withheld when it has not
+    the key (``encrypted``), as the node shows it to a role that may read payloads."""
+    from rdq.errors import PayloadKeyError
+    from rdq.keys import Keyring, is_sealed, unsealed
+    from rdq.spi import envelope_to_builtins
+
+    if not is_sealed(task):
+        return envelope_to_builtins(task)
+    try:
+        body = envelope_to_builtins(unsealed(task, Keyring.from_env()))
+        body["payload_state"] = "decrypted"
+    except PayloadKeyError:
+        body = envelope_to_builtins(msgspec.structs.replace(task, payload=None))
+        body["payload_state"] = "encrypted"
+    return body

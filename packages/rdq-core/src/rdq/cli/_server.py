@@ -37,8 +37,9 @@ from rdq.worker import DEFAULT_MAX_UNRECORDED, MAX_UNRECORDED
     "--token",
     "tokens",
     multiple=True,
-    metavar="OWNER:RIGHTS:TOKEN",
-    help="A bearer token, rights joined by + (read, submit, admin). Repeatable. "
+    metavar="OWNER:GRANTS:TOKEN",
+    help="A bearer token; grants joined by +: a role (viewer, operator, admin) with submit "
+    "or payloads, or the earlier rights (read, submit, admin). Repeatable. "
     "Prefer RDQ_SERVER_TOKENS or the config file: flags show in process lists.",
 )
 @click.option(

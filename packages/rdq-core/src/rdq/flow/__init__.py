@@ -41,8 +41,12 @@ Writing and reading the records:
 Who applies them: the worker (``rdq/worker/_flow.py`` feeds outcomes to the breakers and
 holds tasks, ``_limits.py`` keeps the declared limits in the records, ``_order.py`` the
 declared claim order); operators through :class:`rdq.admin.TaskAdmin`; the store in its claim
-(each backend's ``_claims.py`` and ``_controls.py``; a store that claims in Python applies
-:class:`rdq.spi.ClaimGate`, the plugin surface's copy of the rule, in ``rdq/spi/_gate.py``).
+(each backend's ``_claims.py`` and ``_controls.py``). How a claim honours a record — a pause,
+a gate, a concurrency slot, a rate bucket's refill — is the storage contract's promise
+(:class:`rdq.spi.Control`), so its Python form for stores that claim in Python
+(:class:`rdq.spi.ClaimGate`, :func:`rdq.spi.refill`, :func:`rdq.spi.slots_free`) lives in
+``rdq/spi/_gate.py``: a plugin imports only :mod:`rdq.spi`, and the contract imports nothing
+of the engine; PostgreSQL and Redis keep the same rule in their SQL and Lua.
 """
 
 from rdq.flow._breaker import (

@@ -15,6 +15,7 @@ __all__ = [
     "CORRUPT_TASK",
     "HANDLER_IMPORT_ERROR",
     "INTERRUPTED_ERROR",
+    "PAYLOAD_KEY_UNAVAILABLE",
     "SNOOZE",
     "SNOOZED_TOO_OFTEN",
     "SUCCESS",
@@ -32,6 +33,7 @@ ATTEMPTS_EXHAUSTED = "rdq.AttemptsExhausted"
 INTERRUPTED_ERROR = "rdq.Interrupted"
 CORRUPT_TASK = "rdq.CorruptTask"
 HANDLER_IMPORT_ERROR = "rdq.HandlerImportError"
+PAYLOAD_KEY_UNAVAILABLE = "rdq.PayloadKeyUnavailable"
 SNOOZE = "rdq.Snooze"
 SNOOZED_TOO_OFTEN = "rdq.SnoozedTooOften"
 

@@ -1,5 +1,6 @@
 """Which attempts count, and the decisions made before a handler runs: attempts exhausted, a
-task that does not decode, a handler nobody serves, a task claimed ahead of a shutdown.
+task that does not decode, a handler nobody serves, a task claimed ahead of a shutdown, a
+sealed payload this worker cannot open.
 
 :func:`attempts_used` counts the attempts since the last redrive minus those that use up
 none: INTERRUPTED (a graceful shutdown), DEFERRED (held while its dependency was down),
@@ -18,6 +19,7 @@ from rdq.retry._decision import (
     ATTEMPTS_EXHAUSTED,
     CORRUPT_TASK,
     INTERRUPTED_ERROR,
+    PAYLOAD_KEY_UNAVAILABLE,
     SNOOZED_TOO_OFTEN,
     UNKNOWN_HANDLER,
     Action,
@@ -27,12 +29,15 @@ from rdq.spi import Attempt, Envelope, Outcome
 
 __all__ = [
     "INTERRUPTED_UNSTARTED",
+    "KEY_WAIT_CAP",
+    "KEY_WAIT_FIRST",
     "UNCHARGED_OUTCOMES",
     "OutageWindow",
     "attempts_used",
     "bound_snoozes",
     "corrupt",
     "exhausted",
+    "payload_unreadable",
     "uncharged",
     "unknown_handler",
 ]
@@ -122,6 +127,32 @@ def unknown_handler(task: Envelope) -> Decision:
         UNKNOWN_HANDLER,
         f"no handler for {task.handler_ref!r} (not registered, no invoker for its "
         "scheme, not an allowed import path)",
+    )
+
+
+KEY_WAIT_FIRST = 15.0
+KEY_WAIT_CAP = 900.0
+"""Seconds a task whose payload this worker cannot open waits before it is claimed again:
+doubling from the first with each such attempt in a row, up to the cap."""
+
+
+def payload_unreadable(task: Envelope, reason: str) -> Decision:
+    """A sealed payload this worker cannot open (its key is missing or wrong): the task waits
+    for a worker that holds the key — DEFERRED, so it uses up none of its attempts and is
+    never dead-lettered for it; the attempt record says why, in clear words."""
+    in_a_row = 0
+    for attempt in reversed(task.attempts):
+        if attempt.error_type != PAYLOAD_KEY_UNAVAILABLE:
+            break
+        in_a_row += 1
+    delay = min(KEY_WAIT_CAP, KEY_WAIT_FIRST * 2 ** min(in_a_row, 16))
+    return Decision(
+        Action.RESCHEDULE,
+        Outcome.DEFERRED,
+        delay,
+        PAYLOAD_KEY_UNAVAILABLE,
+        f"{reason}; the task waits (uncharged) for a worker that holds the key, "
+        f"next try in {delay:g}s",
     )
 
 

@@ -10,6 +10,7 @@ from litestar.exceptions import NotAuthorizedException, PermissionDeniedExceptio
 from litestar.handlers.base import BaseRouteHandler
 
 from rdq.errors import ValidationError
+from rdq.server._api_access import list_keys, list_users, whoami
 from rdq.server._api_dlq import dlq_groups, list_dlq, purge, redrive
 from rdq.server._api_fleet import list_workers, queue_rates
 from rdq.server._api_flow import (
@@ -40,7 +41,9 @@ _NOT_QUERY = frozenset({"request", "state", "scope", "data", "headers", "cookies
 def principal_guard(
     connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
 ) -> None:
-    """Checks the bearer token against the right the handler names in ``opt["right"]``.
+    """Checks the bearer token against the right the handler names in ``opt["right"]``:
+    ``read``, ``operate``, ``admin`` (the roles') or ``submit``; ``any`` takes every valid
+    token.
 
     ``"health"`` and ``"metrics"`` endpoints are open when the node is configured so, and need
     ``read`` otherwise. The principal is left in ``connection.state.principal``."""
@@ -59,10 +62,8 @@ def principal_guard(
     principal = node.auth.from_header(connection.headers.get("authorization"))
     if principal is None:
         raise NotAuthorizedException("a valid bearer token is required")
-    if not principal.can(right):
-        raise PermissionDeniedException(
-            f"the token of {principal.owner!r} lacks the {right!r} right"
-        )
+    if right != "any" and not principal.can(right):
+        raise PermissionDeniedException(principal.refusal(right))
     connection.state.principal = principal
 
 
@@ -120,4 +121,7 @@ api_handlers = [
     healthz,
     readyz,
     metrics,
+    whoami,
+    list_users,
+    list_keys,
 ]

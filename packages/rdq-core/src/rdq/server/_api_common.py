@@ -16,6 +16,7 @@ from rdq.errors import ValidationError
 from rdq.server._errors import ErrorBody
 from rdq.server._models import ActionResult, SkippedDoc
 from rdq.server._node import Node
+from rdq.server._payloads import shown
 from rdq.spi import Envelope, Selector, bounds, envelope_to_builtins
 
 __all__ = [
@@ -95,13 +96,21 @@ def node_of(request: Request[Any, Any, Any]) -> Node:
 
 
 def principal_owner(request: Request[Any, Any, Any]) -> str:
-    owner: str = request.state.principal.owner
-    return owner
+    """Who acts, as the audit names it: the token's owner and its role."""
+    actor: str = request.state.principal.actor
+    return actor
 
 
-def task_body(task: Envelope) -> Any:
-    """The JSON form of a task (unknown fields flat beside the known ones)."""
-    return envelope_to_builtins(task)
+def task_body(request: Request[Any, Any, Any], task: Envelope) -> Any:
+    """The JSON form of a task (unknown fields flat beside the known ones) as the request's
+    principal may see it: its payload opened, or withheld with ``payload_state`` saying why
+    (see :mod:`rdq.server._payloads`)."""
+    principal = request.state.principal
+    seen, state = shown(task, principal.can("payloads"), node_of(request).keys)
+    body = envelope_to_builtins(seen)
+    if state != "clear":
+        body["payload_state"] = state
+    return body
 
 
 def action_result(

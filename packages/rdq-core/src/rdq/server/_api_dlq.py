@@ -80,7 +80,7 @@ async def list_dlq(
     tasks, next_cursor = await node.admin.list_dlq(
         queue, dlq_filter, page, max_bytes=node.settings.max_page_bytes
     )
-    return DLQPage(tasks=[task_body(t) for t in tasks], next_cursor=next_cursor)
+    return DLQPage(tasks=[task_body(request, t) for t in tasks], next_cursor=next_cursor)
 
 
 @get(
@@ -161,7 +161,7 @@ async def _act(
 
 @post(
     "/v1/queues/{queue:str}/dlq/redrive",
-    opt={"right": "admin"},
+    opt={"right": "operate"},
     before_request=json_body(RedriveRequest),
     status_code=200,
     summary="Return dead-lettered tasks to their queue",
@@ -214,7 +214,7 @@ async def redrive(
 
 @post(
     "/v1/queues/{queue:str}/dlq/purge",
-    opt={"right": "admin"},
+    opt={"right": "operate"},
     before_request=json_body(ActionRequest),
     status_code=200,
     summary="Delete dead-lettered (or, by ids, cancelled) tasks",

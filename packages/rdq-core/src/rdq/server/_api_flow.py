@@ -190,7 +190,7 @@ async def _pause(
 
 @post(
     "/v1/queues/{queue:str}/pause",
-    opt={"right": "admin"},
+    opt={"right": "operate"},
     before_request=json_body(PauseRequest),
     status_code=200,
     summary="Pause a queue, a handler or a dependency",
@@ -210,7 +210,7 @@ async def pause(
 
 @post(
     "/v1/queues/{queue:str}/resume",
-    opt={"right": "admin"},
+    opt={"right": "operate"},
     before_request=json_body(PauseRequest),
     status_code=200,
     summary="Lift a pause",
@@ -316,7 +316,7 @@ _BY_HAND = {
 def _by_path(change: str) -> Any:
     @post(
         f"/v1/queues/{{queue:str}}/breakers/{{key:str}}/{change}",
-        opt={"right": "admin"},
+        opt={"right": "operate"},
         before_request=json_body(ReasonRequest),
         status_code=200,
         summary=f"{change.capitalize()} a breaker by hand",
@@ -341,7 +341,7 @@ def _by_path(change: str) -> Any:
 def _by_body(change: str) -> Any:
     @post(
         f"/v1/queues/{{queue:str}}/breakers/{change}",
-        opt={"right": "admin"},
+        opt={"right": "operate"},
         before_request=json_body(BreakerRequest),
         status_code=200,
         summary=f"{change.capitalize()} a breaker named in the body",
@@ -374,7 +374,7 @@ breaker_handlers = [_by_path("open"), _by_path("close"), _by_body("open"), _by_b
 
 @post(
     "/v1/queues/{queue:str}/retry-now",
-    opt={"right": "admin"},
+    opt={"right": "operate"},
     before_request=json_body(RetryNowRequest),
     status_code=200,
     summary="Make waiting PENDING tasks due now",
@@ -477,7 +477,7 @@ async def get_redrive(
 
 @post(
     "/v1/queues/{queue:str}/redrives/{op_id:str}/cancel",
-    opt={"right": "admin"},
+    opt={"right": "operate"},
     before_request=json_body(ReasonRequest),
     status_code=200,
     summary="Cancel a paced redrive",

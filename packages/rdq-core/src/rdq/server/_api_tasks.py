@@ -16,7 +16,8 @@ from rdq.admin import Outlook, TaskSelector
 from rdq.app import App, unknown_handler, unknown_queue
 from rdq.callbacks import CallbackBlocked, check_callback_url, is_callback_ref
 from rdq.client import task_keys_for
-from rdq.errors import IDConflict, ValidationError
+from rdq.errors import ConfigError, IDConflict, ValidationError
+from rdq.keys import sealed_for
 from rdq.server._api_common import (
     Cursor,
     Limit,
@@ -40,7 +41,7 @@ from rdq.server._models import (
     TaskDoc,
     TaskPage,
 )
-from rdq.spi import Page, Status, TaskFilter, bounds, envelope_from_builtins
+from rdq.spi import Page, Status, TaskFilter, bounds, envelope_from_builtins, envelope_to_builtins
 
 __all__ = ["cancel_tasks", "get_task", "list_tasks", "submit_task", "task_outlook"]
 
@@ -122,6 +123,12 @@ async def submit_task(
             raise ApiError(422, "validation_error", str(exc), "handler_ref") from None
     delay = timedelta(seconds=data.delay) if data.delay else None
     may_read = request.state.principal.can("read")
+    submitted = task
+    wanted = app.queue_config(task.queue).encrypt if app is not None else None
+    try:
+        task = sealed_for(task, node.keys, wanted)
+    except ConfigError as exc:
+        raise ApiError(503, "not_configured", exc.message, "payload") from None
     if app is not None:
         await node.limit_controls.ensure(node.storage, app.limit_plan, [task])
     try:
@@ -134,9 +141,9 @@ async def submit_task(
     if not stored and not may_read:
         # the stored task (its payload, attempts, tracebacks) is for readers only: echo
         # what this caller submitted
-        return Response(task_body(task), status_code=200)
+        return Response(envelope_to_builtins(submitted), status_code=200)  # type: ignore[arg-type]
     current = await node.storage.get(task.id)
-    return Response(task_body(current), status_code=201 if stored else 200)
+    return Response(task_body(request, current), status_code=201 if stored else 200)
 
 
 def _check_known(app: App, ref: str, queue: str | None, worked: Sequence[str]) -> None:
@@ -166,7 +173,7 @@ async def get_task(
     ],
 ) -> TaskDoc:
     task = await node_of(request).admin.get(task_id)
-    return task_body(task)  # type: ignore[no-any-return]
+    return task_body(request, task)  # type: ignore[no-any-return]
 
 
 def outlook_doc(outlook: Outlook) -> OutlookDoc:
@@ -243,12 +250,14 @@ async def list_tasks(
         queue, task_filter, page, max_bytes=node.settings.max_page_bytes
     )
     seen = [outlook_doc(o) for o in await node.admin.outlook(tasks)] if outlook else None
-    return TaskPage(tasks=[task_body(t) for t in tasks], next_cursor=next_cursor, outlook=seen)
+    return TaskPage(
+        tasks=[task_body(request, t) for t in tasks], next_cursor=next_cursor, outlook=seen
+    )
 
 
 @post(
     "/v1/queues/{queue:str}/tasks/cancel",
-    opt={"right": "admin"},
+    opt={"right": "operate"},
     before_request=json_body(CancelRequest),
     status_code=200,
     summary="Cancel pending tasks, or revoke running ones",

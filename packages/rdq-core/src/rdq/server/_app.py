@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 from litestar import Litestar
@@ -19,13 +20,14 @@ import rdq.metrics  # noqa: F401 - registers the metrics /metrics serves
 from rdq.app import App
 from rdq.audit import AuditSink
 from rdq.errors import ConfigError, RdqError
+from rdq.keys import Keyring
 from rdq.logging import get_logger
 from rdq.plugins import open_storage
 from rdq.server._api import api_handlers, known_query_guard, principal_guard
 from rdq.server._callbacks import HttpCallbackInvoker
 from rdq.server._errors import exception_handlers
 from rdq.server._node import Node
-from rdq.server._openapi import openapi_config, refine
+from rdq.server._openapi import SWAGGER_ASSETS, openapi_config, refine, swagger_assets
 from rdq.server._settings import ServerSettings, worked_queues
 from rdq.server._ui import jinja_filters, ui_router
 from rdq.spi import Storage
@@ -43,6 +45,7 @@ def create_app(
     storage: Storage | None = None,
     engine_app: App | None = None,
     audit_sinks: Sequence[AuditSink] = (),
+    keys: Keyring | Literal["env"] | None = "env",
 ) -> Litestar:
     """The ASGI app of a node.
 
@@ -53,7 +56,11 @@ def create_app(
     callbacks registered for ``http``/``https`` handler refs on ``engine_app`` (a fresh
     :class:`rdq.App` if not given); that worker also runs the app's schedules whose queue is
     among ``settings.queues`` (one task per tick, however many nodes and workers share the
-    store). Raises ``ConfigError`` when no token is configured."""
+    store). ``keys`` (default: the keyring the environment configures, see
+    :meth:`rdq.keys.Keyring.from_env`) seals what is submitted through the node, opens
+    payloads for its worker and for the roles that may read them. Raises ``ConfigError``
+    when no token is configured."""
+    keyring = Keyring.from_env() if keys == "env" else keys
     if not settings.tokens:
         raise ConfigError(
             "configure at least one token (--token, RDQ_SERVER_TOKENS or [[server.tokens]])",
@@ -77,13 +84,21 @@ def create_app(
                     raise
             if settings.migrate:
                 await store.migrate()
-            node = Node(settings, store, audit_sinks=audit_sinks, engine_app=engine_app)
+            node = Node(
+                settings, store, audit_sinks=audit_sinks, engine_app=engine_app, keys=keyring
+            )
             app.state.node = node
             _warn_about(settings, node, engine_app)
             await stack.enter_async_context(_upkeep(node))
             if settings.work and settings.queues:
-                await stack.enter_async_context(_working(settings, store, engine_app))
-            _log.info("node started", queues=settings.queues, work=settings.work)
+                await stack.enter_async_context(_working(settings, store, engine_app, keyring))
+            _log.info(
+                "node started",
+                queues=settings.queues,
+                work=settings.work,
+                payload_keys=keyring.versions if keyring is not None else [],
+                active_key=keyring.active if keyring is not None else None,
+            )
             yield
         _log.info("node stopped")
 
@@ -91,8 +106,21 @@ def create_app(
     static = create_static_files_router(
         path="/ui/static", directories=[_HERE / "static"], include_in_schema=False
     )
+    routers = [*api_handlers, ui_router, static]
+    assets = swagger_assets() if settings.openapi_ui else None
+    if settings.openapi_ui and assets is None:
+        raise ConfigError(
+            "the Swagger UI's files are missing: pip install 'rdq-core[server]'",
+            key="server.openapi_ui",
+        )
+    if assets is not None:
+        routers.append(
+            create_static_files_router(
+                path=SWAGGER_ASSETS, directories=[assets], include_in_schema=False
+            )
+        )
     app = Litestar(
-        route_handlers=[*api_handlers, ui_router, static],
+        route_handlers=routers,
         guards=[principal_guard, known_query_guard],
         exception_handlers=exception_handlers,
         openapi_config=openapi,
@@ -107,20 +135,40 @@ def create_app(
         logging_config=None,
     )
     knows = engine_app if engine_app is not None and engine_app.handler_names else None
-    refine(app, knows, settings.queues, callbacks=bool(settings.callbacks.allow_hosts))
+    probes = ["/healthz", "/readyz"]
+    refine(
+        app,
+        knows,
+        settings.queues,
+        callbacks=bool(settings.callbacks.allow_hosts),
+        open_paths=[
+            *(probes if settings.open_health else []),
+            *(["/metrics"] if settings.open_metrics else []),
+        ],
+        closed_paths=[
+            *([] if settings.open_health else probes),
+            *([] if settings.open_metrics else ["/metrics"]),
+        ],
+    )
     return app
 
 
 @contextlib.asynccontextmanager
 async def _working(
-    settings: ServerSettings, storage: Storage, engine_app: App | None
+    settings: ServerSettings, storage: Storage, engine_app: App | None, keys: Keyring | None
 ) -> AsyncIterator[Worker]:
     """Run a worker on the node's queues until the block exits, then stop it gracefully."""
     app = engine_app or App()
     invoker = HttpCallbackInvoker(settings.callbacks)
     app.register_scheme("http", invoker)
     app.register_scheme("https", invoker)
-    worker = Worker(app, storage, queues=settings.queues, max_unrecorded=settings.max_unrecorded)
+    worker = Worker(
+        app,
+        storage,
+        queues=settings.queues,
+        max_unrecorded=settings.max_unrecorded,
+        keys=keys,
+    )
     task = asyncio.create_task(worker.run(), name="rdq-server-worker")
     try:
         yield worker
@@ -170,6 +218,15 @@ def _warn_about(settings: ServerSettings, node: Node, engine_app: App | None) ->
             "callbacks are sent unsigned: no callback secret is configured "
             "(set RDQ_CALLBACK_SECRET or [server.callbacks] secrets)"
         )
+    if engine_app is not None and node.keys is None:
+        sealed = [q for q in engine_app.queues if engine_app.queue_config(q).encrypt]
+        if sealed:
+            _log.warning(
+                "queues that encrypt their payloads get no submit through this node, and "
+                "its worker and console open no payload: it holds no payload key "
+                "(set RDQ_PAYLOAD_KEYS, RDQ_PAYLOAD_KEYS_FILE or RDQ_PAYLOAD_KEYS_PROVIDER)",
+                queues=sealed,
+            )
     if node.auth.ephemeral_owners:
         _log.warning(
             "UI sessions of tokens configured only by sha256 hold on this node until it "

@@ -1,4 +1,5 @@
-"""Bearer-token authentication, rights, and the web UI's session cookie and CSRF tokens.
+"""Bearer-token authentication, roles and rights, and the web UI's session cookie and CSRF
+tokens.
 
 Tokens are kept only as SHA-256 digests. A presented token is hashed and compared with
 ``hmac.compare_digest`` against *every* configured digest (no early exit), so neither the
@@ -31,9 +32,11 @@ __all__ = ["Authenticator", "Principal", "Revocations"]
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who a request acts for: the token's owner and its rights."""
+    """Who a request acts for: the token's owner, its role and what it may do (see
+    :data:`rdq.server._settings.PERMISSIONS`)."""
 
     owner: str
+    role: str | None
     rights: frozenset[str]
     digest: bytes
     """The SHA-256 digest of the token."""
@@ -42,6 +45,22 @@ class Principal:
 
     def can(self, right: Right | str) -> bool:
         return right in self.rights
+
+    def refusal(self, right: str) -> str:
+        """Why this principal may not do what needs ``right``, in words."""
+        role = f"role {self.role!r}" if self.role else "no role"
+        needed = {
+            "read": "reading needs the viewer role or higher",
+            "operate": "acting on tasks, queues and breakers needs the operator or admin role",
+            "admin": "users and keys need the admin role",
+            "submit": "submitting needs the submit grant",
+        }.get(right, f"this needs the {right!r} right")
+        return f"the token of {self.owner!r} ({role}) may not do this: {needed}"
+
+    @property
+    def actor(self) -> str:
+        """Who acted, as audit records name it: the owner and the role it acted in."""
+        return f"{self.owner} ({self.role})" if self.role else self.owner
 
 
 class Revocations:
@@ -86,13 +105,19 @@ class Authenticator:
                 secret = node_key
                 self.ephemeral_owners.append(spec.owner)
             key = hmac.new(secret, b"rdq-ui-session:" + digest, hashlib.sha256).digest()
-            self._principals.append(Principal(spec.owner, frozenset(spec.rights), digest, key))
+            role, allowed = spec.grants(where)
+            self._principals.append(Principal(spec.owner, role, allowed, digest, key))
         self._session_seconds = settings.session_hours * 3600
         self._revocations = Revocations()
 
     @property
     def configured(self) -> bool:
         return bool(self._principals)
+
+    @property
+    def principals(self) -> list[Principal]:
+        """Every configured token's principal, in configuration order."""
+        return list(self._principals)
 
     def authenticate(self, token: str | None) -> Principal | None:
         """The principal of ``token``, or None if it matches no configured token."""

@@ -11,6 +11,7 @@ from rdq.app import App
 from rdq.audit import AuditSink, JsonLinesAuditSink
 from rdq.errors import StorageUnavailable
 from rdq.flow import Breaker, LimitControls
+from rdq.keys import Keyring
 from rdq.server._auth import Authenticator
 from rdq.server._gauges import QueueGauges
 from rdq.server._settings import ServerSettings
@@ -34,8 +35,12 @@ class Node:
         *,
         audit_sinks: Sequence[AuditSink] = (),
         engine_app: App | None = None,
+        keys: Keyring | None = None,
     ) -> None:
         self.settings = settings
+        self.keys = keys
+        """Seals what is submitted through the node, and opens sealed payloads for the
+        roles that may read them (see :mod:`rdq.server._payloads`)."""
         self.engine_app = engine_app
         """The application whose queue configs the node knows (``--app``), if any."""
         self.storage: Storage = TimeLimitedStorage(storage, settings.request_timeout)

@@ -10,6 +10,7 @@ matches what the API does (schemathesis fuzzes the API against this very documen
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -26,18 +27,44 @@ from rdq.server._errors import error_response
 from rdq.server._flow_models import RATE_PATTERN
 from rdq.spi import bounds
 
-__all__ = ["openapi_config", "refine"]
+__all__ = ["SWAGGER_ASSETS", "openapi_config", "refine", "swagger_assets"]
+
+
+SWAGGER_ASSETS = "/ui/swagger"
+"""Where the node serves the Swagger UI's scripts and styles (from the ``swagger-ui-py``
+package, installed with ``rdq-core[server]``): the page loads nothing from elsewhere."""
+
+
+def swagger_assets() -> Path | None:
+    """The folder of the Swagger UI's files, or ``None`` when the package is missing."""
+    try:
+        import swagger_ui
+    except ImportError:
+        return None
+    folder = Path(swagger_ui.__file__).parent / "static"
+    return folder if (folder / "swagger-ui-bundle.js").exists() else None
 
 
 def openapi_config(swagger: bool) -> OpenAPIConfig:
-    """``/schema/openapi.json`` always; the Swagger UI at ``/schema/swagger`` only if asked
-    (it loads its scripts from a CDN). Unknown paths under ``/schema`` answer JSON 404s."""
+    """``/schema/openapi.json`` always; the Swagger UI at ``/schema/swagger`` only if asked,
+    its scripts and styles served by the node itself (:data:`SWAGGER_ASSETS`). Unknown paths
+    under ``/schema`` answer JSON 404s."""
+    plugins: list[Any] = [JsonRenderPlugin()]
+    if swagger:
+        plugins.append(
+            SwaggerRenderPlugin(
+                js_url=f"{SWAGGER_ASSETS}/swagger-ui-bundle.js",
+                css_url=f"{SWAGGER_ASSETS}/swagger-ui.css",
+                standalone_preset_js_url=f"{SWAGGER_ASSETS}/swagger-ui-standalone-preset.js",
+                favicon="<link rel='icon' type='image/svg+xml' href='/ui/static/favicon.svg'>",
+            )
+        )
     return OpenAPIConfig(
         title="rdq",
         version="1",
         description="The HTTP API of an rdq server node.",
         path="/schema",
-        render_plugins=[JsonRenderPlugin(), *([SwaggerRenderPlugin()] if swagger else [])],
+        render_plugins=plugins,
         openapi_router=Router(
             "/schema", route_handlers=[], include_in_schema=False, after_request=_json_not_found
         ),
@@ -60,11 +87,15 @@ def refine(
     worked: Sequence[str] = (),
     *,
     callbacks: bool = True,
+    open_paths: Sequence[str] = (),
+    closed_paths: Sequence[str] = (),
 ) -> None:
     """Write the rules the generator leaves out into ``app``'s OpenAPI document; with the
     node's application (``engine_app``, one with handlers), the handlers and queues a submit
     may name; without a callback allow-list (``callbacks`` false), that a ``handler_ref`` is
-    no callback URL."""
+    no callback URL; the probes this node leaves open (``open_paths``: no security, no
+    401/403) and those it closes (``closed_paths``: a bearer token)."""
+    _probes(app, open_paths, closed_paths)
     schemas = app.openapi_schema.components.schemas or {}
     if engine_app is not None:
         _known_to_the_app(schemas.get("SubmitRequest"), engine_app, worked, callbacks)
@@ -88,6 +119,20 @@ def refine(
         closed = isinstance(model, type) and issubclass(model, msgspec.Struct)
         if closed and model.__struct_config__.forbid_unknown_fields and schema is not None:
             schema.additional_properties = False
+
+
+def _probes(app: Litestar, open_paths: Sequence[str], closed_paths: Sequence[str]) -> None:
+    """The probes' security as this node configures them (the routes can only say "maybe")."""
+    for path, item in (app.openapi_schema.paths or {}).items():
+        operation = item.get
+        if operation is None or path not in (*open_paths, *closed_paths):
+            continue
+        if path in open_paths:
+            operation.security = []
+            for status in ("401", "403"):
+                (operation.responses or {}).pop(status, None)
+        else:
+            operation.security = [{"bearer": []}]
 
 
 def _bounded_below(schema: Schema | None, *names: str, exclusive: bool = False) -> None:

@@ -14,7 +14,9 @@ and workers share the store, each tick is one task (see :mod:`rdq.schedules`)::
 
     [[server.tokens]]
     owner = "alice"
-    rights = ["read", "submit", "admin"]
+    role = "operator"                     # viewer, operator or admin (see Roles below)
+    submit = true                         # may submit tasks (default false)
+    payloads = true                       # may read payloads (default: operator and admin)
     token_env = "RDQ_TOKEN_ALICE"         # or token = "…", or sha256 = "<hex of the token>"
 
     [server.callbacks]
@@ -23,6 +25,20 @@ and workers share the store, each tick is one task (see :mod:`rdq.schedules`)::
     secrets_env = "RDQ_CALLBACK_SECRET"   # or secrets = ["…"]
     timeout = 10.0
     queue_timeouts = { slow-hooks = 60.0 }
+
+Roles (what a token may do in the API and the console; every endpoint names what it needs):
+
+==========  ===========================================================================
+viewer      read everything but payloads (unless ``payloads = true``)
+operator    a viewer's reads and payloads, and every action: redrive, purge, cancel,
+            retry now, pause/resume, breakers, paced redrives
+admin       an operator's, and the node's users and payload keys (``/v1/users``,
+            ``/v1/keys``)
+==========  ===========================================================================
+
+``submit = true`` adds submitting to any role (or alone, for a producer's token: no role).
+A token configured the earlier way, by ``rights``, keeps what it could do: ``read`` is a
+viewer that reads payloads, ``admin`` an admin, ``submit`` the submit grant.
 """
 
 from __future__ import annotations
@@ -46,7 +62,9 @@ from rdq.worker import MAX_UNRECORDED
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "PERMISSIONS",
     "RIGHTS",
+    "ROLES",
     "ServerSettings",
     "TokenSpec",
     "load_settings",
@@ -56,6 +74,16 @@ __all__ = [
 
 Right = Literal["read", "submit", "admin"]
 RIGHTS: tuple[Right, ...] = ("read", "submit", "admin")
+"""The rights of tokens configured before roles (kept working, see :meth:`TokenSpec.grants`)."""
+Role = Literal["viewer", "operator", "admin"]
+ROLES: tuple[Role, ...] = ("viewer", "operator", "admin")
+PERMISSIONS: dict[str, frozenset[str]] = {
+    "viewer": frozenset({"read"}),
+    "operator": frozenset({"read", "operate"}),
+    "admin": frozenset({"read", "operate", "admin"}),
+}
+"""What each role may do: ``read`` (every GET), ``operate`` (every action on tasks, queues
+and breakers), ``admin`` (users and keys). ``submit`` and ``payloads`` are granted apart."""
 _ENGINE_TABLES = ("defaults", "queues", "schedules")
 """Top-level tables of a node's TOML file that configure the engine (``App.configure``)."""
 DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
@@ -68,10 +96,39 @@ class TokenSpec(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields
     its SHA-256 hex digest ``sha256`` (so the config file holds no secret)."""
 
     owner: str
-    rights: list[Right]
+    role: Role | None = None
+    rights: list[Right] = []
+    submit: bool = False
+    payloads: bool | None = None
     token: str | None = None
     token_env: str | None = None
     sha256: str | None = None
+
+    def grants(self, where: str) -> tuple[Role | None, frozenset[str]]:
+        """The token's role and everything it may do (``read``, ``operate``, ``admin``,
+        ``submit``, ``payloads``). A token given by ``rights`` keeps what it could do before
+        roles: ``admin`` → admin, ``read`` → viewer that reads payloads, ``submit`` → submit.
+        Raises ``ConfigError`` naming ``where``."""
+        role = self.role
+        if role is not None and self.rights:
+            raise ConfigError("give a role or rights, not both", key=f"{where}.rights")
+        legacy = bool(self.rights)
+        if legacy:
+            if "admin" in self.rights:
+                role = "admin"
+            elif "read" in self.rights:
+                role = "viewer"
+        elif role is None and not self.submit:
+            raise ConfigError("give a role (viewer, operator, admin) or submit", key=where)
+        allowed = set(PERMISSIONS[role]) if role is not None else set()
+        if self.submit or "submit" in self.rights:
+            allowed.add("submit")
+        payloads = self.payloads
+        if payloads is None:
+            payloads = role is not None and (legacy or role != "viewer")
+        if payloads and role is not None:
+            allowed.add("payloads")
+        return role, frozenset(allowed)
 
     def digest(self, where: str) -> bytes:
         """The SHA-256 digest of the token. Raises ``ConfigError`` naming ``where``."""
@@ -156,8 +213,9 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     """A page of tasks (DLQ or task list) stops early, with a cursor, once its tasks encode to
     more than this many bytes (a page always holds at least one task)."""
     openapi_ui: bool = False
-    """Serve the Swagger UI at ``/schema/swagger`` (it loads its scripts from a CDN); the
-    OpenAPI document itself is always at ``/schema/openapi.json``."""
+    """Serve the Swagger UI at ``/schema/swagger`` (its scripts and styles served by the node
+    itself, from the ``swagger-ui-py`` package); the OpenAPI document itself is always at
+    ``/schema/openapi.json``."""
     callbacks: CallbackSettings = CallbackSettings()
 
     def __post_init__(self) -> None:
@@ -182,16 +240,32 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
 
 
 def parse_token_flag(value: str) -> TokenSpec:
-    """``OWNER:RIGHTS:TOKEN`` with rights joined by ``+`` (``alice:read+admin:s3cr…``)."""
+    """``OWNER:GRANTS:TOKEN`` with grants joined by ``+``: one role (``viewer``,
+    ``operator``, ``admin``) with ``submit`` and ``payloads`` if wanted
+    (``alice:operator+submit:s3cr…``), or the rights of before roles
+    (``alice:read+admin:s3cr…``)."""
     owner, sep, rest = value.partition(":")
     rights_text, sep2, token = rest.partition(":")
     if not (sep and sep2 and owner and token):
-        raise ConfigError("expected OWNER:RIGHTS:TOKEN (rights joined by +)", key="token")
-    rights = [r.strip() for r in rights_text.split("+") if r.strip()]
-    bad = [r for r in rights if r not in RIGHTS]
-    if bad or not rights:
-        raise ConfigError(f"rights must be among {', '.join(RIGHTS)}", key=f"token {owner}")
-    return TokenSpec(owner=owner, rights=rights, token=token)  # type: ignore[arg-type]
+        raise ConfigError("expected OWNER:GRANTS:TOKEN (grants joined by +)", key="token")
+    grants = [r.strip() for r in rights_text.split("+") if r.strip()]
+    if grants and all(r in RIGHTS for r in grants):  # as before roles ("admin" is both)
+        return TokenSpec(owner=owner, rights=grants, token=token)  # type: ignore[arg-type]
+    roles = [r for r in grants if r in ROLES]
+    bad = [r for r in grants if r not in (*ROLES, "submit", "payloads")]
+    if bad or not grants or len(roles) > 1:
+        raise ConfigError(
+            f"grants must be one role ({', '.join(ROLES)}) with submit or payloads, or "
+            f"rights among {', '.join(RIGHTS)}",
+            key=f"token {owner}",
+        )
+    return TokenSpec(
+        owner=owner,
+        role=roles[0] if roles else None,
+        submit="submit" in grants,
+        payloads=True if "payloads" in grants else None,
+        token=token,
+    )
 
 
 _AT = re.compile(r"^(?P<text>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
@@ -291,6 +365,7 @@ def load_settings(
         raise _config_error(exc) from None
     for i, spec in enumerate(settings.tokens):
         spec.digest(f"server.tokens[{i}]")
+        spec.grants(f"server.tokens[{i}]")
     return settings, engine
 
 

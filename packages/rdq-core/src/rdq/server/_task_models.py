@@ -128,6 +128,11 @@ class TaskDoc(msgspec.Struct, kw_only=True):
     cancelled_at: datetime | None = None
     corrupt: str | None = None
     format_version: int
+    payload_state: Literal["decrypted", "encrypted", "hidden"] | None = None
+    """Absent when the payload is shown as stored, in clear. ``decrypted``: sealed in the
+    store, opened for this reader; ``encrypted``: sealed, and this reader's role may not read
+    payloads or the node lacks its key (``payload`` is null); ``hidden``: in clear, and
+    this reader's role may not read payloads (``payload`` is null)."""
 
 
 class StatsDoc(msgspec.Struct, kw_only=True):

@@ -22,9 +22,11 @@ from typing import Any
 
 from rdq import metrics, retry, tracing
 from rdq.app import App, HandlerImportError
-from rdq.errors import NotFound, StaleClaim, StorageUnavailable
+from rdq.errors import NotFound, PayloadKeyError, StaleClaim, StorageUnavailable
+from rdq.keys import Keyring, is_sealed, unsealed
 from rdq.retry import Action, Decision, bound_head, bound_tail, coroutine_stack
-from rdq.spi import Attempt, Completion, Doubling, Outcome, Status, Storage, bounds
+from rdq.scrub import Scrubber
+from rdq.spi import Attempt, Claimed, Completion, Doubling, Outcome, Status, Storage, bounds
 from rdq.worker._clock import StorageClock
 from rdq.worker._completer import Completer
 from rdq.worker._deadlines import Deadlines
@@ -59,14 +61,19 @@ class Runner:
         spawn: Callable[[Coroutine[Any, Any, None]], object] | None = None,
         flow: FlowControl | None = None,
         fleet: Fleet | None = None,
+        keys: Keyring | None = None,
     ) -> None:
         """``on_retry(queue, delay)`` is told of every retry scheduled (a wake-up hint).
         With a ``completer`` (stores with ``batch_complete``) successes are recorded through
         it, batched with other tasks' successes, and its results must come back to
         :meth:`recorded`; otherwise one ``complete`` call each. ``spawn(coro)`` runs the rare
         follow-ups of a batched write (reports that need the store) as a task the worker
-        waits for when it stops."""
+        waits for when it stops. ``keys`` opens sealed payloads (a task whose key it lacks
+        waits, see :func:`rdq.retry.payload_unreadable`). Every error message and traceback
+        is scrubbed by its queue's :class:`~rdq.scrub.Scrubber` before it is logged, traced,
+        fed to a breaker or written."""
         self.app = app
+        self.keys = keys
         self.storage = storage
         self.clock = clock
         self.threads = threads
@@ -121,6 +128,10 @@ class Runner:
                     current,
                     decision.outcome.value if decision is not None else None,
                     decision.error_type if decision is not None else None,
+                    # scrubbed: what the attempt record will say
+                    self.app.queue_config(run.queue).scrub(decision.error_message)
+                    if decision is not None
+                    else None,
                 )
                 if decision is not None:
                     await self._finish(run, decision)
@@ -152,10 +163,24 @@ class Runner:
         exhausted = retry.exhausted(task, run.used, config)
         if exhausted is not None:
             return exhausted
+        if is_sealed(task):
+            try:
+                task = unsealed(task, self.keys)
+            except PayloadKeyError as exc:
+                self.log.error(
+                    "cannot decrypt the payload; the task waits for a worker with its key",
+                    **self._fields(task.id, task.queue, run.number),
+                    key=exc.version,
+                    error=exc.reason,
+                )
+                return retry.payload_unreadable(task, exc.reason)
+            run.claimed = Claimed(task, run.claimed.token)
         try:
             target = self.app.resolve(task.handler_ref)
         except HandlerImportError as exc:
-            failed = retry.classify_import_error(exc, run.used, config, rng=self.rng)
+            failed = _scrubbed(
+                retry.classify_import_error(exc, run.used, config, rng=self.rng), config.scrub
+            )
             self.log.error(
                 "could not import the handler; the attempt counts as failed",
                 **self._fields(task.id, task.queue, run.number),
@@ -180,6 +205,7 @@ class Runner:
         run.finished = self.clock.now()
         if decision is None or run.fenced:  # lost lease, or the outcome is already written
             return None
+        decision = _scrubbed(decision, config.scrub)
         self._duration(task.queue).observe(self.clock.mono() - t0)
         decision = retry.bound_snoozes(task, decision, config)
         if flow is not None:
@@ -200,7 +226,7 @@ class Runner:
             line = f"{retry.TIMEOUT_ERROR}: {retry.timeout_message(run.config)}\n"
             where = coroutine_stack(run.task.get_coro(), line)
         decision = retry.classify_timeout(where, run.used, run.config, rng=self.rng)
-        await self._finish(run, decision)
+        await self._finish(run, _scrubbed(decision, run.config.scrub))
 
     def _attempt(self, run: Run, decision: Decision) -> Attempt:
         """The attempt record of ``decision``; every text within the contract's limits."""
@@ -212,6 +238,10 @@ class Runner:
                 finished_at=run.finished or self.clock.now(),
                 worker_id=self.worker_id,
             )
+        if decision.traceback is not None or decision.error_message is not None:
+            # the engine's own messages too (a corrupt task quotes what the store holds)
+            config = run.config or self.app.queue_config(run.queue)
+            decision = _scrubbed(decision, config.scrub)
         return Attempt(
             number=run.number,
             outcome=decision.outcome,
@@ -430,6 +460,15 @@ class Runner:
             await self.storage.reschedule(task_id, token, attempt, next_at)
             if self.on_retry is not None:
                 self.on_retry(run.queue, decision.delay)
+
+
+def _scrubbed(decision: Decision, scrub: Scrubber) -> Decision:
+    """``decision`` with its error message and traceback scrubbed (see :mod:`rdq.scrub`)."""
+    if decision.error_message is None and decision.traceback is None:
+        return decision
+    return decision._replace(
+        error_message=scrub(decision.error_message), traceback=scrub(decision.traceback)
+    )
 
 
 def _bounded(text: str | None, limit: int) -> str | None:

@@ -34,12 +34,13 @@ import signal
 import socket
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from rdq import metrics, tracing
 from rdq.app import App
 from rdq.client import Client
 from rdq.errors import ConfigError
+from rdq.keys import Keyring
 from rdq.logging import get_logger
 from rdq.spi import Storage, bounds
 from rdq.worker._claiming import OUTAGE_RETRY_CAP, OUTAGE_RETRY_FIRST, ClaimLoops
@@ -106,6 +107,7 @@ class Worker(ClaimLoops):
         lease_thread: bool = True,
         clock: Monotonic | None = None,
         max_unrecorded: int | None = None,
+        keys: Keyring | Literal["env"] | None = "env",
     ) -> None:
         """``queues`` defaults to ``app.queues`` (declared queues and those of registered
         handlers), or ``["default"]`` if there are none. ``logger`` replaces the structlog
@@ -127,7 +129,13 @@ class Worker(ClaimLoops):
         :data:`DEFAULT_MAX_UNRECORDED`, or the worker's total concurrency if larger). More
         lets each ``complete_many`` carry more tasks; the price is what a crash can leave run
         but unrecorded, to run again after their lease: at most ``max_unrecorded`` plus the
-        worker's total concurrency (docs/engine.md)."""
+        worker's total concurrency (docs/engine.md).
+
+        ``keys`` opens sealed payloads before their handler runs (see :mod:`rdq.keys`):
+        ``"env"`` (the default) reads the keyring the environment configures
+        (:meth:`rdq.keys.Keyring.from_env`), ``None`` holds none. A task whose key this worker
+        lacks waits, uncharged, for one that holds it (:func:`rdq.retry.payload_unreadable`)."""
+        self.keys = Keyring.from_env() if keys == "env" else keys
         self.app = app
         self.storage = storage
         names = list(queues) if queues is not None else (app.queues or ["default"])
@@ -265,6 +273,7 @@ class Worker(ClaimLoops):
             spawn=self._side_task,
             flow=flow,
             fleet=fleet,
+            keys=self.keys,
         )
         completer: Completer[Run] | None = None
         if capabilities.batch_complete:
@@ -327,7 +336,7 @@ class Worker(ClaimLoops):
                 asyncio.create_task(
                     schedule_loop(
                         self.app,
-                        Client(self.storage, self.app),
+                        Client(self.storage, self.app, keys=self.keys),
                         self.storage.now,
                         self.queues,
                         self.log,

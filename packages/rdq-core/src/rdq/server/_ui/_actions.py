@@ -17,7 +17,7 @@ from rdq.server._ui._common import (
     node_of,
     page,
     queue_url,
-    require_admin,
+    require_operator,
     session,
     text,
 )
@@ -76,7 +76,7 @@ def _describe(state: State, ids: list[str], filters: dict[str, str | None]) -> s
 @get("/queues/{queue:str}/confirm", include_in_schema=False)
 async def confirm(request: Request[Any, Any, Any], queue: PathText) -> Template:
     principal, _ = session(request)
-    require_admin(principal)
+    require_operator(principal)
     bounds.check_queue(queue)
     params = request.query_params
     state = state_of(params.get("state"))
@@ -115,7 +115,7 @@ async def act(request: Request[Any, Any, Any], queue: PathText) -> Redirect:
     principal, value = session(request)
     form = await request.form()
     check_csrf(request, principal, value, form.get("csrf"))
-    require_admin(principal)
+    require_operator(principal)
     bounds.check_queue(queue)
     state = state_of(text(form.get("state")))
     ids = [i for i in form.getall("ids", []) if isinstance(i, str) and i]
@@ -131,7 +131,7 @@ async def act(request: Request[Any, Any, Any], queue: PathText) -> Redirect:
     selector = _selector(action, state, ids, filters)
     node = node_of(request)
     admin = node.admin
-    actor = principal.owner
+    actor = principal.actor
     rate = text(form.get("rate"))
     if rate is not None and action == "redrive" and isinstance(selector, Selector):
         op = await admin.start_paced_redrive(

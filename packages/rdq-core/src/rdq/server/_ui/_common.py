@@ -30,7 +30,7 @@ __all__ = [
     "page",
     "parse_time",
     "queue_url",
-    "require_admin",
+    "require_operator",
     "safe_next",
     "session",
     "text",
@@ -86,13 +86,14 @@ def session(request: Request[Any, Any, Any]) -> tuple[Principal, str]:
     if principal is None or value is None:
         raise LoginRequired
     if not principal.can("read"):
-        raise UIError(403, f"the token of {principal.owner!r} lacks the 'read' right")
+        raise UIError(403, principal.refusal("read"))
     return principal, value
 
 
-def require_admin(principal: Principal) -> None:
-    if not principal.can("admin"):
-        raise UIError(403, f"the token of {principal.owner!r} lacks the 'admin' right")
+def require_operator(principal: Principal) -> None:
+    """``UIError`` 403 unless ``principal``'s role may act (operator or admin)."""
+    if not principal.can("operate"):
+        raise UIError(403, principal.refusal("operate"))
 
 
 def check_csrf(
@@ -109,7 +110,9 @@ def page(request: Request[Any, Any, Any], name: str, status: int = 200, **contex
         value = request.cookies.get(SESSION_COOKIE, "")
         context["csrf"] = node_of(request).auth.csrf_token(principal, value)
     context.setdefault("flash", _flash(request))
-    context.setdefault("admin", principal is not None and principal.can("admin"))
+    # what the page offers: actions only to roles that may act (never shown, then refused)
+    context.setdefault("operator", principal is not None and principal.can("operate"))
+    context.setdefault("role", principal.role if principal is not None else None)
     context.setdefault("now", datetime.now(UTC))
     return Template(template_name=name, context=context, status_code=status, headers=_HEADERS)
 

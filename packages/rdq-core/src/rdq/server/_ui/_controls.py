@@ -19,7 +19,7 @@ from rdq.server._ui._common import (
     node_of,
     page,
     queue_url,
-    require_admin,
+    require_operator,
     session,
     text,
 )
@@ -87,7 +87,7 @@ _BUTTONS = {
 @get("/queues/{queue:str}/control", include_in_schema=False)
 async def control_confirm(request: Request[Any, Any, Any], queue: PathText) -> Template:
     principal, _ = session(request)
-    require_admin(principal)
+    require_operator(principal)
     bounds.check_queue(queue)
     change = _change(request.query_params)
     node = node_of(request)
@@ -126,7 +126,7 @@ async def control_act(request: Request[Any, Any, Any], queue: PathText) -> Redir
     principal, value = session(request)
     form = await request.form()
     check_csrf(request, principal, value, form.get("csrf"))
-    require_admin(principal)
+    require_operator(principal)
     bounds.check_queue(queue)
     change = _change(form)
     reason = text(form.get("reason"))
@@ -134,7 +134,7 @@ async def control_act(request: Request[Any, Any, Any], queue: PathText) -> Redir
         raise UIError(422, "give a reason: it is kept in the audit record")
     node = node_of(request)
     admin = node.admin
-    actor = principal.owner
+    actor = principal.actor
     count = 1
     if change.op_id is not None:
         try:

@@ -18,6 +18,7 @@ from rdq import flow
 from rdq.errors import NotFound, StaleCursor, ValidationError
 from rdq.retry import attempts_used, resolve
 from rdq.server._node import Node
+from rdq.server._payloads import shown
 from rdq.server._ui._charts import bar_chart, sparkline, summary
 from rdq.server._ui._common import node_of, page, parse_time, queue_url, session, text
 from rdq.server._ui._fleet import (
@@ -233,7 +234,8 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         found, next_cursor = await _list(
             node, queue, state, selected, filters, Page(limit=paging.size, cursor=cursor)
         )
-        tasks = [envelope_to_builtins(t) for t in found]
+        may_read = principal.can("payloads")
+        tasks = [envelope_to_builtins(shown(t, may_read, node.keys)[0]) for t in found]
     except (ValidationError, StaleCursor) as exc:
         error = f"{exc.field}: {exc.message}" if isinstance(exc, ValidationError) else str(exc)
     except NotImplementedError:
@@ -361,8 +363,13 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
         envelope = await node.admin.get(task_id)
     except (NotFound, ValidationError):
         return page(request, "search.html", 404, principal=principal, query=task_id, not_found=True)
-    task = envelope_to_builtins(envelope)
-    payload = msgspec.json.format(msgspec.json.encode(envelope.payload), indent=2).decode()
+    seen, payload_state = shown(envelope, principal.can("payloads"), node.keys)
+    task = envelope_to_builtins(seen)
+    payload = (
+        msgspec.json.format(msgspec.json.encode(seen.payload), indent=2).decode()
+        if payload_state in ("clear", "decrypted")
+        else ""
+    )
     known = set(Envelope.__struct_fields__) - {"extra"}
     extra = {k: v for k, v in task.items() if k not in known}
     fleet = await fleet_of(node)
@@ -375,6 +382,7 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
         holds=await _holds(node, envelope),
         retry_waits=await _waits(node, envelope, fleet.now),
         payload=payload,
+        payload_state=payload_state,
         extra=msgspec.json.format(msgspec.json.encode(extra), indent=2).decode() if extra else "",
         attempts=list(reversed(task.get("attempts") or [])),
         newest_traceback=next(
