@@ -181,3 +181,30 @@ async def test_a_held_horizon_leaves_the_claims_scan_short(
         await holder.execute("ROLLBACK")
         await holder.close()
         await conn.close()
+
+
+@pytest.mark.asyncio
+async def test_a_task_written_without_lowering_the_floor_is_found_by_the_next_read_from_the_start(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    """A writer that does not call lower_floor() (a binding of an earlier schema version, SQL
+    written by hand) leaves a due task under the floor; each connection's raise reads from
+    the queue's start once every floor_rescan(), finds it and lowers the floor, so it is
+    claimed next rather than never."""
+    ids = await _due(storage, "q", [30, 20, 10])
+    conn = await asyncpg.connect(postgres_url)
+    sql = f'SELECT id FROM "{schema}".claim_due($1, $2, $3, $4)'
+    try:
+        assert [r["id"] for r in await conn.fetch(sql, "q", 1, 300_000_000, "w")] == [ids[0]]
+        await conn.execute(
+            f'INSERT INTO "{schema}".task (id, queue, handler_ref, status, next_attempt_at)'
+            " VALUES ('stray', 'q', 'h', 'PENDING', now() - interval '1 hour')"
+        )
+        # within floor_rescan() of this connection's last read from the start: passed over
+        assert [r["id"] for r in await conn.fetch(sql, "q", 1, 300_000_000, "w")] == [ids[1]]
+        # as though floor_rescan() had passed: the raise after this claim reads from the start
+        await conn.execute(f"SELECT set_config(\"{schema}\".floor_rescan_setting('q'), '0', false)")
+        assert [r["id"] for r in await conn.fetch(sql, "q", 1, 300_000_000, "w")] == [ids[2]]
+        assert [r["id"] for r in await conn.fetch(sql, "q", 1, 300_000_000, "w")] == ["stray"]
+    finally:
+        await conn.close()

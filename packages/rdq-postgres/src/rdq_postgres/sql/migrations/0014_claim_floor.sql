@@ -25,6 +25,13 @@
 --   floor while the row's `gen` is the one it was raised at, else the row's `low` (a floor
 --   for every session: the raises publish it at most once a second, the lowerings lower it).
 --
+-- * A writer that does not call lower_floor() (a binding of schema version 13 or older, SQL
+--   written by hand after the documented statements of an earlier version) could leave a
+--   due task under the floor, which no claim would reach. So each connection's raise reads
+--   from the start of the queue, not from the floor, once every floor_rescan() (30 s), and
+--   lowers the row to a task it finds under it: such a task waits at most that long more, and
+--   is claimed in order from then on.
+--
 -- A row of claim_floor changes only when a write lowers it or once a second at most by a
 -- raise, so a held horizon leaves few versions of it behind; the raises themselves write
 -- nothing. A claim that rolls back takes its raise with it (the session setting and the row
@@ -55,11 +62,25 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT interval '50 milliseconds'
 $$;
 
+-- How often each connection's raise reads the queue from its start rather than from its
+-- floor (a safety net for writers that do not lower the floor: see above).
+CREATE FUNCTION {schema}.floor_rescan() RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT interval '30 seconds'
+$$;
+
 -- The session setting that holds a connection's raised floor of queue q:
 -- '<gen>/<floor, microseconds since 1970>/<when raised, the same>'.
 CREATE FUNCTION {schema}.floor_setting(q text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT 'rdq_floor.q' || md5('{schema}.' || q)
+$$;
+
+-- The session setting that holds when a connection's raise of queue q last read the queue
+-- from its start (microseconds since 1970).
+CREATE FUNCTION {schema}.floor_rescan_setting(q text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT 'rdq_floor.s' || md5('{schema}.' || q)
 $$;
 
 -- A write that makes tasks of queue q due, the earliest at due: called in its transaction.
@@ -123,6 +144,8 @@ DECLARE
     leased timestamptz;
     raised timestamptz;
     gen bigint;
+    scanned text := current_setting({schema}.floor_rescan_setting(q), true);
+    rescan boolean;
 BEGIN
     IF NOT pg_try_advisory_lock(k1, k2) THEN
         RETURN;
@@ -135,7 +158,10 @@ BEGIN
         -- this statement and the ones after it read with snapshots taken after the lock
         SELECT c.low, c.gen, c.raised_at INTO f FROM {schema}.claim_floor AS c WHERE c.queue = q;
         found_row := FOUND;
-        start := CASE WHEN found_row THEN {schema}.claim_floor(q) ELSE '-infinity' END;
+        rescan := coalesce(scanned, '') = '' OR timestamptz 'epoch'
+            + scanned::bigint * interval '1 microsecond' < clock - {schema}.floor_rescan();
+        start := CASE WHEN found_row AND NOT rescan THEN {schema}.claim_floor(q)
+            ELSE '-infinity' END;
         SELECT t.due_at INTO pending FROM {schema}.task AS t
         WHERE t.queue = q AND t.status = 'PENDING' AND t.due_at >= start AND t.due_at < cap
         ORDER BY t.due_at LIMIT 1;
@@ -166,12 +192,23 @@ BEGIN
         IF NOT FOUND THEN
             RETURN;  -- a lowering or another raise made the row first: raise again next time
         END IF;
+    ELSIF raised < f.low THEN
+        -- the read from the start found a task under the floor, left by a writer that did
+        -- not lower it: lower it (a new gen, as lower_floor() gives it)
+        UPDATE {schema}.claim_floor AS c
+        SET low = least(c.low, raised), gen = nextval('{schema}.claim_floor_gen')
+        WHERE c.queue = q
+        RETURNING c.gen INTO gen;
     ELSE
         gen := f.gen;
         IF raised > f.low AND f.raised_at <= clock - interval '1 second' THEN
             UPDATE {schema}.claim_floor AS c SET low = raised, raised_at = clock
             WHERE c.queue = q AND c.gen = f.gen AND c.low < raised;
         END IF;
+    END IF;
+    IF rescan THEN
+        PERFORM set_config({schema}.floor_rescan_setting(q),
+            floor(extract(epoch FROM clock) * 1000000)::bigint::text, false);
     END IF;
     PERFORM set_config({schema}.floor_setting(q), gen || '/'
         || floor(extract(epoch FROM raised) * 1000000)::bigint || '/'
