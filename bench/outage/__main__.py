@@ -382,6 +382,9 @@ async def _report(
         seconds = Counter(int(t - service.down_from) for t in service.failed_at)
         first = ", ".join(f"{seconds.get(i, 0)}" for i in range(5))
         print(f"  of which          {first} in the outage's first five seconds, one by one")
+    after = [t for t in service.served_at if t >= service.up_at]
+    if after:  # a late probe and a slow drain read differently: the first call says which
+        print(f"first call served  {after[0] - service.up_at:.1f} s after the service came back")
     if done_at is not None:
         print(f"last task done     {done_at - service.up_at:.1f} s after the service came back")
     else:
