@@ -37,7 +37,7 @@
 -- nothing. A claim that rolls back takes its raise with it (the session setting and the row
 -- are transactional). See docs/postgres-schema.md.
 --
--- One table, one sequence and four functions added, claim_due() and claim_controlled()
+-- One table, one sequence and seven functions added, claim_due() and claim_controlled()
 -- replaced with the floor in their scans (arguments, results and effects unchanged): instant
 -- on any task table.
 
