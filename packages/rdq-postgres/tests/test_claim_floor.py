@@ -184,27 +184,31 @@ async def test_a_held_horizon_leaves_the_claims_scan_short(
 
 
 @pytest.mark.asyncio
-async def test_a_task_written_without_lowering_the_floor_is_found_by_the_next_read_from_the_start(
+async def test_a_task_written_without_lowering_the_floor_is_found_by_the_next_read_below_it(
     storage: PostgresStorage, postgres_url: str, schema: str
 ) -> None:
     """A writer that does not call lower_floor() (a binding of an earlier schema version, SQL
-    written by hand) leaves a due task under the floor; each connection's raise reads from
-    the queue's start once every floor_rescan(), finds it and lowers the floor, so it is
-    claimed next rather than never."""
-    ids = await _due(storage, "q", [30, 20, 10])
+    written by hand) leaves a due task under the floor; once every floor_rescan() a raise
+    reads the queue below the floor, finds it and lowers the floor, so it is claimed next
+    rather than never."""
+    ids = await _due(storage, "q", [40, 30, 20, 10])
     conn = await asyncpg.connect(postgres_url)
     sql = f'SELECT id FROM "{schema}".claim_due($1, $2, $3, $4)'
+
+    async def claim() -> list[str]:
+        return [r["id"] for r in await conn.fetch(sql, "q", 1, 300_000_000, "w")]
+
     try:
-        assert [r["id"] for r in await conn.fetch(sql, "q", 1, 300_000_000, "w")] == [ids[0]]
+        assert await claim() == [ids[0]]  # the floor's row made
+        assert await claim() == [ids[1]]  # and read below the floor: nothing there
         await conn.execute(
             f'INSERT INTO "{schema}".task (id, queue, handler_ref, status, next_attempt_at)'
             " VALUES ('stray', 'q', 'h', 'PENDING', now() - interval '1 hour')"
         )
-        # within floor_rescan() of this connection's last read from the start: passed over
-        assert [r["id"] for r in await conn.fetch(sql, "q", 1, 300_000_000, "w")] == [ids[1]]
-        # as though floor_rescan() had passed: the raise after this claim reads from the start
-        await conn.execute(f"SELECT set_config(\"{schema}\".floor_rescan_setting('q'), '0', false)")
-        assert [r["id"] for r in await conn.fetch(sql, "q", 1, 300_000_000, "w")] == [ids[2]]
-        assert [r["id"] for r in await conn.fetch(sql, "q", 1, 300_000_000, "w")] == ["stray"]
+        assert await claim() == [ids[2]], "within floor_rescan() of the last read: passed over"
+        # as though floor_rescan() had passed: the raise after the next claim reads below
+        await conn.execute(f"UPDATE \"{schema}\".claim_floor SET scanned_at = '-infinity'")
+        assert await claim() == [ids[3]]
+        assert await claim() == ["stray"]
     finally:
         await conn.close()

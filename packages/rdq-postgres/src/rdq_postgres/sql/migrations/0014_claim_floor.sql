@@ -27,17 +27,19 @@
 --
 -- * A writer that does not call lower_floor() (a binding of schema version 13 or older, SQL
 --   written by hand after the documented statements of an earlier version) could leave a
---   due task under the floor, which no claim would reach. So each connection's raise reads
---   from the start of the queue, not from the floor, once every floor_rescan() (30 s), and
---   lowers the row to a task it finds under it: such a task waits at most that long more, and
---   is claimed in order from then on.
+--   due task under the floor, which no claim would reach. So once every floor_rescan() (30 s)
+--   per queue, a raise (the one that takes the queue's scan lock, another advisory lock)
+--   reads the queue below its floor while holding no lock a writer or another claim waits
+--   for (that read walks every entry a held horizon keeps there), lowers the row to a task it
+--   finds and stamps the row's `scanned_at`: such a task waits at most that long more, and is
+--   claimed in order from then on.
 --
 -- A row of claim_floor changes only when a write lowers it or once a second at most by a
 -- raise, so a held horizon leaves few versions of it behind; the raises themselves write
 -- nothing. A claim that rolls back takes its raise with it (the session setting and the row
 -- are transactional). See docs/postgres-schema.md.
 --
--- One table, one sequence and seven functions added, claim_due() and claim_controlled()
+-- One table, one sequence and six functions added, claim_due() and claim_controlled()
 -- replaced with the floor in their scans (arguments, results and effects unchanged): instant
 -- on any task table.
 
@@ -48,7 +50,9 @@ CREATE TABLE {schema}.claim_floor (
     -- a new value (from claim_floor_gen) at every write that lowered `low`
     gen       bigint      NOT NULL,
     -- when a raise last wrote `low`
-    raised_at timestamptz NOT NULL
+    raised_at timestamptz NOT NULL,
+    -- when a raise last read the queue below the floor (floor_rescan())
+    scanned_at timestamptz NOT NULL DEFAULT '-infinity'
 );
 
 CREATE SEQUENCE {schema}.claim_floor_gen;
@@ -62,8 +66,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT interval '50 milliseconds'
 $$;
 
--- How often each connection's raise reads the queue from its start rather than from its
--- floor (a safety net for writers that do not lower the floor: see above).
+-- How often a raise reads the queue below its floor (a safety net for writers that do not
+-- lower the floor: see above).
 CREATE FUNCTION {schema}.floor_rescan() RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT interval '30 seconds'
@@ -74,13 +78,6 @@ $$;
 CREATE FUNCTION {schema}.floor_setting(q text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT 'rdq_floor.q' || md5('{schema}.' || q)
-$$;
-
--- The session setting that holds when a connection's raise of queue q last read the queue
--- from its start (microseconds since 1970).
-CREATE FUNCTION {schema}.floor_rescan_setting(q text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT 'rdq_floor.s' || md5('{schema}.' || q)
 $$;
 
 -- A write that makes tasks of queue q due, the earliest at due: called in its transaction.
@@ -144,8 +141,7 @@ DECLARE
     leased timestamptz;
     raised timestamptz;
     gen bigint;
-    scanned text := current_setting({schema}.floor_rescan_setting(q), true);
-    rescan boolean;
+    stray timestamptz;
 BEGIN
     IF NOT pg_try_advisory_lock(k1, k2) THEN
         RETURN;
@@ -156,12 +152,9 @@ BEGIN
         clock := clock_timestamp();
         cap := clock - {schema}.floor_lag();
         -- this statement and the ones after it read with snapshots taken after the lock
-        SELECT c.low, c.gen, c.raised_at INTO f FROM {schema}.claim_floor AS c WHERE c.queue = q;
+        SELECT c.low, c.gen, c.raised_at, c.scanned_at INTO f FROM {schema}.claim_floor AS c WHERE c.queue = q;
         found_row := FOUND;
-        rescan := coalesce(scanned, '') = '' OR timestamptz 'epoch'
-            + scanned::bigint * interval '1 microsecond' < clock - {schema}.floor_rescan();
-        start := CASE WHEN found_row AND NOT rescan THEN {schema}.claim_floor(q)
-            ELSE '-infinity' END;
+        start := CASE WHEN found_row THEN {schema}.claim_floor(q) ELSE '-infinity' END;
         SELECT t.due_at INTO pending FROM {schema}.task AS t
         WHERE t.queue = q AND t.status = 'PENDING' AND t.due_at >= start AND t.due_at < cap
         ORDER BY t.due_at LIMIT 1;
@@ -192,13 +185,6 @@ BEGIN
         IF NOT FOUND THEN
             RETURN;  -- a lowering or another raise made the row first: raise again next time
         END IF;
-    ELSIF raised < f.low THEN
-        -- the read from the start found a task under the floor, left by a writer that did
-        -- not lower it: lower it (a new gen, as lower_floor() gives it)
-        UPDATE {schema}.claim_floor AS c
-        SET low = least(c.low, raised), gen = nextval('{schema}.claim_floor_gen')
-        WHERE c.queue = q
-        RETURNING c.gen INTO gen;
     ELSE
         gen := f.gen;
         IF raised > f.low AND f.raised_at <= clock - interval '1 second' THEN
@@ -206,9 +192,37 @@ BEGIN
             WHERE c.queue = q AND c.gen = f.gen AND c.low < raised;
         END IF;
     END IF;
-    IF rescan THEN
-        PERFORM set_config({schema}.floor_rescan_setting(q),
-            floor(extract(epoch FROM clock) * 1000000)::bigint::text, false);
+    -- Once every floor_rescan() per queue, by the raise that takes the queue's scan lock
+    -- (not the writers' lock, and no row lock while it reads: nobody waits for this read,
+    -- which walks every entry a held horizon keeps below the floor): a PENDING task under
+    -- the floor, left by a writer that did not lower it, lowers the row (a new gen, as
+    -- lower_floor() gives it); then scanned_at is stamped.
+    IF found_row AND f.scanned_at < clock - {schema}.floor_rescan()
+            AND pg_try_advisory_lock(hashtext('{schema}.claim_floor_scan'), k2) THEN
+        BEGIN
+            SELECT t.due_at INTO stray FROM {schema}.task AS t
+            WHERE t.queue = q AND t.status = 'PENDING' AND t.due_at < start
+            ORDER BY t.due_at LIMIT 1;
+        EXCEPTION
+            WHEN query_canceled THEN
+                PERFORM pg_advisory_unlock(hashtext('{schema}.claim_floor_scan'), k2);
+                RAISE;
+            WHEN OTHERS THEN
+                PERFORM pg_advisory_unlock(hashtext('{schema}.claim_floor_scan'), k2);
+                RAISE;
+        END;
+        PERFORM pg_advisory_unlock(hashtext('{schema}.claim_floor_scan'), k2);
+        IF stray IS NOT NULL THEN
+            UPDATE {schema}.claim_floor AS c
+            SET low = least(c.low, stray), gen = nextval('{schema}.claim_floor_gen'),
+                scanned_at = clock
+            WHERE c.queue = q
+            RETURNING c.gen INTO gen;
+            raised := least(raised, stray);
+        ELSE
+            UPDATE {schema}.claim_floor AS c SET scanned_at = clock
+            WHERE c.queue = q AND c.scanned_at < clock;
+        END IF;
     END IF;
     PERFORM set_config({schema}.floor_setting(q), gen || '/'
         || floor(extract(epoch FROM raised) * 1000000)::bigint || '/'
