@@ -10,3 +10,11 @@ settings.register_profile(
     "rdq", suppress_health_check=[HealthCheck.too_slow], deadline=None, print_blob=True
 )
 settings.load_profile("rdq")
+
+# Purges and retention write the tasks they delete to an archive (rdq.retention): in tests, a
+# directory of the run's own, never the working directory (a test names its own when it reads
+# one back).
+import os  # noqa: E402
+import tempfile  # noqa: E402
+
+os.environ.setdefault("RDQ_ARCHIVE", tempfile.mkdtemp(prefix="rdq-test-archive-"))

@@ -1,7 +1,7 @@
 """Migration 0014 (the claim floor) on a populated database, timed:
 ``python -m bench.migrate_floor [--tasks 1000000] [--url POSTGRES_URL]``.
 
-Creates a fresh schema at version 10 (the migrations before the claim floor, as a release of
+Creates a fresh schema at version 13 (the migrations before the claim floor, as a release of
 that version left it) on ``--url`` (else a durable throwaway cluster from the local binaries),
 fills it with ``--tasks`` tasks in one queue — 60 % SUCCEEDED, 30 % PENDING and due (their due
 times spread over the last day), 5 % DEAD, 5 % IN_FLIGHT (half of them with lapsed leases) —
@@ -35,10 +35,10 @@ FROM {s}.task
 """
 
 
-async def _at_version_10(conn: asyncpg.Connection, schema: str) -> None:
+async def _before_the_floor(conn: asyncpg.Connection, schema: str) -> None:
     await conn.execute(Queries(schema, f"{schema}_due").script("migrate_prepare"))
     for number, name, sql in migrations(schema, f"{schema}_due"):
-        if number <= 10:
+        if number < 14:
             await conn.execute(sql)
             await conn.execute(
                 f'INSERT INTO "{schema}".schema_migrations (version, name) VALUES ($1, $2)',
@@ -52,7 +52,7 @@ async def run(url: str, tasks: int) -> int:
     s = f'"{schema}"'
     conn = await asyncpg.connect(url)
     try:
-        await _at_version_10(conn, schema)
+        await _before_the_floor(conn, schema)
         began = time.monotonic()
         await conn.execute(
             f"INSERT INTO {s}.task (id, queue, handler_ref, payload, status, next_attempt_at,"

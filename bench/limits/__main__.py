@@ -60,7 +60,13 @@ from bench.limits.app import build_app
 from rdq.spi import Page, Status, Storage, TaskFilter
 
 ROOT = Path(__file__).resolve().parents[2]
-COST_MODES = ("none", "loose-concurrency", "loose-rate")
+COST_MODES = (
+    "none",
+    "loose-concurrency",
+    "loose-concurrency-queue",
+    "loose-rate",
+    "loose-rate-queue",
+)
 
 
 @dataclass
@@ -77,6 +83,13 @@ class Run:
     when none was — (tasks claimed, seconds, CPU seconds of the worker processes, CPU
     seconds of the PostgreSQL server's processes; ``nan`` when not known)."""
     notes: list[str] = field(default_factory=list)
+
+
+def _pythonpath() -> str:
+    """The workers' PYTHONPATH: the repository (for ``bench.limits.app``) before what this
+    process was given (so a run of other code, ``PYTHONPATH=…/src``, is that code's)."""
+    given = os.environ.get("PYTHONPATH")
+    return f"{ROOT}{os.pathsep}{given}" if given else str(ROOT)
 
 
 def _spawn(url: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -154,7 +167,7 @@ async def run_once(
         LIMITS_N=str(n),
         LIMITS_CONCURRENCY=str(concurrency),
         LIMITS_STAMPS=str(stamps),
-        PYTHONPATH=str(ROOT),
+        PYTHONPATH=_pythonpath(),
     )
     workers = [_spawn(url, env, stamps / f"worker-{i}.log") for i in range(processes)]
     began = time.monotonic()
@@ -199,14 +212,15 @@ async def run_once(
 
 
 async def cost(storage: Storage, url: str, args: argparse.Namespace) -> None:
-    rates: dict[str, list[float]] = {mode: [] for mode in COST_MODES}
-    middle: dict[str, list[float]] = {mode: [] for mode in COST_MODES}
-    workers_cpu: dict[str, list[float]] = {mode: [] for mode in COST_MODES}
-    server_cpu: dict[str, list[float]] = {mode: [] for mode in COST_MODES}
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    rates: dict[str, list[float]] = {mode: [] for mode in modes}
+    middle: dict[str, list[float]] = {mode: [] for mode in modes}
+    workers_cpu: dict[str, list[float]] = {mode: [] for mode in modes}
+    server_cpu: dict[str, list[float]] = {mode: [] for mode in modes}
     postmaster = await _postmaster(url)
     cpu_from = min(9_000, int(args.tasks * 0.9))
     for round_ in range(args.repeat):
-        order = COST_MODES[round_ % len(COST_MODES) :] + COST_MODES[: round_ % len(COST_MODES)]
+        order = modes[round_ % len(modes) :] + modes[: round_ % len(modes)]
         for mode in order:
             run = await run_once(
                 storage,
@@ -245,8 +259,7 @@ async def cost(storage: Storage, url: str, args: argparse.Namespace) -> None:
         _compare("worker CPU per task, µs", workers_cpu, "{:.1f}")
         _compare("PostgreSQL CPU per task, µs", server_cpu, "{:.1f}")
         both = {
-            m: [w + p for w, p in zip(workers_cpu[m], server_cpu[m], strict=True)]
-            for m in COST_MODES
+            m: [w + p for w, p in zip(workers_cpu[m], server_cpu[m], strict=True)] for m in modes
         }
         _compare("both, µs", both, "{:.1f}")
 
@@ -255,7 +268,7 @@ def _compare(title: str, values: dict[str, list[float]], form: str) -> None:
     """One line per mode: its median, the change from ``none``'s, every round."""
     print(f"  {title}")
     base = median(values["none"])
-    for mode in COST_MODES:
+    for mode in values:
         m = median(values[mode])
         change = "" if mode == "none" else f"{100 * (m - base) / base:+.1f} %"
         rounds = ", ".join(form.format(v) for v in values[mode])
@@ -383,7 +396,7 @@ async def kill(storage: Storage, url: str, args: argparse.Namespace) -> None:
         LIMITS_CONCURRENCY="20",
         LIMITS_LEASE=str(lease),
         LIMITS_STAMPS=str(stamps),
-        PYTHONPATH=str(ROOT),
+        PYTHONPATH=_pythonpath(),
     )
     first = _spawn(url, env, stamps / "first.log")
     second: subprocess.Popen[bytes] | None = None
@@ -451,7 +464,10 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks of each cost run")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of the cost phase")
     parser.add_argument("--processes", type=int, default=2, help="workers of the cost phase")
-    parser.add_argument("--concurrency", type=int, default=20, help="per worker, cost phase")
+    parser.add_argument("--concurrency", type=int, default=10, help="per worker, cost phase")
+    parser.add_argument(
+        "--modes", default=",".join(COST_MODES), help="the cost phase's modes, 'none' first"
+    )
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--concurrency-tasks", type=int, default=3000)
     parser.add_argument("--task-seconds", type=float, default=0.05, help="concurrency phase")

@@ -4,8 +4,11 @@ Queue ``LIMITS_QUEUE`` (concurrency ``LIMITS_CONCURRENCY`` per worker) with the 
 ``LIMITS_MODE``:
 
 - ``none``: no limit;
-- ``loose-concurrency``: ``Concurrency(1_000_000, key="psp")`` — a limit that never binds;
+- ``loose-concurrency``: ``Concurrency(1000, key="psp")`` — a limit that never binds (the
+  workers have fewer slots);
+- ``loose-concurrency-queue``: ``Concurrency(1000)`` on the queue (its key ``*``);
 - ``loose-rate``: ``Rate(1_000_000, burst=1_000_000, key="psp")`` — the same for a rate;
+- ``loose-rate-queue``: that rate on the queue;
 - ``concurrency``: ``Concurrency(LIMITS_N, key="psp")``;
 - ``rate``: ``Rate(LIMITS_N, per=1.0, key="psp")`` (its burst at the default, a tenth).
 
@@ -30,14 +33,17 @@ QUEUE = os.environ.get("LIMITS_QUEUE", "limits")
 MODE = os.environ.get("LIMITS_MODE", "none")
 N = int(os.environ.get("LIMITS_N", "20"))
 LOOSE = 1_000_000
+LOOSE_CONCURRENCY = 1000
 
 
 def limits_of(mode: str, n: int) -> list[rdq.Concurrency | rdq.Rate]:
     """The limits a mode declares (see the module's docstring)."""
     limits: dict[str, list[rdq.Concurrency | rdq.Rate]] = {
         "none": [],
-        "loose-concurrency": [rdq.Concurrency(LOOSE, key="psp")],
+        "loose-concurrency": [rdq.Concurrency(LOOSE_CONCURRENCY, key="psp")],
+        "loose-concurrency-queue": [rdq.Concurrency(LOOSE_CONCURRENCY)],
         "loose-rate": [rdq.Rate(LOOSE, burst=LOOSE, key="psp")],
+        "loose-rate-queue": [rdq.Rate(LOOSE, burst=LOOSE)],
         "concurrency": [rdq.Concurrency(n, key="psp")],
         "rate": [rdq.Rate(n, per=1.0, key="psp")],
     }

@@ -59,6 +59,9 @@ async def both(
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
+            "0011_dedup_keys",
+            "0012_payload_refs",
+            "0013_claim_costs",
             "0014_claim_floor",
         ]
         assert await java.migrate() == []
@@ -227,6 +230,9 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
+            "0011_dedup_keys",
+            "0012_payload_refs",
+            "0013_claim_costs",
             "0014_claim_floor",
         ]
         assert await java.migrate() == []
@@ -312,3 +318,29 @@ async def test_a_queue_python_makes_fair_and_aged_is_claimed_in_that_order_by_ja
     strict = await java.put_control(Control(queue="fq", key="*"), expected_version=1)
     (seen,) = await python.list_controls("fq")
     assert (seen.fair, seen.aging, seen.version) == (None, None, strict.version)
+
+
+@pytest.mark.asyncio
+async def test_a_dedup_key_is_one_key_for_both_languages(both: tuple[Storage, Storage]) -> None:
+    """A key Python gave a task holds against Java's admissions, and the other way round: one
+    table, one function (admit_task(), migration 0011) for both."""
+    from rdq.errors import DedupConflict
+    from rdq.spi import AdmitOutcome, Dedup, DedupMode, Envelope
+
+    java, python = both
+    first = Envelope(id="py-1", queue="q", handler_ref="h", payload={"v": 1})
+    assert (await python.admit(first, Dedup(key="order-1"))).outcome == AdmitOutcome.ADDED
+    second = Envelope(id="java-1", queue="q", handler_ref="h", payload={"v": 2})
+    replaced = await java.admit(second, Dedup(key="order-1", mode=DedupMode.REPLACE))
+    assert (replaced.outcome, replaced.task_id) == (AdmitOutcome.REPLACED, "py-1")
+    assert (await python.get("py-1")).payload == {"v": 2}
+    with pytest.raises(DedupConflict):
+        await python.admit(
+            Envelope(id="py-2", queue="other", handler_ref="h"), Dedup(key="order-1")
+        )
+    java_first = Envelope(id="java-2", queue="q", handler_ref="h")
+    assert (await java.admit(java_first, Dedup(key="order-2"))).outcome == AdmitOutcome.ADDED
+    skipped = await python.admit(
+        Envelope(id="py-3", queue="q", handler_ref="h"), Dedup(key="order-2")
+    )
+    assert (skipped.outcome, skipped.task_id) == (AdmitOutcome.SKIPPED, "java-2")

@@ -25,7 +25,7 @@ class TestJavaKeepsTheContract(StorageSuite):
         ``transactional_enqueue`` (the binding has no ``enqueueIn``); ``reopen`` is the
         bridge's (a second bridge session)."""
         return Capabilities(
-            contract_version=4,
+            contract_version=5,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
@@ -43,6 +43,9 @@ class TestJavaKeepsTheContract(StorageSuite):
             counters=True,
             fair_shares=True,
             priority_aging=True,
+            retention=True,
+            dedup=True,
+            payload_refs=True,
             reopen=True,
         )
 

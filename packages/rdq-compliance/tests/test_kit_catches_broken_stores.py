@@ -33,6 +33,9 @@ BROKEN_MODULES = (
     "kit_broken_controls",
     "kit_broken_changes",
     "kit_broken_fleet",
+    "kit_broken_retention",
+    "kit_broken_dedup",
+    "kit_broken_payload_refs",
 )
 """The modules beside this file that hold broken stores (``BROKEN_STORES`` in each)."""
 

@@ -25,7 +25,7 @@ import rdq
 import rdq.errors
 
 ROOT = Path(rdq.__file__).parent
-ROOMS = ("admin", "cli", "flow", "retry", "server", "spi", "worker")
+ROOMS = ("admin", "blobs", "cli", "flow", "retention", "retry", "server", "spi", "worker")
 """The subpackages of ``rdq``; every other module is at the root."""
 LEAVES = ("rdq.errors",)
 """Modules that import nothing of rdq: the error tree every other module raises from."""
@@ -92,6 +92,10 @@ def test_no_import_circle_not_even_one_only_a_type_checker_follows() -> None:
         ("rdq.spi", "rdq.flow", "the storage contract is the leaf every room builds on"),
         ("rdq.spi", "rdq.worker", "the storage contract is the leaf every room builds on"),
         ("rdq.retry", "rdq.worker", "a retry is decided by pure functions the worker calls"),
+        ("rdq.retention", "rdq.worker", "retention serves the worker's upkeep and the admin"),
+        ("rdq.retention", "rdq.admin", "retention serves the worker's upkeep and the admin"),
+        ("rdq.blobs", "rdq.worker", "the blob step is the codec's: the engine calls it"),
+        ("rdq.blobs", "rdq.app", "a blob store is configured by an app, never reads one"),
     ],
 )
 def test_one_room_never_imports_another(importer: str, imported: str, why: str) -> None:

@@ -36,7 +36,7 @@ class TestMemoryStoreKeepsTheContract(StorageSuite):
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
         return Capabilities(
-            contract_version=4,
+            contract_version=5,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
@@ -55,4 +55,7 @@ class TestMemoryStoreKeepsTheContract(StorageSuite):
             counters=True,
             fair_shares=True,
             priority_aging=True,
+            retention=True,
+            dedup=True,
+            payload_refs=True,
         )

@@ -15,7 +15,7 @@ from rdq_mongo import MongoStorage
 from rdq_mongo.testing import put_corrupt_task
 
 EXPECTED = Capabilities(
-    contract_version=4,
+    contract_version=5,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,
@@ -34,6 +34,8 @@ EXPECTED = Capabilities(
     counters=True,
     fair_shares=True,
     priority_aging=True,
+    retention=True,
+    dedup=True,
     transactional_enqueue=False,
 )
 

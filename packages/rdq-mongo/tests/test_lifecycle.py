@@ -92,7 +92,7 @@ def _is_open(storage: MongoStorage) -> bool:
 
 
 EXPECTED = Capabilities(
-    contract_version=4,
+    contract_version=5,
     notify=True,
     filter_pushdown=True,
     batch_enqueue=True,
@@ -111,6 +111,8 @@ EXPECTED = Capabilities(
     counters=True,
     fair_shares=True,
     priority_aging=True,
+    retention=True,
+    dedup=True,
     transactional_enqueue=False,
 )
 """What the store advertises, connected or not (``rdq_notify=off`` turns ``notify`` off)."""

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 import asyncpg
 import pytest
 
-from rdq.spi import Attempt, Completion, Envelope, Outcome
+from rdq.spi import QUEUE_KEY, Attempt, Completion, Control, Dedup, DedupMode, Envelope, Outcome
 from rdq_postgres import PostgresStorage
 
 from .conftest import ClaimPlan
@@ -151,6 +151,125 @@ async def test_every_write_that_makes_a_task_due_before_the_floor_lowers_it(
             f'SELECT low FROM "{schema}".claim_floor WHERE queue = $1', "q"
         )
         assert low <= past
+        lowered = await gen()
+        earlier = past - timedelta(minutes=1)
+        admitted = Envelope(id="admitted", queue="q", handler_ref="h", next_attempt_at=earlier)
+        assert (await storage.admit(admitted, Dedup(key="floor-key"))).task_id == "admitted"
+        assert await gen() != lowered, "admit_task() lowers it for the task it adds"
+    finally:
+        await conn.close()
+
+
+@pytest.mark.asyncio
+async def test_a_debounce_in_a_transaction_begun_before_a_raise_lowers_the_floor(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    """A debounce makes its holder due at its transaction's start at the earliest; a
+    transaction that began before a claim raised the floor past that start lowers the floor
+    to it (admit_task() calls lower_floor()), so the holder is the next claim, not one
+    floor_rescan() later."""
+    key = Dedup(key="debounced", mode=DedupMode.DEBOUNCE, max_age=3600.0)
+    holder = Envelope(id="holder", queue="q", handler_ref="h")
+    await storage.admit(holder, key, delay=timedelta(days=1))
+    ids = await _due(storage, "q", [40, 30])
+    app = await asyncpg.connect(postgres_url)
+    claims = await asyncpg.connect(postgres_url)
+    sql = f'SELECT id FROM "{schema}".claim_due($1, $2, $3, $4)'
+    admit = (
+        f'SELECT outcome, task_id FROM "{schema}".admit_task('
+        "p_key => $1, p_mode => 'debounce', p_window_us => NULL,"
+        " p_max_age_us => 3600000000, p_id => 'second', p_queue => 'q', p_handler_ref => 'h',"
+        """ p_payload => '{"v": 2}', p_headers => '{}', p_attempt_count => 0,"""
+        " p_redrive_count => 0, p_attempts => '[]', p_error_type => NULL,"
+        " p_next_attempt_at => now() - interval '1 hour', p_delay_us => NULL, p_retry => NULL,"
+        " p_format_version => 1, p_extra => '{}', p_priority => 0::smallint, p_keys => '{}')"
+    )
+    try:
+        async with app.transaction():
+            begun = await app.fetchval("SELECT now()")
+            await asyncio.sleep(0.3)
+            taken = [r["id"] for r in await claims.fetch(sql, "q", 2, 300_000_000, "w")]
+            assert sorted(taken) == ids
+            assert await _floor(claims, schema, "q") > begun, "raised past the open transaction"
+            row = await app.fetchrow(admit, "debounced")
+            assert (row["outcome"], row["task_id"]) == ("replaced", "holder")
+        assert (await storage.get("holder")).next_attempt_at == begun
+        taken = [r["id"] for r in await claims.fetch(sql, "q", 1, 300_000_000, "w")]
+        assert taken == ["holder"], "the debounced holder is due before the raised floor"
+    finally:
+        await app.close()
+        await claims.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "control",
+    [
+        {"concurrency": 1000},  # due_unblocked(), the control locked FOR SHARE under a stripe
+        {"gate": 1000},  # due_unblocked(), the control locked FOR UPDATE
+        {"fair": "tenant:"},  # ordered_candidates(), by group
+        {"aging": 60.0},  # ordered_candidates(), the queue one group
+    ],
+    ids=["concurrency", "gate", "fair", "aging"],
+)
+async def test_a_controlled_claim_starts_at_the_floor_and_raises_it(
+    storage: PostgresStorage, postgres_url: str, schema: str, control: dict[str, object]
+) -> None:
+    """claim_controlled() (migration 0013's, with the floor): its reads start at the queue's
+    floor, it raises the floor after a claim, and a task made due before the floor is the
+    next one it claims."""
+    limit = Control(queue="q", key=QUEUE_KEY, **control)  # type: ignore[arg-type]
+    await storage.put_control(limit, expected_version=0)
+    ids = await _due(storage, "q", [50, 40, 30, 20, 10])
+    conn = await asyncpg.connect(postgres_url)
+    sql = f'SELECT (claimed).id FROM "{schema}".claim_controlled($1, $2, $3, $4)'
+
+    async def claim(n: int) -> list[str]:
+        return [r["id"] for r in await conn.fetch(sql, "q", n, 300_000_000, "w")]
+
+    try:
+        assert await claim(2) == ids[:2]
+        assert await _floor(conn, schema, "q") == (await storage.get(ids[2])).next_attempt_at
+        past = (await storage.now()) - timedelta(hours=1)
+        await storage.enqueue(Envelope(id="late", queue="q", handler_ref="h", next_attempt_at=past))
+        assert await claim(1) == ["late"]
+        assert await claim(3) == ids[2:]
+    finally:
+        await conn.close()
+
+
+@pytest.mark.asyncio
+async def test_the_floor_keeps_what_migrations_0011_and_0013_made_of_the_functions_it_replaces(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    """Migration 0014 replaces functions that 0011 (admit_task) and 0013 (claim_controlled,
+    due_unblocked, ordered_candidates) wrote last: each keeps their body and settings, with
+    the floor added, and 0013's dropped index stays dropped."""
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        rows = await conn.fetch(
+            "SELECT p.proname, coalesce(p.proconfig, '{}') AS config, p.prosrc FROM pg_proc AS p"
+            " JOIN pg_namespace AS n ON n.oid = p.pronamespace WHERE n.nspname = $1",
+            schema,
+        )
+        functions = {r["proname"]: r for r in rows}
+        for name in ("claim_controlled", "due_unblocked", "ordered_candidates", "raise_floor"):
+            config = functions[name]["config"]
+            assert "jit=off" in config and "plan_cache_mode=force_generic_plan" in config, name
+        controlled = functions["claim_controlled"]["prosrc"]
+        assert "due_unblocked(" in controlled and "ordered_candidates(" in controlled
+        assert "stripes CONSTANT" in controlled and "raise_floor(q)" in controlled
+        for name in ("due_unblocked", "ordered_candidates", "claim_due"):
+            assert "claim_floor(q)" in functions[name]["prosrc"], name
+        assert "raise_floor(q)" in functions["claim_due"]["prosrc"]
+        admit = functions["admit_task"]["prosrc"]
+        assert (
+            admit.count("lower_floor(") == 2 and "pg_advisory_xact_lock(hashtextextended" in admit
+        )
+        dropped = await conn.fetchval(
+            "SELECT to_regclass($1)", f'"{schema}".task_in_flight_keys_idx'
+        )
+        assert dropped is None
     finally:
         await conn.close()
 
@@ -210,5 +329,36 @@ async def test_a_task_written_without_lowering_the_floor_is_found_by_the_next_re
         await conn.execute(f"UPDATE \"{schema}\".claim_floor SET scanned_at = '-infinity'")
         assert await claim() == [ids[3]]
         assert await claim() == ["stray"]
+    finally:
+        await conn.close()
+
+
+@pytest.mark.asyncio
+async def test_a_claim_never_waits_for_the_floor_row_a_claim_in_an_open_transaction_holds(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    """A raise leaves the floor's row alone while another claim's open transaction holds it
+    (made, published or stamped by that claim's raise): the claims beside it run, as
+    migration 0013's claims of a limit with room do, rather than wait for that commit."""
+    await storage.enqueue_batch(
+        [Envelope(id=f"t-{n:02d}", queue="q", handler_ref="h") for n in range(20)]
+    )
+    await asyncio.sleep(0.1)  # due, and no floor row yet (they were due at their admission)
+    conn = await asyncpg.connect(postgres_url)
+    sql = f'SELECT id FROM "{schema}".claim_due($1, $2, $3, $4)'
+    try:
+        async with conn.transaction():
+            assert len(await conn.fetch(sql, "q", 1, 300_000_000, "w")) == 1  # makes the row
+            for _ in range(3):
+                claimed = await asyncio.wait_for(storage.claim_due("q", 1, LEASE), timeout=5)
+                assert len(claimed) == 1
+        await conn.execute(
+            f"UPDATE \"{schema}\".claim_floor SET raised_at = '-infinity', scanned_at = '-infinity'"
+        )
+        async with conn.transaction():
+            assert len(await conn.fetch(sql, "q", 1, 300_000_000, "w")) == 1  # stamps the row
+            for _ in range(3):
+                claimed = await asyncio.wait_for(storage.claim_due("q", 1, LEASE), timeout=5)
+                assert len(claimed) == 1
     finally:
         await conn.close()

@@ -60,7 +60,7 @@ class TestPostgresKeepsTheContract(StorageSuite):
     @pytest.fixture
     def expected_capabilities(self) -> Capabilities:
         return Capabilities(
-            contract_version=4,
+            contract_version=5,
             notify=True,
             filter_pushdown=True,
             batch_enqueue=True,
@@ -78,6 +78,9 @@ class TestPostgresKeepsTheContract(StorageSuite):
             counters=True,
             fair_shares=True,
             priority_aging=True,
+            retention=True,
+            dedup=True,
+            payload_refs=True,
             reopen=True,
             transactional_enqueue=True,
         )

@@ -75,7 +75,7 @@ async def test_connect_after_aclose_reopens_and_keeps_the_tasks(
 def test_capabilities_are_pinned() -> None:
     store = PostgresStorage.from_url("postgresql://db/app")
     assert store.capabilities() == Capabilities(
-        contract_version=4,
+        contract_version=5,
         notify=True,
         filter_pushdown=True,
         batch_enqueue=True,
@@ -93,12 +93,15 @@ def test_capabilities_are_pinned() -> None:
         counters=True,
         fair_shares=True,
         priority_aging=True,
+        retention=True,
+        dedup=True,
+        payload_refs=True,
         reopen=True,
         transactional_enqueue=True,
     )
     quiet = PostgresStorage.from_url("postgresql://db/app?notify=false")
     assert quiet.capabilities() == Capabilities(
-        contract_version=4,
+        contract_version=5,
         notify=False,
         filter_pushdown=True,
         batch_enqueue=True,
@@ -116,6 +119,9 @@ def test_capabilities_are_pinned() -> None:
         counters=True,
         fair_shares=True,
         priority_aging=True,
+        retention=True,
+        dedup=True,
+        payload_refs=True,
         reopen=True,
         transactional_enqueue=True,
     )

@@ -72,6 +72,9 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
+            "0011_dedup_keys",
+            "0012_payload_refs",
+            "0013_claim_costs",
             "0014_claim_floor",
         ]
         assert await store.migrate() == []
@@ -128,6 +131,9 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0008_claim_plan",
             "0009_claim_plan_statistics",
             "0010_lapsed_lease_slots",
+            "0011_dedup_keys",
+            "0012_payload_refs",
+            "0013_claim_costs",
             "0014_claim_floor",
         ]
         assert await store.migrate() == []
@@ -306,6 +312,9 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0008_claim_plan",
                 "0009_claim_plan_statistics",
                 "0010_lapsed_lease_slots",
+                "0011_dedup_keys",
+                "0012_payload_refs",
+                "0013_claim_costs",
                 "0014_claim_floor",
             ]
             after = {
@@ -342,14 +351,60 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
 
 
 @pytest.mark.asyncio
+async def test_upgrading_a_populated_version_10_schema_to_dedup_keys_keeps_every_task(
+    postgres_url: str,
+) -> None:
+    """Migration 0011 (dedup keys) upgrades in place: the tasks a version-10 schema holds read
+    back unchanged, and admissions under a key work beside them; a task deleted takes its key
+    with it."""
+    from rdq.spi import AdmitOutcome, Dedup, Envelope, Selector
+
+    schema = f"m_{secrets.token_hex(5)}"
+    conn = await asyncpg.connect(postgres_url)
+    store = PostgresStorage.from_url(f"{postgres_url}?schema={schema}")
+    s = f'"{schema}"'
+    try:
+        await _schema_at(conn, schema, 10)
+        await conn.execute(
+            f"INSERT INTO {s}.task (id, queue, handler_ref, payload, status, next_attempt_at)"
+            " SELECT 'p-' || n, 'q', 'job', json_build_object('n', n), 'PENDING', now()"
+            " FROM generate_series(1, 300) AS n"
+        )
+        before = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
+        async with store:
+            assert await store.migrate() == [
+                "0011_dedup_keys",
+                "0012_payload_refs",
+                "0013_claim_costs",
+                "0014_claim_floor",
+            ]
+            after = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
+            assert [dict(r) for r in after] == [dict(r) for r in before]
+            first = Envelope(id="k-1", queue="q", handler_ref="job")
+            added = await store.admit(first, Dedup(key="order-7"))
+            assert added.outcome == AdmitOutcome.ADDED
+            again = await store.admit(
+                Envelope(id="k-2", queue="q", handler_ref="job"), Dedup(key="order-7")
+            )
+            assert (again.outcome, again.task_id) == (AdmitOutcome.SKIPPED, "k-1")
+            assert await store.cancel("q", ["k-1"]) == 1
+            assert await store.purge("q", Selector.by_ids("k-1")) == 1
+            assert await conn.fetchval(f"SELECT count(*) FROM {s}.dedup") == 0, "gone with it"
+            assert (await store.stats("q")).pending == 300
+    finally:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()
+
+
+@pytest.mark.asyncio
 async def test_upgrading_a_populated_version_10_schema_to_the_claim_floor_in_place(
     postgres_url: str,
 ) -> None:
-    """Migration 0014 upgrades a populated schema in place: tasks in every status, a lapsed
-    lease and a lease held across the upgrade, tasks a version-10 claim already took; the
-    tasks read back unchanged, the first claims start from no floor and take the oldest due
-    first (the lapsed lease among them), a task enqueued due in the past after them goes
-    next, the held lease still fences, and every due task is claimed."""
+    """Migrations 0011-0014 upgrade a populated version-10 schema in place: tasks in every
+    status, a lapsed lease and a lease held across the upgrade, tasks a version-10 claim
+    already took; the tasks read back unchanged, the first claims start from no floor and
+    take the oldest due first (the lapsed lease among them), a task enqueued due in the past
+    after them goes next, the held lease still fences, and every due task is claimed."""
     from rdq.spi import Attempt, Envelope, Outcome
 
     schema = f"m_{secrets.token_hex(5)}"
@@ -386,7 +441,12 @@ async def test_upgrading_a_populated_version_10_schema_to_the_claim_floor_in_pla
         columns = "id, payload::text, status, token, next_attempt_at, lease_expires_at"
         before = {r["id"]: dict(r) for r in await conn.fetch(f"SELECT {columns} FROM {s}.task")}
         async with store:
-            assert await store.migrate() == ["0014_claim_floor"]
+            assert await store.migrate() == [
+                "0011_dedup_keys",
+                "0012_payload_refs",
+                "0013_claim_costs",
+                "0014_claim_floor",
+            ]
             after = {r["id"]: dict(r) for r in await conn.fetch(f"SELECT {columns} FROM {s}.task")}
             assert after == before
             assert await conn.fetchval(f"SELECT count(*) FROM {s}.claim_floor") == 0

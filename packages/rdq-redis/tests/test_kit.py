@@ -35,6 +35,8 @@ EXPECTED_CAPABILITIES = Capabilities(
     counters=True,
     fair_shares=True,
     priority_aging=True,
+    retention=True,
+    dedup=True,
 )
 """What the Redis store advertises, on one server and on Cluster alike: everything but
 ``transactional_enqueue``."""

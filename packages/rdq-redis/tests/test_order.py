@@ -138,3 +138,82 @@ async def test_a_fair_queue_deeper_than_a_page_ranks_every_group_at_every_claim(
     assert {(await storage.get(i)).status for i in shallow} == {Status.IN_FLIGHT}, (
         "the shallow group, due last, was claimed in the first claims"
     )
+
+
+async def _commands_of_one_claim(
+    redis_url: str, storage: Storage, queue: str
+) -> tuple[int, list[str]]:
+    """The Redis commands (counted by the server, the claim script's own included) that one
+    claim of 10 issues, and the ids it took."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(redis_url)
+    try:
+        await client.config_resetstat()
+        claimed = await storage.claim_due(queue, 10, LEASE)
+        stats = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    skip = {"cmdstat_config", "cmdstat_info", "cmdstat_evalsha", "cmdstat_eval", "cmdstat_hello"}
+    skip |= {"cmdstat_client", "cmdstat_publish", "cmdstat_subscribe", "cmdstat_ping"}
+    calls = sum(v["calls"] for k, v in stats.items() if k not in skip and isinstance(v, dict))
+    return calls, [c.task.id for c in claimed]
+
+
+@pytest.mark.parametrize(
+    "order",
+    [ClaimOrder(fair="tenant:"), ClaimOrder(fair="tenant:", aging=2.0), ClaimOrder(aging=1.0)],
+)
+@pytest.mark.asyncio
+async def test_an_ordered_claim_issues_as_many_commands_behind_a_backlog_ten_times_deeper(
+    storage: Storage, redis_url: str, order: ClaimOrder
+) -> None:
+    """Deterministic, not a race of clocks: the commands one fair or aged claim script issues
+    behind 1,500 and 15,000 due tasks of one tenant (and 3 of another) are about the same, so
+    its time does not grow with the backlog (it read every due task: 10x the commands)."""
+    work: list[int] = []
+    for depth in (1_500, 15_000):
+        queue = new_queue()
+        await _put(storage, Control(queue=queue, key=QUEUE_KEY, fair=order.fair, aging=order.aging))
+        await _backlog(
+            storage,
+            queue,
+            [{"keys": ["tenant:big"]}] * depth + [{"keys": ["tenant:small"]}] * 3,
+        )
+        calls, took = await _commands_of_one_claim(redis_url, storage, queue)
+        assert len(took) == 10
+        if order.fair:
+            assert sum(int(t.rsplit("-", 1)[1]) >= depth for t in took) == 3
+        work.append(calls)
+    assert work[1] <= work[0] * 1.5 + 20, work
+
+
+@pytest.mark.asyncio
+async def test_a_queue_made_fair_before_the_group_sets_existed_is_regrouped_by_its_first_claim(
+    storage: Storage, redis_url: str, key_prefix: str
+) -> None:
+    """A store upgraded with a fair queue: its tasks have no group and there are no group sets
+    (removed here by hand); the first claim builds them and shares the queue."""
+    import redis.asyncio as aioredis
+
+    from rdq_redis._keys import QueueKeys
+
+    queue = new_queue()
+    await _put(storage, Control(queue=queue, key=QUEUE_KEY, fair="tenant:"))
+    specs = [{"keys": ["tenant:big"]}] * 30 + [{"keys": ["tenant:small"]}] * 2
+    await _backlog(storage, queue, specs)
+    base = QueueKeys(key_prefix, queue).base
+    client = aioredis.from_url(redis_url)
+    try:
+        names = await client.smembers(f"{base}fairsets")
+        assert len(names) == 2, names  # fair:0:tenant:big, fair:0:tenant:small
+        for name in names:
+            assert await client.delete(f"{base}{name.decode()}") == 1
+        await client.delete(f"{base}fairsets", f"{base}fairidx")
+        for n in range(len(specs)):
+            assert await client.hdel(f"{base}task:{queue}-{n:05d}", "fg") == 1
+        claimed = await _claimed(storage, queue, 4)
+        assert await client.get(f"{base}fairidx") == b"tenant:"
+    finally:
+        await client.aclose()
+    assert claimed == [f"{queue}-00000", f"{queue}-00030", f"{queue}-00001", f"{queue}-00031"]

@@ -57,6 +57,9 @@ class TestSqliteFileKeepsTheContract(StorageSuite):
             backup=True,
             fair_shares=True,
             priority_aging=True,
+            retention=True,
+            dedup=True,
+            payload_refs=True,
         )
 
     @pytest.fixture
@@ -98,6 +101,9 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
             backup=True,
             fair_shares=True,
             priority_aging=True,
+            retention=True,
+            dedup=True,
+            payload_refs=True,
         )
 
     @pytest.fixture

@@ -187,7 +187,13 @@ async def test_migrate_upgrades_a_populated_version_1_file_in_place(
     async with store:
         with pytest.raises(StorageError, match="has schema version 1"):
             await store.get("due-old")
-        assert await store.migrate() == ["0002_flow_control", "0003_claim_order"]
+        assert await store.migrate() == [
+            "0002_flow_control",
+            "0003_claim_order",
+            "0004_dedup_keys",
+            "0005_payload_refs",
+            "0006_claim_groups",
+        ]
         assert await store.migrate() == []
         assert user_version(database) == LATEST
 
@@ -235,7 +241,13 @@ def test_the_upgrade_rebuilds_the_claim_index_on_claim_at_and_adds_the_new_table
     conn = sqlite3.connect(database, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
-        assert apply_migrations(conn, str(database)) == ["0002_flow_control", "0003_claim_order"]
+        assert apply_migrations(conn, str(database)) == [
+            "0002_flow_control",
+            "0003_claim_order",
+            "0004_dedup_keys",
+            "0005_payload_refs",
+            "0006_claim_groups",
+        ]
         conn.execute("COMMIT")
         schema = dict(conn.execute("SELECT name, sql FROM sqlite_master").fetchall())
         assert "claim_at" in schema["task_claim"]
@@ -246,3 +258,58 @@ def test_the_upgrade_rebuilds_the_claim_index_on_claim_at_and_adds_the_new_table
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:
         conn.close()
+
+
+@pytest.mark.asyncio
+async def test_the_upgrade_to_version_6_groups_the_tasks_of_queues_fair_or_aged_already(
+    url: str, database: Path
+) -> None:
+    """A version 3 file whose queue was made fair (and another aged) before task.grp existed:
+    the migration groups their tasks, and the claims share the fair queue among its groups."""
+    conn = sqlite3.connect(database, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    for _, _, script in migrations()[:3]:
+        for statement in _statements(script):
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version = 3")
+    now = host_now()
+    conn.executemany(
+        "INSERT INTO control (queue, key, version, updated_at, fair, aging) "
+        "VALUES (?, '*', 1, 0, ?, ?)",
+        [("fair", "tenant:", None), ("aged", None, 5.0)],
+    )
+    conn.executemany(
+        "INSERT INTO task (id, queue, handler_ref, status, next_attempt_at, created_at, keys) "
+        "VALUES (?, ?, 'm:f', 'PENDING', ?, 0, ?)",
+        [(f"big-{n}", "fair", now - 10_000_000 + n, '["tenant:big"]') for n in range(20)]
+        + [(f"small-{n}", "fair", now - 1_000 + n, '["x", "tenant:small"]') for n in range(2)]
+        + [("loose", "fair", now - 5_000_000, "[]")]
+        + [("aged-1", "aged", now - 1_000, '["tenant:a"]'), ("plain-1", "plain", now, "[]")],
+    )
+    conn.execute("COMMIT")
+    conn.close()
+    async with SqliteStorage.from_url(url) as store:
+        assert await store.migrate() == [
+            "0004_dedup_keys",
+            "0005_payload_refs",
+            "0006_claim_groups",
+        ]
+        claimed = [c.task.id for c in await store.claim_due("fair", 6, timedelta(minutes=5))]
+    groups = dict(
+        sqlite3.connect(database)
+        .execute(
+            "SELECT id, grp FROM task WHERE id IN "
+            "('big-0', 'small-0', 'loose', 'aged-1', 'plain-1')"
+        )
+        .fetchall()
+    )
+    assert groups == {
+        "big-0": "tenant:big",
+        "small-0": "tenant:small",
+        "loose": "",
+        "aged-1": "",
+        "plain-1": None,
+    }
+    # every group's first, then every group's second: '' has one task, the others two or more
+    assert sorted(claimed[:3]) == ["big-0", "loose", "small-0"], claimed
+    assert sorted(claimed[3:5]) == ["big-1", "small-1"], claimed

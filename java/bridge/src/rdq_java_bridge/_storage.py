@@ -13,6 +13,7 @@ import msgspec
 
 from rdq.errors import NotFound, StaleClaim, StorageError
 from rdq.spi import (
+    Admitted,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -21,6 +22,7 @@ from rdq.spi import (
     Completion,
     Control,
     Counts,
+    Dedup,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -279,6 +281,20 @@ class JavaBridgeStorage(StorageBase):
 
     async def wait_due(self, queue: str, timeout: float) -> bool:
         return bool(await self._call("wait_due", queue=queue, timeout=timeout))
+
+    # --- contract version 5: retention, dedup keys, payload references --------------------------
+
+    async def admit(
+        self, task: Envelope, dedup: Dedup, *, delay: timedelta | None = None
+    ) -> Admitted:
+        answer = await self._call("admit", task=task, dedup=dedup, delay=delay)
+        return msgspec.convert(answer, Admitted)
+
+    async def expire_tasks(self, queue: str, task_ids: Sequence[str], before: datetime) -> int:
+        return int(await self._call("expire_tasks", queue=queue, ids=list(task_ids), before=before))
+
+    async def _held_payload_refs(self, refs: Sequence[str]) -> set[str]:
+        return set(await self._call("held_payload_refs", refs=list(refs)))
 
     # --- contract version 3: flow control, the fleet, counts ----------------------------------
 

@@ -15,6 +15,7 @@ import msgspec
 from rdq.errors import (
     ConfigError,
     ControlConflict,
+    DedupConflict,
     IDConflict,
     NotConnected,
     NotFound,
@@ -138,6 +139,8 @@ def error_of(error: dict[str, Any]) -> BaseException:
         return StaleCursor(error["reason"])
     if kind == "IDConflict":
         return IDConflict(error["task_id"], error["existing_queue"])
+    if kind == "DedupConflict":
+        return DedupConflict(error["key"], error["existing_queue"], error["task_id"])
     if kind == "ControlConflict":
         found = error.get("found")
         return ControlConflict(

@@ -16,6 +16,7 @@ from rdq_compliance.clauses.control_leases import ControlLeaseClauses
 from rdq_compliance.clauses.control_scope import ControlScopeClauses
 from rdq_compliance.clauses.corrupt import CorruptTaskClauses
 from rdq_compliance.clauses.crash import CrashClauses
+from rdq_compliance.clauses.dedup import DedupClauses
 from rdq_compliance.clauses.dlq import DLQClauses, DLQFilterClauses
 from rdq_compliance.clauses.due_earlier import DueEarlierClauses
 from rdq_compliance.clauses.fairness import FairShareClauses
@@ -26,9 +27,11 @@ from rdq_compliance.clauses.imports import ImportClauses
 from rdq_compliance.clauses.lifecycle import ClockClauses, LifecycleClauses
 from rdq_compliance.clauses.listing import TaskListingClauses
 from rdq_compliance.clauses.operations import OperationClauses
+from rdq_compliance.clauses.payload_refs import PayloadRefClauses
 from rdq_compliance.clauses.priority import PriorityClauses
 from rdq_compliance.clauses.recovery import RecoveryClauses
 from rdq_compliance.clauses.redrive_purge import RedrivePurgeClauses
+from rdq_compliance.clauses.retention import RetentionClauses
 from rdq_compliance.clauses.retry_now import RetryNowClauses
 from rdq_compliance.clauses.roundtrip import RoundTripClauses
 from rdq_compliance.clauses.stateful import StatefulClauses
@@ -47,9 +50,12 @@ class StorageSuite(
     RecoveryClauses,
     TransitionClauses,
     AdmissionClauses,
+    DedupClauses,
     RoundTripClauses,
     RedrivePurgeClauses,
     CancelClauses,
+    RetentionClauses,
+    PayloadRefClauses,
     DLQClauses,
     DLQFilterClauses,
     DLQGroupClauses,

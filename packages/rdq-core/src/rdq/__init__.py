@@ -19,12 +19,15 @@ worker.
 
 The package's rooms, each a package with its own map: ``worker`` (claiming and running
 tasks), ``retry`` (what an attempt comes to), ``flow`` (breakers, pauses and limits),
-``admin`` (the operator's actions), ``server`` (the HTTP API and the console), ``cli`` (the
+``retention`` (how long finished tasks stay, and the archive they go to first), ``blobs``
+(payloads too big for a row, by reference), ``admin``
+(the operator's actions), ``server`` (the HTTP API and the console), ``cli`` (the
 ``rdq`` command), ``spi`` (the storage contract and everything a plugin uses).
 
 Its modules: ``app`` (:class:`App`, the registry of queues and handlers) with ``_handlers``
-(what a handler is); ``client`` (submitting); ``config`` (queue configs from code or TOML)
-with ``_queue_settings`` (the settings classes) and ``_checks``; ``schedules`` (periodic
+(what a handler is); ``client`` (submitting) with ``_dedup`` (submitting under a dedup
+key); ``config`` (queue configs from code or TOML) with ``_queue_settings`` (the settings
+classes) and ``_checks``; ``schedules`` (periodic
 tasks) with ``_crontime``; ``signals`` (:class:`Permanent`, :class:`RetryAfter`,
 :class:`Snooze`, :class:`Unavailable`); ``errors`` (the error tree); ``plugins``
 (discovering storage plugins) with ``_storage_url`` (the store used when none is named);
@@ -43,6 +46,7 @@ from rdq.client import Client, Submission, Submitted, SyncClient
 from rdq.config import Backoff, BackoffKind, Breaker, QueueConfig
 from rdq.errors import (
     ConfigError,
+    DedupConflict,
     IDConflict,
     NotFound,
     RdqError,
@@ -70,6 +74,7 @@ __all__ = [
     "Client",
     "Concurrency",
     "ConfigError",
+    "DedupConflict",
     "Handler",
     "IDConflict",
     "Keyring",

@@ -67,8 +67,9 @@ class QueueConfig:
     ``max_attempts`` counts every attempt (the first one included); ``timeout`` bounds one
     handler call; ``lease`` is the claim lease the worker heartbeats while a handler runs;
     ``concurrency`` bounds the handlers one worker runs at once for this queue; ``task_ttl``
-    is how long succeeded tasks are kept; ``non_retryable`` lists exception types that
-    dead-letter a task at once; ``priority`` is the default priority of its tasks."""
+    is how long succeeded tasks are kept (``dead_ttl`` dead ones: for ever unless set);
+    ``non_retryable`` lists exception types that dead-letter a task at once; ``priority`` is
+    the default priority of its tasks."""
 
     max_attempts: int = 5
     backoff: Backoff = Backoff()
@@ -116,6 +117,13 @@ class QueueConfig:
     a service that says when to come back) snoozes the task for that long instead of failing
     it: no attempt used and no breaker fed. Off by default: such an error is outage-class and
     honours its ``Retry-After`` as a failure."""
+    dead_ttl: float | None = None
+    """Seconds a DEAD task is kept; past that, retention writes it to the archive and then
+    removes it (see :mod:`rdq.retention`). ``None`` (the default): kept until an operator
+    redrives or purges it."""
+    archive_succeeded: bool = False
+    """Archive SUCCEEDED and CANCELLED tasks too before ``task_ttl`` removes them (otherwise
+    they are deleted without an archive, as they always were)."""
 
     def validate(self, queue: str) -> QueueConfig:
         """Return self if every setting is valid, else raise ``ConfigError`` naming the key."""
@@ -176,6 +184,12 @@ class QueueConfig:
                 f"must be a key prefix of at most {bounds.MAX_TASK_KEY_LENGTH} characters "
                 "without whitespace ('' for none)",
             )
+        if self.dead_ttl is not None and (
+            not is_number(self.dead_ttl) or not 0 < self.dead_ttl < math.inf
+        ):
+            raise bad("dead_ttl", "must be a positive number of seconds (none: keep)")
+        if not isinstance(self.archive_succeeded, bool):
+            raise bad("archive_succeeded", "must be true or false")
         if not isinstance(self.scrub, Scrubber):
             raise bad("scrub", "must be an rdq.Scrubber")
         self.scrub.validate(f"{prefix}.scrub")

@@ -55,15 +55,19 @@ from rdq._handlers import (
 from rdq._handlers import import_path as import_path
 from rdq._handlers import make_handler as make_handler
 from rdq._suggest import did_you_mean
+from rdq.blobs import Blobs, BlobStore, blobs_from
 from rdq.config import (
     Backoff,
     Breaker,
     QueueConfig,
+    parse_archive,
+    parse_blobs,
     parse_config,
     read_toml,
 )
 from rdq.errors import ConfigError, ValidationError
 from rdq.flow import Limit, LimitPlan, check_dependency, check_limits, plan_limits
+from rdq.retention import Archive, archive_from
 from rdq.schedules import CatchUp, Schedule, parse_schedules
 from rdq.spi import Envelope
 from rdq.spi import bounds as contract
@@ -88,12 +92,28 @@ class App:
     """Queues, their configs and the handlers that run their tasks."""
 
     def __init__(
-        self, defaults: QueueConfig | None = None, *, import_prefixes: list[str] | None = None
+        self,
+        defaults: QueueConfig | None = None,
+        *,
+        import_prefixes: list[str] | None = None,
+        archive: Archive | str | None = None,
+        blobs: Blobs | BlobStore | str | None = None,
     ) -> None:
         """``import_prefixes``: module prefixes (``"myapp"`` allows ``myapp.jobs:send``) from
         which handler_refs of the form ``pkg.module:function`` may be imported at claim time.
-        None (the default) allows none: only registered handlers and scheme invokers run."""
+        None (the default) allows none: only registered handlers and scheme invokers run.
+        ``archive``: where finished tasks go before retention removes them (see
+        :mod:`rdq.retention`): an archive, a directory, or ``module:attribute`` naming a sink;
+        ``None``: ``RDQ_ARCHIVE``, else the directory ``rdq-archive``. ``blobs``: where payloads
+        above the inline limit go (see :mod:`rdq.blobs`): settings, a blob store, a directory
+        or a URL; ``None``: ``RDQ_BLOBS``, else the directory ``rdq-blobs``."""
         self._defaults = (defaults or QueueConfig()).validate("")
+        self._archive_setting: Archive | str | None = archive
+        self._archive_options: dict[str, Any] = {}
+        self._archive: Archive | None = None
+        self._blobs_setting: Blobs | BlobStore | str | None = blobs
+        self._blobs_options: dict[str, Any] = {}
+        self._blobs: Blobs | None = blobs if isinstance(blobs, Blobs) else None
         self._import_prefixes = tuple(import_prefixes or ())
         self._queues: dict[str, QueueConfig] = {}
         self._handlers: dict[str, Handler] = {}
@@ -135,13 +155,16 @@ class App:
         priority_aging: float | None = None,
         max_snoozes: int | None = None,
         snooze_retry_after: bool | None = None,
+        dead_ttl: float | None = None,
+        archive_succeeded: bool | None = None,
     ) -> QueueConfig:
         """Declare (or re-configure) queue ``name``; settings not given keep the queue's current
         value (or the defaults). Applies to tasks already waiting; ``limits`` (see
         :mod:`rdq.flow`) to tasks submitted from now on where a limit gives them a key.
         ``fair`` and ``priority_aging`` set the order its tasks are claimed in (see
-        :class:`~rdq.config.QueueConfig`). Raises ``ConfigError`` naming the key and queue for
-        invalid settings."""
+        :class:`~rdq.config.QueueConfig`); ``dead_ttl`` and ``archive_succeeded`` how long its
+        finished tasks stay (see :mod:`rdq.retention`). Raises ``ConfigError`` naming the key
+        and queue for invalid settings."""
         try:
             contract.check_queue(name)
         except ValidationError as exc:
@@ -166,6 +189,8 @@ class App:
                 ("priority_aging", priority_aging),
                 ("max_snoozes", max_snoozes),
                 ("snooze_retry_after", snooze_retry_after),
+                ("dead_ttl", dead_ttl),
+                ("archive_succeeded", archive_succeeded),
             )
             if value is not None
         }
@@ -177,8 +202,9 @@ class App:
 
     def load_config(self, path: str | Path) -> None:
         """Read queue configs from a TOML file (see :mod:`rdq.config`): its ``[defaults]``
-        replace this app's defaults, each ``[queues.NAME]`` table declares a queue and each
-        ``[schedules.NAME]`` table a schedule (see :meth:`schedule`)."""
+        replace this app's defaults, each ``[queues.NAME]`` table declares a queue, each
+        ``[schedules.NAME]`` table a schedule (see :meth:`schedule`) and ``[archive]`` says
+        where finished tasks go before they leave (see :attr:`archive`)."""
         self.configure(read_toml(path))
 
     def configure(self, data: Mapping[str, Any]) -> None:
@@ -186,13 +212,51 @@ class App:
         all of it is valid."""
         defaults, queues = parse_config(data, self._defaults)
         schedules = parse_schedules(data.get("schedules", {}))
+        archive = parse_archive(data)
+        blob_settings = parse_blobs(data)
         for name, config in queues.items():
             _plan(name, config, self._handlers)
         self._defaults = defaults
         self._queues.update(queues)
         for schedule in schedules:
             self._schedules[schedule.name] = schedule
+        if archive:
+            options: dict[str, Any] = {
+                k: archive[k] for k in ("max_file_bytes", "compress") if k in archive
+            }
+            self._archive_setting = archive.get("sink") or archive.get("directory")
+            self._archive_options = options
+            self._archive = None
+        if blob_settings:
+            self._blobs_setting = blob_settings.pop("url", None) or blob_settings.pop(
+                "directory", None
+            )
+            self._blobs_options = blob_settings
+            self._blobs = None
         self._changed()
+
+    # --- the archive -------------------------------------------------------------------------
+
+    @property
+    def blobs(self) -> Blobs:
+        """Where payloads above the inline limit go, and the limits (built at first use;
+        ``ConfigError`` for a store that cannot be opened)."""
+        if self._blobs is None:
+            setting = self._blobs_setting
+            self._blobs = (
+                setting
+                if isinstance(setting, Blobs)
+                else blobs_from(setting, **self._blobs_options)
+            )
+        return self._blobs
+
+    @property
+    def archive(self) -> Archive:
+        """Where finished tasks go before retention or a purge removes them (built at first
+        use; ``ConfigError`` for a sink that cannot be imported)."""
+        if self._archive is None:
+            self._archive = archive_from(self._archive_setting, **self._archive_options)
+        return self._archive
 
     # --- schedules ---------------------------------------------------------------------------
 

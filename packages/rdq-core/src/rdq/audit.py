@@ -61,10 +61,15 @@ Action = Literal[
     "breaker.probe",
     "breaker.close",
     "redrive.cancel",
+    "expire",
+    "import",
+    "dedup",
     "keys.rotate",
 ]
-"""What an operator (or, for a breaker, the engine) did. The breaker's own transitions are
-recorded with the worker's id as the actor."""
+"""What an operator (or, for a breaker or retention, the engine) did. The breaker's own
+transitions and retention's rounds (``expire``: archived, then removed) are recorded with the
+worker's id as the actor; ``import`` puts archived or exported tasks back; ``dedup`` is a
+submission under a dedup key that added no task (skipped, replaced or extended)."""
 
 
 class AuditRecord(msgspec.Struct, kw_only=True, frozen=True):
@@ -146,8 +151,11 @@ def selector_to_builtins(selector: Selector | Any) -> dict[str, Any]:
 
 def describe_selector(selector: dict[str, Any]) -> str:
     """A stored selector in words, for a table: ``error_type=X handler_ref=Y``,
-    ``3 id(s): a, b, c``, ``key handler:charge``, ``op 5f1f9b at 20/s, everything``."""
+    ``3 id(s): a, b, c``, ``key handler:charge``, ``op 5f1f9b at 20/s, everything``,
+    ``skipped into order-1, key order:7``."""
     words: list[str] = []
+    if "outcome" in selector:  # a submission folded under a dedup key
+        words.append(f"{selector['outcome']} into {selector.get('task')}")
     if "key" in selector:
         words.append(f"key {selector['key']}")
     if "op" in selector:

@@ -3,7 +3,9 @@
 A submission names its handler (a registered name, a ``pkg.module:function`` import path, a
 ``scheme://`` callback URL, or a function registered with the app), its payload (any JSON
 value), and optionally a client-chosen id (submitting the same id to the same queue again is
-a no-op: idempotent), a delay, headers and a per-task retry override.
+a no-op: idempotent), a delay, headers and a per-task retry override. A submission with a
+``dedup_key`` is folded into the live task that holds the key (see :mod:`rdq._dedup` and
+``docs/engine.md``): :class:`Submitted` says what happened (``outcome``).
 
 With an app attached, a handler the app does not know (not registered, no invoker for its
 URL scheme, not under an allowed import prefix) is refused with a ``ValidationError`` that
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -30,14 +33,26 @@ from typing import Any, Literal, Self, TypeVar
 import msgspec
 
 from rdq import tracing
+from rdq._dedup import admit as admit_under_key
+from rdq._dedup import dedup_of
 from rdq._ids import new_task_ids
 from rdq._storage_url import storage_url
 from rdq.app import DEFAULT_QUEUE, App, import_path, unknown_handler
+from rdq.blobs import Blobs, Offloaded, blobs_from
 from rdq.errors import Unsupported, ValidationError
 from rdq.flow import DEPENDENCY_PREFIX, LimitControls
 from rdq.keys import Keyring, sealed_for
 from rdq.plugins import open_storage
-from rdq.spi import DEFAULT_PRIORITY, Envelope, RetryOverride, Storage, bounds, require
+from rdq.spi import (
+    DEFAULT_PRIORITY,
+    AdmitOutcome,
+    Dedup,
+    Envelope,
+    RetryOverride,
+    Storage,
+    bounds,
+    require,
+)
 
 __all__ = ["Client", "Submission", "Submitted", "SyncClient", "task_keys_for"]
 
@@ -65,15 +80,25 @@ class Submission:
     queue's shares (its ``fair`` prefix) go by, beside the dependency key the app adds."""
     check_handler: bool = True
     """With an app attached, refuse a handler it does not know (see :meth:`Client.submit`)."""
+    dedup_key: str | None = None
+    """Fold this submission into the live task that holds the key (see :meth:`Client.submit`)."""
+    dedup_window: float | timedelta | None = None
+    dedup_mode: str = "skip"
+    dedup_max_age: float | timedelta | None = None
 
 
 class Submitted(msgspec.Struct, frozen=True):
     """The outcome of one submission: the task's id, and whether it was newly stored
-    (False: a task with this id already existed in this queue; nothing changed)."""
+    (False: a task with this id already existed in this queue; nothing changed).
+
+    ``outcome`` says what the submission did: ``added``, or ``skipped`` (nothing changed);
+    under a dedup key also ``replaced`` or ``extended``. ``id`` is then the task that holds
+    the key (the one added, or the one the submission was folded into)."""
 
     id: str
     queue: str
     created: bool
+    outcome: str = "added"
 
 
 class Client:
@@ -85,15 +110,21 @@ class Client:
         storage: Storage,
         app: App | None = None,
         *,
+        actor: str | None = None,
         keys: Keyring | Literal["env"] | None = "env",
     ) -> None:
-        """``keys`` seals payloads before the store sees them (see :mod:`rdq.keys`):
-        ``"env"`` (the default) reads the keyring the environment configures
-        (:meth:`rdq.keys.Keyring.from_env`), ``None`` holds none. With an active key every
-        payload is sealed unless its queue says ``encrypt = false``; a queue that says
-        ``encrypt = true`` refuses a submit without one."""
+        """``actor`` names this client in the audit entries of submissions folded under a
+        dedup key (default ``client@<host>``). ``keys`` seals payloads before the store sees
+        them (see :mod:`rdq.keys`): ``"env"`` (the default) reads the keyring the environment
+        configures (:meth:`rdq.keys.Keyring.from_env`), ``None`` holds none. With an active
+        key every payload is sealed unless its queue says ``encrypt = false``; a queue that
+        says ``encrypt = true`` refuses a submit without one. A payload is sealed first, then
+        kept by reference when the sealed bytes are above the inline limit (see
+        :mod:`rdq.blobs`): the blob store never holds a clear payload."""
         self.storage = storage
         self.app = app
+        self.actor = actor or f"client@{socket.gethostname()}"
+        self._blobs: Blobs | None = None
         self.keys = Keyring.from_env() if keys == "env" else keys
         self._limit_controls = LimitControls()
 
@@ -130,6 +161,10 @@ class Client:
         keys: Sequence[str] = (),
         check_handler: bool = True,
         connection: object | None = None,
+        dedup_key: str | None = None,
+        dedup_window: float | timedelta | None = None,
+        dedup_mode: str = "skip",
+        dedup_max_age: float | timedelta | None = None,
     ) -> Submitted:
         """Submit one task. ``priority`` (-10..10, higher claimed first) defaults to the
         queue's configured priority. With ``connection`` (a database connection or session
@@ -138,6 +173,18 @@ class Client:
         ``transactional_enqueue``, i.e. PostgreSQL; ``Unsupported`` for others). A priority other
         than 0 needs a store with ``priorities`` (``Unsupported`` otherwise). ``keys`` are the
         task's own flow-control keys (``["tenant:acme"]``; see :class:`Submission`).
+
+        ``dedup_key`` folds the submission into the task that holds the key, if one does: the
+        key is held by the last task given it, for ``dedup_window`` seconds after its
+        submission or, without a window, while it is pending or running; keys are unique
+        across queues, as ids are. ``dedup_mode`` says what a submission of a held key does:
+        ``"skip"`` (nothing), ``"extend"`` (the window starts again), ``"replace"`` (a holder
+        not yet started takes this payload and headers) or ``"debounce"`` (that, and the
+        holder becomes due after this submission's delay, but never later than
+        ``dedup_max_age`` seconds — default an hour — after it was first submitted). The
+        answer's ``outcome`` says what happened, and ``id`` is the holder's; a submission that
+        added no task is an audit entry (``dedup``). ``DedupConflict`` when the key is held in
+        another queue.
 
         Raises ``ValidationError`` (naming the field) for bad input — with an app attached, a
         handler it does not know, unless ``check_handler=False`` (for tasks that another
@@ -159,12 +206,52 @@ class Client:
             id if id is not None else new_task_ids(1)[0],
             tracing.trace_headers(),
         )
+        dedup = dedup_of(dedup_key, dedup_window, dedup_mode, dedup_max_age)
+        task, blob = await self._offload(task)
         await self._provision([task])
+        if dedup is not None:
+            if connection is not None:
+                raise ValidationError(
+                    "a submit under a dedup key is not taken in the application's transaction",
+                    field="dedup_key",
+                )
+            submitted = await self._admit(task, dedup, wait, id is not None)
+            await self._keep([blob])
+            return submitted
         if connection is not None:
             [created] = await self._enqueue_in(connection, [task], wait)
         else:
             created = await self.storage.enqueue(task, delay=wait)
-        return Submitted(task.id, task.queue, created)
+        await self._keep([blob])
+        return Submitted(task.id, task.queue, created, "added" if created else "skipped")
+
+    @property
+    def blobs(self) -> Blobs:
+        """Where this client puts payloads above the inline limit (the app's, else
+        ``RDQ_BLOBS``, else ``./rdq-blobs``: see :mod:`rdq.blobs`)."""
+        if self._blobs is None:
+            self._blobs = self.app.blobs if self.app is not None else blobs_from(None)
+        return self._blobs
+
+    async def _offload(self, task: Envelope) -> tuple[Envelope, Offloaded | None]:
+        """``task`` with its payload in the blob store when it is above the inline limit and
+        the store indexes payload references (else as it is: the store checks its size)."""
+        if not self.storage.capabilities().payload_refs:
+            return task, None
+        return await self.blobs.offload(task)
+
+    async def _keep(self, blobs: Sequence[Offloaded | None]) -> None:
+        if any(blob is not None for blob in blobs):
+            await self.blobs.keep(blobs)
+
+    async def _admit(
+        self, task: Envelope, dedup: Dedup, wait: timedelta | None, id_given: bool
+    ) -> Submitted:
+        admitted = await admit_under_key(
+            self.storage, task, dedup, wait, actor=self.actor, id_given=id_given
+        )
+        added = admitted.outcome == AdmitOutcome.ADDED
+        return Submitted(admitted.task_id, admitted.queue, added, admitted.outcome.value)
 
     async def submit_many(
         self, submissions: Iterable[Submission], *, connection: object | None = None
@@ -174,11 +261,19 @@ class Client:
         ``connection``, they are stored by the application's transaction (see
         :meth:`submit`)."""
         items = list(submissions)
+        if any(s.dedup_key is not None for s in items):  # each under its key, in order
+            return [await self._submit_one(s, connection) for s in items]
         ids = new_task_ids(sum(1 for s in items if s.id is None))
         trace = tracing.trace_headers()
         built = [self._envelope(s, s.id if s.id is not None else ids.pop(), trace) for s in items]
         if not built:
             return []
+        blobs: list[Offloaded] = []
+        for index, (task, wait) in enumerate(built):
+            stored, blob = await self._offload(task)
+            if blob is not None:
+                built[index] = (stored, wait)
+                blobs.append(blob)
         await self._provision([task for task, _ in built])
         created: list[bool] = [False] * len(built)
         if connection is not None or self.storage.capabilities().batch_enqueue:
@@ -204,10 +299,30 @@ class Client:
                     bounds.check_task(task)
             for index, (task, wait) in enumerate(built):
                 created[index] = await self.storage.enqueue(task, delay=wait)
+        await self._keep(blobs)
         return [
-            Submitted(task.id, task.queue, flag)
+            Submitted(task.id, task.queue, flag, "added" if flag else "skipped")
             for (task, _), flag in zip(built, created, strict=True)
         ]
+
+    async def _submit_one(self, s: Submission, connection: object | None) -> Submitted:
+        return await self.submit(
+            s.handler,
+            s.payload,
+            queue=s.queue,
+            id=s.id,
+            delay=s.delay,
+            headers=s.headers,
+            retry=s.retry,
+            priority=s.priority,
+            keys=s.keys,
+            check_handler=s.check_handler,
+            connection=connection,
+            dedup_key=s.dedup_key,
+            dedup_window=s.dedup_window,
+            dedup_mode=s.dedup_mode,
+            dedup_max_age=s.dedup_max_age,
+        )
 
     async def get(self, task_id: str) -> Envelope:
         """The task with its full history. ``NotFound`` if there is none."""
@@ -352,6 +467,10 @@ class SyncClient:
         retry: RetryOverride | None = None,
         priority: int | None = None,
         check_handler: bool = True,
+        dedup_key: str | None = None,
+        dedup_window: float | timedelta | None = None,
+        dedup_mode: str = "skip",
+        dedup_max_age: float | timedelta | None = None,
     ) -> Submitted:
         """See :meth:`Client.submit`."""
         return self._run(
@@ -365,6 +484,10 @@ class SyncClient:
                 retry=retry,
                 priority=priority,
                 check_handler=check_handler,
+                dedup_key=dedup_key,
+                dedup_window=dedup_window,
+                dedup_mode=dedup_mode,
+                dedup_max_age=dedup_max_age,
             )
         )
 

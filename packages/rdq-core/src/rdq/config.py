@@ -19,6 +19,8 @@ The TOML layout (durations in seconds)::
     lease = 30.0
     concurrency = 20
     task_ttl = 86400.0
+    dead_ttl = 2592000.0         # DEAD tasks archived, then removed after 30 days (default: kept)
+    archive_succeeded = false    # archive SUCCEEDED/CANCELLED ones too before task_ttl removes them
     non_retryable = ["myapp.errors:InvalidAddress", "ValueError"]
     priority = 0                 # -10..10, higher claimed first; applied at submit
     dependency = "smtp"          # its handlers' breaker trips together
@@ -53,6 +55,15 @@ The TOML layout (durations in seconds)::
     name = "tenant"              # per value of a field of the task: limit:tenant:<value>
     value = "payload.tenant"
 
+    [archive]                    # where finished tasks go before they leave (see rdq.retention)
+    directory = "/var/lib/rdq/archive"   # JSON Lines, gzip, rotated (default ./rdq-archive)
+    max_file_bytes = 67108864
+    # sink = "myapp.archive:to_s3"       # or a sink of your own, by import path
+
+    [blobs]                      # payloads above the inline limit (see rdq.blobs)
+    url = "s3://bucket/rdq-blobs"        # or directory = "…" (default ./rdq-blobs)
+    inline_limit = 262144                # bytes of JSON kept in the row (default 1 MiB)
+
     [schedules.nightly-report]   # see rdq.schedules
     handler = "build_report"
     cron = "0 3 * * *"
@@ -85,11 +96,16 @@ from rdq.scrub import Scrubber
 from rdq.spi import bounds
 
 __all__ = [
+    "ARCHIVE_SETTINGS",
+    "BLOB_SETTINGS",
+    "SECTIONS",
     "Backoff",
     "BackoffKind",
     "Breaker",
     "QueueConfig",
     "load_toml",
+    "parse_archive",
+    "parse_blobs",
     "parse_config",
     "read_toml",
 ]
@@ -103,11 +119,11 @@ def parse_config(
     Returns the defaults and each queue's config (queue keys not given take the defaults).
     Raises ``ConfigError`` naming the key for unknown keys and invalid values."""
     for key in data:
-        if key not in ("defaults", "queues", "schedules"):
+        if key not in SECTIONS:
             raise ConfigError(
                 "unknown section"
-                + did_you_mean(key, ("defaults", "queues", "schedules"))
-                + " (expected [defaults], [queues.NAME] or [schedules.NAME])",
+                + did_you_mean(key, SECTIONS)
+                + " (expected [defaults], [queues.NAME], [schedules.NAME], [archive] or [blobs])",
                 key=key,
             )
     base = defaults or QueueConfig()
@@ -128,6 +144,68 @@ def parse_config(
             raise ConfigError("must be a table", key=f"queues.{name}")
         queues[name] = _apply(base, raw, name).validate(name)
     return base, queues
+
+
+SECTIONS = ("defaults", "queues", "schedules", "archive", "blobs")
+"""The tables a config file holds."""
+ARCHIVE_SETTINGS = {"directory": str, "max_file_bytes": int, "compress": bool, "sink": str}
+"""Every key of the ``[archive]`` table."""
+
+
+def parse_archive(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``[archive]`` table, checked: ``directory`` or ``sink`` (not both),
+    ``max_file_bytes``, ``compress``. ``ConfigError`` naming the key otherwise."""
+    raw = data.get("archive", {})
+    if not isinstance(raw, Mapping):
+        raise ConfigError("must be a table", key="archive")
+    for key, value in raw.items():
+        expected = ARCHIVE_SETTINGS.get(key)
+        if expected is None:
+            raise ConfigError(
+                "unknown archive setting" + did_you_mean(key, ARCHIVE_SETTINGS),
+                key=f"archive.{key}",
+            )
+        ok = is_int(value) if expected is int else isinstance(value, expected)
+        if not ok or (expected is str and not value):
+            what = {str: "text", int: "an integer", bool: "true or false"}[expected]
+            raise ConfigError(f"must be {what}", key=f"archive.{key}")
+    if "directory" in raw and "sink" in raw:
+        raise ConfigError("give a directory or a sink, not both", key="archive.sink")
+    return dict(raw)
+
+
+BLOB_SETTINGS = {
+    "directory": str,
+    "url": str,
+    "inline_limit": int,
+    "max_bytes": int,
+    "grace": float,
+    "sweep_interval": float,
+}
+"""Every key of the ``[blobs]`` table."""
+
+
+def parse_blobs(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``[blobs]`` table, checked: ``directory`` or ``url`` (not both), ``inline_limit``
+    and ``max_bytes`` (bytes), ``grace`` and ``sweep_interval`` (seconds)."""
+    raw = data.get("blobs", {})
+    if not isinstance(raw, Mapping):
+        raise ConfigError("must be a table", key="blobs")
+    for key, value in raw.items():
+        expected = BLOB_SETTINGS.get(key)
+        if expected is None:
+            raise ConfigError(
+                "unknown blobs setting" + did_you_mean(key, BLOB_SETTINGS), key=f"blobs.{key}"
+            )
+        ok = {str: isinstance(value, str) and bool(value), int: is_int(value)}.get(
+            expected, is_number(value)
+        )
+        if not ok:
+            what = {str: "text", int: "an integer"}.get(expected, "a number of seconds")
+            raise ConfigError(f"must be {what}", key=f"blobs.{key}")
+    if "directory" in raw and "url" in raw:
+        raise ConfigError("give a directory or a url, not both", key="blobs.url")
+    return dict(raw)
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -156,6 +234,7 @@ _SCALAR_KEYS = (
     "task_ttl",
     "priority",
     "max_snoozes",
+    "dead_ttl",
 )
 _BACKOFF_KEYS = ("backoff", "base", "cap")
 QUEUE_SETTINGS = (
@@ -167,6 +246,7 @@ QUEUE_SETTINGS = (
     "fair",
     "priority_aging",
     "snooze_retry_after",
+    "archive_succeeded",
     "breaker",
     "limits",
     "scrub",
@@ -206,6 +286,10 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
                     f"must be true or false (queue {queue or '<defaults>'!r})",
                     key=f"{prefix}.{key}",
                 )
+            changes[key] = value
+        elif key == "archive_succeeded":
+            if not isinstance(value, bool):
+                raise ConfigError("must be true or false", key=f"{prefix}.{key}")
             changes[key] = value
         elif key == "breaker":
             changes[key] = _breaker(value, config.breaker, f"{prefix}.{key}")

@@ -10,9 +10,11 @@ backend it runs on.
     │   ├── NotFound                 no task with that id
     │   ├── StaleCursor              the DLQ cursor cannot be used
     │   ├── IDConflict               the id exists in another queue
+    │   │   └── DedupConflict        the dedup key is held by a task of another queue
     │   ├── ControlConflict          a control record changed since it was read
     │   ├── NotConnected             the store is not open (before connect, after aclose)
     │   ├── Unsupported              the store lacks a capability (also NotImplementedError)
+    │   ├── PayloadMissing           the blob a task's payload reference names is not there
     │   └── StorageUnavailable       the backend cannot be reached (retryable)
     ├── ValidationError              bad input, names the field
     │   └── UnknownName              a queue, handler or dependency nothing knows
@@ -28,10 +30,12 @@ from typing import Any
 __all__ = [
     "ConfigError",
     "ControlConflict",
+    "DedupConflict",
     "IDConflict",
     "NotConnected",
     "NotFound",
     "PayloadKeyError",
+    "PayloadMissing",
     "PluginError",
     "RdqError",
     "StaleClaim",
@@ -86,6 +90,16 @@ class IDConflict(StorageError):
         super().__init__(f"task id {task_id!r} already exists in queue {existing_queue!r}")
 
 
+class DedupConflict(IDConflict):
+    """A dedup key is held by a live task of another queue: keys are unique across queues, as
+    task ids are. ``task_id`` is the holder's id."""
+
+    def __init__(self, key: str, existing_queue: str, task_id: str) -> None:
+        super().__init__(task_id, existing_queue)
+        self.key = key
+        self.args = (f"dedup key {key!r} is held by task {task_id!r} of queue {existing_queue!r}",)
+
+
 class ControlConflict(StorageError):
     """A control record changed since the caller read it (its ``version`` is not the one
     expected): nothing was written. ``found`` is the record as it is now, an
@@ -123,6 +137,17 @@ class Unsupported(StorageError, NotImplementedError):
             f"{store} does not offer the {capability!r} capability{what}; use a backend that "
             "advertises it (`rdq backends --capabilities` lists what each offers)"
         )
+
+
+class PayloadMissing(StorageError):
+    """The blob a task's payload reference names is not in the blob store (or is not what
+    its digest says): the payload cannot be read."""
+
+    def __init__(self, digest: str, where: str, reason: str = "not there") -> None:
+        self.digest = digest
+        self.where = where
+        self.reason = reason
+        super().__init__(f"payload blob sha256:{digest} is {reason} ({where})")
 
 
 class StorageUnavailable(StorageError):

@@ -16,8 +16,11 @@ import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
+    "ARCHIVED",
+    "ARCHIVE_FAILURES",
     "ATTEMPTS",
     "AUDIT_FAILURES",
+    "BLOBS_DELETED",
     "BREAKER_OPEN_TOO_LONG",
     "BREAKER_STATE",
     "BREAKER_TRANSITIONS",
@@ -25,6 +28,7 @@ __all__ = [
     "DEAD_LETTERED",
     "DEFERRED",
     "DLQ_DEPTH",
+    "EXPIRED",
     "HANDLER_DURATION",
     "HELD",
     "IN_FLIGHT",
@@ -39,6 +43,7 @@ __all__ = [
     "LOOP_STALL_SECONDS",
     "OLDEST_PENDING_AGE",
     "PAUSED",
+    "PAYLOADS_OFFLOADED",
     "PENDING",
     "PURGED",
     "REDRIVEN",
@@ -134,6 +139,29 @@ AUDIT_FAILURES = Counter(
 )
 SUCCEEDED_PURGED = Counter(
     "rdq_succeeded_purged", "Succeeded tasks deleted after their task_ttl.", ["queue"]
+)
+ARCHIVED = Counter(
+    "rdq_archived",
+    "Finished tasks written to the archive before leaving the store (retention and purges).",
+    ["queue", "status"],
+)
+EXPIRED = Counter(
+    "rdq_expired",
+    "Finished tasks retention removed from the store (each archived first).",
+    ["queue", "status"],
+)
+BLOBS_DELETED = Counter(
+    "rdq_blobs_deleted", "Payload blobs the sweep deleted: no task referred to them any more."
+)
+PAYLOADS_OFFLOADED = Counter(
+    "rdq_payloads_offloaded",
+    "Payloads above the inline limit put in the blob store by this process.",
+    ["queue"],
+)
+ARCHIVE_FAILURES = Counter(
+    "rdq_archive_failures",
+    "Retention rounds stopped by an error (the archive refused a batch, or the store failed).",
+    ["queue"],
 )
 PENDING = Gauge("rdq_pending", "PENDING tasks (due or not), by the storage.", ["queue"])
 IN_FLIGHT = Gauge("rdq_in_flight", "IN_FLIGHT tasks over all workers, by the storage.", ["queue"])

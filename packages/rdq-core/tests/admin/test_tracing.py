@@ -79,6 +79,7 @@ async def test_redrive_purge_and_cancel_are_spans_with_what_they_did(
         "rdq.dry_run": True,
         "rdq.actor": "alice",
         "rdq.count": 2,
+        "rdq.matched": 2,
         "rdq.outcome": "done",
     }
     assert attributes(redriven) == attributes(counted) | {"rdq.dry_run": False}
@@ -89,6 +90,7 @@ async def test_redrive_purge_and_cancel_are_spans_with_what_they_did(
         "rdq.dry_run": False,
         "rdq.actor": "bob",
         "rdq.count": 1,
+        "rdq.matched": 1,
         "rdq.outcome": "done",
     }
     assert attributes(cancelled)["rdq.action"] == "cancel"

@@ -158,7 +158,7 @@ async def test_an_action_is_named_exactly_or_refused(verb: str) -> None:
     assert info.value.field == "action"
     async with DirectTarget(f"memory://{name}", actor="ops") as target:
         redrive = Action("redrive", "shop", Selector.by_ids("d0"), dry_run=False)
-        assert await target.act(redrive) == 1
+        assert (await target.act(redrive))["done"] == 1
     assert await _status(f"memory://{name}", "d0") == Status.PENDING
     assert await _status(f"memory://{name}", "d1") == Status.DEAD
 

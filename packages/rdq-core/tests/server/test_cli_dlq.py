@@ -139,6 +139,8 @@ def test_redrive_by_filter_on_a_store_is_audited(store_url: str, tmp_path: Path)
         "done": True,
         "skipped": [],
         "hint": None,
+        "matched": 3,
+        "gone": 0,
     }
     assert asyncio.run(_status(name, "t0")) == Status.PENDING
     assert asyncio.run(_status(name, "t3")) == Status.DEAD

@@ -73,7 +73,7 @@ def test_an_action_prints_its_summary_and_nothing_else(store_url: str) -> None:
         store_url,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "1 task(s) of queue payments redriven\n"
+    assert done.stdout == "1 task(s) of queue payments redriven (matched 1, already gone 0)\n"
     assert done.stderr == "", "no log line, JSON or other, unless asked"
 
 
@@ -92,7 +92,9 @@ def test_log_lines_come_when_asked_and_on_stderr_only(store_url: str) -> None:
         store_url,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "1 task(s) of queue payments purged\n"
+    said, archived = done.stdout.splitlines()
+    assert said == "1 task(s) of queue payments purged (matched 1, already gone 0)"
+    assert archived.startswith("archived 1 first: ") and archived.endswith(".jsonl.gz")
     logged = [json.loads(line) for line in done.stderr.splitlines()]
     assert [(e["event"], e["audit"]) for e in logged] == [("purge", True)]
     by_env = _run(

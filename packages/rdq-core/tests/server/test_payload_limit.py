@@ -2,7 +2,9 @@
 
 A payload encoding to ``limit - 1``, ``limit`` and ``limit + 1`` bytes goes through
 ``Client.submit`` and through ``POST /v1/tasks`` of a node served over HTTP: the first two are
-stored and read back unchanged, the third is refused naming ``payload``, by both."""
+stored inline and read back unchanged; the third, on a store that keeps payload references, is
+kept in the blob store by both and read back unchanged, and elsewhere refused naming
+``payload``, by both."""
 
 from __future__ import annotations
 
@@ -64,17 +66,24 @@ def _payload(encoded_bytes: int) -> str:
 
 
 @pytest.mark.asyncio
-async def test_the_client_and_the_api_agree_at_the_payload_limit(storage: Storage) -> None:
+async def test_the_client_and_the_api_agree_at_the_payload_limit(
+    storage: Storage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RDQ_BLOBS", str(tmp_path / "blobs"))
+    by_reference = storage.capabilities().payload_refs
     client = Client(storage)
     app = create_app(node_settings(), storage=storage)
     async with running_node(app) as url, httpx.AsyncClient(base_url=url, timeout=120) as api:
         for size in SIZES:
             payload = _payload(size)
-            fits = size <= MAX_PAYLOAD_BYTES
+            fits = size <= MAX_PAYLOAD_BYTES or by_reference
             if fits:
                 submitted = await client.submit("h", payload, id=f"client-{size}")
                 assert submitted.created
-                assert (await client.get(f"client-{size}")).payload == payload
+                stored = await storage.get(f"client-{size}")
+                inline = size <= MAX_PAYLOAD_BYTES
+                assert (stored.payload == payload) is inline, "above the limit: by reference"
+                assert (await Client(storage).blobs.resolve(stored)).payload == payload
             else:
                 with pytest.raises(ValidationError) as info:
                     await client.submit("h", payload, id=f"client-{size}")
@@ -86,6 +95,8 @@ async def test_the_client_and_the_api_agree_at_the_payload_limit(storage: Storag
                 assert response.status_code == 201, (size, response.text[:300])
                 read = await api.get(f"/v1/tasks/api-{size}", headers=auth(ADMIN_TOKEN))
                 assert read.json()["payload"] == payload
+                stored = await storage.get(f"api-{size}")
+                assert (stored.payload == payload) is (size <= MAX_PAYLOAD_BYTES)
             else:
                 assert response.status_code == 422, (size, response.text[:300])
                 error = response.json()["error"]

@@ -6,7 +6,8 @@ or (for :meth:`~rdq_memory.MemoryStorage.reopen`) another store's; the clock is 
 clock, injectable for tests. The operations are grouped on top of it:
 :mod:`rdq_memory._admission` (admission), :mod:`rdq_memory._claims` (claims),
 :mod:`rdq_memory._controls` (control records, ``retry_now``), :mod:`rdq_memory._fleet` (the
-worker registry, the counts) and :mod:`rdq_memory._store` (the rest, and the store itself).
+worker registry, the counts), :mod:`rdq_memory._retention` (what leaves the store) and
+:mod:`rdq_memory._store` (the rest, and the store itself).
 """
 
 from __future__ import annotations

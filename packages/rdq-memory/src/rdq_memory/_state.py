@@ -1,5 +1,5 @@
 """The shared state behind a memory store: tasks, per-queue indexes, the audit trail,
-waiters, control records, the worker registry and the counts.
+waiters, control records, the worker registry, the counts and the dedup keys.
 
 All access happens under ``lock`` (a ``threading.RLock``), so one state is safe to use from
 many asyncio tasks and many threads (each with its own event loop) at once.
@@ -30,7 +30,7 @@ from rdq.spi import (
     fair_group,
 )
 
-__all__ = ["Heaps", "MemoryState", "QueueIndex", "Record", "Waiter"]
+__all__ = ["DedupHold", "Heaps", "MemoryState", "QueueIndex", "Record", "Waiter"]
 
 _versions = itertools.count()
 """Record versions, unique across every record of the process: an id purged and admitted
@@ -91,6 +91,16 @@ class QueueIndex:
 
 
 @dataclass
+class DedupHold:
+    """Who holds a dedup key: its task (and queue), and until when (``None``: while the task
+    is live)."""
+
+    task_id: str
+    queue: str
+    until: datetime | None
+
+
+@dataclass
 class Waiter:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[bool]
@@ -110,6 +120,10 @@ class MemoryState:
         self.workers: dict[str, WorkerInfo] = {}
         self.counts: dict[tuple[str, datetime], list[int]] = {}
         """(queue, minute) -> [succeeded, failed, dead, deferred]."""
+        self.dedup: dict[str, DedupHold] = {}
+        """Dedup keys by key (a key whose task is gone is free; see ``_admission``)."""
+        self.dedup_of: dict[str, str] = {}
+        """The dedup key each task was given, by task id (dropped with the task)."""
 
     def index(self, queue: str) -> QueueIndex:
         idx = self.queues.get(queue)
@@ -133,6 +147,9 @@ class MemoryState:
         del self.tasks[task.id]
         record.bump()  # its heap entries are stale from now on
         self.index(task.queue).ids.discard(task.id)
+        key = self.dedup_of.pop(task.id, None)
+        if key is not None and (hold := self.dedup.get(key)) and hold.task_id == task.id:
+            del self.dedup[key]
 
     def schedule(self, record: Record) -> None:
         """Push the record's current due time (after a state change bumped its version)."""

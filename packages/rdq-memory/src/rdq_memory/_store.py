@@ -3,7 +3,8 @@
 The store is built in layers on :mod:`rdq_memory._core` (the state and the clock), one group
 of operations per module of the backend layout: :mod:`rdq_memory._admission` (admission),
 :mod:`rdq_memory._claims` (claims), :mod:`rdq_memory._controls` (control records,
-``retry_now``), :mod:`rdq_memory._fleet` (the worker registry, the counts) and this module
+``retry_now``), :mod:`rdq_memory._fleet` (the worker registry, the counts),
+:mod:`rdq_memory._retention` (what leaves the store) and this module
 (leases — a lapsed one extended only into a free slot —, resolution, the DLQ, listings, the
 audit trail, stats, and the store's capabilities).
 """
@@ -42,13 +43,20 @@ from rdq_memory._core import forget_named_stores
 from rdq_memory._fleet import FleetOperations
 from rdq_memory._notify import wait_due
 from rdq_memory._pages import audit_page, dlq_groups, dlq_page, task_page
+from rdq_memory._retention import RetentionOperations
 from rdq_memory._state import Record
 from rdq_memory._url import parse_url
 
 __all__ = ["MemoryStorage", "forget_named_stores"]
 
 
-class MemoryStorage(AdmissionOperations, ClaimOperations, ControlOperations, FleetOperations):
+class MemoryStorage(
+    AdmissionOperations,
+    ClaimOperations,
+    ControlOperations,
+    FleetOperations,
+    RetentionOperations,
+):
     """The reference store. ``clock`` is the storage clock (injectable for tests); it must
     return timezone-aware datetimes. ``state`` shares the tasks of another store (what
     :meth:`reopen` does)."""
@@ -278,6 +286,9 @@ CAPABILITIES = Capabilities(
     counters=True,
     fair_shares=True,
     priority_aging=True,
+    retention=True,
+    dedup=True,
+    payload_refs=True,
 )
 """Everything the contract offers but ``enqueue_in`` (there is no application transaction in
 process memory)."""

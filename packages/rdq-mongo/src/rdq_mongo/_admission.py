@@ -1,4 +1,5 @@
-"""Admitting tasks: ``enqueue``, ``enqueue_batch`` and ``import_tasks``.
+"""Admitting tasks: ``enqueue``, ``enqueue_batch``, ``import_tasks``, and ``admit`` under a
+dedup key.
 
 A batch (of ``enqueue_batch`` or ``import_tasks``) is all-or-nothing: when one of its ids
 lives in another queue it raises ``IDConflict`` and stores nothing. Ids that exist are
@@ -24,12 +25,24 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
-from rdq.errors import IDConflict, StorageError
-from rdq.spi import Envelope, Status, first_of_each_id, stored_flags
+from rdq.errors import DedupConflict, IDConflict, StorageError
+from rdq.spi import (
+    AdmitOutcome,
+    Admitted,
+    Dedup,
+    DedupMode,
+    Envelope,
+    Status,
+    envelope_to_builtins,
+    first_of_each_id,
+    stored_flags,
+)
 from rdq_mongo._codec import envelope_to_document, to_micros
+from rdq_mongo._connection import server_now
 from rdq_mongo._updates import enqueue_fresh, import_fresh, upsert_unless_exists
 
 if TYPE_CHECKING:
@@ -38,7 +51,7 @@ if TYPE_CHECKING:
     from rdq_mongo._connection import Connection, Document
     from rdq_mongo._updates import Pipeline
 
-__all__ = ["Admission", "admit_batch", "admit_one"]
+__all__ = ["Admission", "admit_batch", "admit_dedup", "admit_one"]
 
 _DUPLICATE_KEY = 11000
 # A transaction that lost a race on one of its ids is run again; a handful of rounds settles
@@ -199,3 +212,143 @@ def _duplicate_key(exc: Exception) -> bool:
         errors = exc.details.get("writeErrors", [])
         return bool(errors) and all(e.get("code") == _DUPLICATE_KEY for e in errors)
     return isinstance(exc, OperationFailure) and exc.code == _DUPLICATE_KEY
+
+
+# --- dedup keys ---------------------------------------------------------------------------
+#
+# A key is one document of the dedup collection, ``{_id: key, task, queue, until, taken,
+# version}``; every change of it is a compare-and-set on ``version`` (or the insert of a new
+# ``_id``), so of the admissions that found a key free only one takes it — the others see
+# it taken and read again. The task is inserted after the key is taken (``taken`` set, then
+# cleared once the task exists): for RESERVED seconds a key whose task does not exist yet
+# counts as held (its taker is inserting it); past that, a taker that died in between no
+# longer holds it. A replacement writes the holder's body only while it is still PENDING with
+# the body read (else it reads again), so it never loses another's. A key whose task is gone
+# is free, so a purge or an expiry needs no change here; the documents of keys never used
+# again stay (one small document per key).
+
+RESERVED = 30.0
+"""Seconds a key taken for a task not yet inserted counts as held."""
+_ROUNDS = 20
+
+
+async def admit_dedup(
+    connection: Connection, task: Envelope, dedup: Dedup, delay: timedelta | None
+) -> Admitted:
+    """``admit``: read the key and the id, decide, and act by compare-and-set, again from
+    the start when another admission changed the key in between."""
+    for _ in range(_ROUNDS):
+        now = await _now_us(connection)
+        existing = await connection.tasks.find_one({"_id": task.id}, projection={"queue": 1})
+        if existing is not None:
+            if existing.get("queue") != task.queue:
+                raise IDConflict(task.id, str(existing.get("queue")))
+            return Admitted(outcome=AdmitOutcome.SKIPPED, task_id=task.id, queue=task.queue)
+        record = await connection.dedup.find_one({"_id": dedup.key})
+        holder = await _holder(connection, record, now)
+        if holder is None:
+            if await _take(connection, record, task, dedup, now):
+                stored = await admit_one(connection, Admission.enqueued(task, delay))
+                # the task exists now: from here on its existence decides (taken cleared)
+                await connection.dedup.update_one(
+                    {"_id": dedup.key, "task": task.id}, {"$set": {"taken": None}}
+                )
+                if not stored:  # an enqueue of the same id got there first: it keeps the key
+                    return Admitted(outcome=AdmitOutcome.SKIPPED, task_id=task.id, queue=task.queue)
+                return Admitted(outcome=AdmitOutcome.ADDED, task_id=task.id, queue=task.queue)
+            continue
+        if record is None:  # unreachable: a holder comes from a record
+            continue
+        held_in, holder_id = str(record["queue"]), str(record["task"])
+        if held_in != task.queue:
+            raise DedupConflict(dedup.key, held_in, holder_id)
+        held = Admitted(outcome=AdmitOutcome.SKIPPED, task_id=holder_id, queue=held_in)
+        if dedup.mode == DedupMode.EXTEND and dedup.window is not None:
+            if await _set_until(connection, record, now + _micros(dedup.window)):
+                return msgspec.structs.replace(held, outcome=AdmitOutcome.EXTENDED)
+            continue
+        if dedup.mode not in (DedupMode.REPLACE, DedupMode.DEBOUNCE):
+            return held
+        if holder.get("status") != Status.PENDING.value:
+            return held
+        old_body = holder.get("body")
+        body = msgspec.json.decode(old_body) if isinstance(old_body, str) else {}
+        new = envelope_to_builtins(task)
+        body["payload"], body["headers"] = new.get("payload"), new.get("headers", {})
+        changes: Document = {"body": msgspec.json.encode(body).decode("utf-8")}
+        if dedup.mode == DedupMode.DEBOUNCE:
+            wanted = to_micros(task.next_attempt_at)
+            if wanted is None:
+                wanted = now + (delay or timedelta(0)) // timedelta(microseconds=1)
+            created = holder.get("created_at")
+            latest = (created if isinstance(created, int) else now) + _micros(dedup.max_age)
+            due = max(now, min(wanted, latest))
+            # the due and status times follow next_attempt_at, as retry_now sets them
+            changes.update(next_attempt_at=due, due=due, status_at=due)
+        result = await connection.tasks.update_one(
+            {"_id": holder_id, "status": Status.PENDING.value, "body": old_body},
+            {"$set": changes},
+        )
+        if not result.matched_count:  # claimed, or replaced by another, meanwhile: read again
+            continue
+        if dedup.mode == DedupMode.DEBOUNCE and dedup.window is not None:
+            await _set_until(connection, record, now + _micros(dedup.window))
+        return msgspec.structs.replace(held, outcome=AdmitOutcome.REPLACED)
+    raise StorageError(f"dedup key {dedup.key!r} kept changing under the admission; try again")
+
+
+async def _now_us(connection: Connection) -> int:
+    now = to_micros(await server_now(connection))
+    if now is None:  # pragma: no cover - the server always answers a time
+        raise StorageError("the server answered no time")
+    return now
+
+
+def _micros(seconds: float | None) -> int:
+    return round((seconds or 0) * 1_000_000)
+
+
+async def _holder(connection: Connection, record: Document | None, now: int) -> Document | None:
+    """The holder of a key record at ``now`` (``None``: the key is free); a task not yet
+    inserted by a taker within RESERVED seconds stands in as ``{}``."""
+    if record is None:
+        return None
+    task = await connection.tasks.find_one(
+        {"_id": record.get("task")}, projection={"status": 1, "created_at": 1, "body": 1}
+    )
+    if task is None:
+        taken = record.get("taken")
+        recent = isinstance(taken, int) and taken > now - _micros(RESERVED)
+        return {} if recent else None
+    until = record.get("until")
+    if isinstance(until, int):
+        return task if until > now else None
+    live = (Status.PENDING.value, Status.IN_FLIGHT.value)
+    return task if task.get("status") in live else None
+
+
+async def _take(
+    connection: Connection, record: Document | None, task: Envelope, dedup: Dedup, now: int
+) -> bool:
+    """Give the key to ``task``, if nobody changed it since ``record`` was read."""
+    until = None if dedup.window is None else now + _micros(dedup.window)
+    fields = {"task": task.id, "queue": task.queue, "until": until, "taken": now}
+    if record is None:
+        try:
+            await connection.dedup.insert_one({"_id": dedup.key, **fields, "version": 1})
+        except DuplicateKeyError:
+            return False
+        return True
+    result = await connection.dedup.update_one(
+        {"_id": dedup.key, "version": record.get("version")},
+        {"$set": fields, "$inc": {"version": 1}},
+    )
+    return bool(result.modified_count)
+
+
+async def _set_until(connection: Connection, record: Document, until: int) -> bool:
+    result = await connection.dedup.update_one(
+        {"_id": record["_id"], "version": record.get("version")},
+        {"$set": {"until": until}, "$inc": {"version": 1}},
+    )
+    return bool(result.modified_count)

@@ -36,6 +36,8 @@ class Connection:
     """One document per queue that has control records (``_controls``)."""
     workers: AsyncCollection[Document]
     counts: AsyncCollection[Document]
+    dedup: AsyncCollection[Document]
+    """One document per dedup key: its holder, and until when (``_admission``)."""
     transactions: bool
     """The server runs multi-document transactions (a replica-set member or mongos)."""
     change_streams: bool
@@ -73,6 +75,7 @@ async def open_connection(config: MongoConfig) -> Connection:
         controls=database[config.controls_collection],
         workers=database[config.workers_collection],
         counts=database[config.counts_collection],
+        dedup=database[config.dedup_collection],
         transactions=replicated and hello.get("logicalSessionTimeoutMinutes") is not None,
         change_streams=replicated and config.notify,
     )

@@ -113,7 +113,14 @@ async def migrate(connection: Connection) -> list[str]:
     tasks = connection.tasks
     steps: list[str] = []
     existing = set(await connection.database.list_collection_names())
-    every = (tasks, connection.audit, connection.controls, connection.workers, connection.counts)
+    every = (
+        tasks,
+        connection.audit,
+        connection.controls,
+        connection.workers,
+        connection.counts,
+        connection.dedup,
+    )
     for collection in every:
         if collection.name in existing:
             continue

@@ -4,7 +4,8 @@ The driver calls of each ``StorageBase`` operation (the base checks that the sto
 and validates the arguments first). The filters live in ``_filters``, the update pipelines
 in ``_updates``, the document layout in ``_codec``, admission in ``_admission``, claims in
 ``_claims``, control records and ``retry_now`` in ``_controls``, the worker registry and the
-counts in ``_fleet``, every listing and count in ``_pages``, the client in ``_connection``.
+counts in ``_fleet``, what leaves the store (``expire_tasks``) in ``_retention``, every
+listing and count in ``_pages``, the client in ``_connection``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pymongo import ReturnDocument, UpdateOne
 from rdq.errors import NotConnected, NotFound, StaleClaim, StorageError
 from rdq.spi import (
     CONTRACT_VERSION,
+    Admitted,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -30,6 +32,7 @@ from rdq.spi import (
     Completion,
     Control,
     Counts,
+    Dedup,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -42,10 +45,10 @@ from rdq.spi import (
     WorkerInfo,
     fence,
 )
-from rdq_mongo import _controls, _fleet, _pages
+from rdq_mongo import _controls, _fleet, _pages, _retention
 from rdq_mongo import _filters as f
 from rdq_mongo import _updates as u
-from rdq_mongo._admission import Admission, admit_batch, admit_one
+from rdq_mongo._admission import Admission, admit_batch, admit_dedup, admit_one
 from rdq_mongo._claims import HOLD_MARGIN_US, Claim, extend
 from rdq_mongo._codec import (
     attempt_to_document,
@@ -131,6 +134,8 @@ class MongoStorage(StorageBase):
             counters=True,
             fair_shares=True,
             priority_aging=True,
+            retention=True,
+            dedup=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -427,6 +432,14 @@ class MongoStorage(StorageBase):
         # is bounded by it.
         with translate_errors(self._config.where):
             return await wait_due(connection, queue, timeout, self._config.timeout)
+
+    async def _admit(self, task: Envelope, dedup: Dedup, delay: timedelta | None) -> Admitted:
+        with self._errors() as connection:
+            return await admit_dedup(connection, task, dedup, delay)
+
+    async def _expire_tasks(self, queue: str, task_ids: list[str], before: datetime) -> int:
+        with self._errors() as connection:
+            return await _retention.expire_tasks(connection, queue, task_ids, before)
 
     async def _purge_succeeded(self, queue: str, older_than: datetime) -> int:
         with self._errors() as connection:

@@ -78,6 +78,10 @@ class MongoConfig:
     def counts_collection(self) -> str:
         return f"{self.prefix}counts"
 
+    @property
+    def dedup_collection(self) -> str:
+        return f"{self.prefix}dedup"
+
 
 def parse_url(url: str, **options: Any) -> MongoConfig:
     """Split ``url`` into PyMongo's URL and rdq's settings; ``options`` go to

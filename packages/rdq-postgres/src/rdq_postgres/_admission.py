@@ -1,5 +1,7 @@
-"""Admission (``enqueue``, ``enqueue_batch``, ``import_tasks``, ``enqueue_in``): the statements
-that admit tasks, their values, the reading of their results and the wake-ups they owe.
+"""Admission (``enqueue``, ``enqueue_batch``, ``import_tasks``, ``enqueue_in``, and ``admit``
+under a dedup key): the statements that admit tasks, their values, the reading of their
+results and the wake-ups they owe. ``admit`` is one call of ``admit_task()`` (migration 0011),
+which serializes the admissions of one key under an advisory lock.
 
 A batch is one statement (:class:`Admission`), whichever connection runs it: the store's pool,
 or for ``enqueue_in`` an application's own connection, reached through
@@ -15,8 +17,17 @@ from typing import Any
 
 import msgspec
 
-from rdq.errors import IDConflict
-from rdq.spi import FORMAT_VERSION, Envelope, first_of_each_id, stored_flags
+from rdq.errors import DedupConflict, IDConflict
+from rdq.spi import (
+    FORMAT_VERSION,
+    AdmitOutcome,
+    Admitted,
+    Dedup,
+    DedupMode,
+    Envelope,
+    first_of_each_id,
+    stored_flags,
+)
 from rdq_postgres._codec import (
     ENQUEUE_ARRAYS,
     ENQUEUE_FIELDS,
@@ -36,6 +47,7 @@ __all__ = [
     "Admission",
     "admission",
     "admission_in",
+    "admit",
     "enqueue",
     "enqueue_batch",
     "enqueue_in",
@@ -213,3 +225,38 @@ async def enqueue_in(
                 await runner.execute(unadmit.text, unadmit.args({"ids": sorted(stored)}))
             raise IDConflict(row["conflict_id"], row["conflict_queue"])
     return stored_flags(tasks, stored)
+
+
+async def admit(
+    db: Database,
+    sql: Queries,
+    announcer: Announcer | None,
+    task: Envelope,
+    dedup: Dedup,
+    delay: timedelta | None,
+) -> Admitted:
+    """Admit ``task`` under ``dedup`` (admit.sql); a task added, or a holder made due sooner
+    by a debounce, wakes its queue's listeners."""
+    values = dict(zip(ENQUEUE_FIELDS, enqueue_args(task), strict=True))
+    row = await db.fetchrow(
+        sql.admit,
+        **values,
+        delay_us=micros(delay),
+        dedup_key=dedup.key,
+        dedup_mode=dedup.mode.value,
+        window_us=_seconds_us(dedup.window),
+        max_age_us=_seconds_us(dedup.max_age),
+    )
+    outcome, holder, queue = row["outcome"], row["task_id"], row["queue"]
+    if outcome == "id_conflict":
+        raise IDConflict(task.id, queue)
+    if outcome == "dedup_conflict":
+        raise DedupConflict(dedup.key, queue, holder)
+    due = outcome == "added" or (outcome == "replaced" and dedup.mode == DedupMode.DEBOUNCE)
+    if due and announcer is not None:
+        announcer.announce((queue,))
+    return Admitted(outcome=AdmitOutcome(outcome), task_id=holder, queue=queue)
+
+
+def _seconds_us(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * 1_000_000)

@@ -7,8 +7,9 @@ checks that the store is open and validates every argument; each ``_operation`` 
 statement and the reading of its result, or a call of the module that holds them for the
 newer half of the contract: :mod:`rdq_postgres._admission` (admission, ``enqueue_in``),
 :mod:`rdq_postgres._claims` (claims, and the queues a control restricts),
-:mod:`rdq_postgres._controls` (control records, ``retry_now``) and
-:mod:`rdq_postgres._fleet` (the worker registry and counts).
+:mod:`rdq_postgres._controls` (control records, ``retry_now``),
+:mod:`rdq_postgres._fleet` (the worker registry and counts) and
+:mod:`rdq_postgres._retention` (what leaves the store).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import msgspec
 from rdq.errors import NotFound, StaleClaim
 from rdq.spi import (
     CONTRACT_VERSION,
+    Admitted,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -32,6 +34,7 @@ from rdq.spi import (
     Completion,
     Control,
     Counts,
+    Dedup,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -45,7 +48,7 @@ from rdq.spi import (
     fence,
     group_order,
 )
-from rdq_postgres import _admission, _claims, _controls, _fleet
+from rdq_postgres import _admission, _claims, _controls, _fleet, _retention
 from rdq_postgres._codec import (
     attempt_args,
     audit_values,
@@ -84,6 +87,9 @@ CAPABILITIES = Capabilities(
     counters=True,
     fair_shares=True,
     priority_aging=True,
+    retention=True,
+    dedup=True,
+    payload_refs=True,
     reopen=True,
     transactional_enqueue=True,
 )
@@ -404,6 +410,15 @@ class PostgresStorage(StorageBase):
         row = await self._db.fetchrow(self._sql.purge_succeeded, queue=queue, older_than=older_than)
         deleted: int = row["n"]
         return deleted
+
+    async def _admit(self, task: Envelope, dedup: Dedup, delay: timedelta | None) -> Admitted:
+        return await _admission.admit(self._db, self._sql, self._announcing, task, dedup, delay)
+
+    async def _held_payload_refs(self, refs: list[str]) -> set[str]:
+        return await _retention.held_payload_refs(self._db, self._sql, refs)
+
+    async def _expire_tasks(self, queue: str, task_ids: list[str], before: datetime) -> int:
+        return await _retention.expire_tasks(self._db, self._sql, queue, task_ids, before)
 
     async def _wait_due(self, queue: str, timeout: float) -> bool:
         """Block until a task of ``queue`` may be due (a NOTIFY from an enqueue, reschedule or

@@ -1,6 +1,12 @@
-"""Admission (``enqueue``, ``enqueue_batch``, ``import_tasks``): the admitting scripts
-(``enqueue.lua``, ``import_tasks.lua``), their arguments built from the tasks, and their
-replies read back.
+"""Admission (``enqueue``, ``enqueue_batch``, ``import_tasks``, and ``admit`` under a dedup
+key): the admitting scripts (``enqueue.lua``, ``import_tasks.lua``, ``admit.lua`` with
+``dedup_replace.lua``), their arguments built from the tasks, and their replies read back.
+
+``admit.lua`` decides on the key and adds the task in one script, so of concurrent admissions
+of one key exactly one adds a task. A replacement is a second step: the script hands back the
+PENDING holder's body, the client puts the submission's payload and headers into it, and
+``dedup_replace.lua`` writes it only while the holder is still PENDING with that body (else
+the client reads again): a replacement changes the holder's data, never who holds the key.
 
 On a single server one script call admits a whole batch and keeps the id index and the queue
 registry itself, so a batch is all or nothing. On Redis Cluster the index and the registry
@@ -14,18 +20,30 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from rdq.errors import IDConflict, StorageError
-from rdq.spi import STATUS_TIME_FIELDS, Envelope, status_time
+import msgspec
+
+from rdq.errors import DedupConflict, IDConflict, StorageError
+from rdq.spi import (
+    STATUS_TIME_FIELDS,
+    AdmitOutcome,
+    Admitted,
+    Dedup,
+    DedupMode,
+    Envelope,
+    status_time,
+)
 from rdq_redis._args import micros
 from rdq_redis._cluster import register_queues, reserve_ids
 from rdq_redis._codec import TIME_FIELDS, attempts_json, envelope_body, error_arg, keys_text, to_us
 from rdq_redis._connection import Client, LiveClient, Scripts
-from rdq_redis._keys import STATUS_SETS, QueueKeys, index_key, registry_key
+from rdq_redis._errors import translate_errors
+from rdq_redis._keys import STATUS_SETS, QueueKeys, dedup_index_key, index_key, registry_key
 from rdq_redis._url import RedisConfig
 
 __all__ = [
     "admission",
     "admit",
+    "admit_dedup",
     "admit_on_cluster",
     "admitted",
     "enqueue_row",
@@ -186,3 +204,104 @@ async def admit_on_cluster(
         for i, flag in zip(positions, flags, strict=True):
             stored[i] = flag
     return stored
+
+
+_REPLACE_TRIES = 20
+
+
+async def admit_dedup(
+    scripts: Scripts,
+    redis: LiveClient,
+    config: RedisConfig,
+    task: Envelope,
+    dedup: Dedup,
+    delay: timedelta | None,
+) -> Admitted:
+    """``admit``: ``admit.lua`` (with, on Cluster, the id and key indexes kept around it),
+    then for a replacement ``dedup_replace.lua`` (see the module docstring)."""
+    prefix = config.prefix
+    qk = QueueKeys(prefix, task.queue)
+    delay_us = micros(delay or timedelta(0))
+    row = enqueue_row(task, qk, delay_us)
+    window = "" if dedup.window is None else str(round(dedup.window * 1_000_000))
+    max_age = "" if dedup.max_age is None else str(round(dedup.max_age * 1_000_000))
+    cluster = config.cluster
+    if cluster:
+        await _cluster_checks(redis(), scripts, config, task, dedup)
+    args = [
+        "0" if cluster else "1",
+        "" if cluster else registry_key(prefix),
+        prefix,
+        *row,
+        dedup.key,
+        dedup.mode.value,
+        window,
+        max_age,
+    ]
+    for _ in range(_REPLACE_TRIES):
+        reply = await scripts.run("admit", [qk.levels], args)
+        kind = reply[0].decode()
+        if kind == "IDCONFLICT":
+            raise IDConflict(reply[1].decode(), reply[2].decode())
+        if kind == "DEDUPCONFLICT":
+            raise DedupConflict(dedup.key, reply[2].decode(), reply[1].decode())
+        holder, queue = reply[1].decode(), reply[2].decode()
+        if kind != "replace":
+            if kind == "added" and cluster:
+                await _cluster_index(redis(), config, task, dedup)
+            return Admitted(outcome=AdmitOutcome(kind), task_id=holder, queue=queue)
+        old_body = reply[3]
+        body = msgspec.json.decode(old_body)
+        body["payload"] = task.payload
+        body["headers"] = dict(task.headers)
+        replace = [
+            qk.base,
+            holder,
+            old_body,
+            msgspec.json.encode(body),
+            "1" if dedup.mode == DedupMode.DEBOUNCE else "0",
+            row[4],
+            delay_us,
+            max_age,
+            dedup.key,
+            window,
+            qk.wake,
+        ]
+        done = (await scripts.run("dedup_replace", [qk.levels], replace)).decode()
+        if done == "replaced":
+            return Admitted(outcome=AdmitOutcome.REPLACED, task_id=holder, queue=queue)
+        if done == "skipped":
+            return Admitted(outcome=AdmitOutcome.SKIPPED, task_id=holder, queue=queue)
+    raise StorageError(f"dedup key {dedup.key!r}: its holder kept changing; try again")
+
+
+async def _cluster_checks(
+    client: Client, scripts: Scripts, config: RedisConfig, task: Envelope, dedup: Dedup
+) -> None:
+    """On Cluster, before the script: the id's queue, and the queue the key was last given in
+    (DedupConflict while it is held there); the queue registered."""
+    prefix = config.prefix
+    with translate_errors(config.address):
+        owner = _text(await client.get(index_key(prefix, task.id)))
+        found = _text(await client.get(dedup_index_key(prefix, dedup.key)))
+    if owner is not None and owner != task.queue:
+        raise IDConflict(task.id, owner)
+    elsewhere = found
+    if elsewhere is not None and elsewhere != task.queue:
+        other = QueueKeys(prefix, elsewhere)
+        held = await scripts.run("dedup_held", [other.levels], [other.base, dedup.key])
+        if held[0] == 1:
+            raise DedupConflict(dedup.key, other.queue, held[1].decode())
+    await register_queues(client, prefix, config.address, {task.queue})
+
+
+async def _cluster_index(client: Client, config: RedisConfig, task: Envelope, dedup: Dedup) -> None:
+    """On Cluster, after a task was added: its id and its key indexed (docs/redis.md says
+    what the window between the two steps gives up)."""
+    with translate_errors(config.address):
+        await client.set(index_key(config.prefix, task.id), task.queue, nx=True)
+        await client.set(dedup_index_key(config.prefix, dedup.key), task.queue)
+
+
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value

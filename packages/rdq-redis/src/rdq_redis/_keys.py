@@ -29,7 +29,11 @@ Cluster a queue lives in one slot and each per-queue script touches a single slo
                                                         lease, by lease_expires_at
 ``<prefix>:{<queue>}:heldkeys``                 set     the held sets that may hold ids
                                                         (``held:<p>:<key>``, ``heldlost:...``)
+``<prefix>:{<queue>}:dedup:<key>``              hash    a dedup key's holder (``task``) and
+                                                        until when (``until``, µs; none: while
+                                                        the task is live)
 ``<prefix>:id:{<id>}``                          string  id -> queue index (IDConflict, ``get``)
+``<prefix>:dedup:{<key>}``                      string  dedup key -> queue index (DedupConflict)
 ``<prefix>:queues``                             set     names of queues that may hold tasks
 ``<prefix>:controlled``                         set     names of queues that may hold controls
 ``<prefix>:layout``                             string  the key layout version (``LAYOUT``)
@@ -101,6 +105,11 @@ def check_prefix(prefix: object) -> str:
 def index_key(prefix: str, task_id: str) -> str:
     """The id index entry of ``task_id`` (a key of its own slot on Redis Cluster)."""
     return f"{prefix}:id:{{{task_id}}}"
+
+
+def dedup_index_key(prefix: str, key: str) -> str:
+    """The index entry of dedup key ``key`` (a key of its own slot on Redis Cluster)."""
+    return f"{prefix}:dedup:{{{key}}}"
 
 
 def registry_key(prefix: str) -> str:

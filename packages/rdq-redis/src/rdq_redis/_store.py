@@ -4,7 +4,8 @@
 ``_operations`` here run the scripts (see :mod:`rdq_redis._args` for their arguments), or call
 the module that runs them for the newer half of the contract: :mod:`rdq_redis._admission`
 (admission), :mod:`rdq_redis._claims` (claims), :mod:`rdq_redis._controls` (control records,
-``retry_now``) and :mod:`rdq_redis._fleet` (the worker registry and the counts). What a fenced
+``retry_now``), :mod:`rdq_redis._fleet` (the worker registry and the counts) and
+:mod:`rdq_redis._retention` (what leaves the store). What a fenced
 script's refusal means is in :mod:`rdq_redis._fencing`."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import msgspec
 from rdq.errors import NotConnected, NotFound, StaleClaim
 from rdq.spi import (
     CONTRACT_VERSION,
+    Admitted,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -26,6 +28,7 @@ from rdq.spi import (
     Completion,
     Control,
     Counts,
+    Dedup,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -37,7 +40,7 @@ from rdq.spi import (
     TaskFilter,
     WorkerInfo,
 )
-from rdq_redis import _admission, _args, _claims, _controls, _fencing, _fleet
+from rdq_redis import _admission, _args, _claims, _controls, _fencing, _fleet, _retention
 from rdq_redis._cluster import forget_ids, forget_queue
 from rdq_redis._codec import (
     audit_body,
@@ -81,6 +84,8 @@ CAPABILITIES = Capabilities(
     counters=True,
     fair_shares=True,
     priority_aging=True,
+    retention=True,
+    dedup=True,
 )
 """What the store offers, on one server and on Cluster alike: everything but
 ``enqueue_in`` (Redis has no transaction of the application's to join)."""
@@ -443,6 +448,24 @@ class RedisStorage(StorageBase):
             total += len(deleted)
             if len(deleted) < _PURGE_BATCH:
                 return total
+
+    async def _admit(self, task: Envelope, dedup: Dedup, delay: timedelta | None) -> Admitted:
+        scripts = await self._ready()
+        return await _admission.admit_dedup(scripts, self._redis, self._config, task, dedup, delay)
+
+    async def _expire_tasks(self, queue: str, task_ids: list[str], before: datetime) -> int:
+        qk = self._keys(queue)
+        deleted, empty = await _retention.expire_tasks(
+            await self._ready(),
+            qk,
+            prefix=self._prefix,
+            indexed=self._indexed,
+            registry=self._registry,
+            ids=task_ids,
+            before=before,
+        )
+        await self._after_purge(qk, deleted, empty)
+        return len(deleted)
 
     async def _wait_due(self, queue: str, timeout: float) -> bool:
         await self._ready()

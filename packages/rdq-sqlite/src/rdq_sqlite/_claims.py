@@ -33,6 +33,7 @@ its key at once.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import sqlite3
 from collections import Counter
@@ -41,6 +42,7 @@ from typing import Any
 
 from rdq.spi import (
     MAX_PRIORITY,
+    NO_GROUP,
     QUEUE_KEY,
     Attempt,
     Bucket,
@@ -48,6 +50,7 @@ from rdq.spi import (
     ClaimGate,
     ClaimOrder,
     Control,
+    OrderKey,
     Outcome,
     Status,
     handler_key,
@@ -330,30 +333,110 @@ def pick(conn: sqlite3.Connection, queue: str, limit: int, now: int) -> list[Row
 def _pick_in_order(
     conn: sqlite3.Connection, queue: str, limit: int, now: int, gate: ClaimGate, order: ClaimOrder
 ) -> list[Row]:
-    """``pick`` for a queue whose own control asks for fair shares or priority aging: every
-    due task (held or not) that no control holds back from the start, arranged by
-    :meth:`ClaimOrder.arrange`, taken in that order while the controls let each through (a
-    task a limit used up by the tasks before it holds back is skipped where it stands). Holds
-    nothing: the order ranks every due task at every claim."""
-    candidates = []
-    for row in conn.execute(SQL.ordered_candidates, {"queue": queue, "now": now}):
-        keys = [QUEUE_KEY, handler_key(row[7]), *decode_keys(row[8])]
-        if not gate.closed_from_start(keys):
-            candidates.append((row, keys))
-    picked: list[Row] = []
-    for row, keys in order.arrange(
-        candidates,
-        priority=lambda c: int(c[0][9]),
-        due=lambda c: at_us(c[0][6]),
-        keys=lambda c: c[1][2:],
+    """``pick`` for a queue whose own control asks for fair shares or priority aging: the due
+    tasks (held or not) that no control holds back from the start, in the order
+    :class:`ClaimOrder` defines, taken while the controls let each through (a task a limit
+    used up by the tasks before it holds back is skipped where it stands). Holds nothing.
+
+    The tasks are read from ``task_group`` (the group kept at admission, migration 0004): the
+    groups by one seek each, each group's priorities by one seek each, and each group's tasks
+    lazily in its claim order, every group's first before any group's second — at most about
+    ``limit`` tasks of a group (more only past tasks held back), however deep its backlog. A
+    group whose own key holds its tasks back is passed over whole."""
+    fair = order.fair is not None
+    # '' (the tasks without a key of the family; every task of a queue that is not fair)
+    # sorts before every other group; the others by one seek each
+    groups: list[str] = []
+    if (
+        conn.execute(
+            SQL.group_priority, {"queue": queue, "grp": NO_GROUP, "below": MAX_PRIORITY + 1}
+        ).fetchone()[0]
+        is not None
     ):
-        if not gate.admits(keys):
-            continue
-        gate.take(keys)
-        picked.append(row[:6])
-        if len(picked) == limit or not gate.admits((QUEUE_KEY,)):
-            break
+        groups.append(NO_GROUP)
+    after = NO_GROUP
+    while found := conn.execute(SQL.group_next, {"queue": queue, "after": after}).fetchone()[0]:
+        after = found
+        if not (fair and gate.closed_from_start((found,))):  # else its own key holds all back
+            groups.append(found)
+    streams = [(g, _group_stream(conn, queue, g, now, order, limit, gate)) for g in groups]
+    heap: list[tuple[int, OrderKey, int, Row, list[str], str]] = []
+    tie = itertools.count()
+    feeds: dict[str, Iterator[tuple[OrderKey, Row, list[str]]]] = {}
+    for grp, stream in streams:
+        head = next(stream, None)
+        if head is not None:
+            feeds[grp] = stream
+            heap.append((0, head[0], next(tie), head[1], head[2], grp))
+    heapq.heapify(heap)
+    picked: list[Row] = []
+    while heap and len(picked) < limit and gate.admits((QUEUE_KEY,)):
+        rank, _, _, row, keys, grp = heapq.heappop(heap)
+        if gate.admits(keys):
+            gate.take(keys)
+            picked.append(row[:6])
+        elif fair and grp != NO_GROUP and not gate.admits((grp,)):
+            continue  # the group's own key is used up: the rest of the group is held back
+        head = next(feeds[grp], None)
+        if head is not None:
+            heapq.heappush(heap, (rank + 1, head[0], next(tie), head[1], head[2], grp))
     return picked
+
+
+def _group_stream(
+    conn: sqlite3.Connection,
+    queue: str,
+    grp: str,
+    now: int,
+    order: ClaimOrder,
+    first: int,
+    gate: ClaimGate,
+) -> Iterator[tuple[OrderKey, Row, list[str]]]:
+    """The due tasks of group ``grp`` that no control holds back from the start of the claim,
+    in the group's claim order (:meth:`ClaimOrder.key`), read lazily: one priority after
+    another (strict), or every priority's stream merged by aged due time (aging)."""
+
+    def level(priority: int) -> Iterator[tuple[OrderKey, Row, list[str]]]:
+        after: tuple[int, str] = (-(2**63), "")
+        size = max(1, first)
+        while True:
+            chunk = conn.execute(
+                SQL.group_scan,
+                {
+                    "queue": queue,
+                    "grp": grp,
+                    "priority": priority,
+                    "now": now,
+                    "after_at": after[0],
+                    "after_id": after[1],
+                    "limit": size,
+                },
+            ).fetchall()
+            for row in chunk:
+                keys = [QUEUE_KEY, handler_key(row[7]), *decode_keys(row[8])]
+                if not gate.closed_from_start(keys):
+                    yield order.key(priority, at_us(row[6])), row, keys
+            if len(chunk) < size:
+                return
+            after = (chunk[-1][6], chunk[-1][0])
+            size = min(size * 2, 256)
+
+    def priorities() -> Iterator[int]:
+        below = MAX_PRIORITY + 1
+        while True:
+            found = conn.execute(
+                SQL.group_priority, {"queue": queue, "grp": grp, "below": below}
+            ).fetchone()[0]
+            if found is None:
+                return
+            below = int(found)
+            yield below
+
+    if order.aging is None:
+        for priority in priorities():
+            yield from level(priority)
+    else:
+        yield from heapq.merge(*(level(p) for p in priorities()), key=lambda e: e[0])
 
 
 def _take(

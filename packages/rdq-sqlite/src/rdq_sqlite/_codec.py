@@ -33,6 +33,7 @@ __all__ = [
     "from_us",
     "ids_param",
     "import_row",
+    "json_text",
     "new_row",
     "to_us",
 ]
@@ -78,6 +79,11 @@ def from_us(us: int | None) -> datetime | None:
 def at_us(us: int) -> datetime:
     """Microseconds since the epoch as an aware UTC datetime."""
     return _EPOCH + timedelta(microseconds=us)
+
+
+def json_text(value: Any) -> str:
+    """``value`` as the JSON text a column holds."""
+    return _json(value)
 
 
 def _json(value: Any) -> str:

@@ -5,9 +5,9 @@ each ``_operation`` here runs one function, on the link's own thread, and rings 
 (:mod:`._notify`) for the queues a write made due. Writes run inside one ``BEGIN IMMEDIATE``
 transaction on the write link: :mod:`._admission` (admission), :mod:`._claims` (claims),
 :mod:`._controls` (control records, ``retry_now``), :mod:`._fleet` (the worker registry and
-counts) and :mod:`._writes` (the rest); reads on the read link, which WAL lets run beside a
-write: :mod:`._pages`, :mod:`._reads`, :mod:`._notify`, and the reads of :mod:`._controls` and
-:mod:`._fleet`.
+counts), :mod:`._retention` (what leaves the store) and :mod:`._writes` (the rest); reads on
+the read link, which WAL lets run beside a write: :mod:`._pages`, :mod:`._reads`,
+:mod:`._notify`, and the reads of :mod:`._controls` and :mod:`._fleet`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import msgspec
 from rdq.errors import NotFound, StaleClaim, Unsupported, ValidationError
 from rdq.spi import (
     CONTRACT_VERSION,
+    Admitted,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -33,6 +34,7 @@ from rdq.spi import (
     Completion,
     Control,
     Counts,
+    Dedup,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -53,6 +55,7 @@ from rdq_sqlite import (
     _notify,
     _pages,
     _reads,
+    _retention,
     _writes,
 )
 from rdq_sqlite._codec import at_us, to_us
@@ -132,6 +135,9 @@ class SqliteStorage(StorageBase):
             backup=True,
             fair_shares=True,
             priority_aging=True,
+            retention=True,
+            dedup=True,
+            payload_refs=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -396,6 +402,19 @@ class SqliteStorage(StorageBase):
             total += count
             if count < _PURGE_CHUNK:
                 return total
+
+    async def _admit(self, task: Envelope, dedup: Dedup, delay: timedelta | None) -> Admitted:
+        delay_us = (delay or timedelta(0)) // _US
+        admitted, due = await self._write(_admission.admit, task, dedup, delay_us)
+        if due:
+            self._bell.ring([task.queue])
+        return admitted
+
+    async def _held_payload_refs(self, refs: list[str]) -> set[str]:
+        return await self._read(_retention.held_payload_refs, refs)
+
+    async def _expire_tasks(self, queue: str, task_ids: list[str], before: datetime) -> int:
+        return await self._write(_retention.expire_tasks, queue, task_ids, to_us(before) or 0)
 
     async def _wait_due(self, queue: str, timeout: float) -> bool:
         if not self.config.notify:

@@ -15,9 +15,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from rdq.spi import Outcome, Status, Storage
+from rdq.spi import AdmitOutcome, Dedup, Outcome, Status, Storage
 from rdq_compliance._gates import needs
-from rdq_compliance._support import LONG_LEASE, attempt, claim_one, new_task
+from rdq_compliance._support import LONG_LEASE, attempt, claim_one, new_id, new_task
 
 __all__ = ["DueEarlierClauses"]
 
@@ -45,8 +45,10 @@ class _Batch:
 
 class DueEarlierClauses:
     """After claims have taken a queue's oldest due tasks, a task made due before all that is
-    left — enqueued, imported or rescheduled with a due time in the past — is the next one
-    claimed (claims come oldest due first), also while other claimants race."""
+    left — enqueued, admitted under a dedup key, imported or rescheduled with a due time in
+    the past — is the next one claimed (claims come oldest due first), also while other
+    claimants race. (A debounce never moves its holder before the store's now, so it cannot
+    put a task before the ones claimed.)"""
 
     @pytest.mark.asyncio
     async def test_a_task_enqueued_due_in_the_past_is_claimed_before_younger_due_tasks(
@@ -86,6 +88,19 @@ class DueEarlierClauses:
         )
         assert await storage.import_tasks([moved]) == [True]
         assert (await claim_one(storage, queue)).task.id == moved.id
+
+    @pytest.mark.asyncio
+    @needs("dedup", since=5)
+    async def test_a_task_admitted_under_a_key_due_in_the_past_is_claimed_before_younger_due_tasks(
+        self, storage: Storage, queue: str
+    ) -> None:
+        now = await _claimed_past(storage, queue)
+        late = new_task(queue, next_attempt_at=now - timedelta(hours=1))
+        added = await storage.admit(late, Dedup(key=new_id("key")))
+        assert added.outcome == AdmitOutcome.ADDED
+        assert (await claim_one(storage, queue)).task.id == late.id, (
+            "a task admitted under a key due an hour ago goes before tasks due seconds ago"
+        )
 
     @pytest.mark.asyncio
     async def test_a_task_rescheduled_into_the_past_is_claimed_before_younger_due_tasks(

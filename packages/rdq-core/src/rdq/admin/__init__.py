@@ -7,7 +7,10 @@ every action audited — and read the fleet.
 :class:`rdq.spi.Selector` does for redrive and purge. :class:`Operation` is a paced redrive.
 The rules of pauses, breakers and limits, and their views, are :mod:`rdq.flow`'s.
 
-- ``_admin``: :class:`TaskAdmin` and :class:`DLQAdmin` (find, count, redrive, purge, cancel);
+- ``_admin``: :class:`TaskAdmin` and :class:`DLQAdmin` (find, count, preview); ``_acting``:
+  its acting half (redrive, purge, cancel — a purge with an archive writes there first);
+  ``_reports``: :class:`ActionReport`, what an action came to (matched, done, already gone);
+  ``_imports``: DEAD tasks put back from an archive or export (:class:`ImportReport`);
 - ``_flow_admin``: the flow-control half of :class:`TaskAdmin` (through :mod:`rdq.flow`);
 - ``_retry_now``: retry now and its count; ``_pace``: paced redrives;
 - ``_rotate``: :func:`rotate_keys`, re-sealing stored payloads under the active key
@@ -26,10 +29,12 @@ The rules of pauses, breakers and limits, and their views, are :mod:`rdq.flow`'s
 
 from rdq.admin._admin import DLQAdmin, ProgressCallback, TaskAdmin
 from rdq.admin._fleet import MAX_RATE_MINUTES, WorkerView
+from rdq.admin._imports import ImportReport
 from rdq.admin._names import Names
 from rdq.admin._outlook import Attempts, Hold, Holder, Outlook
 from rdq.admin._pace import MAX_PACED_IDS, Operation, parse_rate, resume_orphans
 from rdq.admin._preview import Preview, Skipped
+from rdq.admin._reports import ActionReport
 from rdq.admin._rotate import Rotation, RotationProgress, rotate_keys
 from rdq.admin._selectors import CANCELLABLE, TaskSelector
 
@@ -37,10 +42,12 @@ __all__ = [
     "CANCELLABLE",
     "MAX_PACED_IDS",
     "MAX_RATE_MINUTES",
+    "ActionReport",
     "Attempts",
     "DLQAdmin",
     "Hold",
     "Holder",
+    "ImportReport",
     "Names",
     "Operation",
     "Outlook",

@@ -11,13 +11,13 @@ id sets by paging through the selection first (see ``rdq.spi.Storage.redrive``).
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
+from rdq.admin._acting import Acting, ProgressCallback
 from rdq.admin._fallback import SCAN_PAGE, list_filtered
-from rdq.admin._finish import to_the_end
 from rdq.admin._flow_admin import FlowAdmin
+from rdq.admin._imports import ImportReport, import_dead
 from rdq.admin._names import Names, known_names
 from rdq.admin._outlook import Outlook, outlooks
 from rdq.admin._paging import bounded_page
@@ -25,9 +25,14 @@ from rdq.admin._preview import Preview, dlq_hint, sort_ids, task_hint
 from rdq.admin._scan import ids_in, scan_dlq, scan_tasks
 from rdq.admin._selectors import TaskSelector, check_task_selector
 from rdq.app import App
-from rdq.audit import COUNT_UNKNOWN, Action, AuditSink, check_action, record_action
-from rdq.errors import StorageUnavailable
+from rdq.audit import (
+    Action,
+    AuditSink,
+    check_action,
+)
+from rdq.blobs import Blobs
 from rdq.logging import get_logger
+from rdq.retention import Archive
 from rdq.spi import (
     AuditEntry,
     AuditFilter,
@@ -44,20 +49,14 @@ from rdq.spi import (
     status_time,
     task_scope,
 )
-from rdq.tracing import span
 
 __all__ = ["DLQAdmin", "ProgressCallback", "TaskAdmin"]
 
-ProgressCallback = Callable[[int, int | None], None]
-"""Called as ``progress(done, total)`` while an action runs (``total`` may be None)."""
-
-CHUNK = 500
-"""Ids per storage call when an action runs by explicit ids."""
 
 _log = get_logger("rdq.admin")
 
 
-class TaskAdmin(FlowAdmin):
+class TaskAdmin(Acting, FlowAdmin):
     """Operator operations over ``storage``; every redrive, purge and cancel is audited, and
     is an OpenTelemetry span when ``rdq-core[otel]`` is installed (see :meth:`redrive`).
 
@@ -72,25 +71,39 @@ class TaskAdmin(FlowAdmin):
         sinks: Sequence[AuditSink] = (),
         app: App | None = None,
         declared: Sequence[str] = (),
+        archive: Archive | None = None,
+        blobs: Blobs | None = None,
     ) -> None:
         """``app`` and ``declared`` (queue names) are what the surface's application knows
         beside the store (a node's ``--app`` and ``--queue``): names they declare are known
-        to :meth:`check_names`."""
+        to :meth:`check_names`. With an ``archive``, a purge writes every task it deletes to
+        it first (see :mod:`rdq.retention`). ``blobs``: where payloads kept by reference are
+        (see :mod:`rdq.blobs`): :meth:`get`, :meth:`read_payloads`, the archive of a purge
+        and an import read and write them there; without it a task is given as stored."""
         self.storage = storage
         self.sinks: list[AuditSink] = list(sinks)
         self.app = app
         self.declared = list(declared)
-
-    @property
-    def filters_in_storage(self) -> bool:
-        """True when the store evaluates filters itself (``filter_pushdown``)."""
-        return self.storage.capabilities().filter_pushdown
+        self.archive = archive
+        self.blobs = blobs
 
     # --- reading ---------------------------------------------------------------------------
 
-    async def get(self, task_id: str) -> Envelope:
-        """The task with every attempt. Raises ``NotFound``, ``ValidationError``."""
-        return await self.storage.get(bounds.check_task_id(task_id))
+    async def get(self, task_id: str, *, payload: bool = True) -> Envelope:
+        """The task with every attempt, its payload read back from the blob store when it is
+        kept by reference (unless ``payload`` is false). Raises ``NotFound``,
+        ``ValidationError``."""
+        task = await self.storage.get(bounds.check_task_id(task_id))
+        if payload:
+            (task,) = await self.read_payloads([task])
+        return task
+
+    async def read_payloads(self, tasks: Sequence[Envelope]) -> list[Envelope]:
+        """``tasks`` with the payloads kept by reference read back (see
+        :meth:`rdq.blobs.Blobs.readable`: a missing blob leaves a task as stored)."""
+        if self.blobs is None:
+            return list(tasks)
+        return await self.blobs.readable(tasks)
 
     async def stats(self, queue: str) -> Stats:
         return await self.storage.stats(bounds.check_queue(queue))
@@ -324,112 +337,30 @@ class TaskAdmin(FlowAdmin):
         check_task_selector(selector)
         return await self._act("cancel", queue, selector, actor, reason, dry_run, progress)
 
-    async def _act(
-        self,
-        action: Action,
-        queue: str,
-        selector: Selector | TaskSelector,
-        actor: str,
-        reason: str | None,
-        dry_run: bool,
-        progress: ProgressCallback | None,
-    ) -> int:
-        """Run (or, for a dry run, count) a validated action inside its span."""
-        attributes = {
-            "rdq.queue": queue,
-            "rdq.action": action,
-            "rdq.selector": "ids" if selector.ids is not None else "filter",
-            "rdq.dry_run": dry_run,
-            "rdq.actor": actor,
-        }
-        with span(f"rdq {action}", attributes) as traced:
-            try:
-                if not dry_run:
-                    done = await self._run(action, queue, selector, actor, reason, progress, traced)
-                elif isinstance(selector, TaskSelector):
-                    done = await self.count_cancel(queue, selector)
-                else:
-                    done = await self.count(queue, selector, action=action)
-            except BaseException as exc:
-                if traced is not None:
-                    traced.set_attribute("rdq.outcome", "failed")
-                    traced.set_attribute("rdq.error_type", type(exc).__name__)
-                raise
-            if traced is not None:
-                traced.set_attribute("rdq.count", done)
-                traced.set_attribute("rdq.outcome", "done")
-            return done
+    # --- putting tasks back ---------------------------------------------------------------
 
-    async def _run(
+    async def import_dead(
         self,
-        action: Action,
-        queue: str,
-        selector: Selector | TaskSelector,
+        tasks: Iterable[Envelope],
+        *,
         actor: str,
-        reason: str | None,
-        progress: ProgressCallback | None,
-        traced: Any = None,
-    ) -> int:
-        done = 0
-        error: str | None = None
-        in_doubt = False  # a storage call that changes tasks is under way
-        try:
-            if isinstance(selector, Selector) and selector.filter is not None:
-                if self.filters_in_storage:
-                    operation = self.storage.redrive if action == "redrive" else self.storage.purge
-                    in_doubt = True
-                    done, stopped = await to_the_end(operation(queue, selector))
-                    in_doubt = False
-                    _report(progress, done, done)
-                    if stopped:
-                        raise asyncio.CancelledError
-                    return done
-                ids = [
-                    t.id
-                    async for page in scan_dlq(
-                        self.storage, self.filters_in_storage, queue, selector.filter
-                    )
-                    for t in page
-                ]
-            elif isinstance(selector, TaskSelector) and selector.filter is not None:
-                scan = self._selected(queue, selector.filter)
-                ids = [t.id async for page in scan for t in page]
-            else:
-                ids = list(dict.fromkeys(selector.ids or []))
-            _report(progress, 0, len(ids))
-            for start in range(0, len(ids), CHUNK):
-                chunk = ids[start : start + CHUNK]
-                in_doubt = True
-                applied, stopped = await to_the_end(self._apply(action, queue, chunk))
-                done += applied
-                in_doubt = False
-                _report(progress, min(start + CHUNK, len(ids)), len(ids))
-                if stopped:
-                    raise asyncio.CancelledError
-            return done
-        except asyncio.CancelledError:
-            error = "interrupted: stopped before the rest" if not in_doubt else None
-            if in_doubt:
-                error = f"interrupted; {COUNT_UNKNOWN} ({done} known done before it)"
-            raise
-        except BaseException as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            if in_doubt and _may_have_applied(exc):
-                error += f"; {COUNT_UNKNOWN} ({done} known done before it)"
-            raise
-        finally:
-            _count_metric(action, queue, done)
-            if traced is not None:
-                traced.set_attribute("rdq.count", done)
-            await record_action(
-                self.storage, self.sinks, action, queue, selector, actor, reason, done, error
-            )
-
-    async def _apply(self, action: Action, queue: str, ids: list[str]) -> int:
-        if action == "cancel":
-            return await self.storage.cancel(queue, ids)
-        operation = self.storage.redrive if action == "redrive" else self.storage.purge
-        return await operation(queue, Selector(ids=ids))
+        queue: str | None = None,
+        reason: str | None = None,
+        report: ImportReport | None = None,
+    ) -> ImportReport:
+        """Put DEAD tasks (from an archive or an export) back into their queue's DLQ, ids,
+        attempts and times kept, idempotently; each queue that gained tasks is audited
+        (``import``). See :mod:`rdq.admin._imports`."""
+        return await import_dead(
+            self.storage,
+            tasks,
+            actor=actor,
+            queue=queue,
+            reason=reason,
+            sinks=self.sinks,
+            report=report,
+            blobs=self.blobs,
+        )
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -485,25 +416,3 @@ def _as_task_filter(dlq_filter: DLQFilter) -> TaskFilter:
         after=dlq_filter.dead_lettered_after,
         before=dlq_filter.dead_lettered_before,
     )
-
-
-def _may_have_applied(exc: BaseException) -> bool:
-    """True if a storage call that raised ``exc`` may still have been applied: it timed out,
-    lost its connection or was cancelled, rather than being refused."""
-    return isinstance(exc, StorageUnavailable | TimeoutError | asyncio.CancelledError)
-
-
-def _report(progress: ProgressCallback | None, done: int, total: int | None) -> None:
-    if progress is not None:
-        progress(done, total)
-
-
-def _count_metric(action: Action, queue: str, count: int) -> None:
-    if count <= 0:
-        return
-    from rdq import metrics
-
-    name = {"redrive": "REDRIVEN", "purge": "PURGED", "cancel": "CANCELLED"}[action]
-    counter = getattr(metrics, name, None)
-    if counter is not None:
-        counter.labels(queue=queue).inc(count)

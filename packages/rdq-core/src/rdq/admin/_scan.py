@@ -26,11 +26,19 @@ async def ids_in(
 
 
 async def scan_dlq(
-    storage: Storage, pushdown: bool, queue: str, dlq_filter: DLQFilter | None
+    storage: Storage,
+    pushdown: bool,
+    queue: str,
+    dlq_filter: DLQFilter | None,
+    *,
+    attempts: bool = False,
 ) -> AsyncIterator[list[Envelope]]:
-    """Yield the DLQ of ``queue`` page by page, filtered (by the store or here)."""
+    """Yield the DLQ of ``queue`` page by page, filtered (by the store or here); with
+    ``attempts``, every task with its attempts."""
     store_filter = dlq_filter if pushdown else None
-    need_attempts = not pushdown and dlq_filter is not None and dlq_filter.error_type is not None
+    need_attempts = attempts or (
+        not pushdown and dlq_filter is not None and dlq_filter.error_type is not None
+    )
     cursor: str | None = None
     while True:
         page = Page(limit=SCAN_PAGE, cursor=cursor, include_attempts=need_attempts)

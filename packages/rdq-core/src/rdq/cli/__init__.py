@@ -1,7 +1,8 @@
 """The ``rdq`` command line. Each command lives in its own module, imported only when run.
 
 - the commands (:data:`COMMANDS`): ``_backends``, ``_migrate``, ``_worker``, ``_demo``,
-  ``_server``, ``_dlq`` (``stats`` and ``dlq``), ``_tasks``, ``_flow`` (``queue``,
+  ``_server``, ``_dlq`` (``stats`` and ``dlq``) with ``_dlq_files`` (``dlq export`` and
+  ``dlq import``), ``_submit``, ``_tasks``, ``_flow`` (``queue``,
   ``breakers``, ``breaker``, ``limits``, ``workers``), ``_status`` (``queue status``, the
   flags of ``stats``, what holds a task), ``_audit``, ``_copy``, ``_backup``,
   ``_schedules``, ``_keys`` (payload keys and their rotation);
@@ -28,9 +29,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("_demo:demo", "Watch rdq retry, dead-letter and redrive tasks (in memory)."),
     "server": ("_server:server", "Run an rdq server node (HTTP API, DLQ UI, worker)."),
     "stats": ("_dlq:stats", "Show queue statistics (every queue by default)."),
+    "submit": ("_submit:submit", "Submit a task (with an id, a delay, a dedup key)."),
     "dlq": (
         "_dlq:dlq",
-        "List, inspect, group, redrive (at a pace too) and purge dead-lettered tasks.",
+        "List, inspect, group, redrive (at a pace too), purge, export and import dead-lettered "
+        "tasks.",
     ),
     "tasks": ("_tasks:tasks", "Find, inspect, cancel and retry now tasks in any status."),
     "queue": (

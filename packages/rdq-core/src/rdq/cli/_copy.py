@@ -10,6 +10,12 @@ unless every one matches.
 
 Copy from a source no worker is using: tasks that change status while the copy runs may be
 missed or copied in an older state (the verification then reports the difference).
+
+A payload kept by reference (see :mod:`rdq.blobs`) is copied as its reference when the
+destination keeps references too: its blob is put into the destination's blob store
+(``--to-blobs``; nothing to do when that is the source's, ``--blobs``) before the task is
+written, so no reference of the destination dangles. Into a store without references the
+payload is read back and written inline (one above the 1 MiB a row takes is an error).
 """
 
 from __future__ import annotations
@@ -27,11 +33,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from rdq.blobs import Blobs, blobs_from, digest_of, reference_of
 from rdq.cli._common import echo_json, json_option, run_async
 from rdq.cli._default import chosen_storage
-from rdq.errors import IDConflict, StaleCursor
+from rdq.errors import IDConflict, PayloadMissing, StaleCursor, ValidationError
 from rdq.plugins import open_storage
-from rdq.spi import Page, Stats, Status, Storage, TaskFilter, bounds
+from rdq.spi import Envelope, Page, Stats, Status, Storage, TaskFilter, bounds
 
 __all__ = ["copy"]
 
@@ -67,6 +74,8 @@ class CopyState:
     copied: int = 0
     present: int = 0
     corrupt: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    """Tasks whose payload blob the source's blob store does not hold (copied as they are)."""
 
     @classmethod
     def load(cls, path: Path, key: str) -> CopyState | None:
@@ -81,6 +90,7 @@ class CopyState:
                 f"{path} belongs to another copy; give --state FILE or --restart"
             )
         data.pop("version")
+        data.setdefault("missing", [])
         return cls(**data)
 
     def save(self, path: Path) -> None:
@@ -131,6 +141,49 @@ async def _exact(store: Storage, stats: Stats, status: Status) -> int:
             return total
 
 
+@dataclass(frozen=True)
+class _Payloads:
+    """The blob stores of both sides, and whether the destination keeps references."""
+
+    source: Blobs
+    destination: Blobs
+    by_reference: bool
+
+    async def carried(self, tasks: list[Envelope], state: CopyState) -> list[Envelope]:
+        """``tasks`` as the destination takes them: a reference with its blob put there
+        first, or (into a store without references) the payload read back."""
+        out = []
+        for task in tasks:
+            reference = reference_of(task)
+            if reference is None:
+                out.append(task)
+                continue
+            try:
+                if not self.by_reference:
+                    out.append(_inline(await self.source.resolve(task)))
+                    continue
+                if self.destination.store.where != self.source.store.where:
+                    digest = digest_of(reference)
+                    await self.destination.store.put(digest, await self.source.store.get(digest))
+            except PayloadMissing as exc:
+                if task.id not in state.missing:
+                    state.missing.append(task.id)
+                click.echo(f"task {task.id}: {exc}; copied as it is", err=True)
+            out.append(task)
+        return out
+
+
+def _inline(task: Envelope) -> Envelope:
+    try:
+        bounds.check_task(task)
+    except ValidationError as exc:
+        raise click.ClickException(
+            f"task {task.id!r} of queue {task.queue!r}: its payload is kept by reference and the "
+            f"destination keeps none (capability payload_refs); inline, {exc}"
+        ) from None
+    return task
+
+
 async def _copy_status(
     source: Storage,
     destination: Storage,
@@ -140,6 +193,7 @@ async def _copy_status(
     state_path: Path,
     batch: int,
     progress: _Progress,
+    payloads: _Payloads,
 ) -> None:
     cursor = state.cursor if (state.queue, state.status) == (queue, str(status)) else None
     while True:
@@ -156,6 +210,7 @@ async def _copy_status(
             if task.corrupt is not None and task.id not in state.corrupt:
                 state.corrupt.append(task.id)
         if readable:
+            readable = await payloads.carried(readable, state)
             try:
                 stored = await destination.import_tasks(readable)
             except IDConflict as exc:
@@ -194,6 +249,21 @@ async def _copy_status(
     help="Where the position is saved (default: .rdq-copy-<id>.json in this directory).",
 )
 @click.option("--restart", is_flag=True, help="Ignore a saved position and start over.")
+@click.option(
+    "--blobs",
+    "source_blobs",
+    metavar="DIR|URL",
+    default=None,
+    help="The source's blob store, of payloads kept by reference (default: RDQ_BLOBS, else "
+    "./rdq-blobs).",
+)
+@click.option(
+    "--to-blobs",
+    "destination_blobs",
+    metavar="DIR|URL",
+    default=None,
+    help="The destination's blob store (default: the source's).",
+)
 @json_option
 @run_async
 async def copy(
@@ -202,6 +272,8 @@ async def copy(
     batch: int,
     state_file: Path | None,
     restart: bool,
+    source_blobs: str | None,
+    destination_blobs: str | None,
     as_json: bool,
 ) -> None:
     """Copy every task, with its history, from one store to another (resumable, idempotent),
@@ -221,6 +293,12 @@ async def copy(
         )
     async with open_storage(source_url) as source, open_storage(destination_url) as destination:
         await destination.migrate()
+        from_blobs = blobs_from(source_blobs)
+        payloads = _Payloads(
+            from_blobs,
+            blobs_from(destination_blobs) if destination_blobs else from_blobs,
+            destination.capabilities().payload_refs,
+        )
         queues = await source.list_queues()
         total = sum(getattr(s, name) for s in queues for name in _COUNTS.values())
         progress = _Progress(total)
@@ -234,7 +312,15 @@ async def copy(
                 if getattr(stats, _COUNTS[status]) == 0 or state.finished(stats.queue, status):
                     continue
                 await _copy_status(
-                    source, destination, stats.queue, status, state, state_path, batch, progress
+                    source,
+                    destination,
+                    stats.queue,
+                    status,
+                    state,
+                    state_path,
+                    batch,
+                    progress,
+                    payloads,
                 )
                 progress.report(state, f"{stats.queue} {status} done")
         rows: list[tuple[str, Status, int, int]] = []
@@ -253,6 +339,8 @@ async def copy(
         problems.append(f"{len(mismatched)} count(s) differ")
     if state.corrupt:
         problems.append(f"{len(state.corrupt)} corrupt task(s) were not copied")
+    if state.missing:
+        problems.append(f"{len(state.missing)} task(s) refer to a payload blob the source lacks")
     _report(rows, state, problems, as_json)
     if problems:
         message = "the copy is not verified: " + "; ".join(problems)
@@ -273,6 +361,7 @@ def _report(
                 "copied": state.copied,
                 "already_present": state.present,
                 "corrupt": state.corrupt,
+                "missing_payloads": state.missing,
                 "counts": [
                     {"queue": q, "status": str(s), "source": a, "destination": b}
                     for q, s, a, b in rows

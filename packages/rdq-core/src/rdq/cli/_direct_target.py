@@ -8,6 +8,7 @@ so that ``rdq --help`` stays quick.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Literal, Self
 
@@ -24,22 +25,38 @@ from rdq.cli._targets import (
     Target,
     TargetError,
 )
-from rdq.spi import Envelope, Selector, TaskFilter
+from rdq.spi import DLQFilter, Envelope, Selector, TaskFilter
 
 __all__ = ["DirectTarget"]
+
+_EXPORT_PAGE = 500
+_EXPORT_PART = 10
 
 
 class DirectTarget(Target):
     """Acts on a store through :class:`rdq.admin.TaskAdmin` (audited as ``actor``)."""
 
-    def __init__(self, storage_url: str, *, actor: str, audit_log: str | None = None) -> None:
+    def __init__(
+        self,
+        storage_url: str,
+        *,
+        actor: str,
+        audit_log: str | None = None,
+        archive: str | None = "",
+    ) -> None:
+        """``archive``: where a purge writes what it deletes (a directory or
+        ``module:attribute``; ``""``: the default, ``RDQ_ARCHIVE`` or ``./rdq-archive``;
+        ``None``: nowhere)."""
         from rdq.admin import TaskAdmin
         from rdq.audit import AuditSink, JsonLinesAuditSink
+        from rdq.blobs import blobs_from
         from rdq.plugins import open_storage
+        from rdq.retention import archive_from
 
         self._storage = open_storage(storage_url)
         sinks: list[AuditSink] = [JsonLinesAuditSink(audit_log)] if audit_log else []
-        self._admin = TaskAdmin(self._storage, sinks=sinks)
+        chosen = None if archive is None else archive_from(archive or None)
+        self._admin = TaskAdmin(self._storage, sinks=sinks, archive=chosen, blobs=blobs_from(None))
         self._actor = actor
         self._driver = f"cli:{_host_pid()}"
 
@@ -64,6 +81,16 @@ class DirectTarget(Target):
             raise TargetError("this store cannot list its queues yet: name them") from None
         return [msgspec.to_builtins(s) for s in found]
 
+    async def retention(self, queues: list[str]) -> dict[str, dict[str, Any]]:
+        from rdq.retention import read_records
+
+        found = await read_records(self._storage)
+        return {
+            queue: {"queue": queue, "recorded": True, **msgspec.to_builtins(record)}
+            for queue, record in found.items()
+            if queue in queues
+        }
+
     async def get(self, task_id: str) -> dict[str, Any]:
         return _opened(await self._admin.get(task_id))
 
@@ -78,6 +105,21 @@ class DirectTarget(Target):
         else:
             tasks, cursor = await self._admin.list_dlq(listing.queue, listing.filter, page)
         return [_opened(t) for t in tasks], cursor
+
+    async def export(
+        self, queue: str, chosen: DLQFilter | None
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        from rdq.spi import Page, envelope_to_builtins
+
+        cursor: str | None = None
+        while True:
+            page = Page(limit=_EXPORT_PAGE, cursor=cursor, include_attempts=True)
+            tasks, cursor = await self._admin.list_dlq(queue, chosen, page)
+            for start in range(0, len(tasks), _EXPORT_PART):  # payloads read back a few at a time
+                part = await self._admin.read_payloads(tasks[start : start + _EXPORT_PART])
+                yield [envelope_to_builtins(t) for t in part]
+            if cursor is None:
+                return
 
     async def groups(self, queue: str) -> list[dict[str, Any]]:
         return [msgspec.to_builtins(g) for g in await self._admin.dlq_groups(queue)]
@@ -103,24 +145,47 @@ class DirectTarget(Target):
             return [], str(exc)
         return [msgspec.to_builtins(p) for p in found], None
 
-    async def act(self, action: Action, progress: Progress = None) -> int:
-        common: dict[str, Any] = {
-            "actor": self._actor,
-            "reason": action.reason,
-            "dry_run": action.dry_run,
-            "progress": progress,
-        }
+    async def act(self, action: Action, progress: Progress = None) -> dict[str, Any]:
         if action.verb == "retry_now" and isinstance(action.selector, TaskSelector):
             if action.dry_run:
-                return await self._admin.count_retry_now(action.queue, action.selector)
-            return await self._admin.retry_now(
-                action.queue, action.selector, actor=self._actor, reason=action.reason
-            )
-        if isinstance(action.selector, TaskSelector):
-            return await self._admin.cancel(action.queue, action.selector, **common)
-        if action.verb == "redrive":
-            return await self._admin.redrive(action.queue, action.selector, **common)
-        return await self._admin.purge(action.queue, action.selector, **common)
+                count = await self._admin.count_retry_now(action.queue, action.selector)
+            else:
+                count = await self._admin.retry_now(
+                    action.queue, action.selector, actor=self._actor, reason=action.reason
+                )
+            return {"matched": count, "done": count, "gone": 0}
+        report = await self._admin.act(
+            action.verb,
+            action.queue,
+            action.selector,
+            actor=self._actor,
+            reason=action.reason,
+            dry_run=action.dry_run,
+            progress=progress,
+        )
+        return report.to_builtins()
+
+    async def submit(self, request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        from rdq.client import Client
+        from rdq.spi import envelope_to_builtins
+
+        options = dict(request)
+        handler = options.pop("handler_ref")
+        submitted = await Client(self._storage, actor=self._actor).submit(handler, **options)
+        return submitted.outcome, envelope_to_builtins(await self._storage.get(submitted.id))
+
+    async def import_dead(
+        self, queue: str, tasks: list[dict[str, Any]], reason: str | None
+    ) -> dict[str, Any]:
+        from rdq.spi import envelope_from_builtins
+
+        report = await self._admin.import_dead(
+            [envelope_from_builtins(t) for t in tasks],
+            actor=self._actor,
+            queue=queue,
+            reason=reason,
+        )
+        return dict(msgspec.to_builtins(report))
 
     async def audit(self, query: AuditQuery) -> tuple[list[dict[str, Any]], str | None]:
         from rdq.spi import Page

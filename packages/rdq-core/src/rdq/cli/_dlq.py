@@ -28,10 +28,13 @@ from rdq.cli._common import (
     run_async,
     stopped_by,
 )
+from rdq.cli._dlq_files import export_dlq, import_dlq
 from rdq.cli._options import (
     action_options,
     actor_options,
+    archive_options,
     check_selection,
+    dlq_filter,
     filter_options,
     open_target,
     target_options,
@@ -66,10 +69,15 @@ async def stats(
     as_json: bool,
 ) -> None:
     """Show statistics of QUEUES, or of every queue that holds a task when none is named,
-    each flagged when it is paused, held by a breaker, or served by no live worker."""
+    each flagged when it is paused, held by a breaker, or served by no live worker, with what
+    retention archived and removed (its dead_ttl, archive_succeeded)."""
     async with open_target(storage_url, server_url, token) as target:
         found = await incident(target, list(queues))
+        kept = await target.retention([f["queue"] for f in found])
     rows = [{**f["stats"], "flags": f["flags"]} for f in found]
+    for row in rows:
+        if row["queue"] in kept:
+            row["retention"] = kept[row["queue"]]
     if as_json:
         echo_json({"queues": rows})
     else:
@@ -81,23 +89,7 @@ async def stats(
 
 @click.group()
 def dlq() -> None:
-    """List, inspect, group, redrive and purge dead-lettered tasks."""
-
-
-def dlq_filter(
-    error_type: str | None,
-    handler_ref: str | None,
-    after: datetime | None,
-    before: datetime | None,
-) -> DLQFilter | None:
-    if not any(v is not None for v in (error_type, handler_ref, after, before)):
-        return None
-    return DLQFilter(
-        error_type=error_type,
-        handler_ref=handler_ref,
-        dead_lettered_after=after,
-        dead_lettered_before=before,
-    )
+    """List, inspect, group, redrive, purge, export and import dead-lettered tasks."""
 
 
 @dlq.command("list")
@@ -189,6 +181,7 @@ def _action_command(verb: Verb) -> click.Command:
     @click.argument("ids", nargs=-1)
     @filter_options("Dead-lettered")
     @action_options("Select the whole DLQ of QUEUE (when no ids or filter are given).")
+    @archive_options
     @actor_options
     @target_options
     @json_option
@@ -205,6 +198,8 @@ def _action_command(verb: Verb) -> click.Command:
         reason: str | None,
         yes: bool,
         force: bool,
+        archive: str | None,
+        no_archive: bool,
         actor: str | None,
         audit_log: str | None,
         storage_url: str | None,
@@ -216,14 +211,23 @@ def _action_command(verb: Verb) -> click.Command:
         check_selection(ids, selected is not None, everything, "--error-type")
         selector = Selector(ids=list(ids)) if ids else Selector(filter=selected or DLQFilter())
         action = Action(verb, queue, selector, dry_run=dry_run, reason=reason, force=force)
-        target = open_target(storage_url, server_url, token, actor=actor, audit_log=audit_log)
+        target = open_target(
+            storage_url,
+            server_url,
+            token,
+            actor=actor,
+            audit_log=audit_log,
+            archive=archive,
+            no_archive=no_archive,
+        )
         async with target:
             await confirm_and_act(target, action, yes, as_json)
 
     command.help = (
         f"{what} dead-lettered tasks of QUEUE: by IDS, by filter (a group: --error-type and "
         "--handler-ref), or --all. Asks for confirmation (--yes to skip); --dry-run only "
-        "counts."
+        "counts. Every task is written to the archive before it is deleted (--no-archive: "
+        "not); the answer says how many matched, were purged, and were already gone."
     )
     return command
 
@@ -489,3 +493,8 @@ async def redrives(
         echo_json({"redrives": rows, "unsupported": unsupported})
     else:
         print_redrives(rows, unsupported)
+
+
+# `rdq dlq export` and `rdq dlq import`: the DLQ to a file and back (rdq.cli._dlq_files)
+dlq.add_command(export_dlq, name="export")
+dlq.add_command(import_dlq, name="import")

@@ -7,6 +7,7 @@ with its code, message and field. A paced redrive is driven by the node and watc
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import quote
@@ -23,7 +24,7 @@ from rdq.cli._targets import (
     Target,
     TargetError,
 )
-from rdq.spi import Selector, TaskFilter
+from rdq.spi import DLQFilter, Selector, TaskFilter
 
 __all__ = ["HttpTarget"]
 
@@ -77,6 +78,14 @@ class HttpTarget(Target):
                 f"(HTTP {response.status_code}, {kind}, for {method} {path})"
             ) from None
 
+    async def retention(self, queues: list[str]) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        for queue in queues:
+            doc: dict[str, Any] = await self._call("GET", f"/v1/queues/{_seg(queue)}/retention")
+            if doc.get("archived") or doc.get("expired") or doc.get("last_run"):
+                found[queue] = doc
+        return found
+
     async def stats(self, queues: list[str]) -> list[dict[str, Any]]:
         if not queues:
             rows: list[dict[str, Any]] = await self._call("GET", "/v1/queues", key="queues")
@@ -104,6 +113,29 @@ class HttpTarget(Target):
         for seen in body.get("outlook") or []:
             self._outlooks[seen["id"]] = seen
         return body["tasks"], body["next_cursor"]
+
+    async def export(
+        self, queue: str, chosen: DLQFilter | None
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        import httpx
+
+        params = {k: v for k, v in msgspec.to_builtins(chosen or {}).items() if v is not None}
+        path = f"/v1/queues/{_seg(queue)}/dlq/export"
+        try:
+            async with self._http.stream("GET", path, params=params) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    if _is_rdq_error(response):
+                        raise TargetError(_describe(response))
+                    raise TargetError(
+                        f"{self._url} does not answer like an rdq server node "
+                        f"(HTTP {response.status_code}, for GET {path})"
+                    )
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        yield [msgspec.json.decode(line)]
+        except httpx.HTTPError as exc:
+            raise TargetError(f"cannot reach {self._url}: {exc or type(exc).__name__}") from None
 
     async def outlooks(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         found = []
@@ -135,11 +167,16 @@ class HttpTarget(Target):
             found["hint"] = found["hint"] or answer.get("hint")
         return found
 
-    async def act(self, action: Action, progress: Progress = None) -> int:
-        total = 0
+    async def act(self, action: Action, progress: Progress = None) -> dict[str, Any]:
+        report: dict[str, Any] = {"matched": 0, "done": 0, "gone": 0}
         for answer in await self._send(action, progress):
-            total += answer["count"]
-        return total
+            report["done"] += answer["count"]
+            report["matched"] += answer.get("matched", answer["count"])
+            report["gone"] += answer.get("gone", 0)
+            if answer.get("archive"):
+                report["archived"] = report.get("archived", 0) + (answer.get("archived") or 0)
+                report["archive"] = answer["archive"]
+        return report
 
     async def _send(self, action: Action, progress: Progress = None) -> list[dict[str, Any]]:
         """The action's request(s) (ids in chunks), and each answer."""
@@ -173,6 +210,33 @@ class HttpTarget(Target):
             if progress is not None:
                 progress(min(start + _HTTP_ID_CHUNK, len(ids)), len(ids))
         return answers
+
+    async def submit(self, request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        import httpx
+
+        body = {k: v for k, v in request.items() if v is not None}
+        try:
+            response = await self._http.post("/v1/tasks", json=body)
+        except httpx.HTTPError as exc:
+            raise TargetError(f"cannot reach {self._url}: {exc or type(exc).__name__}") from None
+        if response.status_code >= 400:
+            raise TargetError(_describe(response))
+        outcome = response.headers.get("rdq-outcome") or (
+            "added" if response.status_code == 201 else "skipped"
+        )
+        task: dict[str, Any] = response.json()
+        return outcome, task
+
+    async def import_dead(
+        self, queue: str, tasks: list[dict[str, Any]], reason: str | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"tasks": tasks}
+        if reason:
+            body["reason"] = reason
+        answer: dict[str, Any] = await self._call(
+            "POST", f"/v1/queues/{_seg(queue)}/dlq/import", json=body
+        )
+        return answer
 
     async def audit(self, query: AuditQuery) -> tuple[list[dict[str, Any]], str | None]:
         params: dict[str, Any] = dict(msgspec.to_builtins(query.filter or {}))

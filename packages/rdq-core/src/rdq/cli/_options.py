@@ -17,6 +17,7 @@ from rdq.cli._default import DEFAULT_STORAGE, STORAGE_ENV, chosen_storage
 from rdq.cli._direct_target import DirectTarget
 from rdq.cli._http_target import HttpTarget
 from rdq.cli._targets import Target
+from rdq.spi import DLQFilter
 
 __all__ = [
     "AWARE",
@@ -60,6 +61,26 @@ def action_options(all_help: str) -> Callable[[Callable[..., Any]], Callable[...
         )
 
     return options
+
+
+def archive_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--archive`` and ``--no-archive`` for a purge done directly on a store."""
+    return _apply(
+        fn,
+        [
+            click.option(
+                "--archive",
+                metavar="DIR|MODULE:SINK",
+                help="With --storage: write every purged task here before it is deleted "
+                "(default: RDQ_ARCHIVE, else ./rdq-archive).",
+            ),
+            click.option(
+                "--no-archive",
+                is_flag=True,
+                help="With --storage: delete without writing the tasks to an archive first.",
+            ),
+        ],
+    )
 
 
 def check_selection(ids: tuple[str, ...], filtered: bool, everything: bool, example: str) -> None:
@@ -179,9 +200,14 @@ def open_target(
     actor: str | None = None,
     audit_log: str | None = None,
     create: bool = False,
+    archive: str | None = None,
+    no_archive: bool = False,
 ) -> Target:
     """Where the command acts: the node ``server_url`` names, or a store (which must exist
-    unless ``create``: see :func:`rdq.cli._default.chosen_storage`)."""
+    unless ``create``: see :func:`rdq.cli._default.chosen_storage`). On a store, a purge
+    archives what it deletes in ``archive`` (a directory or ``module:attribute``; default
+    ``RDQ_ARCHIVE``, else ``./rdq-archive``) unless ``no_archive``; through a node, the node's
+    setting decides."""
     if storage_url and server_url:
         raise click.UsageError("give --storage or --server, not both")
     if server_url:
@@ -189,10 +215,13 @@ def open_target(
             raise click.UsageError("--server needs --token (or RDQ_TOKEN)")
         return HttpTarget(server_url, token)
     _log_to_stderr()
+    if archive is not None and no_archive:
+        raise click.UsageError("give --archive or --no-archive, not both")
     return DirectTarget(
         chosen_storage(storage_url, existing=not create),
         actor=actor or _default_actor(),
         audit_log=audit_log,
+        archive=None if no_archive else (archive or ""),
     )
 
 
@@ -231,3 +260,20 @@ def _default_actor() -> str:
     except (KeyError, OSError):
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
+
+
+def dlq_filter(
+    error_type: str | None,
+    handler_ref: str | None,
+    after: datetime | None,
+    before: datetime | None,
+) -> DLQFilter | None:
+    """The DLQ filter of the filter options (``None`` when none is given)."""
+    if not any(v is not None for v in (error_type, handler_ref, after, before)):
+        return None
+    return DLQFilter(
+        error_type=error_type,
+        handler_ref=handler_ref,
+        dead_lettered_after=after,
+        dead_lettered_before=before,
+    )

@@ -79,6 +79,10 @@ def print_queues(rows: list[dict[str, Any]]) -> None:
     columns = ("queue", "pending", "in flight", "DLQ", "succeeded", "cancelled", "oldest due")
     for column in columns:
         table.add_column(column, justify="left" if column == "queue" else "right")
+    kept = any(row.get("retention") for row in rows)
+    if kept:  # what retention wrote to the archive, then removed (all statuses)
+        table.add_column("archived", justify="right")
+        table.add_column("expired", justify="right")
     flagged = any(row.get("flags") for row in rows)
     if flagged:
         table.add_column("flags", overflow="fold")
@@ -92,6 +96,12 @@ def print_queues(rows: list[dict[str, Any]]) -> None:
             _count(row, "cancelled"),
             age(row["oldest_pending_age"]),
         ]
+        if kept:
+            record = row.get("retention") or {}
+            cells += [
+                str(sum((record.get("archived") or {}).values())),
+                str(sum((record.get("expired") or {}).values())),
+            ]
         if flagged:
             cells.append("[yellow]" + ", ".join(row.get("flags") or []) + "[/yellow]")
         table.add_row(*cells)
@@ -311,7 +321,7 @@ async def confirm_and_act(target: Target, action: Action, yes: bool, as_json: bo
     progress = _Done()
     with _ProgressBar(count, as_json) as advance:
         try:
-            done = await target.act(action, progress.tracking(advance))
+            outcome = await target.act(action, progress.tracking(advance))
         except asyncio.CancelledError:
             signum = stopped_by()
             if signum is None:
@@ -321,7 +331,7 @@ async def confirm_and_act(target: Target, action: Action, yes: bool, as_json: bo
                 f"{progress.done} task(s) of queue {action.queue} {_DONE[action.verb]} before "
                 f"it stopped (the audit trail says so); the rest were not",
             ) from None
-    _report(action, done, False, as_json, seen, done=True)
+    _report(action, int(outcome["done"]), False, as_json, seen, done=True, outcome=outcome)
     if skipped:
         exit_code(EXIT_PARTLY)
 
@@ -371,20 +381,24 @@ def _report(
     seen: dict[str, Any] | None = None,
     *,
     done: bool,
+    outcome: dict[str, Any] | None = None,
 ) -> None:
     seen = seen or {}
     if as_json:
-        echo_json(
-            {
-                "action": action.verb,
-                "queue": action.queue,
-                "count": count,
-                "dry_run": dry_run,
-                "done": done and count > 0,
-                "skipped": seen.get("skipped") or [],
-                "hint": seen.get("hint"),
+        answer = {
+            "action": action.verb,
+            "queue": action.queue,
+            "count": count,
+            "dry_run": dry_run,
+            "done": done and count > 0,
+            "skipped": seen.get("skipped") or [],
+            "hint": seen.get("hint"),
+        }
+        if outcome is not None and action.verb != "retry_now":
+            answer |= {
+                k: outcome[k] for k in ("matched", "gone", "archived", "archive") if k in outcome
             }
-        )
+        echo_json(answer)
         return
     if count == 0:
         click.echo("0 tasks match; nothing done" + (" (dry run)" if dry_run else ""))
@@ -393,6 +407,14 @@ def _report(
     elif dry_run:
         say = _SAY.get(action.verb, action.verb)
         click.echo(f"{say} would act on {count} task(s) of queue {action.queue} (dry run)")
+    elif outcome is not None and action.verb != "retry_now":
+        matched, gone = int(outcome.get("matched", count)), int(outcome.get("gone", 0))
+        click.echo(
+            f"{count} task(s) of queue {action.queue} {_DONE[action.verb]} "
+            f"(matched {matched}, already gone {gone})"
+        )
+        if outcome.get("archive"):
+            click.echo(f"archived {outcome.get('archived', count)} first: {outcome['archive']}")
     else:
         click.echo(f"{count} task(s) of queue {action.queue} {_DONE[action.verb]}")
 

@@ -13,7 +13,7 @@ one; :func:`rdq.cli._options.open_target` picks one).
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -108,7 +108,17 @@ class Target(abc.ABC):
     async def get(self, task_id: str) -> dict[str, Any]: ...
 
     @abc.abstractmethod
+    async def retention(self, queues: list[str]) -> dict[str, dict[str, Any]]:
+        """What retention archived and removed, by queue (as ``GET
+        /v1/queues/{q}/retention`` says it), for the queues that have a record."""
+
+    @abc.abstractmethod
     async def page(self, listing: Listing) -> tuple[list[dict[str, Any]], str | None]: ...
+
+    @abc.abstractmethod
+    def export(self, queue: str, chosen: DLQFilter | None) -> AsyncIterator[list[dict[str, Any]]]:
+        """The DLQ of ``queue`` (what ``chosen`` selects), oldest first, every attempt
+        included and every payload whole (one kept by reference read back), in parts."""
 
     @abc.abstractmethod
     async def groups(self, queue: str) -> list[dict[str, Any]]: ...
@@ -129,7 +139,24 @@ class Target(abc.ABC):
         for a queue nothing knows, unless the action is forced."""
 
     @abc.abstractmethod
-    async def act(self, action: Action, progress: Progress = None) -> int: ...
+    async def act(self, action: Action, progress: Progress = None) -> dict[str, Any]:
+        """Run ``action``; what it came to: ``matched`` (when it began), ``done`` and
+        ``gone`` (matched, then gone before it reached them); a purge that archived says
+        ``archived`` and ``archive`` (where)."""
+
+    @abc.abstractmethod
+    async def submit(self, request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Submit the task ``request`` describes (the body of ``POST /v1/tasks``: handler_ref,
+        queue, id, payload, headers, delay, priority, dedup_*); what the submission did
+        (``added``, ``skipped``, ``replaced``, ``extended``) and the task that holds it."""
+
+    @abc.abstractmethod
+    async def import_dead(
+        self, queue: str, tasks: list[dict[str, Any]], reason: str | None
+    ) -> dict[str, Any]:
+        """Put the DEAD tasks of ``queue`` among ``tasks`` (envelopes as JSON-ready dicts) back
+        into its DLQ; what :class:`rdq.admin.ImportReport` says (``imported``, ``existing``,
+        ``skipped``)."""
 
     @abc.abstractmethod
     async def audit(self, query: AuditQuery) -> tuple[list[dict[str, Any]], str | None]: ...

@@ -71,7 +71,14 @@ from rdq.flow._breaker_config import Breaker, check_dependency
 from rdq.flow._compose import LimitState, Lowered, compose, limit_of, lowered_of
 from rdq.flow._evidence import OUTAGE_TOO_LONG, held_too_long, own_outage
 from rdq.flow._holds import claimed_since, paused_key
-from rdq.flow._keys import DEPENDENCY_PREFIX, OP_PREFIX, breaker_key, dependency_key
+from rdq.flow._keys import (
+    DEPENDENCY_PREFIX,
+    OP_PREFIX,
+    OPERATION_PREFIX,
+    RETENTION_KEY,
+    breaker_key,
+    dependency_key,
+)
 from rdq.flow._limit_config import (
     LIMIT_PREFIX,
     Concurrency,
@@ -108,8 +115,10 @@ from rdq.flow._views import (
 __all__ = [
     "DEPENDENCY_PREFIX",
     "LIMIT_PREFIX",
+    "OPERATION_PREFIX",
     "OP_PREFIX",
     "OUTAGE_TOO_LONG",
+    "RETENTION_KEY",
     "Breaker",
     "BreakerChange",
     "BreakerState",

@@ -16,7 +16,7 @@ import msgspec
 
 from rdq.flow._breaker import Outage, State, breaker_of
 from rdq.flow._compose import LIMIT_STATE, LOWERED_STATE
-from rdq.flow._keys import OP_PREFIX
+from rdq.flow._keys import OPERATION_PREFIX
 from rdq.flow._limit_config import LIMIT_PREFIX
 from rdq.spi import QUEUE_KEY, Control, Page, Status, Storage, TaskFilter, bounds, require
 
@@ -120,12 +120,13 @@ def control_builtins(control: Control) -> dict[str, Any]:
 
 
 async def control_list(storage: Storage, queue: str) -> list[Control]:
-    """The control records of ``queue`` but its paced redrives', by key."""
+    """The control records of ``queue`` but the engine's own (paced redrives, retention), by
+    key."""
     return sorted(await _controls(storage, queue, "controls"), key=lambda c: c.key)
 
 
 def _is_op(control: Control) -> bool:
-    return control.key.startswith(OP_PREFIX)
+    return control.key.startswith(OPERATION_PREFIX)
 
 
 async def _controls(storage: Storage, queue: str | None, needed_for: str) -> list[Control]:

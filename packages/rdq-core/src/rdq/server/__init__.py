@@ -9,8 +9,9 @@ HTTP callback tasks with :class:`HttpCallbackInvoker`.
   handler shares; ``_upkeep``: the node's own registration and paced redrives;
   ``_gauges``: the queue, breaker and pause gauges ``/metrics`` serves, read from the store;
 - ``_api``: the API's router, one module per area (``_api_tasks``, ``_api_dlq``,
-  ``_api_flow``, ``_api_fleet``, ``_api_ops``, ``_api_access``: who a token is, users and
-  keys) and what they share (``_api_common``); ``_payloads``: what a role sees of a payload;
+  ``_api_retention``, ``_api_flow``, ``_api_fleet``, ``_api_ops``, ``_api_access``: who a
+  token is, users and keys) and what they share (``_api_common``); ``_payloads``: what a role
+  sees of a payload;
 - ``_models``, ``_task_models``, ``_flow_models``, ``_fields``: the request and response
   bodies (they generate the OpenAPI document, refined in ``_openapi``); ``_body``: reading
   JSON bodies; ``_errors``: the one error shape;

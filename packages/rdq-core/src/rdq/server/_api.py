@@ -29,6 +29,7 @@ from rdq.server._api_flow import (
     retry_now,
 )
 from rdq.server._api_ops import healthz, list_audit, list_queues, metrics, queue_stats, readyz
+from rdq.server._api_retention import export_dlq, import_dlq, queue_retention
 from rdq.server._api_tasks import cancel_tasks, get_task, list_tasks, submit_task, task_outlook
 from rdq.server._node import Node
 
@@ -102,6 +103,9 @@ api_handlers = [
     dlq_groups,
     redrive,
     purge,
+    export_dlq,
+    import_dlq,
+    queue_retention,
     list_controls,
     pause,
     resume,

@@ -10,7 +10,7 @@ from litestar import Request
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import PathParameter, QueryParameter
 
-from rdq.admin import Preview, TaskSelector
+from rdq.admin import ActionReport, Preview, TaskSelector
 from rdq.audit import Action
 from rdq.errors import ValidationError
 from rdq.server._errors import ErrorBody
@@ -114,16 +114,25 @@ def task_body(request: Request[Any, Any, Any], task: Envelope) -> Any:
 
 
 def action_result(
-    action: Action, queue: str, count: int, dry_run: bool, seen: Preview | None = None
+    action: Action,
+    queue: str,
+    count: int | ActionReport,
+    dry_run: bool,
+    seen: Preview | None = None,
 ) -> ActionResult:
     skipped = (
         [msgspec.convert(msgspec.to_builtins(s), SkippedDoc) for s in seen.skipped] if seen else []
     )
+    report = count if isinstance(count, ActionReport) else None
     return ActionResult(
         action=action,
         queue=queue,
-        count=count,
+        count=report.done if report is not None else int(count),  # type: ignore[arg-type]
         dry_run=dry_run,
+        matched=report.matched if report is not None else None,
+        gone=report.gone if report is not None else None,
+        archived=report.archived if report is not None and report.where else None,
+        archive=report.where if report is not None else None,
         skipped=skipped,
         hint=seen.hint if seen is not None else None,
     )
@@ -137,7 +146,7 @@ async def act_on(
     *,
     force: bool,
     dry_run: bool,
-    run: Callable[[], Awaitable[int]],
+    run: Callable[[], Awaitable[int | ActionReport]],
 ) -> ActionResult:
     """An action's answer: the queue checked (``unknown_name`` unless ``force``), then a dry
     run's count, or the action (``run``) — skipping nothing when the named ids hold nothing to
@@ -150,9 +159,10 @@ async def act_on(
         if dry_run or seen.count == 0:
             return action_result(action, queue, seen.count, dry_run, seen)
         return action_result(action, queue, await run(), False, seen)
-    count = await run()
+    done = await run()
+    count = done.done if isinstance(done, ActionReport) else done
     hinted = await node.admin.preview(action, queue, selector) if count == 0 else None
-    return action_result(action, queue, count, False, hinted)
+    return action_result(action, queue, done, False, hinted)
 
 
 F = TypeVar("F")

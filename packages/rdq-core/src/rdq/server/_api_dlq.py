@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from litestar import Request, get, post
 from litestar.params import JSONBody, QueryParameter
 
-from rdq.admin import MAX_PACED_IDS, parse_rate
+from rdq.admin import MAX_PACED_IDS, ActionReport, parse_rate
 from rdq.audit import Action
 from rdq.errors import ValidationError
 from rdq.server._api_common import (
@@ -149,10 +149,11 @@ async def _act(
     node = node_of(request)
     bounds.check_queue(queue)
     selector = _selector(data)
-    operation = node.admin.redrive if action == "redrive" else node.admin.purge
 
-    async def run() -> int:
-        return await operation(queue, selector, actor=principal_owner(request), reason=data.reason)
+    async def run() -> ActionReport:
+        return await node.admin.act(
+            action, queue, selector, actor=principal_owner(request), reason=data.reason
+        )
 
     return await act_on(
         node, action, queue, selector, force=data.force, dry_run=data.dry_run, run=run

@@ -8,15 +8,18 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, get, post
+from litestar.datastructures import ResponseHeader
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, PathParameter, QueryParameter
 
+from rdq._dedup import admit as admit_under_key
+from rdq._dedup import dedup_of
 from rdq._ids import new_task_ids
-from rdq.admin import Outlook, TaskSelector
+from rdq.admin import ActionReport, Outlook, TaskSelector
 from rdq.app import App, unknown_handler, unknown_queue
 from rdq.callbacks import CallbackBlocked, check_callback_url, is_callback_ref
 from rdq.client import task_keys_for
-from rdq.errors import ConfigError, IDConflict, ValidationError
+from rdq.errors import ConfigError, DedupConflict, IDConflict, ValidationError
 from rdq.keys import sealed_for
 from rdq.server._api_common import (
     Cursor,
@@ -41,7 +44,16 @@ from rdq.server._models import (
     TaskDoc,
     TaskPage,
 )
-from rdq.spi import Page, Status, TaskFilter, bounds, envelope_from_builtins, envelope_to_builtins
+from rdq.spi import (
+    Dedup,
+    Envelope,
+    Page,
+    Status,
+    TaskFilter,
+    bounds,
+    envelope_from_builtins,
+    envelope_to_builtins,
+)
 
 __all__ = ["cancel_tasks", "get_task", "list_tasks", "submit_task", "task_outlook"]
 
@@ -71,15 +83,29 @@ _KNOWN_FIELDS = frozenset(SubmitRequest.__struct_fields__) | {"format_version"}
     summary="Submit a task",
     description="201 when stored, 200 when the same id already exists in the same queue "
     "(nothing changes; the stored task is returned to tokens with the read right, the "
-    "submitted one to others), 409 when it exists in another queue. On a node with an "
+    "submitted one to others), 409 when it exists in another queue. With a `dedup_key`, the "
+    "submission is folded into the live task that holds the key (`dedup_mode`: skip, "
+    "replace, extend or debounce): 201 when it added a task, else 200 with the task that "
+    "holds the key; 409 when the key is held in another queue. The `RDQ-Outcome` header "
+    "says what the submission did: `added`, `skipped`, `replaced` or `extended`; a "
+    "submission that added no task is in the audit trail (`dedup`). On a node with an "
     "application (`--app`) a handler or queue it does not know is a 422 naming the closest "
     'known one (`"force": true` submits it anyway), and `queue` defaults to the '
     "handler's. The payload's JSON may "
     "take 1 MiB (1048576 bytes); unknown fields are kept and, as the JSON object they form, "
     "count towards that limit; payloads nest at most 64 levels.",
+    response_headers=[
+        ResponseHeader(
+            name="RDQ-Outcome",
+            description="added, skipped, replaced or extended",
+            documentation_only=True,
+        )
+    ],
     responses={
         200: ResponseSpec(
-            data_container=TaskDoc, description="Already submitted", generate_examples=False
+            data_container=TaskDoc,
+            description="Already submitted, or folded into the task that holds the dedup key",
+            generate_examples=False,
         ),
         **errors(400, 409, 413, 415, 422),
     },
@@ -102,6 +128,9 @@ async def submit_task(
     raw.pop("delay", None)
     raw.pop("format_version", None)
     raw.pop("force", None)
+    for name in _DEDUP_FIELDS:  # how to admit it, not the task
+        raw.pop(name, None)
+    dedup = dedup_of(data.dedup_key, data.dedup_window, data.dedup_mode, data.dedup_max_age)
     app = node.engine_app
     queue = data.queue
     if app is not None and "queue" not in raw:  # the handler's queue, as the client does
@@ -114,8 +143,10 @@ async def submit_task(
     task = envelope_from_builtins(raw)
     if app is not None:  # the keys its dependency and limits give it, as a Client would
         task = task_keys_for(app, task)
-    bounds.check_task(task)
-    bounds.check_submitted_size(task)
+    by_reference = node.storage.capabilities().payload_refs
+    if not by_reference:  # else checked once the payload is sealed and kept by reference
+        bounds.check_task(task)
+        bounds.check_submitted_size(task)
     if is_callback_ref(task.handler_ref):
         try:
             check_callback_url(task.handler_ref, node.settings.callbacks)
@@ -129,8 +160,19 @@ async def submit_task(
         task = sealed_for(task, node.keys, wanted)
     except ConfigError as exc:
         raise ApiError(503, "not_configured", exc.message, "payload") from None
+    blob = None
+    if by_reference:  # sealed first, then above the inline limit: by reference
+        task, blob = await node.blobs.offload(task)
+        bounds.check_task(task)
+        bounds.check_submitted_size(task)
     if app is not None:
         await node.limit_controls.ensure(node.storage, app.limit_plan, [task])
+    if dedup is not None:
+        answer = await _admit(
+            request, task, dedup, delay, id_given=data.id is not None, echo=submitted
+        )
+        await node.blobs.keep([blob])
+        return answer
     try:
         stored = await node.storage.enqueue(task, delay=delay)
     except IDConflict:
@@ -138,12 +180,59 @@ async def submit_task(
             raise
         # without the read right, a submit must not tell which queue holds a foreign id
         raise ApiError(409, "id_conflict", "the task id exists in another queue", "id") from None
+    await node.blobs.keep([blob])
     if not stored and not may_read:
         # the stored task (its payload, attempts, tracebacks) is for readers only: echo
         # what this caller submitted
         return Response(envelope_to_builtins(submitted), status_code=200)  # type: ignore[arg-type]
-    current = await node.storage.get(task.id)
-    return Response(task_body(request, current), status_code=201 if stored else 200)
+    current = await node.admin.get(task.id)
+    outcome = {OUTCOME_HEADER: "added" if stored else "skipped"}
+    return Response(
+        task_body(request, current), status_code=201 if stored else 200, headers=outcome
+    )
+
+
+OUTCOME_HEADER = "RDQ-Outcome"
+_DEDUP_FIELDS = ("dedup_key", "dedup_window", "dedup_mode", "dedup_max_age")
+
+
+async def _admit(
+    request: Request[Any, Any, Any],
+    task: Envelope,
+    dedup: Dedup,
+    delay: timedelta | None,
+    *,
+    id_given: bool,
+    echo: Envelope,
+) -> Response[Any]:
+    """A submission under a dedup key: the holder's envelope, 201 when it was added (200
+    otherwise), and what happened in ``RDQ-Outcome``; ``echo`` (what the caller submitted, its
+    payload inline and clear) to a caller without the read right."""
+    node = node_of(request)
+    may_read = request.state.principal.can("read")
+    try:
+        admitted = await admit_under_key(
+            node.storage,
+            task,
+            dedup,
+            delay,
+            actor=principal_owner(request),
+            sinks=node.admin.sinks,
+            id_given=id_given,
+        )
+    except IDConflict as conflict:
+        if may_read:
+            raise
+        what = "dedup key is held" if isinstance(conflict, DedupConflict) else "task id exists"
+        raise ApiError(409, "id_conflict", f"the {what} in another queue", "id") from None
+    outcome = admitted.outcome.value
+    status = 201 if outcome == "added" else 200
+    headers = {OUTCOME_HEADER: outcome}
+    if not may_read:  # the stored task is for readers only: what this caller submitted
+        echoed = msgspec.structs.replace(echo, id=admitted.task_id)
+        return Response(envelope_to_builtins(echoed), status_code=status, headers=headers)
+    current = await node.admin.get(admitted.task_id)
+    return Response(task_body(request, current), status_code=status, headers=headers)
 
 
 def _check_known(app: App, ref: str, queue: str | None, worked: Sequence[str]) -> None:
@@ -201,7 +290,7 @@ async def task_outlook(
     ],
 ) -> OutlookDoc:
     admin = node_of(request).admin
-    (outlook,) = await admin.outlook([await admin.get(task_id)])
+    (outlook,) = await admin.outlook([await admin.get(task_id, payload=False)])
     return outlook_doc(outlook)
 
 
@@ -286,9 +375,9 @@ async def cancel_tasks(
             )
         )
 
-    async def run() -> int:
-        return await node.admin.cancel(
-            queue, selector, actor=principal_owner(request), reason=data.reason
+    async def run() -> ActionReport:
+        return await node.admin.act(
+            "cancel", queue, selector, actor=principal_owner(request), reason=data.reason
         )
 
     return await act_on(

@@ -14,6 +14,7 @@ from rdq.spi import bounds
 __all__ = [
     "TASK_ID_PATTERN",
     "VISIBLE",
+    "DedupKey",
     "Delay",
     "ErrorType",
     "FilterHandlerRef",
@@ -46,5 +47,8 @@ HandlerRef = Annotated[
 Delay = Annotated[float, Meta(ge=0, le=366 * 86400)]
 Seconds = Annotated[float, Meta(ge=0, le=366 * 86400)]
 Reason = Annotated[str, Meta(max_length=bounds.MAX_AUDIT_REASON_LENGTH)]
+DedupKey = Annotated[
+    str, Meta(min_length=1, max_length=bounds.MAX_DEDUP_KEY_LENGTH, pattern=f"^{VISIBLE}+$")
+]
 ErrorType = Annotated[str, Meta(min_length=1, max_length=bounds.MAX_ERROR_TYPE_LENGTH)]
 FilterHandlerRef = Annotated[str, Meta(min_length=1, max_length=bounds.MAX_HANDLER_REF_LENGTH)]

@@ -9,9 +9,11 @@ from typing import TypeVar
 from rdq.admin import TaskAdmin
 from rdq.app import App
 from rdq.audit import AuditSink, JsonLinesAuditSink
+from rdq.blobs import Blobs, blobs_from
 from rdq.errors import StorageUnavailable
 from rdq.flow import Breaker, LimitControls
 from rdq.keys import Keyring
+from rdq.retention import Archive, archive_from
 from rdq.server._auth import Authenticator
 from rdq.server._gauges import QueueGauges
 from rdq.server._settings import ServerSettings
@@ -44,12 +46,20 @@ class Node:
         self.engine_app = engine_app
         """The application whose queue configs the node knows (``--app``), if any."""
         self.storage: Storage = TimeLimitedStorage(storage, settings.request_timeout)
+        self.blobs: Blobs = engine_app.blobs if engine_app is not None else blobs_from(None)
+        """Where payloads above the inline limit go, and are read back from (the app's
+        ``[blobs]``, else ``RDQ_BLOBS``, else ``./rdq-blobs``: see :mod:`rdq.blobs`)."""
         self.auth = Authenticator(settings)
         sinks = list(audit_sinks)
         if settings.audit_log:
             sinks.append(JsonLinesAuditSink(settings.audit_log))
         self.admin = TaskAdmin(
-            self.storage, sinks=sinks, app=engine_app, declared=list(settings.queues)
+            self.storage,
+            sinks=sinks,
+            app=engine_app,
+            declared=list(settings.queues),
+            archive=_purge_archive(settings, engine_app),
+            blobs=self.blobs,
         )
         self.id = node_id()
         """The node's id in the worker registry and as the driver of paced redrives."""
@@ -125,3 +135,10 @@ class TimeLimitedStorage(ForwardingStorage):
             raise StorageUnavailable(
                 f"the storage did not answer {name} within {self._seconds:g}s"
             ) from None
+
+
+def _purge_archive(settings: ServerSettings, engine_app: App | None) -> Archive | None:
+    """Where the node's purges archive what they delete (``None``: they do not)."""
+    if not settings.archive_purges:
+        return None
+    return engine_app.archive if engine_app is not None else archive_from(None)

@@ -84,7 +84,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
 }
 """What each role may do: ``read`` (every GET), ``operate`` (every action on tasks, queues
 and breakers), ``admin`` (users and keys). ``submit`` and ``payloads`` are granted apart."""
-_ENGINE_TABLES = ("defaults", "queues", "schedules")
+_ENGINE_TABLES = ("defaults", "queues", "schedules", "archive", "blobs")
 """Top-level tables of a node's TOML file that configure the engine (``App.configure``)."""
 DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
 """Largest request body the API accepts (a 1 MiB payload plus room for the rest)."""
@@ -196,6 +196,10 @@ class ServerSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     audit_log: str | None = None
     """A JSON-lines file every redrive and purge is appended to."""
+    archive_purges: bool = True
+    """A purge writes every task it deletes to the archive first (the application's
+    ``[archive]``, else ``RDQ_ARCHIVE``, else ``./rdq-archive``; see :mod:`rdq.retention`).
+    ``false``: purges delete without an archive."""
     secure_cookies: bool | None = None
     """Mark the UI cookies ``Secure``. ``None`` (the default) marks them on every request
     except plain ``http://`` to a loopback address (a developer's own machine); set ``false``

@@ -11,6 +11,7 @@ import msgspec
 from msgspec import Meta
 
 from rdq.server._fields import (
+    DedupKey,
     Delay,
     ErrorType,
     FilterHandlerRef,
@@ -82,6 +83,20 @@ class SubmitRequest(msgspec.Struct, kw_only=True):
     """On a node with an application (``--app``): submit a handler or queue the application
     does not know (one another application serves); without it such a task is refused with
     the closest known name. Not stored."""
+    dedup_key: DedupKey | None = None
+    """Fold the submission into the live task that holds this key (keys are unique across
+    queues, as ids are): see ``dedup_mode``. The ``RDQ-Outcome`` header of the answer says
+    what happened. Not stored in the envelope."""
+    dedup_window: Seconds | None = None
+    """Seconds the key stays held after its task's submission (default: while the task is
+    pending or running)."""
+    dedup_mode: Literal["skip", "replace", "extend", "debounce"] = "skip"
+    """What a submission of a held key does: nothing (``skip``), start its window again
+    (``extend``), put its payload and headers into the holder if it has not started
+    (``replace``), and also make the holder due after this ``delay`` (``debounce``)."""
+    dedup_max_age: Seconds | None = None
+    """``debounce``: the holder is never due later than this many seconds after it was first
+    submitted (default 3600)."""
 
 
 class AttemptDoc(msgspec.Struct, kw_only=True):
@@ -321,12 +336,19 @@ class ActionResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     """What an action did (or, with ``dry_run``, would do): ``count`` tasks; the named ids it
     did not act on, each with why (``skipped``); and, when a filter matched nothing, what
     the queue holds that is close to it (``hint``). A ``count`` of 0 is the truth: nothing
-    was done."""
+    was done. An action that ran also says how many tasks the selection ``matched`` when it
+    began and how many were already ``gone`` when it reached them (redriven, purged,
+    cancelled or removed by retention meanwhile): ``matched = count + gone``; a purge on a
+    node with an archive, how many it ``archived`` first and where (``archive``)."""
 
     action: str
     queue: str
     count: int
     dry_run: bool
+    matched: int | None = None
+    gone: int | None = None
+    archived: int | None = None
+    archive: str | None = None
     operation: OperationDoc | None = None
     """A redrive with a ``rate``: the paced redrive it started (``count`` is its total);
     absent otherwise."""
@@ -352,3 +374,51 @@ class AuditPage(msgspec.Struct, kw_only=True):
     entries: list[AuditDoc]
     """Newest first."""
     next_cursor: str | None
+
+
+class ImportRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """DEAD tasks to put back into the queue's DLQ, as ``GET /v1/tasks/{id}`` or an export
+    line writes them (attempts and times included), and why."""
+
+    tasks: Annotated[list[dict[str, Any]], Meta(min_length=1, max_length=bounds.MAX_LIMIT)]
+    reason: Reason | None = None
+
+
+class ImportSkippedDoc(msgspec.Struct, kw_only=True):
+    id: str
+    why: str
+
+
+class ImportResult(msgspec.Struct, kw_only=True):
+    """What an import did: tasks put back (``imported``), already in the store (``existing``:
+    an import is idempotent by id), and tasks not put back, each with why (not DEAD, of
+    another queue, invalid, or an id another queue holds)."""
+
+    queue: str
+    imported: int
+    existing: int
+    skipped: list[ImportSkippedDoc] = []
+
+
+class RetentionDoc(msgspec.Struct, kw_only=True):
+    """How long the queue's finished tasks stay, and what retention did: its counts by status
+    since the record began (``archived``: written to the archive; ``expired``: removed after
+    it), its last round, and the worker that runs it now. ``dead_ttl`` and
+    ``archive_succeeded`` are the node's application's settings for the queue (null when the
+    node has none: the workers' own settings decide). Counts need a store with ``control``
+    (``recorded`` false otherwise: the workers' metrics have them)."""
+
+    queue: str
+    dead_ttl: float | None = None
+    task_ttl: float | None = None
+    archive_succeeded: bool | None = None
+    recorded: bool = False
+    archived: dict[str, int] = {}
+    expired: dict[str, int] = {}
+    last_run: datetime | None = None
+    last_archived: int = 0
+    last_expired: int = 0
+    archive: str | None = None
+    """Where the last round's archive went."""
+    error: str | None = None
+    runner: str | None = None

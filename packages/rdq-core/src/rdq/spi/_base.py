@@ -24,7 +24,8 @@ new task) hold for it too.
 
 The template is in layers: :mod:`rdq.spi._lifecycle` (opening, closing, the open check and the
 operation timeout), :mod:`rdq.spi._flow_operations` (flow control, the worker registry and the
-counters of contract versions 3 and 4) and this module (the rest of the operations, and the
+counters of contract versions 3 and 4), :mod:`rdq.spi._keeping_operations` (what a store keeps
+and for how long, contract version 5) and this module (the rest of the operations, and the
 check that a store implements those of version 1); :mod:`rdq.spi._legacy` puts the public
 overrides of a store written before the template behind it.
 """
@@ -37,7 +38,7 @@ from typing import Any, ClassVar, Self
 
 from rdq.errors import NotFound, StaleClaim, ValidationError
 from rdq.spi import bounds, defaults
-from rdq.spi._flow_operations import FlowOperations
+from rdq.spi._keeping_operations import KeepingOperations
 from rdq.spi._legacy import adopt
 from rdq.spi._models import (
     Attempt,
@@ -75,7 +76,7 @@ _VERSION_1 = (
 """The operations every store implements (a store without one cannot be instantiated)."""
 
 
-class StorageBase(FlowOperations):
+class StorageBase(KeepingOperations):
     """A base for stores: lifecycle, validation, the operation timeout, and defaults for the
     operations added after contract version 1 (see the module docstring).
 

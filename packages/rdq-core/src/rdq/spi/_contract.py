@@ -22,7 +22,7 @@ from rdq.spi._models import Capabilities
 
 __all__ = ["CONTRACT_VERSION", "FEATURES", "Feature", "require", "supports"]
 
-CONTRACT_VERSION = 4
+CONTRACT_VERSION = 5
 """The contract version this release of rdq defines."""
 
 
@@ -141,6 +141,29 @@ FEATURES: dict[str, Feature] = {
             "acceleration",
             ("complete_many",),
             "a worker keeps one complete_many call in flight",
+        ),
+        Feature(
+            "retention",
+            5,
+            "feature",
+            ("expire_tasks",),
+            "archives, then deletes by get, purge and purge_succeeded: a task redriven and "
+            "dead-lettered again between two of those calls can leave unarchived",
+        ),
+        Feature(
+            "dedup",
+            5,
+            "feature",
+            ("admit",),
+            "serves mode skip only, by a task id derived from the key (held while that task "
+            "exists, or for the fixed period of the window it falls in); refuses the others",
+        ),
+        Feature(
+            "payload_refs",
+            5,
+            "feature",
+            ("held_payload_refs",),
+            "keeps every payload inline: one above the inline limit (1 MiB) is refused",
         ),
         Feature(
             "reopen",

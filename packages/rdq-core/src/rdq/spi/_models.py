@@ -15,7 +15,10 @@ __all__ = [
     "FORMAT_VERSION",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
+    "PAYLOAD_REF_HEADER",
     "STATUS_TIME_FIELDS",
+    "AdmitOutcome",
+    "Admitted",
     "Attempt",
     "AuditEntry",
     "AuditFilter",
@@ -24,6 +27,8 @@ __all__ = [
     "Completion",
     "DLQFilter",
     "DLQGroup",
+    "Dedup",
+    "DedupMode",
     "Envelope",
     "Outcome",
     "Page",
@@ -37,6 +42,10 @@ __all__ = [
 
 FORMAT_VERSION = 1
 """The envelope format this release writes. Readers keep fields they do not know."""
+
+PAYLOAD_REF_HEADER = "rdq-payload-ref"
+"""The header of a task whose payload lives in a blob store (``sha256:<hex digest>``; its
+``payload`` is then ``null``): stores index it (capability ``payload_refs``)."""
 
 MIN_PRIORITY = -10
 MAX_PRIORITY = 10
@@ -249,6 +258,24 @@ class Capabilities(msgspec.Struct, kw_only=True, frozen=True):
     while the first is. Without it one, because where each call is a transaction of its own
     (PostgreSQL) two smaller ones cost more than they save."""
 
+    # --- contract version 5 -------------------------------------------------------------------
+    retention: bool = False
+    """``expire_tasks(queue, ids, before)`` deletes exactly the listed finished tasks whose
+    status time is before ``before``, each atomically (the engine archives them first).
+    Without it ``StorageBase`` builds it on ``get``, ``purge`` and ``purge_succeeded``, which
+    can delete a task redriven and dead-lettered again between two of those calls, and
+    finished tasks older than the listed ones that were never listed."""
+    dedup: bool = False
+    """``admit(task, dedup)``: a task submitted with a dedup key is admitted only while no
+    other live task holds the key (see :class:`Dedup`), atomically: of concurrent admissions
+    of one key exactly one adds a task. Without it the engine refuses every mode but ``skip``,
+    which it serves by a task id derived from the key (see ``docs/engine.md``)."""
+    payload_refs: bool = False
+    """``held_payload_refs(refs)``: which payload references (the ``rdq-payload-ref`` header)
+    some stored task carries, from an index. Without it the engine keeps payloads inline
+    (those above the inline limit are refused, as before): a blob it could not prove unused
+    could never be deleted."""
+
     # --- announced optional operations ----------------------------------------------------------
     reopen: bool = False
     """``reopen()`` builds a second store on the same data, with connections of its own (the
@@ -276,6 +303,59 @@ class Backup(msgspec.Struct, kw_only=True, frozen=True):
     fails one is never left at ``target``)."""
     seconds: float
     """How long writing and checking the copy took."""
+
+
+class DedupMode(enum.StrEnum):
+    """What a submission whose dedup key is held does (see :class:`Dedup`)."""
+
+    SKIP = "skip"
+    REPLACE = "replace"
+    EXTEND = "extend"
+    DEBOUNCE = "debounce"
+
+
+class Dedup(msgspec.Struct, kw_only=True, frozen=True):
+    """How a task submitted with a dedup key is folded into the task that holds the key.
+
+    A key is **held** by the task it was last given to: with a ``window`` (seconds), until the
+    window has passed since the task was admitted (or the key last extended), whatever the
+    task's status; without one, while the task is PENDING or IN_FLIGHT. A key whose task no
+    longer exists (purged, expired) is free. Keys are unique across queues, as task ids are.
+
+    When the key is free the task is admitted and takes it (``added``). When it is held:
+
+    - ``skip``: nothing changes (``skipped``);
+    - ``extend``: the window starts again from now (``extended``; needs a window);
+    - ``replace``: a holder still PENDING takes the submission's payload and headers, its due
+      time kept (``replaced``); a holder already claimed or finished is left alone
+      (``skipped``);
+    - ``debounce``: as ``replace``, and the holder becomes due at the submission's due time
+      (now + its delay), never later than ``max_age`` seconds after the holder was admitted,
+      so a stream of submissions cannot put a task off for ever; the window (if any) starts
+      again."""
+
+    key: str
+    mode: DedupMode = DedupMode.SKIP
+    window: float | None = None
+    max_age: float | None = None
+
+
+class AdmitOutcome(enum.StrEnum):
+    """What ``admit`` did with a submission."""
+
+    ADDED = "added"
+    SKIPPED = "skipped"
+    REPLACED = "replaced"
+    EXTENDED = "extended"
+
+
+class Admitted(msgspec.Struct, kw_only=True, frozen=True):
+    """The answer of ``admit``: what it did, and the task that holds the key now (the one
+    admitted, or the holder it left, replaced or extended)."""
+
+    outcome: AdmitOutcome
+    task_id: str
+    queue: str
 
 
 class Completion(msgspec.Struct, frozen=True):

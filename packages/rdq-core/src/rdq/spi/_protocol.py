@@ -47,6 +47,7 @@ from typing import Protocol, Self, runtime_checkable
 from rdq.errors import NotFound, StaleClaim
 from rdq.spi._flow import Control, Counts, WorkerInfo
 from rdq.spi._models import (
+    Admitted,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -54,6 +55,7 @@ from rdq.spi._models import (
     Capabilities,
     Claimed,
     Completion,
+    Dedup,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -381,6 +383,55 @@ class Storage(Protocol):
     async def purge_counts(self, before: datetime) -> int:
         """(``counters``) Delete the counts of minutes before ``before``; return how many
         (queue, minute) entries were deleted."""
+
+    # --- what the store keeps, and for how long (contract version 5) ---------------------------
+
+    async def held_payload_refs(self, refs: Sequence[str]) -> set[str]:
+        """(``payload_refs``) Which of ``refs`` some stored task carries in its
+        ``rdq-payload-ref`` header (:data:`~rdq.spi.PAYLOAD_REF_HEADER`), in any status and
+        any queue: a task admitted, imported or changed (a dedup replacement writes its
+        headers) carries its reference from then on, and no longer once it is deleted
+        (purged, expired, the finished-task TTL) or its headers changed. Answered from an
+        index, not a scan of every task. At most ``bounds.MAX_LIMIT`` references of at most
+        ``bounds.MAX_PAYLOAD_REF_LENGTH`` characters each (``ValidationError`` naming
+        ``refs`` or ``refs[i]``). The engine deletes a blob only when no task holds its
+        reference."""
+
+    async def admit(
+        self, task: Envelope, dedup: Dedup, *, delay: timedelta | None = None
+    ) -> Admitted:
+        """(``dedup``) ``enqueue`` for a task submitted with a dedup key, in one atomic step:
+        decide whether the key is held (see :class:`~rdq.spi.Dedup`), then add the task and
+        give it the key (``added``), or leave, extend or replace the holder as ``dedup.mode``
+        says. Of any number of concurrent admissions of one key, exactly one adds a task
+        while the key is held: no two live tasks ever hold a key. Returns what was done and
+        the task that holds the key now.
+
+        Idempotent by id first, as ``enqueue``: a task whose id exists in the same queue is
+        ``skipped`` (nothing changes, the key untouched), in another queue ``IDConflict``.
+        A key held by a task of another queue raises :class:`~rdq.errors.DedupConflict`
+        (keys are unique across queues, as ids are) and changes nothing. Times are the
+        store's: the window from its now, the debounced due time its now + ``delay`` (or the
+        task's ``next_attempt_at``) capped at the holder's ``created_at`` + ``max_age``.
+        ``replace`` and ``debounce`` change the holder's ``payload`` and ``headers`` only
+        (and, for ``debounce``, its due time); a holder that is not PENDING is left alone
+        (``skipped``)."""
+
+    async def expire_tasks(self, queue: str, task_ids: Sequence[str], before: datetime) -> int:
+        """(``retention``) Delete the listed tasks of ``queue`` that are finished — DEAD,
+        SUCCEEDED or CANCELLED — with their status time (``dead_lettered_at``,
+        ``completed_at``, ``cancelled_at``) before ``before``, each atomically; return how many
+        were deleted. Every other id is left alone: unknown, of another queue, PENDING or
+        IN_FLIGHT, or finished at or after ``before`` — so a task redriven and dead-lettered
+        again since the caller read it stays (its new ``dead_lettered_at`` is the store's
+        now). An id given twice counts once; at most ``bounds.MAX_SELECTOR_IDS`` ids
+        (``ValidationError`` naming ``ids`` or ``ids[i]``); a naive ``before`` is a
+        ``ValidationError`` naming ``before``.
+
+        This is the retention step: the engine reads finished tasks past their time to live,
+        archives them, then expires exactly those, so a task leaves the store only once it
+        is archived. ``StorageBase`` has a default built on ``get``, ``purge`` and
+        ``purge_succeeded`` (see ``Capabilities.retention`` for what it cannot promise)."""
 
     async def enqueue_in(
         self, connection: object, tasks: Sequence[Envelope], *, delay: timedelta | None = None

@@ -14,6 +14,7 @@ from rdq.errors import NotFound, StaleClaim, Unsupported
 from rdq.spi import defaults
 from rdq.spi._flow import Control, Counts, WorkerInfo
 from rdq.spi._models import (
+    Admitted,
     Attempt,
     AuditEntry,
     AuditFilter,
@@ -21,6 +22,7 @@ from rdq.spi._models import (
     Capabilities,
     Claimed,
     Completion,
+    Dedup,
     DLQFilter,
     DLQGroup,
     Envelope,
@@ -228,6 +230,19 @@ class ForwardingStorage:
     async def wait_due(self, queue: str, timeout: float) -> bool:
         return await self._forward("wait_due", lambda: self.inner.wait_due(queue, timeout))
 
+    async def expire_tasks(self, queue: str, task_ids: Sequence[str], before: datetime) -> int:
+        return await self._forward(
+            "expire_tasks", lambda: self.inner.expire_tasks(queue, task_ids, before)
+        )
+
+    async def admit(
+        self, task: Envelope, dedup: Dedup, *, delay: timedelta | None = None
+    ) -> Admitted:
+        return await self._forward("admit", lambda: self.inner.admit(task, dedup, delay=delay))
+
+    async def held_payload_refs(self, refs: Sequence[str]) -> set[str]:
+        return await self._forward("held_payload_refs", lambda: self.inner.held_payload_refs(refs))
+
 
 _OPTIONAL = {
     "enqueue_in": "transactional_enqueue",
@@ -251,10 +266,12 @@ _OPTIONAL = {
     "read_counts": "counters",
     "purge_counts": "counters",
     "backup": "backup",
+    "admit": "dedup",
+    "held_payload_refs": "payload_refs",
 }
 """Operations a bare store of an earlier contract may lack, and their capability."""
 
-_DEFAULTED = ("now", "dlq_groups", "complete_many", "reopen")
+_DEFAULTED = ("now", "dlq_groups", "complete_many", "reopen", "expire_tasks")
 
 
 class _Adapted(ForwardingStorage):
@@ -298,12 +315,18 @@ class _Adapted(ForwardingStorage):
             return await defaults.complete_each(self, completions)
         return await self.inner.complete_many(completions)
 
+    async def expire_tasks(self, queue: str, task_ids: Sequence[str], before: datetime) -> int:
+        if "expire_tasks" in self._missing:
+            return await defaults.expire_by_purge(self, queue, task_ids, before)
+        return await self.inner.expire_tasks(queue, task_ids, before)
+
 
 def adapt(store: Any) -> Storage:
     """``store`` itself when it has every operation of the contract (every
     :class:`~rdq.spi.StorageBase` has), else a :class:`ForwardingStorage` over it in which the
     operations it lacks have their defaults (``now``, ``dlq_groups``, ``complete_many``,
-    ``reopen``) or raise :class:`~rdq.errors.Unsupported` naming their capability."""
+    ``reopen``, ``expire_tasks``) or raise :class:`~rdq.errors.Unsupported` naming their
+    capability."""
     missing = {name for name in (*_OPTIONAL, *_DEFAULTED) if not hasattr(store, name)}
     if not missing:
         return store  # type: ignore[no-any-return]

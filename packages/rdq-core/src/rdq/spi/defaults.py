@@ -15,12 +15,28 @@ from typing import TYPE_CHECKING
 from rdq.errors import NotFound, StaleClaim
 from rdq.spi import bounds
 from rdq.spi._helpers import group_order
-from rdq.spi._models import Attempt, Completion, DLQGroup, Envelope, Outcome, Page
+from rdq.spi._models import (
+    Attempt,
+    Completion,
+    DLQGroup,
+    Envelope,
+    Outcome,
+    Page,
+    Selector,
+    Status,
+    status_time,
+)
 
 if TYPE_CHECKING:
     from rdq.spi._protocol import Storage
 
-__all__ = ["CLOCK_QUEUE", "complete_each", "groups_by_paging", "now_by_probe"]
+__all__ = [
+    "CLOCK_QUEUE",
+    "complete_each",
+    "expire_by_purge",
+    "groups_by_paging",
+    "now_by_probe",
+]
 
 CLOCK_QUEUE = "rdq-clock"
 """The queue of the probe tasks :func:`now_by_probe` reads the store's clock with."""
@@ -109,3 +125,40 @@ async def complete_each(
         else:
             results.append(None)
     return results
+
+
+async def expire_by_purge(
+    storage: Storage, queue: str, task_ids: Sequence[str], before: datetime
+) -> int:
+    """``expire_tasks`` from version-1 operations: ``get`` each id, ``purge`` the DEAD and
+    CANCELLED ones of ``queue`` finished before ``before`` by ids, and ``purge_succeeded``
+    up to just after the latest listed SUCCEEDED one.
+
+    Not atomic per task: a task redriven and dead-lettered again between its ``get`` and the
+    ``purge`` is deleted all the same, and ``purge_succeeded`` also deletes SUCCEEDED and
+    CANCELLED tasks finished before the listed ones that were never listed (the engine reads
+    them in order of that time, so only a task imported meanwhile with an older time)."""
+    by_id: list[str] = []
+    succeeded_until: datetime | None = None
+    for task_id in dict.fromkeys(task_ids):
+        try:
+            task = await storage.get(task_id)
+        except NotFound:
+            continue
+        if task.queue != queue or task.status not in _FINISHED:
+            continue
+        at = status_time(task)
+        if at is None or at >= before:
+            continue
+        if task.status == Status.SUCCEEDED:
+            succeeded_until = at if succeeded_until is None else max(succeeded_until, at)
+        else:
+            by_id.append(task_id)
+    expired = await storage.purge(queue, Selector(ids=by_id)) if by_id else 0
+    if succeeded_until is not None:
+        cutoff = min(before, succeeded_until + timedelta(microseconds=1))
+        expired += await storage.purge_succeeded(queue, cutoff)
+    return expired
+
+
+_FINISHED = (Status.DEAD, Status.SUCCEEDED, Status.CANCELLED)

@@ -22,7 +22,8 @@ from typing import Any
 
 from rdq import metrics, retry, tracing
 from rdq.app import App, HandlerImportError
-from rdq.errors import NotFound, PayloadKeyError, StaleClaim, StorageUnavailable
+from rdq.blobs import reference_of, resolve
+from rdq.errors import NotFound, PayloadKeyError, PayloadMissing, StaleClaim, StorageUnavailable
 from rdq.keys import Keyring, is_sealed, unsealed
 from rdq.retry import Action, Decision, bound_head, bound_tail, coroutine_stack
 from rdq.scrub import Scrubber
@@ -37,6 +38,9 @@ from rdq.worker._run import Run
 from rdq.worker._threads import HandlerThreads
 
 __all__ = ["WRITE_RETRY_CAP", "WRITE_RETRY_FIRST", "Runner"]
+
+PAYLOAD_MISSING = "rdq.PayloadMissing"
+"""The error type of an attempt whose payload's blob was not there: dead-lettered."""
 
 WRITE_RETRY_FIRST = 0.05
 WRITE_RETRY_CAP = 5.0
@@ -163,6 +167,21 @@ class Runner:
         exhausted = retry.exhausted(task, run.used, config)
         if exhausted is not None:
             return exhausted
+        if reference_of(task) is not None:  # the payload is in the blob store: read it back
+            try:
+                task = await resolve(task, self.app.blobs.store)
+            except PayloadMissing as exc:
+                self.log.error(
+                    "the payload's blob is gone; the task is dead-lettered",
+                    **self._fields(task.id, task.queue, run.number),
+                    error=str(exc),
+                )
+                return Decision(
+                    Action.DEAD_LETTER, Outcome.PERMANENT, 0.0, PAYLOAD_MISSING, str(exc)
+                )
+            except Exception as exc:  # the blob store did not answer: an ordinary failure
+                return retry.classify_error(exc, run.used, config, rng=self.rng)
+            run.claimed = Claimed(task, run.claimed.token)
         if is_sealed(task):
             try:
                 task = unsealed(task, self.keys)

@@ -356,6 +356,7 @@ class Worker(ClaimLoops):
                         stats_interval=self.stats_interval,
                         purge_interval=self.purge_interval,
                         fleet=fleet,
+                        runner=self.worker_id,
                     ),
                     name="rdq-maintenance",
                 )
@@ -390,9 +391,7 @@ class Worker(ClaimLoops):
             runner.deadlines.close()
             if completer is not None:
                 completer.cancel()
-            for task in claimers + background:
-                task.cancel()
-            await asyncio.gather(*claimers, *background, return_exceptions=True)
+            await _cancel_all(claimers + background)
             await watchdog.stop()
             threads.close()
             leaving.set()
@@ -449,3 +448,17 @@ async def _quietly(call: Any, log: Any) -> None:
         await call
     except Exception as exc:
         log.warning("a read before the first claim failed; the loops retry it", error=str(exc))
+
+
+async def _cancel_all(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling again every second those still running:
+    on Python 3.11 an ``asyncio.wait_for`` whose future completes as its task is cancelled
+    returns the result and drops the cancellation (gh-86296), so a loop (the upkeep's, on a
+    store that calls ``wait_for``) can go on after one ``cancel()`` and hold the worker's stop
+    for ever."""
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=1.0)
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -29,6 +29,50 @@ local function index_key(prefix, id)
   return prefix .. ':id:{' .. id .. '}'
 end
 
+-- The dedup record of key `k` in a queue (its holder and until when) and the key's index
+-- entry (key -> queue: keys are unique across queues, as ids are).
+local function dedup_key(base, k)
+  return base .. 'dedup:' .. k
+end
+
+local function dedup_index_key(prefix, k)
+  return prefix .. ':dedup:{' .. k .. '}'
+end
+
+-- Whether a dedup record holds its key at `now`: its task exists and, with an `until`, that
+-- has not passed, or without one the task is PENDING or IN_FLIGHT. Returns held, holder id,
+-- the holder's status and created_at.
+local function dedup_held(base, record, now)
+  local f = redis.call('HMGET', record, 'task', 'until')
+  local holder, until_us = f[1], f[2]
+  if not holder then
+    return false
+  end
+  local t = redis.call('HMGET', base .. 'task:' .. holder, 'status', 'created_at')
+  local status = t[1]
+  if not status then
+    return false
+  end
+  local held
+  if until_us and until_us ~= '' then
+    held = (tonumber(until_us) or 0) > now
+  else
+    held = status == 'PENDING' or status == 'IN_FLIGHT'
+  end
+  return held, holder, status, t[2]
+end
+
+-- A task about to be deleted takes its dedup record with it (when the record is still its).
+local function drop_dedup(base, key, id)
+  local k = redis.call('HGET', key, 'dedup')
+  if k then
+    local record = dedup_key(base, k)
+    if redis.call('HGET', record, 'task') == id then
+      redis.call('DEL', record)
+    end
+  end
+end
+
 local function pending_key(base, p)
   return base .. 'pending:' .. p
 end
@@ -69,10 +113,49 @@ local function levels(base)
   return redis.call('ZREVRANGE', base .. 'levels', 0, -1)
 end
 
+-- Fair shares (contract version 4): a queue whose own control sets `fair` (a key prefix)
+-- keeps, beside its pending and in-flight sets, one sorted set per group and priority,
+-- 'fair:<p>:<group>', of the group's live tasks (pending, in flight or held, scored as in
+-- the set that holds them), and their names in the set 'fairsets'. A task's group is its
+-- hash field 'fg', written at admission (admit_group) and by regroup() when the prefix
+-- changes; add_live, remove_live, finish_claim and the claim keep the group sets. A claim
+-- reads them (_order.lua), never the whole queue.
+
+-- The group of a task with flow keys `keys` (keys[1] its handler's) under prefix `prefix`:
+-- its first key that starts with it, or ''.
+local function group_in(keys, prefix)
+  for i = 2, #keys do
+    if string.sub(keys[i], 1, #prefix) == prefix then
+      return keys[i]
+    end
+  end
+  return ''
+end
+
+local function fair_set(p, g)
+  return 'fair:' .. p .. ':' .. g
+end
+
+-- Keep live task `id` (hash `key`, of group fg or none) at `score` in its group's set.
+local function fair_add(base, fg, p, score, id)
+  if fg then
+    local name = fair_set(p, fg)
+    redis.call('ZADD', base .. name, score, id)
+    redis.call('SADD', base .. 'fairsets', name)
+  end
+end
+
+local function fair_remove(base, fg, p, id)
+  if fg then
+    redis.call('ZREM', base .. fair_set(p, fg), id)
+  end
+end
+
 -- Index `id` as PENDING ('pending') or IN_FLIGHT ('inflight') at priority p, by `score`.
 local function add_live(base, kind, p, score, id)
   redis.call('ZADD', base .. kind .. ':' .. p, score, id)
   redis.call('ZADD', base .. 'levels', p, p)
+  fair_add(base, redis.call('HGET', task_key(base, id), 'fg'), p, score, id)
 end
 
 -- A held set's name ('held:<p>:<key>' or 'heldlost:<p>:<key>', the key after base) as its
@@ -139,9 +222,10 @@ end
 
 -- Drop `id` from the pending, in-flight or held set that holds it; true if one did.
 local function remove_live(base, key, id)
-  local set, _, _, held = find_live(base, key, id)
+  local set, p, _, held = find_live(base, key, id)
   if set then
     redis.call('ZREM', set, id)
+    fair_remove(base, redis.call('HGET', key, 'fg'), p, id)
     if held then
       forget_held(base, key, held)
     end
@@ -316,7 +400,7 @@ end
 -- write there is, so this reads the hash once and writes it twice, and takes a task that is
 -- not held back out of its priority's in-flight set directly (else remove_live finds it).
 local function finish_claim(base, key, id, attempt_json, error_type, ...)
-  local f = redis.call('HMGET', key, 'attempts', 'attempt_count', 'held', 'priority')
+  local f = redis.call('HMGET', key, 'attempts', 'attempt_count', 'held', 'priority', 'fg')
   local count = as_int(f[2])
   if count == nil or count < 0 then
     if f[2] then
@@ -337,6 +421,8 @@ local function finish_claim(base, key, id, attempt_json, error_type, ...)
   redis.call('HDEL', key, unpack(gone))
   if f[3] or redis.call('ZREM', inflight_key(base, level_from(f[4])), id) == 0 then
     remove_live(base, key, id)
+  else
+    fair_remove(base, f[5], level_from(f[4]), id)
   end
   drop_leases(base, key, id)
 end
@@ -424,3 +510,56 @@ local function rfc3339(us)
     math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60, micros)
 end
 
+
+-- A task is stored (hash `key` written, not yet indexed): its group, when its queue is fair.
+-- One HGET of the queue's own control for a queue that is not.
+local function admit_group(base, key)
+  local prefix = redis.call('HGET', base .. 'ctl:*', 'fair')
+  if prefix then
+    redis.call('HSET', key, 'fg', group_in(task_flow_keys(key), prefix))
+  else
+    redis.call('HDEL', key, 'fg')
+  end
+end
+
+-- The queue's fair prefix was set, changed or removed (nil): its group sets built again from
+-- its pending, in-flight and held sets. One pass over the queue's live tasks, at that change
+-- only.
+local function regroup(base, prefix)
+  if prefix then
+    redis.call('SET', base .. 'fairidx', prefix)
+  else
+    redis.call('DEL', base .. 'fairidx')
+  end
+  if redis.call('EXISTS', base .. 'fairsets') == 1 then
+    for _, name in ipairs(redis.call('SMEMBERS', base .. 'fairsets')) do
+      redis.call('DEL', base .. name)
+    end
+    redis.call('DEL', base .. 'fairsets')
+  end
+  local sets = {}
+  for _, level in ipairs(levels(base)) do
+    local p = tonumber(level)
+    sets[#sets + 1] = {pending_key(base, p), p}
+    sets[#sets + 1] = {inflight_key(base, p), p}
+  end
+  for _, kind in ipairs({'held', 'heldlost'}) do
+    for _, name in ipairs(held_names(base, kind)) do
+      local _, p = parse_held(name)
+      sets[#sets + 1] = {base .. name, p}
+    end
+  end
+  for _, set in ipairs(sets) do
+    local entries = redis.call('ZRANGE', set[1], 0, -1, 'WITHSCORES')
+    for i = 1, #entries, 2 do
+      local key = task_key(base, entries[i])
+      if prefix then
+        local g = group_in(task_flow_keys(key), prefix)
+        redis.call('HSET', key, 'fg', g)
+        fair_add(base, g, set[2], entries[i + 1], entries[i])
+      else
+        redis.call('HDEL', key, 'fg')
+      end
+    end
+  end
+end

@@ -49,8 +49,9 @@ local function head(s)
     -- by rank, not by score with an offset (which Redis walks entry by entry): the due
     -- entries are the set's first, and an entry leaving them only moves later ones up
     local start = s.fetched - s.removed
-    local got = redis.call('ZRANGE', s.set, start, start + ORDER_PAGE - 1, 'WITHSCORES')
-    s.done = #got < 2 * ORDER_PAGE
+    local page = s.page or ORDER_PAGE
+    local got = redis.call('ZRANGE', s.set, start, start + page - 1, 'WITHSCORES')
+    s.done = #got < 2 * page
     local n = #got
     while n > 0 and tonumber(got[n]) > s.now do
       n = n - 2
@@ -146,6 +147,105 @@ end
 -- holds claim_due.lua's pieces: base, now, cap, out, control(k), capacity_of(c),
 -- holder(keys), park(id, key, p, from_pending, score, k), visit(id, p, from_pending, score,
 -- held) (returns the key that held the task back, or nil), parked() and budget.
+-- The fair claim: the group sets of _lib.lua ('fair:<p>:<group>'), each group's sets merged
+-- into its claim order and read lazily in pages of about the claim's size, each entry checked
+-- against the set that holds the task (the group sets are kept by every script that indexes
+-- a task; an entry found stale is mended or dropped). Every group's first task that no
+-- control holds back from the start comes before any group's second: the claim reads about
+-- (groups x levels) pages and the tasks it visits, however deep a group's backlog (tasks of a
+-- group held back by a key other than the group's own are read past). A group whose own key
+-- holds its tasks back is passed over whole.
+local function claim_by_groups(ctx, q, done)
+  local base, now = ctx.base, ctx.now
+  if redis.call('GET', base .. 'fairidx') ~= q.fair then
+    regroup(base, q.fair) -- made fair before its tasks had group sets (an upgraded store)
+  end
+  local page = math.min(ORDER_PAGE, math.max(2 * ctx.cap, 32))
+  local groups, names = {}, {}
+  if redis.call('EXISTS', base .. 'fairsets') == 1 then
+    for _, name in ipairs(redis.call('SMEMBERS', base .. 'fairsets')) do
+      local p, g = string.match(name, '^fair:(%-?%d+):(.*)$')
+      if p and redis.call('EXISTS', base .. name) == 1 then
+        if groups[g] == nil then
+          groups[g] = {}
+          names[#names + 1] = g
+        end
+        local s = new_source(base .. name, tonumber(p), nil, nil, now)
+        s.page = page
+        table.insert(groups[g], s)
+      else
+        redis.call('SREM', base .. 'fairsets', name)
+      end
+    end
+  end
+  table.sort(names, bytes_less)
+  local less = group_order(q.aging)
+
+  -- The group's next entry that no control holds back from the start, checked against the
+  -- set that holds its task, with what visit() needs; nil when the group has no more.
+  local function pull(st)
+    while true do
+      local e = st.next()
+      if e == nil then
+        return nil
+      end
+      local s = e.source
+      local key = task_key(base, e.id)
+      local set, p, kind, held = find_live(base, key, e.id)
+      local score = set and redis.call('ZSCORE', set, e.id)
+      if not set then
+        redis.call('ZREM', s.set, e.id) -- a task no longer live
+        s.removed = s.removed + 1
+      elseif tonumber(score) ~= e.due then
+        redis.call('ZADD', s.set, score, e.id) -- mended: its score in the set that holds it
+        if tonumber(score) > now then
+          s.removed = s.removed + 1
+        end
+      else
+        local keys = task_flow_keys(key)
+        if not ctx.closed_from_start(keys) then
+          e.p, e.pending, e.held = p, kind == 'pending', held
+          return e
+        end
+      end
+    end
+  end
+
+  local streams = {}
+  for _, g in ipairs(names) do
+    if g == '' or not ctx.closed_from_start({g}) then
+      local st = {g = g, next = merged(groups[g], less), rank = 0}
+      st.head = pull(st)
+      if st.head then
+        streams[#streams + 1] = st
+      end
+    end
+  end
+  while not done() do
+    local best = nil
+    for _, st in ipairs(streams) do
+      if st.head and (best == nil or st.rank < best.rank
+          or (st.rank == best.rank and less(st.head, best.head))) then
+        best = st
+      end
+    end
+    if best == nil then
+      break
+    end
+    local e = best.head
+    local k = ctx.visit(e.id, e.p, e.pending, e.score, e.held)
+    if k == nil then
+      e.source.removed = e.source.removed + 1 -- claimed: leased past now
+    end
+    best.rank = best.rank + 1
+    if k ~= nil and k == best.g and best.g ~= '' then
+      best.head = nil -- the group's own key holds back the rest of its tasks in this claim
+    else
+      best.head = pull(best)
+    end
+  end
+end
+
 local function claim_in_order(ctx, q)
   local base, now = ctx.base, ctx.now
   local sources, held_source = {}, {}
@@ -202,42 +302,7 @@ local function claim_in_order(ctx, q)
       visit(e)
     end
   else
-    local ranks, by_rank = {}, {}
-    while true do
-      local e = next_entry()
-      if e == nil then
-        break
-      end
-      local key = task_key(base, e.id)
-      local keys = task_flow_keys(key)
-      local k = ctx.holder(keys)
-      if k == nil then
-        local group = fair_group(keys, q.fair)
-        local rank = (ranks[group] or 0) + 1
-        ranks[group] = rank
-        local bucket = by_rank[rank]
-        if bucket == nil then
-          bucket = {}
-          by_rank[rank] = bucket
-        end
-        bucket[#bucket + 1] = e
-      elseif e.source.held == nil and ctx.parked() < ctx.budget then
-        ctx.park(e.id, key, e.p, e.source.pending, e.score, k)
-        e.source.removed = e.source.removed + 1
-      end
-    end
-    parked_before = ctx.parked()
-    for _, bucket in ipairs(by_rank) do
-      for _, e in ipairs(bucket) do
-        if done() then
-          break
-        end
-        visit(e)
-      end
-      if done() then
-        break
-      end
-    end
+    claim_by_groups(ctx, q, done)
   end
   for _, level in ipairs(level_list) do
     drop_level_if_empty(base, tonumber(level))

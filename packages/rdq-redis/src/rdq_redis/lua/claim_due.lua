@@ -89,6 +89,7 @@ local function claim(id, p, from_pending)
     redis.call('HDEL', key, 'claimed_by')
   end
   redis.call('ZADD', inflight_key(base, p), expires, id)
+  fair_add(base, redis.call('HGET', key, 'fg'), p, expires, id)
   out[#out + 1] = {id, token, redis.call('HGETALL', key)}
 end
 
@@ -140,9 +141,24 @@ local function control(k)
   local c = controls[k]
   if c == nil then
     c = load_control(base, k, now) or false
+    if c then
+      c.start = capacity(base, c, now) -- what it let through when the claim began
+    end
     controls[k] = c
   end
   return c or nil
+end
+
+-- True if a control of `keys` let no task through when the claim began (the task has no
+-- rank in a fair or aged order).
+local function closed_from_start(keys)
+  for _, k in ipairs(keys) do
+    local c = control(k)
+    if c and c.start < 1 then
+      return true
+    end
+  end
+  return false
 end
 
 local cap = limit
@@ -337,6 +353,7 @@ end
 if queue_control and (queue_control.fair or queue_control.aging) then
   claim_in_order({base = base, now = now, cap = cap, out = out, control = control,
     capacity_of = function(c) return capacity(base, c, now) end, holder = holder, park = park,
+    closed_from_start = closed_from_start,
     visit = visit, parked = function() return parked end, budget = PARK_BUDGET}, queue_control)
 else
   release_held()

@@ -18,6 +18,10 @@ end
 if (as_int(version) or -1) ~= expected then
   return {'CONFLICT', redis.call('HGETALL', ckey)}
 end
+if k == '*' and redis.call('HEXISTS', ckey, 'fair') == 1 then
+  redis.call('DEL', ckey)
+  regroup(base, nil) -- no group sets any more
+end
 redis.call('DEL', ckey, base .. 'lease:' .. k)
 redis.call('SREM', base .. 'controls', k)
 local empty = redis.call('EXISTS', base .. 'controls') == 0

@@ -74,6 +74,7 @@ for i = 1, n do
     if ARGV[a + 14] ~= '' then
       redis.call('HSET', key, 'keys', ARGV[a + 14])
     end
+    admit_group(base, key)
     add_live(base, 'pending', priority, due, id)
     if registry ~= '' then
       redis.call('SADD', registry, queue)

@@ -67,6 +67,7 @@ for i = 1, n do
       redis.call('HSET', key, ARGV[s + 6], nows)
     end
     if kind == 'pending' or kind == 'inflight' then
+      admit_group(base, key)
       add_live(base, kind, p, score, id)
       if kind == 'pending' then
         redis.call('PUBLISH', ARGV[s + 7], '1')

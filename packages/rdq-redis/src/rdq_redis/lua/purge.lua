@@ -20,6 +20,7 @@ for _, id in ipairs(select_ids(dead, base, 6)) do
     gone = true
   end
   if gone then
+    drop_dedup(base, key, id)
     redis.call('DEL', key)
     if indexed then
       redis.call('DEL', index_key(prefix, id))

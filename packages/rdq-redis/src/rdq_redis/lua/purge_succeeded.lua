@@ -17,6 +17,7 @@ for _, set in ipairs({base .. 'succeeded', base .. 'cancelled'}) do
   local ids = redis.call('ZRANGEBYSCORE', set, '-inf', '(' .. ARGV[3], 'LIMIT', 0, room)
   for _, id in ipairs(ids) do
     redis.call('ZREM', set, id)
+    drop_dedup(base, task_key(base, id), id)
     redis.call('DEL', task_key(base, id))
     if indexed then
       redis.call('DEL', index_key(prefix, id))

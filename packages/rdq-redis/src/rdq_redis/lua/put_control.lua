@@ -19,7 +19,7 @@ local base, k = ARGV[1], ARGV[2]
 local expected = tonumber(ARGV[3])
 local registry, queue = ARGV[4], ARGV[5]
 local ckey = base .. 'ctl:' .. k
-local before = redis.call('HMGET', ckey, 'version', 'rate', 'per', 'bucket')
+local before = redis.call('HMGET', ckey, 'version', 'rate', 'per', 'bucket', 'fair')
 local version = before[1] and (as_int(before[1]) or -1) or 0
 if version ~= expected then
   return {'CONFLICT', redis.call('HGETALL', ckey)}
@@ -54,6 +54,9 @@ if #gone > 0 then
 end
 redis.call('HSET', ckey, unpack(fields))
 redis.call('SADD', base .. 'controls', k)
+if k == '*' and (before[5] or '') ~= ARGV[14] then
+  regroup(base, ARGV[14] ~= '' and ARGV[14] or nil) -- the group sets by the new prefix
+end
 if registry ~= '' then
   redis.call('SADD', registry, queue)
 end

@@ -9,12 +9,13 @@ local n = 0
 for i = 3, #ARGV do
   local id = ARGV[i]
   local key = task_key(base, id)
-  local set, _, kind, held = find_live(base, key, id)
+  local set, p, kind, held = find_live(base, key, id)
   if set and kind == 'pending' and not held then
     local score = redis.call('ZSCORE', set, id)
     if score and tonumber(score) > now then
       redis.call('HSET', key, 'next_attempt_at', nows)
       redis.call('ZADD', set, nows, id)
+      fair_add(base, redis.call('HGET', key, 'fg'), p, nows, id)
       n = n + 1
     end
   end

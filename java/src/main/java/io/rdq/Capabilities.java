@@ -14,7 +14,11 @@ package io.rdq;
  * {@code control} (control records that claims honour, {@link Storage#retryNow}),
  * {@code workerRegistry} and {@code counters}; and those of contract version 4:
  * {@code fairShares} and {@code priorityAging} (claims in the order a queue's own control
- * asks for: {@link Control#fair()}, {@link Control#aging()}).
+ * asks for: {@link Control#fair()}, {@link Control#aging()}); and that of contract version 5:
+ * {@code retention} ({@link Storage#expireTasks}: exactly the listed finished tasks whose status
+ * time is before the cut-off leave the store), {@code dedup} ({@link Storage#admit}: one live
+ * task per dedup key) and {@code payloadRefs} ({@link Storage#heldPayloadRefs}: which payload
+ * references stored tasks hold).
  */
 public record Capabilities(
         int contractVersion,
@@ -34,7 +38,10 @@ public record Capabilities(
         boolean workerRegistry,
         boolean counters,
         boolean fairShares,
-        boolean priorityAging) {
+        boolean priorityAging,
+        boolean retention,
+        boolean dedup,
+        boolean payloadRefs) {
     /** The contract version this binding implements ({@code rdq.spi.CONTRACT_VERSION}). */
-    public static final int CONTRACT_VERSION = 4;
+    public static final int CONTRACT_VERSION = 5;
 }

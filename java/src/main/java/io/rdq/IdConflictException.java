@@ -7,7 +7,11 @@ public class IdConflictException extends StorageException {
     private final String existingQueue;
 
     public IdConflictException(String taskId, String existingQueue) {
-        super("task id '" + taskId + "' already exists in queue '" + existingQueue + "'");
+        this(taskId, existingQueue, "task id '" + taskId + "' already exists in queue '" + existingQueue + "'");
+    }
+
+    protected IdConflictException(String taskId, String existingQueue, String message) {
+        super(message);
         this.taskId = taskId;
         this.existingQueue = existingQueue;
     }

@@ -42,6 +42,9 @@ public final class Limits {
     public static final int MAX_CONTROL_STATE_BYTES = 64 * 1024;
     public static final int MAX_WORKER_QUEUES = 1000;
     public static final int MAX_COUNTS = 1000;
+    /** A payload reference ({@code rdq-payload-ref}): {@code sha256:} and 64 hex digits as rdq
+     * writes it, at most this long as any store keeps it. */
+    public static final int MAX_PAYLOAD_REF_LENGTH = 200;
     public static final double DEFAULT_OPERATION_TIMEOUT = 10.0;
     public static final long EXACT_COUNT_THRESHOLD = 10_000;
 
@@ -481,6 +484,65 @@ public final class Limits {
     }
 
     /** The ids given to {@code cancel}. */
+    public static final int MAX_DEDUP_KEY_LENGTH = 200;
+
+    /** The dedup settings of {@link Storage#admit}, as {@code rdq.spi.bounds.check_dedup}
+     * checks them (the same fields named). */
+    public static Dedup checkDedup(Dedup dedup) {
+        if (dedup == null) {
+            throw new ValidationException("dedup", "must be a dedup setting");
+        }
+        String key = dedup.key();
+        if (key == null || key.isEmpty() || key.codePointCount(0, key.length()) > MAX_DEDUP_KEY_LENGTH) {
+            throw new ValidationException("dedup.key", "must be 1-" + MAX_DEDUP_KEY_LENGTH + " characters");
+        }
+        if (key.codePoints().anyMatch(c -> Character.isWhitespace(c) || Character.isSpaceChar(c) || c < 0x20 || c == 0x7f)) {
+            throw new ValidationException("dedup.key", "must not contain whitespace or control characters");
+        }
+        if (!Dedup.MODES.contains(dedup.mode())) {
+            throw new ValidationException("dedup.mode", "must be one of " + String.join(", ", Dedup.MODES));
+        }
+        double longest = MAX_DELAY.getSeconds();
+        checkSeconds(dedup.window(), longest, "dedup.window");
+        checkSeconds(dedup.maxAge(), longest, "dedup.max_age");
+        if (dedup.mode().equals("extend") && dedup.window() == null) {
+            throw new ValidationException("dedup.window", "extend starts the window again: give one");
+        }
+        if (dedup.mode().equals("debounce") && dedup.maxAge() == null) {
+            throw new ValidationException("dedup.max_age", "debounce needs a max_age");
+        }
+        return dedup;
+    }
+
+    /** The references of {@link Storage#heldPayloadRefs}, as {@code rdq.spi.bounds.check_payload_refs}
+     * checks them: at most {@link #MAX_LIMIT}, each 1-{@link #MAX_PAYLOAD_REF_LENGTH} characters
+     * without whitespace or control characters. */
+    public static List<String> checkPayloadRefs(List<String> refs) {
+        if (refs == null) {
+            throw new ValidationException("refs", "must be a list of payload references");
+        }
+        if (refs.size() > MAX_LIMIT) {
+            throw new ValidationException("refs", "more than " + MAX_LIMIT + " references");
+        }
+        for (int i = 0; i < refs.size(); i++) {
+            String ref = refs.get(i);
+            String field = "refs[" + i + "]";
+            if (ref == null || ref.isEmpty() || ref.codePointCount(0, ref.length()) > MAX_PAYLOAD_REF_LENGTH) {
+                throw new ValidationException(field, "must be 1-" + MAX_PAYLOAD_REF_LENGTH + " characters");
+            }
+            if (ref.codePoints().anyMatch(c -> Character.isWhitespace(c) || Character.isSpaceChar(c) || c < 0x20 || c == 0x7f)) {
+                throw new ValidationException(field, "must not contain whitespace");
+            }
+        }
+        return refs;
+    }
+
+    private static void checkSeconds(Double seconds, double longest, String field) {
+        if (seconds != null && !(seconds > 0 && seconds <= longest)) {
+            throw new ValidationException(field, "must be more than 0 and at most " + (long) longest + " seconds");
+        }
+    }
+
     public static List<String> checkCancelIds(List<String> ids) {
         if (ids == null) {
             throw new ValidationException("ids", "must be a list of task ids");

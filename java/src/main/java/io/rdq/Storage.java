@@ -3,6 +3,7 @@ package io.rdq;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.List;
+import java.util.Set;
 
 /**
  * The storage contract of rdq: the same operations, promises and errors as the Python
@@ -108,6 +109,32 @@ public interface Storage extends AutoCloseable {
     int purgeSucceeded(String queue, Instant olderThan);
 
     Capabilities capabilities();
+
+    // --- retention (contract version 5, capability retention) --------------------------------
+
+    /** Delete the listed tasks of {@code queue} that are finished (DEAD, SUCCEEDED, CANCELLED)
+     * with their status time before {@code before}, each atomically; every other id is left
+     * alone (a task redriven and dead-lettered again since it was read is later, and stays).
+     * Returns how many were deleted. */
+    int expireTasks(String queue, List<String> taskIds, Instant before);
+
+    // --- payload references (contract version 5, capability payloadRefs) ----------------------
+
+    /** Which of {@code refs} some stored task carries in its {@code rdq-payload-ref} header, in
+     * any status and any queue (admitted, imported or written by a dedup replacement); a
+     * reference no stored task carries is not in the answer. rdq deletes a payload's blob only
+     * when no task holds its reference. At most {@link Limits#MAX_LIMIT} references. */
+    Set<String> heldPayloadRefs(List<String> refs);
+
+    // --- dedup keys (contract version 5, capability dedup) ------------------------------------
+
+    /** {@link #enqueue} under a dedup key, atomically: the task is added and takes the key when
+     * no live task holds it; otherwise the holder is left (skipped), its window started again
+     * (extended) or, when still PENDING, given the task's payload and headers (replaced; with
+     * debounce also its due time, capped at the holder's created_at + maxAge). Of concurrent
+     * admissions of one key exactly one adds a task. {@link IdConflictException} for an id of
+     * another queue, {@link DedupConflictException} for a key held in another queue. */
+    Admitted admit(Envelope task, Dedup dedup, Duration delay);
 
     // --- flow control (contract version 3, capability control) ------------------------------
 

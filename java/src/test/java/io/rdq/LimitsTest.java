@@ -30,6 +30,16 @@ class LimitsTest {
     }
 
     @Test
+    void payloadRefsNameTheSameFieldsAsThePythonChecks() {
+        String ref = "sha256:" + "a".repeat(64);
+        assertEquals(java.util.List.of(ref), Limits.checkPayloadRefs(java.util.List.of(ref)));
+        assertEquals("refs", field(() -> Limits.checkPayloadRefs(null)));
+        assertEquals("refs[1]", field(() -> Limits.checkPayloadRefs(java.util.List.of(ref, "sha256 x"))));
+        assertEquals("refs[0]", field(() -> Limits.checkPayloadRefs(java.util.List.of("x".repeat(201)))));
+        assertEquals("refs", field(() -> Limits.checkPayloadRefs(java.util.Collections.nCopies(1001, ref))));
+    }
+
+    @Test
     void keysControlsWorkersAndCountsNameTheSameFieldsAsThePythonChecks() {
         Envelope ok = Envelope.of("t-1", "q", "h:fn", RawJson.of("{}"));
         Limits.checkTask(ok.toBuilder().keys(java.util.List.of("dep:psp", "tenant:\u00e4-1")).build());

@@ -10,7 +10,8 @@ a reason; so do pause, resume, breakers opened or closed by hand and a paced red
 
 - ``_pages``: overview, queue, task and audit pages; ``_search``: the search box;
 - ``_actions``: redrive, purge, cancel, retry now; ``_controls``: pauses, breakers, paced
-  redrives, and the workers page;
+  redrives, and the workers page; ``_exports``: the DLQ downloaded as JSON Lines, and a
+  task's payload whole;
 - ``_fleet``: what the pages read of flow control and the fleet; ``_charts``: the sparklines
   and bars; ``_paging``: where a paged list is;
 - ``_login``: logging in and out; ``_common``: the session, responses, filters.
@@ -21,6 +22,7 @@ from litestar import Router
 from rdq.server._ui._actions import act, confirm
 from rdq.server._ui._common import jinja_filters, ui_error
 from rdq.server._ui._controls import control_act, control_confirm, workers_page
+from rdq.server._ui._exports import download_payload, export_dlq
 from rdq.server._ui._login import login, login_form, logout
 from rdq.server._ui._pages import audit_page, overview, queue_page, task_page
 from rdq.server._ui._search import search
@@ -43,6 +45,8 @@ ui_router = Router(
         control_confirm,
         control_act,
         workers_page,
+        export_dlq,
+        download_payload,
     ],
     exception_handlers={Exception: ui_error},
     include_in_schema=False,

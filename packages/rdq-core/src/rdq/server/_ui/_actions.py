@@ -142,11 +142,16 @@ async def act(request: Request[Any, Any, Any], queue: PathText) -> Redirect:
         return Redirect(target + "#controls", status_code=303)
     if action == "retry_now" and isinstance(selector, TaskSelector):
         count = await admin.retry_now(queue, selector, actor=actor, reason=reason)
-    elif isinstance(selector, TaskSelector):
-        count = await admin.cancel(queue, selector, actor=actor, reason=reason)
-    elif action == "redrive":
-        count = await admin.redrive(queue, selector, actor=actor, reason=reason)
-    else:
-        count = await admin.purge(queue, selector, actor=actor, reason=reason)
-    target = queue_url(queue, state=state.key, done=action, count=str(count))
+        target = queue_url(queue, state=state.key, done=action, count=str(count))
+        return Redirect(target, status_code=303)
+    report = await admin.act(action, queue, selector, actor=actor, reason=reason)
+    target = queue_url(
+        queue,
+        state=state.key,
+        done=action,
+        count=str(report.done),
+        matched=str(report.matched),
+        gone=str(report.gone),
+        archived=str(report.archived) if report.where else None,
+    )
     return Redirect(target, status_code=303)

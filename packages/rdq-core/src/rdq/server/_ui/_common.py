@@ -124,7 +124,17 @@ def _flash(request: Request[Any, Any, Any]) -> str | None:
     count = request.query_params.get("count", "")
     if template is None or not count.isdigit() or len(count) > 12:
         return None
-    return template.format(count=int(count))
+    said = template.format(count=int(count))
+    matched, gone = (request.query_params.get(k, "") for k in ("matched", "gone"))
+    if _number(matched) and _number(gone):
+        said += f" Matched {int(matched)}, already gone {int(gone)}."
+    if _number(request.query_params.get("archived", "")):
+        said += " Each was written to the archive before it was deleted."
+    return said
+
+
+def _number(value: str) -> bool:
+    return value.isdigit() and len(value) <= 12
 
 
 def _secure(request: Request[Any, Any, Any]) -> bool:

@@ -15,8 +15,10 @@ from litestar.params import PathParameter
 from litestar.response import Template
 
 from rdq import flow
+from rdq.blobs import reference_of
 from rdq.errors import NotFound, StaleCursor, ValidationError
 from rdq.retry import attempts_used, resolve
+from rdq.server._api_retention import retention_of
 from rdq.server._node import Node
 from rdq.server._payloads import shown
 from rdq.server._ui._charts import bar_chart, sparkline, summary
@@ -32,6 +34,7 @@ from rdq.server._ui._fleet import (
 )
 from rdq.server._ui._paging import DEFAULT_SIZE, SIZES, paging_of
 from rdq.spi import (
+    PAYLOAD_REF_HEADER,
     AuditFilter,
     Counts,
     DLQFilter,
@@ -240,9 +243,11 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         error = f"{exc.field}: {exc.message}" if isinstance(exc, ValidationError) else str(exc)
     except NotImplementedError:
         error = f"This store cannot list {state.label.lower()} tasks yet."
+    retention: dict[str, Any] | None = None
     if state.status == Status.DEAD:
         groups = [msgspec.to_builtins(g) for g in await node.admin.dlq_groups(queue)]
         await _add_samples(node, queue, groups)
+        retention = msgspec.to_builtins(await retention_of(node, queue))
     flow = await flow_of(node, queue)
     fleet = await fleet_of(node)
     declared = await limits_of(node, queue)
@@ -310,6 +315,9 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         rates_unsupported=rates_unsupported,
         redrives=[msgspec.to_builtins(op) for op in redrives],
         control_url=f"/ui/queues/{quote(queue, safe='')}/control",
+        retention=retention,
+        export_url=f"/ui/queues/{quote(queue, safe='')}/export"
+        + (f"?{urlencode(kept)}" if kept else ""),
         live=True,
     )
 
@@ -365,11 +373,7 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
         return page(request, "search.html", 404, principal=principal, query=task_id, not_found=True)
     seen, payload_state = shown(envelope, principal.can("payloads"), node.keys)
     task = envelope_to_builtins(seen)
-    payload = (
-        msgspec.json.format(msgspec.json.encode(seen.payload), indent=2).decode()
-        if payload_state in ("clear", "decrypted")
-        else ""
-    )
+    payload, cut = _shown_payload(seen) if payload_state in ("clear", "decrypted") else ("", None)
     known = set(Envelope.__struct_fields__) - {"extra"}
     extra = {k: v for k, v in task.items() if k not in known}
     fleet = await fleet_of(node)
@@ -383,6 +387,9 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
         retry_waits=await _waits(node, envelope, fleet.now),
         payload=payload,
         payload_state=payload_state,
+        payload_cut=cut,
+        payload_ref=envelope.headers.get(PAYLOAD_REF_HEADER),
+        payload_missing=reference_of(envelope) is not None,
         extra=msgspec.json.format(msgspec.json.encode(extra), indent=2).decode() if extra else "",
         attempts=list(reversed(task.get("attempts") or [])),
         newest_traceback=next(
@@ -392,6 +399,19 @@ async def task_page(request: Request[Any, Any, Any], task_id: PathText) -> Templ
         attempts_left=await _attempts_left(node, envelope),
         live=envelope.status in (Status.PENDING, Status.IN_FLIGHT),
     )
+
+
+SHOWN_PAYLOAD = 256 * 1024
+"""Characters of a payload's JSON the task page shows; a larger one is downloaded whole."""
+
+
+def _shown_payload(task: Envelope) -> tuple[str, int | None]:
+    """The payload's JSON as the page shows it (indented; the start only when it is large)
+    and, when cut, its whole size in bytes."""
+    data = msgspec.json.encode(task.payload)
+    if len(data) > SHOWN_PAYLOAD:
+        return data[:SHOWN_PAYLOAD].decode(errors="replace"), len(data)
+    return msgspec.json.format(data, indent=2).decode(), None
 
 
 async def _holds(node: Node, task: Envelope) -> list[dict[str, Any]]:

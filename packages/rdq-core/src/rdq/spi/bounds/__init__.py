@@ -32,7 +32,10 @@ control                key 1–1100 characters without whitespace; ``gate``/``co
 worker info            a worker id; ``pid``/``concurrency``/``held`` ≥ 0; at most 1 000
                        queues; ``heartbeat`` in (0, 3 600] s
 counts                 at most 1 000 entries per call, each of a whole minute
-selector ids           at most 10 000 per call (redrive, purge, cancel)
+selector ids           at most 10 000 per call (redrive, purge, cancel, expire_tasks)
+dedup                  a key of 1–200 characters without whitespace; ``window`` and
+                       ``max_age`` in (0 s, ``MAX_DELAY``]; ``extend`` needs a window,
+                       ``debounce`` a ``max_age``
 worker id              1–200 characters, no control characters
 attempt                ``number`` ≥ 1; ``error_type`` at most 1024 characters,
                        ``error_message`` at most 8 192, ``traceback`` at most 32 768 (the
@@ -54,11 +57,13 @@ from rdq.spi.bounds._arguments import (
     check_completions,
     check_control,
     check_counts,
+    check_dedup,
     check_filter,
     check_ids,
     check_imported_task,
     check_imported_tasks,
     check_page,
+    check_payload_refs,
     check_resolution,
     check_selector,
     check_task_filter,
@@ -94,6 +99,7 @@ from rdq.spi.bounds._values import (
     MAX_CONTROL_KEY_LENGTH,
     MAX_CONTROL_STATE_BYTES,
     MAX_COUNTS,
+    MAX_DEDUP_KEY_LENGTH,
     MAX_DELAY,
     MAX_DEPTH,
     MAX_ERROR_MESSAGE_LENGTH,
@@ -106,6 +112,7 @@ from rdq.spi.bounds._values import (
     MAX_LEASE,
     MAX_LIMIT,
     MAX_PAYLOAD_BYTES,
+    MAX_PAYLOAD_REF_LENGTH,
     MAX_QUEUE_LENGTH,
     MAX_SELECTOR_IDS,
     MAX_TASK_KEY_LENGTH,
@@ -124,6 +131,7 @@ __all__ = [
     "MAX_CONTROL_KEY_LENGTH",
     "MAX_CONTROL_STATE_BYTES",
     "MAX_COUNTS",
+    "MAX_DEDUP_KEY_LENGTH",
     "MAX_DELAY",
     "MAX_DEPTH",
     "MAX_ERROR_MESSAGE_LENGTH",
@@ -136,6 +144,7 @@ __all__ = [
     "MAX_LEASE",
     "MAX_LIMIT",
     "MAX_PAYLOAD_BYTES",
+    "MAX_PAYLOAD_REF_LENGTH",
     "MAX_PRIORITY",
     "MAX_QUEUE_LENGTH",
     "MAX_SELECTOR_IDS",
@@ -153,6 +162,7 @@ __all__ = [
     "check_control",
     "check_control_key",
     "check_counts",
+    "check_dedup",
     "check_delay",
     "check_depth",
     "check_filter",
@@ -162,6 +172,7 @@ __all__ = [
     "check_lease",
     "check_limit",
     "check_page",
+    "check_payload_refs",
     "check_priority",
     "check_queue",
     "check_resolution",

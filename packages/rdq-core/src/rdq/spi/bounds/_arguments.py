@@ -12,6 +12,8 @@ from rdq.spi._models import (
     AuditEntry,
     AuditFilter,
     Completion,
+    Dedup,
+    DedupMode,
     DLQFilter,
     Envelope,
     Page,
@@ -40,9 +42,12 @@ from rdq.spi.bounds._values import (
     MAX_AUDIT_WORD_LENGTH,
     MAX_CONTROL_STATE_BYTES,
     MAX_COUNTS,
+    MAX_DEDUP_KEY_LENGTH,
+    MAX_DELAY,
     MAX_DEPTH,
     MAX_ERROR_MESSAGE_LENGTH,
     MAX_LIMIT,
+    MAX_PAYLOAD_REF_LENGTH,
     MAX_SELECTOR_IDS,
     MAX_TASK_KEY_LENGTH,
     MAX_WORKER_QUEUES,
@@ -321,3 +326,57 @@ def check_counts(value: object, field: str = "counts") -> list[Counts]:
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:
                 raise ValidationError("must be a non-negative integer", f"{where}.{name}")
     return list(value)
+
+
+def check_dedup(value: object, field: str = "dedup") -> Dedup:
+    """A :class:`~rdq.spi.Dedup`: a key of 1–200 characters without whitespace or control
+    characters, a known mode, a ``window`` and a ``max_age`` each ``None`` or more than 0 and
+    at most ``MAX_DELAY`` seconds; ``extend`` needs a window, ``debounce`` a ``max_age``."""
+    if not isinstance(value, Dedup):
+        raise ValidationError("must be an rdq.spi.Dedup", field=field)
+    key = value.key
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_DEDUP_KEY_LENGTH:
+        raise ValidationError(f"must be 1-{MAX_DEDUP_KEY_LENGTH} characters", f"{field}.key")
+    if not _KEY_RE.fullmatch(key):
+        raise ValidationError("must not contain whitespace or control characters", f"{field}.key")
+    mode: object = value.mode  # a Dedup built without its constructor's checks may hold anything
+    if not isinstance(mode, DedupMode):
+        modes = ", ".join(m.value for m in DedupMode)
+        raise ValidationError(f"must be one of {modes}", field=f"{field}.mode")
+    longest = MAX_DELAY.total_seconds()
+    for name in ("window", "max_age"):
+        seconds = getattr(value, name)
+        if seconds is None:
+            continue
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise ValidationError("must be a number of seconds", field=f"{field}.{name}")
+        if not 0 < seconds <= longest:
+            raise ValidationError(
+                f"must be more than 0 and at most {longest:g} seconds", field=f"{field}.{name}"
+            )
+    if value.mode == DedupMode.EXTEND and value.window is None:
+        raise ValidationError("extend starts the window again: give one", f"{field}.window")
+    if value.mode == DedupMode.DEBOUNCE and value.max_age is None:
+        raise ValidationError(
+            "debounce needs a max_age, so that a stream of submissions cannot put its task off "
+            "for ever",
+            field=f"{field}.max_age",
+        )
+    return value
+
+
+def check_payload_refs(refs: object, field: str = "refs") -> list[str]:
+    """A list of at most ``MAX_LIMIT`` payload references, each 1–200 characters without
+    whitespace or control characters (a lone string is refused)."""
+    if isinstance(refs, str | bytes) or not isinstance(refs, Sequence):
+        raise ValidationError("must be a list of payload references", field=field)
+    if len(refs) > MAX_LIMIT:
+        raise ValidationError(f"more than {MAX_LIMIT} references", field=field)
+    for i, ref in enumerate(refs):
+        if not isinstance(ref, str) or not 1 <= len(ref) <= MAX_PAYLOAD_REF_LENGTH:
+            raise ValidationError(
+                f"must be 1-{MAX_PAYLOAD_REF_LENGTH} characters", field=f"{field}[{i}]"
+            )
+        if not _KEY_RE.fullmatch(ref):
+            raise ValidationError("must not contain whitespace", field=f"{field}[{i}]")
+    return list(refs)

@@ -7,6 +7,7 @@ import io.rdq.AuditFilter;
 import io.rdq.Completion;
 import io.rdq.Control;
 import io.rdq.Counts;
+import io.rdq.Dedup;
 import io.rdq.DlqFilter;
 import io.rdq.Envelope;
 import io.rdq.PageRequest;
@@ -322,6 +323,30 @@ final class Args {
                 out.add(new Completion(taskId, token, attempt));
             }
             return out;
+        }
+    }
+
+    Dedup dedup(String name) {
+        try (JsonReader r = reader(name)) {
+            if (r.token() != JsonToken.START_OBJECT) {
+                throw new ValidationException(name, "must be a dedup setting");
+            }
+            String key = null;
+            String mode = "skip";
+            Double window = null;
+            Double maxAge = null;
+            while (r.next() == JsonToken.FIELD_NAME) {
+                String field = r.name();
+                r.next();
+                switch (field) {
+                    case "key" -> key = r.optionalString(name + ".key");
+                    case "mode" -> mode = r.optionalString(name + ".mode");
+                    case "window" -> window = r.optionalNumber(name + ".window");
+                    case "max_age" -> maxAge = r.optionalNumber(name + ".max_age");
+                    default -> r.skip();
+                }
+            }
+            return new Dedup(key, mode, window, maxAge);
         }
     }
 

@@ -10,6 +10,8 @@ import io.rdq.ControlConflictException;
 import io.rdq.Counts;
 import io.rdq.DlqGroup;
 import io.rdq.Envelope;
+import io.rdq.Admitted;
+import io.rdq.DedupConflictException;
 import io.rdq.IdConflictException;
 import io.rdq.NotConnectedException;
 import io.rdq.NotFoundException;
@@ -248,6 +250,22 @@ final class Session implements Runnable {
             case "now" -> g.writeString(Times.format(store().now()));
             case "stats" -> stats(g, store().stats(a.string("queue")));
             case "purge_succeeded" -> g.writeNumber(store().purgeSucceeded(a.string("queue"), a.instant("older_than")));
+            case "admit" -> {
+                Admitted admitted = store().admit(a.envelope("task"), a.dedup("dedup"), a.optionalDuration("delay"));
+                g.writeStartObject();
+                g.writeStringField("outcome", admitted.outcome());
+                g.writeStringField("task_id", admitted.taskId());
+                g.writeStringField("queue", admitted.queue());
+                g.writeEndObject();
+            }
+            case "expire_tasks" -> g.writeNumber(store().expireTasks(a.string("queue"), a.strings("ids"), a.instant("before")));
+            case "held_payload_refs" -> {
+                g.writeStartArray();
+                for (String ref : new java.util.TreeSet<>(store().heldPayloadRefs(a.strings("refs")))) {
+                    g.writeString(ref);
+                }
+                g.writeEndArray();
+            }
             case "wait_due" -> {
                 double seconds = a.number("timeout");
                 if (!(seconds >= 0) || Double.isInfinite(seconds)) {
@@ -339,6 +357,9 @@ final class Session implements Runnable {
         g.writeBooleanField("counters", c.counters());
         g.writeBooleanField("fair_shares", c.fairShares());
         g.writeBooleanField("priority_aging", c.priorityAging());
+        g.writeBooleanField("retention", c.retention());
+        g.writeBooleanField("dedup", c.dedup());
+        g.writeBooleanField("payload_refs", c.payloadRefs());
         g.writeEndObject();
     }
 
@@ -460,6 +481,11 @@ final class Session implements Runnable {
         } else if (e instanceof StaleCursorException s) {
             g.writeStringField("kind", "StaleCursor");
             g.writeStringField("reason", s.reason());
+        } else if (e instanceof DedupConflictException c) {
+            g.writeStringField("kind", "DedupConflict");
+            g.writeStringField("key", c.key());
+            g.writeStringField("task_id", c.taskId());
+            g.writeStringField("existing_queue", c.existingQueue());
         } else if (e instanceof IdConflictException c) {
             g.writeStringField("kind", "IDConflict");
             g.writeStringField("task_id", c.taskId());

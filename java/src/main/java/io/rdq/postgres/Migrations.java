@@ -41,16 +41,16 @@ final class Migrations {
             }
         }
         found.sort((a, b) -> Integer.compare(a.version(), b.version()));
-        // Numbers may be skipped (a branch takes the number it will have once merged, as the
-        // Python migrator allows): each bundled one once, the newest the one the code needs.
-        for (int i = 1; i < found.size(); i++) {
-            if (found.get(i).version() == found.get(i - 1).version()) {
-                throw new IllegalStateException("the jar holds migration " + found.get(i).version() + " twice (rebuild it)");
+        Set<Integer> held = new HashSet<>();
+        for (Migration m : found) {
+            if (!held.add(m.version())) {
+                throw new IllegalStateException("the jar holds migration " + m.version() + " twice (rebuild it)");
             }
         }
-        int newest = found.isEmpty() ? 0 : found.get(found.size() - 1).version();
-        if (newest != SUPPORTED) {
-            throw new IllegalStateException("the jar holds migrations up to " + newest + ", the code needs " + SUPPORTED);
+        for (int v = 1; v <= SUPPORTED; v++) {
+            if (!held.contains(v)) {
+                throw new IllegalStateException("the jar lacks migration " + v + " (rebuild it)");
+            }
         }
         return found;
     }

@@ -1,5 +1,6 @@
 package io.rdq.postgres;
 
+import io.rdq.Admitted;
 import io.rdq.Attempt;
 import io.rdq.AuditEntry;
 import io.rdq.AuditFilter;
@@ -10,6 +11,8 @@ import io.rdq.Control;
 import io.rdq.ControlConflictException;
 import io.rdq.Counts;
 import io.rdq.Cursors;
+import io.rdq.Dedup;
+import io.rdq.DedupConflictException;
 import io.rdq.DlqFilter;
 import io.rdq.DlqGroup;
 import io.rdq.Envelope;
@@ -242,7 +245,10 @@ public final class PostgresStorage implements Storage {
                 true, // worker registry
                 true, // counters
                 true, // fair shares
-                true); // priority aging
+                true, // priority aging
+                true, // retention
+                true, // dedup
+                true); // payload refs
     }
 
     private void announce(String queue) {
@@ -272,12 +278,9 @@ public final class PostgresStorage implements Storage {
         return extra;
     }
 
-    @Override
-    public boolean enqueue(Envelope task, Duration delay) {
-        ready();
-        Limits.checkTask(task);
-        Limits.checkDelay(delay, "delay");
-        Params params = Params.of()
+    /** The parameters of enqueue.sql and admit.sql for {@code task} admitted after {@code delay}. */
+    private static Params admissionParams(Envelope task, Duration delay) {
+        return Params.of()
                 .set("id", task.id())
                 .set("queue", task.queue())
                 .set("handler_ref", task.handlerRef())
@@ -294,6 +297,41 @@ public final class PostgresStorage implements Storage {
                 .set("extra", EnvelopeJson.encodeExtra(unknownFields(task)))
                 .set("priority", task.priority())
                 .set("keys", joinedKeys(task.keys()));
+    }
+
+    @Override
+    public Admitted admit(Envelope task, Dedup dedup, Duration delay) {
+        ready();
+        Limits.checkTask(task);
+        Limits.checkDedup(dedup);
+        Limits.checkDelay(delay, "delay");
+        Params params = admissionParams(task, delay)
+                .set("dedup_key", dedup.key())
+                .set("dedup_mode", dedup.mode())
+                .set("window_us", dedup.window() == null ? null : Math.round(dedup.window() * 1_000_000))
+                .set("max_age_us", dedup.maxAge() == null ? null : Math.round(dedup.maxAge() * 1_000_000));
+        Admitted row = queryOne("admit", params,
+                rs -> new Admitted(rs.getString("outcome"), rs.getString("task_id"), rs.getString("queue")));
+        switch (row.outcome()) {
+            case "id_conflict" -> throw new io.rdq.IdConflictException(task.id(), row.queue());
+            case "dedup_conflict" -> throw new DedupConflictException(dedup.key(), row.queue(), row.taskId());
+            case "added" -> announce(row.queue());
+            case "replaced" -> {
+                if (dedup.mode().equals("debounce")) {
+                    announce(row.queue());
+                }
+            }
+            default -> { }
+        }
+        return row;
+    }
+
+    @Override
+    public boolean enqueue(Envelope task, Duration delay) {
+        ready();
+        Limits.checkTask(task);
+        Limits.checkDelay(delay, "delay");
+        Params params = admissionParams(task, delay);
         Announcer current = config.notifications() ? announcer : null;
         boolean carried = current != null && current.tryCarry();
         List<String> stored;
@@ -1022,6 +1060,30 @@ public final class PostgresStorage implements Storage {
         ready();
         Limits.checkQueue(queue);
         return stats(List.of(queue)).get(0);
+    }
+
+    @Override
+    public int expireTasks(String queue, List<String> taskIds, Instant before) {
+        ready();
+        Limits.checkQueue(queue);
+        Limits.checkCancelIds(taskIds);
+        Limits.checkInstant(before, "before");
+        if (taskIds.isEmpty()) {
+            return 0;
+        }
+        String[] ids = taskIds.stream().distinct().toArray(String[]::new);
+        return update("expire_tasks", Params.of().set("queue", queue).set("ids", ids).set("before", before));
+    }
+
+    @Override
+    public Set<String> heldPayloadRefs(List<String> refs) {
+        ready();
+        Limits.checkPayloadRefs(refs);
+        if (refs.isEmpty()) {
+            return Set.of();
+        }
+        String[] asked = refs.stream().distinct().toArray(String[]::new);
+        return new HashSet<>(query("held_payload_refs", Params.of().set("refs", asked), r -> r.getString("ref")));
     }
 
     @Override

@@ -1,0 +1,190 @@
+"""How claims of a limited queue take their slots on PostgreSQL (schema version 13; the kit
+checks that a limit is never exceeded): claims of a concurrency limit with ample room run side
+by side (its control locked FOR SHARE, one of eight advisory stripes each), claims that find a
+limit used up do not wait for each other, and a claim near the limit takes the control FOR
+UPDATE, after every claim beside it has committed, so it counts their leases."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from rdq.spi import QUEUE_KEY, Control, Envelope
+from rdq_postgres import PostgresStorage
+
+LEASE = timedelta(minutes=10)
+STRIPES, SPAN = 8, 32
+"""claim_controlled()'s constants (migration 0013)."""
+
+
+@pytest_asyncio.fixture
+async def open_claim(postgres_url: str, schema: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection to hold a claim's transaction open with."""
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def _claim_in(conn: asyncpg.Connection, schema: str, queue: str, n: int) -> int:
+    """Claim in ``conn``'s open transaction; how many tasks it took."""
+    count: int = await conn.fetchval(
+        f'SELECT count(*) FROM "{schema}".claim_controlled($1, $2, $3, NULL)',
+        queue,
+        n,
+        int(LEASE.total_seconds() * 1e6),
+    )
+    return count
+
+
+async def _fill(storage: PostgresStorage, queue: str, tasks: int, key: str) -> None:
+    for start in range(0, tasks, 500):
+        await storage.enqueue_batch(
+            [
+                Envelope(id=f"{queue}-{n}", queue=queue, handler_ref="h", keys=["limit:psp"])
+                for n in range(start, min(tasks, start + 500))
+            ]
+        )
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("key", [QUEUE_KEY, "limit:psp"])
+async def test_a_claim_beside_an_open_claim_of_a_limit_with_room_does_not_wait_for_it(
+    storage: PostgresStorage, open_claim: asyncpg.Connection, schema: str, key: str
+) -> None:
+    await _fill(storage, "q", 100, key)
+    await storage.put_control(Control(queue="q", key=key, concurrency=1000), expected_version=0)
+    async with open_claim.transaction():
+        assert await _claim_in(open_claim, schema, "q", 10) == 10
+        claimed = await asyncio.wait_for(storage.claim_due("q", 10, LEASE), timeout=5)
+        assert len(claimed) == 10
+
+
+@pytest.mark.asyncio
+async def test_claims_that_find_a_limit_used_up_do_not_wait_for_each_other(
+    storage: PostgresStorage, open_claim: asyncpg.Connection, schema: str
+) -> None:
+    await _fill(storage, "q", 100, "limit:psp")
+    await storage.put_control(
+        Control(queue="q", key="limit:psp", concurrency=5), expected_version=0
+    )
+    assert len(await storage.claim_due("q", 10, LEASE)) == 5
+    async with open_claim.transaction():
+        assert await _claim_in(open_claim, schema, "q", 10) == 0
+        assert await asyncio.wait_for(storage.claim_due("q", 10, LEASE), timeout=5) == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("key", [QUEUE_KEY, "limit:psp"])
+async def test_a_claim_near_the_limit_waits_for_the_claims_beside_it_and_counts_them(
+    storage: PostgresStorage, open_claim: asyncpg.Connection, schema: str, key: str
+) -> None:
+    """The open claim takes SPAN slots side by side (room 300 >= STRIPES x SPAN); the next
+    asks for more than SPAN, so it takes the control FOR UPDATE: it waits for the open one to
+    commit and then takes exactly what is left."""
+    limit = STRIPES * SPAN + 44
+    await _fill(storage, "q", limit + 100, key)
+    await storage.put_control(Control(queue="q", key=key, concurrency=limit), expected_version=0)
+    tr = open_claim.transaction()
+    await tr.start()
+    try:
+        assert await _claim_in(open_claim, schema, "q", SPAN) == SPAN
+        exact = asyncio.ensure_future(storage.claim_due("q", 1000, LEASE))
+        await asyncio.sleep(0.5)
+        assert not exact.done(), "the exact claim waits for the one beside it"
+    finally:
+        await tr.commit()
+    assert len(await asyncio.wait_for(exact, timeout=10)) == limit - SPAN
+    assert await storage.claim_due("q", 10, LEASE) == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("key", [QUEUE_KEY, "limit:psp"])
+async def test_many_claims_side_by_side_take_a_limit_exactly(
+    storage: PostgresStorage, postgres_url: str, schema: str, key: str
+) -> None:
+    """Sixteen stores claim ten at a time until nothing is left to take: side by side while
+    the room lasts, one at a time near the limit; together exactly the limit, never more."""
+    limit = STRIPES * SPAN + 150
+    await _fill(storage, "q", limit + 300, key)
+    await storage.put_control(Control(queue="q", key=key, concurrency=limit), expected_version=0)
+    stores = [PostgresStorage.from_url(postgres_url, schema=schema) for _ in range(16)]
+
+    async def claim_until_empty(store: PostgresStorage) -> int:
+        took = 0
+        while claimed := await store.claim_due("q", 10, LEASE):
+            took += len(claimed)
+        return took
+
+    try:
+        await asyncio.gather(*(s.connect() for s in stores))
+        took = await asyncio.gather(*(claim_until_empty(s) for s in stores))
+    finally:
+        await asyncio.gather(*(s.aclose() for s in stores))
+    assert sum(took) == limit
+    (control,) = [c for c in await storage.list_controls("q") if c.key == key]
+    assert control.in_use == limit
+
+
+async def _claim_buffers(conn: asyncpg.Connection, schema: str, queue: str) -> tuple[int, int]:
+    """The shared buffers one claim of 10 reads (EXPLAIN ANALYZE counts those read inside the
+    claim function) and how many tasks it took; the claim is rolled back."""
+    tr = conn.transaction()
+    await tr.start()
+    try:
+        plan = await conn.fetchval(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+            f'SELECT * FROM "{schema}".claim_controlled($1, 10, $2, NULL)',
+            queue,
+            int(LEASE.total_seconds() * 1e6),
+        )
+    finally:
+        await tr.rollback()
+    node = json.loads(plan)[0]["Plan"]
+    return int(node["Shared Hit Blocks"]) + int(node["Shared Read Blocks"]), int(
+        node["Actual Rows"]
+    )
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("fair", "aging"), [("tenant:", None), ("tenant:", 2.0), (None, 1.0)])
+async def test_an_ordered_claim_reads_as_many_buffers_behind_a_backlog_ten_times_deeper(
+    storage: PostgresStorage,
+    open_claim: asyncpg.Connection,
+    schema: str,
+    fair: str | None,
+    aging: float | None,
+) -> None:
+    """Deterministic, not a race of clocks: the buffers one fair or aged claim reads behind
+    2,000 and 20,000 due tasks of one tenant (and 3 of another) are about the same (a claim
+    that ranked every due task read ten times as many)."""
+    work = []
+    for depth in (2_000, 20_000):
+        queue = f"ordered-{depth}"
+        await storage.put_control(
+            Control(queue=queue, key=QUEUE_KEY, fair=fair, aging=aging), expected_version=0
+        )
+        for start in range(0, depth + 3, 1000):
+            await storage.enqueue_batch(
+                [
+                    Envelope(
+                        id=f"{queue}-{n:06d}",
+                        queue=queue,
+                        handler_ref="h",
+                        keys=["tenant:big" if n < depth else "tenant:small"],
+                    )
+                    for n in range(start, min(depth + 3, start + 1000))
+                ]
+            )
+        await open_claim.execute(f'ANALYZE "{schema}".task')
+        buffers, took = await _claim_buffers(open_claim, schema, queue)
+        assert took == 10
+        work.append(buffers)
+    assert work[1] <= work[0] * 1.5 + 50, work
