@@ -14,6 +14,11 @@ its growth per task compares with the other's.
 
 It prints, per phase: tasks handled per second, and the growth of ``rdq.task`` (heap, and
 ``task_live_idx``) per handled task; then held ÷ clean. It fails if any task was dead-lettered.
+
+``--rate N`` offers a steady N tasks/s instead (submitted every 10 ms, no backlog kept): each
+phase then also prints the backlog left at its end and the submit → start latency (created_at
+to the first attempt's start) of the tasks submitted in its window, p50 / p99; a task not
+started by the window's end counts with the time it had waited by then (a lower bound).
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ class Phase:
     heap_growth: int
     index_growth: int
     live_idx_growth: int
+    backlog: int = 0
+    p50: float = 0.0
+    p99: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -103,6 +111,48 @@ class Producer:
             await asyncio.sleep(1.0)
 
 
+class SteadyProducer:
+    """Offers ``rate`` tasks/s to queue ``q``: every 10 ms, the tasks due by then."""
+
+    TICK = 0.01
+
+    def __init__(self, client: rdq.Client, rate: float) -> None:
+        self.client = client
+        self.rate = rate
+        self.submitted = 0
+
+    async def top_up(self) -> None:
+        return None
+
+    async def run(self) -> None:
+        started = time.monotonic()
+        while True:
+            owed = int((time.monotonic() - started) * self.rate) - self.submitted
+            while owed > 0:
+                n = min(BATCH, owed)
+                await self.client.submit_many(
+                    [rdq.Submission("noop", None, queue="q") for _ in range(n)]
+                )
+                self.submitted += n
+                owed -= n
+            await asyncio.sleep(self.TICK)
+
+
+LATENCY = """
+SELECT count(*) AS submitted,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY wait) AS p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY wait) AS p99
+FROM (
+    SELECT extract(epoch FROM coalesce(
+               (t.attempts -> 0 ->> 'started_at')::timestamptz,
+               CASE WHEN t.status = 'IN_FLIGHT' THEN t.claimed_at END,
+               $2::timestamptz) - t.created_at) AS wait
+    FROM rdq.task AS t
+    WHERE t.queue = 'q' AND t.created_at >= $1::timestamptz AND t.created_at < $2::timestamptz
+) AS w
+"""
+
+
 async def _succeeded(db: asyncpg.Connection) -> int:
     """An exact count (``stats`` estimates large counts)."""
     count = await db.fetchval("SELECT count(*) FROM rdq.task WHERE status = 'SUCCEEDED'")
@@ -116,7 +166,11 @@ async def phase(name: str, url: str, args: argparse.Namespace, db: asyncpg.Conne
     async with rdq.open_storage(url) as storage:
         client = rdq.Client(storage)
         counting = await asyncpg.connect(url)
-        producer = Producer(client, counting, args.backlog)
+        producer: Producer | SteadyProducer = (
+            SteadyProducer(client, args.rate)
+            if args.rate
+            else Producer(client, counting, args.backlog)
+        )
         await producer.top_up()
         workers = [await _spawn_worker(url, n) for n in range(args.workers)]
         feeding = asyncio.create_task(producer.run())
@@ -130,10 +184,15 @@ async def phase(name: str, url: str, args: argparse.Namespace, db: asyncpg.Conne
                 await holder.execute("BEGIN")
                 await holder.fetchval("SELECT txid_current()")
             began = time.monotonic()
+            window_start = await db.fetchval("SELECT clock_timestamp()")
             await asyncio.sleep(args.seconds)
             done_after = await _succeeded(db)
             seconds = time.monotonic() - began
+            window_end = await db.fetchval("SELECT clock_timestamp()")
             after = await db.fetchrow(SIZES)
+            backlog = await db.fetchval(
+                "SELECT count(*) FROM rdq.task WHERE status IN ('PENDING', 'IN_FLIGHT')"
+            )
         finally:
             if holder is not None:
                 await holder.execute("ROLLBACK")
@@ -144,6 +203,8 @@ async def phase(name: str, url: str, args: argparse.Namespace, db: asyncpg.Conne
             for proc in workers:
                 proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(asyncio.gather(*(p.wait() for p in workers)), 60)
+    waits = await db.fetchrow(LATENCY, window_start, window_end)
+    assert before is not None and after is not None and waits is not None
     return Phase(
         name,
         done_after - done_before,
@@ -151,6 +212,9 @@ async def phase(name: str, url: str, args: argparse.Namespace, db: asyncpg.Conne
         after["heap"] - before["heap"],
         after["indexes"] - before["indexes"],
         after["live_idx"] - before["live_idx"],
+        backlog=int(backlog),
+        p50=float(waits["p50"] or 0.0),
+        p99=float(waits["p99"] or 0.0),
     )
 
 
@@ -163,15 +227,19 @@ async def verify(db: asyncpg.Connection) -> None:
         raise SystemExit(f"{dead} task(s) dead-lettered")
 
 
-def report(phases: list[Phase]) -> None:
+def report(phases: list[Phase], rate: float | None = None) -> None:
+    if rate:
+        print(f"offered {rate:,.0f} tasks/s")
     print(
         f"{'phase':<8}{'tasks/s':>10}{'handled':>10}{'heap B/task':>14}"
-        f"{'indexes B/task':>16}{'live_idx B/task':>17}"
+        f"{'indexes B/task':>16}{'live_idx B/task':>17}{'backlog':>10}"
+        f"{'p50 ms':>10}{'p99 ms':>10}"
     )
     for p in phases:
         print(
             f"{p.name:<8}{p.rate:>10,.0f}{p.handled:>10,}{p.per_task(p.heap_growth):>14,.0f}"
             f"{p.per_task(p.index_growth):>16,.0f}{p.per_task(p.live_idx_growth):>17,.0f}"
+            f"{p.backlog:>10,}{p.p50 * 1000:>10,.1f}{p.p99 * 1000:>10,.1f}"
         )
     clean, held = phases
     print(f"held ÷ clean: {held.rate / clean.rate:.2f}")
@@ -186,7 +254,7 @@ async def run(url: str, args: argparse.Namespace) -> None:
         await verify(db)
     finally:
         await db.close()
-    report(phases)
+    report(phases, args.rate)
 
 
 def main() -> None:
@@ -196,6 +264,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--backlog", type=int, default=20_000)
+    parser.add_argument(
+        "--rate", type=float, help="offer this many tasks/s instead of keeping --backlog due"
+    )
     args = parser.parse_args()
     with postgres(args.url) as url:
         asyncio.run(run(url, args))

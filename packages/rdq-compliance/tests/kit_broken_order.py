@@ -6,6 +6,7 @@ fail against it."""
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -240,7 +241,52 @@ FAIR = "test_a_shallow_group_is_claimed_within_one_batch_behind_a_deep_one"
 ROUND_ROBIN = "test_fair_shares_go_round_robin_among_every_group_and_the_tasks_without_one"
 AGING = "test_with_aging_a_lower_priority_task_that_waited_long_enough_goes_first"
 
+# --- the claim's start ---------------------------------------------------------------------
+
+
+class StartsPastItsOwnClaims(_Broken):
+    """Starts each claim of a queue at the due time of the last task it claimed there (the
+    inexact floor BENCHMARKS.md measured): a task made due before that — enqueued, admitted
+    under a dedup key, imported or rescheduled into the past — is passed over while younger
+    ones are claimed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._starts: dict[str, datetime] = {}
+
+    async def _claim_due(
+        self, queue: str, limit: int, lease: timedelta, worker_id: str | None
+    ) -> list[Claimed]:
+        start = self._starts.get(queue)
+        hidden: list[tuple[list[tuple[datetime, str, int]], tuple[datetime, str, int]]] = []
+        with self._state.lock:
+            if start is not None:
+                for heap in self._state.index(queue).every_heap():
+                    for entry in [e for e in heap if e[0] < start]:
+                        heap.remove(entry)
+                        hidden.append((heap, entry))
+                    heapq.heapify(heap)
+        try:
+            claimed = await super()._claim_due(queue, limit, lease, worker_id)
+        finally:
+            with self._state.lock:
+                for heap, entry in hidden:
+                    heapq.heappush(heap, entry)
+        dues = [c.task.next_attempt_at for c in claimed if c.task.next_attempt_at is not None]
+        if dues:
+            self._starts[queue] = max(dues + ([start] if start is not None else []))
+        return claimed
+
+
 BROKEN_STORES: dict[type, list[str]] = {
+    StartsPastItsOwnClaims: [
+        "test_a_task_enqueued_due_in_the_past_is_claimed_before_younger_due_tasks",
+        "test_a_batch_enqueued_due_in_the_past_is_claimed_before_younger_due_tasks",
+        "test_a_task_imported_due_in_the_past_is_claimed_before_younger_due_tasks",
+        "test_a_task_admitted_under_a_key_due_in_the_past_is_claimed_before_younger_due_tasks",
+        "test_a_task_rescheduled_into_the_past_is_claimed_before_younger_due_tasks",
+        "test_racing_claimants_take_tasks_enqueued_due_in_the_past_before_younger_ones",
+    ],
     IgnoresFairShares: [
         FAIR,
         ROUND_ROBIN,

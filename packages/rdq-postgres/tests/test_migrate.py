@@ -75,6 +75,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0011_dedup_keys",
             "0012_payload_refs",
             "0013_claim_costs",
+            "0014_claim_floor",
         ]
         assert await store.migrate() == []
 
@@ -133,6 +134,7 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0011_dedup_keys",
             "0012_payload_refs",
             "0013_claim_costs",
+            "0014_claim_floor",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -313,6 +315,7 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0011_dedup_keys",
                 "0012_payload_refs",
                 "0013_claim_costs",
+                "0014_claim_floor",
             ]
             after = {
                 r["id"]: dict(r)
@@ -373,6 +376,7 @@ async def test_upgrading_a_populated_version_10_schema_to_dedup_keys_keeps_every
                 "0011_dedup_keys",
                 "0012_payload_refs",
                 "0013_claim_costs",
+                "0014_claim_floor",
             ]
             after = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
             assert [dict(r) for r in after] == [dict(r) for r in before]
@@ -387,6 +391,81 @@ async def test_upgrading_a_populated_version_10_schema_to_dedup_keys_keeps_every
             assert await store.purge("q", Selector.by_ids("k-1")) == 1
             assert await conn.fetchval(f"SELECT count(*) FROM {s}.dedup") == 0, "gone with it"
             assert (await store.stats("q")).pending == 300
+    finally:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()
+
+
+@pytest.mark.asyncio
+async def test_upgrading_a_populated_version_10_schema_to_the_claim_floor_in_place(
+    postgres_url: str,
+) -> None:
+    """Migrations 0011-0014 upgrade a populated version-10 schema in place: tasks in every
+    status, a lapsed lease and a lease held across the upgrade, tasks a version-10 claim
+    already took; the tasks read back unchanged, the first claims start from no floor and
+    take the oldest due first (the lapsed lease among them), a task enqueued due in the past
+    after them goes next, the held lease still fences, and every due task is claimed."""
+    from rdq.spi import Attempt, Envelope, Outcome
+
+    schema = f"m_{secrets.token_hex(5)}"
+    conn = await asyncpg.connect(postgres_url)
+    store = PostgresStorage.from_url(f"{postgres_url}?schema={schema}")
+    s = f'"{schema}"'
+    try:
+        await _schema_at(conn, schema, 10)
+        await conn.execute(
+            f"INSERT INTO {s}.task (id, queue, handler_ref, payload, status, next_attempt_at,"
+            " priority) SELECT 'p-' || lpad(n::text, 4, '0'), 'q', 'job',"
+            " json_build_object('n', n), 'PENDING', now() - interval '1 hour'"
+            " + n * interval '1 second', 0 FROM generate_series(1, 2000) AS n"
+        )
+        await conn.execute(
+            f"INSERT INTO {s}.task (id, queue, handler_ref, status, lease_expires_at,"
+            " claimed_at, claimed_by, token, next_attempt_at) VALUES"
+            " ('held', 'q', 'job', 'IN_FLIGHT', now() + interval '1 hour', now(), 'w-1', 'tok',"
+            " now()), ('lapsed', 'q', 'job', 'IN_FLIGHT', now() - interval '2 hours',"
+            " now() - interval '3 hours', 'w-0', 'old', now() - interval '3 hours')"
+        )
+        await conn.execute(
+            f"INSERT INTO {s}.task (id, queue, handler_ref, status, completed_at)"
+            " SELECT 'done-' || n, 'q', 'job', 'SUCCEEDED', now() FROM generate_series(1, 300) n"
+        )
+        await conn.execute(
+            f"INSERT INTO {s}.task (id, queue, handler_ref, status, dead_lettered_at,"
+            " error_type, attempts, attempt_count) VALUES ('dead', 'q', 'job', 'DEAD', now(),"
+            """ 'E', '[{"number":1,"outcome":"FAILED","error_type":"E"}]', 1)"""
+        )
+        # a version-10 claim took the five oldest PENDING tasks before the upgrade
+        taken = await conn.fetch(f"SELECT id FROM {s}.claim_due('q', 6, 300000000, 'w-10')")
+        assert sorted(r["id"] for r in taken) == ["lapsed"] + [f"p-000{n}" for n in range(1, 6)]
+        columns = "id, payload::text, status, token, next_attempt_at, lease_expires_at"
+        before = {r["id"]: dict(r) for r in await conn.fetch(f"SELECT {columns} FROM {s}.task")}
+        async with store:
+            assert await store.migrate() == [
+                "0011_dedup_keys",
+                "0012_payload_refs",
+                "0013_claim_costs",
+                "0014_claim_floor",
+            ]
+            after = {r["id"]: dict(r) for r in await conn.fetch(f"SELECT {columns} FROM {s}.task")}
+            assert after == before
+            assert await conn.fetchval(f"SELECT count(*) FROM {s}.claim_floor") == 0
+            first = await store.claim_due("q", 10, timedelta(minutes=5))
+            assert [c.task.id for c in first] == [f"p-{n:04d}" for n in range(6, 16)]
+            now = await store.now()
+            late = Envelope(
+                id="late", queue="q", handler_ref="job", next_attempt_at=now - timedelta(days=1)
+            )
+            assert await store.enqueue(late)
+            (next_one,) = await store.claim_due("q", 1, timedelta(minutes=5))
+            assert next_one.task.id == "late"
+            done = Attempt(number=1, outcome=Outcome.SUCCEEDED)
+            await store.complete("held", "tok", done)
+            rest = []
+            while batch := await store.claim_due("q", 1000, timedelta(minutes=5)):
+                rest += [c.task.id for c in batch]
+            assert rest == [f"p-{n:04d}" for n in range(16, 2001)]
+            assert (await store.get("dead")).status == "DEAD"
     finally:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await conn.close()

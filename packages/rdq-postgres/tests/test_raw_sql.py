@@ -108,11 +108,15 @@ WHERE id = $1 AND token = $2 AND status = 'IN_FLIGHT'
 """
 
 ENQUEUE = """
-INSERT INTO {s}.task (id, queue, handler_ref, payload, headers, status, priority, keys,
-                      next_attempt_at)
-VALUES ($1, $2, $3, $4::json, '{{}}', 'PENDING', $5, $6::text[],
-        now())
-ON CONFLICT (id) DO NOTHING
+WITH admitted AS (
+    INSERT INTO {s}.task (id, queue, handler_ref, payload, headers, status, priority, keys,
+                          next_attempt_at)
+    VALUES ($1, $2, $3, $4::json, '{{}}', 'PENDING', $5, $6::text[],
+            now())
+    ON CONFLICT (id) DO NOTHING
+    RETURNING queue, next_attempt_at
+)
+SELECT {s}.lower_floor(queue, next_attempt_at) FROM admitted
 """
 
 PUT_CONTROL = """

@@ -19,6 +19,7 @@ Clause = tuple[str, str, list[str]]
 TITLES = {
     "ClaimingClauses": "No double claim; due-ness by the storage clock; claim order",
     "PriorityClauses": "Priorities",
+    "DueEarlierClauses": "A task made due before the tasks claims already took",
     "ClaimHolderClauses": "The claim holder and the LEASE_EXPIRED record",
     "FencingClauses": "Fencing",
     "RecoveryClauses": "Lease recovery counts",

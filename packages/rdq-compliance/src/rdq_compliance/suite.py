@@ -18,6 +18,7 @@ from rdq_compliance.clauses.corrupt import CorruptTaskClauses
 from rdq_compliance.clauses.crash import CrashClauses
 from rdq_compliance.clauses.dedup import DedupClauses
 from rdq_compliance.clauses.dlq import DLQClauses, DLQFilterClauses
+from rdq_compliance.clauses.due_earlier import DueEarlierClauses
 from rdq_compliance.clauses.fairness import FairShareClauses
 from rdq_compliance.clauses.fencing import FencingClauses
 from rdq_compliance.clauses.fleet import CountClauses, WorkerRegistryClauses
@@ -43,6 +44,7 @@ __all__ = ["CLAUSES", "StorageSuite"]
 class StorageSuite(
     ClaimingClauses,
     PriorityClauses,
+    DueEarlierClauses,
     ClaimHolderClauses,
     FencingClauses,
     RecoveryClauses,

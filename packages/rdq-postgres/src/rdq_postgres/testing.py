@@ -15,6 +15,7 @@ INSERT INTO {schema}.task (id, queue, handler_ref, payload, status, next_attempt
 VALUES ($1, $2, 'app.tasks:send', '{{"n": 1}}', 'PENDING', now() - interval '2 hours',
         '{{"max_attempts": "lots"}}')
 """
+_LOWER = "SELECT {schema}.lower_floor($1, now() - interval '2 hours')"
 _DEEP = "UPDATE {schema}.task SET payload = $2::json, retry = NULL WHERE id = $1"
 
 
@@ -30,7 +31,9 @@ async def put_corrupt_task(
     if kind not in ("undecodable", "deep"):
         raise ValueError(f"the schema cannot hold a corrupt task of kind {kind!r}")
     schema = f'"{store.config.schema}"'
-    async with store._db.pool.connection() as conn:
+    async with store._db.pool.connection() as conn, conn.transaction():
         await conn.execute(_UNDECODABLE.format(schema=schema), task_id, queue)
+        # due before the claims may have gone: lowers the queue's claim floor (migration 0014)
+        await conn.execute(_LOWER.format(schema=schema), queue)
         if kind == "deep":
             await conn.execute(_DEEP.format(schema=schema), task_id, "[" * 5000 + "]" * 5000)

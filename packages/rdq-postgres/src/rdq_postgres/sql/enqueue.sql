@@ -3,7 +3,7 @@
 -- given, else at now() + :delay_us microseconds. :keys: the task's keys joined by U+001F (a
 -- character no key holds; '' for none). :notify: whether this transaction carries the NOTIFY
 -- that wakes the queue's listeners as it commits (notify.sql's, when nothing else is being
--- announced: _notify.py).
+-- announced: _notify.py). lower_floor(): the admission makes a task due (migration 0014).
 WITH admitted AS (
     INSERT INTO {schema}.task (
         id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
@@ -20,7 +20,8 @@ WITH admitted AS (
         string_to_array(:keys::text, chr(31))
     )
     ON CONFLICT (id) DO NOTHING
-    RETURNING queue
+    RETURNING queue, next_attempt_at
 )
-SELECT queue, CASE WHEN :notify::boolean THEN pg_notify('{channel}', queue) END AS notified
+SELECT queue, CASE WHEN :notify::boolean THEN pg_notify('{channel}', queue) END AS notified,
+       {schema}.lower_floor(queue, next_attempt_at) AS lowered
 FROM admitted

@@ -29,8 +29,9 @@ ins AS (
     FROM input AS i
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING
-    RETURNING id, queue
+    RETURNING id, queue, due_at
 ),
+{admission_floor}
 conflict AS (
     -- task_queue() reads with a snapshot of its own: an id that another transaction committed
     -- while the INSERT waited on it is invisible to this statement's snapshot
@@ -50,4 +51,5 @@ SELECT ARRAY(SELECT id FROM ins) AS stored,
        (SELECT queue FROM conflict) AS conflict_queue,
        (SELECT count(pg_notify('{channel}', queue))
         FROM (SELECT DISTINCT queue FROM ins) AS q
-        WHERE :notify::boolean AND NOT EXISTS (SELECT 1 FROM conflict)) AS notified
+        WHERE :notify::boolean AND NOT EXISTS (SELECT 1 FROM conflict)) AS notified,
+       (SELECT count(*) FROM lowered) AS floors

@@ -36,6 +36,7 @@ ins AS (
     FROM input AS i
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING
-    RETURNING id
+    RETURNING id, queue, due_at
 ),
+{admission_floor}
 {admission_result}

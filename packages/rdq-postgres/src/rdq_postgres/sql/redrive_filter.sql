@@ -7,4 +7,5 @@ WITH upd AS (
       {dlq_filter}
     RETURNING 1
 )
-SELECT count(*) AS n FROM upd
+-- lower_floor(): the tasks are due (migration 0014)
+SELECT count(*) AS n, {schema}.lower_floor(:queue, now()) AS lowered FROM upd

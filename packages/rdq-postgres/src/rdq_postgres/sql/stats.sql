@@ -1,7 +1,8 @@
 -- The stats of the queues :queues (one for stats, every queue for list_queues; an array, so
 -- that the planner expects a few of them): per status a count that stops at :stop (the
 -- exact-count threshold + 1; each reads at most that many entries of its partial index) and,
--- only when it stopped there, the planner's estimate; and the oldest due PENDING time.
+-- only when it stopped there, the planner's estimate; and the oldest due PENDING time (read
+-- from the queue's claim floor up, migration 0014).
 -- (OFFSET 0 keeps the counts a subquery of their own, so each runs once.)
 WITH queues AS (SELECT DISTINCT unnest(:queues::text[]) AS queue)
 SELECT q.queue, now() AS as_of, c.*,
@@ -34,6 +35,7 @@ CROSS JOIN LATERAL (
             SELECT FROM {schema}.task WHERE queue = q.queue AND status = 'CANCELLED' LIMIT :stop
         ) AS s) AS cancelled,
         (SELECT min(due_at) FROM {schema}.task
-         WHERE queue = q.queue AND status = 'PENDING' AND due_at <= now()) AS oldest_due
+         WHERE queue = q.queue AND status = 'PENDING' AND due_at <= now()
+           AND due_at >= {schema}.claim_floor(q.queue)) AS oldest_due
     OFFSET 0
 ) AS c
