@@ -96,6 +96,7 @@ async def test_migrate_names_the_steps_it_applied_and_none_once_up_to_date(
                 "create collection rdq_controls",
                 "create collection rdq_workers",
                 "create collection rdq_counts",
+                "create collection rdq_dedup",
                 "create index rdq_tasks.rdq_claim_by_handler",
                 "create index rdq_tasks.rdq_in_flight_by_key",
                 "create index rdq_tasks.rdq_by_status_time",

@@ -148,11 +148,16 @@ class DueEarlierClauses:
         claimants = [asyncio.create_task(claimant()) for _ in range(4)]
         try:
             await producer()
+            # until every task is claimed (checked below), or no claim took one for 15 s: a
+            # slow store is given the time it needs, a task it strands is not waited for
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while loop.time() < deadline:  # until every task is claimed (checked below)
-                if {i for b in batches for i in b.ids} >= set(due):
+            claimed, progress_at = 0, loop.time()
+            while loop.time() < progress_at + 15:
+                taken = {i for b in batches for i in b.ids}
+                if taken >= set(due):
                     break
+                if len(taken) > claimed:
+                    claimed, progress_at = len(taken), loop.time()
                 await asyncio.sleep(0.02)
         finally:
             running = False
