@@ -13,7 +13,10 @@ valid request may get. The node's other 400 is malformed JSON, which a generated
 is.
 
 Two nodes are tried: a plain one, and one with an application (``--app``), whose document
-also lists the handlers and queues a submit may name. The example count is bounded so each
+also lists the handlers and queues a submit may name. Each phase runs once, on one of them:
+the plain node gets the deterministic sweep (examples and the coverage phase's boundary
+values), the node with an application the hunt (examples, fuzzing and the stateful chains);
+``RDQ_SCHEMATHESIS_PHASES=all`` runs every phase on both. The example count is bounded so each
 run takes some 20 seconds; ``RDQ_SCHEMATHESIS_EXAMPLES`` raises it (``-n``) for a longer hunt.
 """
 
@@ -40,6 +43,8 @@ from rdq_memory import MemoryStorage
 from .conftest import ADMIN_TOKEN, node_settings
 
 EXAMPLES = int(os.environ.get("RDQ_SCHEMATHESIS_EXAMPLES", "15"))
+ALL_PHASES = "examples,coverage,fuzzing,stateful"
+PHASES = {"plain": "examples,coverage", "with-app": "examples,fuzzing,stateful"}
 
 
 async def _scene(name: str) -> None:
@@ -97,7 +102,8 @@ def _application() -> App:
 
 
 @pytest.fixture(scope="module", params=["plain", "with-app"])
-def node_url(request: pytest.FixtureRequest) -> Iterator[str]:
+def node(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """The node's URL and the phases to run against it."""
     name = f"schemathesis-{uuid.uuid4().hex}"
     asyncio.run(_scene(name))
     app = create_app(
@@ -115,13 +121,17 @@ def node_url(request: pytest.FixtureRequest) -> Iterator[str]:
     assert server.started
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        phases = PHASES[request.param]
+        if os.environ.get("RDQ_SCHEMATHESIS_PHASES") == "all":
+            phases = ALL_PHASES
+        yield f"http://127.0.0.1:{port}", phases
     finally:
         server.should_exit = True
         thread.join(30)
 
 
-def test_schemathesis_finds_no_failure_in_any_phase(node_url: str, tmp_path: Path) -> None:
+def test_schemathesis_finds_no_failure_in_any_phase(node: tuple[str, str], tmp_path: Path) -> None:
+    node_url, phases = node
     config = tmp_path / "schemathesis.toml"
     config.write_text(
         "[checks.positive_data_acceptance]\n"
@@ -139,7 +149,7 @@ def test_schemathesis_finds_no_failure_in_any_phase(node_url: str, tmp_path: Pat
             "--header",
             f"Authorization: Bearer {ADMIN_TOKEN}",
             "--phases",
-            "examples,coverage,fuzzing,stateful",
+            phases,
             "--checks",
             "all",
             "--max-examples",
