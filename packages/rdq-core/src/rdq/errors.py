@@ -167,15 +167,25 @@ class UnknownName(ValidationError):
     """An operator named a queue, handler or dependency that nothing on the store knows (no
     task, declared queue, registered worker or control record names it): most likely a
     typo, refused unless the operator forces it (a name meant for the future). ``kind`` is
-    ``queue``, ``handler`` or ``dependency``; ``suggestion`` the closest known name."""
+    ``queue``, ``handler`` or ``dependency``; ``suggestion`` the closest known name;
+    ``forceable`` is False when it answers a read (there is nothing to force: a listing of a
+    queue nothing knows is refused rather than answered empty)."""
 
     def __init__(
-        self, kind: str, name: str, queue: str | None, suggestion: str | None, field: str
+        self,
+        kind: str,
+        name: str,
+        queue: str | None,
+        suggestion: str | None,
+        field: str,
+        *,
+        forceable: bool = True,
     ) -> None:
         self.kind = kind
         self.name = name
         self.queue = queue
         self.suggestion = suggestion
+        self.forceable = forceable
         where = f" in queue {queue!r}" if queue is not None and kind != "queue" else ""
         guess = f" (did you mean {suggestion!r}?)" if suggestion else ""
         super().__init__(

@@ -274,7 +274,9 @@ async def test_a_paced_redrive_is_driven_by_the_node_and_followed(
     assert [(r["id"], r["done"], r["status"]) for r in listed] == [(op["id"], 6, "done")]
     per_queue = (await client.get("/v1/queues/pay/redrives", headers=READ)).json()
     assert [r["id"] for r in per_queue["redrives"]] == [op["id"]]
-    assert (await client.get("/v1/queues/mail/redrives", headers=READ)).json()["redrives"] == []
+    unknown = await client.get("/v1/queues/mail/redrives", headers=READ)
+    assert unknown.status_code == 404, "a queue nothing knows is refused, not answered empty"
+    assert unknown.json()["error"]["code"] == "unknown_name"
     (record,) = audit_sink.records
     assert (record.action, record.count, record.reason) == ("redrive", 6, "PSP back")
     assert record.selector["rate"] == "20/s"

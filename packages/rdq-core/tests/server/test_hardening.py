@@ -710,7 +710,7 @@ async def test_filter_times_out_of_range_are_422_on_postgres(postgres_url: str) 
 
     async with open_storage(postgres_url) as store:
         await store.migrate()
-        app = create_app(node_settings(), storage=store)
+        app = create_app(node_settings(queues=["q"]), storage=store)
         async with running_node(app) as url, httpx.AsyncClient(base_url=url) as client:
             for when in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
                 params = {"dead_lettered_after": when}

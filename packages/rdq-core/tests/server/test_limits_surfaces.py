@@ -124,8 +124,9 @@ async def test_the_admin_api_the_cli_and_the_gauges_show_each_limit_in_use(
         _check(one.json()["limits"])
         every = await client.get("/v1/limits", headers=auth(READ_TOKEN))
         _check(every.json()["limits"])
-        other = await client.get("/v1/limits?queue=mail", headers=auth(READ_TOKEN))
-        assert other.json()["limits"] == []
+        other = await client.get("/v1/limits?queue=paj", headers=auth(READ_TOKEN))
+        assert other.status_code == 404, "a typo is refused, not answered with no limits"
+        assert "did you mean 'pay'?" in other.json()["error"]["message"]
 
         await _login(client, READ_TOKEN)
         page = await client.get("/ui/queues/pay")

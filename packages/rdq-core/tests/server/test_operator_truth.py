@@ -166,6 +166,64 @@ def test_a_typo_is_refused_with_the_closest_name(store_url: str) -> None:
     assert code == 1 and "unknown queue 'reports'" in out, "the resume left no phantom record"
 
 
+READS = (
+    ("stats", "paymnets"),
+    ("queue", "status", "paymnets"),
+    ("dlq", "list", "paymnets"),
+    ("dlq", "groups", "paymnets"),
+    ("dlq", "redrives", "paymnets"),
+    ("tasks", "list", "paymnets"),
+    ("breakers", "paymnets"),
+    ("limits", "paymnets"),
+)
+
+
+def test_a_read_of_a_typo_is_refused_not_answered_empty(store_url: str, tmp_path: Path) -> None:
+    """An empty listing of a queue nobody serves says "nothing is wrong": every read that
+    names a queue refuses a typo with the closest name, and an export writes no file."""
+    where = ("--storage", store_url)
+    for args in READS:
+        code, out = rdq(*args, *where)
+        assert code == 1 and "unknown queue 'paymnets'" in out, (args, out)
+        assert "did you mean 'payments'?" in out and "nothing was read" in out, (args, out)
+        assert "--force" not in out, "a read has nothing to force"
+    exported = tmp_path / "dead.jsonl"
+    code, out = rdq("dlq", "export", "paymnets", "--to", str(exported), *where)
+    assert code == 1 and "did you mean 'payments'?" in out, out
+    assert not exported.exists(), "no empty file left behind"
+    code, out = rdq("dlq", "list", "exports", *where)
+    assert code == 0 and "DLQ of exports" in out, "a known queue with an empty DLQ lists it"
+    code, out = rdq("dlq", "list", "payments", *where, "--json")
+    assert code == 0 and len(json.loads(out)["tasks"]) == 6
+
+
+@pytest.mark.asyncio
+async def test_the_api_refuses_a_read_of_a_typo() -> None:
+    store, engine_app = await _api_scene()
+    node = create_app(node_settings(), storage=store, engine_app=engine_app)
+    async with AsyncTestClient(app=node) as client:
+        for path in (
+            "/v1/queues/paymnets/stats",
+            "/v1/queues/paymnets/dlq",
+            "/v1/queues/paymnets/dlq/groups",
+            "/v1/queues/paymnets/dlq/export",
+            "/v1/queues/paymnets/tasks?status=PENDING",
+            "/v1/queues/paymnets/controls",
+            "/v1/queues/paymnets/limits",
+            "/v1/queues/paymnets/redrives",
+            "/v1/breakers?queue=paymnets",
+            "/v1/pauses?queue=paymnets",
+        ):
+            got = await client.get(path, headers=ADMIN)
+            assert got.status_code == 404, (path, got.text)
+            error = got.json()["error"]
+            assert error["code"] == "unknown_name" and error["field"] == "queue", path
+            assert "did you mean 'payments'?" in error["message"], path
+            assert "force" not in error["message"], path
+        known = await client.get("/v1/queues/exports/dlq", headers=ADMIN)
+        assert known.status_code == 200 and known.json()["tasks"] == []
+
+
 def test_named_ids_are_sorted_and_nothing_matched_is_never_a_dry_run(store_url: str) -> None:
     where = ("--storage", store_url)
     code, out = rdq("dlq", "redrive", "payments", "nope", "e0", "r0", "--yes", *where)

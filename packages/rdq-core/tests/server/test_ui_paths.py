@@ -62,7 +62,10 @@ async def _dead(
 
 
 @pytest.mark.asyncio
-async def test_a_link_followed_before_logging_in_is_where_the_login_leads(client: Client) -> None:
+async def test_a_link_followed_before_logging_in_is_where_the_login_leads(
+    client: Client, memory_store: MemoryStorage
+) -> None:
+    await _dead(memory_store, "payments", ["d1"])
     wanted = "/ui/queues/payments?state=dead&error_type=shop.GatewayDown"
     sent = await client.get(wanted, follow_redirects=False)
     assert sent.status_code == 303
@@ -114,7 +117,9 @@ async def test_a_queue_opens_on_the_tab_that_has_tasks_dead_first(
     assert await current("full-dlq") == "dead"
     assert await current("busy") == "running"
     assert await current("waiting") == "pending"
-    assert await current("empty") == "pending"
+    assert await current("default") == "pending", "a declared queue with no task yet"
+    typo = await client.get("/ui/queues/ful-dlq")
+    assert typo.status_code == 404 and "did you mean &#39;full-dlq&#39;?" in typo.text
     asked = (await client.get("/ui/queues/full-dlq", params={"state": "pending"})).text
     assert 'class="tab t-pending" aria-current="page"' in asked, "a tab asked for is kept"
 
@@ -177,7 +182,10 @@ async def test_a_redriven_task_says_so_in_words(
 
 
 @pytest.mark.asyncio
-async def test_the_time_filters_show_their_format_beside_not_inside(client: Client) -> None:
+async def test_the_time_filters_show_their_format_beside_not_inside(
+    client: Client, memory_store: MemoryStorage
+) -> None:
+    await _dead(memory_store, "q", ["d1"])
     await _log_in(client)
     form = (await client.get("/ui/queues/q", params={"state": "dead"})).text.split(
         'id="filters"', 1

@@ -106,7 +106,12 @@ class TaskAdmin(Acting, FlowAdmin):
         return await self.blobs.readable(tasks)
 
     async def stats(self, queue: str) -> Stats:
-        return await self.storage.stats(bounds.check_queue(queue))
+        """The counts of ``queue``. All zero for a queue nothing knows is ``UnknownName``
+        (see :meth:`known_unless_found`)."""
+        stats = await self.storage.stats(bounds.check_queue(queue))
+        if not (stats.pending or stats.in_flight or stats.dlq_depth or stats.succeeded):
+            await self.known_unless_found(queue, found=stats.cancelled > 0)
+        return stats
 
     async def list_queues(self) -> list[Stats]:
         """Every queue holding a task, with its stats, by name. Raises
@@ -139,7 +144,9 @@ class TaskAdmin(Acting, FlowAdmin):
                 return await self.storage.list_tasks(queue, task_filter, chunk)
             return await self._list_tasks_filtered(queue, task_filter, chunk)
 
-        return await _page_of(fetch, page, max_bytes)
+        tasks, cursor = await _page_of(fetch, page, max_bytes)
+        await self.known_unless_found(queue, found=bool(tasks) or page.cursor is not None)
+        return tasks, cursor
 
     async def list_dlq(
         self,
@@ -163,11 +170,15 @@ class TaskAdmin(Acting, FlowAdmin):
                 return await self.storage.dlq_list(queue, dlq_filter, chunk)
             return await self._list_dlq_filtered(queue, dlq_filter, chunk)
 
-        return await _page_of(fetch, page, max_bytes)
+        tasks, cursor = await _page_of(fetch, page, max_bytes)
+        await self.known_unless_found(queue, found=bool(tasks) or page.cursor is not None)
+        return tasks, cursor
 
     async def dlq_groups(self, queue: str) -> list[DLQGroup]:
         """The DLQ of ``queue`` grouped by handler and last error type, largest first."""
-        return await self.storage.dlq_groups(bounds.check_queue(queue))
+        groups = await self.storage.dlq_groups(bounds.check_queue(queue))
+        await self.known_unless_found(queue, found=bool(groups))
+        return groups
 
     async def count(self, queue: str, selector: Selector, *, action: Action = "redrive") -> int:
         """How many tasks of ``queue`` a redrive (DEAD ones) or purge (DEAD ones, and by ids
@@ -238,6 +249,15 @@ class TaskAdmin(Acting, FlowAdmin):
         names.check_queue(queue)
         if key is not None:
             names.check_key(queue, key)
+
+    async def known_unless_found(self, queue: str, *, found: bool) -> None:
+        """After a read of ``queue`` that ``found`` nothing, ``UnknownName`` unless something
+        knows the queue: an empty answer about a typo (``rdq dlq list reprots``) would say
+        "nothing is wrong" of a queue nobody serves. Costs nothing when the read found
+        something; a known queue with nothing in it answers empty as before."""
+        if not found:
+            names = await self.names()
+            names.check_queue(queue, forceable=False)
 
     async def preview(
         self, action: Action, queue: str, selector: Selector | TaskSelector

@@ -27,6 +27,9 @@ class FlowAdmin:
     async def count(self, queue: str, selector: Selector, *, action: Action = "redrive") -> int:
         raise NotImplementedError  # TaskAdmin's
 
+    async def known_unless_found(self, queue: str, *, found: bool) -> None:
+        raise NotImplementedError  # TaskAdmin's
+
     async def list_controls(self, queue: str | None = None) -> list[Control]:
         """The control records (pauses, breakers, limits, paced redrives) of ``queue`` (of
         every queue); ``[]`` from a store without the ``control`` capability."""
@@ -133,7 +136,12 @@ class FlowAdmin:
         )
 
     async def paced_redrives(self, queue: str | None = None) -> list[_pace.Operation]:
-        return await _pace.list_operations(self.storage, queue)
+        """The paced redrives of ``queue`` (of every queue), newest first; none of a named
+        queue nothing knows is ``UnknownName``."""
+        found = await _pace.list_operations(self.storage, queue)
+        if queue is not None:
+            await self.known_unless_found(queue, found=bool(found))
+        return found
 
     async def paced_redrive(self, queue: str, op_id: str) -> _pace.Operation:
         """One paced redrive of ``queue``; ``NotFound`` when it has none of that id."""
@@ -146,30 +154,43 @@ class FlowAdmin:
 
     async def controls(self, queue: str) -> list[Control]:
         """The control records of ``queue`` (its pauses, breakers, limits; not its paced
-        redrives), by key. ``Unsupported`` without ``control``."""
-        return await flow.control_list(self.storage, queue)
+        redrives), by key. ``Unsupported`` without ``control``; none of a queue nothing
+        knows is ``UnknownName``."""
+        found = await flow.control_list(self.storage, queue)
+        await self.known_unless_found(queue, found=bool(found))
+        return found
 
     async def breakers(
         self, queue: str | None = None, *, count_held: bool = True
     ) -> list[flow.BreakerView]:
         """Every breaker of ``queue`` (of every queue) with a state: open, half-open, then
-        closed ones. ``Unsupported`` from a store without the ``control`` capability."""
-        return await flow.breaker_views(self.storage, queue, count_held=count_held)
+        closed ones. ``Unsupported`` from a store without the ``control`` capability; none of
+        a named queue nothing knows is ``UnknownName``."""
+        found = await flow.breaker_views(self.storage, queue, count_held=count_held)
+        if queue is not None:
+            await self.known_unless_found(queue, found=bool(found))
+        return found
 
     async def pauses(
         self, queue: str | None = None, *, count_held: bool = True
     ) -> list[flow.PauseView]:
         """Every paused key of ``queue`` (of every queue). ``Unsupported`` without
-        ``control``."""
-        return await flow.pause_views(self.storage, queue, count_held=count_held)
+        ``control``; none of a named queue nothing knows is ``UnknownName``."""
+        found = await flow.pause_views(self.storage, queue, count_held=count_held)
+        if queue is not None:
+            await self.known_unless_found(queue, found=bool(found))
+        return found
 
     async def limits(
         self, queue: str | None = None, *, count_waiting: bool = True
     ) -> list[flow.LimitView]:
         """Every declared limit of ``queue`` (of every queue), with its use now and, with
         ``count_waiting``, the due tasks that wait on it. ``Unsupported`` without
-        ``control``."""
-        return await flow.limit_views(self.storage, queue, waiting=count_waiting)
+        ``control``; none of a named queue nothing knows is ``UnknownName``."""
+        found = await flow.limit_views(self.storage, queue, waiting=count_waiting)
+        if queue is not None:
+            await self.known_unless_found(queue, found=bool(found))
+        return found
 
     async def workers(self) -> tuple[datetime, list[_fleet.WorkerView]]:
         """The store's now and every registered worker, judged live or silent by it.

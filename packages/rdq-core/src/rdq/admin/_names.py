@@ -41,10 +41,11 @@ class Names:
     """Handlers of the queue asked about (empty when none was)."""
     dependencies: set[str] = field(default_factory=set)
 
-    def check_queue(self, queue: str) -> None:
+    def check_queue(self, queue: str, *, forceable: bool = True) -> None:
         """``UnknownName`` (field ``queue``) unless ``queue`` is known."""
         if queue not in self.queues:
-            raise UnknownName("queue", queue, None, close_match(queue, self.queues), "queue")
+            suggestion = close_match(queue, self.queues)
+            raise UnknownName("queue", queue, None, suggestion, "queue", forceable=forceable)
 
     def check_key(self, queue: str, key: str, field: str = "key") -> None:
         """``UnknownName`` unless the handler or dependency ``key`` names is known in

@@ -130,7 +130,9 @@ def say(text: str) -> None:
 def fail(exc: RdqError, as_json: bool) -> NoReturn:
     """Exit 1 with ``exc`` as one line (or as a JSON error object with ``--json``)."""
     if isinstance(exc, UnknownName):
-        text = f"{exc.message}; nothing was done (--force acts on it as a name for the future)"
+        text = f"{exc.message}; nothing was read"
+        if exc.forceable:
+            text = f"{exc.message}; nothing was done (--force acts on it as a name for the future)"
         if as_json:
             _json_error(type(exc).__name__, text, exc.field)
             sys.exit(EXIT_ERROR)

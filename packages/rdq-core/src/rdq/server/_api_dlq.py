@@ -44,7 +44,7 @@ __all__ = ["dlq_groups", "list_dlq", "purge", "redrive"]
     description="Ordered by dead-lettering time, then id. Pass `next_cursor` back as `cursor` "
     "for the next page; a page may be shorter than `limit` while a cursor is returned (it also "
     "stops once its tasks encode to more than the node's `max_page_bytes`).",
-    responses=errors(400, 422),
+    responses=errors(400, 404, 422),
     tags=["dlq"],
 )
 async def list_dlq(
@@ -90,7 +90,7 @@ async def list_dlq(
     description="One group per (handler_ref, error type of the last attempt), largest first, "
     "with the first and last dead-lettering time. Redrive or purge a group with a filter of "
     "its `handler_ref` and `error_type`.",
-    responses=errors(422),
+    responses=errors(404, 422),
     tags=["dlq"],
 )
 async def dlq_groups(request: Request[Any, Any, Any], queue: QueuePath) -> GroupList:

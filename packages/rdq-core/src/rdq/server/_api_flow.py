@@ -111,7 +111,7 @@ def operation_doc(op: Operation) -> OperationDoc:
     description="Every control record of the queue (paced redrives are listed by "
     "`/redrives`), by key. A store without the `control` capability answers an empty list "
     "with `unsupported` saying so.",
-    responses=errors(422),
+    responses=errors(404, 422),
     tags=["flow"],
 )
 async def list_controls(request: Request[Any, Any, Any], queue: QueuePath) -> ControlList:
@@ -145,7 +145,7 @@ async def _limits(request: Request[Any, Any, Any], queue: str | None) -> LimitLi
     opt={"right": "read"},
     summary="A queue's limits: each one, its use now, what waits on it",
     description=_LIMITS_DESCRIPTION,
-    responses=errors(422),
+    responses=errors(404, 422),
     tags=["flow"],
 )
 async def queue_limits(request: Request[Any, Any, Any], queue: QueuePath) -> LimitList:
@@ -157,7 +157,7 @@ async def queue_limits(request: Request[Any, Any, Any], queue: QueuePath) -> Lim
     opt={"right": "read"},
     summary="Every limit of every queue",
     description=_LIMITS_DESCRIPTION,
-    responses=errors(422),
+    responses=errors(404, 422),
     tags=["flow"],
 )
 async def list_limits(
@@ -232,7 +232,7 @@ async def resume(
     "and why, and the PENDING tasks each holds when that is cheap to count (a whole queue's, "
     "a handler's on a store that filters itself). A store without the `control` capability "
     "answers an empty list with `unsupported` saying so.",
-    responses=errors(422),
+    responses=errors(404, 422),
     tags=["flow"],
 )
 async def list_pauses(
@@ -257,7 +257,7 @@ async def list_pauses(
     "`held` counts the PENDING tasks an open or half-open breaker holds when that is cheap "
     "(a handler's, on a store that filters itself); `probes_left` is how many more claims a "
     "half-open one lets through fleet-wide.",
-    responses=errors(422),
+    responses=errors(404, 422),
     tags=["flow"],
 )
 async def list_breakers(
@@ -451,7 +451,7 @@ async def list_redrives(request: Request[Any, Any, Any]) -> RedriveList:
     "/v1/queues/{queue:str}/redrives",
     opt={"right": "read"},
     summary="The paced redrives of a queue",
-    responses=errors(422),
+    responses=errors(404, 422),
     tags=["flow"],
 )
 async def queue_redrives(request: Request[Any, Any, Any], queue: QueuePath) -> RedriveList:

@@ -43,7 +43,7 @@ async def list_queues(request: Request[Any, Any, Any]) -> QueueList:
     "/v1/queues/{queue:str}/stats",
     opt={"right": "read"},
     summary="Statistics of one queue",
-    responses=errors(422),
+    responses=errors(404, 422),
     tags=["queues"],
 )
 async def queue_stats(request: Request[Any, Any, Any], queue: QueuePath) -> StatsDoc:

@@ -75,7 +75,7 @@ async def retention_of(node: Node, queue: str) -> RetentionDoc:
     summary="The DLQ as JSON Lines: one task per line, every attempt included",
     description="Oldest first; the same filters as the DLQ listing. What `rdq dlq export` "
     "writes and `POST /v1/queues/{queue}/dlq/import` (or `rdq dlq import`) takes back.",
-    responses=errors(400, 422),
+    responses=errors(400, 404, 422),
     tags=["dlq"],
 )
 async def export_dlq(

@@ -316,7 +316,7 @@ async def task_outlook(
     "SUCCEEDED: completed at; DEAD: dead-lettered at; CANCELLED: cancelled at), then id. Pass "
     "`next_cursor` back as `cursor`; a page may be shorter than `limit` while a cursor is "
     "returned (it also stops once its tasks encode to more than the node's `max_page_bytes`).",
-    responses=errors(400, 422),
+    responses=errors(400, 404, 422),
     tags=["tasks"],
 )
 async def list_tasks(

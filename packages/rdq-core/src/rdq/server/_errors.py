@@ -11,7 +11,9 @@ code                       status  when
 ``not_found``              404     no such task, or no such route
 ``unknown_name``           404     a queue, handler or dependency nothing on the store
                                    knows (a typo?): the message names the closest known
-                                   one; ``"force": true`` acts on it anyway
+                                   one; ``"force": true`` acts on it anyway (a
+                                   read of such a queue answers this too, not an
+                                   empty page)
 ``method_not_allowed``     405     (``Allow`` names the methods the path takes)
 ``id_conflict``            409     the task id exists in another queue
 ``payload_too_large``      413     the body exceeds the node's ``max_body_bytes``
@@ -115,7 +117,9 @@ def to_api_error(exc: Exception) -> ApiError:
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, UnknownName):
-        message = f'{exc.message}; nothing was done (send "force": true to act on it anyway)'
+        message = exc.message
+        if exc.forceable:
+            message += '; nothing was done (send "force": true to act on it anyway)'
         return ApiError(404, "unknown_name", message, exc.field)
     if isinstance(exc, ValidationError):
         return ApiError(422, "validation_error", exc.message, exc.field)
