@@ -40,7 +40,14 @@ from bench.e2e.harness import (
     measure_latency,
 )
 from bench.e2e.report import Results, durability_line, emit, percentile, rows_lines
-from bench.e2e.systems import DEFAULT_SYSTEMS, SYSTEMS, BenchSystem, load, unavailable
+from bench.e2e.systems import (
+    DEFAULT_SYSTEMS,
+    SYSTEMS,
+    BenchSystem,
+    SystemUnavailable,
+    load,
+    unavailable,
+)
 
 _DISTRIBUTIONS = [
     "rdq-core",
@@ -394,10 +401,12 @@ async def _top_statements(url: str, out: list[TextIO | None]) -> None:
 
 
 async def _open_systems(
-    names: list[str], urls: dict[str, str]
+    names: list[str], urls: dict[str, str], skipped: dict[str, str]
 ) -> dict[str, tuple[BenchSystem, str]]:
-    """Open each system on its store (refusing one with UNLOGGED tables). If one fails, the
-    ones opened so far and what the failing one started (a server of its own) are closed."""
+    """Open each system on its store (refusing one with UNLOGGED tables). A system that finds
+    its store without what it needs (``SystemUnavailable``) is left out with the reason in
+    ``skipped``. If one fails, the ones opened so far and what the failing one started (a
+    server of its own) are closed."""
     systems: dict[str, tuple[BenchSystem, str]] = {}
     try:
         for name in names:
@@ -409,6 +418,12 @@ async def _open_systems(
                 unlogged = await system.unlogged_tables()
                 if unlogged:
                     raise RuntimeError(f"{name} uses UNLOGGED tables: {unlogged}")
+            except SystemUnavailable as exc:
+                with contextlib.suppress(Exception):
+                    await system.close()
+                skipped[name] = str(exc)
+                _say(f"{name}: unavailable, skipped: {exc}")
+                continue
             except BaseException:
                 with contextlib.suppress(Exception):
                     await system.close()
@@ -446,7 +461,9 @@ async def run(args: argparse.Namespace) -> int:
     try:
         with cluster.server(args.url, stat_statements=args.pg_stat_statements) as server:
             urls = await cluster.prepare(server, [f"bench_{s}" for s in args.systems])
-            systems = await _open_systems(args.systems, urls)
+            systems = await _open_systems(args.systems, urls, skipped)
+            args.systems = [name for name in args.systems if name in systems]
+            results.systems = list(args.systems)
             emit(
                 {
                     "kind": "run",

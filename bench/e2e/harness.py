@@ -70,7 +70,9 @@ class WorkerProcess:
         command = worker_class.command(
             system, url, notify=notify, concurrency=concurrency, report_starts=report_starts
         )
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), sys.path[0]])}
+        # the caller's PYTHONPATH after the repository's: a worktree's packages stay first
+        paths = [str(REPO), sys.path[0], *filter(None, [os.environ.get("PYTHONPATH")])]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         if PROFILING.directory is not None and worker_class.python:
             PROFILING.started += 1
             output = PROFILING.directory / f"{system}-{PROFILING.started:03d}.txt"

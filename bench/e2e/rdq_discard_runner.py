@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import rdq
 from bench.e2e import ledger, rdq_runner
-from bench.e2e.systems import QUEUE, VerificationError
+from bench.e2e.systems import QUEUE, SystemUnavailable, VerificationError
 
 __all__ = ["System", "Worker", "queue_config", "unavailable"]
 
@@ -62,7 +62,12 @@ class System(rdq_runner.System):
     async def open(self, url: str) -> None:
         await super().open(url)
         if self._conn is None:
-            raise RuntimeError("rdq_discard runs on PostgreSQL only")
+            raise SystemUnavailable("rdq_discard runs on PostgreSQL only")
+        if not getattr(self._storage.capabilities(), "discard_succeeded", False):
+            raise SystemUnavailable(
+                f"{type(self._storage).__name__} does not offer discard_succeeded "
+                "(a worker refuses a queue with keep_succeeded=False on it)"
+            )
         app = rdq.App()
         app.queue(QUEUE, queue_config(10))
         self._client = rdq.Client(self._storage, app)
@@ -105,7 +110,8 @@ class System(rdq_runner.System):
             raise VerificationError("rdq_discard: " + "; ".join(problems))
 
     async def close(self) -> None:
-        shutil.rmtree(self._ledger, ignore_errors=True)
+        if hasattr(self, "_ledger"):
+            shutil.rmtree(self._ledger, ignore_errors=True)
         await super().close()
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "BenchSystem",
     "BenchWorker",
     "OnStart",
+    "SystemUnavailable",
     "VerificationError",
     "load",
     "payload",
@@ -64,6 +65,11 @@ OnStart = Callable[[dict[str, Any]], None]
 def payload(i: int) -> dict[str, Any]:
     """The payload of task ``i``: the same small JSON object for every system."""
     return {"i": i, "kind": "bench", "to": f"user-{i}@example.com"}
+
+
+class SystemUnavailable(RuntimeError):
+    """A system cannot run on this store (``BenchSystem.open`` found a capability missing):
+    the harness skips it with the message."""
 
 
 class VerificationError(AssertionError):
