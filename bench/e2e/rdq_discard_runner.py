@@ -48,9 +48,9 @@ def queue_config(concurrency: int) -> rdq.QueueConfig:
 
 
 class System(rdq_runner.System):
-    """``rdq_runner``'s producer side with the queue declared in the client's app (in case
-    the setting travels with a submitted task), completions counted as rows gone and
-    verification from the workers' record."""
+    """``rdq_runner``'s producer side (the setting is the worker's: it deletes a task as it
+    completes it), completions counted as rows gone and verification from the workers'
+    record."""
 
     name = "rdq_discard"
     harness_statements: ClassVar[dict[str, int] | None] = {
@@ -68,9 +68,6 @@ class System(rdq_runner.System):
                 f"{type(self._storage).__name__} does not offer discard_succeeded "
                 "(a worker refuses a queue with keep_succeeded=False on it)"
             )
-        app = rdq.App()
-        app.queue(QUEUE, queue_config(10))
-        self._client = rdq.Client(self._storage, app)
         self._ledger = ledger.ledger_dir(url)
 
     async def reset(self) -> None:
