@@ -258,6 +258,7 @@ async def measure_drain(
     reads); see ``pg_counters`` for why each reading waits for the statistics to be in."""
     statements = system.harness_statements
     reads = 0
+    last_read = time.monotonic()
 
     def count(op: str) -> None:
         nonlocal reads, last_read
@@ -269,7 +270,6 @@ async def measure_drain(
         count("completed")
         return value
 
-    last_read = time.monotonic()
     before = wal_end = None
     workers = [
         await WorkerProcess.start(

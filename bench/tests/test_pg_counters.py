@@ -52,9 +52,9 @@ def test_wal_and_commits_come_after_the_cpu_figures_lower_is_better() -> None:
         "wal_per_task_8",
     ]
     rows = results.table().splitlines()
-    wal = next(r for r in rows if r.startswith("| WAL per task, drain with 1"))
-    assert "(lower is better)" in wal and "| B |" in wal.replace("  ", "")
-    assert wal.rstrip(" |").endswith("0.50×")
+    line = next(r for r in rows if r.startswith("| WAL per task, drain with 1"))
+    assert "(lower is better)" in line and "| B |" in line.replace("  ", "")
+    assert line.rstrip(" |").endswith("0.50×")
     summary = {(r["system"], r["metric"]): r for r in results.summary()}
     assert summary[("pgqueuer", "commits_per_task_1")]["rdq_ratio"] == 0.5
     assert summary[("rdq", "commits_per_task_1")]["unit"] == "commits"
@@ -64,7 +64,7 @@ def test_durability_and_rows_left_lines() -> None:
     settings = {"fsync": "on", "synchronous_commit": "on", "shared_buffers": "128MB"}
     assert durability_line(settings) == "PostgreSQL durability: fsync=on, synchronous_commit=on"
     assert durability_line({}) == "PostgreSQL durability: not read"
-    rows = {
+    rows: dict[str, dict[str, dict[str, int]]] = {
         "rdq": {"drain_1": {"rdq.task": 1200, "rdq.task[SUCCEEDED]": 1200}},
         "graphile_worker": {"drain_8": {}},
     }

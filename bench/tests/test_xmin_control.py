@@ -5,6 +5,8 @@ from __future__ import annotations
 from bench.xmin import _control
 from bench.xmin.app import LIMITS
 
+import rdq
+
 
 def test_control_lines_show_before_and_after_each_phase() -> None:
     before = _control.ControlSize(heap=8192, indexes=32768, total=49152, live=1, dead=3)
@@ -21,5 +23,6 @@ def test_the_limits_do_not_bind_two_workers_of_concurrency_ten() -> None:
     assert LIMITS["none"] == []
     (concurrency,) = LIMITS["concurrency"]
     (rate,) = LIMITS["rate"]
-    assert concurrency.limit >= 1000
-    assert rate.rate >= 1_000_000 and rate.burst >= 1_000_000
+    assert isinstance(concurrency, rdq.Concurrency) and concurrency.limit >= 1000
+    assert isinstance(rate, rdq.Rate) and rate.rate >= 1_000_000
+    assert rate.burst is not None and rate.burst >= 1_000_000
