@@ -9,8 +9,11 @@ enqueue ``--tasks`` tasks one at a time, drain them with the first ``--processes
 worker processes; enqueue them again in batches of ``--batch``, drain them with the second
 count; then measure the idle-queue submit → handler-start latency with notify (and, for the
 ``--poll-systems``, with polling). Every phase verifies each task completed exactly once.
+A drain on the PostgreSQL cluster also gives its WAL bytes and commits per task
+(``pg_counters``; ``--no-pg-counters`` leaves them out) and the rows the system leaves.
 Progress goes to stderr; JSON lines (one per measurement, then one summary per system and
-metric) and the table of medians go to stdout.
+metric) and the table of medians go to stdout, then the server's durability settings and the
+rows left after each drain of the last repetition.
 """
 
 from __future__ import annotations
