@@ -267,7 +267,6 @@ async def _one_system(
         for n, (batch, processes) in enumerate(plan):
             await settle()
             rate = await measure_enqueue(system, tasks, batch)
-            enqueued = time.monotonic()
             if n < 2:
                 key = "enqueue_single" if batch is None else "enqueue_batch"
                 record(key, rate)
@@ -278,7 +277,7 @@ async def _one_system(
             await settle()
             window = None
             if on_postgres and args.pg_counters:
-                window = PgWindow(admin_url, f"bench_{name}", enqueued, args.stats_wait)
+                window = PgWindow(admin_url, f"bench_{name}", args.stats_wait)
             drain = await measure_drain(
                 system,
                 url,

@@ -173,12 +173,11 @@ class DrainResult:
 @dataclass
 class PgWindow:
     """Where a drain on PostgreSQL reads its WAL and commit counters (``pg_counters``): the
-    admin URL, the system's database, and since when (``time.monotonic()``) the system's own
-    connections have been idle (the end of the enqueue)."""
+    admin URL and the system's database; how long its connections stay idle before each
+    reading of the commits."""
 
     admin_url: str
     database: str
-    quiet_since: float
     stats_wait: float = pg_counters.STATS_FLUSH_SECONDS
 
 
@@ -285,8 +284,9 @@ async def measure_drain(
     try:
         await asyncio.gather(*(w.ready() for w in workers))
         if pg is not None:
-            # the enqueue's connections and the workers' setup have reported their commits
-            await pg_counters.wait_for_stats(pg.quiet_since, pg.stats_wait)
+            # the enqueue's connections and the workers' setup (all idle now) report their
+            # commits before the first reading
+            await pg_counters.wait_for_stats(time.monotonic(), pg.stats_wait)
             before = await pg_counters.read_counters(pg.admin_url, pg.database)
         db_start = await system.db_now()
         count("db_now")
@@ -298,7 +298,7 @@ async def measure_drain(
         seen = time.perf_counter() - started
         cpu_end = server_cpu()
         if pg is not None:
-            wal_end = await pg_counters.read_counters(pg.admin_url, pg.database)
+            wal_end = await pg_counters.read_counters(pg.admin_url, pg.database, before)
         last = await system.last_completion()
         count("last_completion")
     finally:

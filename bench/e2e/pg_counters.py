@@ -9,7 +9,8 @@ a system leaves behind.
   admin database with a fresh snapshot (``pg_stat_clear_snapshot()``). PostgreSQL 15+ counts
   a backend's transactions in shared memory when the backend goes idle, at most once a
   second, else within ``PGSTAT_IDLE_INTERVAL`` (10 s) or when it exits. So the first reading
-  is taken once the enqueue's connections have been idle that long, and the second after the
+  is taken once the enqueue's connections and the ready workers' have been idle that long
+  (the workers' setup is not the drain's), and the second after the
   worker processes have exited (their backends report as they end) and the harness's own
   connections have been idle that long; the harness's own reads during the drain (its
   completion polls, one autocommit statement each) are counted and subtracted. Read-only
@@ -52,10 +53,12 @@ def lsn_bytes(lsn: str) -> int:
 
 @dataclass(frozen=True)
 class Counters:
-    """One reading: the cluster's WAL position and the database's committed transactions."""
+    """One reading: the cluster's WAL position and the database's committed transactions;
+    ``wal_since``: the server's ``pg_wal_lsn_diff`` from an earlier reading's position."""
 
     lsn: str
     commits: int
+    wal_since: int | None = None
 
 
 @dataclass(frozen=True)
@@ -85,31 +88,37 @@ def cost(
     ``commits_end`` less the harness's own reads."""
     if tasks <= 0:
         raise ValueError("a drain of no task has no cost per task")
-    wal = lsn_bytes(wal_end.lsn) - lsn_bytes(before.lsn)
+    wal = wal_end.wal_since
+    if wal is None:
+        wal = lsn_bytes(wal_end.lsn) - lsn_bytes(before.lsn)
     commits = commits_end.commits - before.commits - harness_reads
     if wal < 0 or commits < 0:
         raise ValueError(f"counters went backwards: {wal} WAL bytes, {commits} commits")
     return DrainCost(tasks, wal, commits, harness_reads)
 
 
-async def read_counters(admin_url: str, database: str) -> Counters:
-    """The WAL position (text, as ``pg_current_wal_lsn()`` gives it) and the database's
-    ``xact_commit``, read fresh on a connection to the admin database (so the reading does
-    not count itself)."""
+_READ = """
+SELECT pg_current_wal_lsn()::text AS lsn,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), $2::text::pg_lsn)::bigint AS wal_since,
+       (SELECT xact_commit FROM pg_stat_database WHERE datname = $1) AS commits
+"""
+
+
+async def read_counters(admin_url: str, database: str, since: Counters | None = None) -> Counters:
+    """The WAL position (text, as ``pg_current_wal_lsn()`` gives it; with ``since``, also
+    ``pg_wal_lsn_diff`` from its position) and the database's ``xact_commit``, read fresh on a
+    connection to the admin database (so the reading does not count itself)."""
     conn = await asyncpg.connect(admin_url)
     try:
         await conn.execute("SELECT pg_stat_clear_snapshot()")
-        row = await conn.fetchrow(
-            "SELECT pg_current_wal_lsn()::text AS lsn, "
-            "(SELECT xact_commit FROM pg_stat_database WHERE datname = $1) AS commits",
-            database,
-        )
+        row = await conn.fetchrow(_READ, database, since.lsn if since is not None else None)
     finally:
         await conn.close()
     assert row is not None
     if row["commits"] is None:
         raise RuntimeError(f"no database {database!r} in pg_stat_database")
-    return Counters(row["lsn"], int(row["commits"]))
+    wal_since = None if row["wal_since"] is None else int(row["wal_since"])
+    return Counters(row["lsn"], int(row["commits"]), wal_since)
 
 
 async def wait_for_stats(since: float, seconds: float = STATS_FLUSH_SECONDS) -> None:

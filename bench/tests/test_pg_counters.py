@@ -26,6 +26,12 @@ def test_cost_takes_the_wal_to_the_last_completion_and_leaves_out_the_harness() 
     assert drain.commits_per_task == pytest.approx(2.4)
 
 
+def test_cost_takes_the_servers_own_difference_when_it_has_it() -> None:
+    before = Counters("0/1000", 0)
+    drain = cost(before, Counters("0/3000", 5, wal_since=0x2000), Counters("0/4000", 9), 2, 1)
+    assert drain.wal_bytes == 0x2000 and drain.commits == 8
+
+
 def test_cost_refuses_counters_that_went_backwards_or_no_task() -> None:
     before = Counters("0/2000", 10)
     with pytest.raises(ValueError):
