@@ -13,7 +13,8 @@ a system leaves behind.
   (the workers' setup is not the drain's), and the second after the
   worker processes have exited (their backends report as they end) and the harness's own
   connections have been idle that long; the harness's own reads during the drain (its
-  completion polls, one autocommit statement each) are counted and subtracted. Read-only
+  completion polls: one autocommit statement each, two for procrastinate's pool, which checks
+  a connection first) are counted and subtracted. Read-only
   transactions count too (a claim that finds nothing is a commit).
 - **Rows left**: the exact row count of every table of the system's database that has rows,
   and for rdq's task table the count per status.

@@ -86,9 +86,9 @@ class BenchSystem(abc.ABC):
         "db_now": 1,
         "last_completion": 1,
     }
-    """How many statements (each its own transaction) each of the harness's reads runs on the
-    system's PostgreSQL database: the drain's commit count leaves them out. None: not known
-    (the count keeps them, and says so)."""
+    """How many transactions each of the harness's reads commits on the system's PostgreSQL
+    database (one autocommit statement: 1): the drain's commit count leaves them out. None:
+    not known (the count keeps them, and says so)."""
 
     def store_url(self, database_url: str) -> str:
         """The URL the system runs on, given the fresh PostgreSQL database made for it (a
