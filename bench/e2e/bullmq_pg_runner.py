@@ -21,9 +21,13 @@ __all__ = ["System", "Worker"]
 class System(NodeSystem):
     name = "bullmq_pg"
     host_clock = True
-    harness_statements: ClassVar[dict[str, int] | None] = None
-    """How many statements BullMQ's ``getCompletedCount`` runs is its backend's business: a
-    drain's commit count keeps the harness's reads."""
+    harness_statements: ClassVar[dict[str, int] | None] = {
+        "completed": 1,
+        "db_now": 0,
+        "last_completion": 1,
+    }
+    """BullMQ's ``getCompletedCount`` and ``getCompleted(0, 0)`` on its PostgreSQL backend: one
+    commit each (measured: 50 of either, 51 commits in the 11 s around them)."""
 
 
 Worker = NodeWorker
