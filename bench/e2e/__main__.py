@@ -9,8 +9,11 @@ enqueue ``--tasks`` tasks one at a time, drain them with the first ``--processes
 worker processes; enqueue them again in batches of ``--batch``, drain them with the second
 count; then measure the idle-queue submit → handler-start latency with notify (and, for the
 ``--poll-systems``, with polling). Every phase verifies each task completed exactly once.
+A drain on the PostgreSQL cluster also gives its WAL bytes and commits per task
+(``pg_counters``; ``--no-pg-counters`` leaves them out) and the rows the system leaves.
 Progress goes to stderr; JSON lines (one per measurement, then one summary per system and
-metric) and the table of medians go to stdout.
+metric) and the table of medians go to stdout, then the server's durability settings and the
+rows left after each drain of the last repetition.
 """
 
 from __future__ import annotations
@@ -29,12 +32,25 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-from bench.e2e import cluster
+from bench.e2e import cluster, pg_counters
 from bench.e2e._node import installed_versions
 from bench.e2e._redis_server import FSYNC_POLICIES, SETTINGS
-from bench.e2e.harness import PROFILING, measure_drain, measure_enqueue, measure_latency
-from bench.e2e.report import Results, emit, percentile
-from bench.e2e.systems import DEFAULT_SYSTEMS, SYSTEMS, BenchSystem, load
+from bench.e2e.harness import (
+    PROFILING,
+    PgWindow,
+    measure_drain,
+    measure_enqueue,
+    measure_latency,
+)
+from bench.e2e.report import Results, durability_line, emit, percentile, rows_lines
+from bench.e2e.systems import (
+    DEFAULT_SYSTEMS,
+    SYSTEMS,
+    BenchSystem,
+    SystemUnavailable,
+    load,
+    unavailable,
+)
 
 _DISTRIBUTIONS = [
     "rdq-core",
@@ -162,6 +178,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="appendfsync of the redis-servers of rdq_redis and bullmq: always (an fsync "
         "before every reply, the default) or everysec (an fsync a second)",
     )
+    parser.add_argument(
+        "--stats-wait",
+        type=float,
+        default=pg_counters.STATS_FLUSH_SECONDS,
+        help="seconds the system's connections stay idle before each reading of a drain's "
+        "commit count, so PostgreSQL has counted their transactions (default 11: its "
+        "PGSTAT_IDLE_INTERVAL of 10 s and a margin; 0 makes the count approximate)",
+    )
+    parser.add_argument(
+        "--no-pg-counters",
+        dest="pg_counters",
+        action="store_false",
+        help="leave out the WAL and commits per task of the PostgreSQL drains (and the "
+        "--stats-wait before and after each)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON lines here")
     args = parser.parse_args(argv)
     overrides = {}
@@ -208,6 +239,7 @@ async def _one_system(
     out: list[TextIO | None],
     server_cpu: Callable[[], float | None],
     admin_url: str,
+    rows: dict[str, dict[str, dict[str, int]]],
 ) -> None:
     name = system.name
     tag = f"[{rep}/{args.repeat}] {name}"
@@ -243,6 +275,9 @@ async def _one_system(
             if processes is None:
                 continue
             await settle()
+            window = None
+            if on_postgres and args.pg_counters:
+                window = PgWindow(admin_url, f"bench_{name}", args.stats_wait)
             drain = await measure_drain(
                 system,
                 url,
@@ -251,6 +286,7 @@ async def _one_system(
                 concurrency=args.concurrency,
                 log=log,
                 server_cpu=server_cpu,
+                pg=window,
             )
             record(f"drain_{processes}", drain.rate)
             if drain.worker_cpu is not None:
@@ -259,13 +295,50 @@ async def _one_system(
                 record(f"cpu_db_{processes}", drain.database_cpu / tasks * 1e6)
             if processes == 1 and drain.rss_kib:
                 record("worker_rss", max(drain.rss_kib) / 1024)
+            costs = ""
+            if drain.cost is not None:
+                record(f"wal_per_task_{processes}", drain.cost.wal_per_task)
+                record(f"commits_per_task_{processes}", drain.cost.commits_per_task)
+                costs = (
+                    f"; per task: WAL {drain.cost.wal_per_task:,.0f} B, "
+                    f"{drain.cost.commits_per_task:.3f} commits"
+                    + (" (with the harness's reads)" if drain.commits_include_harness else "")
+                )
+                emit(
+                    {
+                        "kind": "drain_cost",
+                        "system": name,
+                        "repetition": rep,
+                        "processes": processes,
+                        "tasks": tasks,
+                        "wal_bytes": drain.cost.wal_bytes,
+                        "commits": drain.cost.commits,
+                        "harness_reads": (
+                            None if drain.commits_include_harness else drain.cost.harness_reads
+                        ),
+                    },
+                    *out,
+                )
             _say(
                 f"{tag}: drained {tasks} with {processes} process(es) in "
                 f"{drain.seconds:.2f} s: {drain.rate:,.0f}/s, verified "
                 f"(peak RSS {max(drain.rss_kib or [0]) / 1024:.0f} MiB; CPU per task: "
                 f"workers {_micros(drain.worker_cpu, tasks)}, "
-                f"{server_label} {_micros(drain.database_cpu, tasks)})"
+                f"{server_label} {_micros(drain.database_cpu, tasks)}{costs})"
             )
+            if on_postgres:
+                left = await pg_counters.rows_left(url)
+                rows.setdefault(name, {})[f"drain_{processes}"] = left
+                emit(
+                    {
+                        "kind": "rows_left",
+                        "system": name,
+                        "repetition": rep,
+                        "after": f"drain_{processes}",
+                        "rows": left,
+                    },
+                    *out,
+                )
     if "memory" in args.phases:
         await settle()
         rate = await measure_enqueue(system, args.memory_tasks, args.batch)
@@ -330,10 +403,12 @@ async def _top_statements(url: str, out: list[TextIO | None]) -> None:
 
 
 async def _open_systems(
-    names: list[str], urls: dict[str, str]
+    names: list[str], urls: dict[str, str], skipped: dict[str, str]
 ) -> dict[str, tuple[BenchSystem, str]]:
-    """Open each system on its store (refusing one with UNLOGGED tables). If one fails, the
-    ones opened so far and what the failing one started (a server of its own) are closed."""
+    """Open each system on its store (refusing one with UNLOGGED tables). A system that finds
+    its store without what it needs (``SystemUnavailable``) is left out with the reason in
+    ``skipped``. If one fails, the ones opened so far and what the failing one started (a
+    server of its own) are closed."""
     systems: dict[str, tuple[BenchSystem, str]] = {}
     try:
         for name in names:
@@ -345,6 +420,12 @@ async def _open_systems(
                 unlogged = await system.unlogged_tables()
                 if unlogged:
                     raise RuntimeError(f"{name} uses UNLOGGED tables: {unlogged}")
+            except SystemUnavailable as exc:
+                with contextlib.suppress(Exception):
+                    await system.close()
+                skipped[name] = str(exc)
+                _say(f"{name}: unavailable, skipped: {exc}")
+                continue
             except BaseException:
                 with contextlib.suppress(Exception):
                     await system.close()
@@ -362,7 +443,15 @@ async def run(args: argparse.Namespace) -> int:
     out: list[TextIO | None] = [sys.stdout]
     json_file = args.json.open("w") if args.json else None
     out.append(json_file)
+    skipped = {name: why for name in args.systems if (why := unavailable(name)) is not None}
+    for name, why in skipped.items():
+        _say(f"{name}: unavailable, skipped: {why}")
+    args.systems = [name for name in args.systems if name not in skipped]
+    if not args.systems:
+        print("no system to run", file=sys.stderr)
+        return 1
     results = Results(args.systems)
+    rows: dict[str, dict[str, dict[str, int]]] = {}
     SETTINGS.appendfsync = args.redis_fsync
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -374,7 +463,9 @@ async def run(args: argparse.Namespace) -> int:
     try:
         with cluster.server(args.url, stat_statements=args.pg_stat_statements) as server:
             urls = await cluster.prepare(server, [f"bench_{s}" for s in args.systems])
-            systems = await _open_systems(args.systems, urls)
+            systems = await _open_systems(args.systems, urls, skipped)
+            args.systems = [name for name in args.systems if name in systems]
+            results.systems = list(args.systems)
             emit(
                 {
                     "kind": "run",
@@ -388,7 +479,10 @@ async def run(args: argparse.Namespace) -> int:
                     "latency_tasks": args.latency_tasks,
                     "poll_latency_tasks": args.poll_latency_tasks,
                     "systems": args.systems,
+                    "skipped": skipped,
                     "server": server.settings,
+                    "pg_counters": args.pg_counters,
+                    "stats_wait": args.stats_wait,
                     "redis_appendfsync": args.redis_fsync,
                     "throwaway_cluster": server.throwaway,
                     "versions": _versions(),
@@ -413,6 +507,7 @@ async def run(args: argparse.Namespace) -> int:
                                 out,
                                 server.cpu_seconds,
                                 server.url,
+                                rows,
                             )
             finally:
                 for system, _ in systems.values():
@@ -434,6 +529,12 @@ async def run(args: argparse.Namespace) -> int:
         print(results.table())
         for name, count in args.tasks_for.items():
             print(f"{name}: {count} tasks per enqueue/drain phase (others: {args.tasks})")
+        print()
+        print(durability_line(server.settings))
+        for line in rows_lines(rows):
+            print(line)
+        for name, why in skipped.items():
+            print(f"{name}: unavailable, skipped: {why}")
         print(
             f"\nload average before {load_before[0]:.2f} {load_before[1]:.2f} "
             f"{load_before[2]:.2f}, after {load_after[0]:.2f} {load_after[1]:.2f} "

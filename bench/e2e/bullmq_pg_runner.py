@@ -11,6 +11,8 @@ clock, so a drain is timed on that clock; verification reads every completed job
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from bench.e2e._node import NodeSystem, NodeWorker
 
 __all__ = ["System", "Worker"]
@@ -19,6 +21,13 @@ __all__ = ["System", "Worker"]
 class System(NodeSystem):
     name = "bullmq_pg"
     host_clock = True
+    harness_statements: ClassVar[dict[str, int] | None] = {
+        "completed": 1,
+        "db_now": 0,
+        "last_completion": 1,
+    }
+    """BullMQ's ``getCompletedCount`` and ``getCompleted(0, 0)`` on its PostgreSQL backend: one
+    commit each (measured: 50 of either, 51 commits in the 11 s around them)."""
 
 
 Worker = NodeWorker

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from bench.e2e import pg_counters
 from bench.e2e.systems import BenchSystem, VerificationError, load, payload
 
 __all__ = [
     "PROFILING",
     "DrainResult",
     "LatencyResult",
+    "PgWindow",
     "WorkerProcess",
     "measure_drain",
     "measure_enqueue",
@@ -68,7 +70,9 @@ class WorkerProcess:
         command = worker_class.command(
             system, url, notify=notify, concurrency=concurrency, report_starts=report_starts
         )
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), sys.path[0]])}
+        # the caller's PYTHONPATH after the repository's: a worktree's packages stay first
+        paths = [str(REPO), sys.path[0], *filter(None, [os.environ.get("PYTHONPATH")])]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         if PROFILING.directory is not None and worker_class.python:
             PROFILING.started += 1
             output = PROFILING.directory / f"{system}-{PROFILING.started:03d}.txt"
@@ -156,10 +160,25 @@ class DrainResult:
     """CPU seconds of the worker processes from GO to their exit (all processes)."""
     database_cpu: float | None = None
     """CPU seconds of the PostgreSQL server's processes during the drain (local server)."""
+    cost: pg_counters.DrainCost | None = None
+    """WAL bytes and commits of the drain (a system on PostgreSQL, with a ``PgWindow``)."""
+    commits_include_harness: bool = False
+    """Whether ``cost.commits`` still holds the harness's own reads (their count unknown)."""
 
     @property
     def rate(self) -> float:
         return self.tasks / self.seconds
+
+
+@dataclass
+class PgWindow:
+    """Where a drain on PostgreSQL reads its WAL and commit counters (``pg_counters``): the
+    admin URL and the system's database; how long its connections stay idle before each
+    reading of the commits."""
+
+    admin_url: str
+    database: str
+    stats_wait: float = pg_counters.STATS_FLUSH_SECONDS
 
 
 @dataclass
@@ -223,6 +242,7 @@ async def measure_drain(
     concurrency: int,
     log: IO[bytes],
     server_cpu: Callable[[], float | None] = lambda: None,
+    pg: PgWindow | None = None,
 ) -> DrainResult:
     """Drain the ``tasks`` queued tasks with ``processes`` worker processes.
 
@@ -230,7 +250,26 @@ async def measure_drain(
     completion. Both ends are read on the database clock when the system records completion
     times (``clock_timestamp()`` just before ``GO``; the latest completion time after), so the
     harness's polling granularity does not enter the figure; else on the harness clock.
-    Every task is then verified."""
+    Every task is then verified.
+
+    With ``pg``, also the drain's WAL bytes (from just before ``GO`` to the last completion
+    seen) and commits (from just before ``GO`` to the workers' exit, less the harness's own
+    reads); see ``pg_counters`` for why each reading waits for the statistics to be in."""
+    statements = system.harness_statements
+    reads = 0
+    last_read = time.monotonic()
+
+    def count(op: str) -> None:
+        nonlocal reads, last_read
+        reads += 0 if statements is None else statements[op]
+        last_read = time.monotonic()
+
+    async def completed() -> int:
+        value = await system.completed()
+        count("completed")
+        return value
+
+    before = wal_end = None
     workers = [
         await WorkerProcess.start(
             system.name,
@@ -244,17 +283,32 @@ async def measure_drain(
     ]
     try:
         await asyncio.gather(*(w.ready() for w in workers))
+        if pg is not None:
+            # the enqueue's connections and the workers' setup (all idle now) report their
+            # commits before the first reading
+            await pg_counters.wait_for_stats(time.monotonic(), pg.stats_wait)
+            before = await pg_counters.read_counters(pg.admin_url, pg.database)
         db_start = await system.db_now()
+        count("db_now")
         cpu_start = server_cpu()
         started = time.perf_counter()
         for worker in workers:
             worker.send("GO")
-        await _wait_for_count(system.completed, tasks, what=f"{system.name} drain")
+        await _wait_for_count(completed, tasks, what=f"{system.name} drain")
         seen = time.perf_counter() - started
         cpu_end = server_cpu()
+        if pg is not None:
+            wal_end = await pg_counters.read_counters(pg.admin_url, pg.database, before)
         last = await system.last_completion()
+        count("last_completion")
     finally:
         await asyncio.gather(*(w.stop() for w in workers))
+    drain_cost = None
+    if pg is not None and before is not None and wal_end is not None:
+        # the workers' backends reported as they exited; the harness's once idle long enough
+        await pg_counters.wait_for_stats(last_read, pg.stats_wait)
+        commits_end = await pg_counters.read_counters(pg.admin_url, pg.database)
+        drain_cost = pg_counters.cost(before, wal_end, commits_end, tasks, reads)
     await system.verify(tasks)
     rss = [w.rss_kib for w in workers if w.rss_kib is not None]
     cpu = [w.cpu_seconds for w in workers if w.cpu_seconds is not None]
@@ -265,6 +319,8 @@ async def measure_drain(
         result.worker_cpu = sum(cpu)
     if cpu_start is not None and cpu_end is not None:
         result.database_cpu = cpu_end - cpu_start
+    result.cost = drain_cost
+    result.commits_include_harness = statements is None
     return result
 
 

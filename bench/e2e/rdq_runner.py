@@ -64,7 +64,8 @@ class System(BenchSystem):
     async def reset(self) -> None:
         self._ids = []
         if self._conn is not None:
-            await self._conn.execute(f"TRUNCATE {_TABLE}")
+            # CASCADE: the dedup keys (schema 11) reference the task table
+            await self._conn.execute(f"TRUNCATE {_TABLE} CASCADE")
         else:
             raise NotImplementedError("reset needs PostgreSQL")
 
@@ -175,7 +176,7 @@ class Worker(BenchWorker):
         self._storage = rdq.open_storage(url)
         await self._storage.connect()
         self._app = rdq.App()
-        self._app.queue(QUEUE, concurrency=self.concurrency)
+        self.declare(self._app)
         on_start = self.on_start
 
         @self._app.handler(TASK, queue=QUEUE)
@@ -186,6 +187,10 @@ class Worker(BenchWorker):
         # otherwise loads as it starts), before READY: a process's start is not its drain
         self._worker = rdq.Worker(self._app, self._storage, queues=[QUEUE], **self.worker_options)
         rdq.tracing.preload()
+
+    def declare(self, app: rdq.App) -> None:
+        """Declare the benchmark queue: rdq's defaults with the harness's concurrency."""
+        app.queue(QUEUE, concurrency=self.concurrency)
 
     async def run(self, stop: asyncio.Event) -> None:
         worker = self._worker

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-__all__ = ["METRICS", "Metric", "Results", "percentile"]
+__all__ = ["METRICS", "Metric", "Results", "durability_line", "percentile", "rows_lines"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,12 @@ def metric(key: str) -> Metric:
     if key.startswith("cpu_db_"):
         n = key.rsplit("_", 1)[1]
         return Metric(key, f"server CPU per task, drain with {n}", "µs", False)
+    if key.startswith("wal_per_task_"):
+        n = key.rsplit("_", 1)[1]
+        return Metric(key, f"WAL per task, drain with {n}", "B", False)
+    if key.startswith("commits_per_task_"):
+        n = key.rsplit("_", 1)[1]
+        return Metric(key, f"commits per task, drain with {n}", "commits", False)
     raise KeyError(key)
 
 
@@ -91,7 +97,11 @@ class Results:
         extra = sorted(k for k in seen if k not in _BY_KEY)
         drains = sorted((k for k in extra if k.startswith("drain_")), key=_count)
         cpu = sorted((k for k in extra if k.startswith("cpu_")), key=lambda k: (_count(k), k))
-        return ordered[:2] + drains + ordered[2:] + cpu
+        costs = sorted(
+            (k for k in extra if k.startswith(("wal_per_task_", "commits_per_task_"))),
+            key=lambda k: (_count(k), not k.startswith("wal")),
+        )
+        return ordered[:2] + drains + ordered[2:] + cpu + costs
 
     def summary(self) -> list[dict[str, Any]]:
         """One JSON record per (system, metric): the median and the values, plus rdq/peer."""
@@ -151,6 +161,25 @@ class Results:
                     + "|"
                 )
         return "\n".join(lines)
+
+
+def durability_line(settings: dict[str, str]) -> str:
+    """The server's durability settings as the run found them, one line (those not read are
+    left out)."""
+    names = ("fsync", "synchronous_commit", "full_page_writes", "wal_level")
+    shown = [f"{n}={settings[n]}" for n in names if n in settings]
+    return "PostgreSQL durability: " + (", ".join(shown) if shown else "not read")
+
+
+def rows_lines(rows: dict[str, dict[str, dict[str, int]]]) -> list[str]:
+    """The rows each system left after each drain of the last repetition: one line per
+    system and drain (``rows`` maps system → drain → table → count)."""
+    lines = []
+    for system, drains in rows.items():
+        for drain, counts in drains.items():
+            shown = ", ".join(f"{t} {n:,}" for t, n in counts.items()) or "none"
+            lines.append(f"rows left, {system} after {drain}: {shown}")
+    return lines
 
 
 def _count(key: str) -> int:

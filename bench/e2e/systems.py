@@ -14,7 +14,7 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "DEFAULT_SYSTEMS",
@@ -24,9 +24,11 @@ __all__ = [
     "BenchSystem",
     "BenchWorker",
     "OnStart",
+    "SystemUnavailable",
     "VerificationError",
     "load",
     "payload",
+    "unavailable",
 ]
 
 QUEUE = "bench"
@@ -43,6 +45,7 @@ SYSTEMS = {
     "rdq_sqlite": "bench.e2e.rdq_sqlite_runner",
     "rdq_uvloop": "bench.e2e.rdq_uvloop_runner",
     "rdq_batched": "bench.e2e.rdq_batched_runner",
+    "rdq_discard": "bench.e2e.rdq_discard_runner",
     "graphile_worker": "bench.e2e.graphile_worker_runner",
     "graphile_worker_batched": "bench.e2e.graphile_worker_batched_runner",
     "bullmq": "bench.e2e.bullmq_runner",
@@ -51,7 +54,8 @@ SYSTEMS = {
 """``rdq_proto`` is an experiment (rdq with a prototype ``complete_many``), never a default;
 ``rdq_uvloop`` is rdq with its worker processes on uvloop (needs ``uvloop`` installed); the
 Node.js peers (``graphile_worker``, ``graphile_worker_batched``, ``bullmq``, ``bullmq_pg``) need
-``node`` and ``npm`` (see ``_node``)."""
+``node`` and ``npm`` (see ``_node``); ``rdq_discard`` needs an rdq whose ``QueueConfig`` has
+``keep_succeeded`` (see ``unavailable``)."""
 DEFAULT_SYSTEMS = ["rdq", "pgqueuer", "procrastinate"]
 
 OnStart = Callable[[dict[str, Any]], None]
@@ -63,6 +67,11 @@ def payload(i: int) -> dict[str, Any]:
     return {"i": i, "kind": "bench", "to": f"user-{i}@example.com"}
 
 
+class SystemUnavailable(RuntimeError):
+    """A system cannot run on this store (``BenchSystem.open`` found a capability missing):
+    the harness skips it with the message."""
+
+
 class VerificationError(AssertionError):
     """A system did not leave every task completed exactly once; the message says how."""
 
@@ -71,6 +80,15 @@ class BenchSystem(abc.ABC):
     """The producer/admin side of one system, connected to one database."""
 
     name: str
+
+    harness_statements: ClassVar[dict[str, int] | None] = {
+        "completed": 1,
+        "db_now": 1,
+        "last_completion": 1,
+    }
+    """How many transactions each of the harness's reads commits on the system's PostgreSQL
+    database (one autocommit statement: 1): the drain's commit count leaves them out. None:
+    not known (the count keeps them, and says so)."""
 
     def store_url(self, database_url: str) -> str:
         """The URL the system runs on, given the fresh PostgreSQL database made for it (a
@@ -183,6 +201,14 @@ class BenchWorker(abc.ABC):
         if report_starts:
             command.append("--report-starts")
         return command
+
+
+def unavailable(name: str) -> str | None:
+    """Why system ``name`` cannot run with the packages installed (its module's
+    ``unavailable()``), or None when it can."""
+    module = importlib.import_module(SYSTEMS[name])
+    check = getattr(module, "unavailable", None)
+    return None if check is None else check()
 
 
 def load(name: str) -> tuple[type[BenchSystem], type[BenchWorker]]:

@@ -19,6 +19,12 @@ It prints, per phase: tasks handled per second, and the growth of ``rdq.task`` (
 phase then also prints the backlog left at its end and the submit → start latency (created_at
 to the first attempt's start) of the tasks submitted in its window, p50 / p99; a task not
 started by the window's end counts with the time it had waited by then (a lower bound).
+
+``--limit concurrency|rate`` runs either kind of phase on a queue with a limit that does not
+bind (``bench/xmin/app.py``), so every claim goes through the queue's control row and rewrites
+it; the run fails if no control row of the queue holds the limit. Every run also prints the
+control table's size (``rdq.control``: heap, indexes, total, dead tuples) before each phase's
+window and at its end.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ import asyncpg
 
 import rdq
 from bench._servers import postgres
+from bench.xmin import _control
+from bench.xmin.app import LIMITS
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = 1000
@@ -58,6 +66,8 @@ class Phase:
     backlog: int = 0
     p50: float = 0.0
     p99: float = 0.0
+    control_before: _control.ControlSize | None = None
+    control_after: _control.ControlSize | None = None
 
     @property
     def rate(self) -> float:
@@ -67,7 +77,7 @@ class Phase:
         return growth / self.handled if self.handled else 0.0
 
 
-async def _spawn_worker(url: str, n: int) -> asyncio.subprocess.Process:
+async def _spawn_worker(url: str, n: int, limit: str) -> asyncio.subprocess.Process:
     log = Path(f"/tmp/xmin-worker-{n}.log")
     return await asyncio.create_subprocess_exec(
         sys.executable,
@@ -79,7 +89,7 @@ async def _spawn_worker(url: str, n: int) -> asyncio.subprocess.Process:
         url,
         "--log-level",
         "WARNING",
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=dict(os.environ, PYTHONPATH=str(ROOT), XMIN_LIMIT=limit),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=log.open("w"),  # noqa: ASYNC230 - opening a local log file is immediate
     )
@@ -172,12 +182,13 @@ async def phase(name: str, url: str, args: argparse.Namespace, db: asyncpg.Conne
             else Producer(client, counting, args.backlog)
         )
         await producer.top_up()
-        workers = [await _spawn_worker(url, n) for n in range(args.workers)]
+        workers = [await _spawn_worker(url, n, args.limit) for n in range(args.workers)]
         feeding = asyncio.create_task(producer.run())
         holder: asyncpg.Connection | None = None
         try:
             await asyncio.sleep(args.warmup)  # workers started, pools opened, claims going
             before = await db.fetchrow(SIZES)
+            control_before = await _control.read(db)
             done_before = await _succeeded(db)
             if name == "held":
                 holder = await asyncpg.connect(url)
@@ -190,6 +201,8 @@ async def phase(name: str, url: str, args: argparse.Namespace, db: asyncpg.Conne
             seconds = time.monotonic() - began
             window_end = await db.fetchval("SELECT clock_timestamp()")
             after = await db.fetchrow(SIZES)
+            control_after = await _control.read(db)
+            limited = await _control.limit_row(db, "q")
             backlog = await db.fetchval(
                 "SELECT count(*) FROM rdq.task WHERE status IN ('PENDING', 'IN_FLIGHT')"
             )
@@ -203,6 +216,8 @@ async def phase(name: str, url: str, args: argparse.Namespace, db: asyncpg.Conne
             for proc in workers:
                 proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(asyncio.gather(*(p.wait() for p in workers)), 60)
+    if args.limit != "none" and not limited:
+        raise SystemExit(f"{name}: no control row of queue q holds the {args.limit} limit")
     waits = await db.fetchrow(LATENCY, window_start, window_end)
     assert before is not None and after is not None and waits is not None
     return Phase(
@@ -215,6 +230,8 @@ async def phase(name: str, url: str, args: argparse.Namespace, db: asyncpg.Conne
         backlog=int(backlog),
         p50=float(waits["p50"] or 0.0),
         p99=float(waits["p99"] or 0.0),
+        control_before=control_before,
+        control_after=control_after,
     )
 
 
@@ -227,9 +244,10 @@ async def verify(db: asyncpg.Connection) -> None:
         raise SystemExit(f"{dead} task(s) dead-lettered")
 
 
-def report(phases: list[Phase], rate: float | None = None) -> None:
+def report(phases: list[Phase], rate: float | None = None, limit: str = "none") -> None:
     if rate:
         print(f"offered {rate:,.0f} tasks/s")
+    print(f"limit: {limit}")
     print(
         f"{'phase':<8}{'tasks/s':>10}{'handled':>10}{'heap B/task':>14}"
         f"{'indexes B/task':>16}{'live_idx B/task':>17}{'backlog':>10}"
@@ -243,6 +261,13 @@ def report(phases: list[Phase], rate: float | None = None) -> None:
         )
     clean, held = phases
     print(f"held ÷ clean: {held.rate / clean.rate:.2f}")
+    sizes = [
+        (p.name, p.control_before, p.control_after)
+        for p in phases
+        if p.control_before is not None and p.control_after is not None
+    ]
+    for line in _control.report_lines(sizes):
+        print(line)
 
 
 async def run(url: str, args: argparse.Namespace) -> None:
@@ -254,7 +279,7 @@ async def run(url: str, args: argparse.Namespace) -> None:
         await verify(db)
     finally:
         await db.close()
-    report(phases, args.rate)
+    report(phases, args.rate, args.limit)
 
 
 def main() -> None:
@@ -266,6 +291,13 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=20_000)
     parser.add_argument(
         "--rate", type=float, help="offer this many tasks/s instead of keeping --backlog due"
+    )
+    parser.add_argument(
+        "--limit",
+        choices=sorted(LIMITS),
+        default="none",
+        help="a limit on queue q that does not bind: concurrency (Concurrency(1000)) or rate "
+        "(Rate(1,000,000, burst=1,000,000)); default none",
     )
     args = parser.parse_args()
     with postgres(args.url) as url:
