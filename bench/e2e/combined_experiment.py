@@ -102,7 +102,7 @@ async def main(args: argparse.Namespace) -> None:
         try:
             for _ in range(args.repeat):
                 for mode in ("pair", "combined"):
-                    await conn.execute("TRUNCATE rdq.task")
+                    await conn.execute("TRUNCATE rdq.task CASCADE")
                     for start in range(0, args.tasks, 1000):
                         count = min(1000, args.tasks - start)
                         await client.submit_many(

@@ -146,7 +146,7 @@ async def _load(conn: asyncpg.Connection, client: rdq.Client, layout: str, tasks
     """``tasks`` tasks enqueued by rdq's client, then moved into ``layout``'s tables."""
     await conn.execute(
         "TRUNCATE rdq.task, narrow.lease, narrow.body, narrow_hot.lease, narrow_hot.body,"
-        ' attempt_rows.lease, attempt_rows.body, attempt_rows.attempt, "delete".job'
+        ' attempt_rows.lease, attempt_rows.body, attempt_rows.attempt, "delete".job CASCADE'
     )
     for start in range(0, tasks, 1000):
         count = min(1000, tasks - start)
@@ -170,7 +170,7 @@ async def _load(conn: asyncpg.Connection, client: rdq.Client, layout: str, tasks
             " SELECT id, handler_ref, payload, headers, created_at, retry FROM rdq.task"
             " ORDER BY id"
         )
-    await conn.execute("TRUNCATE rdq.task")
+    await conn.execute("TRUNCATE rdq.task CASCADE")
 
 
 async def _verify(conn: asyncpg.Connection, layout: str, tasks: int) -> None:

@@ -109,7 +109,7 @@ async def main(args: argparse.Namespace) -> None:
         try:
             for _ in range(args.repeat):
                 for mode in args.modes:
-                    await conn.execute("TRUNCATE rdq.task")
+                    await conn.execute("TRUNCATE rdq.task CASCADE")
                     await client.submit_many(
                         [rdq.Submission("noop", {"i": i}, queue=QUEUE) for i in range(args.tasks)]
                     )
