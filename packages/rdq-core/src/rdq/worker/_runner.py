@@ -345,7 +345,10 @@ class Runner:
         attempt = run.attempt
         if attempt is None:  # set by _finish before any hand-over
             raise RuntimeError("a success is handed over without its attempt record")
-        completer.submit(Completion(run.claimed.task.id, run.claimed.token, attempt), run)
+        discard = self._discards(run.queue)
+        completer.submit(
+            Completion(run.claimed.task.id, run.claimed.token, attempt, discard), run
+        )
 
     def recorded(self, results: list[tuple[Run, BaseException | None]]) -> None:
         """The completer's report of one flush: each run's success was recorded (``None``)
@@ -464,13 +467,20 @@ class Runner:
         except Exception:
             return False
 
+    def _discards(self, queue: str) -> bool:
+        """Whether the queue's succeeded tasks are deleted as they complete
+        (``keep_succeeded = False``; the worker checked the store offers it at start)."""
+        return not self.app.queue_config(queue).keep_succeeded
+
     def _fields(self, task_id: str, queue: str, attempt: int) -> dict[str, Any]:
         """What every log line about one attempt carries."""
         return {"task_id": task_id, "queue": queue, "attempt": attempt, "worker_id": self.worker_id}
 
     async def _write(self, run: Run, attempt: Attempt, decision: Decision) -> None:
         task_id, token = run.claimed.task.id, run.claimed.token
-        if decision.action is Action.COMPLETE:
+        if decision.action is Action.COMPLETE and self._discards(run.queue):
+            await self.storage.complete(task_id, token, attempt, discard=True)
+        elif decision.action is Action.COMPLETE:
             await self.storage.complete(task_id, token, attempt)
         elif decision.action is Action.DEAD_LETTER:
             await self.storage.dead_letter(task_id, token, attempt)
