@@ -165,8 +165,8 @@ class App:
         ``fair`` and ``priority_aging`` set the order its tasks are claimed in (see
         :class:`~rdq.config.QueueConfig`); ``dead_ttl`` and ``archive_succeeded`` how long its
         finished tasks stay (see :mod:`rdq.retention`); ``keep_succeeded=False`` deletes a
-        task as it succeeds (see :class:`~rdq.config.QueueConfig`). Raises ``ConfigError`` naming the key
-        and queue for invalid settings."""
+        task as it succeeds (see :class:`~rdq.config.QueueConfig`). Raises ``ConfigError``
+        naming the key and queue for invalid settings."""
         try:
             contract.check_queue(name)
         except ValidationError as exc:

@@ -55,6 +55,7 @@ class DiscardClauses:
     completions that discard and completions that keep."""
 
     capability = "discard_succeeded"
+    since = 5
 
     @pytest.mark.asyncio
     async def test_complete_with_discard_deletes_the_task_and_frees_its_id(
@@ -182,9 +183,7 @@ class DiscardClauses:
 
     @pytest.mark.asyncio
     @needs("dedup")
-    async def test_a_discarded_task_frees_its_dedup_key(
-        self, storage: Storage, queue: str
-    ) -> None:
+    async def test_a_discarded_task_frees_its_dedup_key(self, storage: Storage, queue: str) -> None:
         key = "kit-discard-" + secrets.token_hex(8)
         first = new_task(queue)
         await storage.admit(first, Dedup(key=key, window=600.0))

@@ -346,9 +346,7 @@ class Runner:
         if attempt is None:  # set by _finish before any hand-over
             raise RuntimeError("a success is handed over without its attempt record")
         discard = self._discards(run.queue)
-        completer.submit(
-            Completion(run.claimed.task.id, run.claimed.token, attempt, discard), run
-        )
+        completer.submit(Completion(run.claimed.task.id, run.claimed.token, attempt, discard), run)
 
     def recorded(self, results: list[tuple[Run, BaseException | None]]) -> None:
         """The completer's report of one flush: each run's success was recorded (``None``)
