@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import threading
+from datetime import timedelta
 
 import msgspec
 import pytest
@@ -127,6 +129,46 @@ async def test_a_queue_that_keeps_its_succeeded_tasks_still_does(
     async with running(fast_worker(app, storage)):
         task = await wait_status(storage, sub.id, Status.SUCCEEDED)
     assert task.completed_at is not None and task.attempt_count == 1
+
+
+@pytest.mark.asyncio
+async def test_a_schedules_ticks_are_kept_so_that_racing_workers_run_each_once(
+    storage: Storage, queue: str
+) -> None:
+    """A tick's task is what tells every scheduler the tick was enqueued: deleted, a worker
+    that comes to the tick later (or restarts within its grace) would enqueue it again."""
+    app = rdq.App()
+    app.queue(queue, concurrency=4, keep_succeeded=False)
+    runs: collections.Counter[str] = collections.Counter()
+
+    @app.handler("tick", queue=queue)
+    async def tick(payload: object, ctx: rdq.TaskContext) -> None:
+        runs[ctx.headers["rdq-schedule-tick"]] += 1
+
+    schedule = app.schedule(f"every-second-{queue}", tick, every=timedelta(seconds=1))
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(3):
+            await stack.enter_async_context(running(fast_worker(app, storage)))
+        start = await storage.now()
+        expected = [schedule.next_tick(start + timedelta(seconds=i)) for i in range(3)]
+        for at in expected:
+            assert at is not None
+            await wait_task(storage, schedule.task_id(at), Status.SUCCEEDED)
+        await asyncio.sleep(0.5)  # a scheduler that came late would enqueue it again now
+    assert [runs[at.isoformat()] for at in expected if at is not None] == [1, 1, 1], runs
+
+
+async def wait_task(storage: Storage, task_id: str, status: Status) -> rdq.spi.Envelope:
+    """Wait until task ``task_id`` exists and has ``status``."""
+
+    async def check() -> rdq.spi.Envelope | None:
+        try:
+            task = await storage.get(task_id)
+        except NotFound:
+            return None
+        return task if task.status == status else None
+
+    return await eventually(check, f"task {task_id} {status}")
 
 
 class _Keeping(MemoryStorage):

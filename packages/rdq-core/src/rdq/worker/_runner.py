@@ -26,6 +26,7 @@ from rdq.blobs import reference_of, resolve
 from rdq.errors import NotFound, PayloadKeyError, PayloadMissing, StaleClaim, StorageUnavailable
 from rdq.keys import Keyring, is_sealed, unsealed
 from rdq.retry import Action, Decision, bound_head, bound_tail, coroutine_stack
+from rdq.schedules import SCHEDULE_HEADER
 from rdq.scrub import Scrubber
 from rdq.spi import Attempt, Claimed, Completion, Doubling, Outcome, Status, Storage, bounds
 from rdq.worker._clock import StorageClock
@@ -345,7 +346,7 @@ class Runner:
         attempt = run.attempt
         if attempt is None:  # set by _finish before any hand-over
             raise RuntimeError("a success is handed over without its attempt record")
-        discard = self._discards(run.queue)
+        discard = self._discards(run)
         completer.submit(Completion(run.claimed.task.id, run.claimed.token, attempt, discard), run)
 
     def recorded(self, results: list[tuple[Run, BaseException | None]]) -> None:
@@ -465,10 +466,14 @@ class Runner:
         except Exception:
             return False
 
-    def _discards(self, queue: str) -> bool:
-        """Whether the queue's succeeded tasks are deleted as they complete
-        (``keep_succeeded = False``; the worker checked the store offers it at start)."""
-        return not self.app.queue_config(queue).keep_succeeded
+    def _discards(self, run: Run) -> bool:
+        """Whether ``run``'s task is deleted as it succeeds: its queue says
+        ``keep_succeeded = False`` (the worker checked the store offers it at start) and it is
+        no schedule's tick — a tick's task is kept until ``task_ttl``, for it is what tells
+        every scheduler that the tick was enqueued (its id), so that it runs once."""
+        if self.app.queue_config(run.queue).keep_succeeded:
+            return False
+        return SCHEDULE_HEADER not in run.claimed.task.headers
 
     def _fields(self, task_id: str, queue: str, attempt: int) -> dict[str, Any]:
         """What every log line about one attempt carries."""
@@ -476,7 +481,7 @@ class Runner:
 
     async def _write(self, run: Run, attempt: Attempt, decision: Decision) -> None:
         task_id, token = run.claimed.task.id, run.claimed.token
-        if decision.action is Action.COMPLETE and self._discards(run.queue):
+        if decision.action is Action.COMPLETE and self._discards(run):
             await self.storage.complete(task_id, token, attempt, discard=True)
         elif decision.action is Action.COMPLETE:
             await self.storage.complete(task_id, token, attempt)
