@@ -211,9 +211,7 @@ class JavaBridgeStorage(StorageBase):
     async def complete(
         self, task_id: str, token: str, attempt: Attempt, *, discard: bool = False
     ) -> None:
-        await self._call(
-            "complete", task_id=task_id, token=token, attempt=attempt, discard=discard
-        )
+        await self._call("complete", task_id=task_id, token=token, attempt=attempt, discard=discard)
 
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         await self._call("dead_letter", task_id=task_id, token=token, attempt=attempt)
