@@ -129,15 +129,16 @@ class QueueConfig:
     ``False``: the task is deleted as its success is recorded — in the same atomic, fenced
     step as the completion (a stale claim still changes nothing) — with what belongs to it
     (its dedup key, its hold on a payload blob): on PostgreSQL no second row version and
-    index entries per task. Then an idempotent submit recognises the id only while the task lives (a
-    resubmit of a completed id creates a new task), a dedup key with a window is free once its
-    task completes, ``rdq tasks show`` answers not found, ``stats`` counts no succeeded tasks
-    (rates over time still do: the fleet's counters) and ``archive_succeeded`` archives only
-    CANCELLED ones; callbacks and metrics are unchanged. Failed, dead-lettered and cancelled
-    tasks are kept as ever, and so is a schedule's tick (its id is what makes the tick run
-    once). Needs a store with the capability ``discard_succeeded``: a worker serving such a
-    queue on a store without it refuses to start (``Unsupported`` naming the queue and the
-    setting). See docs/engine.md, "Not keeping succeeded tasks"."""
+    index entries per task. Then an idempotent submit recognises the id only while the task
+    lives (a resubmit of a completed id creates a new task), a dedup key with a window is
+    free once its task completes, ``rdq tasks show`` answers not found, ``stats`` counts no
+    succeeded tasks (rates over time still do: the per-minute counters) and
+    ``archive_succeeded`` archives only CANCELLED ones; callbacks and metrics are unchanged.
+    Failed, dead-lettered and cancelled tasks are kept as ever, and so is a schedule's tick
+    (its id is what makes the tick run once). Needs a store with the capability
+    ``discard_succeeded``: a worker serving such a queue on a store without it refuses to
+    start (``Unsupported`` naming the queue and the setting). See docs/engine.md, "Not
+    keeping succeeded tasks"."""
 
     def validate(self, queue: str) -> QueueConfig:
         """Return self if every setting is valid, else raise ``ConfigError`` naming the key."""

@@ -8,6 +8,7 @@ import collections
 import contextlib
 import threading
 from datetime import timedelta
+from typing import Any
 
 import msgspec
 import pytest
@@ -17,7 +18,7 @@ from rdq.errors import ConfigError, NotFound, Unsupported
 from rdq.spi import Capabilities, ForwardingStorage, Outcome, Status, Storage
 from rdq_memory import MemoryStorage
 
-from .conftest import eventually, fast_worker, running, wait_status
+from .conftest import Recorder, eventually, fast_worker, running, wait_status
 
 
 async def _gone(storage: Storage, task_id: str) -> bool:
@@ -169,6 +170,59 @@ async def wait_task(storage: Storage, task_id: str, status: Status) -> rdq.spi.E
         return task if task.status == status else None
 
     return await eventually(check, f"task {task_id} {status}")
+
+
+class _RepliesLost(ForwardingStorage):
+    """A real store whose first completion write of each path goes through but whose reply
+    is lost (``StorageUnavailable``), as a connection reset after the commit does."""
+
+    def __init__(self, inner: Storage, *, batch_complete: bool) -> None:
+        super().__init__(inner)
+        self._batch_complete = batch_complete
+        self.lost = 0
+
+    def capabilities(self) -> Capabilities:
+        return msgspec.structs.replace(
+            self.inner.capabilities(), batch_complete=self._batch_complete
+        )
+
+    async def complete(self, task_id: str, token: str, attempt: Any, **kw: Any) -> None:
+        await self.inner.complete(task_id, token, attempt, **kw)
+        self._lose()
+
+    async def complete_many(self, completions: Any) -> Any:
+        results = await self.inner.complete_many(completions)
+        self._lose()
+        return results
+
+    def _lose(self) -> None:
+        if self.lost < 2:
+            self.lost += 1
+            raise rdq.StorageUnavailable("connection reset (127.0.0.1:5432)")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "single"])
+async def test_a_discard_whose_reply_an_outage_lost_is_a_success_not_a_vanished_task(
+    batched: bool,
+) -> None:
+    calls: collections.Counter[str] = collections.Counter()
+    app = _app("q", calls, threading.Lock())
+    log = Recorder()
+    async with MemoryStorage() as inner:
+        store = _RepliesLost(inner, batch_complete=batched)
+        client = rdq.Client(inner, app)
+        ids = [(await client.submit("ok", {"n": n})).id for n in range(5)]
+        async with running(fast_worker(app, store, logger=log)):
+
+            async def all_gone() -> bool:
+                return all([await _gone(inner, i) for i in ids])
+
+            await eventually(all_gone, "every task deleted")
+            await asyncio.sleep(0.3)
+    assert store.lost == 2
+    assert {i: calls[i] for i in ids} == dict.fromkeys(ids, 1)
+    assert not log.events("task vanished"), log.events("task vanished")
 
 
 class _Keeping(MemoryStorage):

@@ -303,6 +303,8 @@ class Runner:
                 await self._report_stale(run, decision)
                 return
             except NotFound:
+                if backoff is not None and self._discarded(run, decision):
+                    break  # the write an outage hid went through: its task is gone
                 self._report_vanished(run)
                 return
             except StorageUnavailable as exc:
@@ -355,7 +357,11 @@ class Runner:
         through the completer until the lease is surely gone."""
         counted: dict[str, int] = {}
         for run, error in results:
-            if error is None:
+            if error is None or (
+                isinstance(error, NotFound)
+                and run.write_backoff is not None
+                and self._discarded(run, retry.SUCCESS)
+            ):  # (a discard retried after an outage finds its task gone: it went through)
                 counted[run.queue] = counted.get(run.queue, 0) + 1
                 self._written_one(run)
             else:
@@ -474,6 +480,13 @@ class Runner:
         if self.app.queue_config(run.queue).keep_succeeded:
             return False
         return SCHEDULE_HEADER not in run.claimed.task.headers
+
+    def _discarded(self, run: Run, decision: Decision) -> bool:
+        """Whether ``decision`` is a success that deletes ``run``'s task: then a retry after
+        an outage that finds the task gone means that the write the outage hid went through
+        (or another worker's success, after a reclaim: a claimed task is never purged or
+        expired), not that the task vanished."""
+        return decision.action is Action.COMPLETE and self._discards(run)
 
     def _fields(self, task_id: str, queue: str, attempt: int) -> dict[str, Any]:
         """What every log line about one attempt carries."""
