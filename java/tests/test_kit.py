@@ -46,6 +46,7 @@ class TestJavaKeepsTheContract(StorageSuite):
             retention=True,
             dedup=True,
             payload_refs=True,
+            discard_succeeded=True,
             reopen=True,
         )
 

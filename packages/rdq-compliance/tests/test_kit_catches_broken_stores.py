@@ -36,6 +36,7 @@ BROKEN_MODULES = (
     "kit_broken_retention",
     "kit_broken_dedup",
     "kit_broken_payload_refs",
+    "kit_broken_discard",
 )
 """The modules beside this file that hold broken stores (``BROKEN_STORES`` in each)."""
 

@@ -16,6 +16,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,16 @@ import pytest
 import rdq
 from rdq.errors import Unsupported
 from rdq.plugins import reload_plugins
-from rdq.spi import CONTRACT_VERSION, FEATURES, Status, adapt
+from rdq.spi import (
+    CONTRACT_VERSION,
+    FEATURES,
+    Attempt,
+    Completion,
+    Envelope,
+    Outcome,
+    Status,
+    adapt,
+)
 from rdq_compliance._accounting import UNPINNED
 from rdq_compliance._gates import NOT_IMPLEMENTED
 from rdq_compliance.suite import StorageSuite
@@ -248,3 +258,24 @@ async def test_the_engine_refuses_what_an_old_backend_lacks_and_runs_the_rest() 
         assert caught.value.capability == "cancel" and "BareVersionOneStore" in str(caught.value)
         with pytest.raises(Unsupported, match="priorities"):
             await client.submit("job", None, queue="q", priority=5)
+
+
+@pytest.mark.asyncio
+async def test_an_old_backend_completes_as_it_always_did_and_refuses_a_discard() -> None:
+    """A bare store of version 1 takes no ``discard``: a plain completion reaches it as
+    before (one and many), a discarding one is refused naming the capability, unchanged."""
+    store = adapt(old.BareVersionOneStore())
+    async with store:
+        for n in range(3):
+            await store.enqueue(Envelope(id=f"old-{n}", queue="q", handler_ref="job"))
+        kept, many, left = await store.claim_due("q", 3, timedelta(minutes=5))
+        done = Attempt(number=1, outcome=Outcome.SUCCEEDED)
+        await store.complete(kept.task.id, kept.token, done)
+        assert await store.complete_many([Completion(many.task.id, many.token, done)]) == [None]
+        with pytest.raises(Unsupported) as caught:
+            await store.complete(left.task.id, left.token, done, discard=True)
+        assert caught.value.capability == "discard_succeeded"
+        with pytest.raises(Unsupported, match="discard_succeeded"):
+            await store.complete_many([Completion(left.task.id, left.token, done, True)])
+        assert (await store.get(left.task.id)).status == Status.IN_FLIGHT
+        assert {(await store.get(c.task.id)).status for c in (kept, many)} == {Status.SUCCEEDED}

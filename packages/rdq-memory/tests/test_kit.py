@@ -58,4 +58,5 @@ class TestMemoryStoreKeepsTheContract(StorageSuite):
             retention=True,
             dedup=True,
             payload_refs=True,
+            discard_succeeded=True,
         )

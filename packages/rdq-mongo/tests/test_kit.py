@@ -36,6 +36,7 @@ EXPECTED = Capabilities(
     priority_aging=True,
     retention=True,
     dedup=True,
+    discard_succeeded=True,
     transactional_enqueue=False,
 )
 

@@ -113,6 +113,7 @@ EXPECTED = Capabilities(
     priority_aging=True,
     retention=True,
     dedup=True,
+    discard_succeeded=True,
     transactional_enqueue=False,
 )
 """What the store advertises, connected or not (``rdq_notify=off`` turns ``notify`` off)."""

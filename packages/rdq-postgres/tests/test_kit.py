@@ -81,6 +81,7 @@ class TestPostgresKeepsTheContract(StorageSuite):
             retention=True,
             dedup=True,
             payload_refs=True,
+            discard_succeeded=True,
             reopen=True,
             transactional_enqueue=True,
         )

@@ -96,6 +96,7 @@ def test_capabilities_are_pinned() -> None:
         retention=True,
         dedup=True,
         payload_refs=True,
+        discard_succeeded=True,
         reopen=True,
         transactional_enqueue=True,
     )
@@ -122,6 +123,7 @@ def test_capabilities_are_pinned() -> None:
         retention=True,
         dedup=True,
         payload_refs=True,
+        discard_succeeded=True,
         reopen=True,
         transactional_enqueue=True,
     )

@@ -37,6 +37,7 @@ EXPECTED_CAPABILITIES = Capabilities(
     priority_aging=True,
     retention=True,
     dedup=True,
+    discard_succeeded=True,
 )
 """What the Redis store advertises, on one server and on Cluster alike: everything but
 ``transactional_enqueue``."""

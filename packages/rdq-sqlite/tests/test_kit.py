@@ -60,6 +60,7 @@ class TestSqliteFileKeepsTheContract(StorageSuite):
             retention=True,
             dedup=True,
             payload_refs=True,
+            discard_succeeded=True,
         )
 
     @pytest.fixture
@@ -104,6 +105,7 @@ class TestSqliteInMemoryKeepsTheContract(StorageSuite):
             retention=True,
             dedup=True,
             payload_refs=True,
+            discard_succeeded=True,
         )
 
     @pytest.fixture

@@ -208,8 +208,10 @@ class JavaBridgeStorage(StorageBase):
             "reschedule", task_id=task_id, token=token, attempt=attempt, next_at=next_at
         )
 
-    async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
-        await self._call("complete", task_id=task_id, token=token, attempt=attempt)
+    async def complete(
+        self, task_id: str, token: str, attempt: Attempt, *, discard: bool = False
+    ) -> None:
+        await self._call("complete", task_id=task_id, token=token, attempt=attempt, discard=discard)
 
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         await self._call("dead_letter", task_id=task_id, token=token, attempt=attempt)

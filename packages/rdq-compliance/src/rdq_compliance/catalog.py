@@ -30,6 +30,8 @@ TITLES = {
     "RedrivePurgeClauses": "Redrive resets, history persists; purge",
     "CancelClauses": "Cancel",
     "RetentionClauses": "Retention: expire_tasks (capability retention)",
+    "DiscardClauses": "Discarding succeeded tasks: complete with discard "
+    "(capability discard_succeeded)",
     "PayloadRefClauses": "Payload references: held_payload_refs (capability payload_refs)",
     "DLQClauses": "Stable DLQ pagination",
     "DLQFilterClauses": "DLQ filters (capability filter_pushdown)",

@@ -17,6 +17,7 @@ from rdq_compliance.clauses.control_scope import ControlScopeClauses
 from rdq_compliance.clauses.corrupt import CorruptTaskClauses
 from rdq_compliance.clauses.crash import CrashClauses
 from rdq_compliance.clauses.dedup import DedupClauses
+from rdq_compliance.clauses.discard import DiscardClauses
 from rdq_compliance.clauses.dlq import DLQClauses, DLQFilterClauses
 from rdq_compliance.clauses.due_earlier import DueEarlierClauses
 from rdq_compliance.clauses.fairness import FairShareClauses
@@ -55,6 +56,7 @@ class StorageSuite(
     RedrivePurgeClauses,
     CancelClauses,
     RetentionClauses,
+    DiscardClauses,
     PayloadRefClauses,
     DLQClauses,
     DLQFilterClauses,

@@ -124,6 +124,21 @@ class QueueConfig:
     archive_succeeded: bool = False
     """Archive SUCCEEDED and CANCELLED tasks too before ``task_ttl`` removes them (otherwise
     they are deleted without an archive, as they always were)."""
+    keep_succeeded: bool = True
+    """Keep a SUCCEEDED task (its status and attempt history) until ``task_ttl`` purges it.
+    ``False``: the task is deleted as its success is recorded — in the same atomic, fenced
+    step as the completion (a stale claim still changes nothing) — with what belongs to it
+    (its dedup key, its hold on a payload blob): on PostgreSQL no second row version and
+    index entries per task. Then an idempotent submit recognises the id only while the task
+    lives (a resubmit of a completed id creates a new task), a dedup key with a window is
+    free once its task completes, ``rdq tasks show`` answers not found, ``stats`` counts no
+    succeeded tasks (rates over time still do: the per-minute counters) and
+    ``archive_succeeded`` archives only CANCELLED ones; callbacks and metrics are unchanged.
+    Failed, dead-lettered and cancelled tasks are kept as ever, and so is a schedule's tick
+    (its id is what makes the tick run once). Needs a store with the capability
+    ``discard_succeeded``: a worker serving such a queue on a store without it refuses to
+    start (``Unsupported`` naming the queue and the setting). See docs/engine.md, "Not
+    keeping succeeded tasks"."""
 
     def validate(self, queue: str) -> QueueConfig:
         """Return self if every setting is valid, else raise ``ConfigError`` naming the key."""
@@ -190,6 +205,8 @@ class QueueConfig:
             raise bad("dead_ttl", "must be a positive number of seconds (none: keep)")
         if not isinstance(self.archive_succeeded, bool):
             raise bad("archive_succeeded", "must be true or false")
+        if not isinstance(self.keep_succeeded, bool):
+            raise bad("keep_succeeded", "must be true or false")
         if not isinstance(self.scrub, Scrubber):
             raise bad("scrub", "must be an rdq.Scrubber")
         self.scrub.validate(f"{prefix}.scrub")

@@ -157,14 +157,16 @@ class App:
         snooze_retry_after: bool | None = None,
         dead_ttl: float | None = None,
         archive_succeeded: bool | None = None,
+        keep_succeeded: bool | None = None,
     ) -> QueueConfig:
         """Declare (or re-configure) queue ``name``; settings not given keep the queue's current
         value (or the defaults). Applies to tasks already waiting; ``limits`` (see
         :mod:`rdq.flow`) to tasks submitted from now on where a limit gives them a key.
         ``fair`` and ``priority_aging`` set the order its tasks are claimed in (see
         :class:`~rdq.config.QueueConfig`); ``dead_ttl`` and ``archive_succeeded`` how long its
-        finished tasks stay (see :mod:`rdq.retention`). Raises ``ConfigError`` naming the key
-        and queue for invalid settings."""
+        finished tasks stay (see :mod:`rdq.retention`); ``keep_succeeded=False`` deletes a
+        task as it succeeds (see :class:`~rdq.config.QueueConfig`). Raises ``ConfigError``
+        naming the key and queue for invalid settings."""
         try:
             contract.check_queue(name)
         except ValidationError as exc:
@@ -191,6 +193,7 @@ class App:
                 ("snooze_retry_after", snooze_retry_after),
                 ("dead_ttl", dead_ttl),
                 ("archive_succeeded", archive_succeeded),
+                ("keep_succeeded", keep_succeeded),
             )
             if value is not None
         }

@@ -21,6 +21,7 @@ The TOML layout (durations in seconds)::
     task_ttl = 86400.0
     dead_ttl = 2592000.0         # DEAD tasks archived, then removed after 30 days (default: kept)
     archive_succeeded = false    # archive SUCCEEDED/CANCELLED ones too before task_ttl removes them
+    keep_succeeded = true        # false: a succeeded task is deleted as it completes
     non_retryable = ["myapp.errors:InvalidAddress", "ValueError"]
     priority = 0                 # -10..10, higher claimed first; applied at submit
     dependency = "smtp"          # its handlers' breaker trips together
@@ -247,6 +248,7 @@ QUEUE_SETTINGS = (
     "priority_aging",
     "snooze_retry_after",
     "archive_succeeded",
+    "keep_succeeded",
     "breaker",
     "limits",
     "scrub",
@@ -287,7 +289,7 @@ def _apply(config: QueueConfig, raw: Mapping[str, Any], queue: str) -> QueueConf
                     key=f"{prefix}.{key}",
                 )
             changes[key] = value
-        elif key == "archive_succeeded":
+        elif key in ("archive_succeeded", "keep_succeeded"):
             if not isinstance(value, bool):
                 raise ConfigError("must be true or false", key=f"{prefix}.{key}")
             changes[key] = value

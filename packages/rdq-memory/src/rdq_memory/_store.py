@@ -113,14 +113,24 @@ class MemoryStorage(
             record.task.status = Status.SUCCEEDED
             record.task.completed_at = self._clock_now()
 
+    async def _discard_completed(self, task_id: str, token: str, attempt: Attempt) -> None:
+        state = self._state
+        with state.lock:
+            state.delete(self._fenced(task_id, token))
+
     async def _complete_many(
         self, completions: list[Completion]
     ) -> list[StaleClaim | NotFound | None]:
         results: list[StaleClaim | NotFound | None] = []
-        with self._state.lock:
+        state = self._state
+        with state.lock:
             now = self._clock_now()
             for item in completions:
                 try:
+                    if item.discard:
+                        state.delete(self._fenced(item.task_id, item.token))
+                        results.append(None)
+                        continue
                     record = self._resolve(item.task_id, item.token, item.attempt)
                 except (StaleClaim, NotFound) as exc:
                     results.append(exc)
@@ -289,6 +299,7 @@ CAPABILITIES = Capabilities(
     retention=True,
     dedup=True,
     payload_refs=True,
+    discard_succeeded=True,
 )
 """Everything the contract offers but ``enqueue_in`` (there is no application transaction in
 process memory)."""

@@ -10,6 +10,7 @@ listing and count in ``_pages``, the client in ``_connection``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import Iterator
@@ -136,6 +137,7 @@ class MongoStorage(StorageBase):
             priority_aging=True,
             retention=True,
             dedup=True,
+            discard_succeeded=True,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -238,13 +240,39 @@ class MongoStorage(StorageBase):
     async def _dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         await self._resolve(task_id, token, attempt, u.dead_letter_changes())
 
+    async def _discard_completed(self, task_id: str, token: str, attempt: Attempt) -> None:
+        with self._errors() as connection:
+            deleted = await _retention.discard_claimed(connection, task_id, token)
+        fence(task_id, found=deleted is not None, applied=bool(deleted))
+
+    async def _discard_each(
+        self, completions: list[Completion]
+    ) -> list[StaleClaim | NotFound | None]:
+        """The completions that discard their task: one fenced ``delete_one`` each, sent at
+        once (a bulk write does not say which of its deletes matched)."""
+        with self._errors() as connection:
+            deleted = await asyncio.gather(
+                *(_retention.discard_claimed(connection, c.task_id, c.token) for c in completions)
+            )
+        return [
+            None if gone else StaleClaim(c.task_id) if gone is False else NotFound(c.task_id)
+            for c, gone in zip(completions, deleted, strict=True)
+        ]
+
     async def _complete_many(
         self, completions: list[Completion]
     ) -> list[StaleClaim | NotFound | None]:
         """One ordered bulk of the fenced updates ``complete`` makes. When some matched
         nothing, one read tells which: a task whose ``resolved_token`` is the completion's
         token was completed by it (tokens are never reused); otherwise the claim was stale,
-        or the task is gone (``NotFound``)."""
+        or the task is gone (``NotFound``). Completions that discard their task go apart
+        (:meth:`_discard_each`)."""
+        if any(item.discard for item in completions):
+            kept = [item for item in completions if not item.discard]
+            discarded = [item for item in completions if item.discard]
+            outcomes = iter(await self._complete_many(kept) if kept else [])
+            dropped = iter(await self._discard_each(discarded))
+            return [next(dropped) if item.discard else next(outcomes) for item in completions]
         operations = [
             UpdateOne(
                 f.claimed_with(item.task_id, item.token),

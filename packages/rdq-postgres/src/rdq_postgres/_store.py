@@ -90,6 +90,7 @@ CAPABILITIES = Capabilities(
     retention=True,
     dedup=True,
     payload_refs=True,
+    discard_succeeded=True,
     reopen=True,
     transactional_enqueue=True,
 )
@@ -244,6 +245,12 @@ class PostgresStorage(StorageBase):
     async def _dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         await self._resolve("dead_letter", task_id, token, attempt)
 
+    async def _discard_completed(self, task_id: str, token: str, attempt: Attempt) -> None:
+        """discard_completed.sql: the claimed task deleted, fenced (the attempt is not
+        stored: nothing of the task is)."""
+        row = await self._db.fetchrow(self._sql.discard_completed, id=task_id, token=token)
+        fence(task_id, found=row["found"], applied=row["done"])
+
     async def _complete_many(
         self, completions: list[Completion]
     ) -> list[StaleClaim | NotFound | None]:
@@ -253,13 +260,19 @@ class PostgresStorage(StorageBase):
         first = {item.task_id: item for item in reversed(completions)}
         items = list(first.values())
         encoded = [attempt_args(item.attempt) for item in items]
-        row = await self._db.fetchrow(
-            self._sql.complete_many,
-            ids=[item.task_id for item in items],
-            tokens=[item.token for item in items],
-            attempts=[record for record, _ in encoded],
-            error_types=[error_type for _, error_type in encoded],
-        )
+        columns: dict[str, Any] = {
+            "ids": [item.task_id for item in items],
+            "tokens": [item.token for item in items],
+            "attempts": [record for record, _ in encoded],
+            "error_types": [error_type for _, error_type in encoded],
+        }
+        if any(item.discard for item in items):  # complete_many_discarding.sql: some delete
+            discards = [item.discard for item in items]
+            row = await self._db.fetchrow(
+                self._sql.complete_many_discarding, **columns, discards=discards
+            )
+        else:
+            row = await self._db.fetchrow(self._sql.complete_many, **columns)
         return completion_results(completions, first, row)
 
     # --- DLQ -------------------------------------------------------------------------------

@@ -137,7 +137,8 @@ def completion_batches(
 ) -> list[tuple[list[int], list[str], list[Any]]]:
     """The ``complete_many.lua`` calls for ``completions`` as (positions, keys, args): one for
     all of them on a single server, one per queue (slot) on Cluster. A completion whose token
-    names no queue of this store (so holds no claim) is in none."""
+    names no queue of this store (so holds no claim) is in none, and so is one that discards
+    its task (see :func:`discard_batches`)."""
     groups: dict[str, list[int]] = {}
     queue_keys: dict[str, QueueKeys] = {}  # by the token's queue part: one per queue
     item_keys: list[QueueKeys | None] = []
@@ -149,7 +150,7 @@ def completion_batches(
             if queue is not None:
                 qk = queue_keys[named] = QueueKeys(prefix, queue)
         item_keys.append(qk)
-        if qk is not None:
+        if qk is not None and not item.discard:
             groups.setdefault(qk.queue if cluster else "", []).append(i)
     batches = []
     for positions in groups.values():
@@ -168,6 +169,26 @@ def completion_batches(
             ]
         batches.append((positions, keys, args))
     return batches
+
+
+def discard_batches(
+    completions: Sequence[Completion], prefix: str
+) -> list[tuple[list[int], QueueKeys, list[str]]]:
+    """The ``discard_many.lua`` calls for the completions that discard their task, one per
+    queue (the queue the token names), as (positions, the queue's keys, id and token of each
+    item). A completion whose token names no queue of this store is in none."""
+    groups: dict[str, list[int]] = {}
+    for i, item in enumerate(completions):
+        if item.discard and (queue := token_queue(item.token)) is not None:
+            groups.setdefault(queue, []).append(i)
+    return [
+        (
+            positions,
+            QueueKeys(prefix, queue),
+            [value for i in positions for value in (completions[i].task_id, completions[i].token)],
+        )
+        for queue, positions in groups.items()
+    ]
 
 
 def holds_tasks(stats: Stats) -> bool:

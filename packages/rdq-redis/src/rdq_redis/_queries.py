@@ -17,6 +17,7 @@ SCRIPT_NAMES = (
     "extend_lease",
     "resolve",
     "complete_many",
+    "discard_many",
     "cancel",
     "task_page",
     "get_task",

@@ -86,6 +86,7 @@ CAPABILITIES = Capabilities(
     priority_aging=True,
     retention=True,
     dedup=True,
+    discard_succeeded=True,
 )
 """What the store offers, on one server and on Cluster alike: everything but
 ``enqueue_in`` (Redis has no transaction of the application's to join)."""
@@ -267,6 +268,10 @@ class RedisStorage(StorageBase):
             reply = await scripts.run("complete_many", keys, args)
             for i, outcome in zip(positions, reply, strict=True):
                 outcomes[i] = outcome
+        for positions, qk, pairs in _args.discard_batches(completions, self._prefix):
+            reply = await self._discard(qk, pairs)
+            for i, outcome in zip(positions, reply, strict=True):
+                outcomes[i] = outcome
         results: list[StaleClaim | NotFound | None] = []
         for item, outcome in zip(completions, outcomes, strict=True):
             if outcome == b"OK":  # the common case needs no call of the fence
@@ -279,6 +284,20 @@ class RedisStorage(StorageBase):
             else:
                 results.append(None)
         return results
+
+    async def _discard_completed(self, task_id: str, token: str, attempt: Attempt) -> None:
+        qk = await _fencing.claim_keys(self._redis, self._config, task_id, token)
+        (outcome,) = await self._discard(qk, [task_id, token])
+        await _fencing.check(self._redis, self._config, task_id, outcome)
+
+    async def _discard(self, qk: QueueKeys, pairs: list[str]) -> list[bytes]:
+        """``discard_many.lua`` for (id, token) ``pairs`` of one queue: the outcome of each;
+        on Redis Cluster the deleted ids leave the index as purged ones do."""
+        scripts = await self._ready()
+        args = [qk.base, self._prefix, self._indexed, self._registry, qk.queue, *pairs]
+        outcomes, deleted, empty = await scripts.run("discard_many", [qk.levels], args)
+        await self._after_purge(qk, deleted, empty)
+        return list(outcomes)
 
     async def _queue_of(self, task_id: str) -> str | None:
         return await _fencing.queue_of(self._redis, self._config, task_id)

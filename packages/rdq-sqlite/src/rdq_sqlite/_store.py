@@ -132,6 +132,7 @@ class SqliteStorage(StorageBase):
             control=True,
             worker_registry=True,
             counters=True,
+            discard_succeeded=True,
             backup=True,
             fair_shares=True,
             priority_aging=True,
@@ -281,6 +282,9 @@ class SqliteStorage(StorageBase):
 
     async def _complete(self, task_id: str, token: str, attempt: Attempt) -> None:
         await self._write(_writes.resolve, SQL.complete, task_id, token, attempt)
+
+    async def _discard_completed(self, task_id: str, token: str, attempt: Attempt) -> None:
+        await self._write(_writes.resolve, SQL.discard_completed, task_id, token, attempt)
 
     async def _complete_many(
         self, completions: list[Completion]

@@ -99,12 +99,13 @@ def resolve(
 def complete_many(
     conn: sqlite3.Connection, completions: Sequence[Completion]
 ) -> list[StaleClaim | NotFound | None]:
-    """``complete`` per item, each fenced on its own token, in one transaction."""
+    """``complete`` per item, each fenced on its own token, in one transaction; an item
+    with ``discard`` deletes its task (``discard_completed.sql``)."""
     now = tick(conn)
     results: list[StaleClaim | NotFound | None] = []
     for item in completions:
         row = conn.execute(
-            SQL.complete,
+            SQL.discard_completed if item.discard else SQL.complete,
             {
                 "id": item.task_id,
                 "token": item.token,

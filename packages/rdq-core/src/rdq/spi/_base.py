@@ -217,10 +217,20 @@ class StorageBase(KeepingOperations):
         bounds.check_aware(next_at, "next_at")
         await self._run(self._reschedule(task_id, token, attempt, next_at))
 
-    async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
+    async def complete(
+        self, task_id: str, token: str, attempt: Attempt, *, discard: bool = False
+    ) -> None:
+        """``_complete``, or with ``discard`` ``_discard_completed`` (``Unsupported`` unless the
+        store advertises ``discard_succeeded``)."""
         self._check_open()
         bounds.check_resolution(task_id, token, attempt)
-        await self._run(self._complete(task_id, token, attempt))
+        bounds.check_discard(discard)
+        if not discard:
+            await self._run(self._complete(task_id, token, attempt))
+            return
+        if not self.capabilities().discard_succeeded:
+            raise self._unsupported("discard_succeeded")
+        await self._run(self._discard_completed(task_id, token, attempt))
 
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         self._check_open()
@@ -234,6 +244,8 @@ class StorageBase(KeepingOperations):
         checked = bounds.check_completions(completions)
         if not checked:
             return []
+        if any(c.discard for c in checked) and not self.capabilities().discard_succeeded:
+            raise self._unsupported("discard_succeeded")
         return await self._run(self._complete_many(checked))
 
     async def _reschedule(
@@ -247,11 +259,17 @@ class StorageBase(KeepingOperations):
     async def _dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         raise NotImplementedError("dead_letter")
 
+    async def _discard_completed(self, task_id: str, token: str, attempt: Attempt) -> None:
+        """``complete`` that deletes the task (with its dedup key and payload reference) in the
+        step that checks the token; implement it and advertise ``discard_succeeded``."""
+        raise self._unsupported("discard_succeeded")
+
     async def _complete_many(
         self, completions: list[Completion]
     ) -> list[StaleClaim | NotFound | None]:
         """One ``complete`` per item (correct, not faster); override it for one round trip
-        and advertise ``batch_complete``."""
+        and advertise ``batch_complete`` (an item with ``discard`` deletes its task: see
+        ``_discard_completed``)."""
         return await defaults.complete_each(self, completions)
 
     # --- DLQ -------------------------------------------------------------------------------

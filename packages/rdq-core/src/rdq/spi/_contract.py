@@ -166,6 +166,13 @@ FEATURES: dict[str, Feature] = {
             "keeps every payload inline: one above the inline limit (1 MiB) is refused",
         ),
         Feature(
+            "discard_succeeded",
+            5,
+            "feature",
+            ("complete", "complete_many"),
+            "a worker refuses to serve a queue with keep_succeeded = False (tasks are kept)",
+        ),
+        Feature(
             "reopen",
             2,
             "feature",

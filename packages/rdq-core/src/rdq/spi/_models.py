@@ -275,6 +275,11 @@ class Capabilities(msgspec.Struct, kw_only=True, frozen=True):
     some stored task carries, from an index. Without it the engine keeps payloads inline
     (those above the inline limit are refused, as before): a blob it could not prove unused
     could never be deleted."""
+    discard_succeeded: bool = False
+    """``complete(..., discard=True)`` and ``Completion(discard=True)`` delete the task, with
+    what belongs to it (its dedup key, its payload reference), in the same atomic step that
+    checks the token, instead of keeping it SUCCEEDED. Without it a worker refuses to serve a
+    queue configured ``keep_succeeded = False``."""
 
     # --- announced optional operations ----------------------------------------------------------
     reopen: bool = False
@@ -360,11 +365,13 @@ class Admitted(msgspec.Struct, kw_only=True, frozen=True):
 
 class Completion(msgspec.Struct, frozen=True):
     """One successful attempt to record with ``complete_many``: the task, its claim token and
-    the attempt record."""
+    the attempt record; ``discard`` deletes the task instead of keeping it SUCCEEDED, as
+    ``complete(..., discard=True)`` does (capability ``discard_succeeded``)."""
 
     task_id: str
     token: str
     attempt: Attempt
+    discard: bool = False
 
 
 class DLQFilter(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):

@@ -179,9 +179,19 @@ class Storage(Protocol):
         Raises ``StaleClaim`` (changing nothing) on a token that is not current,
         ``NotFound`` if the task does not exist."""
 
-    async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
+    async def complete(
+        self, task_id: str, token: str, attempt: Attempt, *, discard: bool = False
+    ) -> None:
         """Success path: append ``attempt``, increment ``attempt_count``, set SUCCEEDED with
-        ``completed_at`` = now, clear the lease, atomically. Fenced like ``reschedule``."""
+        ``completed_at`` = now, clear the lease, atomically. Fenced like ``reschedule``.
+
+        (``discard_succeeded``) With ``discard``, delete the task instead, in the same atomic
+        step that checks the token, as ``purge`` deletes one: with its dedup key and its hold
+        on a payload reference, so that ``get`` raises ``NotFound``, no listing or count holds
+        it and its id may be admitted again. Fenced the same way: a token that is not current
+        raises ``StaleClaim`` and deletes nothing; a second call for a task already deleted
+        raises ``NotFound`` (where a kept one raises ``StaleClaim``). A store without the
+        flag raises ``Unsupported`` and changes nothing (``StorageBase`` does so for it)."""
 
     async def dead_letter(self, task_id: str, token: str, attempt: Attempt) -> None:
         """Give up: append ``attempt``, increment ``attempt_count``, set DEAD with
@@ -322,8 +332,11 @@ class Storage(Protocol):
         Each completion is fenced on its own token and applied atomically on its own, exactly
         as ``complete`` would; the result holds, per completion in order, ``None`` when it was
         applied or the ``StaleClaim`` / ``NotFound`` that ``complete`` would have raised (it is
-        returned, not raised, so one lost lease does not hide the others' outcome). Invalid
-        input raises ``ValidationError`` before anything changes. ``StorageBase`` provides a
+        returned, not raised, so one lost lease does not hide the others' outcome). A
+        completion with ``discard`` deletes its task as ``complete(..., discard=True)`` does
+        (``discard_succeeded``; one call may mix both kinds). Invalid input raises
+        ``ValidationError`` before anything changes, as does ``Unsupported`` for a completion
+        with ``discard`` on a store without the flag. ``StorageBase`` provides a
         correct default that calls ``complete`` once per item."""
 
     # --- flow control (contract version 3, capability ``control``) ----------------------------

@@ -128,8 +128,15 @@ class ForwardingStorage:
             "reschedule", lambda: self.inner.reschedule(task_id, token, attempt, next_at)
         )
 
-    async def complete(self, task_id: str, token: str, attempt: Attempt) -> None:
-        await self._forward("complete", lambda: self.inner.complete(task_id, token, attempt))
+    async def complete(
+        self, task_id: str, token: str, attempt: Attempt, *, discard: bool = False
+    ) -> None:
+        if discard:
+            await self._forward(
+                "complete", lambda: self.inner.complete(task_id, token, attempt, discard=True)
+            )
+        else:  # a store of an earlier contract takes no discard
+            await self._forward("complete", lambda: self.inner.complete(task_id, token, attempt))
 
     async def complete_many(
         self, completions: Sequence[Completion]
@@ -308,9 +315,18 @@ class _Adapted(ForwardingStorage):
             return await defaults.groups_by_paging(self, queue)
         return await self.inner.dlq_groups(queue)
 
+    async def complete(
+        self, task_id: str, token: str, attempt: Attempt, *, discard: bool = False
+    ) -> None:
+        if discard and not self.inner.capabilities().discard_succeeded:
+            raise Unsupported(type(self.inner).__name__, "discard_succeeded")
+        await super().complete(task_id, token, attempt, discard=discard)
+
     async def complete_many(
         self, completions: Sequence[Completion]
     ) -> list[StaleClaim | NotFound | None]:
+        if any(c.discard for c in completions) and not self.inner.capabilities().discard_succeeded:
+            raise Unsupported(type(self.inner).__name__, "discard_succeeded")
         if "complete_many" in self._missing:
             return await defaults.complete_each(self, completions)
         return await self.inner.complete_many(completions)

@@ -119,7 +119,10 @@ async def complete_each(
     results: list[StaleClaim | NotFound | None] = []
     for item in completions:
         try:
-            await storage.complete(item.task_id, item.token, item.attempt)
+            if item.discard:
+                await storage.complete(item.task_id, item.token, item.attempt, discard=True)
+            else:  # a store of an earlier contract takes no discard
+                await storage.complete(item.task_id, item.token, item.attempt)
         except (StaleClaim, NotFound) as exc:
             results.append(exc)
         else:

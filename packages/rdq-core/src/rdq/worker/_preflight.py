@@ -1,5 +1,5 @@
-"""What a worker checks before it starts working: that its store is usable, and that the
-queues it serves have handlers."""
+"""What a worker checks before it starts working: that its store is usable and offers what
+the queues it serves need, and that those queues have handlers."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 from rdq.app import App
 from rdq.errors import NotConnected, StorageError, StorageUnavailable
-from rdq.spi import Storage
+from rdq.spi import Storage, require
 
-__all__ = ["check_storage", "warn_unserved"]
+__all__ = ["check_discards", "check_storage", "warn_unserved"]
 
 
 async def check_storage(storage: Storage, queue: str) -> None:
@@ -30,6 +30,15 @@ async def check_storage(storage: Storage, queue: str) -> None:
                 "`rdq migrate --storage URL` (or storage.migrate())"
             )
         raise StorageError(f"the worker cannot use its store: {message}") from exc
+
+
+def check_discards(app: App, storage: Storage, queues: Sequence[str]) -> None:
+    """Raise ``Unsupported`` naming the queue and the setting when a queue configured
+    ``keep_succeeded = False`` is served from a store without ``discard_succeeded``: its
+    succeeded tasks would be kept, which the config says not to."""
+    for queue in queues:
+        if not app.queue_config(queue).keep_succeeded:
+            require(storage, "discard_succeeded", f"queue {queue!r} with keep_succeeded = False")
 
 
 def warn_unserved(app: App, queues: Sequence[str], log: Any, worker_id: str) -> None:

@@ -26,6 +26,7 @@ from rdq.blobs import reference_of, resolve
 from rdq.errors import NotFound, PayloadKeyError, PayloadMissing, StaleClaim, StorageUnavailable
 from rdq.keys import Keyring, is_sealed, unsealed
 from rdq.retry import Action, Decision, bound_head, bound_tail, coroutine_stack
+from rdq.schedules import SCHEDULE_HEADER
 from rdq.scrub import Scrubber
 from rdq.spi import Attempt, Claimed, Completion, Doubling, Outcome, Status, Storage, bounds
 from rdq.worker._clock import StorageClock
@@ -302,6 +303,8 @@ class Runner:
                 await self._report_stale(run, decision)
                 return
             except NotFound:
+                if backoff is not None and self._discarded(run, decision):
+                    break  # the write an outage hid went through: its task is gone
                 self._report_vanished(run)
                 return
             except StorageUnavailable as exc:
@@ -345,7 +348,8 @@ class Runner:
         attempt = run.attempt
         if attempt is None:  # set by _finish before any hand-over
             raise RuntimeError("a success is handed over without its attempt record")
-        completer.submit(Completion(run.claimed.task.id, run.claimed.token, attempt), run)
+        discard = self._discards(run)
+        completer.submit(Completion(run.claimed.task.id, run.claimed.token, attempt, discard), run)
 
     def recorded(self, results: list[tuple[Run, BaseException | None]]) -> None:
         """The completer's report of one flush: each run's success was recorded (``None``)
@@ -353,7 +357,11 @@ class Runner:
         through the completer until the lease is surely gone."""
         counted: dict[str, int] = {}
         for run, error in results:
-            if error is None:
+            if error is None or (
+                isinstance(error, NotFound)
+                and run.write_backoff is not None
+                and self._discarded(run, retry.SUCCESS)
+            ):  # (a discard retried after an outage finds its task gone: it went through)
                 counted[run.queue] = counted.get(run.queue, 0) + 1
                 self._written_one(run)
             else:
@@ -464,13 +472,31 @@ class Runner:
         except Exception:
             return False
 
+    def _discards(self, run: Run) -> bool:
+        """Whether ``run``'s task is deleted as it succeeds: its queue says
+        ``keep_succeeded = False`` (the worker checked the store offers it at start) and it is
+        no schedule's tick — a tick's task is kept until ``task_ttl``, for it is what tells
+        every scheduler that the tick was enqueued (its id), so that it runs once."""
+        if self.app.queue_config(run.queue).keep_succeeded:
+            return False
+        return SCHEDULE_HEADER not in run.claimed.task.headers
+
+    def _discarded(self, run: Run, decision: Decision) -> bool:
+        """Whether ``decision`` is a success that deletes ``run``'s task: then a retry after
+        an outage that finds the task gone means that the write the outage hid went through
+        (or another worker's success, after a reclaim: a claimed task is never purged or
+        expired), not that the task vanished."""
+        return decision.action is Action.COMPLETE and self._discards(run)
+
     def _fields(self, task_id: str, queue: str, attempt: int) -> dict[str, Any]:
         """What every log line about one attempt carries."""
         return {"task_id": task_id, "queue": queue, "attempt": attempt, "worker_id": self.worker_id}
 
     async def _write(self, run: Run, attempt: Attempt, decision: Decision) -> None:
         task_id, token = run.claimed.task.id, run.claimed.token
-        if decision.action is Action.COMPLETE:
+        if decision.action is Action.COMPLETE and self._discards(run):
+            await self.storage.complete(task_id, token, attempt, discard=True)
+        elif decision.action is Action.COMPLETE:
             await self.storage.complete(task_id, token, attempt)
         elif decision.action is Action.DEAD_LETTER:
             await self.storage.dead_letter(task_id, token, attempt)

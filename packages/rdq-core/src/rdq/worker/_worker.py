@@ -51,7 +51,7 @@ from rdq.worker._flow import FlowControl
 from rdq.worker._heartbeat import heartbeat_loop
 from rdq.worker._maintenance import maintenance_loop
 from rdq.worker._order import DeclaredOrder
-from rdq.worker._preflight import check_storage, warn_unserved
+from rdq.worker._preflight import check_discards, check_storage, warn_unserved
 from rdq.worker._run import Run
 from rdq.worker._runner import Runner
 from rdq.worker._scheduler import schedule_loop
@@ -233,6 +233,7 @@ class Worker(ClaimLoops):
         if self._stop_requests:
             stopping.set()
         await check_storage(self.storage, self.queues[0])
+        check_discards(self.app, self.storage, self.queues)
         tracing.preload()  # not at the first attempt
         warn_unserved(self.app, self.queues, self.log, self.worker_id)
         declared = DeclaredOrder(self.app, self.storage, self.queues, self.log)

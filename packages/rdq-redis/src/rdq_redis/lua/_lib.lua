@@ -394,6 +394,17 @@ local function group_remove(base, key, id)
   redis.call('HDEL', key, 'dlq_group')
 end
 
+-- A claim ended (resolved, or its task discarded): the task leaves the in-flight (or held)
+-- set that holds it and the lease sets of its keys. held, priority, fg: the task's fields.
+local function release_claim(base, key, id, held, priority, fg)
+  if held or redis.call('ZREM', inflight_key(base, level_from(priority)), id) == 0 then
+    remove_live(base, key, id)
+  else
+    fair_remove(base, fg, level_from(priority), id)
+  end
+  drop_leases(base, key, id)
+end
+
 -- What every resolution of a held claim does: append the attempt, count it, drop the lease
 -- and the claim, and set the hash fields of the new state given as further arguments
 -- (field, value, ...). The caller then indexes the task again. A resolution is the commonest
@@ -419,12 +430,7 @@ local function finish_claim(base, key, id, attempt_json, error_type, ...)
   end
   redis.call('HSET', key, unpack(fields))
   redis.call('HDEL', key, unpack(gone))
-  if f[3] or redis.call('ZREM', inflight_key(base, level_from(f[4])), id) == 0 then
-    remove_live(base, key, id)
-  else
-    fair_remove(base, f[5], level_from(f[4]), id)
-  end
-  drop_leases(base, key, id)
+  release_claim(base, key, id, f[3], f[4], f[5])
 end
 
 -- Byte-wise a < b, the order Redis gives members of equal score. (Lua's own string '<' goes

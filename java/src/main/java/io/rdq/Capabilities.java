@@ -18,7 +18,9 @@ package io.rdq;
  * {@code retention} ({@link Storage#expireTasks}: exactly the listed finished tasks whose status
  * time is before the cut-off leave the store), {@code dedup} ({@link Storage#admit}: one live
  * task per dedup key) and {@code payloadRefs} ({@link Storage#heldPayloadRefs}: which payload
- * references stored tasks hold).
+ * references stored tasks hold) and {@code discardSucceeded}
+ * ({@link Storage#complete(String, String, Attempt, boolean)} and {@link Completion#discard()}
+ * delete the task instead of keeping it SUCCEEDED: a queue that keeps no succeeded task).
  */
 public record Capabilities(
         int contractVersion,
@@ -41,7 +43,8 @@ public record Capabilities(
         boolean priorityAging,
         boolean retention,
         boolean dedup,
-        boolean payloadRefs) {
+        boolean payloadRefs,
+        boolean discardSucceeded) {
     /** The contract version this binding implements ({@code rdq.spi.CONTRACT_VERSION}). */
     public static final int CONTRACT_VERSION = 5;
 }

@@ -59,6 +59,12 @@ public interface Storage extends AutoCloseable {
     /** Success path: append {@code attempt}, SUCCEEDED. Fenced like {@link #reschedule}. */
     void complete(String taskId, String token, Attempt attempt);
 
+    /** {@link #complete}, or with {@code discard} the task deleted instead of kept SUCCEEDED
+     * (with its dedup key), fenced the same way: {@link StaleClaimException} deletes nothing,
+     * and a task already deleted is {@link NotFoundException} (capability
+     * {@code discardSucceeded}; rdq's {@code complete(..., discard=True)}). */
+    void complete(String taskId, String token, Attempt attempt, boolean discard);
+
     /** Give up: append {@code attempt}, DEAD. Fenced like {@link #reschedule}. */
     void deadLetter(String taskId, String token, Attempt attempt);
 

@@ -124,7 +124,14 @@ def check_completions(completions: object) -> list[Completion]:
         if not isinstance(item, Completion):
             raise ValidationError("must be rdq.spi.Completion items", field="completions")
         check_resolution(item.task_id, item.token, item.attempt)
+        check_discard(item.discard, "completions")
     return list(completions)
+
+
+def check_discard(value: object, field: str = "discard") -> None:
+    """``complete``'s ``discard`` (and a ``Completion``'s): true or false."""
+    if not isinstance(value, bool):
+        raise ValidationError("must be true or false", field=field)
 
 
 def check_wait(value: object, field: str = "timeout") -> float:

@@ -79,6 +79,16 @@ final class Args {
         }
     }
 
+    /** A boolean argument; {@code false} when absent or null. */
+    boolean optionalBool(String name) {
+        if (isNull(name)) {
+            return false;
+        }
+        try (JsonReader r = reader(name)) {
+            return r.bool(name);
+        }
+    }
+
     int integer(String name) {
         try (JsonReader r = reader(name)) {
             return r.integer(name);
@@ -310,6 +320,7 @@ final class Args {
                 String taskId = null;
                 String token = null;
                 Attempt attempt = null;
+                boolean discard = false;
                 while (r.next() == JsonToken.FIELD_NAME) {
                     String field = r.name();
                     r.next();
@@ -317,10 +328,11 @@ final class Args {
                         case "task_id" -> taskId = r.string("id");
                         case "token" -> token = r.string("token");
                         case "attempt" -> attempt = EnvelopeJson.readAttempt(r, "attempt");
+                        case "discard" -> discard = r.bool(name + ".discard");
                         default -> r.skip();
                     }
                 }
-                out.add(new Completion(taskId, token, attempt));
+                out.add(new Completion(taskId, token, attempt, discard));
             }
             return out;
         }

@@ -189,7 +189,8 @@ final class Session implements Runnable {
                 g.writeNull();
             }
             case "complete" -> {
-                store().complete(a.string("task_id"), a.string("token"), a.attempt("attempt"));
+                store().complete(a.string("task_id"), a.string("token"), a.attempt("attempt"),
+                        a.optionalBool("discard"));
                 g.writeNull();
             }
             case "dead_letter" -> {
@@ -360,6 +361,7 @@ final class Session implements Runnable {
         g.writeBooleanField("retention", c.retention());
         g.writeBooleanField("dedup", c.dedup());
         g.writeBooleanField("payload_refs", c.payloadRefs());
+        g.writeBooleanField("discard_succeeded", c.discardSucceeded());
         g.writeEndObject();
     }
 

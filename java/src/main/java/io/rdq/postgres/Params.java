@@ -62,6 +62,9 @@ final class Params {
         } else if (value instanceof Integer[] numbers) {
             Array array = conn.createArrayOf("integer", numbers);
             ps.setArray(i, array);
+        } else if (value instanceof Boolean[] flags) {
+            Array array = conn.createArrayOf("boolean", flags);
+            ps.setArray(i, array);
         } else if (value instanceof Long[] numbers) {
             Array array = conn.createArrayOf("bigint", numbers);
             ps.setArray(i, array);

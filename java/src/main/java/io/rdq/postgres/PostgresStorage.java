@@ -248,7 +248,8 @@ public final class PostgresStorage implements Storage {
                 true, // priority aging
                 true, // retention
                 true, // dedup
-                true); // payload refs
+                true, // payload refs
+                true); // discard succeeded
     }
 
     private void announce(String queue) {
@@ -554,6 +555,24 @@ public final class PostgresStorage implements Storage {
     }
 
     @Override
+    public void complete(String taskId, String token, Attempt attempt, boolean discard) {
+        if (!discard) {
+            complete(taskId, token, attempt);
+            return;
+        }
+        ready();
+        Limits.checkTaskId(taskId);
+        Limits.checkToken(token, "token");
+        Limits.checkAttempt(attempt, "attempt");
+        record Row(boolean done, boolean found) {}
+        Row row = queryOne("discard_completed", Params.of().set("id", taskId).set("token", token),
+                rs -> new Row(rs.getBoolean("done"), rs.getBoolean("found")));
+        if (!row.done()) {
+            throw row.found() ? new StaleClaimException(taskId) : new NotFoundException(taskId);
+        }
+    }
+
+    @Override
     public void deadLetter(String taskId, String token, Attempt attempt) {
         resolve("dead_letter", taskId, token, attempt, null);
     }
@@ -584,9 +603,16 @@ public final class PostgresStorage implements Storage {
         String[] tokens = items.stream().map(Completion::token).toArray(String[]::new);
         String[] attempts = items.stream().map(c -> EnvelopeJson.encodeAttempt(c.attempt())).toArray(String[]::new);
         String[] errorTypes = items.stream().map(c -> text(c.attempt().errorType())).toArray(String[]::new);
+        Params params = Params.of().set("ids", ids).set("tokens", tokens)
+                .set("attempts", attempts).set("error_types", errorTypes);
+        // complete_many_discarding.sql when some item deletes its task (keep_succeeded = false)
+        boolean discarding = items.stream().anyMatch(Completion::discard);
+        if (discarding) {
+            params.set("discards", items.stream().map(Completion::discard).toArray(Boolean[]::new));
+        }
         record Row(List<String> done, List<String> found) {}
-        Row row = queryOne("complete_many", Params.of().set("ids", ids).set("tokens", tokens)
-                .set("attempts", attempts).set("error_types", errorTypes), rs -> new Row(strings(rs, "done"), strings(rs, "found")));
+        Row row = queryOne(discarding ? "complete_many_discarding" : "complete_many", params,
+                rs -> new Row(strings(rs, "done"), strings(rs, "found")));
         Set<String> done = new HashSet<>(row.done());
         Set<String> found = new HashSet<>(row.found()); // looked up only when some item was not done
         found.addAll(done);

@@ -12,7 +12,8 @@ import java.util.List;
  * {@code timeout} bounds one handler call; {@code lease} is the claim lease, extended every
  * {@code heartbeat} while a handler runs (default a third of the lease); {@code concurrency}
  * bounds the handlers run at once; {@code nonRetryable} exception types dead-letter a task at
- * once.
+ * once; {@code keepSucceeded} false deletes a task as its success is recorded (rdq's
+ * {@code keep_succeeded = false}: the store needs {@code discardSucceeded}).
  */
 public record QueueSettings(
         int maxAttempts,
@@ -21,11 +22,18 @@ public record QueueSettings(
         Duration lease,
         Duration heartbeat,
         int concurrency,
-        List<Class<? extends Throwable>> nonRetryable) {
+        List<Class<? extends Throwable>> nonRetryable,
+        boolean keepSucceeded) {
 
     /** The defaults of rdq's Python engine. */
     public static final QueueSettings DEFAULTS = new QueueSettings(
-            5, Backoff.exponential(1.0, 300.0), Duration.ofSeconds(60), Duration.ofSeconds(30), null, 10, List.of());
+            5, Backoff.exponential(1.0, 300.0), Duration.ofSeconds(60), Duration.ofSeconds(30), null, 10, List.of(), true);
+
+    /** Settings that keep succeeded tasks (as before {@code keepSucceeded}). */
+    public QueueSettings(int maxAttempts, Backoff backoff, Duration timeout, Duration lease, Duration heartbeat,
+            int concurrency, List<Class<? extends Throwable>> nonRetryable) {
+        this(maxAttempts, backoff, timeout, lease, heartbeat, concurrency, nonRetryable, true);
+    }
 
     public QueueSettings {
         if (maxAttempts < 1) {
@@ -54,32 +62,37 @@ public record QueueSettings(
     }
 
     public QueueSettings withMaxAttempts(int value) {
-        return new QueueSettings(value, backoff, timeout, lease, null, concurrency, nonRetryable);
+        return new QueueSettings(value, backoff, timeout, lease, null, concurrency, nonRetryable, keepSucceeded);
     }
 
     public QueueSettings withBackoff(Backoff value) {
-        return new QueueSettings(maxAttempts, value, timeout, lease, heartbeat, concurrency, nonRetryable);
+        return new QueueSettings(maxAttempts, value, timeout, lease, heartbeat, concurrency, nonRetryable, keepSucceeded);
     }
 
     public QueueSettings withTimeout(Duration value) {
-        return new QueueSettings(maxAttempts, backoff, value, lease, heartbeat, concurrency, nonRetryable);
+        return new QueueSettings(maxAttempts, backoff, value, lease, heartbeat, concurrency, nonRetryable, keepSucceeded);
     }
 
     /** A new lease; the heartbeat goes back to a third of it. */
     public QueueSettings withLease(Duration value) {
-        return new QueueSettings(maxAttempts, backoff, timeout, value, null, concurrency, nonRetryable);
+        return new QueueSettings(maxAttempts, backoff, timeout, value, null, concurrency, nonRetryable, keepSucceeded);
     }
 
     public QueueSettings withHeartbeat(Duration value) {
-        return new QueueSettings(maxAttempts, backoff, timeout, lease, value, concurrency, nonRetryable);
+        return new QueueSettings(maxAttempts, backoff, timeout, lease, value, concurrency, nonRetryable, keepSucceeded);
     }
 
     public QueueSettings withConcurrency(int value) {
-        return new QueueSettings(maxAttempts, backoff, timeout, lease, heartbeat, value, nonRetryable);
+        return new QueueSettings(maxAttempts, backoff, timeout, lease, heartbeat, value, nonRetryable, keepSucceeded);
     }
 
     public QueueSettings withNonRetryable(List<Class<? extends Throwable>> value) {
-        return new QueueSettings(maxAttempts, backoff, timeout, lease, heartbeat, concurrency, value);
+        return new QueueSettings(maxAttempts, backoff, timeout, lease, heartbeat, concurrency, value, keepSucceeded);
+    }
+
+    /** Whether a succeeded task is kept (true, the default) or deleted as it completes. */
+    public QueueSettings withKeepSucceeded(boolean value) {
+        return new QueueSettings(maxAttempts, backoff, timeout, lease, heartbeat, concurrency, nonRetryable, value);
     }
 
     /**
@@ -109,7 +122,7 @@ public record QueueSettings(
         if (cap < base) {
             cap = base;
         }
-        return new QueueSettings(attempts, new Backoff(kind, base, cap), runFor, lease, heartbeat, concurrency, nonRetryable);
+        return new QueueSettings(attempts, new Backoff(kind, base, cap), runFor, lease, heartbeat, concurrency, nonRetryable, keepSucceeded);
     }
 
     private static double seconds(Double value, double otherwise) {

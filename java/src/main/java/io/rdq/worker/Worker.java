@@ -95,6 +95,13 @@ public final class Worker {
         if (queues.isEmpty()) {
             throw new io.rdq.ConfigException("queues", "give the worker at least one queue");
         }
+        for (var queue : queues.entrySet()) {
+            if (!queue.getValue().keepSucceeded() && !storage.capabilities().discardSucceeded()) {
+                throw new io.rdq.ConfigException("queues." + queue.getKey() + ".keep_succeeded",
+                        "the store does not offer discardSucceeded: queue " + queue.getKey()
+                                + " with keepSucceeded false cannot be served from it");
+            }
+        }
     }
 
     public static Builder builder(Storage storage) {
@@ -303,7 +310,13 @@ public final class Worker {
         while (true) {
             try {
                 switch (decision.action()) {
-                    case COMPLETE -> storage.complete(task.id(), token, attempt);
+                    case COMPLETE -> {
+                        if (run.queueSettings.keepSucceeded()) {
+                            storage.complete(task.id(), token, attempt);
+                        } else {
+                            storage.complete(task.id(), token, attempt, true);
+                        }
+                    }
                     case DEAD_LETTER -> storage.deadLetter(task.id(), token, attempt);
                     case RESCHEDULE -> storage.reschedule(task.id(), token, attempt,
                             clock.now().plusNanos((long) (decision.delay() * 1e9)));

@@ -31,6 +31,15 @@ class PolicyTest {
     }
 
     @Test
+    void keepSucceededIsTheDefaultAndSurvivesEveryChangeAndOverride() {
+        assertTrue(QueueSettings.DEFAULTS.keepSucceeded());
+        QueueSettings discarding = QueueSettings.DEFAULTS.withKeepSucceeded(false);
+        assertEquals(false, discarding.withMaxAttempts(2).withLease(Duration.ofSeconds(5)).keepSucceeded());
+        assertEquals(false, discarding.resolve(new RetryOverride(3, "fixed", 1.5, null, 9.0)).keepSucceeded());
+        assertTrue(discarding.withKeepSucceeded(true).keepSucceeded());
+    }
+
+    @Test
     void aTasksOverrideWinsAndInvalidValuesAreIgnored() {
         QueueSettings queue = QueueSettings.DEFAULTS;
         QueueSettings resolved = queue.resolve(new RetryOverride(3, "fixed", 1.5, null, 9.0));
