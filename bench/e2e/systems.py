@@ -46,6 +46,7 @@ SYSTEMS = {
     "rdq_uvloop": "bench.e2e.rdq_uvloop_runner",
     "rdq_batched": "bench.e2e.rdq_batched_runner",
     "rdq_discard": "bench.e2e.rdq_discard_runner",
+    "rdq_discard_batched": "bench.e2e.rdq_discard_batched_runner",
     "graphile_worker": "bench.e2e.graphile_worker_runner",
     "graphile_worker_batched": "bench.e2e.graphile_worker_batched_runner",
     "bullmq": "bench.e2e.bullmq_runner",
