@@ -145,12 +145,16 @@ def test_rdq_keys_rotate_resumes_after_kill_9(tmp_path: Path) -> None:
     command = [RDQ, "keys", "rotate", "--storage", url, "--journal", str(journal), "--batch", "200"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # the journal holds a batch only while that batch is swapped: kill the command then,
-    # once it has swapped a few batches
-    started = time.monotonic()
-    while time.monotonic() < started + 120 and not (
-        time.monotonic() > started + 2 and journal.exists() and journal.stat().st_size
-    ):
-        time.sleep(0.002)
+    # in its third swap seen (however fast the machine: a fixed wait could outlast the run)
+    started, swaps, swapping = time.monotonic(), 0, False
+    while time.monotonic() < started + 120 and process.poll() is None:
+        now_swapping = journal.exists() and journal.stat().st_size > 0
+        swaps += now_swapping and not swapping
+        swapping = now_swapping
+        if swapping and swaps >= 3:
+            break
+        time.sleep(0.001)
+    assert process.poll() is None, f"the rotation ended before a kill could land ({swaps} seen)"
     process.send_signal(signal.SIGKILL)
     process.wait(30)
     assert process.returncode == -signal.SIGKILL

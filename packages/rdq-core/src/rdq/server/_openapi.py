@@ -15,9 +15,10 @@ from typing import Any
 
 import msgspec
 from litestar import Litestar, Response, Router
+from litestar._openapi.plugin import OpenAPIPlugin
 from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
-from litestar.openapi.spec import Components, Reference, Schema, SecurityScheme
+from litestar.openapi.spec import Components, OpenAPI, Reference, Schema, SecurityScheme
 from litestar.openapi.spec.enums import OpenAPIType
 
 from rdq.admin import MAX_PACED_IDS
@@ -81,6 +82,25 @@ async def _json_not_found(response: Response[Any]) -> Response[Any]:
     return response
 
 
+_REFINEMENT = "rdq.openapi_refinement"
+"""Where a node's app keeps the refinement its document gets when it is first generated."""
+
+
+class _RefinedOpenAPIPlugin(OpenAPIPlugin):
+    """Litestar's OpenAPI plugin, generating the document on first use as it does, then
+    refining it once (:func:`refine`): a node is not made to generate its document (two
+    thirds of the time ``create_app`` takes) until something reads it."""
+
+    __slots__ = ()
+
+    def provide_openapi(self) -> OpenAPI:
+        fresh = not self._openapi
+        openapi = super().provide_openapi()
+        if fresh:
+            self.app.state[_REFINEMENT](openapi)
+        return openapi
+
+
 def refine(
     app: Litestar,
     engine_app: App | None = None,
@@ -90,13 +110,34 @@ def refine(
     open_paths: Sequence[str] = (),
     closed_paths: Sequence[str] = (),
 ) -> None:
-    """Write the rules the generator leaves out into ``app``'s OpenAPI document; with the
-    node's application (``engine_app``, one with handlers), the handlers and queues a submit
-    may name; without a callback allow-list (``callbacks`` false), that a ``handler_ref`` is
-    no callback URL; the probes this node leaves open (``open_paths``: no security, no
-    401/403) and those it closes (``closed_paths``: a bearer token)."""
-    _probes(app, open_paths, closed_paths)
-    schemas = app.openapi_schema.components.schemas or {}
+    """Write the rules the generator leaves out into ``app``'s OpenAPI document, when it is
+    generated (at once if it already was); with the node's application (``engine_app``, one
+    with handlers), the handlers and queues a submit may name; without a callback allow-list
+    (``callbacks`` false), that a ``handler_ref`` is no callback URL; the probes this node
+    leaves open (``open_paths``: no security, no 401/403) and those it closes
+    (``closed_paths``: a bearer token)."""
+
+    def refinement(openapi: OpenAPI) -> None:
+        _refine(openapi, engine_app, worked, callbacks, open_paths, closed_paths)
+
+    plugin = app.plugins.get(OpenAPIPlugin)
+    if type(plugin) is OpenAPIPlugin and not plugin._openapi:
+        app.state[_REFINEMENT] = refinement
+        plugin.__class__ = _RefinedOpenAPIPlugin
+    else:  # generated already, or a plugin this module does not know: refine it now
+        refinement(app.openapi_schema)
+
+
+def _refine(
+    openapi: OpenAPI,
+    engine_app: App | None,
+    worked: Sequence[str],
+    callbacks: bool,
+    open_paths: Sequence[str],
+    closed_paths: Sequence[str],
+) -> None:
+    _probes(openapi, open_paths, closed_paths)
+    schemas = openapi.components.schemas or {}
     if engine_app is not None:
         _known_to_the_app(schemas.get("SubmitRequest"), engine_app, worked, callbacks)
     if not callbacks:
@@ -121,9 +162,9 @@ def refine(
             schema.additional_properties = False
 
 
-def _probes(app: Litestar, open_paths: Sequence[str], closed_paths: Sequence[str]) -> None:
+def _probes(openapi: OpenAPI, open_paths: Sequence[str], closed_paths: Sequence[str]) -> None:
     """The probes' security as this node configures them (the routes can only say "maybe")."""
-    for path, item in (app.openapi_schema.paths or {}).items():
+    for path, item in (openapi.paths or {}).items():
         operation = item.get
         if operation is None or path not in (*open_paths, *closed_paths):
             continue
