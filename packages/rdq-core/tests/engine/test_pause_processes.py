@@ -71,6 +71,17 @@ class Fleet:
         for proc in self.procs:
             await asyncio.to_thread(proc.wait, 60)
 
+    async def registered(self, storage: Storage) -> None:
+        """Until every process of the fleet has registered in the store (its claim loop is
+        running: it registers as it starts)."""
+        pids = [f":{proc.pid}:" for proc in self.procs]
+        for _ in range(600):
+            ids = [worker.id for worker in await storage.list_workers()]
+            if all(any(pid in i for i in ids) for pid in pids):
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"not every worker registered: {ids}")
+
     def kill(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -135,7 +146,8 @@ async def test_a_pause_holds_every_worker_through_a_restart_and_a_resume_lets_th
 
         await fleet.stop()
         fleet.start()  # every worker again, the queue still paused
-        await asyncio.sleep(5.0)
+        await fleet.registered(storage)
+        await asyncio.sleep(REFRESH + 1.0)  # each has read the controls and polled since
         assert await succeeded(storage, queue) == held_at, "a task ran while paused"
         late = [s for s in await attempts_started(storage, queue) if s > seen_by_all]
         assert late == [], f"{len(late)} attempts started after every worker saw the pause"
