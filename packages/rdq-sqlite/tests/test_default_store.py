@@ -150,9 +150,11 @@ def test_the_cli_uses_the_default_store_and_says_so(
     assert migrated.exit_code == 0, migrated.output
     assert "using sqlite:///./rdq.db" in migrated.output
     assert (tmp_path / "rdq.db").exists()
-    stats = runner.invoke(main, ["stats", "jobs", "--json"])
+    stats = runner.invoke(main, ["stats", "--json"])
     assert stats.exit_code == 0, stats.output
-    assert '"pending": 0' in stats.output
+    assert '"queues": []' in stats.output, "the store just made, empty"
+    typo = runner.invoke(main, ["stats", "jobs"])
+    assert typo.exit_code == 1 and "unknown queue 'jobs'" in typo.output, typo.output
 
 
 def test_rdq_storage_names_the_store_and_rdq_storage_url_still_works(
