@@ -18,7 +18,7 @@ from rdq.admin._acting import Acting, ProgressCallback
 from rdq.admin._fallback import SCAN_PAGE, list_filtered
 from rdq.admin._flow_admin import FlowAdmin
 from rdq.admin._imports import ImportReport, import_dead
-from rdq.admin._names import Names, known_names
+from rdq.admin._names import KnownQueues, Names, known_names
 from rdq.admin._outlook import Outlook, outlooks
 from rdq.admin._paging import bounded_page
 from rdq.admin._preview import Preview, dlq_hint, sort_ids, task_hint
@@ -86,6 +86,7 @@ class TaskAdmin(Acting, FlowAdmin):
         self.declared = list(declared)
         self.archive = archive
         self.blobs = blobs
+        self.known = KnownQueues()
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -254,10 +255,13 @@ class TaskAdmin(Acting, FlowAdmin):
         """After a read of ``queue`` that ``found`` nothing, ``UnknownName`` unless something
         knows the queue: an empty answer about a typo (``rdq dlq list reprots``) would say
         "nothing is wrong" of a queue nobody serves. Costs nothing when the read found
-        something; a known queue with nothing in it answers empty as before."""
-        if not found:
-            names = await self.names()
-            names.check_queue(queue, forceable=False)
+        something, and the names are looked up once for the reads of ``KNOWN_FOR`` seconds
+        (:class:`~rdq.admin._names.KnownQueues`); a known queue with nothing in it answers
+        empty as before."""
+        if found:
+            self.known.saw(queue)
+        else:
+            await self.known.check(queue, self.names)
 
     async def preview(
         self, action: Action, queue: str, selector: Selector | TaskSelector

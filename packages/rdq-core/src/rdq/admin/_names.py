@@ -16,7 +16,9 @@ page of tasks): paid once per operator action, never on a claim.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from rdq._suggest import close_match
@@ -25,7 +27,7 @@ from rdq.errors import NotFound, UnknownName
 from rdq.flow import DEPENDENCY_PREFIX
 from rdq.spi import Page, Status, Storage, TaskFilter
 
-__all__ = ["Names", "known_names"]
+__all__ = ["KnownQueues", "Names", "known_names"]
 
 SAMPLE = 500
 """Pending (and running) tasks of a queue read for the handlers and dependencies they name."""
@@ -60,6 +62,48 @@ class Names:
             if name not in self.dependencies:
                 suggestion = close_match(name, self.dependencies)
                 raise UnknownName("dependency", name, queue, suggestion, field)
+
+
+KNOWN_FOR = 10.0
+"""Seconds a surface takes a queue it found known to stay known (a queue is forgotten only
+when its last task and record go)."""
+
+
+class KnownQueues:
+    """The queues a surface (a node, a CLI command) found known lately, so that a read that
+    found nothing asks the store what it knows once, not once per read: a console page reads
+    a queue's breakers, pauses, limits and DLQ groups, most of them empty, and the overview the
+    DLQ groups of every queue at once."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, float] = {}
+        self._lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def saw(self, queue: str) -> None:
+        """``queue`` holds something: it is known."""
+        self._seen[queue] = time.monotonic()
+
+    def _fresh(self, queue: str) -> bool:
+        seen = self._seen.get(queue)
+        return seen is not None and time.monotonic() - seen < KNOWN_FOR
+
+    async def check(self, queue: str, lookup: Callable[[], Awaitable[Names]]) -> None:
+        """``UnknownName`` (a read's: nothing to force) unless ``queue`` was found known in
+        the last ``KNOWN_FOR`` seconds or ``lookup`` knows it; reads that ask at once share
+        one lookup."""
+        if self._fresh(queue):
+            return
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._loop is not loop:
+            self._lock, self._loop = asyncio.Lock(), loop
+        async with self._lock:
+            if self._fresh(queue):
+                return
+            names = await lookup()
+            now = time.monotonic()
+            self._seen.update(dict.fromkeys(names.queues, now))
+        names.check_queue(queue, forceable=False)
 
 
 async def known_names(
