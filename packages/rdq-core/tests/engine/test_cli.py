@@ -16,11 +16,22 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import structlog
 from click.testing import CliRunner
 
 from rdq.cli import main
 
 RDQ = str(Path(sys.executable).parent / "rdq")
+
+
+def test_the_demo_run_in_a_process_leaves_its_logging_as_it_found_it():
+    """An application that runs the demo's command in its own process (as a test does) keeps
+    its logging: structlog left unconfigured stays so, and rdq's loggers do not start
+    writing to standard output."""
+    structlog.reset_defaults()
+    result = CliRunner().invoke(main, ["demo", "--no-color"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert not structlog.is_configured()
 
 
 def test_demo_retries_dead_letters_redrives_and_points_to_next_steps():

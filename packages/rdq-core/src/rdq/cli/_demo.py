@@ -403,7 +403,7 @@ async def _watch(watcher: Watcher, console: Console) -> None:
 def demo(no_color: bool, storage_url: str) -> None:
     """Watch rdq retry, dead-letter and redrive tasks, in memory, in a few seconds."""
     console = Console(no_color=no_color or None, highlight=False)
-    saved = structlog.get_config()
+    configured, saved = structlog.is_configured(), structlog.get_config()
     # The demo tells its own story; library log lines (the audit line of the redrive) would
     # only interleave with it.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
@@ -412,4 +412,9 @@ def demo(no_color: bool, storage_url: str) -> None:
     except rdq.RdqError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
-        structlog.configure(**saved)
+        # as it found it: structlog left unconfigured stays so (rdq's loggers then write
+        # through the standard library's logging, not to standard output)
+        if configured:
+            structlog.configure(**saved)
+        else:
+            structlog.reset_defaults()
