@@ -1,9 +1,12 @@
 """What every rdq-core test shares: how the tests on simulated time (marked ``looptime``)
-advance it."""
+advance it, and logging as each test found it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+import structlog
 
 NOOP_CYCLES = 1
 """Idle rounds of the event loop before looptime moves its clock to the next timer (its
@@ -17,3 +20,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("looptime") is not None:
             # appended: a test's own looptime options still win
             item.add_marker(pytest.mark.looptime(noop_cycles=NOOP_CYCLES))
+
+
+@pytest.fixture(autouse=True)
+def _structlog_as_it_was() -> Iterator[None]:
+    """Each test finds structlog as the one before found it. A CLI command run in this
+    process (click's CliRunner) configures it for the process, as ``rdq`` does, and
+    ``structlog.testing.capture_logs`` leaves it configured with structlog's defaults, which
+    print to standard output: a node started by a later test would then write its log lines
+    into the output of a CLI command that test parses."""
+    configured, saved = structlog.is_configured(), structlog.get_config()
+    yield
+    if configured:
+        structlog.configure(**saved)
+    else:
+        structlog.reset_defaults()

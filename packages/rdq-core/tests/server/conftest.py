@@ -15,7 +15,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import msgspec
 import pytest
 import pytest_asyncio
-import structlog
 import uvicorn
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
@@ -112,18 +111,6 @@ class Receiver:
         self.release()
         self.server.shutdown()
         self.server.server_close()
-
-
-@pytest.fixture(autouse=True)
-def _structlog_as_it_was() -> Iterator[None]:
-    """A CLI command run in this process (click's CliRunner) configures structlog for the
-    process, as ``rdq`` does; each test finds it as the one before found it."""
-    configured, saved = structlog.is_configured(), structlog.get_config()
-    yield
-    if configured:
-        structlog.configure(**saved)
-    else:
-        structlog.reset_defaults()
 
 
 @pytest.fixture
