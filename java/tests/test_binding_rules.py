@@ -63,6 +63,7 @@ async def both(
             "0012_payload_refs",
             "0013_claim_costs",
             "0014_claim_floor",
+            "0015_wide_stripes",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -234,6 +235,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0012_payload_refs",
             "0013_claim_costs",
             "0014_claim_floor",
+            "0015_wide_stripes",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")

@@ -1,8 +1,9 @@
-"""How claims of a limited queue take their slots on PostgreSQL (schema version 13; the kit
-checks that a limit is never exceeded): claims of a concurrency limit with ample room run side
-by side (its control locked FOR SHARE, one of eight advisory stripes each), claims that find a
-limit used up do not wait for each other, and a claim near the limit takes the control FOR
-UPDATE, after every claim beside it has committed, so it counts their leases."""
+"""How claims of a limited queue take their slots on PostgreSQL (schema versions 13 and 15; the
+kit checks that a limit is never exceeded): claims of a concurrency limit with ample room run
+side by side (its control locked FOR SHARE, one of four advisory stripes each, each claim of at
+most an eighth of the limit), claims that find a limit used up do not wait for each other, and
+a claim near the limit, or larger than an eighth of it, takes the control FOR UPDATE, after
+every claim beside it has committed, so it counts their leases."""
 
 from __future__ import annotations
 
@@ -19,8 +20,17 @@ from rdq.spi import QUEUE_KEY, Control, Envelope
 from rdq_postgres import PostgresStorage
 
 LEASE = timedelta(minutes=10)
-STRIPES, SPAN = 8, 32
-"""claim_controlled()'s constants (migration 0013)."""
+STRIPES = 4
+"""claim_controlled()'s advisory stripes (migration 0015)."""
+
+
+def span(limit: int) -> int:
+    """The most a claim under a stripe takes (stripe_span(), migration 0015)."""
+    return max(32, limit // (2 * STRIPES))
+
+
+SPAN = 32
+"""The span of every limit up to 256."""
 
 
 @pytest_asyncio.fixture
@@ -86,10 +96,11 @@ async def test_claims_that_find_a_limit_used_up_do_not_wait_for_each_other(
 async def test_a_claim_near_the_limit_waits_for_the_claims_beside_it_and_counts_them(
     storage: PostgresStorage, open_claim: asyncpg.Connection, schema: str, key: str
 ) -> None:
-    """The open claim takes SPAN slots side by side (room 300 >= STRIPES x SPAN); the next
+    """The open claim takes SPAN slots side by side (room 172 >= STRIPES x SPAN); the next
     asks for more than SPAN, so it takes the control FOR UPDATE: it waits for the open one to
     commit and then takes exactly what is left."""
     limit = STRIPES * SPAN + 44
+    assert span(limit) == SPAN
     await _fill(storage, "q", limit + 100, key)
     await storage.put_control(Control(queue="q", key=key, concurrency=limit), expected_version=0)
     tr = open_claim.transaction()
@@ -103,6 +114,52 @@ async def test_a_claim_near_the_limit_waits_for_the_claims_beside_it_and_counts_
         await tr.commit()
     assert len(await asyncio.wait_for(exact, timeout=10)) == limit - SPAN
     assert await storage.claim_due("q", 10, LEASE) == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("key", [QUEUE_KEY, "limit:psp"])
+async def test_claims_of_many_tasks_run_side_by_side_under_a_wide_limit(
+    storage: PostgresStorage, open_claim: asyncpg.Connection, schema: str, key: str
+) -> None:
+    """A worker asks for its free slots and the tasks it keeps ahead (about a hundred): under
+    Concurrency(1000) two such claims run side by side (a span of 125), where schema 13 made
+    every claim of more than 32 wait for the one before it."""
+    await _fill(storage, "q", 300, key)
+    await storage.put_control(Control(queue="q", key=key, concurrency=1000), expected_version=0)
+    assert span(1000) == 125
+    async with open_claim.transaction():
+        assert await _claim_in(open_claim, schema, "q", 100) == 100
+        claimed = await asyncio.wait_for(storage.claim_due("q", 100, LEASE), timeout=5)
+        assert len(claimed) == 100
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("key", [QUEUE_KEY, "limit:psp"])
+async def test_claims_of_a_whole_span_side_by_side_take_a_limit_exactly(
+    storage: PostgresStorage, postgres_url: str, schema: str, key: str
+) -> None:
+    """Sixteen stores claim a span (50 of Concurrency(400)) at a time until nothing is left
+    to take: four side by side while half the limit is free, then one at a time; together
+    exactly the limit, never more."""
+    limit = 400
+    await _fill(storage, "q", limit + 300, key)
+    await storage.put_control(Control(queue="q", key=key, concurrency=limit), expected_version=0)
+    stores = [PostgresStorage.from_url(postgres_url, schema=schema) for _ in range(16)]
+
+    async def claim_until_empty(store: PostgresStorage) -> int:
+        took = 0
+        while claimed := await store.claim_due("q", span(limit), LEASE):
+            took += len(claimed)
+        return took
+
+    try:
+        await asyncio.gather(*(s.connect() for s in stores))
+        took = await asyncio.gather(*(claim_until_empty(s) for s in stores))
+    finally:
+        await asyncio.gather(*(s.aclose() for s in stores))
+    assert sum(took) == limit
+    (control,) = [c for c in await storage.list_controls("q") if c.key == key]
+    assert control.in_use == limit
 
 
 @pytest.mark.asyncio

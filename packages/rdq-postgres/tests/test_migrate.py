@@ -76,6 +76,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0012_payload_refs",
             "0013_claim_costs",
             "0014_claim_floor",
+            "0015_wide_stripes",
         ]
         assert await store.migrate() == []
 
@@ -135,6 +136,7 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0012_payload_refs",
             "0013_claim_costs",
             "0014_claim_floor",
+            "0015_wide_stripes",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -316,6 +318,7 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0012_payload_refs",
                 "0013_claim_costs",
                 "0014_claim_floor",
+                "0015_wide_stripes",
             ]
             after = {
                 r["id"]: dict(r)
@@ -377,6 +380,7 @@ async def test_upgrading_a_populated_version_10_schema_to_dedup_keys_keeps_every
                 "0012_payload_refs",
                 "0013_claim_costs",
                 "0014_claim_floor",
+                "0015_wide_stripes",
             ]
             after = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
             assert [dict(r) for r in after] == [dict(r) for r in before]
@@ -446,6 +450,7 @@ async def test_upgrading_a_populated_version_10_schema_to_the_claim_floor_in_pla
                 "0012_payload_refs",
                 "0013_claim_costs",
                 "0014_claim_floor",
+                "0015_wide_stripes",
             ]
             after = {r["id"]: dict(r) for r in await conn.fetch(f"SELECT {columns} FROM {s}.task")}
             assert after == before

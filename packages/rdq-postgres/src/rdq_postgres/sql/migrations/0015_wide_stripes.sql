@@ -1,0 +1,334 @@
+-- rdq schema version 15: claims of a queue or key whose concurrency limit has ample room run side
+-- by side however many tasks each asks for (storage contract version 4, unchanged: the same
+-- claims, under the same limits).
+--
+-- Under migration 0013 a claim with a concurrency limit ran beside others only while it asked
+-- for at most 32 tasks (and the limit had 8 x 32 free slots); a larger claim locked the
+-- control FOR UPDATE and waited for every claim of the key before it. A worker asks for its
+-- free slots and the tasks it keeps ahead of them (about a hundred for concurrency 10 on a
+-- busy queue), so with a limit that never bound (Concurrency(1000), 2 workers) every claim
+-- queued behind the other's on the control row: a fifth to a quarter of the drain lost
+-- (BENCHMARKS.md, "Limits across the fleet").
+--
+-- stripe_span(concurrency, stripes) is now the most a claim under a stripe takes: an eighth
+-- of the limit with 4 stripes, at least 32 (Concurrency(1000): 125). Every claim that runs
+-- under a stripe holds the control FOR SHARE, so claims that overlap read one and the same
+-- limit, hence one and the same span; at most 4 of them run at once (one per stripe); each
+-- counts the live leases after its locks, so it misses at most the 3 others' claims, and
+-- takes at most least(span, free - 3 x span): the limit is never exceeded. A claim runs
+-- under a stripe when it asks for at most the span and at least 4 spans are free (half the
+-- limit); otherwise as before (FOR UPDATE, one after the other, the exact count).
+--
+-- One function added, claim_controlled() (of 0014) replaced with only those lines changed.
+-- Instant on any task table. See docs/postgres-schema.md.
+
+-- The most tasks a claim of a key with concurrency limit c may take while it runs beside
+-- others under one of `stripes` advisory locks: an eighth of the limit with 4 stripes, at
+-- least 32.
+CREATE FUNCTION {schema}.stripe_span(c bigint, stripes integer) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT greatest(32, c / (2 * stripes))::bigint
+$$;
+
+-- claim_controlled of migration 0014, its stripes 4 and their span stripe_span().
+CREATE OR REPLACE FUNCTION {schema}.claim_controlled(q text, n bigint, lease_us bigint, worker text)
+RETURNS TABLE (claimed {schema}.task, claimed_due_at timestamptz, claimed_rank bigint)
+LANGUAGE plpgsql VOLATILE
+-- every statement planned once per connection: custom plans (plpgsql's first choice for a
+-- statement with parameters) planned each of them at every claim, more work than running it
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $$
+DECLARE
+    stripes CONSTANT integer := 4;   -- claims of one key that may run side by side
+    span bigint;                     -- the most tasks such a claim takes: stripe_span()
+    started timestamptz := now();
+    c record;
+    r record;
+    keys_seen text[] := '{}';        -- the limiting controls, in key order, and how to lock
+    modes text[] := '{}';            -- each: 'share' (blocked), 'stripe', 'update'
+    blocked text[] := '{}';          -- keys that let nothing through (paused, used up)
+    limited text[] := '{}';          -- keys that let some through
+    budget bigint[] := '{}';         -- how many more tasks with limited[i] this claim may take
+    refilled double precision[] := '{}';  -- the bucket of limited[i] refilled to now (or NULL)
+    taken bigint[] := '{}';
+    chosen text[] := '{}';
+    dues timestamptz[] := '{}';
+    passed text[] := '{}';           -- tasks read and left (a key of theirs ran out)
+    i integer;
+    j integer;
+    s integer;
+    queue_limit integer;             -- the index of '*' in limited, if it is
+    fits boolean;
+    room bigint;
+    size double precision;
+    tokens double precision;
+    mode text;
+    lock_key integer;
+    want bigint;
+    got bigint;
+    ran_out boolean;
+    fair_prefix text;                -- the queue's fair shares: its groups' key prefix
+    aging_s double precision;        -- the queue's priority aging: seconds per step
+    r_handler text;
+    r_keys text[];
+    depth bigint;                    -- an ordered claim's read: how many tasks of each group
+    more boolean;
+BEGIN
+    -- A first look, without locks: how to lock each limiting control.
+    FOR c IN
+        SELECT k.key, k.paused, k.gate, k.concurrency, k.rate
+        FROM {schema}.control AS k
+        WHERE k.queue = q
+          AND (k.paused OR k.gate IS NOT NULL OR k.concurrency IS NOT NULL OR k.rate IS NOT NULL)
+        ORDER BY k.key
+    LOOP
+        IF c.gate IS NULL AND c.concurrency IS NULL AND c.rate IS NULL THEN
+            blocked := blocked || c.key;   -- a pause alone: nothing to lock
+            CONTINUE;
+        END IF;
+        mode := 'update';
+        IF c.paused THEN
+            mode := 'share';
+        ELSIF c.gate IS NULL AND c.rate IS NULL THEN
+            room := c.concurrency - {schema}.live_leases(q, c.key);
+            IF room < 1 THEN
+                mode := 'share';
+            ELSIF n <= {schema}.stripe_span(c.concurrency, stripes)
+                    AND room >= stripes * {schema}.stripe_span(c.concurrency, stripes) THEN
+                lock_key := hashtext(q || chr(31) || c.key);
+                s := pg_backend_pid() % stripes;
+                FOR j IN 0 .. stripes - 1 LOOP
+                    IF pg_try_advisory_xact_lock(lock_key, (s + j) % stripes) THEN
+                        mode := 'stripe';
+                        EXIT;
+                    END IF;
+                END LOOP;
+            END IF;
+        END IF;
+        keys_seen := keys_seen || c.key;
+        modes := modes || mode;
+    END LOOP;
+    IF '*' = ANY (blocked) THEN
+        RETURN;
+    END IF;
+
+    -- The limiting controls locked in key order, each read again under its lock (a fresh
+    -- snapshot: this function is VOLATILE), and what each lets through now.
+    FOR i IN 1 .. cardinality(keys_seen) LOOP
+        IF modes[i] = 'update' THEN
+            SELECT k.key, k.paused, k.gate, k.concurrency, k.rate, k.per, k.burst,
+                   k.bucket_tokens, k.bucket_at
+            INTO c FROM {schema}.control AS k
+            WHERE k.queue = q AND k.key = keys_seen[i]
+            FOR UPDATE;
+        ELSE
+            SELECT k.key, k.paused, k.gate, k.concurrency, k.rate, k.per, k.burst,
+                   k.bucket_tokens, k.bucket_at
+            INTO c FROM {schema}.control AS k
+            WHERE k.queue = q AND k.key = keys_seen[i]
+            FOR SHARE;
+        END IF;
+        CONTINUE WHEN NOT FOUND;  -- deleted meanwhile: it limits nothing
+        IF modes[i] = 'share' OR c.paused THEN
+            blocked := blocked || c.key;
+            CONTINUE;
+        END IF;
+        IF modes[i] = 'stripe' THEN
+            -- read again: it may have been changed before the lock, to a gate or a rate too
+            IF c.gate IS NOT NULL OR c.rate IS NOT NULL OR c.concurrency IS NULL THEN
+                room := 0;
+            ELSE
+                span := {schema}.stripe_span(c.concurrency, stripes);
+                room := least(span,
+                    c.concurrency - {schema}.live_leases(q, c.key) - (stripes - 1) * span);
+            END IF;
+            tokens := NULL;
+        ELSE
+            room := c.gate;
+            IF c.concurrency IS NOT NULL THEN
+                room := least(room, c.concurrency - {schema}.live_leases(q, c.key));
+            END IF;
+            tokens := NULL;
+            IF c.rate IS NOT NULL THEN
+                size := coalesce(c.burst, greatest(1, c.rate / 10));
+                tokens := CASE WHEN c.bucket_tokens IS NULL THEN size ELSE least(size,
+                    c.bucket_tokens + greatest(0, extract(epoch FROM started - c.bucket_at))
+                        * c.rate / c.per) END;
+                room := least(room, floor(tokens)::bigint);
+            END IF;
+        END IF;
+        IF room IS NOT NULL AND room < 1 THEN
+            blocked := blocked || c.key;
+        ELSIF room IS NOT NULL THEN
+            limited := limited || c.key;
+            budget := budget || room;
+            refilled := refilled || tokens;
+            taken := taken || 0::bigint;
+        END IF;
+    END LOOP;
+    IF '*' = ANY (blocked) THEN
+        RETURN;
+    END IF;
+    queue_limit := array_position(limited, '*');
+    SELECT k.fair, k.aging INTO fair_prefix, aging_s
+    FROM {schema}.control AS k
+    WHERE k.queue = q AND k.key = '*';
+
+    IF fair_prefix IS NULL AND aging_s IS NULL THEN
+        -- The first due tasks in claim order that no blocked key holds back and no other
+        -- claimant holds, read by one statement; each one taken unless a key of its ran out
+        -- while the ones before it were taken. A key that ran out joins the blocked keys and
+        -- the rest is read again without its tasks (the ones read and left are passed over).
+        LOOP
+            want := n - cardinality(chosen);
+            got := 0;
+            ran_out := false;
+            FOR r IN
+                SELECT * FROM {schema}.due_unblocked(q, started, blocked, chosen || passed, want)
+            LOOP
+                got := got + 1;
+                fits := true;
+                FOR i IN 1 .. cardinality(limited) LOOP
+                    IF taken[i] >= budget[i] AND (limited[i] = '*'
+                            OR limited[i] = 'handler:' || r.handler_ref
+                            OR limited[i] = ANY (r.keys)) THEN
+                        fits := false;
+                        EXIT;
+                    END IF;
+                END LOOP;
+                IF NOT fits THEN
+                    passed := passed || r.id;
+                    CONTINUE;
+                END IF;
+                FOR i IN 1 .. cardinality(limited) LOOP
+                    IF limited[i] = '*' OR limited[i] = 'handler:' || r.handler_ref
+                            OR limited[i] = ANY (r.keys) THEN
+                        taken[i] := taken[i] + 1;
+                        IF taken[i] >= budget[i] THEN
+                            ran_out := true;
+                        END IF;
+                    END IF;
+                END LOOP;
+                chosen := chosen || r.id;
+                dues := dues || r.due_at;
+            END LOOP;
+            EXIT WHEN cardinality(chosen) >= n OR got < want OR NOT ran_out;
+            -- the queue's own limit used up: nothing behind can be taken
+            EXIT WHEN queue_limit IS NOT NULL AND taken[queue_limit] >= budget[queue_limit];
+            FOR i IN 1 .. cardinality(limited) LOOP
+                IF taken[i] >= budget[i] AND NOT (limited[i] = ANY (blocked)) THEN
+                    blocked := blocked || limited[i];
+                END IF;
+            END LOOP;
+        END LOOP;
+    ELSE
+        -- the order the queue's own control asks for (rdq.spi.ClaimOrder), as
+        -- ordered_candidates() ranks the first `depth` due tasks of each group; a deeper read
+        -- only when those were not enough (taken by others, held back) and a group had more
+        depth := n;
+        LOOP
+            more := false;
+            FOR r IN
+                SELECT * FROM {schema}.ordered_candidates(
+                    q, started, blocked, fair_prefix IS NOT NULL, aging_s, depth)
+            LOOP
+                more := more OR r.more;
+                CONTINUE WHEN r.id = ANY (chosen) OR r.id = ANY (passed);
+                IF cardinality(limited) > 0 THEN
+                    SELECT t.handler_ref, t.keys INTO r_handler, r_keys
+                    FROM {schema}.task AS t WHERE t.id = r.id;
+                END IF;
+                fits := true;
+                FOR i IN 1 .. cardinality(limited) LOOP
+                    IF taken[i] >= budget[i] AND (limited[i] = '*'
+                            OR limited[i] = 'handler:' || r_handler
+                            OR limited[i] = ANY (r_keys)) THEN
+                        fits := false;
+                        EXIT;
+                    END IF;
+                END LOOP;
+                IF NOT fits THEN
+                    passed := passed || r.id;
+                    CONTINUE;
+                END IF;
+                -- still due and not another claimant's (a fresh look at the row, under its lock)
+                PERFORM 1 FROM {schema}.task AS t
+                WHERE t.id = r.id AND t.status IN ('PENDING', 'IN_FLIGHT')
+                  AND t.due_at <= started
+                FOR UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
+                    passed := passed || r.id;
+                    CONTINUE;
+                END IF;
+                FOR i IN 1 .. cardinality(limited) LOOP
+                    IF limited[i] = '*' OR limited[i] = 'handler:' || r_handler
+                            OR limited[i] = ANY (r_keys) THEN
+                        taken[i] := taken[i] + 1;
+                    END IF;
+                END LOOP;
+                chosen := chosen || r.id;
+                dues := dues || r.due_at;
+                EXIT WHEN cardinality(chosen) >= n;
+                -- the queue's own limit used up: nothing behind can be taken
+                EXIT WHEN queue_limit IS NOT NULL AND taken[queue_limit] >= budget[queue_limit];
+            END LOOP;
+            EXIT WHEN cardinality(chosen) >= n OR NOT more;
+            EXIT WHEN queue_limit IS NOT NULL AND taken[queue_limit] >= budget[queue_limit];
+            depth := depth * 4;
+        END LOOP;
+    END IF;
+    IF cardinality(chosen) = 0 THEN
+        PERFORM {schema}.raise_floor(q);
+        RETURN;
+    END IF;
+    -- what the claim took from gates and buckets (no change of version); only controls
+    -- locked FOR UPDATE have either
+    FOR i IN 1 .. cardinality(limited) LOOP
+        CONTINUE WHEN taken[i] = 0;
+        UPDATE {schema}.control AS k
+        SET gate = k.gate - taken[i],
+            bucket_tokens = CASE WHEN k.rate IS NULL THEN k.bucket_tokens
+                ELSE refilled[i] - taken[i] END,
+            bucket_at = CASE WHEN k.rate IS NULL THEN k.bucket_at
+                ELSE greatest(started, k.bucket_at) END
+        WHERE k.queue = q AND k.key = limited[i] AND (k.gate IS NOT NULL OR k.rate IS NOT NULL);
+    END LOOP;
+
+    -- The claim of the chosen tasks: claim.sql's lease and LEASE_EXPIRED record.
+    RETURN QUERY
+    WITH leased AS (
+        UPDATE {schema}.task AS t
+        SET status = 'IN_FLIGHT',
+            token = gen_random_uuid()::text,
+            claimed_at = started,
+            claimed_by = worker,
+            lease_expires_at = started + lease_us * interval '1 microsecond',
+            attempt_count = t.attempt_count + CASE WHEN t.status = 'IN_FLIGHT' THEN 1 ELSE 0 END,
+            error_type = CASE WHEN t.status = 'IN_FLIGHT' THEN 'LeaseExpired' ELSE t.error_type END,
+            attempts = CASE
+                WHEN t.status = 'IN_FLIGHT' THEN {schema}.append_attempt(CASE
+                    WHEN json_typeof(t.attempts) = 'array' THEN t.attempts ELSE '[]' END,
+                    json_build_object(
+                    'number', t.attempt_count + 1,
+                    'outcome', 'LEASE_EXPIRED',
+                    'error_type', 'LeaseExpired',
+                    'error_message', 'lease expired at ' || {schema}.rfc3339(t.lease_expires_at)
+                        || ' before the attempt was resolved',
+                    'started_at', {schema}.rfc3339(t.claimed_at),
+                    'finished_at', {schema}.rfc3339(started),
+                    'worker_id', t.claimed_by
+                ))
+                ELSE t.attempts
+            END,
+            quarantine = CASE WHEN t.status = 'IN_FLIGHT' AND json_typeof(t.attempts) <> 'array'
+                THEN {schema}.quarantine_add(t.quarantine, 'attempts', t.attempts)
+                ELSE t.quarantine END
+        FROM unnest(chosen, dues) WITH ORDINALITY AS d(id, due_at, rank)
+        WHERE t.id = d.id
+        RETURNING t, d.due_at, d.rank
+    )
+    SELECT * FROM leased;
+    PERFORM {schema}.raise_floor(q);
+END
+$$;
