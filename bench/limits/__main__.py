@@ -12,7 +12,9 @@ Phases (``--phases``, default all):
   completions, so the workers' start and the last ones running dry do not count), and over the
   last 9,000 tasks claimed the rate and the CPU per task of the worker processes and of the
   PostgreSQL server's processes (from /proc: a figure the machine's other load disturbs
-  less than a rate);
+  less than a rate), and the time the server spent in the claim functions (``claim_due``,
+  ``claim_controlled``: ``pg_stat_user_functions``, on with ``track_functions``; set on the
+  throwaway cluster) per claim and per task, waits for locks included;
 - ``concurrency``: ``Concurrency(20, key="psp")`` with 8 workers of concurrency 10 each (80
   slots, 20 allowed) and tasks of 50 ms (``--task-seconds``): the most handlers that ran at
   once, as they saw it (each handler writes when it began and ended), their mean, and the most
@@ -219,9 +221,14 @@ async def cost(storage: Storage, url: str, args: argparse.Namespace) -> None:
     server_cpu: dict[str, list[float]] = {mode: [] for mode in modes}
     postmaster = await _postmaster(url)
     cpu_from = min(9_000, int(args.tasks * 0.9))
+    claim_ms: dict[str, list[float]] = {mode: [] for mode in modes}
+    claim_us: dict[str, list[float]] = {mode: [] for mode in modes}
+    if args.url is None:
+        await _track_functions(url)
     for round_ in range(args.repeat):
         order = modes[round_ % len(modes) :] + modes[: round_ % len(modes)]
         for mode in order:
+            before = await _claim_times(url)
             run = await run_once(
                 storage,
                 url,
@@ -238,6 +245,12 @@ async def cost(storage: Storage, url: str, args: argparse.Namespace) -> None:
             rate = steady_rate([e for _, e in run.intervals])
             rates[mode].append(rate)
             line = f"  cost round {round_ + 1} {mode:<18} {rate:8.0f} tasks/s"
+            after = await _claim_times(url)
+            if before is not None and after is not None and after[0] > before[0]:
+                claims, ms = after[0] - before[0], after[1] - before[1]
+                claim_ms[mode].append(ms / claims)
+                claim_us[mode].append(1000 * ms / args.tasks)
+                line += f", claims {claims} of {ms / claims:.2f} ms"
             if run.window is not None:
                 claimed, seconds, used, server = run.window
                 workers_cpu[mode].append(1e6 * used / claimed)
@@ -262,6 +275,10 @@ async def cost(storage: Storage, url: str, args: argparse.Namespace) -> None:
             m: [w + p for w, p in zip(workers_cpu[m], server_cpu[m], strict=True)] for m in modes
         }
         _compare("both, µs", both, "{:.1f}")
+    if all(claim_ms.values()):
+        print("in the claim functions (waits included), over the whole drain:")
+        _compare("ms per claim", claim_ms, "{:.2f}")
+        _compare("µs per task", claim_us, "{:.1f}")
 
 
 def _compare(title: str, values: dict[str, list[float]], form: str) -> None:
@@ -273,6 +290,35 @@ def _compare(title: str, values: dict[str, list[float]], form: str) -> None:
         change = "" if mode == "none" else f"{100 * (m - base) / base:+.1f} %"
         rounds = ", ".join(form.format(v) for v in values[mode])
         print(f"    {mode:<18} {form.format(m):>8} {change:>9}  ({rounds})")
+
+
+async def _track_functions(url: str) -> None:
+    """Count the calls and time of plpgsql functions on the throwaway cluster."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("ALTER SYSTEM SET track_functions = 'all'")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
+
+
+async def _claim_times(url: str) -> tuple[int, float] | None:
+    """Calls of the claim functions so far and the milliseconds spent in them (``None``
+    when ``track_functions`` does not count them). The workers have exited by the second
+    reading of a run, so their backends have reported theirs."""
+    conn = await asyncpg.connect(url)
+    try:
+        if await conn.fetchval("SHOW track_functions") == "none":
+            return None
+        row = await conn.fetchrow(
+            "SELECT coalesce(sum(calls), 0) AS calls, coalesce(sum(total_time), 0) AS ms "
+            "FROM pg_stat_user_functions "
+            "WHERE funcname IN ('claim_due', 'claim_controlled')"
+        )
+    finally:
+        await conn.close()
+    assert row is not None  # an aggregate: one row
+    return int(row["calls"]), float(row["ms"])
 
 
 async def _postmaster(url: str) -> int | None:

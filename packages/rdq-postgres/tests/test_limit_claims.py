@@ -245,3 +245,27 @@ async def test_an_ordered_claim_reads_as_many_buffers_behind_a_backlog_ten_times
         assert took == 10
         work.append(buffers)
     assert work[1] <= work[0] * 1.5 + 50, work
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("key", [QUEUE_KEY, "limit:psp"])
+async def test_claims_a_gate_cannot_run_out_within_take_from_it_exactly(
+    storage: PostgresStorage, key: str
+) -> None:
+    """Claims of 10 under a gate of 45 are read by one statement while the gate has 10 or
+    more left (schema 15), and row by row after: each takes what it took from the gate, so
+    together exactly 45, and the tasks without the key are not held back."""
+    await _fill(storage, "q", 100, key)
+    free = [Envelope(id=f"free-{n}", queue="q", handler_ref="h") for n in range(20)]
+    await storage.enqueue_batch(free)
+    await storage.put_control(Control(queue="q", key=key, gate=45), expected_version=0)
+    took = []
+    while claimed := await storage.claim_due("q", 10, LEASE):
+        took += [c.task.id for c in claimed]
+    if key == QUEUE_KEY:  # the queue's gate counts every task
+        assert len(took) == 45
+    else:
+        assert len([t for t in took if not t.startswith("free-")]) == 45
+        assert {f.id for f in free} <= set(took)
+    (control,) = [c for c in await storage.list_controls("q") if c.key == key]
+    assert control.gate == 0
