@@ -171,6 +171,27 @@ async def test_the_api_exports_imports_and_says_what_retention_did(tmp_path: Pat
         assert [(e.actor, e.count, e.reason) for e in entries] == [("alice (admin)", 3, "replay")]
 
 
+@pytest.mark.asyncio
+async def test_the_api_and_the_console_say_a_queue_does_not_keep_succeeded_tasks() -> None:
+    from .test_ui import _login
+
+    async with MemoryStorage() as store:
+        app = rdq.App()
+        app.queue("fast", keep_succeeded=False)
+        app.queue("kept")
+        node = create_app(node_settings(queues=["fast", "kept"]), storage=store, engine_app=app)
+        async with AsyncTestClient(app=node) as client:
+            fast = (await client.get("/v1/queues/fast/retention", headers=AUTH)).json()
+            kept = (await client.get("/v1/queues/kept/retention", headers=AUTH)).json()
+            assert (fast["keep_succeeded"], kept["keep_succeeded"]) == (False, True)
+            await _login(client, ADMIN_TOKEN)
+            said = "each is deleted as it completes"
+            fast_page = await client.get("/ui/queues/fast", params={"state": "succeeded"})
+            kept_page = await client.get("/ui/queues/kept", params={"state": "succeeded"})
+            assert fast_page.status_code == kept_page.status_code == 200
+            assert said in fast_page.text and said not in kept_page.text
+
+
 def test_stats_shows_what_retention_archived_and_removed(store_url: str, tmp_path: Path) -> None:
     name = store_url.removeprefix("memory://")
 

@@ -32,7 +32,8 @@ _EXPORT_PAGE = 500
     "/v1/queues/{queue:str}/retention",
     opt={"right": "read"},
     summary="How long the queue's finished tasks stay, and what retention did",
-    description="The queue's `dead_ttl`, `task_ttl` and `archive_succeeded` as the node's "
+    description="The queue's `dead_ttl`, `task_ttl`, `archive_succeeded` and `keep_succeeded` "
+    "(false: succeeded tasks are deleted as they complete) as the node's "
     "application sets them (null without one), and the retention record the workers keep in "
     "the store: tasks written to the archive and then removed, by status, and the last round.",
     responses=errors(422),
@@ -52,6 +53,7 @@ async def retention_of(node: Node, queue: str) -> RetentionDoc:
         doc.dead_ttl = config.dead_ttl
         doc.task_ttl = config.task_ttl
         doc.archive_succeeded = config.archive_succeeded
+        doc.keep_succeeded = config.keep_succeeded
     record = await read_record(node.storage, queue)
     if record is not None:
         doc.recorded = True

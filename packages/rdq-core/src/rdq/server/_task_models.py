@@ -403,15 +403,17 @@ class ImportResult(msgspec.Struct, kw_only=True):
 class RetentionDoc(msgspec.Struct, kw_only=True):
     """How long the queue's finished tasks stay, and what retention did: its counts by status
     since the record began (``archived``: written to the archive; ``expired``: removed after
-    it), its last round, and the worker that runs it now. ``dead_ttl`` and
-    ``archive_succeeded`` are the node's application's settings for the queue (null when the
-    node has none: the workers' own settings decide). Counts need a store with ``control``
-    (``recorded`` false otherwise: the workers' metrics have them)."""
+    it), its last round, and the worker that runs it now. ``dead_ttl``, ``task_ttl``,
+    ``archive_succeeded`` and ``keep_succeeded`` are the node's application's settings for the
+    queue (null when the node has none: the workers' own settings decide; ``keep_succeeded``
+    false: a succeeded task is deleted as it completes, retention never sees it). Counts need a
+    store with ``control`` (``recorded`` false otherwise: the workers' metrics have them)."""
 
     queue: str
     dead_ttl: float | None = None
     task_ttl: float | None = None
     archive_succeeded: bool | None = None
+    keep_succeeded: bool | None = None
     recorded: bool = False
     archived: dict[str, int] = {}
     expired: dict[str, int] = {}

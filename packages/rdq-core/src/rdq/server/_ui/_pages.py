@@ -248,6 +248,11 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         groups = [msgspec.to_builtins(g) for g in await node.admin.dlq_groups(queue)]
         await _add_samples(node, queue, groups)
         retention = msgspec.to_builtins(await retention_of(node, queue))
+    not_kept = (
+        state.status == Status.SUCCEEDED
+        and node.engine_app is not None
+        and not node.engine_app.queue_config(queue).keep_succeeded
+    )
     flow = await flow_of(node, queue)
     fleet = await fleet_of(node)
     declared = await limits_of(node, queue)
@@ -316,6 +321,7 @@ async def queue_page(request: Request[Any, Any, Any], queue: PathText) -> Templa
         redrives=[msgspec.to_builtins(op) for op in redrives],
         control_url=f"/ui/queues/{quote(queue, safe='')}/control",
         retention=retention,
+        not_kept=not_kept,
         export_url=f"/ui/queues/{quote(queue, safe='')}/export"
         + (f"?{urlencode(kept)}" if kept else ""),
         live=True,
