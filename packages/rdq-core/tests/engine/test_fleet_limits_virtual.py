@@ -197,3 +197,29 @@ async def test_the_slots_a_dead_worker_held_come_back_as_its_leases_lapse() -> N
     first = min(t.attempts[-1].started_at for t in reruns if t.attempts[-1].started_at)
     assert 0.0 <= (first - expires).total_seconds() <= 1.0, f"slots back {first - expires} on"
     assert running["peak"] == 10
+
+
+async def test_a_binding_concurrency_limit_keeps_its_slots_busy_with_short_tasks() -> None:
+    """Four workers of ten slots each share ``Concurrency(4)``; tasks of 50 ms. A slot the
+    store frees when a success is recorded is taken again by the next claim at once, not
+    after an idle poll: the handlers keep at least 0.9 of the four slots busy on average."""
+    app = rdq.App()
+    app.queue("q", concurrency=10, limits=[rdq.Concurrency(4, key="psp")])
+    loop = asyncio.get_running_loop()
+    spans: list[tuple[float, float]] = []
+
+    @app.handler("pay", queue="q")
+    async def pay(payload: object) -> None:
+        began = loop.time()
+        await asyncio.sleep(0.05)
+        spans.append((began, loop.time()))
+
+    async with virtual_store() as storage:
+        await rdq.Client(storage, app).submit_many([rdq.Submission("pay", i) for i in range(400)])
+        async with AsyncExitStack() as stack:
+            for _ in range(4):
+                await stack.enter_async_context(worker(app, storage, poll_max=1.0))
+            await drained(storage, 400)
+    first, last = min(s for s, _ in spans), max(e for _, e in spans)
+    busy = sum(e - s for s, e in spans) / (last - first)
+    assert busy >= 0.9 * 4, f"{busy:.2f} of 4 slots busy"

@@ -162,15 +162,17 @@ class ClaimLoops:
 
     async def _wait_for_limits(self, state: QueueSlots, pause: float) -> bool:
         """After a claim that came back empty from a queue with limits: wait until one of
-        this worker's own tasks of the queue ends (it frees a slot of the limits its task
-        held) or, for a rate limit, until its bucket has refilled — each at most ``pause``.
-        False when the queue has no limits (wait as for an empty queue)."""
+        this worker's own tasks of the queue ends or its success is recorded (either frees
+        in the store the slots of the limits its task held: a success's local slot is freed
+        before its batched write, and the claim sent then found the store's still taken) or,
+        for a rate limit, until its bucket has refilled — each at most ``pause``. False when
+        the queue has no limits (wait as for an empty queue)."""
         limits = self._flow.limits if self._flow is not None else None
         if limits is None or not limits.limited(state.name):
             return False
         pause = min(pause, limits.refill_time(state.name))
-        if state.busy:
-            await state.wait(state.claim_size() + 1, pause)
+        if state.busy or state.unrecorded:
+            await state.wait(state.claim_size() + 1, pause, recorded=True)
             return True
         if pause == float("inf"):
             return False

@@ -76,6 +76,7 @@ class QueueSlots:
         "_freed_at",
         "_mark",
         "_rate",
+        "_recorded",
         "_start",
         "_unbounded",
         "_waiter",
@@ -89,6 +90,7 @@ class QueueSlots:
         "name",
         "next_due",
         "target",
+        "unrecorded",
     )
 
     def __init__(
@@ -114,6 +116,9 @@ class QueueSlots:
         """How many runs to keep claimed ahead of free slots."""
         self.next_due = float("inf")
         """Monotonic time of the earliest retry this worker scheduled (a hint to wake up)."""
+        self.unrecorded = 0
+        """Successes of this queue whose slot was freed before their batched write was
+        recorded: the store still counts them against the queue's limits."""
         self._freed = 0
         self._mark = (mono(), 0)
         self._rate = 0.0
@@ -121,6 +126,7 @@ class QueueSlots:
         self._unbounded = False
         self._wants = 0
         self._woken = False
+        self._recorded = False
         self._freed_at = 0.0
         _watch_in_flight(name)
 
@@ -165,21 +171,25 @@ class QueueSlots:
         cap = min(MAX_AHEAD, bounds.MAX_LIMIT - self.concurrency, int(self._rate * AHEAD_SECONDS))
         self.target = max(0, min(cap, max(self.concurrency, 2 * self.target)))
 
-    async def wait(self, wants: int, quiet: float) -> None:
+    async def wait(self, wants: int, quiet: float, *, recorded: bool = False) -> None:
         """Wait until a claim would ask for at least ``wants`` tasks, or a slot has stood
         free for ``quiet`` seconds with none freed meanwhile, or :meth:`wake`. While every
-        slot is taken, only a slot freed can end the wait (or a wake)."""
+        slot is taken, only a slot freed can end the wait (or a wake). With ``recorded``, the
+        store's word that a success whose slot was freed early is recorded ends it too: the
+        store frees the task's slots of the queue's limits only then."""
         loop = asyncio.get_running_loop()
         timeout: float | None = quiet if self.active < self.concurrency else None
         while True:
             waiter = self._waiter = loop.create_future()
             self._wants = wants
             self._unbounded = timeout is None
+            self._recorded = recorded
             timer = None if timeout is None else loop.call_later(timeout, _settle, waiter)
             try:
                 await waiter
             finally:
                 self._waiter = None
+                self._recorded = False
                 if timer is not None:
                     timer.cancel()
             if self._woken or self.claim_size() >= wants:
@@ -232,12 +242,16 @@ class QueueSlots:
         elif run.freed_early:
             run.freed_early = False
             self.held.freed_early -= 1
+            self.unrecorded -= 1
+            if self._recorded:
+                self.wake()
 
     def offer_slot(self, run: Run) -> None:
         held = self.held
         if held.freed_early < held.max_freed_early:
             run.freed_early = True
             held.freed_early += 1
+            self.unrecorded += 1
             self._give_slot_back(run)
 
     def unstarted(self) -> list[Run]:
