@@ -129,6 +129,7 @@ class ClaimLoops:
                 self.clock.observe_claim(claims[0].task.lease_expires_at, lease, sent, received)
                 claims_counter.inc(len(claims))
                 self._trim.worked()
+                claims_got = len(claims)
                 state.claimed([Run(claimed, config.lease, sent) for claimed in claims], asked)
                 claims = []  # the runs hold the tasks now: not this loop while it waits
                 idle.reset()
@@ -136,6 +137,10 @@ class ClaimLoops:
                 # let the runs just started reach their handlers before the next claim is sent
                 # (sending it first would hold every handler back by its round trip's CPU)
                 await asyncio.sleep(0)
+                if claims_got < asked:
+                    # short under limits: they let no more through now, so the next claim
+                    # waits for a slot this worker frees (or the idle poll), as after none
+                    await self._wait_for_limits(state, idle.next())
                 continue
             state.claimed([], asked)
             if stopping.is_set():

@@ -174,9 +174,10 @@ class QueueSlots:
     async def wait(self, wants: int, quiet: float, *, recorded: bool = False) -> None:
         """Wait until a claim would ask for at least ``wants`` tasks, or a slot has stood
         free for ``quiet`` seconds with none freed meanwhile, or :meth:`wake`. While every
-        slot is taken, only a slot freed can end the wait (or a wake). With ``recorded``, the
-        store's word that a success whose slot was freed early is recorded ends it too: the
-        store frees the task's slots of the queue's limits only then."""
+        slot is taken, only a slot freed can end the wait (or a wake). With ``recorded`` (a
+        claim came back short under the queue's limits), a slot freed before its success is
+        recorded does not end it, and the record does: the store frees the task's slots of
+        the limits only then, and a claim sent before would find them still taken."""
         loop = asyncio.get_running_loop()
         timeout: float | None = quiet if self.active < self.concurrency else None
         while True:
@@ -217,7 +218,7 @@ class QueueSlots:
         run.holds_slot = True
         self._start(run)
 
-    def _give_slot_back(self, run: Run) -> None:
+    def _give_slot_back(self, run: Run, early: bool = False) -> None:
         run.holds_slot = False
         self.active -= 1
         in_flight[self.name] -= 1
@@ -229,6 +230,8 @@ class QueueSlots:
             if following.done:
                 continue
             self._take_slot(following)
+        if early and self._recorded:
+            return  # the store holds the task's slots until its success is recorded
         if self._waiter is not None and (
             self.claim_size() >= self._wants or (self._unbounded and self.active < self.concurrency)
         ):  # enough to claim, or the first free slot of a wait that had none
@@ -252,7 +255,7 @@ class QueueSlots:
             run.freed_early = True
             held.freed_early += 1
             self.unrecorded += 1
-            self._give_slot_back(run)
+            self._give_slot_back(run, early=True)
 
     def unstarted(self) -> list[Run]:
         """Take the runs still waiting for a slot (the worker is stopping for good)."""
