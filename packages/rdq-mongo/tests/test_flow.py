@@ -358,6 +358,7 @@ async def test_a_store_of_the_previous_release_is_upgraded_in_place(database_url
                 "create collection rdq_dedup",
                 "create index rdq_tasks.rdq_claim_by_handler",
                 "create index rdq_tasks.rdq_in_flight_by_key",
+                "create index rdq_tasks.rdq_claim_by_group",
                 "create index rdq_workers.rdq_workers_seen",
                 "create index rdq_counts.rdq_counts_queue_minute",
                 "create index rdq_counts.rdq_counts_minute",

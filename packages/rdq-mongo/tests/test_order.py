@@ -17,7 +17,7 @@ import pytest
 from pymongo.errors import AutoReconnect
 
 from rdq.errors import StorageUnavailable
-from rdq.spi import QUEUE_KEY, Control, Envelope, handler_key
+from rdq.spi import QUEUE_KEY, Attempt, Control, Envelope, Outcome, handler_key
 from rdq_mongo import MongoStorage
 from rdq_mongo._claims import _rounds
 from rdq_mongo.testing import Commands
@@ -45,6 +45,9 @@ async def _due(store: MongoStorage, count: int, *, tenant: str | None, **fields:
     ]
     assert await store.enqueue_batch(tasks) == [True] * count
     return [t.id for t in tasks]
+
+
+_SUCCEEDED = Attempt(number=1, outcome=Outcome.SUCCEEDED)
 
 
 async def _in_use(store: MongoStorage, key: str) -> int | None:
@@ -114,6 +117,44 @@ async def test_a_queue_no_longer_ordered_is_claimed_by_the_same_commands_as_befo
     commands.clear()
     assert len(await store.claim_due("q", 3, LONG)) == 3
     assert commands.seen == [("aggregate", "rdq_controls")] + [("findAndModify", "rdq_tasks")] * 3
+
+
+# --- the groups kept per task -------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_store_from_before_groups_were_kept_is_upgraded_and_claims_its_fair_queue_in_order(
+    store: MongoStorage,
+) -> None:
+    await put_control(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
+    a = await _due(store, 3, tenant="a")
+    b = await _due(store, 3, tenant="b")
+    await _due(store, 2, tenant="c", handler_ref=B)
+    (done,) = await store.claim_due("q", 1, LONG)
+    assert done.task.id == a[0]
+    await store.complete(done.task.id, done.token, _SUCCEEDED)
+    # As the release before left it: no group on any task, no index of them.
+    tasks = store._connection().tasks
+    await tasks.update_many({}, {"$unset": {"grp_for": "", "grp": ""}})
+    await tasks.drop_index("rdq_claim_by_group")
+    steps = await store.migrate()
+    assert steps == [
+        "create index rdq_tasks.rdq_claim_by_group",
+        "group 7 live task(s) of fair or aged queues",  # not the one completed
+    ]
+    found = tasks.find({}, projection={"grp_for": 1, "grp": 1})
+    stored = {doc["_id"]: doc async for doc in found}
+    assert stored.pop(done.task.id) == {"_id": done.task.id}, "a finished task is not grouped"
+    for task_id, doc in stored.items():
+        tenant = task_id.split("-")[0]
+        assert doc == {"_id": task_id, "grp_for": FAIR, "grp": f"{FAIR}{tenant}"}
+    await put_control(store, Control(queue="q", key=handler_key(B), paused=True))
+    left = [t for t in (*a, *b) if t != done.task.id]
+    claims = [ids_of(await store.claim_due("q", 2, LONG)) for _ in range(3)]
+    by_tenant = [{t.split("-")[0] for t in claim} for claim in claims]
+    assert by_tenant == [{"a", "b"}, {"a", "b"}, {"b"}], "rank by rank, a's first done"
+    assert set().union(*claims) == set(left)
+    assert await store.migrate() == []
 
 
 # --- racing claimants --------------------------------------------------------------------------

@@ -79,6 +79,7 @@ async def test_migrate_is_idempotent(database_url: str) -> None:
             "rdq_claim_by_handler",
             "rdq_in_flight_by_key",
             "rdq_by_status_time",
+            "rdq_claim_by_group",
         }
         await storage._connection().client.drop_database(storage.config.database)
 
@@ -100,6 +101,7 @@ async def test_migrate_names_the_steps_it_applied_and_none_once_up_to_date(
                 "create index rdq_tasks.rdq_claim_by_handler",
                 "create index rdq_tasks.rdq_in_flight_by_key",
                 "create index rdq_tasks.rdq_by_status_time",
+                "create index rdq_tasks.rdq_claim_by_group",
                 "create index rdq_audit.rdq_audit_time",
                 "create index rdq_audit.rdq_audit_queue_time",
                 "create index rdq_workers.rdq_workers_seen",

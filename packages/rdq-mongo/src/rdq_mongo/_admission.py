@@ -16,6 +16,14 @@ depends on the server:
   it is stored) or a worker claims it, so the undo never deletes a task another producer was
   told exists; such a task stays and runs. Weaker: the batch may leave those few tasks
   stored although it raised.
+
+Each admission first reads the order of the tasks' queues (one read of their control
+documents' ``*`` elements, ``_controls.orders_of``) and stores a task of a fair or aged queue
+with its group (``grp_for``, ``grp``: ``_codec.group_fields``), so that a claim reads it by
+its group without writing it first. A task admitted while the queue's order changes may be
+stored with the group of the order it read; the claim regroups any live task grouped under
+another order than its own before it reads (``_claims._order``), so that costs a write, never
+a place in the order.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from rdq.errors import DedupConflict, IDConflict, StorageError
 from rdq.spi import (
     AdmitOutcome,
     Admitted,
+    ClaimOrder,
     Dedup,
     DedupMode,
     Envelope,
@@ -41,8 +50,9 @@ from rdq.spi import (
     first_of_each_id,
     stored_flags,
 )
-from rdq_mongo._codec import envelope_to_document, to_micros
+from rdq_mongo._codec import envelope_to_document, group_fields, to_micros
 from rdq_mongo._connection import server_now
+from rdq_mongo._controls import orders_of
 from rdq_mongo._updates import enqueue_fresh, import_fresh, upsert_unless_exists
 
 if TYPE_CHECKING:
@@ -78,6 +88,13 @@ class Admission:
         """``task`` as ``import_tasks`` stores it: exactly as given, with no claim token."""
         return cls(task, import_fresh(envelope_to_document(task)))
 
+    def grouped(self, order: ClaimOrder) -> Admission:
+        """Store the task with its group in a queue of ``order`` (no field for strict)."""
+        fields = group_fields(order, self.task.keys)
+        if fields:
+            self.fresh = {"$mergeObjects": [self.fresh, {"$literal": fields}]}
+        return self
+
     def pipeline(self, admission: str | None = None) -> Pipeline:
         return upsert_unless_exists(self.fresh, self.task.queue, admission)
 
@@ -89,7 +106,8 @@ async def admit_one(connection: Connection, item: Admission) -> bool:
     """``enqueue``: one upsert that inserts the task unless its id exists; the previous
     document says which."""
     task = item.task
-    pipeline = item.pipeline()
+    order = (await orders_of(connection, [task.queue]))[task.queue]
+    pipeline = item.grouped(order).pipeline()
     before: Document | None = None
     for _ in range(2):
         try:
@@ -119,6 +137,10 @@ async def admit_batch(
     """One "stored" flag per task, in order, each task offered as ``admit`` makes it (see the
     module docstring)."""
     unique = [admit(task) for task in first_of_each_id(tasks)]
+    if unique:
+        orders = await orders_of(connection, {item.task.queue for item in unique})
+        for item in unique:
+            item.grouped(orders[item.task.queue])
     if connection.transactions:
         inserted = await _in_transaction(connection, unique)
     else:

@@ -23,6 +23,13 @@ Layout of one task document (collection ``<prefix>tasks``)::
     resolved_token   the token of the claim that last resolved the task
     last_error_type  error_type of the last attempt (task and DLQ filters, DLQ groups)
     admission        the mark of the batch that inserted it (see ``_admission``)
+    grp_for, grp     the claim order a live task was grouped under (``group_stamp``: the
+                     fair prefix, ``""`` for aging alone) and its group in that order
+                     (``rdq.spi.fair_group`` of its keys, ``""`` for none): what a claim of
+                     a fair or aged queue reads by (index ``rdq_claim_by_group``). Written at
+                     admission for a queue whose ``*`` record sets ``fair`` or ``aging``,
+                     absent for the tasks of other queues, and rewritten by the claim for a
+                     live task grouped under another order (see ``_claims._order``)
     body             JSON text of everything storage never changes: payload, headers,
                      retry, format_version and any field this release does not know
 
@@ -42,6 +49,7 @@ they had a field of their own) reads them from there until ``migrate`` moves the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -49,13 +57,16 @@ import msgspec
 
 from rdq.errors import ValidationError
 from rdq.spi import (
+    NO_GROUP,
     STATUS_TIME_FIELDS,
     Attempt,
     AuditEntry,
+    ClaimOrder,
     Envelope,
     Status,
     envelope_from_builtins,
     envelope_to_builtins,
+    fair_group,
 )
 
 __all__ = [
@@ -68,6 +79,8 @@ __all__ = [
     "envelope_from_document",
     "envelope_to_document",
     "from_micros",
+    "group_fields",
+    "group_stamp",
     "to_micros",
 ]
 
@@ -148,6 +161,22 @@ def due_of(task: Envelope) -> datetime | None:
     if task.status == Status.IN_FLIGHT:
         return task.lease_expires_at
     return None
+
+
+def group_stamp(order: ClaimOrder) -> str | None:
+    """What ``grp_for`` holds for tasks grouped under ``order``: its fair prefix, ``""`` for
+    aging alone (no fair prefix is empty), ``None`` for the strict order (no group kept)."""
+    if order.strict:
+        return None
+    return order.fair if order.fair is not None else ""
+
+
+def group_fields(order: ClaimOrder, keys: Sequence[str]) -> dict[str, Any]:
+    """The group fields of a task with ``keys`` in a queue of ``order`` (none for strict)."""
+    stamp = group_stamp(order)
+    if stamp is None:
+        return {}
+    return {"grp_for": stamp, "grp": fair_group(keys, stamp) if stamp else NO_GROUP}
 
 
 def envelope_to_document(task: Envelope) -> dict[str, Any]:

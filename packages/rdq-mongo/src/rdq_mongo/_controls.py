@@ -41,22 +41,25 @@ from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from rdq.errors import ControlConflict
-from rdq.spi import QUEUE_KEY, Control, Status
+from rdq.spi import QUEUE_KEY, ClaimOrder, Control, Status
 from rdq.spi._flow import HANDLER_PREFIX
 from rdq.spi.bounds import MAX_AGING
 from rdq_mongo._codec import from_micros
 from rdq_mongo._connection import Connection, Document
-from rdq_mongo._filters import NOW_US, is_number, retry_now_filter
-from rdq_mongo._updates import retry_now_update
+from rdq_mongo._filters import NOW_US, is_number, retry_now_filter, ungrouped_filter
+from rdq_mongo._updates import group_update, retry_now_update
 
 __all__ = [
     "Pipeline",
     "control_of",
     "delete_control",
     "elements_of",
+    "group_tasks",
     "handler_of",
     "list_controls",
     "live_leases",
+    "order_in",
+    "orders_of",
     "put_control",
     "retry_now",
     "update_each",
@@ -219,6 +222,37 @@ async def live_leases(
     async for row in await connection.tasks.aggregate(pipeline):
         counts[str(row["_id"])] = int(row["n"])
     return counts
+
+
+# --- the groups of a fair or aged queue ---------------------------------------------------
+
+
+def order_in(queue: str, doc: Document | None) -> ClaimOrder:
+    """The claim order the ``*`` record in ``queue``'s control document ``doc`` asks for."""
+    for element in elements_of(doc):
+        if element.get("key") == QUEUE_KEY:
+            return ClaimOrder.of(control_of(queue, element))
+    return ClaimOrder()
+
+
+async def orders_of(connection: Connection, queues: Collection[str]) -> dict[str, ClaimOrder]:
+    """The claim order of each of ``queues`` as its ``*`` record asks for it now (one read of
+    their control documents, only the ``*`` elements; strict for a queue that has none)."""
+    wanted = sorted(set(queues))
+    found = connection.controls.find(
+        {"_id": wanted[0] if len(wanted) == 1 else {"$in": wanted}},
+        projection={"c": {"$elemMatch": {"key": QUEUE_KEY}}},
+    )
+    docs = {str(doc["_id"]): doc async for doc in found}
+    return {queue: order_in(queue, docs.get(queue)) for queue in wanted}
+
+
+async def group_tasks(connection: Connection, queue: str, stamp: str) -> int:
+    """Group under the order of ``stamp`` every live task of ``queue`` grouped under another
+    one (or none): one ``update_many``, each document atomic, so a run cut short leaves the
+    rest for the next. How many were changed."""
+    result = await connection.tasks.update_many(ungrouped_filter(queue, stamp), group_update(stamp))
+    return result.modified_count
 
 
 # --- the operations -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from rdq_mongo._codec import to_micros
 
 __all__ = [
     "CLAIM_SORT",
+    "DUE_FLOOR",
     "NOW_US",
     "STATUS_AT",
     "Scope",
@@ -32,6 +33,7 @@ __all__ = [
     "retry_now_filter",
     "selected_filter",
     "task_filter",
+    "ungrouped_filter",
 ]
 
 Document = dict[str, Any]
@@ -45,6 +47,11 @@ STATUS_AT = "status_at"
 
 CLAIM_SORT = [("priority", -1), ("due", 1)]
 """The order tasks are claimed in: highest priority first, oldest due first within one."""
+
+DUE_FLOOR = -(2**63)
+"""The least int64: ``due >= DUE_FLOOR`` holds for every task whose ``due`` is a number,
+i.e. every live one (a resolution sets it null). It is the partial filter of
+``rdq_claim_by_group``, so every query on that index states it."""
 
 _LIVE = [Status.PENDING.value, Status.IN_FLIGHT.value]
 _FINISHED = [Status.SUCCEEDED.value, Status.CANCELLED.value]
@@ -118,6 +125,20 @@ def claim_one_filter(
     meets and scans for any ``$expr``)."""
     found: Document = {"_id": task_id, "queue": queue, "status": {"$in": _LIVE}, "due": due}
     return scope.apply(found) if scope is not None else found
+
+
+def ungrouped_filter(queue: str, stamp: str) -> Document:
+    """The live tasks of ``queue`` not grouped under the order of ``stamp`` (``grp_for``
+    other than it, or absent): what a claim of that order groups before it reads (see
+    ``_claims._order``). Bounded on ``rdq_claim_by_group`` (``grp_for`` on either side of
+    ``stamp``), so the tasks already grouped cost no more than the index's ranges around
+    them."""
+    return {
+        "queue": queue,
+        "grp_for": {"$ne": stamp},
+        "due": {"$gte": DUE_FLOOR},
+        "status": {"$in": _LIVE},
+    }
 
 
 def cancellable(queue: str, task_ids: Sequence[str]) -> Document:

@@ -15,8 +15,11 @@ import msgspec
 from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.errors import CollectionInvalid, OperationFailure
 
-from rdq.spi import STATUS_TIME_FIELDS, Status
+from rdq.spi import QUEUE_KEY, STATUS_TIME_FIELDS, Status
+from rdq_mongo._codec import group_stamp
 from rdq_mongo._connection import Connection
+from rdq_mongo._controls import group_tasks, order_in
+from rdq_mongo._filters import DUE_FLOOR
 
 __all__ = [
     "AUDIT_INDEXES",
@@ -51,6 +54,23 @@ TASK_INDEXES = [
     IndexModel(
         [("queue", ASCENDING), ("status", ASCENDING), ("status_at", ASCENDING), ("_id", ASCENDING)],
         name="rdq_by_status_time",
+    ),
+    # The claims of a fair or aged queue (``_claims._order``): each group's due tasks in its
+    # claim order, and the live tasks grouped under another order than the queue's. Only
+    # the live tasks are in it (a resolution sets ``due`` null), those of strict queues too:
+    # a task admitted under an order read just before it changed must be found by the claim
+    # whatever its stamp (see ``_claims._order``).
+    IndexModel(
+        [
+            ("queue", ASCENDING),
+            ("grp_for", ASCENDING),
+            ("grp", ASCENDING),
+            ("priority", DESCENDING),
+            ("due", ASCENDING),
+            ("_id", ASCENDING),
+        ],
+        name="rdq_claim_by_group",
+        partialFilterExpression={"due": {"$gte": DUE_FLOOR}},
     ),
 ]
 """The indexes of the tasks collection (``_id`` is unique by itself)."""
@@ -106,10 +126,10 @@ _LAST_ERROR_TYPE = {
 async def migrate(connection: Connection) -> list[str]:
     """Create the collections and their indexes, give documents of earlier releases the
     fields the new queries rely on (``priority`` 0, ``status_at`` and ``last_error_type``
-    from the fields they copy, ``keys`` out of the body), then drop the indexes the new ones
-    replace. Returns the steps that changed something, in order (``[]`` when all was up to
-    date; with concurrent runs, a step may be named by more than one). Driver errors
-    propagate."""
+    from the fields they copy, ``keys`` out of the body, the group of each live task of a
+    fair or aged queue), then drop the indexes the new ones replace. Returns the steps that
+    changed something, in order (``[]`` when all was up to date; with concurrent runs, a
+    step may be named by more than one). Driver errors propagate."""
     tasks = connection.tasks
     steps: list[str] = []
     existing = set(await connection.database.list_collection_names())
@@ -160,6 +180,9 @@ async def migrate(connection: Connection) -> list[str]:
     moved = await _move_keys_out_of_bodies(connection)
     if moved:
         steps.append(f"move keys out of the body of {moved} task(s)")
+    grouped = await _group_ordered_queues(connection)
+    if grouped:
+        steps.append(f"group {grouped} live task(s) of fair or aged queues")
     for name in OLD_INDEXES:
         try:
             await tasks.drop_index(name)
@@ -169,6 +192,23 @@ async def migrate(connection: Connection) -> list[str]:
         else:
             steps.append(f"drop index {tasks.name}.{name}")
     return steps
+
+
+async def _group_ordered_queues(connection: Connection) -> int:
+    """Give the live tasks of every fair or aged queue their group under the queue's order
+    (tasks stored before groups were kept, or grouped under an order since changed), so that
+    the first claim after the upgrade does not: the claim would, exactly as this does
+    (``_controls.group_tasks``)."""
+    grouped = 0
+    found = connection.controls.find(
+        {"c.key": QUEUE_KEY}, projection={"c": {"$elemMatch": {"key": QUEUE_KEY}}}
+    )
+    async for doc in found:
+        queue = str(doc["_id"])
+        stamp = group_stamp(order_in(queue, doc))
+        if stamp is not None:
+            grouped += await group_tasks(connection, queue, stamp)
+    return grouped
 
 
 async def _move_keys_out_of_bodies(connection: Connection) -> int:

@@ -26,6 +26,7 @@ __all__ = [
     "dead_letter_changes",
     "enqueue_fresh",
     "extend_update",
+    "group_update",
     "import_fresh",
     "redrive_update",
     "reschedule_changes",
@@ -131,6 +132,27 @@ def claim_update(
             }
         },
     ]
+
+
+def group_update(stamp: str) -> Pipeline:
+    """Group the matched tasks under the order of ``stamp`` (``_codec.group_stamp``):
+    ``grp_for`` set to it and ``grp`` to the task's first key that starts with the fair
+    prefix ``stamp`` (``""`` when none does, and for every task under aging alone, whose
+    stamp is ``""``), as ``rdq.spi.fair_group`` computes it from what decodes of ``keys``."""
+    if not stamp:
+        group: Any = {"$literal": ""}
+    else:
+        keys = {"$cond": [{"$isArray": "$keys"}, "$keys", []]}
+        starts = {
+            "$cond": [
+                {"$eq": [{"$type": "$$this"}, "string"]},
+                {"$eq": [{"$substrCP": ["$$this", 0, len(stamp)]}, {"$literal": stamp}]},
+                False,
+            ]
+        }
+        first = {"$arrayElemAt": [{"$filter": {"input": keys, "cond": starts}}, 0]}
+        group = {"$ifNull": [first, ""]}
+    return [{"$set": {"grp_for": {"$literal": stamp}, "grp": group}}]
 
 
 def extend_update(lease_us: int) -> Pipeline:
