@@ -17,9 +17,19 @@ import pytest
 from pymongo.errors import AutoReconnect
 
 from rdq.errors import StorageUnavailable
-from rdq.spi import QUEUE_KEY, Attempt, Control, Envelope, Outcome, handler_key
-from rdq_mongo import MongoStorage
+from rdq.spi import (
+    QUEUE_KEY,
+    Attempt,
+    ClaimOrder,
+    Control,
+    Envelope,
+    Outcome,
+    Selector,
+    handler_key,
+)
+from rdq_mongo import MongoStorage, _admission
 from rdq_mongo._claims import _rounds
+from rdq_mongo._codec import envelope_to_document, group_fields
 from rdq_mongo.testing import Commands
 
 from .claiming import LONG, A, B, ids_of, put_control, stored_element
@@ -48,6 +58,7 @@ async def _due(store: MongoStorage, count: int, *, tenant: str | None, **fields:
 
 
 _SUCCEEDED = Attempt(number=1, outcome=Outcome.SUCCEEDED)
+_FAILED = Attempt(number=1, outcome=Outcome.FAILED, error_type="Boom")
 
 
 async def _in_use(store: MongoStorage, key: str) -> int | None:
@@ -60,24 +71,34 @@ async def _in_use(store: MongoStorage, key: str) -> int | None:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("setting", [{"fair": FAIR}, {"aging": 30.0}])
-async def test_an_ordered_claim_reads_its_due_tasks_once_and_leases_them_by_id(
-    watched: tuple[MongoStorage, Commands], setting: dict[str, Any]
+@pytest.mark.parametrize(
+    ("setting", "found"),
+    [
+        # deep's first 4 (a full page: deep may hold more), then the groups after deep
+        ({"fair": FAIR}, [4, 2]),
+        # one group: priority 0's first 4, then the priorities below 0 (none)
+        ({"aging": 30.0}, [4, 0]),
+    ],
+)
+async def test_an_ordered_claim_reads_each_group_s_first_tasks_and_leases_them_by_id(
+    watched: tuple[MongoStorage, Commands], setting: dict[str, Any], found: list[int]
 ) -> None:
     store, commands = watched
+    await put_control(store, Control(queue="q", key=QUEUE_KEY, **setting))
     await _due(store, 20, tenant="deep")
     paused = await _due(store, 30, tenant="deep", handler_ref=B)
     await _due(store, 2, tenant="shallow")
-    await put_control(store, Control(queue="q", key=QUEUE_KEY, **setting))
     await put_control(store, Control(queue="q", key=handler_key(B), paused=True))
     commands.clear()
     assert len(await store.claim_due("q", 4, LONG)) == 4
     assert commands.seen == [
         ("aggregate", "rdq_controls"),
+        ("update", "rdq_tasks"),  # the tasks grouped under another order: none here
+        ("find", "rdq_tasks"),
         ("find", "rdq_tasks"),
         *[("findAndModify", "rdq_tasks")] * 4,
     ]
-    assert commands.found == [22], "every due task but the paused ones, which the server skips"
+    assert commands.found == found, "no group read past the claim's 4, the paused left out"
     for task_id in paused:
         assert (await store.get(task_id)).attempt_count == 0
 
@@ -96,7 +117,10 @@ async def test_under_a_limit_an_ordered_claim_adds_the_count_the_take_and_the_se
     assert commands.seen == [
         ("aggregate", "rdq_controls"),
         ("aggregate", "rdq_tasks"),  # the live leases of psp
-        ("find", "rdq_tasks"),
+        ("update", "rdq_tasks"),  # the tasks grouped under another order (all ten here)
+        ("find", "rdq_tasks"),  # a's 5 and b's first
+        ("find", "rdq_tasks"),  # b's first 6 (all 5)
+        ("find", "rdq_tasks"),  # the groups after b (none)
         ("update", "rdq_controls"),  # the take
         *[("findAndModify", "rdq_tasks")] * 6,
         ("update", "rdq_controls"),  # the settle
@@ -117,6 +141,99 @@ async def test_a_queue_no_longer_ordered_is_claimed_by_the_same_commands_as_befo
     commands.clear()
     assert len(await store.claim_due("q", 3, LONG)) == 3
     assert commands.seen == [("aggregate", "rdq_controls")] + [("findAndModify", "rdq_tasks")] * 3
+
+
+# --- behind a deep backlog --------------------------------------------------------------------
+
+
+async def _store_deep(store: MongoStorage, queue: str, depth: int, order: ClaimOrder) -> None:
+    """``depth`` tasks of tenant "deep" in ``queue``, due from a minute ago on, stored as an
+    admission under ``order`` stores them (the layout of ``envelope_to_document`` and the
+    group of ``group_fields``), by ``insert_many``: 20,000 upserts take minutes on
+    SecantusDB, and what is measured is the claim."""
+    now = await store.now()
+    keys = [f"{FAIR}deep"]
+    documents = [
+        envelope_to_document(
+            Envelope(
+                id=f"{queue}-deep-{n:06d}",
+                queue=queue,
+                handler_ref=A,
+                keys=keys,
+                next_attempt_at=now - timedelta(seconds=60) + timedelta(microseconds=n),
+            )
+        )
+        | group_fields(order, keys)
+        for n in range(depth)
+    ]
+    tasks = store._connection().tasks
+    for start in range(0, depth, 5_000):
+        await tasks.insert_many(documents[start : start + 5_000])
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "setting",
+    [{"fair": FAIR}, {"aging": 30.0}, {"fair": FAIR, "aging": 30.0}],
+    ids=["fair", "aged", "fair-and-aged"],
+)
+async def test_what_an_ordered_claim_reads_does_not_grow_with_the_backlog(
+    database_url: str, setting: dict[str, Any]
+) -> None:
+    """One claim of 4 behind 2,000 and behind 20,000 due tasks of one tenant (and 3 of a
+    small tenant, enqueued after them, of a higher priority): the same commands, returning
+    the same task documents, at either depth (before groups were kept, the claim read every
+    due task: 2,003 and 20,003). And the small tenant is served at once: by its rank (fair)
+    or by its aged due time (aged). Work, not time, is compared: SecantusDB scans the
+    collection for these queries (a ``mongod`` walks the index), so the operation timeout is
+    raised for a loaded machine."""
+    commands = Commands()
+    patient = f"{database_url}{'&' if '?' in database_url else '?'}timeout=300"
+    store = MongoStorage.from_url(patient, event_listeners=[commands])
+    async with store:
+        await store.migrate()
+        try:
+            await _claims_behind_deep_backlogs(store, commands, ClaimOrder(**setting))
+        finally:
+            await store._connection().client.drop_database(store.config.database)
+
+
+async def _claims_behind_deep_backlogs(
+    store: MongoStorage, commands: Commands, order: ClaimOrder
+) -> None:
+    setting = {"fair": order.fair, "aging": order.aging}
+    work: dict[int, tuple[list[tuple[str, str]], int]] = {}
+    for depth in (2_000, 20_000):
+        queue = f"deep-{depth}"
+        await put_control(store, Control(queue=queue, key=QUEUE_KEY, **setting))
+        await _store_deep(store, queue, depth, order)
+        now = await store.now()
+        small = [
+            Envelope(
+                id=f"{queue}-small-{n}",
+                queue=queue,
+                handler_ref=A,
+                keys=[f"{FAIR}small"],
+                priority=5,
+                next_attempt_at=now,
+            )
+            for n in range(3)
+        ]
+        assert await store.enqueue_batch(small) == [True] * 3
+        commands.clear()
+        first = [c.task.id for c in await store.claim_due(queue, 4, LONG)]
+        work[depth] = (list(commands.seen), commands.returned)
+        served = {t.id for t in small} & set(first)
+        if order.fair is None:
+            assert len(served) == 3, "30 s × 5 ahead of the deep tenant's minute-old tasks"
+        else:
+            assert len(served) == 2, "rank 1 and 2 of the small tenant among the first 4"
+            second = ids_of(await store.claim_due(queue, 4, LONG))
+            assert {t.id for t in small} - served <= second, "and its third in the next 4"
+    assert work[20_000] == work[2_000], "the same commands and task documents at either depth"
+    seen, returned = work[2_000]
+    assert returned <= 3 * 4 + 3, f"each group's first 4 (per priority when aged): {returned}"
+    assert len(seen) <= 10, seen
 
 
 # --- the groups kept per task -------------------------------------------------------------------
@@ -155,6 +272,44 @@ async def test_a_store_from_before_groups_were_kept_is_upgraded_and_claims_its_f
     assert by_tenant == [{"a", "b"}, {"a", "b"}, {"b"}], "rank by rank, a's first done"
     assert set().union(*claims) == set(left)
     assert await store.migrate() == []
+
+
+@pytest.mark.asyncio
+async def test_a_task_admitted_as_the_order_changed_is_regrouped_by_the_next_claim(
+    store: MongoStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer that read the queue's order just before it changed stores its tasks
+    grouped under the old one, after the change: the next claim regroups them, and ranks
+    them in their group under the new order. So does a task redriven after a change."""
+    await put_control(store, Control(queue="q", key=QUEUE_KEY, fair=FAIR))
+    stale = {"q": ClaimOrder(fair="org:")}
+
+    async def read_before_the_change(connection: object, queues: object) -> dict[str, Any]:
+        return stale
+
+    monkeypatch.setattr(_admission, "orders_of", read_before_the_change)
+    a = await _due(store, 2, tenant="a", keys=["org:x"])
+    monkeypatch.undo()
+    b = await _due(store, 2, tenant="b", keys=["org:x"])
+    tasks = store._connection().tasks
+    assert (await tasks.find_one({"_id": a[0]}))["grp"] == "org:x", "grouped as it read"
+    assert (await tasks.find_one({"_id": b[0]}))["grp"] == f"{FAIR}b", "grouped at admission"
+    assert ids_of(await store.claim_due("q", 2, LONG)) == {a[0], b[0]}, "tenant a and tenant b"
+    for task_id in a:
+        doc = await tasks.find_one({"_id": task_id})
+        assert (doc["grp_for"], doc["grp"]) == (FAIR, f"{FAIR}a")
+    # a task grouped long ago, dead, redriven after the order changed to "org:"
+    dead = await _due(store, 1, tenant="c", keys=["org:y"])
+    claimed = await store.claim_due("q", 3, LONG)
+    assert dead[0] in ids_of(claimed)
+    (mine,) = [c for c in claimed if c.task.id == dead[0]]
+    await store.dead_letter(dead[0], mine.token, _FAILED)
+    await put_control(store, Control(queue="q", key=QUEUE_KEY, fair="org:"))
+    assert await store.redrive("q", Selector(ids=dead)) == 1
+    assert (await tasks.find_one({"_id": dead[0]}))["grp_for"] == FAIR
+    rest = [c.task.id for c in await store.claim_due("q", 5, LONG)]
+    assert rest[0] == dead[0], "org:y, a group of its own, before org:x's second"
+    assert (await tasks.find_one({"_id": dead[0]}))["grp"] == "org:y"
 
 
 # --- racing claimants --------------------------------------------------------------------------

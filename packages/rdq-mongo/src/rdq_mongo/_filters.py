@@ -18,6 +18,7 @@ from rdq_mongo._codec import to_micros
 __all__ = [
     "CLAIM_SORT",
     "DUE_FLOOR",
+    "GROUP_SORT",
     "NOW_US",
     "STATUS_AT",
     "Scope",
@@ -29,6 +30,7 @@ __all__ = [
     "claimed_with",
     "dead_filter",
     "finished_before",
+    "group_read_filter",
     "is_number",
     "retry_now_filter",
     "selected_filter",
@@ -47,6 +49,10 @@ STATUS_AT = "status_at"
 
 CLAIM_SORT = [("priority", -1), ("due", 1)]
 """The order tasks are claimed in: highest priority first, oldest due first within one."""
+
+GROUP_SORT = [("grp", 1), ("priority", -1), ("due", 1), ("_id", 1)]
+"""The order of index ``rdq_claim_by_group`` after the queue and ``grp_for``: group by
+group, each in strict claim order (ties by id)."""
 
 DUE_FLOOR = -(2**63)
 """The least int64: ``due >= DUE_FLOOR`` holds for every task whose ``due`` is a number,
@@ -139,6 +145,25 @@ def ungrouped_filter(queue: str, stamp: str) -> Document:
         "due": {"$gte": DUE_FLOOR},
         "status": {"$in": _LIVE},
     }
+
+
+def group_read_filter(
+    queue: str, stamp: str, now_us: int, claimed: Sequence[str] = (), scope: Scope | None = None
+) -> Document:
+    """The tasks of ``queue`` grouped under ``stamp`` that are due at ``now_us`` (PENDING or
+    IN_FLIGHT, ``due`` at or before it: the tasks ``claim_filter`` finds, as of the server's
+    ``now_us`` read by the claim), but the ``claimed`` ones, in ``scope``. The due time is a
+    bound of the index, not an ``$expr``, so a read of a group stops after what it takes;
+    the caller adds the group (and priority) it reads."""
+    found: Document = {
+        "queue": queue,
+        "grp_for": stamp,
+        "due": {"$gte": DUE_FLOOR, "$lte": now_us},
+        "status": {"$in": _LIVE},
+    }
+    if claimed:
+        found["_id"] = {"$nin": list(claimed)}
+    return scope.apply(found) if scope is not None else found
 
 
 def cancellable(queue: str, task_ids: Sequence[str]) -> Document:

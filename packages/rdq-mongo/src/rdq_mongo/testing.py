@@ -55,24 +55,35 @@ async def put_corrupt_task(
 
 
 class Commands(monitoring.CommandListener):
-    """The commands a client sends, as (command, collection), and the documents each
-    ``find`` of tasks returned in its first batch. Pass it to the store as
+    """The commands a client sends, as (command, collection), the documents each ``find`` of
+    tasks returned in its first batch, and every task document the server returned to
+    ``find`` and ``getMore`` (``returned``). Pass it to the store as
     ``MongoStorage.from_url(url, event_listeners=[commands])``."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str]] = []
         self.found: list[int] = []
+        self.returned = 0
         self._finds: set[int] = set()
+        self._more: set[int] = set()
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         target = event.command.get(event.command_name)
         self.seen.append((event.command_name, target if isinstance(target, str) else ""))
         if event.command_name == "find" and str(target).endswith("tasks"):
             self._finds.add(event.request_id)
+        elif event.command_name == "getMore" and str(event.command.get("collection")).endswith(
+            "tasks"
+        ):
+            self._more.add(event.request_id)
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         if event.request_id in self._finds:
-            self.found.append(len(event.reply["cursor"]["firstBatch"]))
+            batch = len(event.reply["cursor"]["firstBatch"])
+            self.found.append(batch)
+            self.returned += batch
+        elif event.request_id in self._more:
+            self.returned += len(event.reply["cursor"]["nextBatch"])
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         pass
@@ -80,3 +91,4 @@ class Commands(monitoring.CommandListener):
     def clear(self) -> None:
         self.seen.clear()
         self.found.clear()
+        self.returned = 0

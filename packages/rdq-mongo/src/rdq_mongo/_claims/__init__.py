@@ -4,11 +4,12 @@ the extension of a lapsed lease, which takes its slots again as a claim would.
 - :mod:`._rounds`: :class:`Claim`, one ``claim_due`` call: the plain findAndModify loop when
   no control record restricts the queue, the same filtered by pauses, rounds of count, peek,
   decide (``rdq.spi.ClaimGate``), take, lease and settle under limits, and for a fair or aged
-  queue rounds of count, read, arrange, decide, take, lease by id and settle (its docstring
-  says why this is atomic enough);
+  queue rounds of count, regroup, read, arrange, decide, take, lease by id and settle (its
+  docstring says why this is atomic enough);
 - :mod:`._view`: what a claim reads and writes of the queue's control records: the ``View``
   of one read, and the take, settle and expiry updates of the queue's control document;
-- :mod:`._order`: the claim order of a fair or aged queue: the due tasks a claim reads,
+- :mod:`._order`: the claim order of a fair or aged queue: the due tasks a claim reads
+  (each group's first, by the group each task keeps: why that is exact under races),
   arranged with ``rdq.spi.ClaimOrder``, and which of them the controls let through;
 - :mod:`._plan`: ``Plan``, what one decision under limits let through and took;
 - :mod:`._extension`: ``extend``, ``extend_lease``'s findAndModify, and for a lapsed lease

@@ -55,9 +55,14 @@ errs on the side of the limit) and its reservation lapses after the operation ti
 4; ``View.order`` is not strict): the claim order is not an index order, so each round
 
 1. counts the live leases of the concurrency-limited keys, as above (only if there are any);
-2. reads every due task that no control holds back from the start of the claim (id,
-   priority, due time, handler, keys; the paused and closed keys left out by the server),
-   and arranges them with ``rdq.spi.ClaimOrder`` (``_order``);
+2. groups the queue's live tasks grouped under another order (one ``update_many``, which
+   finds none unless the order changed or a task was admitted across a change), then reads
+   each group's first due tasks that no control holds back from the start of the claim (id,
+   priority, due time, handler, keys; the paused and closed keys left out by the server):
+   at most as many per group (with aging, per priority of a group) as the call still
+   wants, more only when the controls hold back so many of them that the decision falls
+   short; and arranges them with ``rdq.spi.ClaimOrder`` (``_order``, whose docstring says
+   why this is exact under races and what it costs);
 3. decides with ``ClaimGate`` in that order which of them the records let through (a task
    held back by a limit the tasks before it used up is skipped where it stands) and takes
    ``totals`` as in step 4 above;
@@ -89,9 +94,9 @@ from rdq_mongo._claims import _view as ctl
 from rdq_mongo._claims._order import Candidate, arranged, decide, read_candidates
 from rdq_mongo._claims._plan import Plan
 from rdq_mongo._claims._view import View
-from rdq_mongo._codec import envelope_from_document
+from rdq_mongo._codec import envelope_from_document, group_stamp
 from rdq_mongo._connection import Connection, Document
-from rdq_mongo._controls import live_leases
+from rdq_mongo._controls import group_tasks, live_leases
 from rdq_mongo._updates import claim_update
 
 __all__ = ["HOLD_MARGIN_US", "Claim"]
@@ -351,25 +356,44 @@ class Claim:
             if not self.claimed:
                 raise
 
+    async def _in_order(self, view: View, live: Counter[str], need: int) -> list[Candidate]:
+        """The due tasks no control holds back from the start, as far as the first ``need``
+        ranks that the controls let through need them, in the queue's order: each group's
+        first ``need`` (``_order.read_candidates``), read again four times deeper while the
+        controls hold back so many that the decision falls short and more are unread."""
+        stamp = group_stamp(view.order)
+        assert stamp is not None  # an ordered claim
+        await group_tasks(self.connection, self.queue, stamp)
+        scope = view.pause_scope(view.gate(live).closed)
+        claimed = [c.task.id for c in self.claimed]
+        first = need
+        while True:
+            read = await read_candidates(
+                self.connection, self.queue, view.order, view.now_us, claimed, scope, first
+            )
+            in_order = arranged(view.order, read.candidates)
+            if read.complete:
+                return in_order
+            gate = view.gate(live)
+            if len(decide(gate, view.limited, in_order, need).admitted) >= need or not (
+                gate.admits((QUEUE_KEY,))
+            ):
+                return in_order
+            first *= 4
+
     async def _ordered_round(self, view: View) -> bool:
-        """Read every due task no control holds back from the start, arrange them in the
-        queue's order, decide and take what the limits let through as in :meth:`_round`,
-        then lease by id in that order. A task a racing claimant leased first is passed
-        over for the next one in order that takes the same from the limits (or none).
-        True when such a loss left this call short of its limit (another round may make
-        up for it)."""
+        """Read the due tasks no control holds back from the start, each group's first as
+        far as this call needs them, arrange them in the queue's order, decide and take
+        what the limits let through as in :meth:`_round`, then lease by id in that order.
+        A task a racing claimant leased first is passed over for the next one in order that
+        takes the same from the limits (or none). True when such a loss left this call
+        short of its limit (another round may make up for it)."""
         live = await self._live(view)
         gate = view.gate(live)
         if not gate.admits((QUEUE_KEY,)):
             return False
-        candidates = await read_candidates(
-            self.connection,
-            self.queue,
-            [c.task.id for c in self.claimed],
-            view.pause_scope(gate.closed),
-        )
-        in_order = arranged(view.order, candidates)
         need = self.limit - len(self.claimed)
+        in_order = await self._in_order(view, live, need)
         for attempt in range(_TAKE_ATTEMPTS):
             plan = decide(view.gate(live), view.limited, in_order, need)
             if not plan.totals or await self._take(view, plan, live):
