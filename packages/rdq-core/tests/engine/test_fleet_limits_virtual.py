@@ -223,3 +223,30 @@ async def test_a_binding_concurrency_limit_keeps_its_slots_busy_with_short_tasks
     first, last = min(s for s, _ in spans), max(e for _, e in spans)
     busy = sum(e - s for s, e in spans) / (last - first)
     assert busy >= 0.9 * 4, f"{busy:.2f} of 4 slots busy"
+
+
+async def test_workers_do_not_hold_a_binding_limits_slots_for_tasks_claimed_ahead() -> None:
+    """Eight workers of ten slots each share ``Concurrency(20)``; tasks of 50 ms. A worker
+    whose claims come back full would claim ahead of its free slots, and each task claimed
+    ahead holds one of the 20 while it waits for a slot of that worker: none is claimed
+    ahead under a limit that small, and the handlers keep at least 0.9 of the 20 busy."""
+    app = rdq.App()
+    app.queue("q", concurrency=10, limits=[rdq.Concurrency(20, key="psp")])
+    loop = asyncio.get_running_loop()
+    spans: list[tuple[float, float]] = []
+
+    @app.handler("pay", queue="q")
+    async def pay(payload: object) -> None:
+        began = loop.time()
+        await asyncio.sleep(0.05)
+        spans.append((began, loop.time()))
+
+    async with virtual_store() as storage:
+        await rdq.Client(storage, app).submit_many([rdq.Submission("pay", i) for i in range(3000)])
+        async with AsyncExitStack() as stack:
+            for _ in range(8):
+                await stack.enter_async_context(worker(app, storage, poll_max=1.0))
+            await drained(storage, 3000)
+    first, last = min(s for s, _ in spans), max(e for _, e in spans)
+    busy = sum(e - s for s, e in spans) / (last - first)
+    assert busy >= 0.9 * 20, f"{busy:.2f} of 20 slots busy"

@@ -296,6 +296,15 @@ class LimitPlan:
     def specs(self) -> list[KeyedLimit]:
         return [*self.exact.values(), *self.templates.values()]
 
+    @property
+    def least_concurrency(self) -> int | None:
+        """The smallest concurrency limit of the queue (per value for a per-value limit), or
+        ``None`` without one."""
+        return min(
+            (spec.concurrency for spec in self.specs if spec.concurrency is not None),
+            default=None,
+        )
+
     def refill_time(self) -> float:
         """Seconds in which the emptied bucket of the fastest rate limit holds a claim's worth
         again (``inf``: no rate limit): a worker whose claim came back empty tries again

@@ -94,6 +94,7 @@ class ClaimLoops:
         while not stopping.is_set():
             config = self.app.queue_config(queue)
             state.concurrency = config.concurrency
+            state.limit = self.app.limit_plan(queue).least_concurrency
             size = state.claim_size()
             if state.busy:
                 wants = state.worth_claiming()
@@ -106,6 +107,7 @@ class ClaimLoops:
             asked = min(size, bounds.MAX_LIMIT)
             lease = timedelta(seconds=config.lease)
             sent = self.clock.mono()
+            settled = state.settled
             try:
                 claims = await self.storage.claim_due(queue, asked, lease, **holder)
             except asyncio.CancelledError:
@@ -140,7 +142,7 @@ class ClaimLoops:
                 if claims_got < asked:
                     # short under limits: they let no more through now, so the next claim
                     # waits for a slot this worker frees (or the idle poll), as after none
-                    await self._wait_for_limits(state, idle.next())
+                    await self._wait_for_limits(state, idle.next(), settled)
                 continue
             state.claimed([], asked)
             if stopping.is_set():
@@ -151,7 +153,7 @@ class ClaimLoops:
             if state.next_due <= now + DUE_WITHIN:
                 state.next_due = float("inf")
             until_retry = max(0.0, state.next_due - now)
-            if await self._wait_for_limits(state, min(idle.next(), until_retry)):
+            if await self._wait_for_limits(state, min(idle.next(), until_retry), settled):
                 continue
             if notify and woken_empty < WOKEN_EMPTY_LIMIT:
                 woke = await self._idle_wait(
@@ -165,19 +167,20 @@ class ClaimLoops:
                 await self._idle_wait(asyncio.sleep(min(idle.next(), until_retry)))
                 woken_empty = 0
 
-    async def _wait_for_limits(self, state: QueueSlots, pause: float) -> bool:
+    async def _wait_for_limits(self, state: QueueSlots, pause: float, settled: int) -> bool:
         """After a claim that came back empty from a queue with limits: wait until one of
         this worker's own tasks of the queue ends or its success is recorded (either frees
         in the store the slots of the limits its task held: a success's local slot is freed
         before its batched write, and the claim sent then found the store's still taken) or,
         for a rate limit, until its bucket has refilled — each at most ``pause``. False when
-        the queue has no limits (wait as for an empty queue)."""
+        the queue has no limits (wait as for an empty queue). ``settled``: the state's
+        count of settled runs when the claim was sent (one settled since: no wait)."""
         limits = self._flow.limits if self._flow is not None else None
         if limits is None or not limits.limited(state.name):
             return False
         pause = min(pause, limits.refill_time(state.name))
         if state.busy or state.unrecorded:
-            await state.wait(state.claim_size() + 1, pause, recorded=True)
+            await state.wait(state.claim_size() + 1, pause, recorded=True, settled=settled)
             return True
         if pause == float("inf"):
             return False

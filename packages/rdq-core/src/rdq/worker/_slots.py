@@ -10,7 +10,13 @@ batched completion carries more tasks. How far ahead adapts:
   up to :data:`MAX_AHEAD`, and never beyond what the queue's handlers get through in
   :data:`AHEAD_SECONDS` at their recent pace (slots freed per second), so no task waits here
   much longer than that (long handlers: nothing is claimed ahead);
-- a claim that came back short (the queue is drained) drops it to nothing.
+- a claim that came back short (the queue is drained) drops it to nothing;
+- under a concurrency limit across the fleet (``limit``, the queue's smallest) a worker
+  claims ahead only while its slots and what it keeps ahead stay within
+  1/:data:`LIMIT_SHARE` of the limit: a task claimed ahead holds a slot of the limit while
+  it waits here, a slot another worker could run a task in. Under ``Concurrency(20)`` no
+  worker of concurrency 10 claims ahead (one that did kept 9 of the 20 slots waiting behind
+  its own handlers, and the fleet ran 11).
 
 A claim goes out when nothing is held, or once half of what a claim may ask for is free, or
 when slots are free but none has been freed for ``poll_min`` (long handlers do not leave a
@@ -31,13 +37,17 @@ from rdq.spi import bounds
 from rdq.worker._clock import Monotonic
 from rdq.worker._run import Run
 
-__all__ = ["AHEAD_SECONDS", "MAX_AHEAD", "Held", "QueueSlots"]
+__all__ = ["AHEAD_SECONDS", "LIMIT_SHARE", "MAX_AHEAD", "Held", "QueueSlots"]
 
 AHEAD_SECONDS = 0.05
 """Tasks are claimed ahead for at most this long of the queue's recent pace."""
 
 MAX_AHEAD = 200
 """Tasks claimed ahead of free slots, per queue, at most."""
+
+LIMIT_SHARE = 8
+"""Under a concurrency limit ``L``, a worker's slots and the tasks it claims ahead stay within
+``L // LIMIT_SHARE`` (``Concurrency(1000)`` and concurrency 10: up to 115 ahead)."""
 
 _RATE_WINDOW = 0.005
 """Slots freed are counted over at least this many seconds before the pace (how fast the
@@ -86,9 +96,11 @@ class QueueSlots:
         "ahead",
         "concurrency",
         "held",
+        "limit",
         "mono",
         "name",
         "next_due",
+        "settled",
         "target",
         "unrecorded",
     )
@@ -116,7 +128,12 @@ class QueueSlots:
         """How many runs to keep claimed ahead of free slots."""
         self.next_due = float("inf")
         """Monotonic time of the earliest retry this worker scheduled (a hint to wake up)."""
+        self.limit: int | None = None
+        """The queue's smallest concurrency limit across the fleet (``None``: none)."""
         self.unrecorded = 0
+        self.settled = 0
+        """Runs of this queue whose outcome is written (or given up): each one's slots of the
+        queue's limits are free in the store since."""
         """Successes of this queue whose slot was freed before their batched write was
         recorded: the store still counts them against the queue's limits."""
         self._freed = 0
@@ -169,15 +186,23 @@ class QueueSlots:
             self.target = 0
             return
         cap = min(MAX_AHEAD, bounds.MAX_LIMIT - self.concurrency, int(self._rate * AHEAD_SECONDS))
+        if self.limit is not None:
+            cap = min(cap, max(0, self.limit // LIMIT_SHARE - self.concurrency))
         self.target = max(0, min(cap, max(self.concurrency, 2 * self.target)))
 
-    async def wait(self, wants: int, quiet: float, *, recorded: bool = False) -> None:
+    async def wait(
+        self, wants: int, quiet: float, *, recorded: bool = False, settled: int | None = None
+    ) -> None:
         """Wait until a claim would ask for at least ``wants`` tasks, or a slot has stood
         free for ``quiet`` seconds with none freed meanwhile, or :meth:`wake`. While every
         slot is taken, only a slot freed can end the wait (or a wake). With ``recorded`` (a
         claim came back short under the queue's limits), a slot freed before its success is
         recorded does not end it, and the record does: the store frees the task's slots of
-        the limits only then, and a claim sent before would find them still taken."""
+        the limits only then, and a claim sent before would find them still taken. ``settled``
+        is :attr:`settled` when that claim was sent: a run settled since (while the claim
+        was out) ends the wait at once."""
+        if recorded and settled is not None and settled != self.settled:
+            return
         loop = asyncio.get_running_loop()
         timeout: float | None = quiet if self.active < self.concurrency else None
         while True:
@@ -240,6 +265,7 @@ class QueueSlots:
     def release(self, run: Run) -> None:
         if self.held.runs.get(run.claimed.task.id) is run:
             del self.held.runs[run.claimed.task.id]
+        self.settled += 1
         if run.holds_slot:
             self._give_slot_back(run)
         elif run.freed_early:
