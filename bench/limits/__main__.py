@@ -85,6 +85,7 @@ class Run:
     when none was — (tasks claimed, seconds, CPU seconds of the worker processes, CPU
     seconds of the PostgreSQL server's processes; ``nan`` when not known)."""
     notes: list[str] = field(default_factory=list)
+    queue: str = ""
 
 
 def _pythonpath() -> str:
@@ -173,7 +174,7 @@ async def run_once(
     )
     workers = [_spawn(url, env, stamps / f"worker-{i}.log") for i in range(processes)]
     began = time.monotonic()
-    result = Run([])
+    result = Run([], queue=queue)
     mark: tuple[int, float, float, float] | None = None
 
     def sample(pending: int) -> tuple[int, float, float, float]:
@@ -366,6 +367,33 @@ async def concurrency(storage: Storage, url: str, args: argparse.Namespace) -> N
         f"  drain, steady                     {drain:.0f} tasks/s "
         f"(limit / {ms}: {limit / args.task_seconds:.0f})"
     )
+    held, lag = await _slot_time(url, run)
+    handler = sum(e - s for s, e in run.intervals) / len(run.intervals)
+    print(
+        f"  a slot's time per task (ms)       {1000 * held:.1f} held in the store: "
+        f"{1000 * lag:.1f} claim -> handler start, {1000 * handler:.1f} handler, "
+        f"{1000 * (held - lag - handler):.1f} handler end -> success recorded"
+    )
+
+
+async def _slot_time(url: str, run: Run) -> tuple[float, float]:
+    """Seconds a task of ``run`` held its slot in the store on average (claimed to success
+    recorded, both by the store's clock: the mean ``completed_at`` less the mean claim time
+    the handlers wrote), and of that from the claim to its handler's start (the handlers'
+    monotonic clock moved onto the store's by this machine's offset between the two: one
+    machine, one clock underneath)."""
+    conn = await asyncpg.connect(url)
+    try:
+        completed = await conn.fetchval(
+            "SELECT avg(extract(epoch FROM completed_at)) FROM rdq.task "
+            "WHERE queue = $1 AND status = 'SUCCEEDED'",
+            run.queue,
+        )
+    finally:
+        await conn.close()
+    offset = time.time() - time.monotonic()
+    lags = [s + offset - c for (s, _), c in zip(run.intervals, run.claimed, strict=True)]
+    return float(completed) - sum(run.claimed) / len(run.claimed), sum(lags) / len(lags)
 
 
 def _on_one_clock(run: Run) -> list[float]:
