@@ -287,7 +287,7 @@ async def test_a_task_admitted_as_the_order_changed_is_regrouped_by_the_next_cla
     async def read_before_the_change(connection: object, queues: object) -> dict[str, Any]:
         return stale
 
-    monkeypatch.setattr(_admission, "orders_of", read_before_the_change)
+    monkeypatch.setattr(_admission, "admission_orders", read_before_the_change)
     a = await _due(store, 2, tenant="a", keys=["org:x"])
     monkeypatch.undo()
     b = await _due(store, 2, tenant="b", keys=["org:x"])
@@ -476,3 +476,27 @@ async def test_a_fair_queue_claims_tasks_whose_order_fields_do_not_decode_beside
     assert ids_of(claimed) == set(a), "each placed: priority 0 and no keys, or the nearest bounds"
     (odd,) = [c.task for c in claimed if c.task.id == a[1]]
     assert odd.corrupt is not None
+
+
+# --- what admission reads -----------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_stream_of_enqueues_reads_the_queues_order_once_and_again_after_a_change(
+    watched: tuple[MongoStorage, Commands],
+) -> None:
+    """Admission reads a queue's order (its control document) once a second at most, not at
+    every enqueue; this store's own change of the order is read by its next enqueue."""
+    store, commands = watched
+
+    async def order_reads(n: int, key: str) -> int:
+        commands.seen.clear()
+        for i in range(n):
+            await store.enqueue(Envelope(id=f"{key}-{i}", queue="q", handler_ref=A, keys=[key]))
+        return sum(1 for name, on in commands.seen if name == "find" and on.endswith("controls"))
+
+    assert await order_reads(5, "org:x") <= 1
+    await put_control(store, Control(queue="q", key=QUEUE_KEY, fair="org:"))
+    assert await order_reads(5, "org:y") == 1
+    doc = await store._connection().tasks.find_one({"_id": "org:y-0"})
+    assert (doc["grp_for"], doc["grp"]) == ("org:", "org:y"), "grouped under the new order"

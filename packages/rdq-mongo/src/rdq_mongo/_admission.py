@@ -17,13 +17,13 @@ depends on the server:
   told exists; such a task stays and runs. Weaker: the batch may leave those few tasks
   stored although it raised.
 
-Each admission first reads the order of the tasks' queues (one read of their control
-documents' ``*`` elements, ``_controls.orders_of``) and stores a task of a fair or aged queue
-with its group (``grp_for``, ``grp``: ``_codec.group_fields``), so that a claim reads it by
-its group without writing it first. A task admitted while the queue's order changes may be
-stored with the group of the order it read; the claim regroups any live task grouped under
-another order than its own before it reads (``_claims._order``), so that costs a write, never
-a place in the order.
+Each admission first reads the order of the tasks' queues (their control documents' ``*``
+elements, read once a second at most: ``_controls.admission_orders``) and stores a task of a
+fair or aged queue with its group (``grp_for``, ``grp``: ``_codec.group_fields``), so that a
+claim reads it by its group without writing it first. A task admitted while the queue's order
+changes (or within the second after) may be stored with the group of the order it read; the
+claim regroups any live task grouped under another order than its own before it reads
+(``_claims._order``), so that costs a write, never a place in the order.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from rdq.spi import (
 )
 from rdq_mongo._codec import envelope_to_document, group_fields, to_micros
 from rdq_mongo._connection import server_now
-from rdq_mongo._controls import orders_of
+from rdq_mongo._controls import admission_orders
 from rdq_mongo._updates import enqueue_fresh, import_fresh, upsert_unless_exists
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ async def admit_one(connection: Connection, item: Admission) -> bool:
     """``enqueue``: one upsert that inserts the task unless its id exists; the previous
     document says which."""
     task = item.task
-    order = (await orders_of(connection, [task.queue]))[task.queue]
+    order = (await admission_orders(connection, [task.queue]))[task.queue]
     pipeline = item.grouped(order).pipeline()
     before: Document | None = None
     for _ in range(2):
@@ -138,7 +138,7 @@ async def admit_batch(
     module docstring)."""
     unique = [admit(task) for task in first_of_each_id(tasks)]
     if unique:
-        orders = await orders_of(connection, {item.task.queue for item in unique})
+        orders = await admission_orders(connection, {item.task.queue for item in unique})
         for item in unique:
             item.grouped(orders[item.task.queue])
     if connection.transactions:

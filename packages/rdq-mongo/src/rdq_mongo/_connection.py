@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,9 @@ class Connection:
     """The server runs multi-document transactions (a replica-set member or mongos)."""
     change_streams: bool
     """Change streams may be used for ``wait_due`` (the server has them and the URL allows)."""
+    orders: dict[str, tuple[float, Any]] = field(default_factory=dict)
+    """Admission's reads of the queues' claim orders: queue -> (monotonic time until which it
+    is reused, ``ClaimOrder``) (``_controls.admission_orders``)."""
 
 
 async def open_connection(config: MongoConfig) -> Connection:

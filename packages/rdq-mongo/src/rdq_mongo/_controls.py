@@ -33,6 +33,7 @@ the operations on the records themselves (list, put, delete).
 from __future__ import annotations
 
 import secrets
+import time
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 
@@ -51,6 +52,7 @@ from rdq_mongo._updates import group_update, retry_now_update
 
 __all__ = [
     "Pipeline",
+    "admission_orders",
     "control_of",
     "delete_control",
     "elements_of",
@@ -247,6 +249,33 @@ async def orders_of(connection: Connection, queues: Collection[str]) -> dict[str
     return {queue: order_in(queue, docs.get(queue)) for queue in wanted}
 
 
+ORDER_REUSE = 1.0
+"""Seconds an admission reuses the claim order it read of a queue, so that a stream of
+enqueues costs one read of the queue's ``*`` record a second, not one each. An order that
+changed meanwhile (by another process: this one's own ``put_control`` and ``delete_control``
+forget theirs) stores a few tasks grouped under the order before; the next claim regroups
+them before it reads (``_claims._order``): a write, never a place in the order."""
+
+ORDER_CACHE_SIZE = 10_000
+"""Queues whose order admission remembers at most (then it starts again)."""
+
+
+async def admission_orders(
+    connection: Connection, queues: Collection[str]
+) -> dict[str, ClaimOrder]:
+    """The claim order of each of ``queues`` for admission: as read within the last
+    :data:`ORDER_REUSE` seconds, else read now (one read for every queue not known)."""
+    now = time.monotonic()
+    known = connection.orders
+    stale = [q for q in set(queues) if q not in known or known[q][0] <= now]
+    if stale:
+        if len(known) + len(stale) > ORDER_CACHE_SIZE:
+            known.clear()
+        for queue, order in (await orders_of(connection, stale)).items():
+            known[queue] = (now + ORDER_REUSE, order)
+    return {queue: known[queue][1] for queue in queues}
+
+
 async def group_tasks(connection: Connection, queue: str, stamp: str) -> int:
     """Group under the order of ``stamp`` every live task of ``queue`` grouped under another
     one (or none): one ``update_many``, each document atomic, so a run cut short leaves the
@@ -285,6 +314,7 @@ async def put_control(connection: Connection, control: Control, expected_version
     version, exactly one matches (a first record: one upsert inserts the queue's document or
     appends to it; the others find the key there, or lose the insert on ``_id``)."""
     queue, key = control.queue, control.key
+    connection.orders.pop(queue, None)
     fields = _fields(control)
     same_rate: Document = (
         {
@@ -345,6 +375,7 @@ async def delete_control(
 ) -> bool:
     """Remove the record if its version is the expected one (fenced in the update's filter);
     the queue's document goes once it holds none."""
+    connection.orders.pop(queue, None)
     result = await connection.controls.update_one(
         {"_id": queue, "c": {"$elemMatch": {"key": key, "version": expected_version}}},
         [
