@@ -17,7 +17,11 @@
 -- counts the live leases after its locks, so it misses at most the 3 others' claims, and
 -- takes at most least(span, free - 3 x span): the limit is never exceeded. A claim runs
 -- under a stripe when it asks for at most the span and at least 4 spans are free (half the
--- limit); otherwise as before (FOR UPDATE, one after the other, the exact count).
+-- limit), waiting for a stripe when all four are held (for one claim, where FOR UPDATE would
+-- wait for all four and hold up every claim after it); otherwise as before (FOR UPDATE, one
+-- after the other, the exact count). Advisory stripes are taken in the first look, in key
+-- order, before any row lock: a claim waiting for a stripe holds no lock a stripe's holder
+-- waits for.
 --
 -- And a claim that no limit can run out within (each lets at least as many more through as
 -- the claim asks for) takes the first due tasks by one statement instead of a row at a time
@@ -110,6 +114,13 @@ BEGIN
                         EXIT;
                     END IF;
                 END LOOP;
+                IF mode <> 'stripe' THEN
+                    -- every stripe held: wait for this session's own, one claim, not for
+                    -- every claim of the key (FOR UPDATE waits for all of them, and every
+                    -- claim that comes after waits behind it)
+                    PERFORM pg_advisory_xact_lock(lock_key, s);
+                    mode := 'stripe';
+                END IF;
             END IF;
         END IF;
         keys_seen := keys_seen || c.key;
