@@ -12,8 +12,10 @@ before its first claim) hold ``depth`` tasks of ``tenant:big`` due a minute ago 
 order). ``--claimants`` claim loops drain ``--drain`` tasks with ``claim_due(queue,
 --batch)`` and ``complete_many`` (no handler: the store's own cost), and the run records the
 drain rate, in which claim the small tenant's last task came, and on Redis the latency of a
-``PING`` sent every 5 ms by another client during the drain (p50, p99, max). The order of the
-two modes alternates by round; medians are printed at the end.
+``PING`` sent every 5 ms by another client during the drain (p50, p99, max), the server's mean
+time per script and its longest command of the drain (its SLOWLOG: the most another client can
+have waited for the server, whatever the machine's load did to the pinging process). The order
+of the two modes alternates by round; medians are printed at the end.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ class Drain:
     pings_ms: list[float] = field(default_factory=list)
     script_ms: float | None = None
     """Redis: the server's mean time per script (claims and completions) during the drain"""
+    slowest_ms: float | None = None
+    """Redis: the longest command the server ran during the drain (its SLOWLOG, every
+    command of 1 ms or more logged): what another client waited at most for the server"""
+    over_5ms: int = 0
+    """Redis: commands of the drain that took the server more than 5 ms"""
 
 
 async def drain(
@@ -135,6 +142,9 @@ async def script_ms(url: str, reset: bool) -> float:
     try:
         if reset:
             await client.config_resetstat()
+            await client.config_set("slowlog-log-slower-than", 1000)
+            await client.config_set("slowlog-max-len", 100_000)
+            await client.slowlog_reset()
             return 0.0
         stats = await client.info("commandstats")
         calls = sum(
@@ -144,6 +154,20 @@ async def script_ms(url: str, reset: bool) -> float:
         return usec / calls / 1e3 if calls else float("nan")
     finally:
         await client.aclose()
+
+
+async def slowest(url: str) -> tuple[float, int]:
+    """The longest command of the server's SLOWLOG since :func:`script_ms` reset it (ms), and
+    how many took more than 5 ms."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(url)
+    try:
+        logged = await client.slowlog_get(100_000)
+    finally:
+        await client.aclose()
+    took = [entry["duration"] / 1e3 for entry in logged]
+    return max(took, default=0.0), sum(1 for ms in took if ms > 5.0)
 
 
 async def one(url: str, backend: str, fair: bool, args: argparse.Namespace, depth: int) -> Drain:
@@ -163,6 +187,7 @@ async def one(url: str, backend: str, fair: bool, args: argparse.Namespace, dept
                     store, queue, min(args.drain, depth), args.batch, args.claimants, args.shallow
                 )
             found.script_ms = await script_ms(url, reset=False)
+            found.slowest_ms, found.over_5ms = await slowest(url)
         else:
             found = await drain(
                 store, queue, min(args.drain, depth), args.batch, args.claimants, args.shallow
@@ -218,7 +243,8 @@ async def main(args: argparse.Namespace) -> None:
                         ping = (
                             f", PING p50 {p(found.pings_ms, 0.5):.2f} p99 "
                             f"{p(found.pings_ms, 0.99):.2f} max {max(found.pings_ms):.2f} ms"
-                            f", script {found.script_ms:.3f} ms (server, mean)"
+                            f", script {found.script_ms:.3f} ms (server, mean), slowest "
+                            f"command {found.slowest_ms:.2f} ms, {found.over_5ms} over 5 ms"
                             if found.pings_ms
                             else ""
                         )
