@@ -168,7 +168,7 @@ class ClaimLoops:
                 woken_empty = 0
 
     async def _wait_for_limits(self, state: QueueSlots, pause: float, settled: int) -> bool:
-        """After a claim that came back empty from a queue with limits: wait until one of
+        """After a claim that came back empty or short from a queue with limits: wait until one of
         this worker's own tasks of the queue ends or its success is recorded (either frees
         in the store the slots of the limits its task held: a success's local slot is freed
         before its batched write, and the claim sent then found the store's still taken) or,

@@ -131,11 +131,11 @@ class QueueSlots:
         self.limit: int | None = None
         """The queue's smallest concurrency limit across the fleet (``None``: none)."""
         self.unrecorded = 0
+        """Successes of this queue whose slot was freed before their batched write was
+        recorded: the store still counts them against the queue's limits."""
         self.settled = 0
         """Runs of this queue whose outcome is written (or given up): each one's slots of the
         queue's limits are free in the store since."""
-        """Successes of this queue whose slot was freed before their batched write was
-        recorded: the store still counts them against the queue's limits."""
         self._freed = 0
         self._mark = (mono(), 0)
         self._rate = 0.0
