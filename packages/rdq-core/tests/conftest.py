@@ -1,5 +1,5 @@
 """What every rdq-core test shares: how the tests on simulated time (marked ``looptime``)
-advance it, and logging as each test found it."""
+advance it, the slow tests first, and logging as each test found it."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("looptime") is not None:
             # appended: a test's own looptime options still win
             item.add_marker(pytest.mark.looptime(noop_cycles=NOOP_CYCLES))
+    # the tests marked slow first (a stable sort: each keeps its place among its kind), so
+    # xdist hands them out at the start, one to each process, rather than last: the run
+    # ends when its longest process does, and a 50 s test started last was its tail
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)

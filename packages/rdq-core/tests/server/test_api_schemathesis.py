@@ -129,6 +129,7 @@ def node(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
         thread.join(30)
 
 
+@pytest.mark.slow
 def test_schemathesis_finds_no_failure_in_any_phase(node: tuple[str, str], tmp_path: Path) -> None:
     node_url, phases = node
     config = tmp_path / "schemathesis.toml"
