@@ -199,12 +199,12 @@ async def test_the_slots_a_dead_worker_held_come_back_as_its_leases_lapse() -> N
     assert running["peak"] == 10
 
 
-async def test_a_binding_concurrency_limit_keeps_its_slots_busy_with_short_tasks() -> None:
-    """Four workers of ten slots each share ``Concurrency(4)``; tasks of 50 ms. A slot the
-    store frees when a success is recorded is taken again by the next claim at once, not
-    after an idle poll: the handlers keep at least 0.9 of the four slots busy on average."""
+async def slots_busy(workers: int, limit: int, tasks: int) -> float:
+    """``workers`` workers of ten slots each drain ``tasks`` tasks of 50 ms that share
+    ``Concurrency(limit)``: how many handlers ran at once on average, from the first start
+    to the last end."""
     app = rdq.App()
-    app.queue("q", concurrency=10, limits=[rdq.Concurrency(4, key="psp")])
+    app.queue("q", concurrency=10, limits=[rdq.Concurrency(limit, key="psp")])
     loop = asyncio.get_running_loop()
     spans: list[tuple[float, float]] = []
 
@@ -215,38 +215,27 @@ async def test_a_binding_concurrency_limit_keeps_its_slots_busy_with_short_tasks
         spans.append((began, loop.time()))
 
     async with virtual_store() as storage:
-        await rdq.Client(storage, app).submit_many([rdq.Submission("pay", i) for i in range(400)])
+        await rdq.Client(storage, app).submit_many([rdq.Submission("pay", i) for i in range(tasks)])
         async with AsyncExitStack() as stack:
-            for _ in range(4):
+            for _ in range(workers):
                 await stack.enter_async_context(worker(app, storage, poll_max=1.0))
-            await drained(storage, 400)
+            await drained(storage, tasks)
     first, last = min(s for s, _ in spans), max(e for _, e in spans)
-    busy = sum(e - s for s, e in spans) / (last - first)
+    return sum(e - s for s, e in spans) / (last - first)
+
+
+async def test_a_binding_concurrency_limit_keeps_its_slots_busy_with_short_tasks() -> None:
+    """Four workers share ``Concurrency(4)``. A slot the store frees when a success is
+    recorded is taken again by the next claim at once, not after an idle poll: the handlers
+    keep at least 0.9 of the four slots busy on average."""
+    busy = await slots_busy(workers=4, limit=4, tasks=400)
     assert busy >= 0.9 * 4, f"{busy:.2f} of 4 slots busy"
 
 
 async def test_workers_do_not_hold_a_binding_limits_slots_for_tasks_claimed_ahead() -> None:
-    """Eight workers of ten slots each share ``Concurrency(20)``; tasks of 50 ms. A worker
-    whose claims come back full would claim ahead of its free slots, and each task claimed
-    ahead holds one of the 20 while it waits for a slot of that worker: none is claimed
-    ahead under a limit that small, and the handlers keep at least 0.9 of the 20 busy."""
-    app = rdq.App()
-    app.queue("q", concurrency=10, limits=[rdq.Concurrency(20, key="psp")])
-    loop = asyncio.get_running_loop()
-    spans: list[tuple[float, float]] = []
-
-    @app.handler("pay", queue="q")
-    async def pay(payload: object) -> None:
-        began = loop.time()
-        await asyncio.sleep(0.05)
-        spans.append((began, loop.time()))
-
-    async with virtual_store() as storage:
-        await rdq.Client(storage, app).submit_many([rdq.Submission("pay", i) for i in range(3000)])
-        async with AsyncExitStack() as stack:
-            for _ in range(8):
-                await stack.enter_async_context(worker(app, storage, poll_max=1.0))
-            await drained(storage, 3000)
-    first, last = min(s for s, _ in spans), max(e for _, e in spans)
-    busy = sum(e - s for s, e in spans) / (last - first)
+    """Eight workers share ``Concurrency(20)``. A worker whose claims come back full would
+    claim ahead of its free slots, and each task claimed ahead holds one of the 20 while it
+    waits for a slot of that worker: none is claimed ahead under a limit that small, and the
+    handlers keep at least 0.9 of the 20 busy."""
+    busy = await slots_busy(workers=8, limit=20, tasks=3000)
     assert busy >= 0.9 * 20, f"{busy:.2f} of 20 slots busy"
