@@ -16,6 +16,13 @@ drain rate, in which claim the small tenant's last task came, and on Redis the l
 time per script and its longest command of the drain (its SLOWLOG: the most another client can
 have waited for the server, whatever the machine's load did to the pinging process). The order
 of the two modes alternates by round; medians are printed at the end.
+
+Two clients PING during a Redis drain: one at the default scheduling priority, and one that,
+like the ``redis-server`` process, runs at ``--priority`` (nice −10 by default; 0 turns it
+off). On a small machine the claim loops, the server and the pinger share the cores, so the
+first pinger's figures are mostly its own wait for a core, and the server's wait for one;
+the second pair stands for a Redis on a host of its own and a client on another, where what
+another client waits for is the server's own work, which a long script would show.
 """
 
 from __future__ import annotations
@@ -49,6 +56,8 @@ class Drain:
     """the claim (1-based, counted over every claimant) that took the small tenant's last task"""
     claim_ms: float
     pings_ms: list[float] = field(default_factory=list)
+    prio_pings_ms: list[float] = field(default_factory=list)
+    """Redis: the PINGs of the client that runs at ``--priority``, as the server does"""
     script_ms: float | None = None
     """Redis: the server's mean time per script (claims and completions) during the drain"""
     slowest_ms: float | None = None
@@ -56,6 +65,8 @@ class Drain:
     command of 1 ms or more logged): what another client waited at most for the server"""
     over_5ms: int = 0
     """Redis: commands of the drain that took the server more than 5 ms"""
+    over_5ms_scripts: str = ""
+    """Redis: which scripts those were (rdq's script names)"""
 
 
 async def drain(
@@ -98,6 +109,7 @@ async def drain(
 _PINGER = """
 import json, sys, time, redis
 client = redis.Redis.from_url(sys.argv[1])
+client.ping()  # connected before the first PING that counts
 out = []
 while not sys.stdin.closed:
     before = time.perf_counter()
@@ -113,8 +125,9 @@ claim loops keep busy), sending a PING every 5 ms until its stdin is written to.
 
 
 @contextlib.asynccontextmanager
-async def pinging(url: str, out: list[float]) -> AsyncIterator[None]:
-    """PING the Redis at ``url`` every 5 ms from another process while the block runs."""
+async def pinging(url: str, out: list[float], priority: int = 0) -> AsyncIterator[None]:
+    """PING the Redis at ``url`` every 5 ms from another process while the block runs, that
+    process at nice ``priority``."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -123,6 +136,8 @@ async def pinging(url: str, out: list[float]) -> AsyncIterator[None]:
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
+    if priority:
+        os.setpriority(os.PRIO_PROCESS, proc.pid, priority)
     try:
         yield
     finally:
@@ -131,6 +146,19 @@ async def pinging(url: str, out: list[float]) -> AsyncIterator[None]:
         await proc.stdin.drain()
         stdout, _ = await proc.communicate()
         out.extend(json.loads(stdout))
+
+
+async def prioritise_server(url: str, priority: int) -> None:
+    """Run the Redis at ``url`` (a server on this machine) at nice ``priority``: its main
+    thread, the one that runs every command."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(url)
+    try:
+        pid = int((await client.info("server"))["process_id"])
+    finally:
+        await client.aclose()
+    os.setpriority(os.PRIO_PROCESS, pid, priority)
 
 
 async def script_ms(url: str, reset: bool) -> float:
@@ -156,18 +184,38 @@ async def script_ms(url: str, reset: bool) -> float:
         await client.aclose()
 
 
-async def slowest(url: str) -> tuple[float, int]:
-    """The longest command of the server's SLOWLOG since :func:`script_ms` reset it (ms), and
-    how many took more than 5 ms."""
+async def slowest(url: str) -> tuple[float, int, str]:
+    """The longest command of the server's SLOWLOG since :func:`script_ms` reset it (ms), how
+    many took more than 5 ms, and the scripts (rdq's, by name) of those over 5 ms."""
+    import hashlib
+    from collections import Counter
+
     import redis.asyncio as aioredis
 
+    from rdq_redis._queries import SCRIPT_NAMES, script_source
+
+    by_sha = {hashlib.sha1(script_source(name).encode()).hexdigest(): name for name in SCRIPT_NAMES}
     client = aioredis.from_url(url)
     try:
         logged = await client.slowlog_get(100_000)
     finally:
         await client.aclose()
     took = [entry["duration"] / 1e3 for entry in logged]
-    return max(took, default=0.0), sum(1 for ms in took if ms > 5.0)
+    over = Counter(
+        _command_name(entry["command"], by_sha) for entry in logged if entry["duration"] > 5_000
+    )
+    return (
+        max(took, default=0.0),
+        sum(over.values()),
+        ", ".join(f"{name} ×{count}" for name, count in over.most_common()),
+    )
+
+
+def _command_name(command: bytes | str, by_sha: dict[str, str]) -> str:
+    words = (command.decode() if isinstance(command, bytes) else command).split()
+    if len(words) > 1 and words[0].upper() == "EVALSHA":
+        return by_sha.get(words[1], words[1][:8])
+    return words[0] if words else "?"
 
 
 async def one(url: str, backend: str, fair: bool, args: argparse.Namespace, depth: int) -> Drain:
@@ -180,19 +228,21 @@ async def one(url: str, backend: str, fair: bool, args: argparse.Namespace, dept
             )
         await fill_big_and_small(store, queue, depth, args.shallow)
         pings: list[float] = []
+        prio_pings: list[float] = []
         if backend == "redis":
             await script_ms(url, reset=True)
-            async with pinging(url, pings):
+            async with pinging(url, pings), pinging(url, prio_pings, args.priority):
                 found = await drain(
                     store, queue, min(args.drain, depth), args.batch, args.claimants, args.shallow
                 )
             found.script_ms = await script_ms(url, reset=False)
-            found.slowest_ms, found.over_5ms = await slowest(url)
+            found.slowest_ms, found.over_5ms, found.over_5ms_scripts = await slowest(url)
         else:
             found = await drain(
                 store, queue, min(args.drain, depth), args.batch, args.claimants, args.shallow
             )
         found.pings_ms = pings
+        found.prio_pings_ms = prio_pings
         with contextlib.suppress(Exception):
             await store.purge_queue(queue)  # type: ignore[attr-defined]
         return found
@@ -223,15 +273,19 @@ def p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def p99(drains: list[Drain]) -> float:
-    """The median over rounds of each drain's PING p99."""
-    return statistics.median(p(d.pings_ms, 0.99) for d in drains)
+def p99(drains: list[Drain], prioritised: bool = False) -> float:
+    """The median over rounds of each drain's PING p99 (of the pinger at ``--priority``)."""
+    return statistics.median(
+        p(d.prio_pings_ms if prioritised else d.pings_ms, 0.99) for d in drains
+    )
 
 
 async def main(args: argparse.Namespace) -> None:
     print(f"load average before: {os.getloadavg()}")
     for backend in args.backends.split(","):
         async with server(backend, args.url) as url:
+            if backend == "redis" and args.priority:
+                await prioritise_server(url, args.priority)
             for depth in (int(d) for d in args.depths.split(",")):
                 runs: dict[str, list[Drain]] = {"plain": [], "fair": []}
                 for round_ in range(args.rounds):
@@ -243,8 +297,12 @@ async def main(args: argparse.Namespace) -> None:
                         ping = (
                             f", PING p50 {p(found.pings_ms, 0.5):.2f} p99 "
                             f"{p(found.pings_ms, 0.99):.2f} max {max(found.pings_ms):.2f} ms"
+                            f" (at nice {args.priority}: p50 {p(found.prio_pings_ms, 0.5):.2f}"
+                            f" p99 {p(found.prio_pings_ms, 0.99):.2f}"
+                            f" max {max(found.prio_pings_ms):.2f} ms)"
                             f", script {found.script_ms:.3f} ms (server, mean), slowest "
                             f"command {found.slowest_ms:.2f} ms, {found.over_5ms} over 5 ms"
+                            f" {found.over_5ms_scripts}"
                             if found.pings_ms
                             else ""
                         )
@@ -263,7 +321,9 @@ async def main(args: argparse.Namespace) -> None:
                     f"fair {[d.small_claim for d in runs['fair']]}"
                     + (
                         f"; PING during the fair drain p99 {p99(runs['fair']):.2f} ms, "
-                        f"plain {p99(runs['plain']):.2f} ms"
+                        f"plain {p99(runs['plain']):.2f} ms; at nice {args.priority}: fair "
+                        f"{p99(runs['fair'], True):.2f} ms, plain "
+                        f"{p99(runs['plain'], True):.2f} ms"
                         if backend == "redis"
                         else ""
                     )
@@ -283,6 +343,12 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--claimants", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--priority",
+        type=int,
+        default=-10,
+        help="Redis: the nice value of the server and of the second pinging client (0: off)",
+    )
     return parser.parse_args()
 
 
