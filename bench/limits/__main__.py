@@ -247,11 +247,24 @@ async def cost(storage: Storage, url: str, args: argparse.Namespace) -> None:
             rates[mode].append(rate)
             line = f"  cost round {round_ + 1} {mode:<18} {rate:8.0f} tasks/s"
             after = await _claim_times(url)
-            if before is not None and after is not None and after[0] > before[0]:
-                claims, ms = after[0] - before[0], after[1] - before[1]
+            if (
+                before is not None
+                and after is not None
+                and after["claims"][0] > before["claims"][0]
+            ):
+                claims = after["claims"][0] - before["claims"][0]
+                ms = after["claims"][1] - before["claims"][1]
                 claim_ms[mode].append(ms / claims)
                 claim_us[mode].append(1000 * ms / args.tasks)
-                line += f", claims {claims} of {ms / claims:.2f} ms"
+                line += (
+                    f", claims {claims} of {ms / claims:.2f} ms ("
+                    + ", ".join(
+                        f"{name} {(after[name][0] - before[name][0]) / claims:.1f}x "
+                        f"{(after[name][1] - before[name][1]) / claims:.2f} ms"
+                        for name in PARTS
+                    )
+                    + ")"
+                )
             if run.window is not None:
                 claimed, seconds, used, server = run.window
                 workers_cpu[mode].append(1e6 * used / claimed)
@@ -303,23 +316,31 @@ async def _track_functions(url: str) -> None:
         await conn.close()
 
 
-async def _claim_times(url: str) -> tuple[int, float] | None:
-    """Calls of the claim functions so far and the milliseconds spent in them (``None``
-    when ``track_functions`` does not count them). The workers have exited by the second
-    reading of a run, so their backends have reported theirs."""
+CLAIM_FUNCTIONS = ("claim_due", "claim_controlled")
+PARTS = ("live_leases", "due_unblocked", "raise_floor")
+"""Functions a claim calls, whose share of the claim's time each round prints."""
+
+
+async def _claim_times(url: str) -> dict[str, tuple[int, float]] | None:
+    """Calls so far and milliseconds spent in the claim functions (``claims``) and in each of
+    :data:`PARTS` (``None`` when ``track_functions`` does not count them). The workers have
+    exited by the second reading of a run, so their backends have reported theirs."""
     conn = await asyncpg.connect(url)
     try:
         if await conn.fetchval("SHOW track_functions") == "none":
             return None
-        row = await conn.fetchrow(
-            "SELECT coalesce(sum(calls), 0) AS calls, coalesce(sum(total_time), 0) AS ms "
-            "FROM pg_stat_user_functions "
-            "WHERE funcname IN ('claim_due', 'claim_controlled')"
+        rows = await conn.fetch(
+            "SELECT funcname, sum(calls) AS calls, sum(total_time) AS ms "
+            "FROM pg_stat_user_functions WHERE funcname = ANY ($1::text[]) GROUP BY funcname",
+            [*CLAIM_FUNCTIONS, *PARTS],
         )
     finally:
         await conn.close()
-    assert row is not None  # an aggregate: one row
-    return int(row["calls"]), float(row["ms"])
+    found = {r["funcname"]: (int(r["calls"]), float(r["ms"])) for r in rows}
+    times = {name: found.get(name, (0, 0.0)) for name in PARTS}
+    claims = [found.get(name, (0, 0.0)) for name in CLAIM_FUNCTIONS]
+    times["claims"] = (sum(c for c, _ in claims), sum(ms for _, ms in claims))
+    return times
 
 
 async def _postmaster(url: str) -> int | None:

@@ -64,6 +64,7 @@ async def both(
             "0013_claim_costs",
             "0014_claim_floor",
             "0015_wide_stripes",
+            "0016_one_count",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -236,6 +237,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0013_claim_costs",
             "0014_claim_floor",
             "0015_wide_stripes",
+            "0016_one_count",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")

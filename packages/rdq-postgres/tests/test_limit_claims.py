@@ -1,4 +1,4 @@
-"""How claims of a limited queue take their slots on PostgreSQL (schema versions 13 and 15; the
+"""How claims of a limited queue take their slots on PostgreSQL (schema versions 13, 15 and 16; the
 kit checks that a limit is never exceeded): claims of a concurrency limit with ample room run
 side by side (its control locked FOR SHARE, one of four advisory stripes each, each claim of at
 most an eighth of the limit), claims that find a limit used up do not wait for each other, and
@@ -133,6 +133,19 @@ async def test_claims_of_many_tasks_run_side_by_side_under_a_wide_limit(
         assert len(claimed) == 100
 
 
+async def _claim_until_empty(store: PostgresStorage, n: int) -> int:
+    """Claim ``n`` at a time until two claims in a row take nothing: how many were taken. One
+    empty claim is not the end: a session that remembered room for a stripe, which others took
+    since, takes nothing once, and its next claim counts first (schema 16). The store's pool
+    hands one claimant the same connection each time (the last one given back)."""
+    took = empty = 0
+    while empty < 2:
+        claimed = await store.claim_due("q", n, LEASE)
+        took += len(claimed)
+        empty = 0 if claimed else empty + 1
+    return took
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("key", [QUEUE_KEY, "limit:psp"])
 async def test_claims_of_a_whole_span_side_by_side_take_a_limit_exactly(
@@ -147,10 +160,7 @@ async def test_claims_of_a_whole_span_side_by_side_take_a_limit_exactly(
     stores = [PostgresStorage.from_url(postgres_url, schema=schema) for _ in range(16)]
 
     async def claim_until_empty(store: PostgresStorage) -> int:
-        took = 0
-        while claimed := await store.claim_due("q", span(limit), LEASE):
-            took += len(claimed)
-        return took
+        return await _claim_until_empty(store, span(limit))
 
     try:
         await asyncio.gather(*(s.connect() for s in stores))
@@ -175,10 +185,7 @@ async def test_many_claims_side_by_side_take_a_limit_exactly(
     stores = [PostgresStorage.from_url(postgres_url, schema=schema) for _ in range(16)]
 
     async def claim_until_empty(store: PostgresStorage) -> int:
-        took = 0
-        while claimed := await store.claim_due("q", 10, LEASE):
-            took += len(claimed)
-        return took
+        return await _claim_until_empty(store, 10)
 
     try:
         await asyncio.gather(*(s.connect() for s in stores))
@@ -186,6 +193,46 @@ async def test_many_claims_side_by_side_take_a_limit_exactly(
     finally:
         await asyncio.gather(*(s.aclose() for s in stores))
     assert sum(took) == limit
+    (control,) = [c for c in await storage.list_controls("q") if c.key == key]
+    assert control.in_use == limit
+
+
+async def _counts_in_claim(
+    conn: asyncpg.Connection, schema: str, queue: str, n: int
+) -> tuple[int, int]:
+    """Claim ``n`` in a transaction of ``conn`` of its own (committed): how many tasks it took
+    and how many times it counted live leases (``live_leases()``, tracked in that session;
+    the backend's counts not yet reported, read before and after)."""
+    await conn.execute("SET track_functions = 'pl'")
+    calls = "SELECT coalesce(pg_stat_get_xact_function_calls($1::regproc), 0)"
+    function = f'"{schema}".live_leases'
+    async with conn.transaction():
+        before: int = await conn.fetchval(calls, function)
+        took = await _claim_in(conn, schema, queue, n)
+        after: int = await conn.fetchval(calls, function)
+    return took, after - before
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("key", [QUEUE_KEY, "limit:psp"])
+async def test_a_claim_that_remembers_ample_room_counts_once_and_still_keeps_the_limit(
+    storage: PostgresStorage, open_claim: asyncpg.Connection, schema: str, key: str
+) -> None:
+    """Schema 16: a session whose last count found room for a stripe counts once in its next
+    claim (under the stripe), not twice; when others used the room up meanwhile, that claim
+    takes none of the key's tasks (its count under the stripe is exact), and the next one,
+    counting first, takes exactly what is left."""
+    limit = 1000
+    await _fill(storage, "q", limit + 200, key)
+    await storage.put_control(Control(queue="q", key=key, concurrency=limit), expected_version=0)
+    assert await _counts_in_claim(open_claim, schema, "q", 10) == (10, 2)  # nothing remembered
+    assert await _counts_in_claim(open_claim, schema, "q", 10) == (10, 1)  # room 990 remembered
+    taken = 20
+    while taken < limit - 50:  # other sessions take all but 50 of the limit
+        taken += len(await storage.claim_due("q", min(span(limit), limit - 50 - taken), LEASE))
+    assert await _counts_in_claim(open_claim, schema, "q", 100) == (0, 1)  # stale: none taken
+    assert await _counts_in_claim(open_claim, schema, "q", 100) == (50, 2)  # counted: the rest
+    assert await storage.claim_due("q", 10, LEASE) == []
     (control,) = [c for c in await storage.list_controls("q") if c.key == key]
     assert control.in_use == limit
 
