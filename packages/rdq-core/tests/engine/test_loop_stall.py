@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -170,3 +171,60 @@ async def test_a_store_a_second_connection_cannot_reach_renews_leases_on_the_loo
             task = await wait_status(storage, sub.id, Status.SUCCEEDED)
     assert [a.outcome for a in task.attempts] == [Outcome.SUCCEEDED]
     assert log.events("the reopened store does not reach the worker's tasks")
+
+
+class SlowLeaseThreadStore(MemoryStorage):
+    """A store whose second store, the worker's lease thread's, takes 2 s to connect (a
+    server far away, or a machine busy when the worker starts)."""
+
+    def reopen(self) -> MemoryStorage:
+        second = super().reopen()
+        connect = second.connect
+
+        async def slow_connect() -> None:
+            await asyncio.sleep(2.0)
+            await connect()
+
+        second.connect = slow_connect  # type: ignore[method-assign]
+        return second
+
+
+async def test_a_handler_blocking_the_loop_from_the_first_claim_keeps_its_lease() -> None:
+    """The worker's first claim waits for its lease thread's store: a handler that blocks the
+    loop (2.5 s) from the moment its task is claimed outlasts its lease (1.5 s), and only the
+    lease thread can renew it. Had the worker claimed before that store was open (2 s), the
+    lease would have lapsed and a rival's claim taken the task."""
+    app = rdq.App()
+    app.queue("q", lease=1.5, timeout=10.0, max_attempts=3)
+
+    @app.handler("block", queue="q")
+    async def block(payload: object) -> None:
+        time.sleep(2.5)  # noqa: ASYNC251 - blocks the worker's loop, longer than the lease
+
+    base = SlowLeaseThreadStore()
+    mine = MemoryStorage.reopen(base)  # the test's own store on the same tasks, no delay
+    await mine.connect()
+    holder: list[rdq.Worker] = []
+
+    async def serve() -> None:
+        await base.connect()
+        try:
+            holder.append(fast_worker(app, base))
+            await holder[0].run()
+        finally:
+            await base.aclose()
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    try:
+        await rdq.Client(mine, app).submit("block", queue="q", id="blocker")
+        thread.start()
+        await wait_status(mine, "blocker", Status.IN_FLIGHT, timeout=10)
+        await asyncio.sleep(1.8)  # past the lease, were it not renewed
+        assert await mine.claim_due("q", 1, timedelta(seconds=30)) == [], "the lease lapsed"
+        task = await wait_status(mine, "blocker", Status.SUCCEEDED, timeout=20)
+        assert [a.outcome for a in task.attempts] == [Outcome.SUCCEEDED]
+    finally:
+        if holder:
+            holder[0].stop()
+        thread.join(30)
+        await mine.aclose()

@@ -17,7 +17,11 @@ and from then on renews every lease the worker holds
 when a third of it has passed, whatever the worker's loop is doing. A loop stalled for longer
 than ``stall_limit`` means a hung worker: renewals stop then, so its leases lapse and other
 workers take its tasks over. Until the second store is ready, or when there is none, the
-worker's own loop renews the leases (:func:`rdq.worker._heartbeat.heartbeat_loop`).
+worker's own loop renews the leases (:func:`rdq.worker._heartbeat.heartbeat_loop`); so the
+worker claims its first tasks only once the thread has opened that store or given up on it
+(:meth:`Watchdog.store_opened`, at most :data:`OPEN_WAIT` seconds): a handler that blocks the
+loop from the moment its task is claimed would otherwise keep every lease of the worker from
+being renewed until the store is open, and a lease shorter than that lapses.
 """
 
 from __future__ import annotations
@@ -49,6 +53,10 @@ store (docs/sizing.md counts them: two); each renewal is one short statement, so
 flight renew about a thousand leases a second at a 2 ms round trip."""
 
 JOIN_TIMEOUT = 10.0
+
+OPEN_WAIT = 10.0
+"""How long a starting worker waits for its lease thread's store before it claims anyway
+(the loop then renews the leases until the store is open)."""
 
 
 class Watchdog:
@@ -85,6 +93,8 @@ class Watchdog:
         self._stalled_queue = ""
         self._gave_up = False
         self._stopping = threading.Event()
+        self._opened = threading.Event()
+        """Set once the thread has opened its store, or found it has none it can use."""
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -102,6 +112,12 @@ class Watchdog:
         self._thread_loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._main, name="rdq-watchdog", daemon=True)
         self._thread.start()
+
+    async def store_opened(self, timeout: float = OPEN_WAIT) -> None:
+        """Wait until the thread has opened its store or given up on it, at most ``timeout``
+        seconds (the worker's first claim waits for it, see the module's docstring)."""
+        if not self._opened.is_set():
+            await asyncio.get_running_loop().run_in_executor(None, self._opened.wait, timeout)
 
     async def stop(self) -> None:
         """Stop the thread (closing its store) and the beat."""
@@ -131,6 +147,7 @@ class Watchdog:
     def _main(self) -> None:
         loop = self._thread_loop
         if loop is None:
+            self._opened.set()
             return
         try:
             loop.run_until_complete(self._watch())
@@ -138,10 +155,12 @@ class Watchdog:
             self._log.exception("the watchdog thread failed", worker_id=self._worker_id)
         finally:
             self.renewing = False
+            self._opened.set()
             loop.close()
 
     async def _watch(self) -> None:
         store = await self._connect()
+        self._opened.set()
         try:
             while not self._stopping.is_set():
                 now = time.monotonic()

@@ -307,6 +307,7 @@ class Worker(ClaimLoops):
             lost=lambda run, exc: self._abandon(run, exc, runner),
         )
         watchdog.start()
+        await watchdog.store_opened()
         claimers = [
             asyncio.create_task(
                 self._claim_loop(self._states[q], runner, notify, stopping),
