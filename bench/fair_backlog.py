@@ -18,11 +18,13 @@ have waited for the server, whatever the machine's load did to the pinging proce
 of the two modes alternates by round; medians are printed at the end.
 
 Two clients PING during a Redis drain: one at the default scheduling priority, and one that,
-like the ``redis-server`` process, runs at ``--priority`` (nice −10 by default; 0 turns it
-off). On a small machine the claim loops, the server and the pinger share the cores, so the
-first pinger's figures are mostly its own wait for a core, and the server's wait for one;
-the second pair stands for a Redis on a host of its own and a client on another, where what
-another client waits for is the server's own work, which a long script would show.
+like the ``redis-server`` process the benchmark started (not a ``--url`` one), runs at
+``--priority`` (nice −10 by default, which needs root or CAP_SYS_NICE; without, both run at
+the default and the run says so; 0 turns it off). On a small machine the claim loops, the
+server and the pinger share the cores, so the first pinger's figures are mostly its own wait
+for a core, and the server's wait for one; the second pair stands for a Redis on a host of
+its own and a client on another, where what another client waits for is the server's own
+work, which a long script would show.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ async def pinging(url: str, out: list[float], priority: int = 0) -> AsyncIterato
         stdout=asyncio.subprocess.PIPE,
     )
     if priority:
-        os.setpriority(os.PRIO_PROCESS, proc.pid, priority)
+        renice(proc.pid, priority, "the second pinging client")
     try:
         yield
     finally:
@@ -148,9 +150,22 @@ async def pinging(url: str, out: list[float], priority: int = 0) -> AsyncIterato
         out.extend(json.loads(stdout))
 
 
+def renice(pid: int, priority: int, what: str) -> None:
+    """Run process ``pid`` at nice ``priority``; without the right to (a nice below 0 needs
+    root or CAP_SYS_NICE), say so once and go on at the default priority."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, priority)
+    except PermissionError:
+        print(
+            f"could not run {what} at nice {priority} (needs root or CAP_SYS_NICE): it runs "
+            "at the default priority; --priority 0 turns this off",
+            file=sys.stderr,
+        )
+
+
 async def prioritise_server(url: str, priority: int) -> None:
-    """Run the Redis at ``url`` (a server on this machine) at nice ``priority``: its main
-    thread, the one that runs every command."""
+    """Run the Redis at ``url``, the throwaway server this benchmark started on this
+    machine, at nice ``priority``: its main thread, the one that runs every command."""
     import redis.asyncio as aioredis
 
     client = aioredis.from_url(url)
@@ -158,7 +173,7 @@ async def prioritise_server(url: str, priority: int) -> None:
         pid = int((await client.info("server"))["process_id"])
     finally:
         await client.aclose()
-    os.setpriority(os.PRIO_PROCESS, pid, priority)
+    renice(pid, priority, "redis-server")
 
 
 async def script_ms(url: str, reset: bool) -> float:
@@ -284,7 +299,9 @@ async def main(args: argparse.Namespace) -> None:
     print(f"load average before: {os.getloadavg()}")
     for backend in args.backends.split(","):
         async with server(backend, args.url) as url:
-            if backend == "redis" and args.priority:
+            if backend == "redis" and args.priority and args.url is None:
+                # a server of the user's own (--url) may be another machine's, its process id
+                # not one of this machine's: only the throwaway server is reniced
                 await prioritise_server(url, args.priority)
             for depth in (int(d) for d in args.depths.split(",")):
                 runs: dict[str, list[Drain]] = {"plain": [], "fair": []}
@@ -347,7 +364,8 @@ def parse() -> argparse.Namespace:
         "--priority",
         type=int,
         default=-10,
-        help="Redis: the nice value of the server and of the second pinging client (0: off)",
+        help="Redis: the nice value of the second pinging client and of the throwaway server "
+        "(not of a --url one); 0: off",
     )
     return parser.parse_args()
 
