@@ -65,6 +65,7 @@ async def both(
             "0014_claim_floor",
             "0015_wide_stripes",
             "0016_one_count",
+            "0017_lease_floor",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -238,6 +239,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0014_claim_floor",
             "0015_wide_stripes",
             "0016_one_count",
+            "0017_lease_floor",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")

@@ -243,6 +243,72 @@ class ChecksRoomOnEveryExtension(_Broken):
         return await super()._extend_lease(task_id, token, lease)
 
 
+class _CountsFromALeaseFloor(_Broken):
+    """Counts a concurrency limit's live leases from a floor, as PostgreSQL's schema 17 does
+    (the earliest end of a live lease of the queue, raised at most once a second), but lowers
+    it only at the writes named in ``lowers``: a lease another write ends below the floor is
+    not counted until the next raise passes it by too."""
+
+    lowers: frozenset[str] = frozenset()
+
+    def _floors(self) -> dict[str, tuple[datetime | None, datetime]]:
+        floors: dict[str, tuple[datetime | None, datetime]]
+        floors = self._state.__dict__.setdefault("kit_lease_floors", {})
+        return floors
+
+    def _claim_gate(self, queue: str, now: datetime) -> ClaimGate | None:
+        floors = self._floors()
+        kept = floors.get(queue)
+        if kept is None or now - kept[1] >= timedelta(seconds=1):
+            # the raise reads from the floor up: no live lease ends below it
+            was = kept[0] if kept is not None else None
+            ends = [
+                r.task.lease_expires_at
+                for r in self._state.of_queue(queue)
+                if r.task.status == Status.IN_FLIGHT
+                and r.task.lease_expires_at is not None
+                and r.task.lease_expires_at > now
+                and (was is None or r.task.lease_expires_at >= was)
+            ]
+            kept = floors[queue] = (min(ends, default=None), now)
+        low = kept[0]
+        used: Counter[str] = Counter()
+        for record in self._state.of_queue(queue):
+            task = record.task
+            end = task.lease_expires_at
+            live = task.status == Status.IN_FLIGHT and end is not None and end > now
+            if live and (low is None or (end is not None and end >= low)):
+                used.update(task_keys(task))
+        return claim_gate_of(
+            self._state, queue, now, dict(self._state.controls.get(queue, {})), used
+        )
+
+    def _lower(self, queue: str, end: datetime, write: str) -> None:
+        floors = self._floors()
+        kept = floors.get(queue)
+        if write in self.lowers and kept is not None and kept[0] is not None and end < kept[0]:
+            floors[queue] = (end, kept[1])
+
+    def _claim(self, record, now, lease, worker):  # type: ignore[no-untyped-def]
+        super()._claim(record, now, lease, worker)
+        self._lower(record.task.queue, now + lease, "claim")
+
+    async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:
+        expires = await super()._extend_lease(task_id, token, lease)
+        record = self.record(task_id)
+        if record is not None:
+            self._lower(record.task.queue, expires, "extend")
+        return expires
+
+
+class LeaseFloorNotLoweredByClaims(_CountsFromALeaseFloor):
+    lowers = frozenset({"extend"})
+
+
+class LeaseFloorNotLoweredByExtensions(_CountsFromALeaseFloor):
+    lowers = frozenset({"claim"})
+
+
 class AcceptsAnyKeys(_Broken):
     """Checks a task, but not its keys."""
 
@@ -271,5 +337,11 @@ BROKEN_STORES: dict[type, list[str]] = {
         "test_a_limit_lowered_below_its_use_holds_back_claims_and_keeps_the_live_leases"
     ],
     AcceptsAnyKeys: ["test_enqueue_of_a_task_with_bad_keys_raises_validation_error"],
+    LeaseFloorNotLoweredByClaims: [
+        "test_a_lease_claimed_to_end_before_leases_taken_earlier_holds_its_slot"
+    ],
+    LeaseFloorNotLoweredByExtensions: [
+        "test_a_lease_extended_to_end_before_leases_taken_earlier_holds_its_slot"
+    ],
 }
 """Each broken store and the kit tests that must fail against it."""

@@ -78,6 +78,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0014_claim_floor",
             "0015_wide_stripes",
             "0016_one_count",
+            "0017_lease_floor",
         ]
         assert await store.migrate() == []
 
@@ -139,6 +140,7 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0014_claim_floor",
             "0015_wide_stripes",
             "0016_one_count",
+            "0017_lease_floor",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -322,6 +324,7 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0014_claim_floor",
                 "0015_wide_stripes",
                 "0016_one_count",
+                "0017_lease_floor",
             ]
             after = {
                 r["id"]: dict(r)
@@ -385,6 +388,7 @@ async def test_upgrading_a_populated_version_10_schema_to_dedup_keys_keeps_every
                 "0014_claim_floor",
                 "0015_wide_stripes",
                 "0016_one_count",
+                "0017_lease_floor",
             ]
             after = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
             assert [dict(r) for r in after] == [dict(r) for r in before]
@@ -456,6 +460,7 @@ async def test_upgrading_a_populated_version_10_schema_to_the_claim_floor_in_pla
                 "0014_claim_floor",
                 "0015_wide_stripes",
                 "0016_one_count",
+                "0017_lease_floor",
             ]
             after = {r["id"]: dict(r) for r in await conn.fetch(f"SELECT {columns} FROM {s}.task")}
             assert after == before

@@ -116,6 +116,8 @@ class PostgresStorage(StorageBase):
         self._controlled: set[str] = set()
         """Queues claim.sql refused (a control restricts them): claimed with
         claim_controlled.sql until it says that none does any more."""
+        self._lease_floor_raised: dict[str, float] = {}
+        """When this store last raised each queue's lease floor (monotonic seconds)."""
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresStorage:
@@ -204,7 +206,14 @@ class PostgresStorage(StorageBase):
         self, queue: str, limit: int, lease: timedelta, worker_id: str | None
     ) -> list[Claimed]:
         return await _claims.claim_due(
-            self._db, self._sql, self._controlled, queue, limit, lease, worker_id
+            self._db,
+            self._sql,
+            self._controlled,
+            self._lease_floor_raised,
+            queue,
+            limit,
+            lease,
+            worker_id,
         )
 
     async def _extend_lease(self, task_id: str, token: str, lease: timedelta) -> datetime:

@@ -24,6 +24,11 @@ from rdq_compliance._support import (
 __all__ = ["ControlLeaseClauses"]
 
 PER_HOUR = 3600.0
+SHORTER_LEASE = timedelta(minutes=5)
+"""A lease that ends before a ``LONG_LEASE`` taken a little earlier, and outlives the test."""
+REFRESH = timedelta(seconds=1.2)
+"""Long enough for a store that keeps a summary of its leases (the earliest end of a live
+one, where a count starts) and refreshes it once a second, as PostgreSQL does, to refresh it."""
 
 
 class ControlLeaseClauses:
@@ -33,8 +38,9 @@ class ControlLeaseClauses:
     only into a free slot (a slot another task took meanwhile makes the extension raise
     ``StaleClaim`` and change nothing; a free one is taken again). Every end of a lease frees
     its slot: a cancel and a batch of completions too. Slots are counted from the leases that
-    are live, whenever the limit was set or changed; every way a task becomes due keeps it
-    under the controls of its keys."""
+    are live, whenever the limit was set or changed, and whatever order their ends come in (a
+    lease claimed or extended to end before leases taken earlier holds its slot too); every
+    way a task becomes due keeps it under the controls of its keys."""
 
     capability = "control"
     since = 3
@@ -145,6 +151,43 @@ class ControlLeaseClauses:
         control = await control_of(storage, queue, "slots")
         assert control is not None and control.in_use == 1, "the extension took the free slot"
         assert await claim_ids(storage, queue) == [], f"{waiting} waits for the slot"
+
+    @pytest.mark.asyncio
+    async def test_a_lease_claimed_to_end_before_leases_taken_earlier_holds_its_slot(
+        self, storage: Storage, queue: str
+    ) -> None:
+        await fill(storage, queue, 3, keys=["slots"])
+        await storage.put_control(
+            Control(queue=queue, key="slots", concurrency=2), expected_version=0
+        )
+        (first,) = await storage.claim_due(queue, 1, LONG_LEASE)
+        await clock_passes(storage, await storage.now() + REFRESH)
+        (second,) = await storage.claim_due(queue, 1, SHORTER_LEASE)
+        assert first.task.lease_expires_at is not None
+        assert second.task.lease_expires_at is not None
+        assert second.task.lease_expires_at < first.task.lease_expires_at
+        assert await claim_ids(storage, queue) == [], "two live leases: the limit is used up"
+        control = await control_of(storage, queue, "slots")
+        assert control is not None and control.in_use == 2
+
+    @pytest.mark.asyncio
+    async def test_a_lease_extended_to_end_before_leases_taken_earlier_holds_its_slot(
+        self, storage: Storage, queue: str
+    ) -> None:
+        await fill(storage, queue, 3, keys=["slots"])
+        await storage.put_control(
+            Control(queue=queue, key="slots", concurrency=2), expected_version=0
+        )
+        first, second = await storage.claim_due(queue, 2, LONG_LEASE)
+        await clock_passes(storage, await storage.now() + REFRESH)
+        assert await claim_ids(storage, queue) == [], "two live leases: the limit is used up"
+        ends = await storage.extend_lease(first.task.id, first.token, SHORTER_LEASE)
+        assert second.task.lease_expires_at is not None
+        assert ends < second.task.lease_expires_at
+        await clock_passes(storage, await storage.now() + REFRESH)
+        assert await claim_ids(storage, queue) == [], "the extended lease still holds its slot"
+        control = await control_of(storage, queue, "slots")
+        assert control is not None and control.in_use == 2
 
     @pytest.mark.asyncio
     @needs("cancel")

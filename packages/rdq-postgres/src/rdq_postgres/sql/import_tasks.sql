@@ -21,7 +21,7 @@ WITH input AS (
         format_version, extra, keys, n
     )
 ),
-ins AS (
+inserted AS (
     INSERT INTO {schema}.task (
         id, queue, handler_ref, payload, headers, status, attempt_count, redrive_count,
         attempts, error_type, created_at, next_attempt_at, lease_expires_at, completed_at,
@@ -36,7 +36,20 @@ ins AS (
     FROM input AS i
     ORDER BY i.n
     ON CONFLICT (id) DO NOTHING
-    RETURNING id, queue, due_at
+    RETURNING id, queue, due_at, status
+),
+-- an IN_FLIGHT task's lease lowers its queue's lease floor where it ends before it (migration
+-- 0017); `ins` reads this CTE so that it runs
+leases_lowered AS MATERIALIZED (
+    SELECT {schema}.lower_lease_floor(s.queue, min(s.due_at)) AS lowered
+    FROM inserted AS s
+    WHERE s.status = 'IN_FLIGHT' AND s.due_at > now()
+    GROUP BY s.queue
+),
+ins AS (
+    SELECT s.id, s.queue, s.due_at
+    FROM inserted AS s
+    WHERE (SELECT count(*) FROM leases_lowered) >= 0
 ),
 {admission_floor}
 {admission_result}

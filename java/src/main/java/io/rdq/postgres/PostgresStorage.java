@@ -80,6 +80,12 @@ public final class PostgresStorage implements Storage {
     /** Queues claim.sql refused (a control restricts them): claimed with claim_controlled.sql
      * until it says that none does any more. */
     private final Set<String> controlled = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    /** When this store last raised each queue's lease floor (System.nanoTime()). */
+    private final java.util.concurrent.ConcurrentHashMap<String, Long> leaseFloorRaised =
+            new java.util.concurrent.ConcurrentHashMap<>();
+    /** Between a store's raises of the lease floor of a queue it claims under a control (the
+     * schema raises it at most once a second, whoever asks). */
+    static final Duration LEASE_FLOOR_RAISE_EVERY = Duration.ofSeconds(1);
 
     public PostgresStorage(PostgresConfig config) {
         this.config = config;
@@ -481,6 +487,7 @@ public final class PostgresStorage implements Storage {
             }
         }
         if (rows == null) {
+            raiseLeaseFloor(queue);
             boolean[] still = {true};
             rows = with(conn -> {
                 try (PreparedStatement ps = params.prepare(conn, sql.get("claim_controlled")); ResultSet rs = ps.executeQuery()) {
@@ -503,6 +510,21 @@ public final class PostgresStorage implements Storage {
         List<Row> inOrder = new ArrayList<>(rows);
         inOrder.sort(Comparator.comparingLong(Row::rank));
         return inOrder.stream().map(Row::claimed).toList();
+    }
+
+    /**
+     * Raise the lease floor of {@code queue} (raise_lease_floor.sql, schema version 17: where
+     * a count of its live leases starts) unless this store did within the last second: in a
+     * statement of its own, since the queue's lease writers wait for its commit.
+     */
+    private void raiseLeaseFloor(String queue) {
+        long now = System.nanoTime();
+        Long last = leaseFloorRaised.get(queue);
+        if (last != null && now - last < LEASE_FLOOR_RAISE_EVERY.toNanos()) {
+            return;
+        }
+        leaseFloorRaised.put(queue, now);
+        query("raise_lease_floor", Params.of().set("queue", queue), rs -> Boolean.TRUE);
     }
 
     @Override
