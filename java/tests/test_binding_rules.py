@@ -66,6 +66,7 @@ async def both(
             "0015_wide_stripes",
             "0016_one_count",
             "0017_lease_floor",
+            "0018_rate_buckets",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -240,6 +241,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0015_wide_stripes",
             "0016_one_count",
             "0017_lease_floor",
+            "0018_rate_buckets",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")

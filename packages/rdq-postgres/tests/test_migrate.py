@@ -79,6 +79,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0015_wide_stripes",
             "0016_one_count",
             "0017_lease_floor",
+            "0018_rate_buckets",
         ]
         assert await store.migrate() == []
 
@@ -141,6 +142,7 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0015_wide_stripes",
             "0016_one_count",
             "0017_lease_floor",
+            "0018_rate_buckets",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -325,6 +327,7 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0015_wide_stripes",
                 "0016_one_count",
                 "0017_lease_floor",
+                "0018_rate_buckets",
             ]
             after = {
                 r["id"]: dict(r)
@@ -389,6 +392,7 @@ async def test_upgrading_a_populated_version_10_schema_to_dedup_keys_keeps_every
                 "0015_wide_stripes",
                 "0016_one_count",
                 "0017_lease_floor",
+                "0018_rate_buckets",
             ]
             after = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
             assert [dict(r) for r in after] == [dict(r) for r in before]
@@ -461,6 +465,7 @@ async def test_upgrading_a_populated_version_10_schema_to_the_claim_floor_in_pla
                 "0015_wide_stripes",
                 "0016_one_count",
                 "0017_lease_floor",
+                "0018_rate_buckets",
             ]
             after = {r["id"]: dict(r) for r in await conn.fetch(f"SELECT {columns} FROM {s}.task")}
             assert after == before

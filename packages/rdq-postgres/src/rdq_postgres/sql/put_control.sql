@@ -4,7 +4,9 @@
 -- there). Of racing writers of one version exactly one gets a row: the INSERT conflicts on
 -- the primary key, the UPDATE re-checks the version under the row's lock. A change of rate,
 -- per or the bucket size (burst, default max(1, rate / 10)) empties bucket_tokens: the bucket
--- starts full again (bucket_at is read only beside bucket_tokens).
+-- starts full again (bucket_at is read only beside bucket_tokens). keep_bucket() (migration
+-- 0018): the bucket's sequence made with the rate, made again (full) when it changes like
+-- that, dropped without a rate.
 WITH inserted AS (
     INSERT INTO {schema}.control AS c (
         queue, key, paused, gate, concurrency, rate, per, burst, fair, aging, state, version,
@@ -36,10 +38,19 @@ updated AS (
                IS DISTINCT FROM (:rate::bigint, :per::double precision,
                                  coalesce(:burst::bigint, greatest(1, :rate::bigint / 10)))
             THEN NULL ELSE c.bucket_tokens END
+    FROM {schema}.control AS was
     WHERE c.queue = :queue::text AND c.key = :key::text
       AND c.version = :expected_version::bigint AND :expected_version::bigint > 0
-    RETURNING c.version, c.updated_at
+      AND was.queue = c.queue AND was.key = c.key
+    RETURNING c.version, c.updated_at,
+        (was.rate, was.per, coalesce(was.burst, greatest(1, was.rate / 10)))
+            IS DISTINCT FROM (c.rate, c.per, coalesce(c.burst, greatest(1, c.rate / 10)))
+            AS refill
 )
-SELECT version, updated_at FROM inserted
+SELECT version, updated_at,
+       {schema}.keep_bucket(:queue::text, :key::text, :rate::bigint IS NOT NULL, true) AS rated
+FROM inserted
 UNION ALL
-SELECT version, updated_at FROM updated
+SELECT version, updated_at,
+       {schema}.keep_bucket(:queue::text, :key::text, :rate::bigint IS NOT NULL, refill)
+FROM updated
