@@ -15,10 +15,11 @@ its growth per task compares with the other's.
 It prints, per phase: tasks handled per second, and the growth of ``rdq.task`` (heap, and
 ``task_live_idx``) per handled task; then held ÷ clean. It fails if any task was dead-lettered.
 
-``--rate N`` offers a steady N tasks/s instead (submitted every 10 ms, no backlog kept): each
-phase then also prints the backlog left at its end and the submit → start latency (created_at
-to the first attempt's start) of the tasks submitted in its window, p50 / p99; a task not
-started by the window's end counts with the time it had waited by then (a lower bound).
+``--rate N`` offers a steady N tasks/s instead (submitted every 10 ms from the moment every
+worker of the phase says it runs, no backlog kept): each phase then also prints the backlog
+left at its end and the submit → start latency (created_at to the first attempt's start) of
+the tasks submitted in its window, p50 / p99; a task not started by the window's end counts
+with the time it had waited by then (a lower bound).
 
 ``--limit concurrency|rate`` runs either kind of phase on a queue with a limit that does not
 bind (``bench/xmin/app.py``), so every claim goes through the queue's control row and rewrites
@@ -77,6 +78,14 @@ class Phase:
         return growth / self.handled if self.handled else 0.0
 
 
+def _pythonpath() -> str:
+    """The workers' PYTHONPATH: the repository (for ``bench.xmin.app``) before what this
+    process was given, so that a run of other code (``PYTHONPATH=…/src``) is that code's in
+    the workers too, not only in the process that migrates and measures."""
+    given = os.environ.get("PYTHONPATH")
+    return os.pathsep.join([str(ROOT), given] if given else [str(ROOT)])
+
+
 async def _spawn_worker(url: str, n: int, limit: str) -> asyncio.subprocess.Process:
     log = Path(f"/tmp/xmin-worker-{n}.log")
     return await asyncio.create_subprocess_exec(
@@ -89,10 +98,27 @@ async def _spawn_worker(url: str, n: int, limit: str) -> asyncio.subprocess.Proc
         url,
         "--log-level",
         "WARNING",
-        env=dict(os.environ, PYTHONPATH=str(ROOT), XMIN_LIMIT=limit),
+        env=dict(os.environ, PYTHONPATH=_pythonpath(), XMIN_LIMIT=limit),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=log.open("w"),  # noqa: ASYNC230 - opening a local log file is immediate
     )
+
+
+async def _workers_running(
+    db: asyncpg.Connection, since: object, count: int, timeout: float = 60.0
+) -> None:
+    """Wait until ``count`` workers started after ``since`` say they run (their heartbeat in
+    ``rdq.worker``), at most ``timeout`` seconds (then go on: the warm-up still follows)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = await db.fetchval(
+            "SELECT count(*) FROM rdq.worker WHERE started_at >= $1 AND state = 'running'",
+            since,
+        )
+        if running >= count:
+            return
+        await asyncio.sleep(0.2)
+    print(f"  ({count} workers not all running after {timeout:.0f} s: going on)", file=sys.stderr)
 
 
 class Producer:
@@ -182,7 +208,11 @@ async def phase(name: str, url: str, args: argparse.Namespace, db: asyncpg.Conne
             else Producer(client, counting, args.backlog)
         )
         await producer.top_up()
+        since = await db.fetchval("SELECT clock_timestamp()")
         workers = [await _spawn_worker(url, n, args.limit) for n in range(args.workers)]
+        # an offered rate starts once the workers run: a rate offered while they start would
+        # leave the window's first seconds behind a backlog no steady workload has
+        await _workers_running(db, since, args.workers)
         feeding = asyncio.create_task(producer.run())
         holder: asyncpg.Connection | None = None
         try:
