@@ -80,6 +80,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0016_one_count",
             "0017_lease_floor",
             "0018_rate_buckets",
+            "0019_controlled_claim_plan",
         ]
         assert await store.migrate() == []
 
@@ -143,6 +144,7 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0016_one_count",
             "0017_lease_floor",
             "0018_rate_buckets",
+            "0019_controlled_claim_plan",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -328,6 +330,7 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0016_one_count",
                 "0017_lease_floor",
                 "0018_rate_buckets",
+                "0019_controlled_claim_plan",
             ]
             after = {
                 r["id"]: dict(r)
@@ -393,6 +396,7 @@ async def test_upgrading_a_populated_version_10_schema_to_dedup_keys_keeps_every
                 "0016_one_count",
                 "0017_lease_floor",
                 "0018_rate_buckets",
+                "0019_controlled_claim_plan",
             ]
             after = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
             assert [dict(r) for r in after] == [dict(r) for r in before]
@@ -466,6 +470,7 @@ async def test_upgrading_a_populated_version_10_schema_to_the_claim_floor_in_pla
                 "0016_one_count",
                 "0017_lease_floor",
                 "0018_rate_buckets",
+                "0019_controlled_claim_plan",
             ]
             after = {r["id"]: dict(r) for r in await conn.fetch(f"SELECT {columns} FROM {s}.task")}
             assert after == before
