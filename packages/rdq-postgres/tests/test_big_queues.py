@@ -3,7 +3,6 @@ priority order, and queue counts above the exact-count threshold are estimates."
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -13,8 +12,6 @@ import pytest
 
 from rdq.spi import Status, bounds
 from rdq_postgres import PostgresStorage
-
-from .conftest import _nodes
 
 ClaimPlan = Callable[..., Awaitable[list[dict[str, Any]]]]
 """The fixture ``claim_plan``: its signature is conftest.py's ``ClaimPlan``."""
@@ -225,54 +222,3 @@ async def test_a_claim_from_a_deep_queue_updates_by_primary_key_at_any_limit(
         assert by_key[0]["Actual Rows"] * by_key[0]["Actual Loops"] == limit, limit
     claimed = await storage.claim_due("deep", bounds.MAX_LIMIT, timedelta(seconds=30))
     assert len({c.task.id for c in claimed}) == bounds.MAX_LIMIT
-
-
-@pytest.mark.asyncio
-@pytest.mark.parametrize("statement", ["complete_many", "complete_many_discarding"])
-async def test_a_batch_of_completions_on_a_table_analyzed_empty_reads_by_primary_key(
-    storage: PostgresStorage, postgres_url: str, schema: str, statement: str
-) -> None:
-    """Batched completions name their tasks by id and join them to their tokens. Until
-    autovacuum analyzes a table analyzed while (nearly) empty, the planner knows nothing of
-    ``id`` and took ``status = 'IN_FLIGHT'`` for the better condition: it read every claimed
-    task of the table to complete ten (15 ms at 5,000 in flight). The status test is kept out
-    of the index conditions, so the one plan left is a primary-key lookup per item."""
-    conn = await asyncpg.connect(postgres_url)
-    try:
-        await conn.execute(f'ALTER TABLE "{schema}".task SET (autovacuum_enabled = off)')
-        await _insert(conn, schema, "q", "PENDING", 1, prefix="first-")
-        await conn.execute(f'VACUUM ANALYZE "{schema}".task')
-        await _insert(conn, schema, "q", "PENDING", 5_000)
-        claimed = await storage.claim_due("q", bounds.MAX_LIMIT, timedelta(seconds=30))
-        for _ in range(4):
-            claimed += await storage.claim_due("q", bounds.MAX_LIMIT, timedelta(seconds=30))
-        assert len(claimed) == 5_000
-        done = claimed[:10]
-        values: dict[str, Any] = {
-            "ids": [c.task.id for c in done],
-            "tokens": [c.token for c in done],
-            "attempts": ['{"number": 1, "outcome": "SUCCEEDED"}'] * 10,
-            "error_types": [None] * 10,
-        }
-        if statement == "complete_many_discarding":
-            values["discards"] = [True, False] * 5
-        sql = getattr(storage._sql, statement)
-        transaction = conn.transaction()
-        await transaction.start()
-        try:  # planned and run as a worker runs it, then rolled back
-            explained = await conn.fetchval(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) {sql.text}", *sql.args(values)
-            )
-        finally:
-            await transaction.rollback()
-    finally:
-        await conn.close()
-
-    (plan,) = json.loads(explained)
-    nodes = _nodes(plan["Plan"])
-    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], [n["Node Type"] for n in nodes]
-    indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
-    assert indexes == {"task_pkey"}, indexes
-    scans = [n for n in nodes if n.get("Relation Name") == "task" and "Scan" in n["Node Type"]]
-    read = sum(n["Actual Rows"] * n["Actual Loops"] for n in scans)
-    assert read == 10, f"read {read} rows of the task table to complete 10"

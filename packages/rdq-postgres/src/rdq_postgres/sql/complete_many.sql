@@ -13,11 +13,7 @@ upd AS (
         completed_at = now(),
         {resolution}
     FROM input AS i
-    -- the status tested so that no index can answer it (IS TRUE: the same for a column that
-    -- is never null): on a table analyzed while empty the planner knows nothing of id and
-    -- took status for the better index condition, reading every claimed task of the table
-    -- to complete a few; now each item is one primary-key lookup, whatever the statistics
-    WHERE t.id = i.id AND t.token = i.token AND (t.status = 'IN_FLIGHT') IS TRUE
+    WHERE t.id = i.id AND t.token = i.token AND t.status = 'IN_FLIGHT'
     RETURNING t.id
 )
 SELECT (SELECT array_agg(id) FROM upd) AS done,

@@ -18,14 +18,13 @@ upd AS (
         completed_at = now(),
         {resolution}
     FROM input AS i
-    -- the status kept out of the index conditions (complete_many.sql says why)
-    WHERE t.id = i.id AND t.token = i.token AND (t.status = 'IN_FLIGHT') IS TRUE AND NOT i.discard
+    WHERE t.id = i.id AND t.token = i.token AND t.status = 'IN_FLIGHT' AND NOT i.discard
     RETURNING t.id
 ),
 del AS (
     DELETE FROM {schema}.task AS t
     USING input AS i
-    WHERE t.id = i.id AND t.token = i.token AND (t.status = 'IN_FLIGHT') IS TRUE AND i.discard
+    WHERE t.id = i.id AND t.token = i.token AND t.status = 'IN_FLIGHT' AND i.discard
     RETURNING t.id
 ),
 done AS (
