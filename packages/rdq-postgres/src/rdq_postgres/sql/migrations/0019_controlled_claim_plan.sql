@@ -14,8 +14,9 @@
 -- count), and the lease update names the claimed ids (t.id = ANY (chosen)) rather than joining
 -- them, which a plan for a table of one row would have read by a scan of the whole primary key.
 --
--- claim_controlled() is version 18's but for its settings and its lease update. One ALTER
--- FUNCTION and one CREATE OR REPLACE FUNCTION: instant on any task table. See
+-- claim_controlled() is version 18's but for its settings and its lease update. The batched
+-- completions get a function of their own, complete_claims() (below), for the same reason.
+-- One ALTER FUNCTION and two CREATE OR REPLACE FUNCTIONs: instant on any task table. See
 -- docs/postgres-schema.md.
 
 ALTER FUNCTION {schema}.live_leases(text, text)
@@ -399,5 +400,79 @@ BEGIN
     SELECT * FROM leased;
     PERFORM {schema}.lower_lease_floor(q, started + lease_us * interval '1 microsecond');
     PERFORM {schema}.raise_floor(q);
+END
+$$;
+
+-- The batched completion (complete_many.sql, complete_many_discarding.sql): item k is
+-- (item_ids[k], item_tokens[k], attempt item_attempts[k], its error type item_error_types[k],
+-- item_discards[k], or NULL for none); each row fenced on its own token, completed as
+-- resolution.part says (its SET list is repeated here), or deleted when its item discards.
+-- completed: the ids completed or deleted; existing: the ids that exist, asked only when some item was not done (read in the
+-- statement's snapshot, where a deleted row still shows). Until version 19 this was one
+-- statement sent by the client, its rows joined to the items: its plan, remade by the
+-- server's plan cache from the table's statistics, read every claimed task of the table
+-- (status = 'IN_FLIGHT' as an index condition on task_live_idx) whenever the statistics made
+-- that look cheap (a table analyzed small, or few tasks in flight) — and every dead entry of
+-- a claimed task that a held xmin horizon keeps — or scanned the whole table when planned
+-- while it was small. Here the rows are named by id (t.id = ANY (item_ids)), the status is tested
+-- in a form no index answers, and sequential scans and hash or merge joins are off: one
+-- primary-key lookup per item, whatever the statistics.
+CREATE OR REPLACE FUNCTION {schema}.complete_claims(
+    item_ids text[], item_tokens text[], item_attempts json[], item_error_types text[],
+    item_discards boolean[]
+)
+RETURNS TABLE (completed text[], existing text[])
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    places jsonb;  -- each id's place in the arrays (its last, for an id given twice)
+BEGIN
+    SELECT jsonb_object_agg(p.id, p.k) INTO places
+    FROM unnest(item_ids) WITH ORDINALITY AS p(id, k);
+    RETURN QUERY
+    WITH upd AS (
+        UPDATE {schema}.task AS t
+        SET status = 'SUCCEEDED',
+            completed_at = now(),
+            lease_expires_at = NULL,
+            claimed_at = NULL,
+            claimed_by = NULL,
+            token = NULL,
+            attempts = CASE WHEN json_typeof(t.attempts) = 'array'
+                THEN {schema}.append_attempt(t.attempts, item_attempts[(places ->> t.id)::integer])
+                ELSE json_build_array(item_attempts[(places ->> t.id)::integer]) END,
+            quarantine = CASE WHEN json_typeof(t.attempts) = 'array'
+                THEN t.quarantine ELSE {schema}.quarantine_add(t.quarantine, 'attempts', t.attempts) END,
+            attempt_count = t.attempt_count + 1,
+            error_type = item_error_types[(places ->> t.id)::integer]
+        WHERE t.id = ANY (item_ids)
+          AND (t.status = 'IN_FLIGHT') IS TRUE
+          AND t.token = item_tokens[(places ->> t.id)::integer]
+          AND NOT coalesce(item_discards[(places ->> t.id)::integer], false)
+        RETURNING t.id
+    ),
+    del AS (
+        DELETE FROM {schema}.task AS t
+        WHERE item_discards IS NOT NULL
+          AND t.id = ANY (item_ids)
+          AND (t.status = 'IN_FLIGHT') IS TRUE
+          AND t.token = item_tokens[(places ->> t.id)::integer]
+          AND coalesce(item_discards[(places ->> t.id)::integer], false)
+        RETURNING t.id
+    ),
+    d AS (
+        SELECT u.id FROM upd AS u
+        UNION ALL
+        SELECT x.id FROM del AS x
+    )
+    SELECT (SELECT array_agg(d.id) FROM d),
+           CASE WHEN (SELECT count(*) FROM d) < cardinality(item_ids) THEN
+               (SELECT array_agg(t.id) FROM {schema}.task AS t WHERE t.id = ANY (item_ids))
+           END;
 END
 $$;
