@@ -8,7 +8,7 @@
 -- Scan under a Hash Join. Every claim of a queue with a limit paid for every row kept since,
 -- until autovacuum analyzed the table and the plans were made again (up to a minute and
 -- more): offered half of its capacity, such a queue fell behind by tens of thousands of tasks
--- and waited seconds (BENCHMARKS.md, "A limited queue's plans on a table analyzed empty").
+-- and waited seconds (BENCHMARKS.md, "Plans made on a table analyzed empty").
 -- Versions 8 and 9 mended claim_due() the same way for the same reason: without sequential
 -- scans and hash or merge joins the planner is left with index scans (task_live_idx for the
 -- count), and the lease update names the claimed ids (t.id = ANY (chosen)) rather than joining
