@@ -1,4 +1,5 @@
--- rdq schema version 19: a controlled claim's plan does not depend on how big the table was.
+-- rdq schema version 19: a controlled claim's plans and a batch of completions' do not depend
+-- on the table's statistics.
 --
 -- claim_controlled() and live_leases() plan their statements once per connection (generic
 -- plans, versions 13 and 17), as claim_due() does. A connection that planned them while the
