@@ -20,7 +20,7 @@ import java.util.zip.CRC32;
  */
 final class Migrations {
     /** The schema version this binding's statements are written for. */
-    static final int SUPPORTED = 19;
+    static final int SUPPORTED = 20;
 
     record Migration(int version, String name, String sql) {}
 
