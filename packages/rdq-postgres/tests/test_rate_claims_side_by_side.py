@@ -1,8 +1,9 @@
 """Claims of a rate limit side by side (schema version 20): a claim takes the tokens it may use
 from the bucket's sequence at once, under a lock held for that alone, and locks the control
 only FOR SHARE, so the claims of one bucket no longer wait for each other's commits; between
-them they still take no more than the bucket holds, tokens a claim did not use go back, and
-the lock is never left held, not by a claim cancelled while it waits for it.
+them they still take no more than the bucket holds (a claim whose tokens another took while
+it chose its tasks puts back what it cannot run), and the lock is never left held, not by a
+claim cancelled while it waits for it.
 
 The kit checks through the SPI that a rate limit lets through what its bucket holds; these
 tests check that claims beside an open one neither wait nor take more."""
@@ -111,15 +112,64 @@ async def test_tokens_taken_and_spent_stay_spent_when_the_claim_rolls_back(
 
 
 @pytest.mark.asyncio
-async def test_tokens_a_claim_did_not_use_go_back_to_the_bucket(storage: PostgresStorage) -> None:
+async def test_a_claim_takes_the_tokens_of_the_tasks_it_claims_only(
+    storage: PostgresStorage,
+) -> None:
     await _fill(storage, "q", 2)
     await storage.put_control(
         Control(queue="q", key="limit:api", rate=5, per=PER_HOUR, burst=5), expected_version=0
     )
-    assert len(await storage.claim_due("q", 10, LEASE)) == 2, "took 5 tokens, used 2"
+    assert len(await storage.claim_due("q", 10, LEASE)) == 2
     await _fill(storage, "q", 10, start=2)
-    assert len(await storage.claim_due("q", 10, LEASE)) == 3, "the unused 3 came back"
+    assert len(await storage.claim_due("q", 10, LEASE)) == 3, "5 tokens, 2 of them taken"
     assert await storage.claim_due("q", 10, LEASE) == []
+
+
+async def _waiting_for_advisory_lock(conn: asyncpg.Connection) -> bool:
+    waiting: bool = await conn.fetchval(
+        "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)"
+    )
+    return waiting
+
+
+@pytest.mark.asyncio
+async def test_a_claim_whose_tokens_were_taken_meanwhile_puts_back_what_it_cannot_run(
+    storage: PostgresStorage, postgres_url: str, schema: str
+) -> None:
+    """The claim reads 5 tokens and chooses 5 tasks; before it takes their tokens, another
+    session takes 3 (as a claim beside it would): it claims 2 and leaves the other 3 due."""
+    await _fill(storage, "q", 20)
+    await storage.put_control(
+        Control(queue="q", key=QUEUE_KEY, rate=5, per=PER_HOUR, burst=5), expected_version=0
+    )
+    holder = await asyncpg.connect(postgres_url)
+    try:
+        # the bucket's lock (migration 0020), held by another session
+        await holder.execute("SELECT pg_advisory_lock(hashtext($1 || chr(31) || $2), -1)", "q", "*")
+        claim = asyncio.ensure_future(storage.claim_due("q", 5, LEASE))
+        for _ in range(100):
+            if await _waiting_for_advisory_lock(holder):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the claim never reached the bucket's lock")
+        # three tokens taken: the arrival time 3 x 720 s ahead (a second less, for the time
+        # since the claim began)
+        await holder.execute(
+            f'SELECT setval(to_regclass("{schema}".bucket_name($1, $2)),'
+            " (extract(epoch FROM clock_timestamp()) * 1000000 + 3 * 720e6 - 1e6)::bigint)",
+            "q",
+            "*",
+        )
+        await holder.execute("SELECT pg_advisory_unlock_all()")
+        assert len(await asyncio.wait_for(claim, timeout=5)) == 2
+        in_flight = await holder.fetchval(
+            f"SELECT count(*) FROM \"{schema}\".task WHERE status = 'IN_FLIGHT'"
+        )
+        assert in_flight == 2, "the three put back were left due"
+        assert await storage.claim_due("q", 10, LEASE) == [], "the bucket is empty"
+    finally:
+        await holder.close()
 
 
 @pytest.mark.asyncio

@@ -7,37 +7,34 @@
 -- the other. With 8 worker processes each claim waited ~28 ms for the lock, with a rate that
 -- never binds (BENCHMARKS.md, "Limits across the fleet").
 --
--- A control with a rate alone (no gate, no concurrency limit) and its bucket's sequence is
--- now read FOR SHARE, as a concurrency limit with room is (version 15); a claim takes the
--- tokens it may use from the sequence at once, under a session advisory lock held for that
--- read and write alone (take_tokens()), and chooses its tasks within them; tokens it did not
--- use go back when nothing took tokens since (give_back_tokens()), else they stay spent. A
--- sequence is written outside transactions, so nothing needs a lock held to the commit: the
--- bucket holds what it held, the tokens taken are the tasks claimed or fewer, and a claim
--- that rolls back keeps its tokens spent (the limit errs on the side of fewer claims, never
--- more: version 18's rule). A rate with a gate or a concurrency limit beside it, or a control
--- without its sequence, is locked FOR UPDATE as before.
+-- A control with a rate alone (no gate, no concurrency limit) whose bucket has its sequence
+-- is now read FOR SHARE, as a concurrency limit with room is (version 15). The claim reads
+-- the bucket without a lock and chooses its tasks within the tokens it found; then it takes
+-- the tokens of the tasks it chose under a session advisory lock held for that read and
+-- write alone (take_tokens()). Where another claim took tokens in between, it puts back the
+-- last chosen tasks with the key: fewer claims, never more. A sequence is written outside
+-- transactions, so nothing needs a lock held to the commit, and a claim that rolls back keeps
+-- its tokens spent (version 18's rule). A rate with a gate or a concurrency limit beside it,
+-- or a control without its sequence, is locked FOR UPDATE as before.
 --
--- Two functions added; claim_controlled() (of 0019) replaced with only those lines changed.
+-- One function added; claim_controlled() (of 0019) replaced with only those lines changed.
 -- No table changes: instant on any task table. See docs/postgres-schema.md.
-
--- The advisory lock (held by the session, never to a commit) under which a rate control's
--- bucket is read and moved: (hashtext(queue || chr(31) || key), -1). Its stripes (version 15)
--- are (…, 0 .. 3), held by transactions.
 
 -- Take up to `want` tokens from the bucket sequence `bucket` (the token bucket of version 18:
 -- `size` tokens at most, one more every `spacing` microseconds) at `at_us` (microseconds since
--- 1970): granted, how many it took; base, the bucket's arrival time with none taken (no
--- earlier than at_us); moved, the arrival time taking them left (NULL: none taken). The lock
--- is released on every way out, an error or a cancel included.
+-- 1970), and say how many it took. The read and the write run under the advisory lock
+-- (lock_key, -1), held by the session for them alone (never to a commit; the stripes of
+-- version 15 are (lock_key, 0 .. 3), held by transactions) and released on every way out, an
+-- error or a cancel included.
 CREATE FUNCTION {schema}.take_tokens(
     bucket regclass, lock_key integer, want bigint, size double precision,
-    spacing double precision, at_us double precision,
-    OUT granted bigint, OUT base double precision, OUT moved bigint
-)
+    spacing double precision, at_us double precision
+) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     held boolean := false;
+    base double precision;  -- the bucket's arrival time with none taken, no earlier than now
+    granted bigint;
 BEGIN
     BEGIN
         PERFORM pg_advisory_lock(lock_key, -1);
@@ -45,8 +42,7 @@ BEGIN
         base := greatest(coalesce(pg_sequence_last_value(bucket), 0), at_us);
         granted := greatest(0, least(want, floor(size - (base - at_us) / spacing)))::bigint;
         IF granted > 0 THEN
-            moved := ceil(base + granted * spacing)::bigint;
-            PERFORM setval(bucket, moved, true);
+            PERFORM setval(bucket, ceil(base + granted * spacing)::bigint, true);
         END IF;
         PERFORM pg_advisory_unlock(lock_key, -1);
         held := false;
@@ -56,46 +52,12 @@ BEGIN
         END IF;
         RAISE;
     END;
+    RETURN granted;
 END
 $$;
 
--- Give the tokens a claim took with take_tokens() and did not use back to their buckets: for
--- each limited[i] whose tokens were taken at once (reserved[i], its sequence), when it used
--- fewer than it took (taken[i] < granted[i]) and the bucket still holds the arrival time it
--- left there (moved[i]: no claim took tokens since), the arrival time of the tokens it used.
--- Else they stay spent.
-CREATE FUNCTION {schema}.give_back_tokens(
-    q text, limited text[], reserved regclass[], moved bigint[], bases double precision[],
-    spacing double precision[], granted bigint[], taken bigint[]
-) RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    lock_key integer;
-    held boolean := false;
-BEGIN
-    FOR i IN 1 .. cardinality(limited) LOOP
-        CONTINUE WHEN reserved[i] IS NULL OR taken[i] >= granted[i];
-        lock_key := hashtext(q || chr(31) || limited[i]);
-        BEGIN
-            PERFORM pg_advisory_lock(lock_key, -1);
-            held := true;
-            IF pg_sequence_last_value(reserved[i]) = moved[i] THEN
-                PERFORM setval(reserved[i],
-                    greatest(1, ceil(bases[i] + taken[i] * spacing[i]))::bigint, true);
-            END IF;
-            PERFORM pg_advisory_unlock(lock_key, -1);
-            held := false;
-        EXCEPTION WHEN query_canceled OR others THEN
-            IF held THEN
-                PERFORM pg_advisory_unlock(lock_key, -1);
-            END IF;
-            RAISE;
-        END;
-    END LOOP;
-END
-$$;
-
--- claim_controlled of migration 0019, a rate alone (mode 'bucket') taking its tokens at once.
+-- claim_controlled of migration 0019, a rate alone (mode 'bucket') read without a lock and
+-- the tokens of the tasks it chose taken at the end.
 CREATE OR REPLACE FUNCTION {schema}.claim_controlled(q text, n bigint, lease_us bigint, worker text)
 RETURNS TABLE (claimed {schema}.task, claimed_due_at timestamptz, claimed_rank bigint)
 LANGUAGE plpgsql VOLATILE
@@ -150,11 +112,11 @@ DECLARE
     depth bigint;                    -- an ordered claim's read: how many tasks of each group
     more boolean;
     remembered bigint[];             -- a concurrency limit and its room at this session's last count
-    reserved regclass[] := '{}';     -- limited[i]'s bucket if its tokens were taken at once
-    moved bigint[] := '{}';          -- the arrival time that taking them left in it
-    bases double precision[] := '{}';  -- and the one it would be with none taken
-    sequence regclass;
-    took record;
+    reserved regclass[] := '{}';     -- limited[i]'s bucket, if its tokens are taken at the end
+    sizes double precision[] := '{}';  -- and that bucket's size
+    bucket_seq regclass;
+    fewer bigint;
+    dropped text[];                  -- chosen tasks put back: their tokens taken meanwhile
     free bigint;                     -- a concurrency limit's free slots, counted under its lock
     ranks jsonb;                     -- each chosen task's place in the claim order, by id
 BEGIN
@@ -207,8 +169,8 @@ BEGIN
             END IF;
         ELSIF c.gate IS NULL AND c.concurrency IS NULL
                 AND to_regclass({schema}.bucket_name(q, c.key)) IS NOT NULL THEN
-            -- a rate alone, its bucket in a sequence: its tokens taken at once, under a lock
-            -- held for that alone (take_tokens()); the control only FOR SHARE
+            -- a rate alone, its bucket in a sequence: read without a lock, the tokens of the
+            -- tasks chosen taken at the end under a lock held for that alone (take_tokens())
             mode := 'bucket';
         END IF;
         keys_seen := keys_seen || c.key;
@@ -255,18 +217,17 @@ BEGIN
         ELSIF modes[i] = 'bucket' THEN
             -- read again: a gate or a concurrency limit may have joined the rate before the
             -- lock, or the rate gone: nothing with the key this time
-            sequence := to_regclass({schema}.bucket_name(q, c.key));
+            bucket_seq := to_regclass({schema}.bucket_name(q, c.key));
             tokens := NULL;
             bucket := NULL;
             IF c.gate IS NOT NULL OR c.concurrency IS NOT NULL OR c.rate IS NULL
-                    OR sequence IS NULL THEN
+                    OR bucket_seq IS NULL THEN
                 room := 0;
             ELSE
-                SELECT * INTO took FROM {schema}.take_tokens(sequence,
-                    hashtext(q || chr(31) || c.key), n,
-                    coalesce(c.burst, greatest(1, c.rate / 10)), c.per * 1000000 / c.rate,
-                    started_us);
-                room := took.granted;
+                size := coalesce(c.burst, greatest(1, c.rate / 10));
+                arrival := pg_sequence_last_value(bucket_seq);
+                room := floor(size - greatest(0, coalesce(arrival, 0) - started_us)
+                    * c.rate / (c.per * 1000000))::bigint;
             END IF;
         ELSE
             room := c.gate;
@@ -309,20 +270,11 @@ BEGIN
                 ELSE c.per * 1000000 / c.rate END;
             taken := taken || 0::bigint;
             metered := metered || (c.gate IS NOT NULL OR c.rate IS NOT NULL);
-            IF modes[i] = 'bucket' THEN
-                reserved := reserved || sequence;
-                moved := moved || took.moved;
-                bases := bases || took.base;
-            ELSE
-                reserved := reserved || NULL::regclass;
-                moved := moved || NULL::bigint;
-                bases := bases || NULL::double precision;
-            END IF;
+            reserved := reserved || CASE WHEN modes[i] = 'bucket' THEN bucket_seq END;
+            sizes := sizes || CASE WHEN modes[i] = 'bucket' THEN size END;
         END IF;
     END LOOP;
     IF '*' = ANY (blocked) THEN
-        PERFORM {schema}.give_back_tokens(q, limited, reserved, moved, bases, spacing, budget,
-            taken);
         RETURN;
     END IF;
     queue_limit := array_position(limited, '*');
@@ -451,9 +403,35 @@ BEGIN
             depth := depth * 4;
         END LOOP;
     END IF;
-    -- tokens taken at once and not used go back to their buckets
-    PERFORM {schema}.give_back_tokens(q, limited, reserved, moved, bases, spacing, budget,
-        taken);
+    -- The tokens of the tasks chosen, taken from each bucket read without a lock. Where
+    -- another claim took some since the read, the last chosen tasks with its key are put back
+    -- (fewer claims, never more); tokens already taken for them from another bucket stay
+    -- spent.
+    FOR i IN 1 .. cardinality(limited) LOOP
+        CONTINUE WHEN reserved[i] IS NULL OR taken[i] = 0;
+        got := {schema}.take_tokens(reserved[i], hashtext(q || chr(31) || limited[i]),
+            taken[i], sizes[i], spacing[i], started_us);
+        CONTINUE WHEN got >= taken[i];
+        dropped := ARRAY(
+            SELECT p.id FROM unnest(chosen) WITH ORDINALITY AS p(id, o)
+            JOIN {schema}.task AS t ON t.id = p.id
+            WHERE limited[i] = '*' OR limited[i] = 'handler:' || t.handler_ref
+               OR limited[i] = ANY (t.keys)
+            ORDER BY p.o DESC
+            LIMIT taken[i] - got);
+        FOR j IN 1 .. cardinality(limited) LOOP
+            SELECT count(*) INTO fewer FROM {schema}.task AS t
+            WHERE t.id = ANY (dropped)
+              AND (limited[j] = '*' OR limited[j] = 'handler:' || t.handler_ref
+                   OR limited[j] = ANY (t.keys));
+            taken[j] := taken[j] - fewer;
+        END LOOP;
+        SELECT coalesce(array_agg(p.id ORDER BY p.o), '{}'),
+               coalesce(array_agg(p.due_at ORDER BY p.o), '{}')
+        INTO chosen, dues
+        FROM unnest(chosen, dues) WITH ORDINALITY AS p(id, due_at, o)
+        WHERE NOT (p.id = ANY (dropped));
+    END LOOP;
     IF cardinality(chosen) = 0 THEN
         PERFORM {schema}.raise_floor(q);
         RETURN;
