@@ -68,7 +68,7 @@ async def both(
             "0017_lease_floor",
             "0018_rate_buckets",
             "0019_controlled_claim_plan",
-            "0020_rate_tokens_taken_at_once",
+            "0020_limit_claims_side_by_side",
         ]
         assert await java.migrate() == []
         yield java, python
@@ -245,7 +245,7 @@ async def test_on_an_older_schema_java_connects_says_to_migrate_and_migrates(
             "0017_lease_floor",
             "0018_rate_buckets",
             "0019_controlled_claim_plan",
-            "0020_rate_tokens_taken_at_once",
+            "0020_limit_claims_side_by_side",
         ]
         assert await java.migrate() == []
         (claimed,) = await java.claim_due("q", 1, LEASE, worker_id="w")

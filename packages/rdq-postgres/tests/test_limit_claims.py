@@ -133,6 +133,25 @@ async def test_claims_of_many_tasks_run_side_by_side_under_a_wide_limit(
         assert len(claimed) == 100
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("key", [QUEUE_KEY, "limit:psp"])
+async def test_a_claim_that_fits_beside_three_full_stripes_does_not_wait_below_half_the_limit(
+    storage: PostgresStorage, open_claim: asyncpg.Connection, schema: str, key: str
+) -> None:
+    """Concurrency(400), span 50, 220 slots held: 180 free, less than half the limit (which
+    schema 15 asked for before a stripe) but room for a claim of 10 beside three full
+    stripes (3 x 50 + 10): the claim beside an open one takes its 10 without waiting."""
+    limit = 400
+    assert span(limit) == 50
+    await _fill(storage, "q", 300, key)
+    await storage.put_control(Control(queue="q", key=key, concurrency=limit), expected_version=0)
+    assert len(await storage.claim_due("q", 220, LEASE)) == 220
+    async with open_claim.transaction():
+        assert await _claim_in(open_claim, schema, "q", 10) == 10
+        claimed = await asyncio.wait_for(storage.claim_due("q", 10, LEASE), timeout=5)
+        assert len(claimed) == 10
+
+
 async def _claim_until_empty(store: PostgresStorage, n: int) -> int:
     """Claim ``n`` at a time until two claims in a row take nothing: how many were taken. One
     empty claim is not the end: a session that remembered room for a stripe, which others took
@@ -152,8 +171,8 @@ async def test_claims_of_a_whole_span_side_by_side_take_a_limit_exactly(
     storage: PostgresStorage, postgres_url: str, schema: str, key: str
 ) -> None:
     """Sixteen stores claim a span (50 of Concurrency(400)) at a time until nothing is left
-    to take: four side by side while half the limit is free, then one at a time; together
-    exactly the limit, never more."""
+    to take: four side by side while a claim fits beside three full spans, then one at a
+    time; together exactly the limit, never more."""
     limit = 400
     await _fill(storage, "q", limit + 300, key)
     await storage.put_control(Control(queue="q", key=key, concurrency=limit), expected_version=0)

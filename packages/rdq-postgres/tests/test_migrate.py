@@ -81,7 +81,7 @@ async def test_migrate_returns_the_migrations_it_applied(postgres_url: str, sche
             "0017_lease_floor",
             "0018_rate_buckets",
             "0019_controlled_claim_plan",
-            "0020_rate_tokens_taken_at_once",
+            "0020_limit_claims_side_by_side",
         ]
         assert await store.migrate() == []
 
@@ -146,7 +146,7 @@ async def test_code_newer_than_the_schema_says_to_migrate_and_migrate_upgrades_i
             "0017_lease_floor",
             "0018_rate_buckets",
             "0019_controlled_claim_plan",
-            "0020_rate_tokens_taken_at_once",
+            "0020_limit_claims_side_by_side",
         ]
         assert await store.migrate() == []
         assert await store.enqueue_batch(batch) == [True, True, True]
@@ -333,7 +333,7 @@ async def test_upgrading_a_populated_version_4_schema_keeps_every_task_and_claim
                 "0017_lease_floor",
                 "0018_rate_buckets",
                 "0019_controlled_claim_plan",
-                "0020_rate_tokens_taken_at_once",
+                "0020_limit_claims_side_by_side",
             ]
             after = {
                 r["id"]: dict(r)
@@ -400,7 +400,7 @@ async def test_upgrading_a_populated_version_10_schema_to_dedup_keys_keeps_every
                 "0017_lease_floor",
                 "0018_rate_buckets",
                 "0019_controlled_claim_plan",
-                "0020_rate_tokens_taken_at_once",
+                "0020_limit_claims_side_by_side",
             ]
             after = await conn.fetch(f"SELECT id, payload::text, status FROM {s}.task ORDER BY id")
             assert [dict(r) for r in after] == [dict(r) for r in before]
@@ -475,7 +475,7 @@ async def test_upgrading_a_populated_version_10_schema_to_the_claim_floor_in_pla
                 "0017_lease_floor",
                 "0018_rate_buckets",
                 "0019_controlled_claim_plan",
-                "0020_rate_tokens_taken_at_once",
+                "0020_limit_claims_side_by_side",
             ]
             after = {r["id"]: dict(r) for r in await conn.fetch(f"SELECT {columns} FROM {s}.task")}
             assert after == before

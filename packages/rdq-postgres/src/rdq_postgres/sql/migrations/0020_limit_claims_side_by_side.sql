@@ -1,5 +1,6 @@
--- rdq schema version 20: the claims of a rate limit no longer wait for one another (storage
--- contract version 4, unchanged: the same claims, under the same limits).
+-- rdq schema version 20: the claims of a rate limit no longer wait for one another, and a
+-- claim of a concurrency limit takes a stripe whenever it fits beside three full ones
+-- (storage contract version 4, unchanged: the same claims, under the same limits).
 --
 -- Since version 18 a rate's bucket is a sequence (bucket_name()), but every claim of a rate
 -- limit still took the control's row FOR UPDATE, to read the bucket and move it on with no
@@ -16,6 +17,14 @@
 -- transactions, so nothing needs a lock held to the commit, and a claim that rolls back keeps
 -- its tokens spent (version 18's rule). A rate with a gate or a concurrency limit beside it,
 -- or a control without its sequence, is locked FOR UPDATE as before.
+--
+-- A claim of a concurrency limit ran under one of the four stripes (version 15) only while
+-- half of the limit was free (4 x stripe_span()); under the stripe it takes at most
+-- least(span, free - 3 x span), so it is safe whenever 3 x span + n are free, n being what it
+-- asks for. With 8 workers under Concurrency(1000), whose slots and tasks claimed ahead may
+-- hold most of it, one claim in twelve took the control FOR UPDATE after every claim beside
+-- it, and the claims behind waited for that one: it now takes a stripe when 3 x span + n
+-- are free (the first look's, or the session's remembered, room).
 --
 -- One function added; claim_controlled() (of 0019) replaced with only those lines changed.
 -- No table changes: instant on any task table. See docs/postgres-schema.md.
@@ -57,7 +66,7 @@ END
 $$;
 
 -- claim_controlled of migration 0019, a rate alone (mode 'bucket') read without a lock and
--- the tokens of the tasks it chose taken at the end.
+-- the tokens of the tasks it chose taken at the end; a stripe taken when 3 x span + n are free.
 CREATE OR REPLACE FUNCTION {schema}.claim_controlled(q text, n bigint, lease_us bigint, worker text)
 RETURNS TABLE (claimed {schema}.task, claimed_due_at timestamptz, claimed_rank bigint)
 LANGUAGE plpgsql VOLATILE
@@ -141,7 +150,7 @@ BEGIN
             remembered := string_to_array(
                 current_setting({schema}.room_setting(q, c.key), true), '/')::bigint[];
             IF remembered[1] = c.concurrency
-                    AND remembered[2] >= stripes * {schema}.stripe_span(c.concurrency, stripes)
+                    AND remembered[2] >= (stripes - 1) * {schema}.stripe_span(c.concurrency, stripes) + n
             THEN
                 room := remembered[2];
             ELSE
@@ -150,7 +159,7 @@ BEGIN
             IF room < 1 THEN
                 mode := 'share';
             ELSIF n <= {schema}.stripe_span(c.concurrency, stripes)
-                    AND room >= stripes * {schema}.stripe_span(c.concurrency, stripes) THEN
+                    AND room >= (stripes - 1) * {schema}.stripe_span(c.concurrency, stripes) + n THEN
                 lock_key := hashtext(q || chr(31) || c.key);
                 s := pg_backend_pid() % stripes;
                 FOR j IN 0 .. stripes - 1 LOOP
